@@ -1,0 +1,93 @@
+// The client side of the lifecycle: send commands to mcd-serve through Redis, open tensors in
+// this process, read their records (man memcuda(7)).
+//
+// Thread affinity: a Client is used by one thread at a time (it owns one Redis connection).
+// Mappings it opens are process-wide and cached: a tensor opened twice is mapped once.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memcuda/export.h"
+#include "memcuda/keys.h"
+#include "memcuda/protocol.h"
+#include "memcuda/redis.h"
+#include "memcuda/status.h"
+
+namespace mcd {
+
+// The per-user runtime folder: $XDG_RUNTIME_DIR/memcuda, else /tmp/memcuda-<uid>.
+MCD_API std::string RuntimeDir();
+// Where `mcd-serve --spawn-redis` puts its private Redis socket.
+MCD_API std::string PrivateRedisSocketPath();
+// The Redis URL when none is given: MCD_REDIS_URL, REDIS_URL, the private socket when it exists,
+// else redis://127.0.0.1:6379. MCD_REDIS_PASSWORD / REDISCLI_AUTH fill in a missing password.
+MCD_API Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value);
+
+struct MCD_API ClientOptions {
+  RedisUrl redis_url;
+  KeySpace keys;
+  std::string node;        // default: the host name
+  int timeout_ms = 5000;   // per request: command pushed to reply received
+  bool require_server = true;  // Connect() fails with kUnavailable when no heartbeat is found
+};
+
+struct MCD_API CreateSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  int device = 0;           // or kHostDevice
+  Lifetime lifetime = Lifetime::kHeap;
+  bool zero_init = true;
+  int64_t owner_pid = 0;    // stack tensors: bind to this process instead of the caller
+};
+
+// An opened tensor: `data` is valid in this process until Release() (or Close()).
+struct MCD_API TensorView {
+  TensorRecord record;
+  void* data = nullptr;  // device pointer (CUDA kinds) or host pointer (host_shm)
+};
+
+class MCD_API Client {
+ public:
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Sends a create and waits for the reply. Returns the record (refcount 1).
+  Result<TensorRecord> Create(const CreateSpec& spec);
+  // Takes a reference (get command, refcount+1) and opens the tensor in this process.
+  Result<TensorView> Get(const std::string& name);
+  // Opens the tensor without touching its refcount (it must be ready).
+  Result<TensorView> Open(const std::string& name);
+  // Sends a delete (refcount-1; freed at 0) and closes this process's mapping of it, if any.
+  // Returns the record as it was after the decrement.
+  Result<TensorRecord> Release(const std::string& name);
+  // Closes this process's mapping of a tensor opened with Get/Open, without a delete command.
+  Status Close(const std::string& name);
+  // Reads the hash without touching the refcount.
+  Result<TensorRecord> Stat(const std::string& name);
+  // Every tensor whose name matches `glob` (SCAN, never KEYS), sorted by name.
+  Result<std::vector<TensorRecord>> List(const std::string& glob = "*");
+
+  // Copies between an opened tensor and host memory (device memory through the device's worker).
+  Status CopyToHost(const TensorView& view, void* dst, uint64_t bytes);
+  Status CopyFromHost(const TensorView& view, const void* src, uint64_t bytes);
+
+  // The heartbeat of the serving node, or kUnavailable when none is alive.
+  Result<std::map<std::string, std::string>> ServerInfo();
+
+  const ClientOptions& options() const noexcept;
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mcd

@@ -1,0 +1,30 @@
+// The Redis key layout of the contract (man memcuda(7)), in one place.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "memcuda/export.h"
+
+namespace mcd {
+
+inline constexpr const char* kDefaultQueue = "tensor_lifecycle";
+inline constexpr const char* kDefaultPrefix = "mcd";
+
+struct MCD_API KeySpace {
+  std::string prefix = kDefaultPrefix;
+  std::string queue = kDefaultQueue;
+
+  // <prefix>:tensor:{NAME}: every key of one tensor shares the hash tag {NAME}.
+  std::string Tensor(std::string_view name) const;
+  // The name inside a tensor key, or "" when the key is not one.
+  std::string NameFromTensorKey(std::string_view key) const;
+  // SCAN pattern for tensors whose name matches `glob` ("*" for all).
+  std::string TensorPattern(std::string_view glob) const;
+  std::string Reply(std::string_view req) const;       // <prefix>:reply:<req>, a list
+  std::string Done(std::string_view req) const;        // <prefix>:req:<req>, the first result
+  std::string Server(std::string_view node) const;     // <prefix>:server:<node>, the heartbeat
+  std::string Processing(std::string_view node) const; // <prefix>:processing:<node>
+};
+
+}  // namespace mcd

@@ -1,0 +1,116 @@
+// The public contract (man memcuda(7)): dtypes, tensor names, the JSON commands on the
+// lifecycle list, the tensor hash, and the replies. Pure functions; no I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memcuda/export.h"
+#include "memcuda/status.h"
+
+namespace mcd {
+
+inline constexpr int kHostDevice = -1;  // the "cpu" device: host memory, stored as -1
+
+enum class DType : uint8_t { kF16, kBF16, kF32, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool };
+
+MCD_API const char* DTypeName(DType dtype) noexcept;  // "f32"
+MCD_API size_t DTypeSize(DType dtype) noexcept;       // bytes per element
+// Accepts the short names (f32) and common aliases (float32, float, half, bfloat16, int64, ...).
+MCD_API std::optional<DType> ParseDType(std::string_view name) noexcept;
+MCD_API const std::vector<DType>& AllDTypes() noexcept;
+
+// Limits that bound every command before anything is allocated.
+inline constexpr size_t kMaxNameLength = 200;
+inline constexpr size_t kMaxDims = 8;
+inline constexpr size_t kMaxCommandBytes = 4096;
+inline constexpr int kMaxJsonDepth = 4;
+
+// Names: 1..200 bytes of [A-Za-z0-9._:/@+=,-]. No spaces, control characters, Redis glob
+// (* ? [ ] \) or hash-tag ({ }) characters, so a name is safe in keys, globs and shells.
+MCD_API Status ValidateName(std::string_view name);
+// Product of dims times the element size; rejects zero, negative, >kMaxDims and 64-bit overflow.
+MCD_API Result<uint64_t> ShapeBytes(const std::vector<int64_t>& shape, DType dtype);
+MCD_API std::string ShapeToJson(const std::vector<int64_t>& shape);  // "[2,3]"
+MCD_API Result<std::vector<int64_t>> ShapeFromJson(std::string_view json);
+// "2,3,4" or "2x3x4" or "[2,3,4]" -> dims.
+MCD_API Result<std::vector<int64_t>> ParseShapeList(std::string_view text);
+
+enum class Op { kCreate, kGet, kDelete };
+MCD_API const char* OpName(Op op) noexcept;
+
+enum class Lifetime { kHeap, kStack };
+MCD_API const char* LifetimeName(Lifetime lifetime) noexcept;
+
+// One command from the lifecycle list, validated.
+struct MCD_API Command {
+  Op op = Op::kCreate;
+  std::string name;
+  std::string req;                 // optional request id; replies go to <prefix>:reply:<req>
+  std::optional<std::string> node; // when present, must be the server's node
+  int64_t pid = 0;                 // the requesting process (informational)
+  // create only:
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  int device = 0;                  // CUDA ordinal, or -1 ("cpu") for host memory
+  uint64_t bytes = 0;              // derived from shape and dtype
+  Lifetime lifetime = Lifetime::kHeap;
+  bool zero_init = true;           // "init":"zero" (default) or "none"
+  int64_t owner_pid = 0;           // stack tensors: the process they are bound to (0 = pid)
+  uint64_t owner_start = 0;        // its start time (clock ticks since boot), 0 = look it up
+};
+
+// Parses and validates one raw command: size and nesting are bounded before parsing, duplicate
+// keys, unknown ops, missing or mistyped fields, bad names, dtypes and shapes are
+// kInvalidArgument; sizes that overflow are kTooLarge. On failure `req_out` still receives the
+// request id when one could be read, so the error can be answered.
+MCD_API Result<Command> ParseCommand(std::string_view raw, std::string* req_out = nullptr);
+// The JSON text of a command, as clients push it.
+MCD_API std::string CommandToJson(const Command& command);
+
+// The tensor hash, as stored and as shown to users.
+struct MCD_API TensorRecord {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  int device = 0;
+  uint64_t bytes = 0;
+  std::string ipc_kind;    // cuda_ipc | cuda_mempool | host_shm
+  std::string ipc_handle;  // raw bytes (64 for CUDA kinds, the shm name for host_shm)
+  uint64_t offset = 0;
+  int64_t refcount = 0;
+  std::string state;       // creating | ready | deleting
+  int64_t ctime_ms = 0;
+  std::string node;
+  std::string owner;       // server instance id
+  Lifetime lifetime = Lifetime::kHeap;
+  int64_t creator_pid = 0;
+  int64_t owner_pid = 0;
+  uint64_t owner_start = 0;
+};
+
+// Hash field names in the order HashFields() writes them; HMGET-able.
+MCD_API const std::vector<std::string>& TensorFieldNames();
+// Field/value pairs for HSET (ipc_handle as raw bytes).
+MCD_API std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& record);
+// Builds a record from field/value pairs as read from Redis; kUnexpectedReply when required
+// fields are missing or malformed.
+MCD_API Result<TensorRecord> RecordFromHash(const std::string& name,
+                                            const std::map<std::string, std::string>& fields);
+
+// The JSON object of a record (stable keys; ipc_handle as "ipc_handle_hex"), and back.
+MCD_API std::string RecordToJson(const TensorRecord& record);
+MCD_API Result<TensorRecord> RecordFromJson(std::string_view json);
+
+MCD_API std::string DeviceName(int device);  // "0", "cpu"
+// "0", "cuda:0", "cpu", "-1" -> ordinal or kHostDevice.
+MCD_API Result<int> ParseDevice(std::string_view text);
+
+MCD_API std::string HexEncode(std::string_view bytes);
+MCD_API Result<std::string> HexDecode(std::string_view hex);
+
+}  // namespace mcd

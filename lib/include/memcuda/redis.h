@@ -1,0 +1,100 @@
+// A RAII connection to Redis over hiredis 0.14, with the URL grammar of `redis-cli -u`.
+//
+// Thread affinity: a RedisConnection is used by one thread at a time (hiredis contexts are not
+// thread-safe); distinct connections may be used concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memcuda/export.h"
+#include "memcuda/status.h"
+
+struct redisContext;
+
+namespace mcd {
+
+// redis://[user:password@]host[:port][/db] or unix:///path/to.sock[?db=N] (user/password as in
+// redis://). Defaults: port 6379, db 0.
+struct MCD_API RedisUrl {
+  bool is_unix = false;
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string path;  // Unix socket path
+  std::string user;
+  std::string password;
+  int db = 0;
+
+  static Result<RedisUrl> Parse(std::string_view url);
+  // The URL with the password replaced by "***": safe to print.
+  std::string Redacted() const;
+};
+
+// A reply, copied out of hiredis so that callers never hold hiredis memory.
+struct MCD_API RedisValue {
+  enum class Type { kNil, kInteger, kString, kStatus, kArray, kError };
+  Type type = Type::kNil;
+  long long integer = 0;
+  std::string str;  // bulk string, status or error text (binary-safe)
+  std::vector<RedisValue> elements;
+
+  bool is_nil() const noexcept { return type == Type::kNil; }
+};
+
+struct MCD_API RedisOptions {
+  int connect_timeout_ms = 2000;
+  // Socket read/write timeout for ordinary commands. Blocking commands pass their own.
+  int command_timeout_ms = 5000;
+};
+
+class MCD_API RedisConnection {
+ public:
+  // Connects, authenticates (AUTH [user] password) and selects the database. Errors:
+  // kUnavailable (refused, unreachable, lost), kTimeout, kAuthFailed, kRedisError.
+  static Result<std::unique_ptr<RedisConnection>> Connect(const RedisUrl& url,
+                                                          const RedisOptions& options = {});
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Runs one command; arguments are binary-safe. An error *reply* is returned as
+  // kRedisError (the connection stays usable); a dead connection as kUnavailable or kTimeout
+  // (call Reconnect() before the next command).
+  Result<RedisValue> Command(const std::vector<std::string_view>& argv);
+  // Like Command, but a REDIS_REPLY_ERROR is returned as a value of Type::kError.
+  Result<RedisValue> CommandRaw(const std::vector<std::string_view>& argv);
+
+  // Pipelining: queue commands, then read their replies in order (raw, as CommandRaw).
+  Status Append(const std::vector<std::string_view>& argv);
+  Result<RedisValue> ReadReply();
+
+  // Changes the socket timeout for the following commands (e.g. around a blocking command).
+  Status SetTimeout(int timeout_ms);
+  int timeout_ms() const noexcept { return timeout_ms_; }
+
+  // Reconnects with the same URL, re-authenticates, re-selects the db, restores the timeout.
+  Status Reconnect();
+  bool connected() const noexcept;
+
+  const RedisUrl& url() const noexcept { return url_; }
+
+ private:
+  RedisConnection(RedisUrl url, RedisOptions options);
+  Status Open();
+  Status ContextError(const char* what);
+
+  RedisUrl url_;
+  RedisOptions options_;
+  int timeout_ms_;
+  redisContext* ctx_ = nullptr;
+  bool broken_ = false;
+};
+
+// Convenience accessors that turn wrong reply types into kUnexpectedReply.
+MCD_API Result<long long> AsInteger(const RedisValue& value, std::string_view what);
+MCD_API Result<std::string> AsString(const RedisValue& value, std::string_view what);
+
+}  // namespace mcd

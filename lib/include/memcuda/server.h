@@ -1,0 +1,75 @@
+// The daemon that owns the memory: consumes the lifecycle list and applies each command through
+// the device's GpuWorker (man mcd-serve(1), memcuda(7)).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memcuda/export.h"
+#include "memcuda/keys.h"
+#include "memcuda/redis.h"
+#include "memcuda/status.h"
+
+namespace mcd {
+
+struct MCD_API ServerOptions {
+  RedisUrl redis_url;
+  KeySpace keys;
+  std::string node;                // default: the host name
+  bool all_devices = true;         // every CUDA device on the machine
+  std::vector<int> devices;        // when !all_devices (host memory, "cpu", is always served)
+  int heartbeat_ttl_s = 5;
+  int reply_ttl_s = 60;            // lifetime of <prefix>:reply:<req>
+  int done_ttl_s = 600;            // how long a repeated req is recognised
+  int log_level = 2;               // 0 error, 1 warn, 2 info, 3 debug
+};
+
+// Lifecycle: Start() connects, refuses to run beside a live instance of the same node, removes
+// hashes (and host shm objects) of this node left by dead instances, and starts the heartbeat.
+// Run() serves until RequestStop(). Shutdown (also done by the destructor) frees every tensor
+// this instance owns, deletes their hashes and the heartbeat.
+class MCD_API Server {
+ public:
+  static Result<std::unique_ptr<Server>> Start(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Serves until RequestStop(); returns after the command in flight is finished. Survives Redis
+  // restarts (reconnects with backoff). Main thread only.
+  Status Run();
+  // Thread-safe; wakes a blocked Run() at once. Not async-signal-safe: call it from a signal
+  // thread (sigwait), not from a handler.
+  void RequestStop();
+  // Frees everything this instance owns and removes its heartbeat. Idempotent.
+  void Shutdown();
+
+  const std::string& instance_id() const;
+  const std::string& node() const;
+
+  class Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A private redis-server on a Unix socket in the per-user runtime folder (the socket that
+// DefaultRedisUrl() finds), for machines where no Redis is configured.
+class MCD_API PrivateRedis {
+ public:
+  // Starts `redis_server` (a path or a name on PATH) and waits until it answers.
+  static Result<std::unique_ptr<PrivateRedis>> Start(const std::string& redis_server = "redis-server");
+  ~PrivateRedis();  // stops the server and removes its socket
+  PrivateRedis(const PrivateRedis&) = delete;
+  PrivateRedis& operator=(const PrivateRedis&) = delete;
+  const RedisUrl& url() const noexcept { return url_; }
+
+ private:
+  PrivateRedis() = default;
+  int pid_ = -1;
+  RedisUrl url_;
+};
+
+}  // namespace mcd

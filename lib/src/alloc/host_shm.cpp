@@ -1,0 +1,117 @@
+// host_shm: one POSIX shared-memory object per tensor, so the whole lifecycle runs on machines
+// without a GPU. The object name goes into ipc_handle; it is unlinked at refcount 0.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "alloc/allocator.h"
+
+namespace mcd {
+namespace {
+
+std::string Errno(const std::string& call, int err) {
+  return call + ": " + std::strerror(err);
+}
+
+class HostShmAllocator final : public Allocator {
+ public:
+  explicit HostShmAllocator(std::string name_prefix) : prefix_(std::move(name_prefix)) {}
+  const char* kind() const noexcept override { return "host_shm"; }
+
+  Result<Allocation> Allocate(DeviceContext&, uint64_t bytes, bool /*zero*/) override {
+    // A new object is all zero pages, so "init: zero" costs nothing here. Check the space first:
+    // ftruncate of a sparse object succeeds and the first touch past the limit would SIGBUS.
+    struct statvfs vfs {};
+    if (statvfs("/dev/shm", &vfs) == 0) {
+      uint64_t available = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+      if (bytes > available) {
+        return Status(ErrorCode::kOutOfMemory,
+                      "host shared memory: requested " + std::to_string(bytes) + " bytes, " +
+                          std::to_string(available) + " available in /dev/shm");
+      }
+    }
+    std::string name = prefix_ + std::to_string(seq_.fetch_add(1) + 1);
+    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return Status(ErrorCode::kIoError, Errno("shm_open(" + name + ")", errno));
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      int err = errno;
+      close(fd);
+      shm_unlink(name.c_str());
+      return Status(err == ENOSPC || err == EFBIG ? ErrorCode::kOutOfMemory : ErrorCode::kIoError,
+                    Errno("ftruncate(" + name + ")", err));
+    }
+    close(fd);
+    Allocation a;
+    a.bytes = bytes;
+    a.ipc_kind = kind();
+    a.ipc_handle = name;
+    return a;
+  }
+
+  Status Free(DeviceContext&, const Allocation& allocation) override {
+    if (shm_unlink(allocation.ipc_handle.c_str()) != 0 && errno != ENOENT) {
+      return Status(ErrorCode::kIoError, Errno("shm_unlink(" + allocation.ipc_handle + ")", errno));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string prefix_;
+  std::atomic<uint64_t> seq_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix) {
+  return std::make_unique<HostShmAllocator>(std::move(name_prefix));
+}
+
+void UnlinkHostShm(const std::string& shm_name) { shm_unlink(shm_name.c_str()); }
+
+int RemoveHostShmObjects(const std::string& name_prefix) {
+  // Linux keeps POSIX shm objects as files in /dev/shm, named without the leading '/'.
+  std::string file_prefix = name_prefix.substr(name_prefix.rfind('/') + 1);
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (dirent* entry = readdir(dir)) {
+    std::string file = entry->d_name;
+    if (file.rfind(file_prefix, 0) == 0 && shm_unlink(("/" + file).c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    return Status(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
+                  Errno("shm_open(" + name + ")", errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < offset + bytes) {
+    close(fd);
+    return Status(ErrorCode::kUnexpectedReply, "shared-memory object " + name +
+                                                   " is smaller than the tensor it should hold");
+  }
+  void* base = mmap(nullptr, offset + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (base == MAP_FAILED) return Status(ErrorCode::kIoError, Errno("mmap(" + name + ")", err));
+  return static_cast<void*>(static_cast<char*>(base) + offset);
+}
+
+Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset) {
+  void* base = static_cast<char*>(ptr) - offset;
+  if (munmap(base, offset + bytes) != 0) return Status(ErrorCode::kIoError, Errno("munmap", errno));
+  return Status::Ok();
+}
+
+}  // namespace mcd

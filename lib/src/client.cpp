@@ -1,0 +1,418 @@
+#include "memcuda/client.h"
+
+#include <cuda_runtime_api.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "alloc/allocator.h"
+#include "cuda_check.h"
+#include "memcuda/gpu_worker.h"
+#include "process.h"
+
+namespace mcd {
+
+using nlohmann::json;
+
+std::string RuntimeDir() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  if (xdg != nullptr && xdg[0] == '/') {
+    struct stat st {};
+    if (stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && access(xdg, W_OK) == 0) {
+      return std::string(xdg) + "/memcuda";
+    }
+  }
+  return "/tmp/memcuda-" + std::to_string(getuid());
+}
+
+std::string PrivateRedisSocketPath() { return RuntimeDir() + "/redis.sock"; }
+
+Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
+  std::string text = flag_value;
+  for (const char* var : {"MCD_REDIS_URL", "REDIS_URL"}) {
+    if (!text.empty()) break;
+    const char* value = std::getenv(var);
+    if (value != nullptr && value[0] != '\0') text = value;
+  }
+  if (text.empty()) {
+    std::string socket = PrivateRedisSocketPath();
+    struct stat st {};
+    text = (stat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ? "unix://" + socket
+                                                                     : "redis://127.0.0.1:6379";
+  }
+  MCD_ASSIGN_OR_RETURN(RedisUrl url, RedisUrl::Parse(text));
+  if (url.password.empty()) {
+    for (const char* var : {"MCD_REDIS_PASSWORD", "REDISCLI_AUTH"}) {
+      const char* value = std::getenv(var);
+      if (value != nullptr && value[0] != '\0') {
+        url.password = value;
+        break;
+      }
+    }
+  }
+  return url;
+}
+
+namespace {
+
+// Process-wide: one worker per device for this process's CUDA calls, and the mappings it has
+// opened (a handle can be opened only once per process).
+class MappingRegistry {
+ public:
+  static MappingRegistry& Get() {
+    static MappingRegistry registry;
+    return registry;
+  }
+
+  GpuWorker& Worker(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& worker = workers_[device];
+    if (!worker) worker = std::make_unique<GpuWorker>(device);
+    return *worker;
+  }
+
+  Result<void*> Open(const TensorRecord& r) {
+    std::string key = Key(r);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = maps_.find(key);
+      if (it != maps_.end()) {
+        it->second.opens++;
+        return it->second.ptr;
+      }
+    }
+    void* ptr = nullptr;
+    Status opened = Worker(r.device).Call([&](DeviceContext& ctx) -> Status {
+      MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r.ipc_kind, r.ipc_handle, r.bytes, r.offset));
+      return Status::Ok();
+    });
+    if (!opened.ok()) return opened;
+    std::lock_guard<std::mutex> lock(mutex_);
+    maps_[key] = Mapping{ptr, 1, r};
+    return ptr;
+  }
+
+  // Drops one open of the mapping; unmaps at the last one. Not found is fine (not opened here).
+  Status Close(const TensorRecord& r) {
+    Mapping mapping;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = maps_.find(Key(r));
+      if (it == maps_.end()) return Status::Ok();
+      if (--it->second.opens > 0) return Status::Ok();
+      mapping = it->second;
+      maps_.erase(it);
+    }
+    return Worker(r.device).Call([&](DeviceContext& ctx) {
+      return CloseMapping(ctx, mapping.record.ipc_kind, mapping.ptr, mapping.record.bytes,
+                          mapping.record.offset);
+    });
+  }
+
+  // Finds the record of an opened tensor by name (for Release without a record at hand).
+  std::optional<TensorRecord> FindByName(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [key, mapping] : maps_) {
+      if (mapping.record.name == name) return mapping.record;
+    }
+    return std::nullopt;
+  }
+
+  ~MappingRegistry() {
+    for (auto& [key, mapping] : maps_) {
+      auto& worker = workers_[mapping.record.device];
+      if (worker) {
+        (void)worker->Call([&](DeviceContext& ctx) {
+          return CloseMapping(ctx, mapping.record.ipc_kind, mapping.ptr, mapping.record.bytes,
+                              mapping.record.offset);
+        });
+      }
+    }
+    for (auto& [device, worker] : workers_) worker->Stop();
+  }
+
+ private:
+  struct Mapping {
+    void* ptr = nullptr;
+    int opens = 0;
+    TensorRecord record;
+  };
+  static std::string Key(const TensorRecord& r) { return r.owner + "/" + r.ipc_kind + "/" + r.ipc_handle; }
+
+  std::mutex mutex_;
+  std::map<int, std::unique_ptr<GpuWorker>> workers_;
+  std::map<std::string, Mapping> maps_;
+};
+
+std::string FormatSeconds(int ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options) : opt_(std::move(options)) {}
+
+  Status Connect() {
+    if (opt_.node.empty()) opt_.node = HostName();
+    RedisOptions ropt;
+    ropt.command_timeout_ms = opt_.timeout_ms;
+    MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
+    req_base_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-" + RandomHex(4);
+    for (char& c : req_base_) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+    }
+    if (opt_.require_server) return ServerInfo().status();
+    return Status::Ok();
+  }
+
+  Result<std::map<std::string, std::string>> ServerInfo() {
+    MCD_ASSIGN_OR_RETURN(RedisValue all, redis_->Command({"HGETALL", opt_.keys.Server(opt_.node)}));
+    std::map<std::string, std::string> fields;
+    for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
+      fields[all.elements[i].str] = all.elements[i + 1].str;
+    }
+    if (fields.empty()) {
+      return Status(ErrorCode::kUnavailable,
+                    "no mcd-serve is running for node '" + opt_.node + "' (no heartbeat at " +
+                        opt_.keys.Server(opt_.node) + " on " + opt_.redis_url.Redacted() +
+                        "); start one with mcd-serve");
+    }
+    return fields;
+  }
+
+  // Pushes a command and waits for its reply: LPUSH and BLPOP go out in one write.
+  Result<TensorRecord> Request(Command cmd) {
+    cmd.req = req_base_ + "-" + std::to_string(++seq_);
+    cmd.node = opt_.node;
+    cmd.pid = getpid();
+    std::string body = CommandToJson(cmd);
+    std::string reply_key = opt_.keys.Reply(cmd.req);
+    std::string wait = FormatSeconds(opt_.timeout_ms);
+    MCD_RETURN_IF_ERROR(redis_->SetTimeout(opt_.timeout_ms + 2000));
+    MCD_RETURN_IF_ERROR(redis_->Append({"LPUSH", opt_.keys.queue, body}));
+    MCD_RETURN_IF_ERROR(redis_->Append({"BLPOP", reply_key, wait}));
+    auto pushed = redis_->ReadReply();
+    auto popped = redis_->ReadReply();
+    (void)redis_->SetTimeout(opt_.timeout_ms);
+    if (!pushed.ok()) return pushed.status();
+    if (pushed->type == RedisValue::Type::kError) {
+      return Status(ErrorCode::kRedisError, "LPUSH " + opt_.keys.queue + ": " + pushed->str);
+    }
+    if (!popped.ok()) return popped.status();
+    if (popped->type == RedisValue::Type::kError) {
+      return Status(ErrorCode::kRedisError, "BLPOP: " + popped->str);
+    }
+    if (popped->is_nil() || popped->elements.size() != 2) {
+      auto info = ServerInfo();
+      if (!info.ok()) return info.status();
+      return Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(cmd.op) + " '" +
+                                             cmd.name + "' within " + wait +
+                                             " s (the server is busy or the queue is long)");
+    }
+    return ParseReply(popped->elements[1].str);
+  }
+
+  static Result<TensorRecord> ParseReply(const std::string& text) {
+    json doc = json::parse(text, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object()) {
+      return Status(ErrorCode::kUnexpectedReply, "server reply is not a JSON object");
+    }
+    if (doc.value("ok", false)) {
+      auto tensor = doc.find("tensor");
+      if (tensor == doc.end()) return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
+      return RecordFromJson(tensor->dump());
+    }
+    const json& error = doc.contains("error") ? doc["error"] : json::object();
+    std::string code = error.value("code", "internal");
+    std::string message = error.value("message", "the server gave no reason");
+    return Status(ErrorCodeFromName(code).value_or(ErrorCode::kInternal), message);
+  }
+
+  Result<TensorRecord> Stat(const std::string& name) {
+    MCD_RETURN_IF_ERROR(ValidateName(name));
+    std::vector<std::string_view> argv = {"HMGET"};
+    std::string key = opt_.keys.Tensor(name);
+    argv.push_back(key);
+    for (const std::string& field : TensorFieldNames()) argv.push_back(field);
+    MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->Command(argv));
+    return ToRecord(name, reply);
+  }
+
+  static Result<TensorRecord> ToRecord(const std::string& name, const RedisValue& reply) {
+    const auto& names = TensorFieldNames();
+    if (reply.elements.size() != names.size()) {
+      return Status(ErrorCode::kUnexpectedReply, "HMGET reply for tensor '" + name + "'");
+    }
+    std::map<std::string, std::string> fields;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!reply.elements[i].is_nil()) fields[names[i]] = reply.elements[i].str;
+    }
+    if (fields.empty()) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+    return RecordFromHash(name, fields);
+  }
+
+  Result<std::vector<TensorRecord>> List(const std::string& glob) {
+    std::vector<TensorRecord> out;
+    std::string cursor = "0";
+    std::string pattern = opt_.keys.TensorPattern(glob);
+    const auto& names = TensorFieldNames();
+    do {
+      MCD_ASSIGN_OR_RETURN(RedisValue page,
+                           redis_->Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "2000"}));
+      if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
+      cursor = page.elements[0].str;
+      const auto& keys = page.elements[1].elements;
+      for (const RedisValue& key : keys) {
+        std::vector<std::string_view> argv = {"HMGET", key.str};
+        for (const std::string& field : names) argv.push_back(field);
+        MCD_RETURN_IF_ERROR(redis_->Append(argv));
+      }
+      for (const RedisValue& key : keys) {
+        MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->ReadReply());
+        std::string name = opt_.keys.NameFromTensorKey(key.str);
+        if (name.empty() || reply.type != RedisValue::Type::kArray) continue;
+        auto record = ToRecord(name, reply);
+        if (record.ok()) out.push_back(std::move(record).value());  // deleted meanwhile: skip
+      }
+    } while (cursor != "0");
+    std::sort(out.begin(), out.end(),
+              [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; });
+    return out;
+  }
+
+  ClientOptions opt_;
+  std::unique_ptr<RedisConnection> redis_;
+  std::string req_base_;
+  uint64_t seq_ = 0;
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  MCD_RETURN_IF_ERROR(impl->Connect());
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+const ClientOptions& Client::options() const noexcept { return impl_->opt_; }
+
+Result<std::map<std::string, std::string>> Client::ServerInfo() { return impl_->ServerInfo(); }
+
+Result<TensorRecord> Client::Create(const CreateSpec& spec) {
+  MCD_RETURN_IF_ERROR(ValidateName(spec.name));
+  Command cmd;
+  cmd.op = Op::kCreate;
+  cmd.name = spec.name;
+  cmd.dtype = spec.dtype;
+  cmd.shape = spec.shape;
+  MCD_ASSIGN_OR_RETURN(cmd.bytes, ShapeBytes(spec.shape, spec.dtype));
+  cmd.device = spec.device;
+  cmd.lifetime = spec.lifetime;
+  cmd.zero_init = spec.zero_init;
+  cmd.owner_pid = spec.owner_pid;
+  if (spec.lifetime == Lifetime::kStack && spec.owner_pid != 0) {
+    cmd.owner_start = ProcessStartTime(spec.owner_pid);
+    if (cmd.owner_start == 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "owner process " + std::to_string(spec.owner_pid) + " is not running");
+    }
+  }
+  return impl_->Request(cmd);
+}
+
+Result<TensorView> Client::Get(const std::string& name) {
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  Command cmd;
+  cmd.op = Op::kGet;
+  cmd.name = name;
+  MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->Request(cmd));
+  auto ptr = MappingRegistry::Get().Open(record);
+  if (!ptr.ok()) {
+    // Give the reference back: nobody in this process holds it.
+    Command undo;
+    undo.op = Op::kDelete;
+    undo.name = name;
+    (void)impl_->Request(undo);
+    return ptr.status();
+  }
+  return TensorView{record, ptr.value()};
+}
+
+Result<TensorView> Client::Open(const std::string& name) {
+  MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->Stat(name));
+  if (record.state != "ready") {
+    return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
+  }
+  MCD_ASSIGN_OR_RETURN(void* ptr, MappingRegistry::Get().Open(record));
+  return TensorView{record, ptr};
+}
+
+Result<TensorRecord> Client::Release(const std::string& name) {
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  // Unmap before the count drops: at zero the server frees the memory.
+  MCD_RETURN_IF_ERROR(Close(name));
+  Command cmd;
+  cmd.op = Op::kDelete;
+  cmd.name = name;
+  return impl_->Request(cmd);
+}
+
+Status Client::Close(const std::string& name) {
+  auto record = MappingRegistry::Get().FindByName(name);
+  if (!record) return Status::Ok();
+  return MappingRegistry::Get().Close(*record);
+}
+
+Result<TensorRecord> Client::Stat(const std::string& name) { return impl_->Stat(name); }
+
+Result<std::vector<TensorRecord>> Client::List(const std::string& glob) {
+  if (glob.size() > 2 * kMaxNameLength) return Status(ErrorCode::kInvalidArgument, "glob too long");
+  for (char c : glob) {
+    if (c == '{' || c == '}' || static_cast<unsigned char>(c) < 0x20) {
+      return Status(ErrorCode::kInvalidArgument, "glob holds a brace or control character");
+    }
+  }
+  return impl_->List(glob);
+}
+
+namespace {
+Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes) {
+  if (bytes > view.record.bytes) {
+    return Status(ErrorCode::kInvalidArgument, "copy of " + std::to_string(bytes) +
+                                                   " bytes into a tensor of " +
+                                                   std::to_string(view.record.bytes));
+  }
+  if (view.record.device == kHostDevice) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  return MappingRegistry::Get().Worker(view.record.device).Call([&](DeviceContext& ctx) -> Status {
+    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    MCD_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()));
+    MCD_CUDA_RETURN(cudaStreamSynchronize(ctx.stream()));
+    return Status::Ok();
+  });
+}
+}  // namespace
+
+Status Client::CopyToHost(const TensorView& view, void* dst, uint64_t bytes) {
+  return Copy(view, dst, view.data, bytes);
+}
+
+Status Client::CopyFromHost(const TensorView& view, const void* src, uint64_t bytes) {
+  return Copy(view, view.data, src, bytes);
+}
+
+}  // namespace mcd

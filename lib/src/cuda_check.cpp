@@ -1,0 +1,35 @@
+#include "cuda_check.h"
+
+namespace mcd {
+
+Status CudaStatus(cudaError_t err, const char* call) {
+  std::string call_name(call);
+  // Keep only the function name of the expression ("cudaMalloc(&p, n)" -> "cudaMalloc").
+  if (auto paren = call_name.find('('); paren != std::string::npos) call_name.resize(paren);
+  std::string message =
+      call_name + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  switch (err) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorStubLibrary:
+    case cudaErrorCallRequiresNewerDriver:
+      return Status(ErrorCode::kNoDevice, message);
+    case cudaErrorMemoryAllocation:
+      return Status(ErrorCode::kOutOfMemory, message);
+    default:
+      return Status(ErrorCode::kCudaError, message);
+  }
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace mcd

@@ -1,0 +1,695 @@
+#include "memcuda/server.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unordered_map>
+
+#include "alloc/allocator.h"
+#include "cuda_check.h"
+#include "log.h"
+#include "lua_scripts.h"
+#include "memcuda/client.h"
+#include "memcuda/gpu_worker.h"
+#include "memcuda/protocol.h"
+#include "process.h"
+
+namespace mcd {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kCodeCount = static_cast<size_t>(ErrorCode::kUnsupported) + 1;
+
+std::string ErrorReply(const std::string& req, const char* op, const Status& status) {
+  json doc = {{"ok", false},
+              {"error", {{"code", ErrorName(status.code())}, {"message", status.message()}}}};
+  if (!req.empty()) doc["req"] = req;
+  if (op != nullptr) doc["op"] = op;
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string OkReply(const std::string& req, Op op, const TensorRecord& record, bool freed = false) {
+  json doc = {{"ok", true}, {"op", OpName(op)}, {"tensor", json::parse(RecordToJson(record))}};
+  if (!req.empty()) doc["req"] = req;
+  if (op == Op::kDelete) doc["freed"] = freed;
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Names of shm objects are unique per prefix, node and instance, and safe as file names.
+std::string ShmPrefix(const std::string& prefix, const std::string& node) {
+  std::string out = "/mcd-";
+  for (char c : prefix + "-" + node) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    out.push_back(ok ? c : '_');
+    if (out.size() > 100) break;
+  }
+  return out + "-";
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  explicit Impl(ServerOptions options) : opt_(std::move(options)) {}
+  ~Impl() { Shutdown(); }
+
+  Status Start();
+  Status Run();
+  void RequestStop();
+  void Shutdown();
+
+  std::string instance_;
+  ServerOptions opt_;
+
+ private:
+  struct Entry {
+    TensorRecord record;
+    Allocation allocation;
+  };
+  struct CommitResult {
+    enum Kind { kOk, kDup, kConflict } kind = kOk;
+  };
+  enum class Pre { kNone, kAbsent, kMatch };
+
+  Status Connect();
+  Status CheckSingleInstance();
+  Status Reconcile();
+  Status LoadScript();
+  void HeartbeatLoop();
+  Status WriteHeartbeat(RedisConnection& conn);
+
+  void Handle(const std::string& raw);
+  void HandleCreate(const std::string& raw, const Command& cmd);
+  void HandleGet(const std::string& raw, const Command& cmd);
+  void HandleDelete(const std::string& raw, const Command& cmd);
+  void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  Status MissingStatus(const std::string& name);
+  Status Refresh(const std::string& name);
+  Result<CommitResult> Commit(const std::string& raw, const std::string& req,
+                              const std::string& name, const std::string& reply, Pre pre,
+                              const TensorRecord* expected, const char* action,
+                              const std::vector<std::pair<std::string, std::string>>& fields);
+  Status FreeEntry(const Entry& entry);
+  void ReapStackTensors();
+  void Outcome(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
+               const std::string& extra = "");
+
+  std::unique_ptr<RedisConnection> redis_;
+  std::string commit_sha_;
+  long long client_id_ = 0;
+  std::string processing_key_;
+  std::string shm_prefix_;
+  std::map<int, std::unique_ptr<GpuWorker>> workers_;
+  std::map<int, std::unique_ptr<Allocator>> allocators_;
+  std::unordered_map<std::string, Entry> tensors_;
+  std::vector<Entry> orphans_;  // allocations whose hash vanished underneath: freed at shutdown
+  std::string devices_text_;
+  int64_t started_ms_ = 0;
+  Clock::time_point last_reap_{};
+
+  std::atomic<bool> stop_{false};
+  bool shut_down_ = false;
+  std::mutex hb_mutex_;
+  std::condition_variable hb_wake_;
+  std::thread heartbeat_;
+  std::atomic<uint64_t> ok_count_{0};
+  std::atomic<size_t> tensor_count_{0};
+  bool owns_heartbeat_ = false;
+  std::array<std::atomic<uint64_t>, kCodeCount> error_counts_{};
+};
+
+Status Server::Impl::Connect() {
+  RedisOptions ropt;
+  ropt.command_timeout_ms = 10000;
+  MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
+  MCD_ASSIGN_OR_RETURN(RedisValue id, redis_->Command({"CLIENT", "ID"}));
+  MCD_ASSIGN_OR_RETURN(client_id_, AsInteger(id, "CLIENT ID"));
+  return LoadScript();
+}
+
+Status Server::Impl::LoadScript() {
+  MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_->Command({"SCRIPT", "LOAD", kCommitScript}));
+  MCD_ASSIGN_OR_RETURN(commit_sha_, AsString(sha, "SCRIPT LOAD"));
+  return Status::Ok();
+}
+
+Status Server::Impl::Start() {
+  if (opt_.node.empty()) opt_.node = HostName();
+  SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
+  SetLogTag("mcd-serve");
+  instance_ = RandomHex(8);
+  started_ms_ = NowMs();
+  processing_key_ = opt_.keys.Processing(opt_.node);
+  shm_prefix_ = ShmPrefix(opt_.keys.prefix, opt_.node);
+
+  // Host memory is always served; GPUs as asked (all by default).
+  workers_[kHostDevice] = std::make_unique<GpuWorker>(kHostDevice);
+  allocators_[kHostDevice] = MakeHostShmAllocator(shm_prefix_ + instance_ + "-");
+  std::vector<int> gpus = opt_.devices;
+  if (opt_.all_devices) {
+    gpus.clear();
+    // No driver or no GPU simply means that only host memory is served.
+    for (int d = 0; d < CudaDeviceCount(); ++d) gpus.push_back(d);
+  }
+  devices_text_ = "cpu";
+  for (int d : gpus) {
+    auto worker = std::make_unique<GpuWorker>(d);
+    Status bound = worker->Call([](DeviceContext& ctx) { return ctx.EnsureGpu(); });
+    if (!bound.ok()) {
+      return Status(bound.code(), "cannot serve device " + std::to_string(d) + ": " + bound.message());
+    }
+    workers_[d] = std::move(worker);
+    allocators_[d] = MakeCudaIpcAllocator();
+    devices_text_ += "," + std::to_string(d);
+  }
+
+  MCD_RETURN_IF_ERROR(Connect());
+  MCD_RETURN_IF_ERROR(CheckSingleInstance());
+  MCD_RETURN_IF_ERROR(Reconcile());
+  MCD_RETURN_IF_ERROR(WriteHeartbeat(*redis_));
+  owns_heartbeat_ = true;
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
+                           opt_.redis_url.Redacted() + ", queue '" + opt_.keys.queue +
+                           "', devices " + devices_text_);
+  return Status::Ok();
+}
+
+Status Server::Impl::CheckSingleInstance() {
+  std::string key = opt_.keys.Server(opt_.node);
+  MCD_ASSIGN_OR_RETURN(RedisValue hb, redis_->Command({"HMGET", key, "pid", "instance"}));
+  if (hb.elements.size() == 2 && !hb.elements[0].is_nil()) {
+    int64_t pid = std::atoll(hb.elements[0].str.c_str());
+    if (pid != getpid() && ProcessAlive(pid, 0)) {
+      return Status(ErrorCode::kAlreadyExists,
+                    "another mcd-serve (pid " + std::to_string(pid) + ", instance " +
+                        hb.elements[1].str + ") already serves node '" + opt_.node + "' on " +
+                        opt_.redis_url.Redacted() + "; stop it or pick another --node");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Server::Impl::Reconcile() {
+  // Hashes of this node owned by an instance that is gone: their memory died with it (GPU) or is
+  // unlinked here (host shm). Then any shm object of this node no hash refers to.
+  int removed = 0;
+  std::string cursor = "0";
+  std::string pattern = opt_.keys.TensorPattern("*");
+  do {
+    MCD_ASSIGN_OR_RETURN(RedisValue page,
+                         redis_->Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}));
+    if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
+    cursor = page.elements[0].str;
+    const auto& keys = page.elements[1].elements;
+    for (const RedisValue& key : keys) {
+      MCD_RETURN_IF_ERROR(redis_->Append({"HMGET", key.str, "node", "owner", "ipc_kind", "ipc_handle"}));
+    }
+    for (const RedisValue& key : keys) {
+      MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->ReadReply());
+      if (f.elements.size() != 4 || f.elements[0].str != opt_.node) continue;
+      if (f.elements[1].str == instance_) continue;
+      if (f.elements[2].str == "host_shm") UnlinkHostShm(f.elements[3].str);
+      MCD_RETURN_IF_ERROR(redis_->Command({"DEL", key.str}).status());
+      Log(LogLevel::kInfo, "removed stale tensor '" + opt_.keys.NameFromTensorKey(key.str) +
+                               "' of dead instance " + f.elements[1].str);
+      ++removed;
+    }
+  } while (cursor != "0");
+  int shm_removed = RemoveHostShmObjects(shm_prefix_);
+  MCD_ASSIGN_OR_RETURN(RedisValue pending, redis_->Command({"LLEN", processing_key_}));
+  Log(LogLevel::kInfo, "startup: removed " + std::to_string(removed) +
+                           " stale tensor(s) of dead instances, " + std::to_string(shm_removed) +
+                           " orphaned shm object(s); " + std::to_string(pending.integer) +
+                           " unfinished command(s) to resume");
+  return Status::Ok();
+}
+
+Status Server::Impl::WriteHeartbeat(RedisConnection& conn) {
+  std::string key = opt_.keys.Server(opt_.node);
+  std::vector<std::string> args = {"HSET", key,
+                                   "instance", instance_,
+                                   "pid", std::to_string(getpid()),
+                                   "node", opt_.node,
+                                   "devices", devices_text_,
+                                   "allocator", "cuda_ipc,host_shm",
+                                   "started", std::to_string(started_ms_),
+                                   "queue", opt_.keys.queue,
+                                   "version", "1",
+                                   "tensors", std::to_string(tensor_count_.load()),
+                                   "commands_ok", std::to_string(ok_count_.load())};
+  uint64_t failed = 0;
+  for (size_t c = 1; c < kCodeCount; ++c) {
+    uint64_t n = error_counts_[c].load();
+    failed += n;
+    if (n != 0) {
+      args.push_back(std::string("errors_") + ErrorName(static_cast<int32_t>(c)));
+      args.push_back(std::to_string(n));
+    }
+  }
+  args.push_back("commands_failed");
+  args.push_back(std::to_string(failed));
+  std::vector<std::string_view> argv(args.begin(), args.end());
+  MCD_RETURN_IF_ERROR(conn.Append(argv));
+  std::string ttl = std::to_string(opt_.heartbeat_ttl_s);
+  MCD_RETURN_IF_ERROR(conn.Append({"EXPIRE", key, ttl}));
+  MCD_RETURN_IF_ERROR(conn.ReadReply().status());
+  return conn.ReadReply().status();
+}
+
+void Server::Impl::HeartbeatLoop() {
+  RedisOptions ropt;
+  ropt.command_timeout_ms = 2000;
+  std::unique_ptr<RedisConnection> conn;
+  auto interval = std::chrono::milliseconds(std::max(200, opt_.heartbeat_ttl_s * 1000 / 4));
+  std::unique_lock<std::mutex> lock(hb_mutex_);
+  while (!stop_) {
+    lock.unlock();
+    if (!conn || !conn->connected()) {
+      auto c = RedisConnection::Connect(opt_.redis_url, ropt);
+      if (c.ok()) conn = std::move(c).value();
+    }
+    if (conn && conn->connected()) {
+      Status s = WriteHeartbeat(*conn);
+      if (!s.ok()) Log(LogLevel::kWarn, "heartbeat: " + s.ToString());
+    }
+    lock.lock();
+    hb_wake_.wait_for(lock, interval, [this] { return stop_.load(); });
+  }
+  lock.unlock();
+  // Wake the main connection out of its BLMOVE so that Run() returns at once.
+  if (!conn || !conn->connected()) {
+    auto c = RedisConnection::Connect(opt_.redis_url, ropt);
+    if (c.ok()) conn = std::move(c).value();
+  }
+  if (conn && conn->connected()) {
+    std::string id = std::to_string(client_id_);
+    (void)conn->Command({"CLIENT", "UNBLOCK", id});
+  }
+}
+
+void Server::Impl::RequestStop() {
+  {
+    std::lock_guard<std::mutex> lock(hb_mutex_);
+    stop_ = true;
+  }
+  hb_wake_.notify_all();
+}
+
+Status Server::Impl::Run() {
+  // Commands a previous instance of this node took but did not finish, oldest first.
+  {
+    MCD_ASSIGN_OR_RETURN(RedisValue left, redis_->Command({"LRANGE", processing_key_, "0", "-1"}));
+    for (auto it = left.elements.rbegin(); it != left.elements.rend() && !stop_; ++it) {
+      Log(LogLevel::kInfo, "resuming an unfinished command");
+      Handle(it->str);
+    }
+  }
+  int backoff_ms = 100;
+  while (!stop_) {
+    ReapStackTensors();
+    auto popped = redis_->Command({"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"});
+    if (!popped.ok()) {
+      if (stop_) break;
+      if (popped.status().code() == ErrorCode::kUnexpectedReply) {
+        Log(LogLevel::kError, popped.status().message() + " (is '" + opt_.keys.queue + "' a list?)");
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;
+      }
+      Log(LogLevel::kWarn, "Redis: " + popped.status().ToString() + "; reconnecting");
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min(backoff_ms * 2, 5000);
+      if (redis_->Reconnect().ok() && Connect().ok()) {
+        Log(LogLevel::kInfo, "Redis connection restored");
+        backoff_ms = 100;
+      }
+      continue;
+    }
+    backoff_ms = 100;
+    if (popped->is_nil()) continue;  // timeout or CLIENT UNBLOCK
+    Handle(popped->str);
+  }
+  return Status::Ok();
+}
+
+void Server::Impl::Outcome(const char* op, const std::string& name, const Status& status,
+                           Clock::time_point t0, const std::string& extra) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+  if (status.ok()) {
+    ok_count_++;
+  } else {
+    error_counts_[static_cast<size_t>(status.code()) % kCodeCount]++;
+  }
+  LogLevel level = status.ok() ? LogLevel::kInfo : LogLevel::kWarn;
+  if (!LogEnabled(level)) return;
+  std::string line = std::string(op) + " name=" + (name.empty() ? "-" : name) + " outcome=" +
+                     (status.ok() ? "ok" : ErrorName(status.code())) + " us=" + std::to_string(us);
+  if (!extra.empty()) line += " " + extra;
+  if (!status.ok()) line += " reason=\"" + status.message() + "\"";
+  Log(level, line);
+}
+
+Result<Server::Impl::CommitResult> Server::Impl::Commit(
+    const std::string& raw, const std::string& req, const std::string& name,
+    const std::string& reply, Pre pre, const TensorRecord* expected, const char* action,
+    const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string tensor_key = name.empty() ? opt_.keys.Tensor("-") : opt_.keys.Tensor(name);
+  std::string reply_key = opt_.keys.Reply(req.empty() ? "-" : req);
+  std::string done_key = opt_.keys.Done(req.empty() ? "-" : req);
+  std::string reply_ttl = std::to_string(opt_.reply_ttl_s);
+  std::string done_ttl = std::to_string(opt_.done_ttl_s);
+  std::string refcount = expected ? std::to_string(expected->refcount) : "";
+  std::vector<std::string_view> argv = {
+      "EVALSHA", commit_sha_, "4", tensor_key, processing_key_, reply_key, done_key, raw, reply,
+      reply_ttl, done_ttl, req.empty() ? "0" : "1",
+      pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "match",
+      expected ? std::string_view(expected->owner) : std::string_view(),
+      refcount,
+      expected ? std::string_view(expected->state) : std::string_view(),
+      action};
+  for (const auto& [field, value] : fields) {
+    argv.push_back(field);
+    argv.push_back(value);
+  }
+  auto result = redis_->Command(argv);
+  if (!result.ok() && result.status().message().find("NOSCRIPT") != std::string::npos) {
+    MCD_RETURN_IF_ERROR(LoadScript());  // Redis restarted or SCRIPT FLUSH: load and retry
+    argv[1] = commit_sha_;
+    result = redis_->Command(argv);
+  }
+  if (!result.ok()) return result.status();
+  if (result->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "commit script reply");
+  const std::string& kind = result->elements[0].str;
+  CommitResult out;
+  out.kind = kind == "ok" ? CommitResult::kOk : kind == "dup" ? CommitResult::kDup : CommitResult::kConflict;
+  return out;
+}
+
+void Server::Impl::Fail(const std::string& raw, const std::string& req, const char* op,
+                        const Status& status) {
+  auto committed = Commit(raw, req, "", ErrorReply(req, op, status), Pre::kNone, nullptr, "none", {});
+  if (!committed.ok()) Log(LogLevel::kError, "cannot write error reply: " + committed.status().ToString());
+}
+
+void Server::Impl::Handle(const std::string& raw) {
+  auto t0 = Clock::now();
+  std::string req;
+  auto parsed = ParseCommand(raw, &req);
+  if (!parsed.ok()) {
+    Fail(raw, req, nullptr, parsed.status());
+    Outcome("invalid", "", parsed.status(), t0);
+    return;
+  }
+  const Command& cmd = parsed.value();
+  if (cmd.node && *cmd.node != opt_.node) {
+    Status status(ErrorCode::kWrongNode, "command is for node '" + *cmd.node + "' but this server serves '" +
+                                             opt_.node + "'");
+    Fail(raw, req, OpName(cmd.op), status);
+    Outcome(OpName(cmd.op), cmd.name, status, t0);
+    return;
+  }
+  switch (cmd.op) {
+    case Op::kCreate: HandleCreate(raw, cmd); break;
+    case Op::kGet: HandleGet(raw, cmd); break;
+    case Op::kDelete: HandleDelete(raw, cmd); break;
+  }
+}
+
+Status Server::Impl::MissingStatus(const std::string& name) {
+  auto fields = redis_->Command({"HMGET", opt_.keys.Tensor(name), "node", "state"});
+  if (!fields.ok()) return fields.status();
+  if (fields->elements.size() == 2 && !fields->elements[0].is_nil()) {
+    if (fields->elements[0].str != opt_.node) {
+      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" +
+                                               fields->elements[0].str + "', not '" + opt_.node + "'");
+    }
+    return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " +
+                                            (fields->elements[1].str.empty() ? std::string("not ready")
+                                                                             : fields->elements[1].str));
+  }
+  return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+}
+
+void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
+  auto t0 = Clock::now();
+  auto fail = [&](const Status& status) {
+    Fail(raw, cmd.req, "create", status);
+    Outcome("create", cmd.name, status, t0);
+  };
+  if (tensors_.count(cmd.name) != 0) {
+    return fail(Status(ErrorCode::kAlreadyExists, "tensor '" + cmd.name + "' already exists"));
+  }
+  auto worker = workers_.find(cmd.device);
+  if (worker == workers_.end()) {
+    return fail(Status(ErrorCode::kNoDevice, "device " + DeviceName(cmd.device) +
+                                                 " is not served here (devices: " + devices_text_ + ")"));
+  }
+  TensorRecord record;
+  record.name = cmd.name;
+  record.dtype = cmd.dtype;
+  record.shape = cmd.shape;
+  record.device = cmd.device;
+  record.bytes = cmd.bytes;
+  record.refcount = 1;
+  record.state = "ready";
+  record.ctime_ms = NowMs();
+  record.node = opt_.node;
+  record.owner = instance_;
+  record.lifetime = cmd.lifetime;
+  record.creator_pid = cmd.pid;
+  if (cmd.lifetime == Lifetime::kStack) {
+    record.owner_pid = cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid;
+    record.owner_start = cmd.owner_start != 0 ? cmd.owner_start : ProcessStartTime(record.owner_pid);
+    if (!ProcessAlive(record.owner_pid, record.owner_start)) {
+      return fail(Status(ErrorCode::kInvalidArgument,
+                         "owner process " + std::to_string(record.owner_pid) +
+                             " of stack tensor is not running"));
+    }
+  }
+  Allocator* allocator = allocators_.at(cmd.device).get();
+  Allocation allocation;
+  Status allocated = worker->second->Call([&](DeviceContext& ctx) -> Status {
+    MCD_ASSIGN_OR_RETURN(allocation, allocator->Allocate(ctx, cmd.bytes, cmd.zero_init));
+    return Status::Ok();
+  });
+  if (!allocated.ok()) return fail(allocated);
+  record.ipc_kind = allocation.ipc_kind;
+  record.ipc_handle = allocation.ipc_handle;
+  record.offset = allocation.offset;
+
+  auto committed = Commit(raw, cmd.req, cmd.name, OkReply(cmd.req, Op::kCreate, record),
+                          Pre::kAbsent, nullptr, "hset", HashFields(record));
+  Entry entry{record, allocation};
+  if (!committed.ok() || committed->kind != CommitResult::kOk) {
+    Status freed = FreeEntry(entry);
+    if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
+    if (!committed.ok()) {
+      Outcome("create", cmd.name, committed.status(), t0);
+      return;
+    }
+    if (committed->kind == CommitResult::kDup) {
+      Outcome("create", cmd.name, Status::Ok(), t0, "repeated_req=" + cmd.req);
+      return;
+    }
+    return fail(Status(ErrorCode::kAlreadyExists,
+                       "tensor '" + cmd.name + "' already exists (made by another server)"));
+  }
+  tensors_.emplace(cmd.name, std::move(entry));
+  tensor_count_ = tensors_.size();
+  Outcome("create", cmd.name, Status::Ok(), t0,
+          "device=" + DeviceName(cmd.device) + " bytes=" + std::to_string(cmd.bytes));
+}
+
+Status Server::Impl::Refresh(const std::string& name) {
+  // The hash changed under us (an edit by hand): adopt what Redis says, keep the memory.
+  auto it = tensors_.find(name);
+  MCD_ASSIGN_OR_RETURN(RedisValue all, redis_->Command({"HGETALL", opt_.keys.Tensor(name)}));
+  std::map<std::string, std::string> fields;
+  for (size_t i = 0; i + 1 < all.elements.size(); i += 2) fields[all.elements[i].str] = all.elements[i + 1].str;
+  auto record = RecordFromHash(name, fields);
+  if (!record.ok() || record->owner != instance_) {
+    Log(LogLevel::kWarn, "hash of tensor '" + name + "' was removed or replaced by hand; its memory is kept until shutdown");
+    orphans_.push_back(std::move(it->second));
+    tensors_.erase(it);
+    return Status(ErrorCode::kNotFound, "tensor '" + name + "' was removed underneath the server");
+  }
+  it->second.record.refcount = record->refcount;
+  it->second.record.state = record->state;
+  return Status::Ok();
+}
+
+void Server::Impl::HandleGet(const std::string& raw, const Command& cmd) {
+  auto t0 = Clock::now();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto it = tensors_.find(cmd.name);
+    Status status = it == tensors_.end() ? MissingStatus(cmd.name)
+                    : it->second.record.state != "ready"
+                        ? Status(ErrorCode::kNotReady, "tensor '" + cmd.name + "' is " + it->second.record.state)
+                        : Status::Ok();
+    if (!status.ok()) {
+      Fail(raw, cmd.req, "get", status);
+      return Outcome("get", cmd.name, status, t0);
+    }
+    TensorRecord next = it->second.record;
+    next.refcount += 1;
+    auto committed = Commit(raw, cmd.req, cmd.name, OkReply(cmd.req, Op::kGet, next), Pre::kMatch,
+                            &it->second.record, "hset", {{"refcount", std::to_string(next.refcount)}});
+    if (!committed.ok()) return Outcome("get", cmd.name, committed.status(), t0);
+    if (committed->kind == CommitResult::kOk) {
+      it->second.record.refcount = next.refcount;
+      return Outcome("get", cmd.name, Status::Ok(), t0, "refcount=" + std::to_string(next.refcount));
+    }
+    if (committed->kind == CommitResult::kDup) {
+      return Outcome("get", cmd.name, Status::Ok(), t0, "repeated_req=" + cmd.req);
+    }
+    Status refreshed = Refresh(cmd.name);
+    if (!refreshed.ok() && refreshed.code() != ErrorCode::kNotFound) {
+      return Outcome("get", cmd.name, refreshed, t0);
+    }
+  }
+  Status status(ErrorCode::kInternal, "tensor '" + cmd.name + "' keeps changing underneath the server");
+  Fail(raw, cmd.req, "get", status);
+  Outcome("get", cmd.name, status, t0);
+}
+
+void Server::Impl::HandleDelete(const std::string& raw, const Command& cmd) {
+  auto t0 = Clock::now();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto it = tensors_.find(cmd.name);
+    Status status = it == tensors_.end() ? MissingStatus(cmd.name)
+                    : it->second.record.state != "ready"
+                        ? Status(ErrorCode::kNotReady, "tensor '" + cmd.name + "' is " + it->second.record.state)
+                        : Status::Ok();
+    if (!status.ok()) {
+      Fail(raw, cmd.req, "delete", status);
+      return Outcome("delete", cmd.name, status, t0);
+    }
+    TensorRecord next = it->second.record;
+    next.refcount -= 1;
+    bool last = next.refcount <= 0;
+    if (last) next.state = "deleted";
+    std::vector<std::pair<std::string, std::string>> fields;
+    if (!last) fields.emplace_back("refcount", std::to_string(next.refcount));
+    // At zero the hash goes first (nobody can get it any more), then the memory.
+    auto committed = Commit(raw, cmd.req, cmd.name, OkReply(cmd.req, Op::kDelete, next, last),
+                            Pre::kMatch, &it->second.record, last ? "del" : "hset", fields);
+    if (!committed.ok()) return Outcome("delete", cmd.name, committed.status(), t0);
+    if (committed->kind == CommitResult::kDup) {
+      return Outcome("delete", cmd.name, Status::Ok(), t0, "repeated_req=" + cmd.req);
+    }
+    if (committed->kind == CommitResult::kOk) {
+      if (!last) {
+        it->second.record.refcount = next.refcount;
+        return Outcome("delete", cmd.name, Status::Ok(), t0, "refcount=" + std::to_string(next.refcount));
+      }
+      Entry entry = std::move(it->second);
+      tensors_.erase(it);
+      tensor_count_ = tensors_.size();
+      Status freed = FreeEntry(entry);
+      return Outcome("delete", cmd.name, freed, t0, "freed=" + std::to_string(entry.record.bytes));
+    }
+    Status refreshed = Refresh(cmd.name);
+    if (!refreshed.ok() && refreshed.code() != ErrorCode::kNotFound) {
+      return Outcome("delete", cmd.name, refreshed, t0);
+    }
+  }
+  Status status(ErrorCode::kInternal, "tensor '" + cmd.name + "' keeps changing underneath the server");
+  Fail(raw, cmd.req, "delete", status);
+  Outcome("delete", cmd.name, status, t0);
+}
+
+Status Server::Impl::FreeEntry(const Entry& entry) {
+  auto worker = workers_.find(entry.record.device);
+  auto allocator = allocators_.find(entry.record.device);
+  if (worker == workers_.end() || allocator == allocators_.end()) {
+    return Status(ErrorCode::kInternal, "no worker for device " + DeviceName(entry.record.device));
+  }
+  return worker->second->Call(
+      [&](DeviceContext& ctx) { return allocator->second->Free(ctx, entry.allocation); });
+}
+
+void Server::Impl::ReapStackTensors() {
+  auto now = Clock::now();
+  if (now - last_reap_ < std::chrono::seconds(1)) return;
+  last_reap_ = now;
+  std::vector<std::string> dead;
+  for (const auto& [name, entry] : tensors_) {
+    const TensorRecord& r = entry.record;
+    if (r.lifetime == Lifetime::kStack && !ProcessAlive(r.owner_pid, r.owner_start)) dead.push_back(name);
+  }
+  for (const std::string& name : dead) {
+    auto t0 = Clock::now();
+    auto committed = Commit("", "", name, "", Pre::kNone, nullptr, "del", {});
+    if (!committed.ok()) {
+      Log(LogLevel::kWarn, "reclaim of '" + name + "': " + committed.status().ToString());
+      continue;
+    }
+    Entry entry = std::move(tensors_.at(name));
+    tensors_.erase(name);
+    tensor_count_ = tensors_.size();
+    Status freed = FreeEntry(entry);
+    Outcome("reclaim", name, freed, t0,
+            "owner_pid=" + std::to_string(entry.record.owner_pid) +
+                " refcount=" + std::to_string(entry.record.refcount));
+  }
+}
+
+void Server::Impl::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  RequestStop();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  size_t freed = 0;
+  for (auto& [name, entry] : tensors_) {
+    if (redis_ && redis_->connected()) {
+      (void)redis_->Command({"DEL", opt_.keys.Tensor(name)});
+    }
+    if (FreeEntry(entry).ok()) ++freed;
+  }
+  for (const Entry& entry : orphans_) (void)FreeEntry(entry);
+  size_t total = tensors_.size();
+  tensors_.clear();
+  orphans_.clear();
+  if (owns_heartbeat_ && redis_ && redis_->connected()) {
+    (void)redis_->Command({"DEL", opt_.keys.Server(opt_.node)});
+  }
+  for (auto& [device, worker] : workers_) worker->Stop();
+  if (owns_heartbeat_) {
+    Log(LogLevel::kInfo, "stopped: freed " + std::to_string(freed) + " of " +
+                             std::to_string(total) + " tensor(s)");
+  }
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() = default;
+
+Result<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  Status started = impl->Start();
+  if (!started.ok()) return started;
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Status Server::Run() { return impl_->Run(); }
+void Server::RequestStop() { impl_->RequestStop(); }
+void Server::Shutdown() { impl_->Shutdown(); }
+const std::string& Server::instance_id() const { return impl_->instance_; }
+const std::string& Server::node() const { return impl_->opt_.node; }
+
+}  // namespace mcd

@@ -1,0 +1,63 @@
+// CLI11 helpers shared by the tools. Included by each tool's main.cpp only: CLI11 2.1.2 is
+// header-only and is compiled once per tool.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "tool_common.h"
+
+namespace mcd::tools {
+
+inline constexpr const char* kEnvironmentFooter =
+    "Environment:\n"
+    "  MCD_REDIS_URL       Redis URL when --redis-url is not given (then REDIS_URL)\n"
+    "  MCD_REDIS_PASSWORD  password when the URL has none (then REDISCLI_AUTH); never printed\n"
+    "  Without either, the private Redis of `mcd-serve --spawn-redis` is used when it runs,\n"
+    "  else redis://127.0.0.1:6379.\n"
+    "Exit codes: 0 ok, 1 not found / already exists, 64 usage, 69 unavailable (Redis, server,\n"
+    "  GPU or memory), 70 internal, 74 I/O, 75 timeout or not ready (try again),\n"
+    "  76 unexpected Redis reply.";
+
+inline void AddConnectionFlags(CLI::App& app, CommonFlags& flags) {
+  app.add_option("--redis-url", flags.redis_url,
+                 "redis://[user:password@]host:port/db or unix:///path.sock");
+  app.add_option("--timeout-ms", flags.timeout_ms, "Wait at most this long for the server")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
+  app.add_option("--node", flags.node, "Node whose mcd-serve to use (default: host name)");
+  app.add_option("--prefix", flags.prefix, "Redis key prefix")->capture_default_str();
+  app.add_option("--queue", flags.queue, "Command list")->capture_default_str();
+}
+
+inline void AddCommonFlags(CLI::App& app, CommonFlags& flags) {
+  AddConnectionFlags(app, flags);
+  app.add_flag("--json", flags.json, "Print JSON (stable keys) instead of text");
+  app.add_flag("-q,--quiet", flags.quiet, "Print nothing on success");
+}
+
+// Parses argv; on --help/--version prints and returns 0, on a usage error prints the reason
+// and returns 64. Returns -1 when the tool should go on.
+inline int ParseArgs(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << app.get_name() << ": error: " << e.what() << "\n"
+              << "Run with --help for more information.\n";
+    return 64;
+  }
+  return -1;
+}
+
+inline void SetupApp(CLI::App& app) {
+  app.set_version_flag("--version", std::string("memcuda ") + MCD_VERSION);
+  app.footer(kEnvironmentFooter);
+  app.get_formatter()->column_width(28);
+}
+
+}  // namespace mcd::tools

@@ -1,0 +1,136 @@
+#include "npy.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace mcd::tools {
+namespace {
+
+struct Descr {
+  const char* text;
+  DType dtype;
+};
+constexpr Descr kDescrs[] = {
+    {"<f2", DType::kF16}, {"<f4", DType::kF32}, {"<f8", DType::kF64}, {"|i1", DType::kI8},
+    {"<i2", DType::kI16}, {"<i4", DType::kI32}, {"<i8", DType::kI64}, {"|u1", DType::kU8},
+    {"<u2", DType::kU16}, {"<u4", DType::kU32}, {"<u8", DType::kU64}, {"|b1", DType::kBool},
+    {"<i1", DType::kI8},  {"<u1", DType::kU8},  {"<b1", DType::kBool}};
+
+std::string ValueOf(const std::string& header, const std::string& key) {
+  size_t pos = header.find("'" + key + "'");
+  if (pos == std::string::npos) return "";
+  pos = header.find(':', pos);
+  if (pos == std::string::npos) return "";
+  ++pos;
+  while (pos < header.size() && header[pos] == ' ') ++pos;
+  if (pos >= header.size()) return "";
+  char open = header[pos];
+  char close = open == '(' ? ')' : open == '\'' ? '\'' : ',';
+  size_t end = header.find(close, pos + 1);
+  if (end == std::string::npos) return "";
+  return header.substr(pos, end - pos + (close == ',' ? 0 : 1));
+}
+
+}  // namespace
+
+Result<NpyArray> ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(ErrorCode::kIoError, "cannot open " + path + ": " + std::strerror(errno));
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) {
+    return Status(ErrorCode::kInvalidArgument, path + " is not a NumPy .npy file");
+  }
+  int major = static_cast<unsigned char>(magic[6]);
+  uint32_t header_len = 0;
+  unsigned char len_bytes[4] = {};
+  if (major == 1) {
+    if (!in.read(reinterpret_cast<char*>(len_bytes), 2)) return Status(ErrorCode::kIoError, path + ": truncated header");
+    header_len = static_cast<uint32_t>(len_bytes[0] | (len_bytes[1] << 8));
+  } else if (major == 2 || major == 3) {
+    if (!in.read(reinterpret_cast<char*>(len_bytes), 4)) return Status(ErrorCode::kIoError, path + ": truncated header");
+    header_len = static_cast<uint32_t>(len_bytes[0]) | (static_cast<uint32_t>(len_bytes[1]) << 8) |
+                 (static_cast<uint32_t>(len_bytes[2]) << 16) | (static_cast<uint32_t>(len_bytes[3]) << 24);
+  } else {
+    return Status(ErrorCode::kInvalidArgument, path + ": unsupported .npy version " + std::to_string(major));
+  }
+  if (header_len > 65536) return Status(ErrorCode::kInvalidArgument, path + ": header too large");
+  std::string header(header_len, '\0');
+  if (!in.read(header.data(), header_len)) return Status(ErrorCode::kIoError, path + ": truncated header");
+
+  NpyArray out;
+  std::string descr = ValueOf(header, "descr");
+  bool known = false;
+  for (const Descr& d : kDescrs) {
+    if (descr == std::string("'") + d.text + "'") {
+      out.dtype = d.dtype;
+      known = true;
+    }
+  }
+  if (!known) {
+    return Status(ErrorCode::kInvalidArgument,
+                  path + ": dtype " + descr + " is not supported (little-endian numbers and bool only)");
+  }
+  if (ValueOf(header, "fortran_order") != "True" && ValueOf(header, "fortran_order") != "False") {
+    return Status(ErrorCode::kInvalidArgument, path + ": header lacks fortran_order");
+  }
+  if (ValueOf(header, "fortran_order") == "True") {
+    return Status(ErrorCode::kInvalidArgument, path + ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)");
+  }
+  std::string shape_text = ValueOf(header, "shape");
+  if (shape_text.size() < 2) return Status(ErrorCode::kInvalidArgument, path + ": header lacks shape");
+  std::string inner = shape_text.substr(1, shape_text.size() - 2);
+  size_t start = 0;
+  while (start < inner.size()) {
+    size_t comma = inner.find(',', start);
+    std::string part = inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    part.erase(0, part.find_first_not_of(' '));
+    if (!part.empty()) {
+      char* end = nullptr;
+      long long dim = std::strtoll(part.c_str(), &end, 10);
+      if (end == part.c_str()) return Status(ErrorCode::kInvalidArgument, path + ": bad shape " + shape_text);
+      out.shape.push_back(dim);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (out.shape.empty()) out.shape.push_back(1);  // a 0-d array holds one element
+  MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
+  out.data.resize(bytes);
+  if (!in.read(out.data.data(), static_cast<std::streamsize>(bytes))) {
+    return Status(ErrorCode::kIoError, path + ": holds fewer than the " + std::to_string(bytes) +
+                                           " data bytes its header promises");
+  }
+  return out;
+}
+
+Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+                const void* data, uint64_t bytes) {
+  const char* descr = "<u2";  // bf16: raw bits
+  for (const Descr& d : kDescrs) {
+    if (d.dtype == dtype) {
+      descr = d.text;
+      break;
+    }
+  }
+  std::string dims;
+  for (int64_t dim : shape) dims += std::to_string(dim) + ", ";
+  if (shape.size() > 1) dims.resize(dims.size() - 2);
+  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
+                       (shape.size() == 1 ? dims.substr(0, dims.size() - 1) : dims) + "), }";
+  // Pad so that the data starts on a 64-byte boundary, ending the header with '\n'.
+  size_t total = 10 + header.size() + 1;
+  header += std::string((64 - total % 64) % 64, ' ') + "\n";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Status(ErrorCode::kIoError, "cannot write " + path + ": " + std::strerror(errno));
+  uint16_t len = static_cast<uint16_t>(header.size());
+  char preamble[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(len & 0xff),
+                       static_cast<char>(len >> 8)};
+  out.write(preamble, 10);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  if (!out) return Status(ErrorCode::kIoError, "write " + path + " failed");
+  return Status::Ok();
+}
+
+}  // namespace mcd::tools

@@ -1,0 +1,27 @@
+// NumPy .npy files (format versions 1-3, little-endian, C order) for mcd-create --from and
+// mcd-get -o.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcuda/protocol.h"
+#include "memcuda/status.h"
+
+namespace mcd::tools {
+
+struct NpyArray {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string data;  // raw little-endian bytes, C order
+};
+
+// Reads an array; kInvalidArgument for Fortran order, big-endian or unsupported dtypes,
+// kIoError when the file cannot be read or is truncated.
+Result<NpyArray> ReadNpy(const std::string& path);
+// Writes a version 1.0 file. bf16 (no NumPy dtype) is written as raw '<u2' bits.
+Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+                const void* data, uint64_t bytes);
+
+}  // namespace mcd::tools

@@ -1,0 +1,172 @@
+#include "tool_common.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+namespace mcd::tools {
+
+int Fail(const char* tool, const Status& status) {
+  std::cerr << tool << ": error: " << status.message() << " (" << ErrorName(status.code())
+            << ")\n";
+  return ExitCodeFor(status.code());
+}
+
+Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server) {
+  ClientOptions options;
+  MCD_ASSIGN_OR_RETURN(options.redis_url, ResolveRedisUrl(flags.redis_url));
+  options.keys.prefix = flags.prefix;
+  options.keys.queue = flags.queue;
+  options.node = flags.node;
+  options.timeout_ms = flags.timeout_ms;
+  options.require_server = require_server;
+  return options;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), value < 10 ? "%.1f %s" : "%.0f %s", value, kUnits[unit]);
+  return buf;
+}
+
+std::string HumanAge(int64_t ms) {
+  if (ms < 0) ms = 0;
+  int64_t s = ms / 1000;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  if (s < 172800) return std::to_string(s / 3600) + "h";
+  return std::to_string(s / 86400) + "d";
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "x" : "") + std::to_string(shape[i]);
+  return out;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool StdoutIsTerminal() { return isatty(STDOUT_FILENO) == 1; }
+
+int TerminalWidth() {
+  if (!StdoutIsTerminal()) return 0;
+  winsize ws{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_col == 0) return 80;
+  return ws.ws_col;
+}
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows, int max_width,
+                        size_t shrink_column) {
+  if (rows.empty()) return "";
+  size_t columns = rows[0].size();
+  std::vector<size_t> widths(columns, 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < columns && c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  if (max_width > 0 && shrink_column < columns) {
+    size_t total = 0;
+    for (size_t w : widths) total += w + 2;
+    if (total > static_cast<size_t>(max_width)) {
+      size_t excess = total - static_cast<size_t>(max_width);
+      widths[shrink_column] = std::max<size_t>(8, widths[shrink_column] > excess ? widths[shrink_column] - excess : 8);
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < columns && c < row.size(); ++c) {
+      std::string cell = row[c];
+      if (cell.size() > widths[c]) cell = cell.substr(0, widths[c] - 1) + "~";
+      line += cell;
+      if (c + 1 < columns) line += std::string(widths[c] - cell.size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+namespace {
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+template <typename T>
+T Load(const void* data, uint64_t i) {
+  T value;
+  std::memcpy(&value, static_cast<const char*>(data) + i * sizeof(T), sizeof(T));
+  return value;
+}
+}  // namespace
+
+std::string FormatValues(const void* data, DType dtype, uint64_t count) {
+  std::string out;
+  char buf[64];
+  for (uint64_t i = 0; i < count; ++i) {
+    switch (dtype) {
+      case DType::kF16: std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(HalfToFloat(Load<uint16_t>(data, i)))); break;
+      case DType::kBF16: {
+        uint32_t bits = static_cast<uint32_t>(Load<uint16_t>(data, i)) << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof(f));
+        std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(f));
+        break;
+      }
+      case DType::kF32: std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(Load<float>(data, i))); break;
+      case DType::kF64: std::snprintf(buf, sizeof(buf), "%g", Load<double>(data, i)); break;
+      case DType::kI8: std::snprintf(buf, sizeof(buf), "%d", Load<int8_t>(data, i)); break;
+      case DType::kI16: std::snprintf(buf, sizeof(buf), "%d", Load<int16_t>(data, i)); break;
+      case DType::kI32: std::snprintf(buf, sizeof(buf), "%d", Load<int32_t>(data, i)); break;
+      case DType::kI64: std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(Load<int64_t>(data, i))); break;
+      case DType::kU8: std::snprintf(buf, sizeof(buf), "%u", Load<uint8_t>(data, i)); break;
+      case DType::kU16: std::snprintf(buf, sizeof(buf), "%u", Load<uint16_t>(data, i)); break;
+      case DType::kU32: std::snprintf(buf, sizeof(buf), "%u", Load<uint32_t>(data, i)); break;
+      case DType::kU64: std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(Load<uint64_t>(data, i))); break;
+      case DType::kBool: std::snprintf(buf, sizeof(buf), "%s", Load<uint8_t>(data, i) ? "true" : "false"); break;
+    }
+    if (i != 0) out += ",";
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace mcd::tools

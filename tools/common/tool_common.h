@@ -1,0 +1,46 @@
+// Helpers shared by the mcd-* tools (not CLI11: each tool parses in its own main.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memcuda/client.h"
+#include "memcuda/protocol.h"
+#include "memcuda/status.h"
+
+namespace mcd::tools {
+
+// Flags every tool shares; filled by AddCommonFlags (flags.h).
+struct CommonFlags {
+  std::string redis_url;  // empty: MCD_REDIS_URL, REDIS_URL, the private socket, 127.0.0.1:6379
+  int timeout_ms = 5000;
+  bool json = false;
+  bool quiet = false;
+  std::string node;
+  std::string prefix = kDefaultPrefix;
+  std::string queue = kDefaultQueue;
+};
+
+// Prints "<tool>: error: <message>" on stderr and returns the exit code of the table.
+int Fail(const char* tool, const Status& status);
+
+// Client options from the flags (URL resolution included).
+Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server);
+
+std::string HumanBytes(uint64_t bytes);    // "1.0 MiB"
+std::string HumanAge(int64_t ms);          // "3s", "5m", "2h", "4d"
+std::string ShapeText(const std::vector<int64_t>& shape);  // "2x3x4"
+int64_t NowMs();  // wall clock, ms since the epoch (as ctime)
+bool StdoutIsTerminal();
+int TerminalWidth();  // columns of stdout's terminal, 0 when not a terminal
+
+// A plain text table: columns padded to their widest cell; the last column is not padded.
+// `shrink_column` is truncated (with "~") to fit `max_width` when max_width > 0.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows, int max_width,
+                        size_t shrink_column);
+
+// Reads the first `count` elements of `data` (dtype) as text, comma-separated.
+std::string FormatValues(const void* data, DType dtype, uint64_t count);
+
+}  // namespace mcd::tools

@@ -1,0 +1,106 @@
+// mcd-get: take a reference to a tensor, open it in this process, print its record and
+// optionally its contents. See mcd-get(1).
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+
+#include "flags.h"
+#include "npy.h"
+
+namespace {
+
+void PrintRecord(const mcd::TensorRecord& r) {
+  using namespace mcd;
+  std::cout << "name:      " << r.name << "\n"
+            << "dtype:     " << DTypeName(r.dtype) << "\n"
+            << "shape:     " << ShapeToJson(r.shape) << "\n"
+            << "device:    " << DeviceName(r.device) << "\n"
+            << "bytes:     " << r.bytes << " (" << tools::HumanBytes(r.bytes) << ")\n"
+            << "refcount:  " << r.refcount << "\n"
+            << "state:     " << r.state << "\n"
+            << "lifetime:  " << LifetimeName(r.lifetime) << "\n"
+            << "ipc_kind:  " << r.ipc_kind << "\n"
+            << "node:      " << r.node << "\n"
+            << "owner:     " << r.owner << "\n";
+}
+
+bool EndsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace mcd;
+  CLI::App app{"mcd-get: take a reference to a tensor and open it in this process"};
+  tools::SetupApp(app);
+  app.footer(std::string("Examples:\n"
+                         "  mcd-get weights                 # refcount+1, print the record\n"
+                         "  mcd-get weights --no-ref --print 8\n"
+                         "  mcd-get weights --no-ref -o weights.npy\n"
+                         "Each reference taken must be given back with mcd-rm.\n\n") +
+             tools::kEnvironmentFooter);
+  tools::CommonFlags flags;
+  tools::AddCommonFlags(app, flags);
+  std::string name, output;
+  bool no_ref = false;
+  uint64_t print_count = 0;
+  app.add_option("NAME", name, "Tensor name")->required();
+  app.add_flag("--no-ref", no_ref, "Read without taking a reference (refcount unchanged)");
+  app.add_option("-o,--output", output, "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
+  app.add_option("--print", print_count, "Print the first N values");
+  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  const char* tool = "mcd-get";
+  if (!output.empty() && !EndsWith(output, ".npy") && !EndsWith(output, ".bin")) {
+    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument, "-o needs a .npy or .bin file name"));
+  }
+
+  auto options = tools::MakeClientOptions(flags, !no_ref);
+  if (!options.ok()) return tools::Fail(tool, options.status());
+  auto client = Client::Connect(options.value());
+  if (!client.ok()) return tools::Fail(tool, client.status());
+  auto view = no_ref ? client.value()->Open(name) : client.value()->Get(name);
+  if (!view.ok()) return tools::Fail(tool, view.status());
+  const TensorRecord& r = view->record;
+
+  std::string contents;
+  uint64_t elements = r.bytes / DTypeSize(r.dtype);
+  if (!output.empty() || print_count > 0) {
+    uint64_t want = output.empty() ? std::min(print_count, elements) * DTypeSize(r.dtype) : r.bytes;
+    contents.resize(want);
+    Status copied = client.value()->CopyToHost(view.value(), contents.data(), want);
+    if (!copied.ok()) return tools::Fail(tool, copied);
+  }
+  if (!output.empty()) {
+    Status written;
+    if (EndsWith(output, ".npy")) {
+      written = tools::WriteNpy(output, r.dtype, r.shape, contents.data(), contents.size());
+    } else {
+      std::ofstream out(output, std::ios::binary | std::ios::trunc);
+      out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+      if (!out) written = Status(ErrorCode::kIoError, "cannot write " + output);
+    }
+    if (!written.ok()) return tools::Fail(tool, written);
+    if (r.dtype == DType::kBF16 && EndsWith(output, ".npy")) {
+      std::cerr << "mcd-get: note: NumPy has no bfloat16; " << output << " holds the raw bits as uint16\n";
+    }
+  }
+  // The mapping is this process's; the reference (if taken) stays until mcd-rm.
+  (void)client.value()->Close(name);
+
+  if (flags.json) {
+    std::string json = RecordToJson(r);
+    if (print_count > 0) {
+      json.pop_back();
+      json += ",\"values\":[" + tools::FormatValues(contents.data(), r.dtype, std::min(print_count, elements)) + "]}";
+    }
+    std::cout << json << "\n";
+  } else if (!flags.quiet) {
+    PrintRecord(r);
+    if (print_count > 0) {
+      std::cout << "values:    " << tools::FormatValues(contents.data(), r.dtype, std::min(print_count, elements))
+                << (print_count < elements ? ",..." : "") << "\n";
+    }
+  }
+  return 0;
+}

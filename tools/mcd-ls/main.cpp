@@ -1,0 +1,61 @@
+// mcd-ls: list tensors from their Redis hashes (SCAN, never KEYS). See mcd-ls(1).
+#include <iostream>
+
+#include "flags.h"
+
+int main(int argc, char** argv) {
+  using namespace mcd;
+  CLI::App app{"mcd-ls: list named tensors"};
+  tools::SetupApp(app);
+  app.footer(std::string("Examples:\n"
+                         "  mcd-ls                  # table of every tensor\n"
+                         "  mcd-ls 'layer*' -l      # more columns, exact bytes\n"
+                         "  mcd-ls -q | xargs mcd-rm\n\n") +
+             tools::kEnvironmentFooter);
+  tools::CommonFlags flags;
+  tools::AddConnectionFlags(app, flags);
+  std::string glob = "*";
+  bool long_format = false, names_only = false, no_headers = false, json = false;
+  app.add_option("GLOB", glob, "Only names matching this Redis glob")->capture_default_str();
+  app.add_flag("-l,--long", long_format, "More columns: lifetime, ipc kind, owner pid, exact bytes");
+  app.add_flag("-q,--quiet", names_only, "Names only, one per line (for xargs mcd-rm)");
+  app.add_flag("--no-headers", no_headers, "Leave out the header line");
+  app.add_flag("--json", json, "A JSON array of records");
+  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  const char* tool = "mcd-ls";
+
+  auto options = tools::MakeClientOptions(flags, false);
+  if (!options.ok()) return tools::Fail(tool, options.status());
+  auto client = Client::Connect(options.value());
+  if (!client.ok()) return tools::Fail(tool, client.status());
+  auto records = client.value()->List(glob);
+  if (!records.ok()) return tools::Fail(tool, records.status());
+
+  std::string out;
+  if (json) {
+    out = "[";
+    for (const TensorRecord& r : records.value()) out += (out.size() > 1 ? "," : "") + RecordToJson(r);
+    out += "]\n";
+  } else if (names_only) {
+    for (const TensorRecord& r : records.value()) out += r.name + "\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    if (!no_headers) {
+      rows.push_back({"NAME", "DTYPE", "SHAPE", "DEVICE", "BYTES", "REFS", "STATE", "AGE", "NODE"});
+      if (long_format) rows.back().insert(rows.back().end(), {"LIFETIME", "IPC", "PID"});
+    }
+    int64_t now = tools::NowMs();
+    for (const TensorRecord& r : records.value()) {
+      rows.push_back({r.name, DTypeName(r.dtype), tools::ShapeText(r.shape), DeviceName(r.device),
+                      long_format ? std::to_string(r.bytes) : tools::HumanBytes(r.bytes),
+                      std::to_string(r.refcount), r.state, tools::HumanAge(now - r.ctime_ms), r.node});
+      if (long_format) {
+        int64_t pid = r.lifetime == Lifetime::kStack ? r.owner_pid : r.creator_pid;
+        rows.back().insert(rows.back().end(), {LifetimeName(r.lifetime), r.ipc_kind, std::to_string(pid)});
+      }
+    }
+    out = tools::FormatTable(rows, tools::TerminalWidth(), 0);
+  }
+  std::cout << out;
+  return 0;
+}

@@ -1,0 +1,48 @@
+// mcd-rm: give back one reference to each named tensor (the delete step). See mcd-rm(1).
+#include <iostream>
+
+#include "flags.h"
+
+int main(int argc, char** argv) {
+  using namespace mcd;
+  CLI::App app{"mcd-rm: drop one reference per tensor; a tensor is freed when its refcount reaches 0"};
+  tools::SetupApp(app);
+  app.footer(std::string("Examples:\n"
+                         "  mcd-rm weights\n"
+                         "  mcd-ls -q 'tmp.*' | xargs -r mcd-rm --ignore-missing\n\n") +
+             tools::kEnvironmentFooter);
+  tools::CommonFlags flags;
+  tools::AddCommonFlags(app, flags);
+  std::vector<std::string> names;
+  bool ignore_missing = false;
+  app.add_option("NAME", names, "Tensor names")->required();
+  app.add_flag("--ignore-missing", ignore_missing, "A name that does not exist is not an error");
+  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  const char* tool = "mcd-rm";
+
+  auto options = tools::MakeClientOptions(flags, true);
+  if (!options.ok()) return tools::Fail(tool, options.status());
+  auto client = Client::Connect(options.value());
+  if (!client.ok()) return tools::Fail(tool, client.status());
+  int exit_code = 0;
+  std::string json = "[";
+  for (const std::string& name : names) {
+    auto record = client.value()->Release(name);
+    if (!record.ok()) {
+      if (ignore_missing && record.status().code() == ErrorCode::kNotFound) continue;
+      int rc = tools::Fail(tool, record.status());
+      if (exit_code == 0) exit_code = rc;
+      continue;
+    }
+    bool freed = record->refcount <= 0;
+    if (flags.json) {
+      if (json.size() > 1) json += ",";
+      json += "{\"name\":\"" + name + "\",\"refcount\":" + std::to_string(std::max<int64_t>(0, record->refcount)) +
+              ",\"freed\":" + (freed ? "true" : "false") + "}";
+    } else if (!flags.quiet) {
+      std::cout << name << ": " << (freed ? "freed" : "refcount " + std::to_string(record->refcount)) << "\n";
+    }
+  }
+  if (flags.json) std::cout << json << "]\n";
+  return exit_code;
+}
