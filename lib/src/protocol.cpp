@@ -76,10 +76,10 @@ Status CheckDepth(std::string_view raw) {
   return Status::Ok();
 }
 
-// Parses JSON, refusing duplicate keys (nlohmann keeps the last one silently).
-Result<json> ParseStrict(std::string_view raw) {
+// Parses JSON and reports the first duplicate key in `duplicate` (nlohmann keeps the last one
+// silently), so that the caller can still read the request id before refusing the command.
+Result<json> ParseStrict(std::string_view raw, std::string& duplicate) {
   std::vector<std::vector<std::string>> keys_per_level;
-  std::string duplicate;
   json::parser_callback_t callback = [&](int /*depth*/, json::parse_event_t event,
                                          json& parsed) -> bool {
     switch (event) {
@@ -105,7 +105,6 @@ Result<json> ParseStrict(std::string_view raw) {
   };
   json doc = json::parse(raw.begin(), raw.end(), callback, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Invalid("command is not valid JSON");
-  if (!duplicate.empty()) return Invalid("command repeats the key \"" + duplicate + "\"");
   return doc;
 }
 
@@ -252,7 +251,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
                                             std::to_string(kMaxCommandBytes));
   }
   MCD_RETURN_IF_ERROR(CheckDepth(raw));
-  MCD_ASSIGN_OR_RETURN(json doc, ParseStrict(raw));
+  std::string duplicate;
+  MCD_ASSIGN_OR_RETURN(json doc, ParseStrict(raw, duplicate));
   if (!doc.is_object()) return Invalid("command is not a JSON object");
 
   Command cmd;
@@ -266,6 +266,7 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     }
     if (req_out != nullptr) *req_out = cmd.req;
   }
+  if (!duplicate.empty()) return Invalid("command repeats the key \"" + duplicate + "\"");
 
   static const char* const kKnown[] = {"op",   "name",  "req",      "node",      "pid",
                                        "dtype", "shape", "device",  "lifetime",  "init",

@@ -10,6 +10,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -156,7 +158,11 @@ Status Server::Impl::Start() {
   instance_ = RandomHex(8);
   started_ms_ = NowMs();
   processing_key_ = opt_.keys.Processing(opt_.node);
-  shm_prefix_ = ShmPrefix(opt_.keys.prefix, opt_.node);
+  // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
+  char url_tag[16];
+  std::snprintf(url_tag, sizeof(url_tag), "%08zx",
+                std::hash<std::string>{}(opt_.redis_url.Redacted()) & 0xffffffffu);
+  shm_prefix_ = ShmPrefix(opt_.keys.prefix, opt_.node + "-" + url_tag);
 
   // Host memory is always served; GPUs as asked (all by default).
   workers_[kHostDevice] = std::make_unique<GpuWorker>(kHostDevice);
@@ -221,13 +227,17 @@ Status Server::Impl::Reconcile() {
     for (const RedisValue& key : keys) {
       MCD_RETURN_IF_ERROR(redis_->Append({"HMGET", key.str, "node", "owner", "ipc_kind", "ipc_handle"}));
     }
+    std::vector<std::pair<std::string, RedisValue>> stale;
     for (const RedisValue& key : keys) {
       MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->ReadReply());
       if (f.elements.size() != 4 || f.elements[0].str != opt_.node) continue;
       if (f.elements[1].str == instance_) continue;
+      stale.emplace_back(key.str, std::move(f));
+    }
+    for (const auto& [key, f] : stale) {
       if (f.elements[2].str == "host_shm") UnlinkHostShm(f.elements[3].str);
-      MCD_RETURN_IF_ERROR(redis_->Command({"DEL", key.str}).status());
-      Log(LogLevel::kInfo, "removed stale tensor '" + opt_.keys.NameFromTensorKey(key.str) +
+      MCD_RETURN_IF_ERROR(redis_->Command({"DEL", key}).status());
+      Log(LogLevel::kInfo, "removed stale tensor '" + opt_.keys.NameFromTensorKey(key) +
                                "' of dead instance " + f.elements[1].str);
       ++removed;
     }

@@ -1,0 +1,139 @@
+#include "memcuda/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace mcd {
+namespace {
+
+TEST(Protocol, SeedFormParses) {
+  auto cmd = ParseCommand(
+      R"({"op":"create","name":"X","dtype":"f32","shape":[2,3],"device":0,"pid":123,"node":"n1"})");
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(cmd->op, Op::kCreate);
+  EXPECT_EQ(cmd->name, "X");
+  EXPECT_EQ(cmd->dtype, DType::kF32);
+  EXPECT_EQ(cmd->bytes, 24u);
+  EXPECT_EQ(cmd->device, 0);
+  EXPECT_EQ(cmd->pid, 123);
+  EXPECT_EQ(*cmd->node, "n1");
+  EXPECT_TRUE(cmd->zero_init);
+  EXPECT_EQ(cmd->lifetime, Lifetime::kHeap);
+}
+
+TEST(Protocol, CommandRoundTrips) {
+  Command c;
+  c.op = Op::kCreate;
+  c.name = "a.b/c";
+  c.req = "r-1";
+  c.dtype = DType::kBF16;
+  c.shape = {4, 5};
+  c.device = kHostDevice;
+  c.zero_init = false;
+  c.node = "n";
+  auto back = ParseCommand(CommandToJson(c));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->dtype, DType::kBF16);
+  EXPECT_EQ(back->device, kHostDevice);
+  EXPECT_FALSE(back->zero_init);
+  EXPECT_EQ(back->bytes, 40u);
+}
+
+struct BadCase {
+  const char* json;
+  ErrorCode code;
+  const char* words;  // part of the message
+};
+
+TEST(Protocol, EveryBadInputClassIsRefused) {
+  std::string huge = R"({"op":"get","name":")" + std::string(5000, 'a') + "\"}";
+  std::string deep = std::string(200, '[') + std::string(200, ']');
+  const BadCase cases[] = {
+      {"not json", ErrorCode::kInvalidArgument, "not valid JSON"},
+      {"[1,2]", ErrorCode::kInvalidArgument, "not a JSON object"},
+      {huge.c_str(), ErrorCode::kTooLarge, "limit"},
+      {deep.c_str(), ErrorCode::kInvalidArgument, "nests"},
+      {R"({"op":"get","name":"a","name":"b"})", ErrorCode::kInvalidArgument, "repeats"},
+      {R"({"op":"explode","name":"a"})", ErrorCode::kInvalidArgument, "unknown op"},
+      {R"({"name":"a"})", ErrorCode::kInvalidArgument, "missing \"op\""},
+      {R"({"op":"get"})", ErrorCode::kInvalidArgument, "missing \"name\""},
+      {R"({"op":"get","name":7})", ErrorCode::kInvalidArgument, "must be a string"},
+      {R"({"op":"create","name":"a","dtype":"f128","shape":[1],"device":0})", ErrorCode::kInvalidArgument, "unknown dtype"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[-1],"device":0})", ErrorCode::kInvalidArgument, "positive"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[0],"device":0})", ErrorCode::kInvalidArgument, "positive"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[2.5],"device":0})", ErrorCode::kInvalidArgument, "integers"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1,1,1,1,1,1,1,1,1],"device":0})", ErrorCode::kInvalidArgument, "dimensions"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":"[2]","device":0})", ErrorCode::kInvalidArgument, "array"},
+      {R"({"op":"create","name":"a","dtype":"f64","shape":[4294967296,4294967296],"device":0})", ErrorCode::kTooLarge, "overflows"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":-5})", ErrorCode::kInvalidArgument, "out of range"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1]})", ErrorCode::kInvalidArgument, "missing \"device\""},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":"gpu7"})", ErrorCode::kInvalidArgument, "bad device"},
+      {R"({"op":"get","name":""})", ErrorCode::kInvalidArgument, "empty"},
+      {R"({"op":"get","name":"a\u0001b"})", ErrorCode::kInvalidArgument, "0x01"},
+      {R"({"op":"get","name":"a*"})", ErrorCode::kInvalidArgument, "'*'"},
+      {R"({"op":"get","name":"a{b}"})", ErrorCode::kInvalidArgument, "'{'"},
+      {R"({"op":"get","name":"a b"})", ErrorCode::kInvalidArgument, "' '"},
+      {R"({"op":"get","name":"a","dtype":"f32"})", ErrorCode::kInvalidArgument, "only valid"},
+      {R"({"op":"get","name":"a","extra":1})", ErrorCode::kInvalidArgument, "unknown field"},
+      {R"({"op":"get","name":"a","pid":"12"})", ErrorCode::kInvalidArgument, "integer"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack"})", ErrorCode::kInvalidArgument, "stack"},
+  };
+  for (const BadCase& c : cases) {
+    auto parsed = ParseCommand(c.json);
+    ASSERT_FALSE(parsed.ok()) << c.json;
+    EXPECT_EQ(parsed.status().code(), c.code) << c.json << " -> " << parsed.status().ToString();
+    EXPECT_NE(parsed.status().message().find(c.words), std::string::npos)
+        << c.json << " -> " << parsed.status().message();
+  }
+  std::string long_name = R"({"op":"get","name":")" + std::string(201, 'n') + "\"}";
+  EXPECT_EQ(ParseCommand(long_name).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(Protocol, RequestIdIsRecoveredFromBadCommands) {
+  std::string req;
+  auto parsed = ParseCommand(R"({"req":"r-9","op":"nope","name":"a"})", &req);
+  EXPECT_FALSE(parsed.ok());
+  EXPECT_EQ(req, "r-9");
+}
+
+TEST(Protocol, RecordHashAndJsonRoundTrip) {
+  TensorRecord r;
+  r.name = "t";
+  r.dtype = DType::kI16;
+  r.shape = {3, 7};
+  r.device = 1;
+  r.bytes = 42;
+  r.ipc_kind = "cuda_ipc";
+  r.ipc_handle = std::string("\0\x01\xfe\xff", 4);
+  r.refcount = 3;
+  r.state = "ready";
+  r.ctime_ms = 1234;
+  r.node = "n";
+  r.owner = "abc";
+  std::map<std::string, std::string> fields;
+  for (auto& [k, v] : HashFields(r)) fields[k] = v;
+  auto from_hash = RecordFromHash("t", fields);
+  ASSERT_TRUE(from_hash.ok());
+  EXPECT_EQ(from_hash->ipc_handle, r.ipc_handle);
+  EXPECT_EQ(from_hash->shape, r.shape);
+  auto from_json = RecordFromJson(RecordToJson(r));
+  ASSERT_TRUE(from_json.ok()) << from_json.status().ToString();
+  EXPECT_EQ(from_json->ipc_handle, r.ipc_handle);
+  EXPECT_EQ(from_json->refcount, 3);
+  fields.erase("dtype");
+  EXPECT_EQ(RecordFromHash("t", fields).status().code(), ErrorCode::kUnexpectedReply);
+}
+
+TEST(Protocol, DTypesAndShapes) {
+  EXPECT_EQ(AllDTypes().size(), 13u);
+  for (DType d : AllDTypes()) EXPECT_EQ(ParseDType(DTypeName(d)), d);
+  EXPECT_EQ(ParseDType("float16"), DType::kF16);
+  EXPECT_EQ(DTypeSize(DType::kBF16), 2u);
+  EXPECT_EQ(ParseShapeList("2,3,4").value(), (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(ParseShapeList("2x3").value(), (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(ParseShapeList("2,,3").ok());
+  EXPECT_EQ(ParseDevice("cuda:1").value(), 1);
+  EXPECT_EQ(ParseDevice("cpu").value(), kHostDevice);
+}
+
+}  // namespace
+}  // namespace mcd

@@ -1,0 +1,137 @@
+#include "memcuda/redis.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+TEST(RedisUrl, ParsesTheRedisCliGrammar) {
+  auto u = RedisUrl::Parse("redis://alice:s%40cret@10.0.0.5:6380/3");
+  ASSERT_TRUE(u.ok());
+  EXPECT_FALSE(u->is_unix);
+  EXPECT_EQ(u->host, "10.0.0.5");
+  EXPECT_EQ(u->port, 6380);
+  EXPECT_EQ(u->user, "alice");
+  EXPECT_EQ(u->password, "s@cret");
+  EXPECT_EQ(u->db, 3);
+  EXPECT_EQ(u->Redacted(), "redis://alice:***@10.0.0.5:6380/3");
+
+  auto s = RedisUrl::Parse("unix:///run/redis.sock?db=2");
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->is_unix);
+  EXPECT_EQ(s->path, "/run/redis.sock");
+  EXPECT_EQ(s->db, 2);
+
+  auto d = RedisUrl::Parse("redis://localhost");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->port, 6379);
+  EXPECT_EQ(RedisUrl::Parse("redis://[::1]:7000")->host, "::1");
+
+  for (const char* bad : {"http://x", "redis://h:notaport", "redis://h:70000", "unix://relative.sock",
+                          "redis://h/db", "unix:///s.sock?foo=1"}) {
+    EXPECT_EQ(RedisUrl::Parse(bad).status().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(Redis, UnixSocketAndTcpRoundTripBinarySafe) {
+  for (bool tcp : {false, true}) {
+    test::RedisServerOptions opts;
+    opts.tcp = tcp;
+    test::RedisServer server(opts);
+    auto conn = server.Connect();
+    std::string binary("a\0b\r\n%s\xff", 8);
+    ASSERT_TRUE(conn->Command({"SET", "k", binary}).ok());
+    auto got = conn->Command({"GET", "k"});
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->str, binary);
+    auto pipelined_a = conn->Append({"INCR", "n"});
+    auto pipelined_b = conn->Append({"INCR", "n"});
+    ASSERT_TRUE(pipelined_a.ok() && pipelined_b.ok());
+    EXPECT_EQ(conn->ReadReply()->integer, 1);
+    EXPECT_EQ(conn->ReadReply()->integer, 2);
+  }
+}
+
+TEST(Redis, SelectsTheDatabaseOfTheUrl) {
+  test::RedisServer server;
+  auto url = server.parsed_url();
+  url.db = 5;
+  auto conn = RedisConnection::Connect(url);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn.value()->Command({"SET", "only-in-5", "1"}).ok());
+  auto db0 = server.Connect();
+  EXPECT_TRUE(db0->Command({"GET", "only-in-5"})->is_nil());
+}
+
+TEST(Redis, AclUserWithPasswordAndWrongPassword) {
+  test::RedisServerOptions opts;
+  opts.extra = {"user alice on >wonderland ~* &* +@all", "user default off"};
+  test::RedisServer server(opts);
+  auto url = server.parsed_url();
+  url.user = "alice";
+  url.password = "wonderland";
+  auto ok = RedisConnection::Connect(url);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok.value()->Command({"PING"}).ok());
+
+  url.password = "wrong";
+  auto bad = RedisConnection::Connect(url);
+  EXPECT_EQ(bad.status().code(), ErrorCode::kAuthFailed);
+  EXPECT_EQ(bad.status().message().find("wrong"), std::string::npos) << "password leaked";
+
+  url.user.clear();
+  url.password.clear();
+  auto anonymous = RedisConnection::Connect(url);
+  ASSERT_TRUE(anonymous.ok());  // connecting works; commands are refused
+  EXPECT_EQ(anonymous.value()->Command({"PING"}).status().code(), ErrorCode::kAuthFailed);
+}
+
+TEST(Redis, RefusedAndErrorsAreClear) {
+  RedisUrl url;
+  url.is_unix = true;
+  url.path = "/nonexistent/redis.sock";
+  auto refused = RedisConnection::Connect(url);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("/nonexistent/redis.sock"), std::string::npos);
+
+  test::RedisServer server;
+  auto conn = server.Connect();
+  ASSERT_TRUE(conn->Command({"SET", "s", "x"}).ok());
+  EXPECT_EQ(conn->Command({"LPUSH", "s", "y"}).status().code(), ErrorCode::kUnexpectedReply);
+  EXPECT_EQ(conn->Command({"NOSUCHCOMMAND"}).status().code(), ErrorCode::kRedisError);
+  EXPECT_TRUE(conn->Command({"PING"}).ok());  // an error reply leaves the connection usable
+}
+
+TEST(Redis, CommandTimeoutIsReported) {
+  test::RedisServer server;
+  RedisOptions opts;
+  opts.command_timeout_ms = 200;
+  auto conn = RedisConnection::Connect(server.parsed_url(), opts);
+  ASSERT_TRUE(conn.ok());
+  auto slow = conn.value()->Command({"BLPOP", "empty", "2"});
+  EXPECT_EQ(slow.status().code(), ErrorCode::kTimeout) << slow.status().ToString();
+  ASSERT_TRUE(conn.value()->Reconnect().ok());
+  EXPECT_TRUE(conn.value()->Command({"PING"}).ok());
+}
+
+TEST(Redis, ServerKilledMidCommandThenReconnect) {
+  auto server = std::make_unique<test::RedisServer>();
+  auto conn = server->Connect();
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    server->Kill();
+  });
+  auto blocked = conn->Command({"BLPOP", "never", "3"});
+  killer.join();
+  EXPECT_EQ(blocked.status().code(), ErrorCode::kUnavailable) << blocked.status().ToString();
+  EXPECT_FALSE(conn->connected());
+  EXPECT_EQ(conn->Command({"PING"}).status().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(conn->Reconnect().code(), ErrorCode::kUnavailable);  // still down
+}
+
+}  // namespace
+}  // namespace mcd

@@ -1,0 +1,207 @@
+#include "test_support.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace mcd::test {
+
+TempDir::TempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "mcdtest-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+namespace {
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            int out_fd, int err_fd) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
+  if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
+  if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+  int devnull = open("/dev/null", O_RDONLY);
+  dup2(devnull, STDIN_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  _exit(127);
+}
+
+int DecodeStatus(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return -WTERMSIG(wstatus);
+  return -1;
+}
+
+int WaitExit(pid_t pid, int timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int wstatus = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pid_t done = waitpid(pid, &wstatus, WNOHANG);
+    if (done == pid) return DecodeStatus(wstatus);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &wstatus, 0);
+  return -1000;  // timed out
+}
+}  // namespace
+
+RedisServer::RedisServer(RedisServerOptions options) {
+  std::string conf = dir_.path() + "/redis.conf";
+  std::ofstream out(conf);
+  out << "save \"\"\nappendonly no\ndir " << dir_.path() << "\nlogfile " << dir_.path()
+      << "/redis.log\n";
+  if (options.tcp) {
+    int port = FreePort();
+    out << "port " << port << "\nbind 127.0.0.1\n";
+    url_ = "redis://127.0.0.1:" + std::to_string(port);
+  } else {
+    out << "port 0\nunixsocket " << dir_.path() << "/redis.sock\nunixsocketperm 700\n";
+    url_ = "unix://" + dir_.path() + "/redis.sock";
+  }
+  for (const std::string& line : options.extra) out << line << "\n";
+  out.close();
+  pid_ = Spawn({"redis-server", conf}, {}, -1, -1);
+  bool up = WaitFor([&] { return RedisConnection::Connect(parsed_url()).ok() ||
+                                 RedisConnection::Connect(parsed_url()).status().code() == ErrorCode::kAuthFailed; },
+                    10000);
+  if (!up) throw std::runtime_error("redis-server did not start: " + ReadFile(dir_.path() + "/redis.log"));
+}
+
+RedisServer::~RedisServer() { Kill(); }
+
+void RedisServer::Kill() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int wstatus = 0;
+    waitpid(pid_, &wstatus, 0);
+    pid_ = -1;
+  }
+}
+
+RedisUrl RedisServer::parsed_url() const { return RedisUrl::Parse(url_).value(); }
+
+std::unique_ptr<RedisConnection> RedisServer::Connect() const {
+  auto conn = RedisConnection::Connect(parsed_url());
+  if (!conn.ok()) throw std::runtime_error(conn.status().ToString());
+  return std::move(conn).value();
+}
+
+ProcessResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                  int timeout_s) {
+  TempDir dir;
+  std::string out_path = dir.path() + "/out";
+  std::string err_path = dir.path() + "/err";
+  int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = Spawn(argv, env, out_fd, err_fd);
+  close(out_fd);
+  close(err_fd);
+  ProcessResult result;
+  result.exit_code = WaitExit(pid, timeout_s);
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  return result;
+}
+
+Background::Background(const std::vector<std::string>& argv,
+                       const std::map<std::string, std::string>& env, const std::string& log_path) {
+  int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  pid_ = Spawn(argv, env, fd, fd);
+  close(fd);
+}
+
+Background::~Background() {
+  if (pid_ > 0) Stop(SIGKILL, 10);
+}
+
+int Background::Stop(int sig, int timeout_s) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, sig);
+  int code = WaitExit(pid_, timeout_s);
+  pid_ = -1;
+  return code;
+}
+
+std::string ToolPath(const std::string& tool) { return std::string(MCD_BIN_DIR) + "/" + tool; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> ShmObjects(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  closedir(dir);
+  return out;
+}
+
+bool WaitFor(const std::function<bool()>& predicate, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return predicate();
+}
+
+}  // namespace mcd::test
+
+#include <cuda_runtime_api.h>
+
+namespace mcd::test {
+bool HasCudaDevice() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+}  // namespace mcd::test

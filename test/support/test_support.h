@@ -1,0 +1,82 @@
+// Test support: a real redis-server started by the test on a Unix socket (or TCP port) in a
+// temporary folder, and running the real tool binaries.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memcuda/redis.h"
+
+namespace mcd::test {
+
+// A temporary folder removed (recursively) at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct RedisServerOptions {
+  bool tcp = false;                // listen on a free loopback port instead of a Unix socket
+  std::vector<std::string> extra;  // extra config lines, e.g. "user alice on >pw ~* +@all"
+};
+
+// A private redis-server; stopped (SIGKILL) at destruction.
+class RedisServer {
+ public:
+  explicit RedisServer(RedisServerOptions options = {});
+  ~RedisServer();
+  const std::string& url() const { return url_; }  // unix:///... or redis://127.0.0.1:PORT
+  RedisUrl parsed_url() const;
+  pid_t pid() const { return pid_; }
+  void Kill();  // SIGKILL now
+  std::unique_ptr<RedisConnection> Connect() const;
+
+ private:
+  TempDir dir_;
+  pid_t pid_ = -1;
+  std::string url_;
+};
+
+struct ProcessResult {
+  int exit_code = -1;  // -signal when killed
+  std::string out;
+  std::string err;
+};
+
+// Runs argv[0] (a path) with extra environment, waiting at most timeout_s.
+ProcessResult Run(const std::vector<std::string>& argv,
+                  const std::map<std::string, std::string>& env = {}, int timeout_s = 60);
+
+// A background process; SIGKILLed at destruction if still running.
+class Background {
+ public:
+  Background(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+             const std::string& log_path);
+  ~Background();
+  pid_t pid() const { return pid_; }
+  // Sends `sig` and waits for the exit; returns the exit code (-signal when killed).
+  int Stop(int sig, int timeout_s = 20);
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::string ToolPath(const std::string& tool);  // build/bin/<tool>
+std::string ReadFile(const std::string& path);
+// Files in /dev/shm whose names start with `prefix`.
+std::vector<std::string> ShmObjects(const std::string& prefix);
+// Polls `predicate` every 20 ms for at most `timeout_ms`.
+bool WaitFor(const std::function<bool()>& predicate, int timeout_ms);
+bool HasCudaDevice();
+
+}  // namespace mcd::test

@@ -1,0 +1,344 @@
+// Whole lifecycles through the real binaries, a real mcd-serve and a real redis-server, on host
+// memory (device cpu), so they run on machines without a GPU.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "memcuda/client.h"
+#include "memcuda/keys.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+using nlohmann::json;
+using test::ProcessResult;
+
+class Lifecycle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    node_ = "t" + std::to_string(getpid()) + "-" + std::to_string(counter_++);
+    StartServer();
+  }
+
+  void StartServer() {
+    server_ = std::make_unique<test::Background>(
+        std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_,
+                                 "--heartbeat-ttl", "3"},
+        Env(), dir_.path() + "/serve.log");
+    ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << ServeLog();
+  }
+
+  std::map<std::string, std::string> Env() const { return {{"MCD_REDIS_URL", redis_.url()}}; }
+  std::string ServeLog() const { return test::ReadFile(dir_.path() + "/serve.log"); }
+  bool Heartbeat() const {
+    auto reply = redis_.Connect()->Command({"EXISTS", keys_.Server(node_)});
+    return reply.ok() && reply->integer == 1;
+  }
+
+  ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {
+    std::vector<std::string> argv = {test::ToolPath(tool)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--node");
+    argv.push_back(node_);
+    return test::Run(argv, Env());
+  }
+
+  // Pushes a raw command with a req and returns the server's JSON reply.
+  json Raw(const std::string& body, const std::string& req) {
+    auto conn = redis_.Connect();
+    EXPECT_TRUE(conn->Command({"LPUSH", keys_.queue, body}).ok());
+    auto reply = conn->Command({"BLPOP", keys_.Reply(req), "10"});
+    EXPECT_TRUE(reply.ok() && reply->elements.size() == 2) << body;
+    if (!reply.ok() || reply->elements.size() != 2) return json();
+    return json::parse(reply->elements[1].str);
+  }
+
+  std::vector<std::string> TensorKeys() {
+    auto reply = redis_.Connect()->Command({"KEYS", keys_.TensorPattern("*")});  // test only
+    std::vector<std::string> out;
+    for (auto& e : reply->elements) out.push_back(e.str);
+    return out;
+  }
+
+  std::string HashField(const std::string& name, const std::string& field) {
+    auto reply = redis_.Connect()->Command({"HGET", keys_.Tensor(name), field});
+    return reply.ok() && !reply->is_nil() ? reply->str : "";
+  }
+
+  size_t ShmCount() { return test::ShmObjects("mcd-mcd-" + node_).size(); }
+
+  test::TempDir dir_;
+  test::RedisServer redis_;
+  KeySpace keys_;
+  std::string node_;
+  std::unique_ptr<test::Background> server_;
+  static inline int counter_ = 0;
+};
+
+TEST_F(Lifecycle, CreateListGetRemove) {
+  auto created = Tool("mcd-create", {"w", "--dtype", "f32", "--shape", "2,3", "--device", "cpu"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_NE(created.out.find("created w f32[2x3] on cpu"), std::string::npos) << created.out;
+  EXPECT_EQ(HashField("w", "state"), "ready");
+  EXPECT_EQ(HashField("w", "refcount"), "1");
+  EXPECT_EQ(HashField("w", "device"), "-1");
+  EXPECT_EQ(HashField("w", "shape"), "[2,3]");
+  EXPECT_EQ(ShmCount(), 1u);
+
+  auto ls = Tool("mcd-ls", {});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("NAME"), std::string::npos);
+  EXPECT_NE(ls.out.find("w "), std::string::npos);
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "w\n");
+  EXPECT_EQ(Tool("mcd-ls", {"nomatch*", "-q"}).out, "");
+  auto ls_json = json::parse(Tool("mcd-ls", {"--json"}).out);
+  ASSERT_EQ(ls_json.size(), 1u);
+  EXPECT_EQ(ls_json[0]["bytes"], 24);
+
+  auto got = Tool("mcd-get", {"w", "--print", "6", "--json"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  auto got_json = json::parse(got.out);
+  EXPECT_EQ(got_json["refcount"], 2);
+  EXPECT_EQ(got_json["values"], json::parse("[0,0,0,0,0,0]"));  // zeroed
+  EXPECT_EQ(Tool("mcd-get", {"w", "--no-ref", "-q"}).exit_code, 0);
+  EXPECT_EQ(HashField("w", "refcount"), "2");
+
+  auto rm1 = Tool("mcd-rm", {"w"});
+  EXPECT_EQ(rm1.out, "w: refcount 1\n");
+  auto rm2 = Tool("mcd-rm", {"w"});
+  EXPECT_EQ(rm2.out, "w: freed\n");
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_EQ(ShmCount(), 0u);
+  EXPECT_EQ(Tool("mcd-rm", {"w"}).exit_code, 1);
+  EXPECT_EQ(Tool("mcd-rm", {"w", "--ignore-missing"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-get", {"w"}).exit_code, 1);
+}
+
+TEST_F(Lifecycle, ContentsSurviveAcrossProcessesAndNpyRoundTrips) {
+  // A .npy written by hand: int32 [2,3] = 0..5.
+  std::string path = dir_.path() + "/in.npy";
+  {
+    std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }";
+    header += std::string(64 - (10 + header.size() + 1) % 64, ' ') + "\n";
+    std::ofstream out(path, std::ios::binary);
+    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size()) << '\x00' << header;
+    for (int32_t i = 0; i < 6; ++i) out.write(reinterpret_cast<const char*>(&i), 4);
+  }
+  auto created = Tool("mcd-create", {"arr", "--from", path, "--device", "cpu"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  auto printed = Tool("mcd-get", {"arr", "--no-ref", "--print", "6"});
+  EXPECT_NE(printed.out.find("values:    0,1,2,3,4,5"), std::string::npos) << printed.out;
+  std::string out_path = dir_.path() + "/out.npy";
+  ASSERT_EQ(Tool("mcd-get", {"arr", "--no-ref", "-o", out_path}).exit_code, 0);
+  EXPECT_EQ(test::ReadFile(out_path), test::ReadFile(path));
+  // A second process writes through its own mapping; a third sees it.
+  ClientOptions opt;
+  opt.redis_url = redis_.parsed_url();
+  opt.node = node_;
+  auto client = Client::Connect(opt);
+  ASSERT_TRUE(client.ok());
+  auto view = client.value()->Get("arr");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  static_cast<int32_t*>(view->data)[5] = 77;
+  auto again = Tool("mcd-get", {"arr", "--no-ref", "--print", "6"});
+  EXPECT_NE(again.out.find("0,1,2,3,4,77"), std::string::npos) << again.out;
+  ASSERT_TRUE(client.value()->Release("arr").ok());
+}
+
+TEST_F(Lifecycle, SeedRedisCliFormWorks) {
+  std::string body = R"({"op":"create","name":"X","dtype":"f32","shape":[2,3],"device":-1,"pid":1,"node":")" +
+                     node_ + "\"}";
+  auto pushed = test::Run({"redis-cli", "-u", redis_.url(), "LPUSH", "tensor_lifecycle", body});
+  if (redis_.url().rfind("unix://", 0) == 0) {
+    pushed = test::Run({"redis-cli", "-s", redis_.url().substr(7), "LPUSH", "tensor_lifecycle", body});
+  }
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.err;
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("X", "state") == "ready"; }, 5000)) << ServeLog();
+  EXPECT_EQ(HashField("X", "bytes"), "24");
+  EXPECT_EQ(HashField("X", "ipc_kind"), "host_shm");
+  EXPECT_EQ(HashField("X", "creator_pid"), "1");
+}
+
+TEST_F(Lifecycle, RepeatedReqIsAppliedOnce) {
+  ASSERT_EQ(Tool("mcd-create", {"r", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  std::string body = R"({"op":"get","name":"r","req":"same-1"})";
+  json first = Raw(body, "same-1");
+  json second = Raw(body, "same-1");
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(first["tensor"]["refcount"], 2);
+  EXPECT_EQ(HashField("r", "refcount"), "2");
+}
+
+TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
+  ASSERT_EQ(Tool("mcd-create", {"keep", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  // A tensor another writer is still creating.
+  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("half"), "dtype", "f32", "shape", "[1]",
+                                         "device", "-1", "bytes", "4", "refcount", "0", "state",
+                                         "creating", "node", node_, "owner", "someone"}).ok());
+  std::string n = node_;
+  struct Case {
+    std::string body;
+    const char* code;
+    bool with_req;  // false: the command cannot carry a readable req; it is only logged
+  };
+  std::vector<Case> cases = {
+      {"{not json", "invalid_argument", false},
+      {"[1,2,3]", "invalid_argument", false},
+      {R"({"op":"get","name":")" + std::string(6000, 'a') + "\"}", "too_large", false},
+      {std::string(100, '[') + std::string(100, ']'), "invalid_argument", false},
+      {R"({"op":"get","op":"delete","name":"keep")", "invalid_argument", true},
+      {R"({"op":"frobnicate","name":"keep")", "invalid_argument", true},
+      {R"({"op":"create","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":"x")", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"q7","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[-2],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[0],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1.5],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1,1,1,1,1,1,1,1,1,1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f64","shape":[4294967296,4294967296],"device":-1)", "too_large", true},
+      {R"({"op":"create","name":"","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":")" + std::string(300, 'x') + R"(","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a\nb","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a*","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"{a}","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":7)", "no_device", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":-1,"node":"elsewhere")", "wrong_node", true},
+      {R"({"op":"get","name":"missing")", "not_found", true},
+      {R"({"op":"delete","name":"missing")", "not_found", true},
+      {R"({"op":"get","name":"half")", "not_ready", true},
+      {R"({"op":"delete","name":"half")", "not_ready", true},
+      {R"({"op":"create","name":"keep","dtype":"f32","shape":[1],"device":-1)", "already_exists", true},
+      {R"({"op":"create","name":"huge","dtype":"u8","shape":[1125899906842624],"device":-1)", "out_of_memory", true},
+  };
+  size_t shm_before = ShmCount();
+  int i = 0;
+  for (const Case& c : cases) {
+    if (!c.with_req) {
+      ASSERT_TRUE(redis_.Connect()->Command({"LPUSH", keys_.queue, c.body}).ok());
+      continue;
+    }
+    std::string req = "bad-" + std::to_string(i++);
+    json reply = Raw(c.body + R"(,"req":")" + req + "\"}", req);
+    EXPECT_EQ(reply["ok"], false) << c.body;
+    EXPECT_EQ(reply["error"]["code"], c.code) << c.body << " -> " << reply.dump();
+    EXPECT_FALSE(reply["error"]["message"].get<std::string>().empty());
+  }
+  // Nothing changed, nothing allocated, and the server still serves.
+  ASSERT_EQ(Tool("mcd-create", {"after", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0)
+      << ServeLog();
+  auto keys = TensorKeys();
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{keys_.Tensor("after"), keys_.Tensor("half"), keys_.Tensor("keep")}));
+  EXPECT_EQ(HashField("keep", "refcount"), "1");
+  EXPECT_EQ(HashField("half", "state"), "creating");
+  EXPECT_EQ(ShmCount(), shm_before + 1);
+  auto processing = redis_.Connect()->Command({"LLEN", keys_.Processing(node_)});
+  EXPECT_EQ(processing->integer, 0);
+  // Counters are published in the heartbeat.
+  ASSERT_TRUE(test::WaitFor([&] {
+    auto f = redis_.Connect()->Command({"HGET", keys_.Server(node_), "commands_failed"});
+    return f.ok() && !f->is_nil() && std::stoi(f->str) >= static_cast<int>(cases.size());
+  }, 5000));
+  std::string log = ServeLog();
+  EXPECT_NE(log.find("outcome=wrong_node"), std::string::npos);
+  EXPECT_NE(log.find("outcome=out_of_memory"), std::string::npos);
+}
+
+TEST_F(Lifecycle, ToolExitCodes) {
+  EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "f32"}).exit_code, 64);
+  EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "f99", "--shape", "1"}).exit_code, 64);
+  EXPECT_EQ(Tool("mcd-create", {"--bogus"}).exit_code, 64);
+  auto help = Tool("mcd-ls", {"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("MCD_REDIS_URL"), std::string::npos);
+  // No server for that node: 69 at once.
+  auto none = test::Run({test::ToolPath("mcd-create"), "a", "--dtype", "f32", "--shape", "1",
+                         "--device", "cpu", "--node", "nobody-here"}, Env());
+  EXPECT_EQ(none.exit_code, 69);
+  EXPECT_NE(none.err.find("no mcd-serve is running for node 'nobody-here'"), std::string::npos) << none.err;
+  // A heartbeat but nobody consuming that queue: 75 after the timeout.
+  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Server("stuck"), "pid", "1"}).ok());
+  auto stuck = test::Run({test::ToolPath("mcd-create"), "a", "--dtype", "f32", "--shape", "1",
+                          "--device", "cpu", "--node", "stuck", "--queue", "stuck-queue",
+                          "--timeout-ms", "300"}, Env());
+  EXPECT_EQ(stuck.exit_code, 75) << stuck.err;
+  // Redis unreachable: 69.
+  auto down = test::Run({test::ToolPath("mcd-ls"), "--redis-url", "unix:///nonexistent.sock"});
+  EXPECT_EQ(down.exit_code, 69);
+}
+
+TEST_F(Lifecycle, ConcurrentClientsKeepExactCounts) {
+  ASSERT_EQ(Tool("mcd-create", {"shared", "--dtype", "f32", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  std::vector<std::unique_ptr<test::Background>> clients;
+  for (int p = 0; p < 8; ++p) {
+    clients.push_back(std::make_unique<test::Background>(
+        std::vector<std::string>{std::string(MCD_TEST_BIN_DIR) + "/stress_client", redis_.url(), node_,
+                                 std::to_string(p), "200", "shared"},
+        std::map<std::string, std::string>{}, dir_.path() + "/client" + std::to_string(p) + ".log"));
+  }
+  for (int p = 0; p < 8; ++p) {
+    EXPECT_EQ(clients[static_cast<size_t>(p)]->Stop(0, 300), 0)
+        << test::ReadFile(dir_.path() + "/client" + std::to_string(p) + ".log");
+  }
+  EXPECT_EQ(TensorKeys(), std::vector<std::string>{keys_.Tensor("shared")});
+  EXPECT_EQ(HashField("shared", "refcount"), "1");
+  EXPECT_EQ(ShmCount(), 1u);
+}
+
+TEST_F(Lifecycle, SigtermFreesEverything) {
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code, 0);
+  }
+  EXPECT_EQ(ShmCount(), 3u);
+  EXPECT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_FALSE(Heartbeat());
+  EXPECT_EQ(ShmCount(), 0u);
+  EXPECT_NE(ServeLog().find("freed 3 of 3"), std::string::npos) << ServeLog();
+}
+
+TEST_F(Lifecycle, RestartRemovesWhatADeadInstanceLeft) {
+  for (const char* name : {"a", "b"}) {
+    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code, 0);
+  }
+  EXPECT_EQ(server_->Stop(SIGKILL), -SIGKILL);
+  EXPECT_EQ(TensorKeys().size(), 2u);
+  // A command pushed while no server runs is kept and served by the next instance.
+  ASSERT_TRUE(redis_.Connect()->Command({"LPUSH", keys_.queue,
+      R"({"op":"create","name":"later","dtype":"u8","shape":[4],"device":-1})"}).ok());
+  ASSERT_TRUE(test::WaitFor([&] { return !Heartbeat(); }, 6000));
+  StartServer();
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("later", "state") == "ready"; }, 5000)) << ServeLog();
+  EXPECT_EQ(TensorKeys(), std::vector<std::string>{keys_.Tensor("later")});
+  EXPECT_EQ(ShmCount(), 1u);
+  EXPECT_NE(ServeLog().find("removed 2 stale tensor(s)"), std::string::npos) << ServeLog();
+}
+
+TEST_F(Lifecycle, SecondServerForTheSameNodeIsRefused) {
+  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 10);
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
+  EXPECT_TRUE(Heartbeat());  // the first one is untouched
+}
+
+TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
+  test::Background owner({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
+  ASSERT_EQ(Tool("mcd-create", {"tmp", "--dtype", "f32", "--shape", "4", "--device", "cpu", "--lifetime",
+                                "stack", "--owner-pid", std::to_string(owner.pid())}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-get", {"tmp"}).exit_code, 0);  // refcount 2 does not keep it alive
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(HashField("tmp", "state"), "ready");
+  owner.Stop(SIGKILL);
+  EXPECT_TRUE(test::WaitFor([&] { return HashField("tmp", "state").empty(); }, 5000)) << ServeLog();
+  EXPECT_EQ(HashField("kept", "state"), "ready");
+  EXPECT_EQ(ShmCount(), 1u);
+}
+
+}  // namespace
+}  // namespace mcd
