@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what memcuda builds and runs with, from Debian 12's packages. The CUDA Toolkit is not
+# a Debian package here: it must already be installed under /usr/local/cuda (or CUDA_HOME).
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config libhiredis-dev libcli11-dev nlohmann-json3-dev
+          googletest libgtest-dev redis-server redis-tools mandoc)
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+if [ ! -x "$cuda_home/bin/nvcc" ]; then
+  echo "install-deps: error: no CUDA Toolkit at $cuda_home (nvcc not found); install CUDA 12.x/13.x" \
+       "and set CUDA_HOME" >&2
+  exit 69
+fi
+echo "install-deps: ok (CUDA $("$cuda_home/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))" >&2
