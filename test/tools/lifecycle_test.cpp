@@ -150,6 +150,15 @@ TEST_F(Lifecycle, ContentsSurviveAcrossProcessesAndNpyRoundTrips) {
   ASSERT_TRUE(client.value()->Release("arr").ok());
 }
 
+TEST_F(Lifecycle, CAbiFromPlainC) {
+  auto run = test::Run({test::ToolPath("mcd-example-c"), "cabi", node_}, Env());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  // 0^2 + ... + 15^2 = 1240, seen through a second mapping; refcount 2 while held.
+  EXPECT_EQ(run.out, "cabi refcount=2 sum=1240 listed=1\nafter release: not_found\n");
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_EQ(ShmCount(), 0u);
+}
+
 TEST_F(Lifecycle, SeedRedisCliFormWorks) {
   std::string body = R"({"op":"create","name":"X","dtype":"f32","shape":[2,3],"device":-1,"pid":1,"node":")" +
                      node_ + "\"}";

@@ -1,0 +1,97 @@
+/* memcuda.h: the plain C ABI of libmemcuda's client side, for C, Rust (cudarc), Python (ctypes)
+ * and anything else that can call C. See memcuda(7) for the protocol underneath.
+ *
+ * Conventions: every function returns an int32_t code (0 = MCD_OK; names from mcd_error_name);
+ * the detail of the last failure on a client is mcd_last_error(client). A client is used by one
+ * thread at a time. Strings passed in are borrowed; strings handed out are freed with mcd_free. */
+#ifndef MEMCUDA_MEMCUDA_H_
+#define MEMCUDA_MEMCUDA_H_
+
+#include <stdint.h>
+
+#include "memcuda/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes: the same values as mcd::ErrorCode. */
+enum {
+  MCD_OK = 0,
+  MCD_ERR_INVALID_ARGUMENT = 1,
+  MCD_ERR_NOT_FOUND = 2,
+  MCD_ERR_ALREADY_EXISTS = 3,
+  MCD_ERR_NOT_READY = 4,
+  MCD_ERR_OUT_OF_MEMORY = 5,
+  MCD_ERR_UNAVAILABLE = 6,
+  MCD_ERR_NO_DEVICE = 7,
+  MCD_ERR_TIMEOUT = 8,
+  MCD_ERR_REDIS = 9,
+  MCD_ERR_UNEXPECTED_REPLY = 10,
+  MCD_ERR_AUTH_FAILED = 11,
+  MCD_ERR_IO = 12,
+  MCD_ERR_CUDA = 13,
+  MCD_ERR_STOPPED = 14,
+  MCD_ERR_WOULD_DEADLOCK = 15,
+  MCD_ERR_INTERNAL = 16,
+  MCD_ERR_PERMISSION_DENIED = 17,
+  MCD_ERR_WRONG_NODE = 18,
+  MCD_ERR_TOO_LARGE = 19,
+  MCD_ERR_UNSUPPORTED = 20
+};
+
+#define MCD_DEVICE_CPU (-1)
+#define MCD_MAX_DIMS 8
+
+typedef struct mcd_client mcd_client;
+
+/* A tensor as seen by this process. `data` is set by mcd_get/mcd_open (device pointer for GPU
+ * tensors, host pointer for device MCD_DEVICE_CPU) and NULL otherwise. */
+typedef struct mcd_tensor {
+  char name[201];
+  char dtype[8];
+  int32_t device;
+  int32_t ndim;
+  int64_t shape[MCD_MAX_DIMS];
+  uint64_t bytes;
+  int64_t refcount;
+  void* data;
+} mcd_tensor;
+
+/* Connects. redis_url NULL: MCD_REDIS_URL, REDIS_URL, the private socket of
+ * `mcd-serve --spawn-redis`, else redis://127.0.0.1:6379. node NULL: the host name.
+ * timeout_ms <= 0: 5000. MCD_ERR_UNAVAILABLE when Redis or the node's mcd-serve is not there.
+ * On failure *out is NULL. */
+MCD_API int32_t mcd_connect(const char* redis_url, const char* node, int32_t timeout_ms,
+                            mcd_client** out);
+/* Closes the connection. Mappings opened stay valid until mcd_release/mcd_close or exit. */
+MCD_API void mcd_disconnect(mcd_client* client);
+
+/* Creates a zeroed heap tensor (refcount 1). `out` may be NULL. */
+MCD_API int32_t mcd_create(mcd_client* client, const char* name, const char* dtype,
+                           const int64_t* shape, int32_t ndim, int32_t device, mcd_tensor* out);
+/* Takes a reference (refcount+1) and maps the tensor into this process. */
+MCD_API int32_t mcd_get(mcd_client* client, const char* name, mcd_tensor* out);
+/* Maps the tensor without taking a reference. */
+MCD_API int32_t mcd_open(mcd_client* client, const char* name, mcd_tensor* out);
+/* Unmaps (if mapped here) and gives one reference back (refcount-1; freed at 0). */
+MCD_API int32_t mcd_release(mcd_client* client, const char* name);
+/* Unmaps without touching the refcount. */
+MCD_API int32_t mcd_close(mcd_client* client, const char* name);
+/* Reads the record; data is NULL. */
+MCD_API int32_t mcd_stat(mcd_client* client, const char* name, mcd_tensor* out);
+/* A JSON array of the records whose names match `glob` (NULL: all). Free *json_out with mcd_free. */
+MCD_API int32_t mcd_list_json(mcd_client* client, const char* glob, char** json_out);
+
+MCD_API void mcd_free(void* p);
+/* "ok", "not_found", ...; "unknown" for other values. Static storage. */
+MCD_API const char* mcd_error_name(int32_t code);
+/* The detail message of the last failed call on `client` ("" when none). Valid until the next
+ * call on that client. NULL client: the last mcd_connect failure of this thread. */
+MCD_API const char* mcd_last_error(const mcd_client* client);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEMCUDA_MEMCUDA_H_ */

@@ -1,0 +1,173 @@
+// The C ABI over mcd::Client. No exception crosses this boundary.
+#include "memcuda/memcuda.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "memcuda/client.h"
+
+struct mcd_client {
+  std::unique_ptr<mcd::Client> client;
+  std::string last_error;
+};
+
+namespace {
+
+thread_local std::string tls_connect_error;
+
+int32_t Fail(mcd_client* c, const mcd::Status& status) {
+  if (c != nullptr) c->last_error = status.message();
+  return static_cast<int32_t>(status.code());
+}
+
+int32_t Check(mcd_client* c, const char* name) {
+  if (c == nullptr || c->client == nullptr) return MCD_ERR_INVALID_ARGUMENT;
+  if (name == nullptr) {
+    c->last_error = "name is NULL";
+    return MCD_ERR_INVALID_ARGUMENT;
+  }
+  return MCD_OK;
+}
+
+void Fill(const mcd::TensorRecord& r, void* data, mcd_tensor* out) {
+  if (out == nullptr) return;
+  std::memset(out, 0, sizeof(*out));
+  std::strncpy(out->name, r.name.c_str(), sizeof(out->name) - 1);
+  std::strncpy(out->dtype, mcd::DTypeName(r.dtype), sizeof(out->dtype) - 1);
+  out->device = r.device;
+  out->ndim = static_cast<int32_t>(r.shape.size());
+  for (size_t i = 0; i < r.shape.size() && i < MCD_MAX_DIMS; ++i) out->shape[i] = r.shape[i];
+  out->bytes = r.bytes;
+  out->refcount = r.refcount;
+  out->data = data;
+}
+
+template <typename Fn>
+int32_t Guard(mcd_client* c, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInternal, e.what()));
+  } catch (...) {
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInternal, "unknown exception"));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t mcd_connect(const char* redis_url, const char* node, int32_t timeout_ms, mcd_client** out) {
+  if (out == nullptr) return MCD_ERR_INVALID_ARGUMENT;
+  *out = nullptr;
+  try {
+    mcd::ClientOptions options;
+    auto url = mcd::ResolveRedisUrl(redis_url != nullptr ? redis_url : "");
+    if (!url.ok()) {
+      tls_connect_error = url.status().message();
+      return static_cast<int32_t>(url.status().code());
+    }
+    options.redis_url = url.value();
+    if (node != nullptr) options.node = node;
+    if (timeout_ms > 0) options.timeout_ms = timeout_ms;
+    auto client = mcd::Client::Connect(options);
+    if (!client.ok()) {
+      tls_connect_error = client.status().message();
+      return static_cast<int32_t>(client.status().code());
+    }
+    *out = new mcd_client{std::move(client).value(), ""};
+    return MCD_OK;
+  } catch (const std::exception& e) {
+    tls_connect_error = e.what();
+    return MCD_ERR_INTERNAL;
+  }
+}
+
+void mcd_disconnect(mcd_client* client) { delete client; }
+
+int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
+                   int32_t ndim, int32_t device, mcd_tensor* out) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto parsed = mcd::ParseDType(dtype != nullptr ? dtype : "");
+    if (!parsed) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "unknown dtype"));
+    if (shape == nullptr || ndim <= 0 || ndim > MCD_MAX_DIMS) {
+      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "shape needs 1 to 8 dims"));
+    }
+    mcd::CreateSpec spec;
+    spec.name = name;
+    spec.dtype = *parsed;
+    spec.shape.assign(shape, shape + ndim);
+    spec.device = device;
+    auto record = c->client->Create(spec);
+    if (!record.ok()) return Fail(c, record.status());
+    Fill(record.value(), nullptr, out);
+    return MCD_OK;
+  });
+}
+
+static int32_t Map(mcd_client* c, const char* name, mcd_tensor* out, bool take_ref) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto view = take_ref ? c->client->Get(name) : c->client->Open(name);
+    if (!view.ok()) return Fail(c, view.status());
+    Fill(view->record, view->data, out);
+    return MCD_OK;
+  });
+}
+
+int32_t mcd_get(mcd_client* c, const char* name, mcd_tensor* out) { return Map(c, name, out, true); }
+int32_t mcd_open(mcd_client* c, const char* name, mcd_tensor* out) { return Map(c, name, out, false); }
+
+int32_t mcd_release(mcd_client* c, const char* name) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto record = c->client->Release(name);
+    return record.ok() ? MCD_OK : Fail(c, record.status());
+  });
+}
+
+int32_t mcd_close(mcd_client* c, const char* name) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    mcd::Status closed = c->client->Close(name);
+    return closed.ok() ? MCD_OK : Fail(c, closed);
+  });
+}
+
+int32_t mcd_stat(mcd_client* c, const char* name, mcd_tensor* out) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto record = c->client->Stat(name);
+    if (!record.ok()) return Fail(c, record.status());
+    Fill(record.value(), nullptr, out);
+    return MCD_OK;
+  });
+}
+
+int32_t mcd_list_json(mcd_client* c, const char* glob, char** json_out) {
+  if (c == nullptr || json_out == nullptr) return MCD_ERR_INVALID_ARGUMENT;
+  *json_out = nullptr;
+  return Guard(c, [&]() -> int32_t {
+    auto records = c->client->List(glob != nullptr ? glob : "*");
+    if (!records.ok()) return Fail(c, records.status());
+    std::string json = "[";
+    for (const auto& r : records.value()) json += (json.size() > 1 ? "," : "") + mcd::RecordToJson(r);
+    json += "]";
+    *json_out = static_cast<char*>(std::malloc(json.size() + 1));
+    if (*json_out == nullptr) return Fail(c, mcd::Status(mcd::ErrorCode::kInternal, "out of host memory"));
+    std::memcpy(*json_out, json.c_str(), json.size() + 1);
+    return MCD_OK;
+  });
+}
+
+void mcd_free(void* p) { std::free(p); }
+
+const char* mcd_error_name(int32_t code) { return mcd::ErrorName(code); }
+
+const char* mcd_last_error(const mcd_client* client) {
+  return client != nullptr ? client->last_error.c_str() : tls_connect_error.c_str();
+}
+
+}  // extern "C"
