@@ -22,16 +22,22 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
   RedisUrl url;
   url.is_unix = true;
   url.path = socket;
-  // A private server already answering there (another mcd-serve of this user) is reused.
-  if (RedisConnection::Connect(url).ok()) {
-    return Status(ErrorCode::kAlreadyExists,
-                  "a private Redis already answers on " + socket + "; use --redis-url unix://" + socket);
-  }
+  std::unique_ptr<PrivateRedis> out(new PrivateRedis());
+  out->url_ = url;
+  // One already answering there (left by an mcd-serve that was killed) is reused, not owned:
+  // the heartbeat check still keeps a second live server of the node away.
+  if (RedisConnection::Connect(url).ok()) return out;
   unlink(socket.c_str());
   std::string log_file = dir + "/redis.log";
   pid_t pid = fork();
   if (pid < 0) return Status(ErrorCode::kInternal, std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    // exec keeps the signal mask and ignored signals: give redis-server a clean slate, or it
+    // would never see the SIGTERM that stops it.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
     setsid();  // not killed by the terminal's Ctrl-C before mcd-serve has cleaned up
     execlp(redis_server.c_str(), redis_server.c_str(), "--port", "0", "--unixsocket",
            socket.c_str(), "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
@@ -39,9 +45,7 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
            static_cast<char*>(nullptr));
     _exit(127);
   }
-  std::unique_ptr<PrivateRedis> out(new PrivateRedis());
   out->pid_ = pid;
-  out->url_ = url;
   for (int i = 0; i < 100; ++i) {
     if (RedisConnection::Connect(url).ok()) return out;
     int wstatus = 0;

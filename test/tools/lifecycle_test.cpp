@@ -351,3 +351,29 @@ TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
 
 }  // namespace
 }  // namespace mcd
+
+namespace mcd {
+namespace {
+
+TEST(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
+  test::TempDir runtime;
+  std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime.path()},
+                                            {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
+  std::string socket = runtime.path() + "/memcuda/redis.sock";
+  std::string node = "spawn" + std::to_string(getpid());
+  test::Background server({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node},
+                          env, runtime.path() + "/serve.log");
+  ASSERT_TRUE(test::WaitFor([&] {
+    return test::ReadFile(runtime.path() + "/serve.log").find("serving node") != std::string::npos;
+  }, 10000)) << test::ReadFile(runtime.path() + "/serve.log");
+  auto created = test::Run({test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "3",
+                            "--device", "cpu", "--node", node}, env);
+  EXPECT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_EQ(test::Run({test::ToolPath("mcd-ls"), "-q"}, env).out, "s\n");
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+  EXPECT_TRUE(test::WaitFor([&] { return access(socket.c_str(), F_OK) != 0; }, 5000))
+      << "the private redis-server outlived mcd-serve";
+}
+
+}  // namespace
+}  // namespace mcd

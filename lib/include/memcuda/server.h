@@ -59,7 +59,8 @@ class MCD_API Server {
 // DefaultRedisUrl() finds), for machines where no Redis is configured.
 class MCD_API PrivateRedis {
  public:
-  // Starts `redis_server` (a path or a name on PATH) and waits until it answers.
+  // Starts `redis_server` (a path or a name on PATH) and waits until it answers. A private
+  // Redis already answering on the socket is used as it is (and left running at the end).
   static Result<std::unique_ptr<PrivateRedis>> Start(const std::string& redis_server = "redis-server");
   ~PrivateRedis();  // stops the server and removes its socket
   PrivateRedis(const PrivateRedis&) = delete;
