@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
+#include "fd_passing.h"
 #include "memcuda/gpu_worker.h"
 #include "process.h"
 
@@ -78,7 +80,10 @@ class MappingRegistry {
     return *worker;
   }
 
-  Result<void*> Open(const TensorRecord& r) {
+  // Resolves the pool socket of a server instance (from its heartbeat).
+  using SocketOf = std::function<Result<std::string>(const std::string& owner)>;
+
+  Result<void*> Open(const TensorRecord& r, const SocketOf& socket_of) {
     std::string key = Key(r);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -89,8 +94,23 @@ class MappingRegistry {
       }
     }
     void* ptr = nullptr;
+    // Pools are imported once per process and server instance (a new instance: a new import).
+    PoolImporter import_pool = [&](DeviceContext& ctx) -> Result<cudaMemPool_t> {
+      std::string pool_key = r.owner + "/" + std::to_string(r.device);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = pools_.find(pool_key);
+        if (it != pools_.end()) return it->second;
+      }
+      MCD_ASSIGN_OR_RETURN(std::string socket, socket_of(r.owner));
+      MCD_ASSIGN_OR_RETURN(int fd, FetchFd(socket, r.device, 5000));
+      MCD_ASSIGN_OR_RETURN(cudaMemPool_t pool, ImportPool(ctx, fd));
+      std::lock_guard<std::mutex> lock(mutex_);
+      pools_[pool_key] = pool;
+      return pool;
+    };
     Status opened = Worker(r.device).Call([&](DeviceContext& ctx) -> Status {
-      MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r.ipc_kind, r.ipc_handle, r.bytes, r.offset));
+      MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r, import_pool));
       return Status::Ok();
     });
     if (!opened.ok()) return opened;
@@ -110,10 +130,8 @@ class MappingRegistry {
       mapping = it->second;
       maps_.erase(it);
     }
-    return Worker(r.device).Call([&](DeviceContext& ctx) {
-      return CloseMapping(ctx, mapping.record.ipc_kind, mapping.ptr, mapping.record.bytes,
-                          mapping.record.offset);
-    });
+    return Worker(r.device).Call(
+        [&](DeviceContext& ctx) { return CloseMapping(ctx, mapping.record, mapping.ptr); });
   }
 
   // Finds the record of an opened tensor by name (for Release without a record at hand).
@@ -129,10 +147,8 @@ class MappingRegistry {
     for (auto& [key, mapping] : maps_) {
       auto& worker = workers_[mapping.record.device];
       if (worker) {
-        (void)worker->Call([&](DeviceContext& ctx) {
-          return CloseMapping(ctx, mapping.record.ipc_kind, mapping.ptr, mapping.record.bytes,
-                              mapping.record.offset);
-        });
+        (void)worker->Call(
+            [&](DeviceContext& ctx) { return CloseMapping(ctx, mapping.record, mapping.ptr); });
       }
     }
     for (auto& [device, worker] : workers_) worker->Stop();
@@ -149,6 +165,7 @@ class MappingRegistry {
   std::mutex mutex_;
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
   std::map<std::string, Mapping> maps_;
+  std::map<std::string, cudaMemPool_t> pools_;  // imported pools by "<owner>/<device>"
 };
 
 std::string FormatSeconds(int ms) {
@@ -237,6 +254,21 @@ class Client::Impl {
     std::string code = error.value("code", "internal");
     std::string message = error.value("message", "the server gave no reason");
     return Status(ErrorCodeFromName(code).value_or(ErrorCode::kInternal), message);
+  }
+
+  // The pool socket of server instance `owner`, from the node's heartbeat.
+  std::function<Result<std::string>(const std::string&)> PoolSocketOf() {
+    return [this](const std::string& owner) -> Result<std::string> {
+      MCD_ASSIGN_OR_RETURN(auto info, ServerInfo());
+      if (info["instance"] != owner) {
+        return Status(ErrorCode::kUnavailable, "the server instance " + owner +
+                                                   " that owns this tensor is gone");
+      }
+      if (info["pool_socket"].empty()) {
+        return Status(ErrorCode::kUnavailable, "the server publishes no pool socket");
+      }
+      return info["pool_socket"];
+    };
   }
 
   Result<TensorRecord> Stat(const std::string& name) {
@@ -338,7 +370,7 @@ Result<TensorView> Client::Get(const std::string& name) {
   cmd.op = Op::kGet;
   cmd.name = name;
   MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->Request(cmd));
-  auto ptr = MappingRegistry::Get().Open(record);
+  auto ptr = MappingRegistry::Get().Open(record, impl_->PoolSocketOf());
   if (!ptr.ok()) {
     // Give the reference back: nobody in this process holds it.
     Command undo;
@@ -355,7 +387,7 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
   }
-  MCD_ASSIGN_OR_RETURN(void* ptr, MappingRegistry::Get().Open(record));
+  MCD_ASSIGN_OR_RETURN(void* ptr, MappingRegistry::Get().Open(record, impl_->PoolSocketOf()));
   return TensorView{record, ptr};
 }
 

@@ -1,12 +1,14 @@
 #include "memcuda/server.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -21,6 +23,7 @@
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
+#include "fd_passing.h"
 #include "log.h"
 #include "lua_scripts.h"
 #include "memcuda/client.h"
@@ -90,6 +93,8 @@ class Server::Impl {
   enum class Pre { kNone, kAbsent, kMatch };
 
   Status Connect();
+  Status StartPoolSocket();
+  uint64_t PoolUsedBytes();
   Status CheckSingleInstance();
   Status Reconcile();
   Status LoadScript();
@@ -122,6 +127,9 @@ class Server::Impl {
   std::unordered_map<std::string, Entry> tensors_;
   std::vector<Entry> orphans_;  // allocations whose hash vanished underneath: freed at shutdown
   std::string devices_text_;
+  std::string allocator_text_;
+  std::unique_ptr<FdServer> pool_server_;
+  std::atomic<uint64_t> pool_used_{0};
   int64_t started_ms_ = 0;
   Clock::time_point last_reap_{};
 
@@ -180,10 +188,28 @@ Status Server::Impl::Start() {
     if (!bound.ok()) {
       return Status(bound.code(), "cannot serve device " + std::to_string(d) + ": " + bound.message());
     }
+    std::unique_ptr<Allocator> allocator;
+    if (opt_.allocator == "pool") {
+      PoolConfig pool;
+      pool.max_bytes = opt_.pool_max_bytes;
+      pool.max_fraction = opt_.pool_max_fraction;
+      pool.release_threshold = opt_.pool_release_threshold;
+      allocator = MakeCudaMempoolAllocator(pool);
+    } else {
+      allocator = MakeCudaIpcAllocator();
+    }
+    Status ready = worker->Call([&](DeviceContext& ctx) { return allocator->Init(ctx); });
+    if (!ready.ok()) {
+      return Status(ready.code(), "cannot set up the " + std::string(allocator->kind()) +
+                                      " allocator of device " + std::to_string(d) + ": " + ready.message());
+    }
+    allocator_text_ += std::string(allocator_text_.empty() ? "" : ",") + std::to_string(d) + ":" + allocator->kind();
     workers_[d] = std::move(worker);
-    allocators_[d] = MakeCudaIpcAllocator();
+    allocators_[d] = std::move(allocator);
     devices_text_ += "," + std::to_string(d);
   }
+  allocator_text_ += std::string(allocator_text_.empty() ? "" : ",") + "cpu:host_shm";
+  if (opt_.allocator == "pool" && allocators_.size() > 1) MCD_RETURN_IF_ERROR(StartPoolSocket());
 
   MCD_RETURN_IF_ERROR(Connect());
   MCD_RETURN_IF_ERROR(CheckSingleInstance());
@@ -195,6 +221,43 @@ Status Server::Impl::Start() {
                            opt_.redis_url.Redacted() + ", queue '" + opt_.keys.queue +
                            "', devices " + devices_text_);
   return Status::Ok();
+}
+
+Status Server::Impl::StartPoolSocket() {
+  PeerPolicy policy;
+  policy.uid = geteuid();
+  if (!opt_.pool_group.empty()) {
+    group* g = getgrnam(opt_.pool_group.c_str());
+    if (g == nullptr) return Status(ErrorCode::kInvalidArgument, "no group named '" + opt_.pool_group + "'");
+    policy.group = g->gr_gid;
+  }
+  std::string path = opt_.pool_socket;
+  if (path.empty()) {
+    std::string dir = RuntimeDir();
+    mkdir(dir.c_str(), 0700);
+    std::string node;
+    for (char c : opt_.node) node.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+    path = dir + "/pool-" + node.substr(0, 40) + "-" + instance_ + ".sock";
+  }
+  // The descriptors stay owned by the allocators; the socket hands out duplicates.
+  MCD_ASSIGN_OR_RETURN(pool_server_, FdServer::Start(path, policy, [this](int device) {
+    auto it = allocators_.find(device);
+    return it == allocators_.end() ? -1 : it->second->pool_fd();
+  }));
+  return Status::Ok();
+}
+
+uint64_t Server::Impl::PoolUsedBytes() {
+  uint64_t total = 0;
+  for (auto& [device, allocator] : allocators_) {
+    if (allocator->pool_fd() < 0) continue;
+    Allocator* a = allocator.get();
+    (void)workers_.at(device)->Call([&](DeviceContext& ctx) {
+      total += a->PoolUsedBytes(ctx);
+      return Status::Ok();
+    });
+  }
+  return total;
 }
 
 Status Server::Impl::CheckSingleInstance() {
@@ -258,7 +321,9 @@ Status Server::Impl::WriteHeartbeat(RedisConnection& conn) {
                                    "pid", std::to_string(getpid()),
                                    "node", opt_.node,
                                    "devices", devices_text_,
-                                   "allocator", "cuda_ipc,host_shm",
+                                   "allocator", allocator_text_,
+                                   "pool_socket", pool_server_ ? pool_server_->path() : "",
+                                   "pool_used", std::to_string(pool_used_.load()),
                                    "started", std::to_string(started_ms_),
                                    "queue", opt_.keys.queue,
                                    "version", "1",
@@ -295,6 +360,7 @@ void Server::Impl::HeartbeatLoop() {
       auto c = RedisConnection::Connect(opt_.redis_url, ropt);
       if (c.ok()) conn = std::move(c).value();
     }
+    if (pool_server_) pool_used_ = PoolUsedBytes();
     if (conn && conn->connected()) {
       Status s = WriteHeartbeat(*conn);
       if (!s.ok()) Log(LogLevel::kWarn, "heartbeat: " + s.ToString());
@@ -679,6 +745,7 @@ void Server::Impl::Shutdown() {
   if (owns_heartbeat_ && redis_ && redis_->connected()) {
     (void)redis_->Command({"DEL", opt_.keys.Server(opt_.node)});
   }
+  pool_server_.reset();
   for (auto& [device, worker] : workers_) worker->Stop();
   if (owns_heartbeat_) {
     Log(LogLevel::kInfo, "stopped: freed " + std::to_string(freed) + " of " +

@@ -1,61 +1,16 @@
-// The lifecycle on a real GPU: mcd-serve allocates with cudaMalloc and exports a CUDA IPC handle,
-// other processes open it, write it and read it back. Skipped without a CUDA device.
-#include <gtest/gtest.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <fstream>
-#include <nlohmann/json.hpp>
-
-#include "memcuda/client.h"
-#include "memcuda/keys.h"
-#include "test_support.h"
+// The lifecycle on a real GPU with the default allocator: cudaMalloc + a CUDA IPC handle that
+// other processes open, write and read back. Skipped without a CUDA device.
+#include "gpu_fixture.h"
 
 namespace mcd {
 namespace {
 
-class GpuLifecycle : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!test::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
-    redis_ = std::make_unique<test::RedisServer>();
-    node_ = "gpu" + std::to_string(getpid());
-    server_ = std::make_unique<test::Background>(
-        std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "0", "--node", node_},
-        Env(), dir_.path() + "/serve.log");
-    ASSERT_TRUE(test::WaitFor([&] {
-      auto r = redis_->Connect()->Command({"EXISTS", KeySpace().Server(node_)});
-      return r.ok() && r->integer == 1;
-    }, 20000)) << test::ReadFile(dir_.path() + "/serve.log");
-  }
-  std::map<std::string, std::string> Env() const { return {{"MCD_REDIS_URL", redis_->url()}}; }
-  test::ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {
-    std::vector<std::string> argv = {test::ToolPath(tool)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    argv.insert(argv.end(), {"--node", node_});
-    return test::Run(argv, Env());
-  }
-
-  test::TempDir dir_;
-  std::unique_ptr<test::RedisServer> redis_;
-  std::string node_;
-  std::unique_ptr<test::Background> server_;
-};
+using GpuLifecycle = test::GpuServerTest;
 
 TEST_F(GpuLifecycle, CreateFromNpyReadBackInAnotherProcessAndScaleInPlace) {
-  std::string in = dir_.path() + "/in.npy";
-  {
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1024,), }";
-    header += std::string(64 - (10 + header.size() + 1) % 64, ' ') + "\n";
-    std::ofstream out(in, std::ios::binary);
-    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size()) << '\x00' << header;
-    for (int i = 0; i < 1024; ++i) {
-      float v = static_cast<float>(i) * 0.5f + 1.0f;
-      out.write(reinterpret_cast<const char*>(&v), 4);
-    }
-  }
+  std::string in = WriteNpy(1024);
   auto created = Tool("mcd-create", {"g", "--from", in, "--device", "0", "--json"});
-  ASSERT_EQ(created.exit_code, 0) << created.err << test::ReadFile(dir_.path() + "/serve.log");
+  ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
   auto record = nlohmann::json::parse(created.out);
   EXPECT_EQ(record["ipc_kind"], "cuda_ipc");
   EXPECT_EQ(record["ipc_handle_hex"].get<std::string>().size(), 128u);

@@ -21,9 +21,6 @@ inline constexpr const char* kEnvironmentFooter =
 inline void AddConnectionFlags(CLI::App& app, CommonFlags& flags) {
   app.add_option("--redis-url", flags.redis_url,
                  "redis://[user:password@]host:port/db or unix:///path.sock");
-  app.add_option("--timeout-ms", flags.timeout_ms, "Wait at most this long for the server")
-      ->check(CLI::Range(1, 3600000))
-      ->capture_default_str();
   app.add_option("--node", flags.node, "Node whose mcd-serve to use (default: host name)");
   app.add_option("--prefix", flags.prefix, "Redis key prefix")->capture_default_str();
   app.add_option("--queue", flags.queue, "Command list")->capture_default_str();
@@ -31,6 +28,9 @@ inline void AddConnectionFlags(CLI::App& app, CommonFlags& flags) {
 
 inline void AddCommonFlags(CLI::App& app, CommonFlags& flags) {
   AddConnectionFlags(app, flags);
+  app.add_option("--timeout-ms", flags.timeout_ms, "Wait at most this long for the server's reply")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "Print JSON (stable keys) instead of text");
   app.add_flag("-q,--quiet", flags.quiet, "Print nothing on success");
 }

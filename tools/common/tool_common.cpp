@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -39,6 +40,24 @@ std::string HumanBytes(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), value < 10 ? "%.1f %s" : "%.0f %s", value, kUnits[unit]);
   return buf;
+}
+
+Result<uint64_t> ParseSize(const std::string& text) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  std::string unit(end);
+  if (end == text.c_str() || value < 0) {
+    return Status(ErrorCode::kInvalidArgument, "bad size '" + text + "' (e.g. 64MiB, 40GiB)");
+  }
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
+  double scale = 1;
+  if (unit == "K" || unit == "k") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) return Status(ErrorCode::kInvalidArgument, "bad size unit in '" + text + "'");
+  return static_cast<uint64_t>(value * scale);
 }
 
 std::string HumanAge(int64_t ms) {

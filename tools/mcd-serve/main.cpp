@@ -2,6 +2,7 @@
 // of the lifecycle list. See mcd-serve(1).
 #include <signal.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -17,7 +18,8 @@ int main(int argc, char** argv) {
                  "Examples:\n"
                  "  mcd-serve --spawn-redis            # private Redis on a Unix socket, all GPUs\n"
                  "  mcd-serve --redis-url redis://127.0.0.1:6379 --devices 0,1\n"
-                 "  mcd-serve --devices cpu            # host memory only\n\n") +
+                 "  mcd-serve --devices cpu            # host memory only\n"
+                 "  mcd-serve --allocator pool --pool-max 40GiB\n\n") +
              tools::kEnvironmentFooter);
   tools::CommonFlags flags;
   tools::AddConnectionFlags(app, flags);
@@ -36,6 +38,16 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-ttl", heartbeat_ttl, "Seconds a heartbeat stays valid")
       ->check(CLI::Range(2, 3600))
       ->capture_default_str();
+  std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket;
+  app.add_option("--allocator", allocator,
+                 "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
+                 "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
+      ->check(CLI::IsMember({"cuda", "pool"}))
+      ->capture_default_str();
+  app.add_option("--pool-max", pool_max, "Pool size limit per device: a size (40GiB) or a percentage (50%)");
+  app.add_option("--pool-release-threshold", pool_release, "Bytes the pool keeps cached when idle (default: all)");
+  app.add_option("--pool-group", pool_group, "Group whose members may import the pool (default: same user only)");
+  app.add_option("--pool-socket", pool_socket, "Unix socket serving the pool's descriptor (default: in the runtime folder)");
   app.add_flag("-q,--quiet", quiet, "Log warnings and errors only");
   app.add_flag("-v,--verbose", verbose, "Log debug detail");
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
@@ -54,6 +66,27 @@ int main(int argc, char** argv) {
   options.node = flags.node;
   options.heartbeat_ttl_s = heartbeat_ttl;
   options.log_level = quiet ? 1 : verbose ? 3 : 2;
+  options.allocator = allocator;
+  options.pool_group = pool_group;
+  options.pool_socket = pool_socket;
+  if (!pool_max.empty()) {
+    if (pool_max.back() == '%') {
+      double percent = std::atof(pool_max.c_str());
+      if (percent <= 0 || percent > 100) {
+        return tools::Fail("mcd-serve", Status(ErrorCode::kInvalidArgument, "--pool-max percentage must be in (0, 100]"));
+      }
+      options.pool_max_fraction = percent / 100.0;
+    } else {
+      auto bytes = tools::ParseSize(pool_max);
+      if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
+      options.pool_max_bytes = bytes.value();
+    }
+  }
+  if (!pool_release.empty()) {
+    auto bytes = tools::ParseSize(pool_release);
+    if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
+    options.pool_release_threshold = bytes.value();
+  }
   if (devices == "cpu") {
     options.all_devices = false;
   } else if (devices != "all") {

@@ -2,6 +2,7 @@
 // the device's GpuWorker (man mcd-serve(1), memcuda(7)).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,15 @@ struct MCD_API ServerOptions {
   int reply_ttl_s = 60;            // lifetime of <prefix>:reply:<req>
   int done_ttl_s = 600;            // how long a repeated req is recognised
   int log_level = 2;               // 0 error, 1 warn, 2 info, 3 debug
+  // GPU allocator: "cuda" (cudaMalloc + cudaIpcGetMemHandle, opened by any CUDA program) or
+  // "pool" (an IPC-capable stream-ordered pool per device; its descriptor is served on a Unix
+  // socket to processes of the same user, or of `pool_group`).
+  std::string allocator = "cuda";
+  uint64_t pool_max_bytes = 0;     // 0: the whole device
+  double pool_max_fraction = 0;    // > 0: this fraction of the device instead
+  uint64_t pool_release_threshold = UINT64_MAX;  // bytes the pool keeps cached when idle
+  std::string pool_group;          // group allowed besides the server's user ("" = none)
+  std::string pool_socket;         // default: <runtime dir>/pool-<node>-<instance>.sock
 };
 
 // Lifecycle: Start() connects, refuses to run beside a live instance of the same node, removes

@@ -6,7 +6,12 @@
 #include <memory>
 #include <string>
 
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
 #include "memcuda/gpu_worker.h"
+#include "memcuda/protocol.h"
 #include "memcuda/status.h"
 
 namespace mcd {
@@ -29,12 +34,28 @@ class Allocator {
   virtual Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) = 0;
   // Frees an allocation of this allocator. Only at refcount 0: others may still map it otherwise.
   virtual Status Free(DeviceContext& ctx, const Allocation& allocation) = 0;
+  // Sets up device state before the first allocation (the pool is created and exported here).
+  virtual Status Init(DeviceContext&) { return Status::Ok(); }
+  // The pool's shareable descriptor (cuda_mempool; owned by the allocator), -1 for other kinds.
+  // Thread-safe once Init() has returned.
+  virtual int pool_fd() const noexcept { return -1; }
+  // Bytes of the pool in use right now (cuda_mempool), 0 for other kinds.
+  virtual uint64_t PoolUsedBytes(DeviceContext&) { return 0; }
+};
+
+struct PoolConfig {
+  uint64_t max_bytes = 0;             // 0: the whole device
+  double max_fraction = 0;            // > 0: this fraction of the device's memory instead
+  uint64_t release_threshold = UINT64_MAX;  // bytes kept cached when the stream is idle
 };
 
 // POSIX shared memory, one object per tensor, named "<name_prefix><seq>".
 std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix);
 // cudaMalloc + cudaIpcGetMemHandle.
 std::unique_ptr<Allocator> MakeCudaIpcAllocator();
+// cudaMallocFromPoolAsync on the worker's stream from an IPC-capable pool (POSIX fd handles);
+// cudaMemPoolExportPointer data in ipc_handle.
+std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config);
 
 // Removes host shm objects whose names start with `name_prefix` (left by a dead instance).
 // Returns how many were removed.
@@ -42,11 +63,24 @@ int RemoveHostShmObjects(const std::string& name_prefix);
 // Unlinks one host shm object by name; missing objects are not an error.
 void UnlinkHostShm(const std::string& shm_name);
 
-// Client side: maps an exported allocation into this process. Runs on the client's worker for
-// the device (CUDA kinds) or any thread (host_shm).
-Result<void*> OpenMapping(DeviceContext& ctx, const std::string& ipc_kind,
-                          const std::string& ipc_handle, uint64_t bytes, uint64_t offset);
-Status CloseMapping(DeviceContext& ctx, const std::string& ipc_kind, void* ptr, uint64_t bytes,
-                    uint64_t offset);
+// Client side: maps an exported allocation into this process, on the client's worker for the
+// record's device. `import_pool` yields this process's import of the owning server's pool
+// (cuda_mempool only; called on the same worker thread).
+using PoolImporter = std::function<Result<cudaMemPool_t>(DeviceContext&)>;
+Result<void*> OpenMapping(DeviceContext& ctx, const TensorRecord& record,
+                          const PoolImporter& import_pool);
+Status CloseMapping(DeviceContext& ctx, const TensorRecord& record, void* ptr);
+// Imports a pool from its shareable descriptor (closed here) and enables access from the
+// context's device.
+Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, int fd);
+
+// The per-kind halves of OpenMapping/CloseMapping.
+Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset);
+Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset);
+Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& handle, uint64_t offset);
+Status CloseCudaIpc(DeviceContext& ctx, void* ptr, uint64_t offset);
+Result<void*> OpenPoolPointer(DeviceContext& ctx, cudaMemPool_t pool, const std::string& handle,
+                              uint64_t offset);
+Status ClosePoolPointer(DeviceContext& ctx, void* ptr, uint64_t offset);
 
 }  // namespace mcd

@@ -9,9 +9,6 @@
 
 namespace mcd {
 
-Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset);
-Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset);
-
 namespace {
 
 Status OutOfMemory(const char* what, uint64_t bytes) {
@@ -68,33 +65,23 @@ class CudaIpcAllocator final : public Allocator {
 
 std::unique_ptr<Allocator> MakeCudaIpcAllocator() { return std::make_unique<CudaIpcAllocator>(); }
 
-Result<void*> OpenMapping(DeviceContext& ctx, const std::string& ipc_kind,
-                          const std::string& ipc_handle, uint64_t bytes, uint64_t offset) {
-  if (ipc_kind == "host_shm") return OpenHostShm(ipc_handle, bytes, offset);
-  if (ipc_kind == "cuda_ipc") {
-    if (ipc_handle.size() != sizeof(cudaIpcMemHandle_t)) {
-      return Status(ErrorCode::kUnexpectedReply,
-                    "cuda_ipc handle is " + std::to_string(ipc_handle.size()) + " bytes, not 64");
-    }
-    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
-    cudaIpcMemHandle_t handle{};
-    std::memcpy(&handle, ipc_handle.data(), sizeof(handle));
-    void* base = nullptr;
-    MCD_CUDA_RETURN(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
-    return static_cast<void*>(static_cast<char*>(base) + offset);
+Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& ipc_handle, uint64_t offset) {
+  if (ipc_handle.size() != sizeof(cudaIpcMemHandle_t)) {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "cuda_ipc handle is " + std::to_string(ipc_handle.size()) + " bytes, not 64");
   }
-  return Status(ErrorCode::kUnsupported, "this client cannot open ipc_kind \"" + ipc_kind + "\"");
+  MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+  cudaIpcMemHandle_t handle{};
+  std::memcpy(&handle, ipc_handle.data(), sizeof(handle));
+  void* base = nullptr;
+  MCD_CUDA_RETURN(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
+  return static_cast<void*>(static_cast<char*>(base) + offset);
 }
 
-Status CloseMapping(DeviceContext& ctx, const std::string& ipc_kind, void* ptr, uint64_t bytes,
-                    uint64_t offset) {
-  if (ipc_kind == "host_shm") return CloseHostShm(ptr, bytes, offset);
-  if (ipc_kind == "cuda_ipc") {
-    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
-    MCD_CUDA_RETURN(cudaIpcCloseMemHandle(static_cast<char*>(ptr) - offset));
-    return Status::Ok();
-  }
-  return Status(ErrorCode::kUnsupported, "cannot close ipc_kind \"" + ipc_kind + "\"");
+Status CloseCudaIpc(DeviceContext& ctx, void* ptr, uint64_t offset) {
+  MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+  MCD_CUDA_RETURN(cudaIpcCloseMemHandle(static_cast<char*>(ptr) - offset));
+  return Status::Ok();
 }
 
 }  // namespace mcd

@@ -1,0 +1,168 @@
+// cuda_mempool: the design's stream-ordered allocator made shareable. One IPC-capable pool per
+// device (POSIX file-descriptor handles), owned by the device's worker; every allocation and free
+// is ordered on the worker's single stream. The pool's descriptor reaches other processes over
+// the server's Unix socket; each allocation is exported as 64 bytes of cudaMemPoolPtrExportData.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "alloc/allocator.h"
+#include "cuda_check.h"
+
+namespace mcd {
+namespace {
+
+class CudaMempoolAllocator final : public Allocator {
+ public:
+  explicit CudaMempoolAllocator(PoolConfig config) : config_(config) {}
+  const char* kind() const noexcept override { return "cuda_mempool"; }
+  int pool_fd() const noexcept override { return fd_; }
+
+  Status Init(DeviceContext& ctx) override {
+    if (pool_ != nullptr) return Status::Ok();
+    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    MCD_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes));
+    max_bytes_ = config_.max_fraction > 0
+                     ? static_cast<uint64_t>(config_.max_fraction * static_cast<double>(total_bytes))
+                     : config_.max_bytes;
+    if (max_bytes_ == 0 || max_bytes_ > total_bytes) max_bytes_ = total_bytes;
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = ctx.device();
+    props.maxSize = max_bytes_;
+    MCD_CUDA_RETURN(cudaMemPoolCreate(&pool_, &props));
+    uint64_t threshold = config_.release_threshold;
+    MCD_CUDA_RETURN(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+    // Must precede the first cudaMemPoolExportPointer.
+    int fd = -1;
+    MCD_CUDA_RETURN(cudaMemPoolExportToShareableHandle(&fd, pool_, cudaMemHandleTypePosixFileDescriptor, 0));
+    fd_ = fd;
+    // Seed order at Reset: the stream is drained first, then the pool is trimmed and destroyed.
+    ctx.AddResetHook([this] {
+      cudaMemPoolTrimTo(pool_, 0);
+      cudaMemPoolDestroy(pool_);
+      pool_ = nullptr;
+      if (fd_ >= 0) close(fd_);
+      fd_ = -1;
+    });
+    return Status::Ok();
+  }
+
+  Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
+    MCD_RETURN_IF_ERROR(Init(ctx));
+    void* ptr = nullptr;
+    cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, ctx.stream());
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      uint64_t used = PoolUsedBytes(ctx);
+      size_t free_bytes = 0;
+      size_t total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      uint64_t available = std::min<uint64_t>(max_bytes_ > used ? max_bytes_ - used : 0, free_bytes);
+      return Status(ErrorCode::kOutOfMemory,
+                    "cudaMallocFromPoolAsync: requested " + std::to_string(bytes) + " bytes, " +
+                        std::to_string(available) + " available (pool maximum " +
+                        std::to_string(max_bytes_) + ", " + std::to_string(used) + " in use)");
+    }
+    MCD_CUDA_RETURN(err);
+    auto fail = [&](Status status) {
+      cudaFreeAsync(ptr, ctx.stream());
+      return status;
+    };
+    if (zero) {
+      err = cudaMemsetAsync(ptr, 0, bytes, ctx.stream());
+      if (err != cudaSuccess) return fail(CudaStatus(err, "cudaMemsetAsync"));
+    }
+    // Other processes import the pointer without any event: the allocation (and its zeroing) must
+    // be complete in stream order before it is published.
+    err = cudaStreamSynchronize(ctx.stream());
+    if (err != cudaSuccess) return fail(CudaStatus(err, "cudaStreamSynchronize"));
+    cudaMemPoolPtrExportData data{};
+    err = cudaMemPoolExportPointer(&data, ptr);
+    if (err != cudaSuccess) return fail(CudaStatus(err, "cudaMemPoolExportPointer"));
+    Allocation a;
+    a.ptr = ptr;
+    a.bytes = bytes;
+    a.ipc_kind = kind();
+    a.ipc_handle.assign(reinterpret_cast<const char*>(&data), sizeof(data));
+    return a;
+  }
+
+  Status Free(DeviceContext& ctx, const Allocation& allocation) override {
+    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    MCD_CUDA_RETURN(cudaFreeAsync(allocation.ptr, ctx.stream()));
+    return Status::Ok();
+  }
+
+  uint64_t PoolUsedBytes(DeviceContext&) override {
+    if (pool_ == nullptr) return 0;
+    uint64_t used = 0;
+    if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return used;
+  }
+
+ private:
+  PoolConfig config_;
+  uint64_t max_bytes_ = 0;
+  cudaMemPool_t pool_ = nullptr;
+  int fd_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config) {
+  return std::make_unique<CudaMempoolAllocator>(config);
+}
+
+Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, int fd) {
+  Status ready = ctx.EnsureGpu();
+  if (!ready.ok()) {
+    close(fd);
+    return ready;
+  }
+  cudaMemPool_t pool = nullptr;
+  cudaError_t err = cudaMemPoolImportFromShareableHandle(
+      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)), cudaMemHandleTypePosixFileDescriptor, 0);
+  close(fd);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaMemPoolImportFromShareableHandle");
+  // An imported pool inherits no access settings: grant this process's device. Its resident
+  // device always has access, and some drivers refuse to set it again: not an error then.
+  cudaMemAccessDesc access{};
+  access.location.type = cudaMemLocationTypeDevice;
+  access.location.id = ctx.device();
+  access.flags = cudaMemAccessFlagsProtReadWrite;
+  if (cudaMemPoolSetAccess(pool, &access, 1) != cudaSuccess) cudaGetLastError();
+  return pool;
+}
+
+Result<void*> OpenPoolPointer(DeviceContext& ctx, cudaMemPool_t pool, const std::string& handle,
+                              uint64_t offset) {
+  if (handle.size() != sizeof(cudaMemPoolPtrExportData)) {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "cuda_mempool handle is " + std::to_string(handle.size()) + " bytes, not 64");
+  }
+  MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+  cudaMemPoolPtrExportData data{};
+  std::memcpy(&data, handle.data(), sizeof(data));
+  void* base = nullptr;
+  MCD_CUDA_RETURN(cudaMemPoolImportPointer(&base, pool, &data));
+  return static_cast<void*>(static_cast<char*>(base) + offset);
+}
+
+Status ClosePoolPointer(DeviceContext& ctx, void* ptr, uint64_t offset) {
+  MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+  // An importer frees its import before the exporter frees the allocation (refcount order).
+  MCD_CUDA_RETURN(cudaFreeAsync(static_cast<char*>(ptr) - offset, ctx.stream()));
+  MCD_CUDA_RETURN(cudaStreamSynchronize(ctx.stream()));
+  return Status::Ok();
+}
+
+}  // namespace mcd

@@ -1,0 +1,196 @@
+#include "fd_passing.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "log.h"
+
+namespace mcd {
+namespace {
+
+Status Errno(ErrorCode code, const std::string& what) {
+  return Status(code, what + ": " + std::strerror(errno));
+}
+
+Result<sockaddr_un> Address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return Status(ErrorCode::kInvalidArgument, "socket path too long: " + path);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+bool PeerAllowed(int conn, const PeerPolicy& policy, std::string& who) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  who = "pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+  if (cred.uid == policy.uid) return true;
+  if (policy.group == static_cast<gid_t>(-1)) return false;
+  if (cred.gid == policy.group) return true;
+  // Supplementary groups of the peer, from /proc (same machine by construction).
+  std::string status_path = "/proc/" + std::to_string(cred.pid) + "/status";
+  FILE* f = std::fopen(status_path.c_str(), "r");
+  if (f == nullptr) return false;
+  char line[4096];
+  bool allowed = false;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "Groups:", 7) != 0) continue;
+    char* rest = line + 7;
+    char* end = nullptr;
+    for (long g = std::strtol(rest, &end, 10); end != rest; g = std::strtol(rest, &end, 10)) {
+      if (static_cast<gid_t>(g) == policy.group) allowed = true;
+      rest = end;
+    }
+  }
+  std::fclose(f);
+  return allowed;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, PeerPolicy policy,
+                                                  FdFor fd_for) {
+  MCD_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
+  std::unique_ptr<FdServer> server(new FdServer());
+  server->path_ = path;
+  server->policy_ = policy;
+  server->fd_for_ = std::move(fd_for);
+  server->listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (server->listen_fd_ < 0) return Errno(ErrorCode::kIoError, "socket");
+  unlink(path.c_str());
+  if (bind(server->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Errno(ErrorCode::kIoError, "bind " + path);
+  }
+  // Group members must be able to connect; the credential check is the real gate.
+  chmod(path.c_str(), policy.group == static_cast<gid_t>(-1) ? 0600 : 0660);
+  if (policy.group != static_cast<gid_t>(-1) && chown(path.c_str(), static_cast<uid_t>(-1), policy.group) != 0) {
+    return Errno(ErrorCode::kPermissionDenied, "chown " + path);
+  }
+  if (listen(server->listen_fd_, 64) != 0) return Errno(ErrorCode::kIoError, "listen " + path);
+  if (pipe2(server->wake_pipe_, O_CLOEXEC) != 0) return Errno(ErrorCode::kIoError, "pipe");
+  server->thread_ = std::thread([s = server.get()] { s->Loop(); });
+  return server;
+}
+
+FdServer::~FdServer() {
+  if (wake_pipe_[1] >= 0) {
+    char byte = 0;
+    (void)!write(wake_pipe_[1], &byte, 1);
+  }
+  if (thread_.joinable()) thread_.join();
+  for (int fd : {listen_fd_, wake_pipe_[0], wake_pipe_[1]}) {
+    if (fd >= 0) close(fd);
+  }
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+void FdServer::Loop() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    timeval tv{2, 0};  // a silent peer cannot hold the thread
+    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    Serve(conn);
+    close(conn);
+  }
+}
+
+void FdServer::Serve(int conn) {
+  int32_t device = 0;
+  if (recv(conn, &device, sizeof(device), MSG_WAITALL) != static_cast<ssize_t>(sizeof(device))) return;
+  std::string who;
+  int32_t code = 0;
+  int fd = -1;
+  if (!PeerAllowed(conn, policy_, who)) {
+    code = static_cast<int32_t>(ErrorCode::kPermissionDenied);
+    Log(LogLevel::kWarn, "pool socket: refused " + who + " (not the server's user or group)");
+  } else if ((fd = fd_for_(device)) < 0) {
+    code = static_cast<int32_t>(ErrorCode::kNoDevice);
+  }
+  msghdr msg{};
+  iovec iov{&code, sizeof(code)};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (code == 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  }
+  (void)sendmsg(conn, &msg, MSG_NOSIGNAL);
+}
+
+Result<int> FetchFd(const std::string& path, int device, int timeout_ms) {
+  MCD_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
+  int conn = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (conn < 0) return Errno(ErrorCode::kIoError, "socket");
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  auto fail = [&](Status status) {
+    close(conn);
+    return status;
+  };
+  if (connect(conn, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return fail(Errno(errno == EACCES ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
+                      "connect to pool socket " + path));
+  }
+  int32_t request = device;
+  if (send(conn, &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
+    return fail(Errno(ErrorCode::kIoError, "send to pool socket"));
+  }
+  int32_t code = -1;
+  msghdr msg{};
+  iovec iov{&code, sizeof(code)};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+  if (got != static_cast<ssize_t>(sizeof(code))) {
+    return fail(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+                    ? Status(ErrorCode::kTimeout, "pool socket " + path + " did not answer")
+                    : Status(ErrorCode::kIoError, "pool socket " + path + " closed the connection"));
+  }
+  if (code != 0) {
+    return fail(Status(static_cast<ErrorCode>(code),
+                       code == static_cast<int32_t>(ErrorCode::kPermissionDenied)
+                           ? "the pool socket " + path + " refuses this process (not the server's user or group)"
+                           : "the server has no pool for device " + std::to_string(device)));
+  }
+  int fd = -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  }
+  close(conn);
+  if (fd < 0) return Status(ErrorCode::kIoError, "pool socket " + path + " sent no descriptor");
+  return fd;
+}
+
+}  // namespace mcd

@@ -1,0 +1,78 @@
+// A private redis-server and an mcd-serve on GPU 0 for each GPU test; skipped without a device.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+#include <nlohmann/json.hpp>
+
+#include "memcuda/client.h"
+#include "memcuda/keys.h"
+#include "test_support.h"
+
+namespace mcd::test {
+
+class GpuServerTest : public ::testing::Test {
+ protected:
+  // Extra mcd-serve arguments (the allocator, pool limits).
+  virtual std::vector<std::string> ServerArgs() const { return {}; }
+
+  void SetUp() override {
+    if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
+    redis_ = std::make_unique<RedisServer>();
+    node_ = "gpu" + std::to_string(getpid());
+    StartServer();
+  }
+
+  void StartServer() {
+    std::vector<std::string> argv = {ToolPath("mcd-serve"), "--devices", "0", "--node", node_};
+    for (const auto& a : ServerArgs()) argv.push_back(a);
+    server_ = std::make_unique<Background>(argv, Env(), dir_.path() + "/serve.log");
+    ASSERT_TRUE(WaitFor([&] { return !Heartbeat("instance").empty(); }, 20000)) << ServeLog();
+  }
+
+  std::string Heartbeat(const std::string& field) const {
+    auto r = redis_->Connect()->Command({"HGET", KeySpace().Server(node_), field});
+    return r.ok() && !r->is_nil() ? r->str : "";
+  }
+  std::string ServeLog() const { return ReadFile(dir_.path() + "/serve.log"); }
+  std::map<std::string, std::string> Env() const { return {{"MCD_REDIS_URL", redis_->url()}}; }
+  ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {
+    std::vector<std::string> argv = {ToolPath(tool)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--node", node_});
+    return test::Run(argv, Env());
+  }
+  std::unique_ptr<Client> Connect() {
+    ClientOptions opt;
+    opt.redis_url = redis_->parsed_url();
+    opt.node = node_;
+    auto client = Client::Connect(opt);
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return client.ok() ? std::move(client).value() : nullptr;
+  }
+  // A float32 .npy of n values i * 0.5 + 1.
+  std::string WriteNpy(int n) {
+    std::string path = dir_.path() + "/in" + std::to_string(n) + ".npy";
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
+    header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+    std::ofstream out(path, std::ios::binary);
+    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size() & 0xff)
+        << static_cast<char>(header.size() >> 8) << header;
+    for (int i = 0; i < n; ++i) {
+      float v = static_cast<float>(i) * 0.5f + 1.0f;
+      out.write(reinterpret_cast<const char*>(&v), 4);
+    }
+    return path;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<RedisServer> redis_;
+  std::string node_;
+  std::unique_ptr<Background> server_;
+};
+
+}  // namespace mcd::test

@@ -1,0 +1,97 @@
+// The stream-ordered IPC pool (mcd-serve --allocator pool) on a real GPU. Skipped without one.
+#include "gpu_fixture.h"
+
+namespace mcd {
+namespace {
+
+class PoolTest : public test::GpuServerTest {
+ protected:
+  std::vector<std::string> ServerArgs() const override {
+    return {"--allocator", "pool", "--pool-max", "256MiB"};
+  }
+};
+
+TEST_F(PoolTest, ImportReadAndWriteInOtherProcesses) {
+  EXPECT_NE(Heartbeat("allocator").find("0:cuda_mempool"), std::string::npos);
+  EXPECT_FALSE(Heartbeat("pool_socket").empty());
+  std::string in = WriteNpy(4096);
+  auto created = Tool("mcd-create", {"p", "--from", in, "--device", "0", "--json"});
+  ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
+  EXPECT_EQ(nlohmann::json::parse(created.out)["ipc_kind"], "cuda_mempool");
+  std::string out = dir_.path() + "/out.npy";
+  auto got = Tool("mcd-get", {"p", "--no-ref", "-o", out});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(test::ReadFile(out), test::ReadFile(in));
+  auto scaled = Tool("mcd-example-scale", {"p", "2"});
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
+  auto printed = Tool("mcd-get", {"p", "--no-ref", "--print", "3"});
+  EXPECT_NE(printed.out.find("values:    3,4,5,..."), std::string::npos) << printed.out;
+  ASSERT_EQ(Tool("mcd-rm", {"p"}).exit_code, 0);
+}
+
+TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  CreateSpec live;
+  live.dtype = DType::kF32;
+  live.shape = {262144};  // 1 MiB
+  live.device = 0;
+  for (const char* name : {"live0", "live1", "live2"}) {
+    live.name = name;
+    ASSERT_TRUE(client->Create(live).ok());
+  }
+  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat("pool_used") != "0" && !Heartbeat("pool_used").empty(); }, 5000));
+  uint64_t used_live = std::stoull(Heartbeat("pool_used"));
+  EXPECT_GE(used_live, 3u << 20);
+  CreateSpec spec = live;
+  spec.name = "cycle";
+  for (int i = 0; i < 10000; ++i) {
+    auto created = client->Create(spec);
+    ASSERT_TRUE(created.ok()) << i << ": " << created.status().ToString();
+    auto released = client->Release("cycle");
+    ASSERT_TRUE(released.ok()) << i << ": " << released.status().ToString();
+  }
+  // Let the heartbeat refresh its reading, then compare with the live set alone.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(std::stoull(Heartbeat("pool_used")), used_live);
+}
+
+TEST_F(PoolTest, OutOfMemoryAtThePoolMaximum) {
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "201326592", "--device", "0"}).exit_code, 0);  // 192 MiB
+  auto oom = Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "134217728", "--device", "0"});  // 128 MiB
+  EXPECT_EQ(oom.exit_code, 69) << oom.err;
+  EXPECT_NE(oom.err.find("out_of_memory"), std::string::npos) << oom.err;
+  EXPECT_NE(oom.err.find("requested 134217728 bytes"), std::string::npos) << oom.err;
+  EXPECT_NE(oom.err.find("pool maximum 268435456"), std::string::npos) << oom.err;
+  EXPECT_EQ(Tool("mcd-get", {"a", "--no-ref", "--print", "2"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "a\n");
+}
+
+TEST_F(PoolTest, ANewServerInstanceIsImportedAfresh) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  CreateSpec spec;
+  spec.name = "first";
+  spec.dtype = DType::kI32;
+  spec.shape = {1024};
+  spec.device = 0;
+  ASSERT_TRUE(client->Create(spec).ok());
+  auto view = client->Get("first");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  ASSERT_TRUE(client->Release("first").ok());
+  std::string first_instance = Heartbeat("instance");
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  StartServer();
+  ASSERT_NE(Heartbeat("instance"), first_instance);
+  spec.name = "second";
+  ASSERT_TRUE(client->Create(spec).ok());
+  auto second = client->Get("second");  // same process: must import the new instance's pool
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  std::vector<int32_t> host(1024, -1);
+  ASSERT_TRUE(client->CopyToHost(second.value(), host.data(), host.size() * 4).ok());
+  EXPECT_EQ(host, std::vector<int32_t>(1024, 0));  // zeroed
+  ASSERT_TRUE(client->Release("second").ok());
+}
+
+}  // namespace
+}  // namespace mcd
