@@ -439,6 +439,11 @@ Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes) 
 }
 }  // namespace
 
+Status Client::Warmup(int device) {
+  if (device == kHostDevice) return Status::Ok();
+  return MappingRegistry::Get().Worker(device).Call([](DeviceContext& ctx) { return ctx.EnsureGpu(); });
+}
+
 Status Client::CopyToHost(const TensorView& view, void* dst, uint64_t bytes) {
   return Copy(view, dst, view.data, bytes);
 }

@@ -78,6 +78,10 @@ class MCD_API Client {
   Status CopyToHost(const TensorView& view, void* dst, uint64_t bytes);
   Status CopyFromHost(const TensorView& view, const void* src, uint64_t bytes);
 
+  // Initialises this process's CUDA context and worker for `device` ahead of the first Get, so
+  // that the first Get pays only for the mapping. No-op for kHostDevice.
+  Status Warmup(int device);
+
   // The heartbeat of the serving node, or kUnavailable when none is alive.
   Result<std::map<std::string, std::string>> ServerInfo();
 

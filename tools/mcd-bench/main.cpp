@@ -1,0 +1,679 @@
+// mcd-bench: measures the lifecycle against a live mcd-serve, or against private ones it starts
+// (--self-serve), in one run: the Redis round trip (the floor), create / get / delete per
+// allocator and size, the first get in a fresh process, the end-to-end share between two
+// processes, throughput with N client processes, and copy bandwidth through a shared mapping
+// against a local copy. See mcd-bench(1).
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "flags.h"
+
+namespace {
+
+using namespace mcd;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Us(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+struct Row {
+  std::string row, allocator;
+  int device = 0;
+  uint64_t bytes = 0;
+  std::vector<double> us;    // one latency per operation
+  double ops_per_s = 0;      // set for throughput rows; otherwise 1e6 / mean
+  std::string note;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+struct Options {
+  tools::CommonFlags flags;
+  std::vector<uint64_t> sizes;
+  int iterations = 200;
+  double max_seconds = 5;
+  int clients = 8;
+  int fresh = 20;
+  bool self_serve = false;
+  bool gpu = true;
+  std::string only;  // comma list of allocators to run (cuda_ipc,cuda_mempool,host_shm)
+};
+
+bool Progress() { return isatty(STDERR_FILENO) == 1; }
+void Say(const std::string& text) {
+  if (Progress()) std::cerr << "\r\033[K" << text << std::flush;
+}
+
+// --- child processes ------------------------------------------------------------------------
+
+std::string SelfExe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "mcd-bench";
+}
+
+struct Child {
+  pid_t pid = -1;
+  FILE* to = nullptr;    // child's stdin
+  FILE* from = nullptr;  // child's stdout
+};
+
+Child SpawnChild(const std::vector<std::string>& args) {
+  int in[2], out[2];
+  if (pipe(in) != 0 || pipe(out) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    close(in[1]);
+    close(out[0]);
+    std::vector<char*> argv;
+    std::string exe = SelfExe();
+    argv.push_back(exe.data());
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  return Child{pid, fdopen(in[1], "w"), fdopen(out[0], "r")};
+}
+
+std::string ReadLine(FILE* f) {
+  char buf[1 << 16];
+  if (std::fgets(buf, sizeof(buf), f) == nullptr) return "";
+  std::string line(buf);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+int WaitChild(Child& c) {
+  if (c.to) std::fclose(c.to);
+  if (c.from) std::fclose(c.from);
+  int status = 0;
+  waitpid(c.pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 70;
+}
+
+// Reads one element through the mapping: proves the memory is reachable from this process.
+Status Touch(const TensorView& view) {
+  if (view.record.device == kHostDevice) {
+    volatile const char* p = static_cast<const char*>(view.data);
+    (void)p[0];
+    return Status::Ok();
+  }
+  char byte = 0;
+  cudaError_t err = cudaMemcpy(&byte, view.data, 1, cudaMemcpyDeviceToHost);
+  return err == cudaSuccess ? Status::Ok() : Status(ErrorCode::kCudaError, cudaGetErrorString(err));
+}
+
+std::unique_ptr<Client> ConnectOrDie(const tools::CommonFlags& flags) {
+  auto options = tools::MakeClientOptions(flags, true);
+  if (!options.ok()) std::exit(tools::Fail("mcd-bench", options.status()));
+  auto client = Client::Connect(options.value());
+  if (!client.ok()) std::exit(tools::Fail("mcd-bench", client.status()));
+  return std::move(client).value();
+}
+
+// Consumer of the share row: for each name on stdin, get + map + touch, answer "ok"; on
+// "release NAME" give the reference back and answer "done".
+int ChildShare(const tools::CommonFlags& flags, int device) {
+  auto client = ConnectOrDie(flags);
+  if (!client->Warmup(device).ok()) return 69;
+  if (device != kHostDevice) cudaSetDevice(device);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  for (std::string line = ReadLine(stdin); !line.empty(); line = ReadLine(stdin)) {
+    if (line.rfind("release ", 0) == 0) {
+      auto released = client->Release(line.substr(8));
+      std::printf("%s\n", released.ok() ? "done" : released.status().ToString().c_str());
+    } else {
+      auto view = client->Get(line);
+      Status touched = view.ok() ? Touch(view.value()) : view.status();
+      std::printf("%s\n", touched.ok() ? "ok" : touched.ToString().c_str());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// A fresh process: connect and warm the CUDA context, then time the first Get + touch.
+int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string& name) {
+  auto client = ConnectOrDie(flags);
+  if (!client->Warmup(device).ok()) return 69;
+  if (device != kHostDevice) {
+    cudaSetDevice(device);
+    cudaFree(nullptr);
+  }
+  auto t0 = Clock::now();
+  auto view = client->Get(name);
+  Status touched = view.ok() ? Touch(view.value()) : view.status();
+  auto t1 = Clock::now();
+  if (!touched.ok()) return tools::Fail("mcd-bench", touched);
+  std::printf("%.3f\n", Us(t0, t1));
+  return client->Release(name).ok() ? 0 : 70;
+}
+
+// Throughput client: create + delete pairs for `seconds`; prints each pair's latency.
+int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds, int id) {
+  auto client = ConnectOrDie(flags);
+  CreateSpec spec;
+  spec.dtype = DType::kU8;
+  spec.shape = {static_cast<int64_t>(bytes)};
+  spec.device = device;
+  std::string line;
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  std::ostringstream out;
+  int n = 0;
+  while (Clock::now() < end) {
+    spec.name = "bench.churn." + std::to_string(getpid()) + "." + std::to_string(id) + "." + std::to_string(n++);
+    auto t0 = Clock::now();
+    auto created = client->Create(spec);
+    auto released = created.ok() ? client->Release(spec.name) : Result<TensorRecord>(created.status());
+    if (!released.ok()) return tools::Fail("mcd-bench", released.status());
+    out << Us(t0, Clock::now()) << " ";
+  }
+  std::printf("%s\n", out.str().c_str());
+  return 0;
+}
+
+// --- the benchmark --------------------------------------------------------------------------
+
+class Bench {
+ public:
+  Bench(Options opt, tools::CommonFlags flags) : opt_(std::move(opt)), flags_(std::move(flags)) {}
+
+  Status RedisFloor() {
+    auto url = ResolveRedisUrl(flags_.redis_url);
+    if (!url.ok()) return url.status();
+    auto conn = RedisConnection::Connect(url.value());
+    if (!conn.ok()) return conn.status();
+    Row row{"redis_rtt", "-", kHostDevice, 0, {}, 0, "PING, one client: the floor"};
+    for (int i = 0; i < 50; ++i) (void)conn.value()->Command({"PING"});
+    Timed(row, [&](int) { return conn.value()->Command({"PING"}).status(); });
+    floor_us_ = Percentile(row.us, 0.5);
+    rows_.push_back(std::move(row));
+    return Status::Ok();
+  }
+
+  // Every row of one allocator on one device.
+  Status Allocator(const std::string& kind, int device) {
+    client_ = ConnectOrDie(flags_);
+    if (!client_->Warmup(device).ok()) return Status(ErrorCode::kNoDevice, "cannot use device " + DeviceName(device));
+    if (device != kHostDevice) cudaSetDevice(device);
+    for (uint64_t bytes : opt_.sizes) {
+      MCD_RETURN_IF_ERROR(Lifecycle(kind, device, bytes));
+      MCD_RETURN_IF_ERROR(FirstGet(kind, device, bytes));
+      MCD_RETURN_IF_ERROR(Share(kind, device, bytes));
+    }
+    uint64_t churn_bytes = 1 << 20;
+    MCD_RETURN_IF_ERROR(Throughput(kind, device, churn_bytes));
+    MCD_RETURN_IF_ERROR(Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30)));
+    client_.reset();
+    return Status::Ok();
+  }
+
+  json Record(const json& config) const {
+    json rows = json::array();
+    for (const Row& r : rows_) {
+      double median = Percentile(r.us, 0.5);
+      double mean = r.us.empty() ? 0 : std::accumulate(r.us.begin(), r.us.end(), 0.0) / static_cast<double>(r.us.size());
+      json row = {{"row", r.row}, {"allocator", r.allocator}, {"device", DeviceName(r.device)},
+                  {"bytes", r.bytes}, {"n", r.us.size()}, {"median_us", median},
+                  {"p90_us", Percentile(r.us, 0.9)}, {"p99_us", Percentile(r.us, 0.99)},
+                  {"ops_per_s", r.ops_per_s > 0 ? r.ops_per_s : (mean > 0 ? 1e6 / mean : 0)},
+                  {"x_floor", floor_us_ > 0 ? median / floor_us_ : 0}};
+      if (!r.note.empty()) row["note"] = r.note;
+      rows.push_back(row);
+    }
+    return {{"tool", "mcd-bench"}, {"version", MCD_VERSION}, {"config", config}, {"rows", rows},
+            {"floor_us", floor_us_}};
+  }
+
+ private:
+  // Rows that keep their tensors alive until the end stay under kLiveBudget bytes.
+  static constexpr uint64_t kLiveBudget = 8ull << 30;
+  int Iterations(uint64_t bytes) const {
+    uint64_t fit = std::max<uint64_t>(3, kLiveBudget / std::max<uint64_t>(bytes, 1));
+    return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(opt_.iterations), fit));
+  }
+
+  template <typename Fn>
+  void Timed(Row& row, Fn&& op) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(opt_.max_seconds);
+    int iterations = row.bytes != 0 ? Iterations(row.bytes) : opt_.iterations;
+    for (int i = 0; i < iterations && Clock::now() < deadline; ++i) {
+      auto t0 = Clock::now();
+      Status s = op(i);
+      auto t1 = Clock::now();
+      if (!s.ok()) {
+        row.note = s.ToString();
+        return;
+      }
+      row.us.push_back(Us(t0, t1));
+    }
+  }
+
+  std::string Name(const std::string& row, int i) const {
+    return "bench." + std::to_string(getpid()) + "." + row + "." + std::to_string(i);
+  }
+
+  CreateSpec Spec(const std::string& name, int device, uint64_t bytes) const {
+    CreateSpec spec;
+    spec.name = name;
+    spec.dtype = DType::kU8;
+    spec.shape = {static_cast<int64_t>(bytes)};
+    spec.device = device;
+    return spec;
+  }
+
+  Status Lifecycle(const std::string& kind, int device, uint64_t bytes) {
+    Say("create/get/delete " + kind + " " + tools::HumanBytes(bytes));
+    Row create{"create", kind, device, bytes, {}, 0, ""}, get{"get_warm", kind, device, bytes, {}, 0, ""},
+        del{"delete", kind, device, bytes, {}, 0, ""};
+    std::vector<std::string> names;
+    Timed(create, [&](int i) {
+      names.push_back(Name("life", i));
+      return client_->Create(Spec(names.back(), device, bytes)).status();
+    });
+    // Warm: the mapping is already open in this process (held by an Open), so a get is the
+    // command plus a cache hit.
+    for (const auto& n : names) MCD_RETURN_IF_ERROR(client_->Open(n).status());
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto t0 = Clock::now();
+      auto view = client_->Get(names[i]);
+      Status touched = view.ok() ? Touch(view.value()) : view.status();
+      get.us.push_back(Us(t0, Clock::now()));
+      MCD_RETURN_IF_ERROR(touched);
+    }
+    for (const auto& n : names) {
+      MCD_RETURN_IF_ERROR(client_->Release(n).status());  // the get's reference
+      MCD_RETURN_IF_ERROR(client_->Close(n));            // the Open: unmapped now
+    }
+    for (const auto& n : names) {
+      auto t0 = Clock::now();
+      auto released = client_->Release(n);  // the last reference: freed
+      del.us.push_back(Us(t0, Clock::now()));
+      MCD_RETURN_IF_ERROR(released.status());
+    }
+    rows_.push_back(std::move(create));
+    rows_.push_back(std::move(get));
+    rows_.push_back(std::move(del));
+    return Status::Ok();
+  }
+
+  Status FirstGet(const std::string& kind, int device, uint64_t bytes) {
+    Row row{"get_first", kind, device, bytes, {}, 0, "fresh process, CUDA context already up"};
+    for (int i = 0; i < opt_.fresh; ++i) {
+      Say("first get in a fresh process " + kind + " " + tools::HumanBytes(bytes) + " " + std::to_string(i));
+      std::string name = Name("first", i);
+      MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
+      Child child = SpawnChild(ChildArgs({"--child", "first-get", "--child-device", DeviceName(device), "--child-name", name}));
+      std::string line = ReadLine(child.from);
+      int rc = WaitChild(child);
+      MCD_RETURN_IF_ERROR(client_->Release(name).status());
+      if (rc != 0 || line.empty()) return Status(ErrorCode::kInternal, "first-get child failed (exit " + std::to_string(rc) + ")");
+      row.us.push_back(std::stod(line));
+    }
+    rows_.push_back(std::move(row));
+    return Status::Ok();
+  }
+
+  Status Share(const std::string& kind, int device, uint64_t bytes) {
+    Say("share end to end " + kind + " " + tools::HumanBytes(bytes));
+    Row row{"share", kind, device, bytes, {}, 0, "create in A, get+map+touch in B, ack to A"};
+    Child consumer = SpawnChild(ChildArgs({"--child", "share", "--child-device", DeviceName(device)}));
+    if (ReadLine(consumer.from) != "ready") return Status(ErrorCode::kInternal, "share consumer did not start");
+    Status failed;
+    Timed(row, [&](int i) -> Status {
+      std::string name = Name("share", i);
+      MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
+      std::fprintf(consumer.to, "%s\n", name.c_str());
+      std::fflush(consumer.to);
+      std::string ack = ReadLine(consumer.from);
+      if (ack != "ok") return Status(ErrorCode::kInternal, "consumer: " + ack);
+      return Status::Ok();
+    });
+    // Untimed cleanup of every shared tensor: the consumer's reference, then the creator's.
+    for (size_t i = 0; i < row.us.size(); ++i) {
+      std::string name = Name("share", static_cast<int>(i));
+      std::fprintf(consumer.to, "release %s\n", name.c_str());
+      std::fflush(consumer.to);
+      (void)ReadLine(consumer.from);
+      MCD_RETURN_IF_ERROR(client_->Release(name).status());
+    }
+    WaitChild(consumer);
+    rows_.push_back(std::move(row));
+    return Status::Ok();
+  }
+
+  Status Throughput(const std::string& kind, int device, uint64_t bytes) {
+    Say("throughput with " + std::to_string(opt_.clients) + " clients " + kind);
+    double seconds = std::min(opt_.max_seconds, 3.0);
+    std::vector<Child> children;
+    auto t0 = Clock::now();
+    for (int c = 0; c < opt_.clients; ++c) {
+      children.push_back(SpawnChild(ChildArgs({"--child", "churn", "--child-device", DeviceName(device),
+                                               "--child-bytes", std::to_string(bytes),
+                                               "--child-seconds", std::to_string(seconds),
+                                               "--child-id", std::to_string(c)})));
+    }
+    Row row{"create+delete_x" + std::to_string(opt_.clients), kind, device, bytes, {}, 0,
+            std::to_string(opt_.clients) + " client processes, create+delete pairs"};
+    for (Child& child : children) {
+      std::istringstream in(ReadLine(child.from));
+      for (double us; in >> us;) row.us.push_back(us);
+      if (WaitChild(child) != 0) return Status(ErrorCode::kInternal, "a throughput client failed");
+    }
+    double wall = Us(t0, Clock::now()) / 1e6;
+    row.ops_per_s = static_cast<double>(row.us.size()) / std::max(wall, seconds);
+    rows_.push_back(std::move(row));
+    return Status::Ok();
+  }
+
+  Status Bandwidth(const std::string& kind, int device, uint64_t bytes) {
+    Say("bandwidth " + kind + " " + tools::HumanBytes(bytes));
+    std::string name = Name("bw", 0);
+    MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
+    auto view = client_->Get(name);
+    MCD_RETURN_IF_ERROR(view.status());
+    Row shared{"copy_from_mapping", kind, device, bytes, {}, 0, ""};
+    Row local{"copy_local", kind, device, bytes, {}, 0, ""};
+    int reps = 20;
+    if (device == kHostDevice) {
+      std::vector<char> a(bytes, 1), b(bytes);
+      std::memset(view->data, 3, bytes);  // never time on untouched pages
+      for (int i = 0; i < reps + 2; ++i) {
+        auto t0 = Clock::now();
+        std::memcpy(b.data(), view->data, bytes);
+        auto t1 = Clock::now();
+        std::memcpy(b.data(), a.data(), bytes);
+        auto t2 = Clock::now();
+        if (i >= 2) {
+          shared.us.push_back(Us(t0, t1));
+          local.us.push_back(Us(t1, t2));
+        }
+      }
+    } else {
+      void* src = nullptr;
+      void* dst = nullptr;
+      cudaEvent_t e0, e1;
+      if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) {
+        return Status(ErrorCode::kOutOfMemory, "bandwidth buffers");
+      }
+      cudaMemset(src, 7, bytes);
+      cudaMemset(view->data, 5, bytes);
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      auto time_copy = [&](void* to, const void* from) {
+        cudaEventRecord(e0);
+        cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        return static_cast<double>(ms) * 1000.0;
+      };
+      for (int i = 0; i < reps + 2; ++i) {
+        double s = time_copy(dst, view->data);
+        double l = time_copy(dst, src);
+        if (i >= 2) {
+          shared.us.push_back(s);
+          local.us.push_back(l);
+        }
+      }
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaFree(src);
+      cudaFree(dst);
+    }
+    auto rate = [&](const Row& r) {
+      return 2.0 * static_cast<double>(bytes) / (Percentile(r.us, 0.5) * 1e-6) / 1e9;
+    };
+    shared.note = "GB/s (read+write) " + std::to_string(rate(shared)) + "; " +
+                  std::to_string(100.0 * rate(shared) / rate(local)) + "% of local";
+    local.note = "GB/s (read+write) " + std::to_string(rate(local));
+    rows_.push_back(std::move(shared));
+    rows_.push_back(std::move(local));
+    MCD_RETURN_IF_ERROR(client_->Release(name).status());
+    return Status::Ok();
+  }
+
+  std::vector<std::string> ChildArgs(std::vector<std::string> extra) const {
+    std::vector<std::string> args = extra;
+    if (!flags_.redis_url.empty()) args.insert(args.end(), {"--redis-url", flags_.redis_url});
+    if (!flags_.node.empty()) args.insert(args.end(), {"--node", flags_.node});
+    args.insert(args.end(), {"--prefix", flags_.prefix, "--queue", flags_.queue,
+                             "--timeout-ms", std::to_string(flags_.timeout_ms)});
+    return args;
+  }
+
+  Options opt_;
+  tools::CommonFlags flags_;
+  std::unique_ptr<Client> client_;
+  std::vector<Row> rows_;
+  double floor_us_ = 0;
+};
+
+// A private redis-server and mcd-serve per allocator, for --self-serve.
+struct SelfServe {
+  std::string dir;
+  pid_t redis = -1;
+  pid_t server = -1;
+
+  ~SelfServe() {
+    StopServer();
+    if (redis > 0) {
+      kill(redis, SIGTERM);
+      waitpid(redis, nullptr, 0);
+    }
+    if (!dir.empty()) std::system(("rm -rf '" + dir + "'").c_str());
+  }
+  Status StartRedis() {
+    char tmpl[] = "/tmp/mcd-bench-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return Status(ErrorCode::kIoError, "mkdtemp");
+    dir = tmpl;
+    redis = fork();
+    if (redis == 0) {
+      execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", (dir + "/redis.sock").c_str(),
+             "--save", "", "--appendonly", "no", "--logfile", (dir + "/redis.log").c_str(), nullptr);
+      _exit(127);
+    }
+    RedisUrl url;
+    url.is_unix = true;
+    url.path = dir + "/redis.sock";
+    for (int i = 0; i < 200; ++i) {
+      if (RedisConnection::Connect(url).ok()) return Status::Ok();
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return Status(ErrorCode::kUnavailable, "redis-server did not start (is it installed?)");
+  }
+  std::string Url() const { return "unix://" + dir + "/redis.sock"; }
+  Status StartServer(const std::string& allocator, const std::string& devices, const std::string& node) {
+    std::string serve = SelfExe();
+    serve = serve.substr(0, serve.rfind('/') + 1) + "mcd-serve";
+    server = fork();
+    if (server == 0) {
+      int log = open((dir + "/serve-" + allocator + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(log, STDERR_FILENO);
+      execl(serve.c_str(), serve.c_str(), "--redis-url", Url().c_str(), "--devices", devices.c_str(),
+            "--node", node.c_str(), "--allocator", allocator.c_str(), "-q", nullptr);
+      _exit(127);
+    }
+    auto conn = RedisConnection::Connect(RedisUrl::Parse(Url()).value());
+    if (!conn.ok()) return conn.status();
+    for (int i = 0; i < 400; ++i) {
+      auto hb = conn.value()->Command({"EXISTS", "mcd:server:" + node});
+      if (hb.ok() && hb->integer == 1) return Status::Ok();
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return Status(ErrorCode::kUnavailable, "mcd-serve did not start; see " + dir + "/serve-" + allocator + ".log");
+  }
+  void StopServer() {
+    if (server > 0) {
+      kill(server, SIGTERM);
+      waitpid(server, nullptr, 0);
+      server = -1;
+    }
+  }
+};
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+void PrintTable(const json& record) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ROW", "ALLOCATOR", "SIZE", "N", "MEDIAN_US", "P90_US", "P99_US", "OPS/S", "X_FLOOR", "NOTE"}};
+  for (const json& r : record["rows"]) {
+    rows.push_back({r["row"], r["allocator"], r["bytes"].get<uint64_t>() ? tools::HumanBytes(r["bytes"]) : "-",
+                    std::to_string(r["n"].get<size_t>()), Fixed(r["median_us"], 1), Fixed(r["p90_us"], 1),
+                    Fixed(r["p99_us"], 1), Fixed(r["ops_per_s"], 0), Fixed(r["x_floor"], 1),
+                    r.value("note", "")});
+  }
+  std::cout << tools::FormatTable(rows, 0, 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mcd-bench: measure memcuda's lifecycle latencies, throughput and bandwidth"};
+  tools::SetupApp(app);
+  app.footer(std::string("Examples:\n"
+                         "  mcd-bench --self-serve                      # private Redis + servers, every allocator\n"
+                         "  mcd-bench --sizes 4KiB,1MiB --json > run.json  # against the live mcd-serve\n\n") +
+             tools::kEnvironmentFooter);
+  Options opt;
+  tools::CommonFlags& flags = opt.flags;
+  tools::AddConnectionFlags(app, flags);
+  app.add_option("--timeout-ms", flags.timeout_ms, "Per request")->capture_default_str();
+  std::string sizes = "4KiB,1MiB,64MiB,1GiB";
+  bool json_out = false, cpu_only = false;
+  app.add_option("--sizes", sizes, "Tensor sizes")->capture_default_str();
+  app.add_option("--iterations", opt.iterations, "Operations per row (at most)")->capture_default_str();
+  app.add_option("--max-seconds", opt.max_seconds, "Time bound per row")->capture_default_str();
+  app.add_option("--clients", opt.clients, "Client processes for the throughput row")->capture_default_str();
+  app.add_option("--fresh", opt.fresh, "Fresh processes for the first-get row")->capture_default_str();
+  app.add_flag("--self-serve", opt.self_serve, "Start a private Redis and an mcd-serve per allocator");
+  app.add_flag("--cpu", cpu_only, "Host memory only, even on a GPU machine");
+  app.add_option("--only", opt.only, "Allocators to run: cuda_ipc,cuda_mempool,host_shm");
+  app.add_flag("--json", json_out, "Print the JSON record instead of the table");
+  std::string child, child_name, child_device = "0";
+  uint64_t child_bytes = 0;
+  double child_seconds = 0;
+  int child_id = 0;
+  app.add_option("--child", child)->group("");
+  app.add_option("--child-name", child_name)->group("");
+  app.add_option("--child-device", child_device)->group("");
+  app.add_option("--child-bytes", child_bytes)->group("");
+  app.add_option("--child-seconds", child_seconds)->group("");
+  app.add_option("--child-id", child_id)->group("");
+  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+
+  if (!child.empty()) {
+    int device = ParseDevice(child_device).value();
+    if (child == "share") return ChildShare(flags, device);
+    if (child == "first-get") return ChildFirstGet(flags, device, child_name);
+    if (child == "churn") return ChildChurn(flags, device, child_bytes, child_seconds, child_id);
+    return 64;
+  }
+  std::string rest = sizes;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    auto size = tools::ParseSize(rest.substr(0, comma));
+    if (!size.ok() || size.value() == 0) return tools::Fail("mcd-bench", Status(ErrorCode::kInvalidArgument, "bad --sizes"));
+    opt.sizes.push_back(size.value());
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  std::sort(opt.sizes.begin(), opt.sizes.end());
+  int gpus = 0;
+  if (!cpu_only && cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  auto wanted = [&](const std::string& kind) {
+    return opt.only.empty() || opt.only.find(kind) != std::string::npos;
+  };
+
+  json config = {{"sizes", opt.sizes}, {"iterations", opt.iterations}, {"max_seconds", opt.max_seconds},
+                 {"clients", opt.clients}, {"fresh", opt.fresh}, {"self_serve", opt.self_serve},
+                 {"host", [] { char h[256] = {}; gethostname(h, 255); return std::string(h); }()}};
+  if (gpus > 0) {
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, 0);
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    config["gpu"] = prop.name;
+    config["cuda_driver"] = driver;
+    config["cuda_runtime"] = runtime;
+  }
+  SelfServe self;
+  std::vector<std::pair<std::string, int>> plan;  // allocator kind, device
+  if (opt.self_serve) {
+    Status started = self.StartRedis();
+    if (!started.ok()) return tools::Fail("mcd-bench", started);
+    flags.redis_url = self.Url();
+    if (gpus > 0 && wanted("cuda_ipc")) plan.emplace_back("cuda_ipc", 0);
+    if (gpus > 0 && wanted("cuda_mempool")) plan.emplace_back("cuda_mempool", 0);
+    if (wanted("host_shm")) plan.emplace_back("host_shm", kHostDevice);
+  } else {
+    auto client = ConnectOrDie(flags);
+    auto info = client->ServerInfo();
+    std::string allocators = info.ok() ? info.value()["allocator"] : "";
+    if (gpus > 0 && allocators.find("0:cuda_mempool") != std::string::npos && wanted("cuda_mempool")) plan.emplace_back("cuda_mempool", 0);
+    if (gpus > 0 && allocators.find("0:cuda_ipc") != std::string::npos && wanted("cuda_ipc")) plan.emplace_back("cuda_ipc", 0);
+    if (wanted("host_shm")) plan.emplace_back("host_shm", kHostDevice);
+  }
+  if (plan.empty()) return tools::Fail("mcd-bench", Status(ErrorCode::kInvalidArgument, "nothing to measure"));
+  json merged;
+  for (const auto& [kind, device] : plan) {
+    tools::CommonFlags run_flags = flags;
+    if (opt.self_serve) {
+      run_flags.node = "bench-" + kind + "-" + std::to_string(getpid());
+      self.StopServer();
+      Status started = self.StartServer(kind == "cuda_mempool" ? "pool" : "cuda",
+                                        device == kHostDevice ? "cpu" : "0", run_flags.node);
+      if (!started.ok()) return tools::Fail("mcd-bench", started);
+    }
+    Bench one(opt, run_flags);
+    Status floor = one.RedisFloor();
+    if (!floor.ok()) return tools::Fail("mcd-bench", floor);
+    Status ran = one.Allocator(kind, device);
+    if (!ran.ok()) return tools::Fail("mcd-bench", ran);
+    json part = one.Record(config);
+    if (merged.is_null()) {
+      merged = part;
+    } else {
+      for (auto& r : part["rows"]) merged["rows"].push_back(r);
+    }
+  }
+  Say("");
+  if (json_out) {
+    std::cout << merged.dump(1) << "\n";
+  } else {
+    PrintTable(merged);
+  }
+  return 0;
+}
