@@ -17,7 +17,9 @@
 #include "cuda_check.h"
 #include "fd_passing.h"
 #include "memcuda/gpu_worker.h"
+#include "lua_scripts.h"
 #include "process.h"
+#include "protocol_json.h"
 
 namespace mcd {
 
@@ -248,7 +250,7 @@ class Client::Impl {
     if (doc.value("ok", false)) {
       auto tensor = doc.find("tensor");
       if (tensor == doc.end()) return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
-      return RecordFromJson(tensor->dump());
+      return RecordFromJsonObject(*tensor);
     }
     const json& error = doc.contains("error") ? doc["error"] : json::object();
     std::string code = error.value("code", "internal");
@@ -269,6 +271,44 @@ class Client::Impl {
       }
       return info["pool_socket"];
     };
+  }
+
+  // get (+1) or a release that is not the last (-1), done in Redis by one script: no server
+  // hop, since no memory changes hands. kLast: the release would free, the server must do it.
+  enum class RefOutcome { kDone, kLast };
+  Result<std::pair<RefOutcome, TensorRecord>> DirectRef(const std::string& name, int delta) {
+    std::string key = opt_.keys.Tensor(name);
+    std::string server = opt_.keys.Server(opt_.node);
+    std::string delta_text = delta > 0 ? "1" : "-1";
+    std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "2", key, server, delta_text, opt_.node};
+    for (const std::string& field : TensorFieldNames()) argv.push_back(field);
+    auto reply = redis_->Command(argv);
+    if (!reply.ok() && reply.status().message().find("NOSCRIPT") != std::string::npos) {
+      MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_->Command({"SCRIPT", "LOAD", kRefScript}));
+      ref_sha_ = sha.str;
+      argv[1] = ref_sha_;
+      reply = redis_->Command(argv);
+    }
+    if (!reply.ok()) return reply.status();
+    if (reply->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
+    const std::string& kind = reply->elements[0].str;
+    std::string detail = reply->elements.size() > 1 ? reply->elements[1].str : "";
+    if (kind == "ok" && reply->elements.size() == 2) {
+      MCD_ASSIGN_OR_RETURN(TensorRecord record, ToRecord(name, reply->elements[1]));
+      return std::make_pair(RefOutcome::kDone, std::move(record));
+    }
+    if (kind == "last") return std::make_pair(RefOutcome::kLast, TensorRecord{});
+    if (kind == "missing") return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+    if (kind == "not_ready") return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
+    if (kind == "wrong_node") {
+      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + detail +
+                                               "', not '" + opt_.node + "'");
+    }
+    if (kind == "gone") {
+      return Status(ErrorCode::kUnavailable, "the mcd-serve instance that owns tensor '" + name +
+                                                 "' is not running");
+    }
+    return Status(ErrorCode::kUnexpectedReply, "reference script answered '" + kind + "'");
   }
 
   Result<TensorRecord> Stat(const std::string& name) {
@@ -327,6 +367,7 @@ class Client::Impl {
   std::unique_ptr<RedisConnection> redis_;
   std::string req_base_;
   uint64_t seq_ = 0;
+  std::string ref_sha_ = "0";  // loaded on first use (NOSCRIPT)
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -366,17 +407,13 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
 
 Result<TensorView> Client::Get(const std::string& name) {
   MCD_RETURN_IF_ERROR(ValidateName(name));
-  Command cmd;
-  cmd.op = Op::kGet;
-  cmd.name = name;
-  MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->Request(cmd));
+  // The same effect as the queue's get command (refcount+1 on a ready tensor of a live server),
+  // in one Redis round trip.
+  MCD_ASSIGN_OR_RETURN(auto ref, impl_->DirectRef(name, +1));
+  TensorRecord record = std::move(ref.second);
   auto ptr = MappingRegistry::Get().Open(record, impl_->PoolSocketOf());
   if (!ptr.ok()) {
-    // Give the reference back: nobody in this process holds it.
-    Command undo;
-    undo.op = Op::kDelete;
-    undo.name = name;
-    (void)impl_->Request(undo);
+    (void)ReleaseReference(name);  // nobody in this process holds it: give it back
     return ptr.status();
   }
   return TensorView{record, ptr.value()};
@@ -395,6 +432,15 @@ Result<TensorRecord> Client::Release(const std::string& name) {
   MCD_RETURN_IF_ERROR(ValidateName(name));
   // Unmap before the count drops: at zero the server frees the memory.
   MCD_RETURN_IF_ERROR(Close(name));
+  return ReleaseReference(name);
+}
+
+Result<TensorRecord> Client::ReleaseReference(const std::string& name) {
+  // Not the last reference: one script. The last one: the delete command, since the server must
+  // free the memory (the script refuses to take the count to zero itself).
+  auto ref = impl_->DirectRef(name, -1);
+  if (!ref.ok()) return ref.status();
+  if (ref->first == Impl::RefOutcome::kDone) return std::move(ref->second);
   Command cmd;
   cmd.op = Op::kDelete;
   cmd.name = name;

@@ -8,12 +8,15 @@ namespace mcd {
 //
 // KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key
 // ARGV[1] the raw command (LREM'ed from the processing list; "" for internal actions)
-// ARGV[2] reply JSON, ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
+// ARGV[2] reply JSON (for "incr": the part before the new refcount)
+// ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
 // ARGV[5] "1" when the command has a req (reply + first-result are written)
-// ARGV[6] precondition: "none" | "absent" (no such hash) | "match" (owner/refcount/state below)
-// ARGV[7] owner, ARGV[8] refcount, ARGV[9] state  (for "match")
-// ARGV[10] action: "none" | "hset" (pairs from ARGV[11]) | "del"
-// Returns {"ok"} | {"dup", first_reply} | {"conflict"}.
+// ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7])
+// ARGV[7] owner
+// ARGV[8] action: "none" | "hset" (pairs from ARGV[9]) | "del" | "incr" (below)
+// incr: ARGV[9] delta, ARGV[10] reply tail while referenced, ARGV[11] reply tail when freed; at
+// refcount <= 0 the hash is deleted (the caller then frees the memory).
+// Returns {"ok"} | {"ok", refcount} (incr) | {"dup", first_reply} | {"conflict"}.
 inline constexpr const char* kCommitScript = R"lua(
 if ARGV[5] == '1' then
   local first = redis.call('GET', KEYS[4])
@@ -27,23 +30,65 @@ end
 local pre = ARGV[6]
 if pre == 'absent' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {'conflict'} end
-elseif pre == 'match' then
-  local f = redis.call('HMGET', KEYS[1], 'owner', 'refcount', 'state')
-  if f[1] ~= ARGV[7] or f[2] ~= ARGV[8] or f[3] ~= ARGV[9] then return {'conflict'} end
+elseif pre == 'mine' then
+  local f = redis.call('HMGET', KEYS[1], 'state', 'owner')
+  if f[1] ~= 'ready' or f[2] ~= ARGV[7] then return {'conflict'} end
 end
-local action = ARGV[10]
+local action = ARGV[8]
+local reply = ARGV[2]
+local result = {'ok'}
 if action == 'hset' then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 11))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 elseif action == 'del' then
   redis.call('DEL', KEYS[1])
+elseif action == 'incr' then
+  local n = redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[9])
+  if n <= 0 then
+    redis.call('DEL', KEYS[1])
+    reply = reply .. '0' .. ARGV[11]
+  else
+    reply = reply .. n .. ARGV[10]
+  end
+  result = {'ok', n}
 end
 if ARGV[5] == '1' then
-  redis.call('SET', KEYS[4], ARGV[2], 'EX', ARGV[4])
-  redis.call('RPUSH', KEYS[3], ARGV[2])
+  redis.call('SET', KEYS[4], reply, 'EX', ARGV[4])
+  redis.call('RPUSH', KEYS[3], reply)
   redis.call('EXPIRE', KEYS[3], ARGV[3])
 end
 if ARGV[1] ~= '' then redis.call('LREM', KEYS[2], 1, ARGV[1]) end
-return {'ok'}
+return result
+)lua";
+
+// Take: moves up to ARGV[1] commands from the queue (KEYS[1], oldest first) to the processing
+// list (KEYS[2]) without blocking; returns them oldest first. Lets a busy server work in batches.
+inline constexpr const char* kTakeScript = R"lua(
+local out = {}
+for i = 1, tonumber(ARGV[1]) do
+  local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  if not v then break end
+  out[#out + 1] = v
+end
+return out
+)lua";
+
+// Reference counting done by clients directly, without the server: a get, or a release that is
+// not the last one (the last goes through the server, which frees the memory).
+//
+// KEYS[1] tensor hash, KEYS[2] the heartbeat of the client's node
+// ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] the client's node,
+// ARGV[3..] hash fields to return
+// Returns {"ok", {values}} | {"missing"} | {"not_ready", state} | {"wrong_node", node} |
+// {"gone"} (the owning server instance is not alive) | {"last"} (release of the last reference).
+inline constexpr const char* kRefScript = R"lua(
+local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount', 'node')
+if not f[1] then return {'missing'} end
+if f[4] ~= ARGV[2] then return {'wrong_node', f[4]} end
+if f[1] ~= 'ready' then return {'not_ready', f[1]} end
+if redis.call('HGET', KEYS[2], 'instance') ~= f[2] then return {'gone'} end
+if ARGV[1] == '-1' and tonumber(f[3]) <= 1 then return {'last'} end
+redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[1])
+return {'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 3))}
 )lua";
 
 }  // namespace mcd

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memcuda/gpu_worker.h"
+#include "protocol_json.h"
 
 namespace mcd {
 
@@ -490,7 +491,8 @@ Result<TensorRecord> RecordFromHash(const std::string& name,
   return r;
 }
 
-std::string RecordToJson(const TensorRecord& r) {
+namespace {
+json RecordObject(const TensorRecord& r) {
   json doc = {{"name", r.name},
               {"dtype", DTypeName(r.dtype)},
               {"shape", r.shape},
@@ -510,12 +512,29 @@ std::string RecordToJson(const TensorRecord& r) {
     doc["owner_pid"] = r.owner_pid;
     doc["owner_start"] = r.owner_start;
   }
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+  return doc;
+}
+}  // namespace
+
+std::string RecordToJson(const TensorRecord& r) {
+  return RecordObject(r).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string RecordJsonHead(const TensorRecord& r) {
+  json doc = RecordObject(r);
+  doc.erase("refcount");
+  std::string text = doc.dump(-1, ' ', false, json::error_handler_t::replace);
+  text.pop_back();  // the closing brace
+  return text;
 }
 
 Result<TensorRecord> RecordFromJson(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
+  return RecordFromJsonObject(doc);
+}
+
+Result<TensorRecord> RecordFromJsonObject(const json& doc) {
+  if (!doc.is_object()) {
     return Status(ErrorCode::kUnexpectedReply, "tensor record is not a JSON object");
   }
   try {

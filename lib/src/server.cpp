@@ -48,11 +48,12 @@ std::string ErrorReply(const std::string& req, const char* op, const Status& sta
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string OkReply(const std::string& req, Op op, const TensorRecord& record, bool freed = false) {
-  json doc = {{"ok", true}, {"op", OpName(op)}, {"tensor", json::parse(RecordToJson(record))}};
-  if (!req.empty()) doc["req"] = req;
-  if (op == Op::kDelete) doc["freed"] = freed;
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+// The start of a success reply, up to the tensor object: {"ok":true,"op":..,"req":..,"tensor":
+// (req holds only name characters, so it needs no escaping).
+std::string ReplyHead(const std::string& req, Op op) {
+  std::string out = std::string(R"({"ok":true,"op":")") + OpName(op) + "\"";
+  if (!req.empty()) out += R"(,"req":")" + req + "\"";
+  return out + R"(,"tensor":)";
 }
 
 // Names of shm objects are unique per prefix, node and instance, and safe as file names.
@@ -84,13 +85,21 @@ class Server::Impl {
 
  private:
   struct Entry {
-    TensorRecord record;
+    TensorRecord record;     // as created; the refcount lives in Redis only
     Allocation allocation;
+    std::string json_head;   // RecordJsonHead(record): replies are assembled around it
   };
   struct CommitResult {
     enum Kind { kOk, kDup, kConflict } kind = kOk;
+    long long refcount = 0;  // after an "incr"
   };
-  enum class Pre { kNone, kAbsent, kMatch };
+  // A commit script call waiting to be sent with the rest of its batch, and what to do with its
+  // result (run after every result of the batch has been read, in order).
+  struct Pending {
+    std::vector<std::string> args;
+    std::function<void(Result<CommitResult>)> done;
+  };
+  enum class Pre { kNone, kAbsent, kMine };
 
   Status Connect();
   Status StartPoolSocket();
@@ -101,17 +110,20 @@ class Server::Impl {
   void HeartbeatLoop();
   Status WriteHeartbeat(RedisConnection& conn);
 
-  void Handle(const std::string& raw);
+  void ProcessBatch(const std::vector<std::string>& raws);
+  void Flush();
+  Result<CommitResult> CommitNow(Pending pending);
+  void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
   void HandleCreate(const std::string& raw, const Command& cmd);
-  void HandleGet(const std::string& raw, const Command& cmd);
-  void HandleDelete(const std::string& raw, const Command& cmd);
   void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
   Status MissingStatus(const std::string& name);
-  Status Refresh(const std::string& name);
-  Result<CommitResult> Commit(const std::string& raw, const std::string& req,
-                              const std::string& name, const std::string& reply, Pre pre,
-                              const TensorRecord* expected, const char* action,
-                              const std::vector<std::pair<std::string, std::string>>& fields);
+  void HandleRefcount(const std::string& raw, const Command& cmd, int delta);
+  // Queues a commit for the current batch (or returns it to run now with CommitNow).
+  Pending Commit(const std::string& raw, const std::string& req, const std::string& name,
+                 const std::string& reply, Pre pre, const char* action,
+                 const std::vector<std::string>& extra,
+                 std::function<void(Result<CommitResult>)> done = nullptr);
+  static Result<CommitResult> ParseCommit(Result<RedisValue> reply);
   Status FreeEntry(const Entry& entry);
   void ReapStackTensors();
   void Outcome(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
@@ -119,6 +131,8 @@ class Server::Impl {
 
   std::unique_ptr<RedisConnection> redis_;
   std::string commit_sha_;
+  std::string take_sha_;
+  std::vector<Pending> batch_;  // commits planned, not yet sent
   long long client_id_ = 0;
   std::string processing_key_;
   std::string shm_prefix_;
@@ -156,6 +170,8 @@ Status Server::Impl::Connect() {
 Status Server::Impl::LoadScript() {
   MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_->Command({"SCRIPT", "LOAD", kCommitScript}));
   MCD_ASSIGN_OR_RETURN(commit_sha_, AsString(sha, "SCRIPT LOAD"));
+  MCD_ASSIGN_OR_RETURN(RedisValue take, redis_->Command({"SCRIPT", "LOAD", kTakeScript}));
+  MCD_ASSIGN_OR_RETURN(take_sha_, AsString(take, "SCRIPT LOAD"));
   return Status::Ok();
 }
 
@@ -392,23 +408,42 @@ Status Server::Impl::Run() {
   // Commands a previous instance of this node took but did not finish, oldest first.
   {
     MCD_ASSIGN_OR_RETURN(RedisValue left, redis_->Command({"LRANGE", processing_key_, "0", "-1"}));
-    for (auto it = left.elements.rbegin(); it != left.elements.rend() && !stop_; ++it) {
-      Log(LogLevel::kInfo, "resuming an unfinished command");
-      Handle(it->str);
-    }
+    std::vector<std::string> raws;
+    for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) raws.push_back(it->str);
+    if (!raws.empty()) Log(LogLevel::kInfo, "resuming " + std::to_string(raws.size()) + " unfinished command(s)");
+    ProcessBatch(raws);
   }
   int backoff_ms = 100;
+  const std::string batch_size = "64";
+  bool busy = false;
   while (!stop_) {
     ReapStackTensors();
-    auto popped = redis_->Command({"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"});
-    if (!popped.ok()) {
+    // Busy (commands were waiting): take whatever is queued at once and commit it in one
+    // pipeline. Otherwise a blocking wait for the next command (an idle server sleeps in
+    // BLMOVE: no polling), which costs a lone command no extra round trip.
+    Result<RedisValue> taken = RedisValue{};
+    if (busy) {
+      taken = redis_->Command({"EVALSHA", take_sha_, "2", opt_.keys.queue, processing_key_, batch_size});
+      busy = taken.ok() && !taken->elements.empty();
+    }
+    if (!busy && taken.ok()) {
+      auto t0 = Clock::now();
+      taken = redis_->Command({"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"});
+      if (taken.ok() && !taken->is_nil()) {
+        // An answer faster than a context switch means the command was already waiting.
+        busy = Clock::now() - t0 < std::chrono::microseconds(60);
+        RedisValue one = std::move(taken.value());
+        taken = RedisValue{RedisValue::Type::kArray, 0, "", {std::move(one)}};
+      }
+    }
+    if (!taken.ok()) {
       if (stop_) break;
-      if (popped.status().code() == ErrorCode::kUnexpectedReply) {
-        Log(LogLevel::kError, popped.status().message() + " (is '" + opt_.keys.queue + "' a list?)");
+      if (taken.status().code() == ErrorCode::kUnexpectedReply) {
+        Log(LogLevel::kError, taken.status().message() + " (is '" + opt_.keys.queue + "' a list?)");
         std::this_thread::sleep_for(std::chrono::seconds(1));
         continue;
       }
-      Log(LogLevel::kWarn, "Redis: " + popped.status().ToString() + "; reconnecting");
+      Log(LogLevel::kWarn, "Redis: " + taken.status().ToString() + "; reconnecting");
       std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
       backoff_ms = std::min(backoff_ms * 2, 5000);
       if (redis_->Reconnect().ok() && Connect().ok()) {
@@ -418,10 +453,74 @@ Status Server::Impl::Run() {
       continue;
     }
     backoff_ms = 100;
-    if (popped->is_nil()) continue;  // timeout or CLIENT UNBLOCK
-    Handle(popped->str);
+    if (taken->is_nil()) continue;  // BLMOVE timeout or CLIENT UNBLOCK
+    std::vector<std::string> raws;
+    for (RedisValue& v : taken->elements) raws.push_back(std::move(v.str));
+    ProcessBatch(raws);
   }
   return Status::Ok();
+}
+
+void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
+  // Commands of one batch are planned in order and their commits pipelined. A command naming a
+  // tensor that an earlier one of the batch touched waits until those are committed, so each
+  // sees the effects of the ones before it.
+  std::vector<std::string> touched;
+  for (const std::string& raw : raws) {
+    std::string req;
+    auto parsed = ParseCommand(raw, &req);
+    if (parsed.ok()) {
+      if (std::find(touched.begin(), touched.end(), parsed->name) != touched.end()) {
+        Flush();
+        touched.clear();
+      }
+      touched.push_back(parsed->name);
+    }
+    Handle(raw, parsed, req);
+  }
+  Flush();
+}
+
+void Server::Impl::Flush() {
+  if (batch_.empty()) return;
+  std::vector<Pending> sent = std::move(batch_);
+  batch_.clear();
+  std::vector<Result<CommitResult>> results;
+  results.reserve(sent.size());
+  Status appended;
+  for (const Pending& p : sent) {
+    std::vector<std::string_view> argv(p.args.begin(), p.args.end());
+    appended = redis_->Append(argv);
+    if (!appended.ok()) break;
+  }
+  bool reload = false;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    results.push_back(appended.ok() ? ParseCommit(redis_->ReadReply()) : Result<CommitResult>(appended));
+    if (!results.back().ok() && results.back().status().message().find("NOSCRIPT") != std::string::npos) reload = true;
+  }
+  if (reload && LoadScript().ok()) {
+    // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so run them again.
+    for (size_t i = 0; i < sent.size(); ++i) {
+      if (results[i].ok()) continue;
+      sent[i].args[1] = commit_sha_;
+      std::vector<std::string_view> argv(sent[i].args.begin(), sent[i].args.end());
+      results[i] = ParseCommit(redis_->Command(argv));
+    }
+  }
+  for (size_t i = 0; i < sent.size(); ++i) {
+    if (sent[i].done) sent[i].done(std::move(results[i]));
+  }
+}
+
+Result<Server::Impl::CommitResult> Server::Impl::CommitNow(Pending pending) {
+  std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
+  auto result = ParseCommit(redis_->Command(argv));
+  if (!result.ok() && result.status().message().find("NOSCRIPT") != std::string::npos && LoadScript().ok()) {
+    pending.args[1] = commit_sha_;
+    std::vector<std::string_view> again(pending.args.begin(), pending.args.end());
+    result = ParseCommit(redis_->Command(again));
+  }
+  return result;
 }
 
 void Server::Impl::Outcome(const char* op, const std::string& name, const Status& status,
@@ -441,52 +540,44 @@ void Server::Impl::Outcome(const char* op, const std::string& name, const Status
   Log(level, line);
 }
 
-Result<Server::Impl::CommitResult> Server::Impl::Commit(
-    const std::string& raw, const std::string& req, const std::string& name,
-    const std::string& reply, Pre pre, const TensorRecord* expected, const char* action,
-    const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::string tensor_key = name.empty() ? opt_.keys.Tensor("-") : opt_.keys.Tensor(name);
-  std::string reply_key = opt_.keys.Reply(req.empty() ? "-" : req);
-  std::string done_key = opt_.keys.Done(req.empty() ? "-" : req);
-  std::string reply_ttl = std::to_string(opt_.reply_ttl_s);
-  std::string done_ttl = std::to_string(opt_.done_ttl_s);
-  std::string refcount = expected ? std::to_string(expected->refcount) : "";
-  std::vector<std::string_view> argv = {
-      "EVALSHA", commit_sha_, "4", tensor_key, processing_key_, reply_key, done_key, raw, reply,
-      reply_ttl, done_ttl, req.empty() ? "0" : "1",
-      pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "match",
-      expected ? std::string_view(expected->owner) : std::string_view(),
-      refcount,
-      expected ? std::string_view(expected->state) : std::string_view(),
-      action};
-  for (const auto& [field, value] : fields) {
-    argv.push_back(field);
-    argv.push_back(value);
-  }
-  auto result = redis_->Command(argv);
-  if (!result.ok() && result.status().message().find("NOSCRIPT") != std::string::npos) {
-    MCD_RETURN_IF_ERROR(LoadScript());  // Redis restarted or SCRIPT FLUSH: load and retry
-    argv[1] = commit_sha_;
-    result = redis_->Command(argv);
-  }
+Server::Impl::Pending Server::Impl::Commit(const std::string& raw, const std::string& req,
+                                           const std::string& name, const std::string& reply,
+                                           Pre pre, const char* action,
+                                           const std::vector<std::string>& extra,
+                                           std::function<void(Result<CommitResult>)> done) {
+  Pending p;
+  p.args = {"EVALSHA", commit_sha_, "4", opt_.keys.Tensor(name.empty() ? "-" : name), processing_key_,
+            opt_.keys.Reply(req.empty() ? "-" : req), opt_.keys.Done(req.empty() ? "-" : req), raw,
+            reply, std::to_string(opt_.reply_ttl_s), std::to_string(opt_.done_ttl_s),
+            req.empty() ? "0" : "1",
+            pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "mine", instance_, action};
+  p.args.insert(p.args.end(), extra.begin(), extra.end());
+  p.done = std::move(done);
+  return p;
+}
+
+Result<Server::Impl::CommitResult> Server::Impl::ParseCommit(Result<RedisValue> result) {
   if (!result.ok()) return result.status();
   if (result->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "commit script reply");
   const std::string& kind = result->elements[0].str;
   CommitResult out;
   out.kind = kind == "ok" ? CommitResult::kOk : kind == "dup" ? CommitResult::kDup : CommitResult::kConflict;
+  if (result->elements.size() > 1 && result->elements[1].type == RedisValue::Type::kInteger) {
+    out.refcount = result->elements[1].integer;
+  }
   return out;
 }
 
 void Server::Impl::Fail(const std::string& raw, const std::string& req, const char* op,
                         const Status& status) {
-  auto committed = Commit(raw, req, "", ErrorReply(req, op, status), Pre::kNone, nullptr, "none", {});
-  if (!committed.ok()) Log(LogLevel::kError, "cannot write error reply: " + committed.status().ToString());
+  batch_.push_back(Commit(raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {},
+                          [](Result<CommitResult> r) {
+                            if (!r.ok()) Log(LogLevel::kError, "cannot write error reply: " + r.status().ToString());
+                          }));
 }
 
-void Server::Impl::Handle(const std::string& raw) {
+void Server::Impl::Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req) {
   auto t0 = Clock::now();
-  std::string req;
-  auto parsed = ParseCommand(raw, &req);
   if (!parsed.ok()) {
     Fail(raw, req, nullptr, parsed.status());
     Outcome("invalid", "", parsed.status(), t0);
@@ -502,22 +593,35 @@ void Server::Impl::Handle(const std::string& raw) {
   }
   switch (cmd.op) {
     case Op::kCreate: HandleCreate(raw, cmd); break;
-    case Op::kGet: HandleGet(raw, cmd); break;
-    case Op::kDelete: HandleDelete(raw, cmd); break;
+    case Op::kGet: HandleRefcount(raw, cmd, +1); break;
+    case Op::kDelete: HandleRefcount(raw, cmd, -1); break;
   }
 }
 
 Status Server::Impl::MissingStatus(const std::string& name) {
-  auto fields = redis_->Command({"HMGET", opt_.keys.Tensor(name), "node", "state"});
+  auto fields = redis_->Command({"HMGET", opt_.keys.Tensor(name), "node", "state", "owner"});
   if (!fields.ok()) return fields.status();
-  if (fields->elements.size() == 2 && !fields->elements[0].is_nil()) {
-    if (fields->elements[0].str != opt_.node) {
-      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" +
-                                               fields->elements[0].str + "', not '" + opt_.node + "'");
+  auto entry = tensors_.find(name);
+  if (fields->elements.size() == 3 && !fields->elements[0].is_nil()) {
+    const std::string& node = fields->elements[0].str;
+    const std::string& state = fields->elements[1].str;
+    if (node != opt_.node) {
+      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + node +
+                                               "', not '" + opt_.node + "'");
     }
-    return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " +
-                                            (fields->elements[1].str.empty() ? std::string("not ready")
-                                                                             : fields->elements[1].str));
+    if (state != "ready") {
+      return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + (state.empty() ? "not ready" : state));
+    }
+    return Status(ErrorCode::kUnavailable, "tensor '" + name + "' belongs to server instance '" +
+                                               fields->elements[2].str + "', which is gone");
+  }
+  if (entry != tensors_.end()) {
+    // Our tensor's hash was removed by hand: nobody can reach the memory any more, but a process
+    // may still have it mapped, so it is kept until shutdown.
+    Log(LogLevel::kWarn, "the hash of tensor '" + name + "' was removed underneath the server");
+    orphans_.push_back(std::move(entry->second));
+    tensors_.erase(entry);
+    tensor_count_ = tensors_.size();
   }
   return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
 }
@@ -528,8 +632,12 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
     Fail(raw, cmd.req, "create", status);
     Outcome("create", cmd.name, status, t0);
   };
-  if (tensors_.count(cmd.name) != 0) {
-    return fail(Status(ErrorCode::kAlreadyExists, "tensor '" + cmd.name + "' already exists"));
+  if (auto known = tensors_.find(cmd.name); known != tensors_.end()) {
+    // Usually a plain "already exists"; if the hash was removed by hand, the name is free again.
+    Status missing = MissingStatus(cmd.name);
+    if (missing.code() != ErrorCode::kNotFound) {
+      return fail(Status(ErrorCode::kAlreadyExists, "tensor '" + cmd.name + "' already exists"));
+    }
   }
   auto worker = workers_.find(cmd.device);
   if (worker == workers_.end()) {
@@ -569,125 +677,74 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
   record.ipc_handle = allocation.ipc_handle;
   record.offset = allocation.offset;
 
-  auto committed = Commit(raw, cmd.req, cmd.name, OkReply(cmd.req, Op::kCreate, record),
-                          Pre::kAbsent, nullptr, "hset", HashFields(record));
-  Entry entry{record, allocation};
-  if (!committed.ok() || committed->kind != CommitResult::kOk) {
-    Status freed = FreeEntry(entry);
-    if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
-    if (!committed.ok()) {
-      Outcome("create", cmd.name, committed.status(), t0);
-      return;
-    }
-    if (committed->kind == CommitResult::kDup) {
-      Outcome("create", cmd.name, Status::Ok(), t0, "repeated_req=" + cmd.req);
-      return;
-    }
-    return fail(Status(ErrorCode::kAlreadyExists,
-                       "tensor '" + cmd.name + "' already exists (made by another server)"));
+  Entry entry{record, allocation, RecordJsonHead(record)};
+  std::vector<std::string> fields;
+  for (auto& [field, value] : HashFields(record)) {
+    fields.push_back(field);
+    fields.push_back(std::move(value));
   }
-  tensors_.emplace(cmd.name, std::move(entry));
-  tensor_count_ = tensors_.size();
-  Outcome("create", cmd.name, Status::Ok(), t0,
-          "device=" + DeviceName(cmd.device) + " bytes=" + std::to_string(cmd.bytes));
+  std::string reply = ReplyHead(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
+  batch_.push_back(Commit(
+      raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
+      [this, raw, req = cmd.req, name = cmd.name, device = cmd.device, bytes = cmd.bytes, t0,
+       entry = std::move(entry)](Result<CommitResult> committed) mutable {
+        if (committed.ok() && committed->kind == CommitResult::kOk) {
+          tensors_[name] = std::move(entry);
+          tensor_count_ = tensors_.size();
+          Outcome("create", name, Status::Ok(), t0,
+                  "device=" + DeviceName(device) + " bytes=" + std::to_string(bytes));
+          return;
+        }
+        Status freed = FreeEntry(entry);
+        if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
+        if (!committed.ok()) return Outcome("create", name, committed.status(), t0);
+        if (committed->kind == CommitResult::kDup) {
+          return Outcome("create", name, Status::Ok(), t0, "repeated_req=" + req);
+        }
+        Status exists(ErrorCode::kAlreadyExists, "tensor '" + name + "' already exists (made by another server)");
+        auto failed = CommitNow(Commit(raw, req, "", ErrorReply(req, "create", exists), Pre::kNone, "none", {}));
+        if (!failed.ok()) Log(LogLevel::kError, "cannot write error reply: " + failed.status().ToString());
+        Outcome("create", name, exists, t0);
+      }));
 }
 
-Status Server::Impl::Refresh(const std::string& name) {
-  // The hash changed under us (an edit by hand): adopt what Redis says, keep the memory.
-  auto it = tensors_.find(name);
-  MCD_ASSIGN_OR_RETURN(RedisValue all, redis_->Command({"HGETALL", opt_.keys.Tensor(name)}));
-  std::map<std::string, std::string> fields;
-  for (size_t i = 0; i + 1 < all.elements.size(); i += 2) fields[all.elements[i].str] = all.elements[i + 1].str;
-  auto record = RecordFromHash(name, fields);
-  if (!record.ok() || record->owner != instance_) {
-    Log(LogLevel::kWarn, "hash of tensor '" + name + "' was removed or replaced by hand; its memory is kept until shutdown");
-    orphans_.push_back(std::move(it->second));
-    tensors_.erase(it);
-    return Status(ErrorCode::kNotFound, "tensor '" + name + "' was removed underneath the server");
-  }
-  it->second.record.refcount = record->refcount;
-  it->second.record.state = record->state;
-  return Status::Ok();
-}
-
-void Server::Impl::HandleGet(const std::string& raw, const Command& cmd) {
+void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, int delta) {
+  // get: refcount+1; delete: refcount-1, and at 0 the hash goes (in the script) before the memory.
   auto t0 = Clock::now();
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    auto it = tensors_.find(cmd.name);
-    Status status = it == tensors_.end() ? MissingStatus(cmd.name)
-                    : it->second.record.state != "ready"
-                        ? Status(ErrorCode::kNotReady, "tensor '" + cmd.name + "' is " + it->second.record.state)
-                        : Status::Ok();
-    if (!status.ok()) {
-      Fail(raw, cmd.req, "get", status);
-      return Outcome("get", cmd.name, status, t0);
-    }
-    TensorRecord next = it->second.record;
-    next.refcount += 1;
-    auto committed = Commit(raw, cmd.req, cmd.name, OkReply(cmd.req, Op::kGet, next), Pre::kMatch,
-                            &it->second.record, "hset", {{"refcount", std::to_string(next.refcount)}});
-    if (!committed.ok()) return Outcome("get", cmd.name, committed.status(), t0);
-    if (committed->kind == CommitResult::kOk) {
-      it->second.record.refcount = next.refcount;
-      return Outcome("get", cmd.name, Status::Ok(), t0, "refcount=" + std::to_string(next.refcount));
-    }
-    if (committed->kind == CommitResult::kDup) {
-      return Outcome("get", cmd.name, Status::Ok(), t0, "repeated_req=" + cmd.req);
-    }
-    Status refreshed = Refresh(cmd.name);
-    if (!refreshed.ok() && refreshed.code() != ErrorCode::kNotFound) {
-      return Outcome("get", cmd.name, refreshed, t0);
-    }
+  const char* op = OpName(cmd.op);
+  auto it = tensors_.find(cmd.name);
+  Status status = it == tensors_.end() ? MissingStatus(cmd.name) : Status::Ok();
+  if (!status.ok()) {
+    Fail(raw, cmd.req, op, status);
+    return Outcome(op, cmd.name, status, t0);
   }
-  Status status(ErrorCode::kInternal, "tensor '" + cmd.name + "' keeps changing underneath the server");
-  Fail(raw, cmd.req, "get", status);
-  Outcome("get", cmd.name, status, t0);
-}
-
-void Server::Impl::HandleDelete(const std::string& raw, const Command& cmd) {
-  auto t0 = Clock::now();
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    auto it = tensors_.find(cmd.name);
-    Status status = it == tensors_.end() ? MissingStatus(cmd.name)
-                    : it->second.record.state != "ready"
-                        ? Status(ErrorCode::kNotReady, "tensor '" + cmd.name + "' is " + it->second.record.state)
-                        : Status::Ok();
-    if (!status.ok()) {
-      Fail(raw, cmd.req, "delete", status);
-      return Outcome("delete", cmd.name, status, t0);
-    }
-    TensorRecord next = it->second.record;
-    next.refcount -= 1;
-    bool last = next.refcount <= 0;
-    if (last) next.state = "deleted";
-    std::vector<std::pair<std::string, std::string>> fields;
-    if (!last) fields.emplace_back("refcount", std::to_string(next.refcount));
-    // At zero the hash goes first (nobody can get it any more), then the memory.
-    auto committed = Commit(raw, cmd.req, cmd.name, OkReply(cmd.req, Op::kDelete, next, last),
-                            Pre::kMatch, &it->second.record, last ? "del" : "hset", fields);
-    if (!committed.ok()) return Outcome("delete", cmd.name, committed.status(), t0);
-    if (committed->kind == CommitResult::kDup) {
-      return Outcome("delete", cmd.name, Status::Ok(), t0, "repeated_req=" + cmd.req);
-    }
-    if (committed->kind == CommitResult::kOk) {
-      if (!last) {
-        it->second.record.refcount = next.refcount;
-        return Outcome("delete", cmd.name, Status::Ok(), t0, "refcount=" + std::to_string(next.refcount));
-      }
-      Entry entry = std::move(it->second);
-      tensors_.erase(it);
-      tensor_count_ = tensors_.size();
-      Status freed = FreeEntry(entry);
-      return Outcome("delete", cmd.name, freed, t0, "freed=" + std::to_string(entry.record.bytes));
-    }
-    Status refreshed = Refresh(cmd.name);
-    if (!refreshed.ok() && refreshed.code() != ErrorCode::kNotFound) {
-      return Outcome("delete", cmd.name, refreshed, t0);
-    }
-  }
-  Status status(ErrorCode::kInternal, "tensor '" + cmd.name + "' keeps changing underneath the server");
-  Fail(raw, cmd.req, "delete", status);
-  Outcome("delete", cmd.name, status, t0);
+  std::string head = ReplyHead(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
+  batch_.push_back(Commit(
+      raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
+      {std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"},
+      [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
+        if (!committed.ok()) return Outcome(op, name, committed.status(), t0);
+        if (committed->kind == CommitResult::kDup) {
+          return Outcome(op, name, Status::Ok(), t0, "repeated_req=" + req);
+        }
+        if (committed->kind == CommitResult::kOk) {
+          if (committed->refcount > 0) {
+            return Outcome(op, name, Status::Ok(), t0, "refcount=" + std::to_string(committed->refcount));
+          }
+          auto found = tensors_.find(name);
+          if (found == tensors_.end()) return Outcome(op, name, Status::Ok(), t0, "freed=0");
+          Entry entry = std::move(found->second);
+          tensors_.erase(found);
+          tensor_count_ = tensors_.size();
+          Status freed = FreeEntry(entry);
+          return Outcome(op, name, freed, t0, "freed=" + std::to_string(entry.record.bytes));
+        }
+        // The hash is gone or not ready (changed by hand): say which.
+        Status missing = MissingStatus(name);
+        auto failed = CommitNow(Commit(raw, req, "", ErrorReply(req, op, missing), Pre::kNone, "none", {}));
+        if (!failed.ok()) Log(LogLevel::kError, "cannot write error reply: " + failed.status().ToString());
+        Outcome(op, name, missing, t0);
+      }));
 }
 
 Status Server::Impl::FreeEntry(const Entry& entry) {
@@ -711,7 +768,7 @@ void Server::Impl::ReapStackTensors() {
   }
   for (const std::string& name : dead) {
     auto t0 = Clock::now();
-    auto committed = Commit("", "", name, "", Pre::kNone, nullptr, "del", {});
+    auto committed = CommitNow(Commit("", "", name, "", Pre::kNone, "del", {}));
     if (!committed.ok()) {
       Log(LogLevel::kWarn, "reclaim of '" + name + "': " + committed.status().ToString());
       continue;

@@ -60,13 +60,17 @@ class MCD_API Client {
 
   // Sends a create and waits for the reply. Returns the record (refcount 1).
   Result<TensorRecord> Create(const CreateSpec& spec);
-  // Takes a reference (get command, refcount+1) and opens the tensor in this process.
+  // Takes a reference (refcount+1, the get command's effect, done by an atomic script in one
+  // Redis round trip) and opens the tensor in this process.
   Result<TensorView> Get(const std::string& name);
   // Opens the tensor without touching its refcount (it must be ready).
   Result<TensorView> Open(const std::string& name);
-  // Sends a delete (refcount-1; freed at 0) and closes this process's mapping of it, if any.
-  // Returns the record as it was after the decrement.
+  // Closes this process's mapping of it, if any, and gives one reference back (refcount-1; the
+  // last one through the server's delete command, which frees the memory). Returns the record
+  // as it was after the decrement.
   Result<TensorRecord> Release(const std::string& name);
+  // Gives one reference back without touching this process's mappings.
+  Result<TensorRecord> ReleaseReference(const std::string& name);
   // Closes this process's mapping of a tensor opened with Get/Open, without a delete command.
   Status Close(const std::string& name);
   // Reads the hash without touching the refcount.

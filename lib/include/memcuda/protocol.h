@@ -105,6 +105,9 @@ MCD_API Result<TensorRecord> RecordFromHash(const std::string& name,
 // The JSON object of a record (stable keys; ipc_handle as "ipc_handle_hex"), and back.
 MCD_API std::string RecordToJson(const TensorRecord& record);
 MCD_API Result<TensorRecord> RecordFromJson(std::string_view json);
+// RecordToJson without "refcount" and without the closing brace: replies are assembled around
+// a refcount that only Redis knows at the moment of the change.
+MCD_API std::string RecordJsonHead(const TensorRecord& record);
 
 MCD_API std::string DeviceName(int device);  // "0", "cpu"
 // "0", "cuda:0", "cpu", "-1" -> ordinal or kHostDevice.
