@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libhiredis-dev libcli11-dev nlohmann-json3-dev
-          googletest libgtest-dev redis-server redis-tools mandoc)
+          googletest libgtest-dev redis-server redis-tools mandoc libvulkan-dev
+          g++-mingw-w64-x86-64-posix)
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 

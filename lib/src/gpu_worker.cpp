@@ -16,7 +16,13 @@ Status DeviceContext::EnsureGpu() {
   gpu_tried_ = true;
   gpu_status_ = [this]() -> Status {
     int count = 0;
-    MCD_CUDA_RETURN(cudaGetDeviceCount(&count));
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
+      cudaGetLastError();
+      return Status(ErrorCode::kNoDevice, std::string("no usable NVIDIA GPU on this machine (cudaGetDeviceCount: ") +
+                                              cudaGetErrorName(err) + ")");
+    }
+    MCD_CUDA_RETURN(err);
     if (device_ < 0 || device_ >= count) {
       return Status(ErrorCode::kNoDevice, "CUDA device " + std::to_string(device_) +
                                               " does not exist (this machine has " +
