@@ -3,7 +3,11 @@
 #include <hiredis/hiredis.h>
 #include <signal.h>
 
+#include <poll.h>
+
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <charconv>
 #include <cstring>
 #include <mutex>
@@ -172,6 +176,10 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const RedisUrl
                                                                   const RedisOptions& options) {
   IgnoreSigpipeOnce();
   std::unique_ptr<RedisConnection> conn(new RedisConnection(url, options));
+  if (conn->options_.spin_us < 0) {
+    const char* env = std::getenv("MCD_SPIN_US");
+    conn->options_.spin_us = env != nullptr ? std::atoi(env) : 0;
+  }
   MCD_RETURN_IF_ERROR(conn->Open());
   return conn;
 }
@@ -265,6 +273,17 @@ Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
 Result<RedisValue> RedisConnection::ReadReply() {
   if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
   void* raw = nullptr;
+  if (options_.spin_us > 0 && ctx_->reader->pos >= ctx_->reader->len) {
+    // Nothing buffered: send what is pending, then poll (without sleeping) for a while.
+    int done = 0;
+    while (!done) {
+      if (redisBufferWrite(ctx_, &done) != REDIS_OK) return ContextError("write");
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
+    pollfd pfd{ctx_->fd, POLLIN, 0};
+    while (poll(&pfd, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+    }
+  }
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return ContextError("read reply");
   ReplyPtr reply(raw);
   return Copy(static_cast<redisReply*>(reply.get()));
