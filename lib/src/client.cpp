@@ -321,17 +321,19 @@ class Client::Impl {
     return ToRecord(name, reply);
   }
 
-  static Result<TensorRecord> ToRecord(const std::string& name, const RedisValue& reply) {
-    const auto& names = TensorFieldNames();
-    if (reply.elements.size() != names.size()) {
+  static Result<TensorRecord> ToRecord(const std::string& name, RedisValue& reply) {
+    if (reply.elements.size() != TensorFieldNames().size()) {
       return Status(ErrorCode::kUnexpectedReply, "HMGET reply for tensor '" + name + "'");
     }
-    std::map<std::string, std::string> fields;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (!reply.elements[i].is_nil()) fields[names[i]] = reply.elements[i].str;
+    std::vector<std::optional<std::string>> values;
+    values.reserve(reply.elements.size());
+    bool any = false;
+    for (RedisValue& v : reply.elements) {
+      any = any || !v.is_nil();
+      values.push_back(v.is_nil() ? std::nullopt : std::optional<std::string>(std::move(v.str)));
     }
-    if (fields.empty()) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
-    return RecordFromHash(name, fields);
+    if (!any) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+    return RecordFromFields(name, values);
   }
 
   Result<std::vector<TensorRecord>> List(const std::string& glob) {
@@ -360,6 +362,28 @@ class Client::Impl {
     } while (cursor != "0");
     std::sort(out.begin(), out.end(),
               [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; });
+    out.erase(std::unique(out.begin(), out.end(),
+                          [](const TensorRecord& a, const TensorRecord& b) { return a.name == b.name; }),
+              out.end());  // SCAN may return a key twice
+    return out;
+  }
+
+  Result<std::vector<std::string>> ListNames(const std::string& glob) {
+    std::vector<std::string> out;
+    std::string cursor = "0";
+    std::string pattern = opt_.keys.TensorPattern(glob);
+    do {
+      MCD_ASSIGN_OR_RETURN(RedisValue page,
+                           redis_->Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "5000"}));
+      if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
+      cursor = page.elements[0].str;
+      for (const RedisValue& key : page.elements[1].elements) {
+        std::string name = opt_.keys.NameFromTensorKey(key.str);
+        if (!name.empty()) out.push_back(std::move(name));
+      }
+    } while (cursor != "0");
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());  // SCAN may repeat a key
     return out;
   }
 
@@ -455,14 +479,26 @@ Status Client::Close(const std::string& name) {
 
 Result<TensorRecord> Client::Stat(const std::string& name) { return impl_->Stat(name); }
 
-Result<std::vector<TensorRecord>> Client::List(const std::string& glob) {
+namespace {
+Status ValidateGlob(const std::string& glob) {
   if (glob.size() > 2 * kMaxNameLength) return Status(ErrorCode::kInvalidArgument, "glob too long");
   for (char c : glob) {
     if (c == '{' || c == '}' || static_cast<unsigned char>(c) < 0x20) {
       return Status(ErrorCode::kInvalidArgument, "glob holds a brace or control character");
     }
   }
+  return Status::Ok();
+}
+}  // namespace
+
+Result<std::vector<TensorRecord>> Client::List(const std::string& glob) {
+  MCD_RETURN_IF_ERROR(ValidateGlob(glob));
   return impl_->List(glob);
+}
+
+Result<std::vector<std::string>> Client::ListNames(const std::string& glob) {
+  MCD_RETURN_IF_ERROR(ValidateGlob(glob));
+  return impl_->ListNames(glob);
 }
 
 namespace {

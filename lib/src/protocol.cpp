@@ -215,14 +215,37 @@ std::string ShapeToJson(const std::vector<int64_t>& shape) {
 }
 
 Result<std::vector<int64_t>> ShapeFromJson(std::string_view text) {
-  if (text.size() > 512) return Invalid("shape text too long");
-  json doc = json::parse(text.begin(), text.end(), nullptr, false);
-  if (doc.is_discarded() || !doc.is_array()) return Invalid("shape is not a JSON array");
+  // "[2,3,4]": parsed by hand, since listings parse one per tensor (nlohmann is ~10x slower).
+  auto bad = [&] { return Invalid("shape \"" + Printable(text) + "\" is not a JSON array of integers"); };
+  size_t i = 0;
+  auto skip = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) ++i;
+  };
+  skip();
+  if (i >= text.size() || text[i] != '[') return bad();
+  ++i;
   std::vector<int64_t> out;
-  for (const json& dim : doc) {
-    MCD_ASSIGN_OR_RETURN(int64_t value, IntField(dim, "shape"));
-    out.push_back(value);
+  skip();
+  if (i < text.size() && text[i] == ']') return out;
+  for (;;) {
+    skip();
+    int64_t dim = 0;
+    auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + text.size(), dim);
+    if (ec != std::errc()) return bad();
+    i = static_cast<size_t>(ptr - text.data());
+    if (out.size() == kMaxDims * 4) return bad();
+    out.push_back(dim);
+    skip();
+    if (i < text.size() && text[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i < text.size() && text[i] == ']') break;
+    return bad();
   }
+  ++i;
+  skip();
+  if (i != text.size()) return bad();
   return out;
 }
 
@@ -448,46 +471,51 @@ bool ParseNumber(const std::string& text, T& out) {
 
 Result<TensorRecord> RecordFromHash(const std::string& name,
                                     const std::map<std::string, std::string>& fields) {
-  auto bad = [&](const std::string& field) {
+  std::vector<std::optional<std::string>> values;
+  for (const std::string& field : TensorFieldNames()) {
+    auto it = fields.find(field);
+    values.push_back(it == fields.end() ? std::nullopt : std::optional<std::string>(it->second));
+  }
+  return RecordFromFields(name, values);
+}
+
+Result<TensorRecord> RecordFromFields(const std::string& name,
+                                      const std::vector<std::optional<std::string>>& values) {
+  // Indexes into TensorFieldNames().
+  enum { kDtype, kShape, kCtime, kNode, kDevice, kBytes, kIpcKind, kIpcHandle, kOffset, kRefcount,
+         kState, kOwner, kLifetime, kCreatorPid, kOwnerPid, kOwnerStart, kFieldCount };
+  if (values.size() != kFieldCount) return Status(ErrorCode::kInternal, "RecordFromFields: wrong arity");
+  auto bad = [&](const char* field) {
     return Status(ErrorCode::kUnexpectedReply,
                   "tensor hash of '" + name + "' has a missing or malformed \"" + field + "\"");
   };
-  auto get = [&](const char* field) -> const std::string* {
-    auto it = fields.find(field);
-    return it == fields.end() ? nullptr : &it->second;
-  };
+  auto get = [&](int i) -> const std::string* { return values[static_cast<size_t>(i)] ? &*values[static_cast<size_t>(i)] : nullptr; };
   TensorRecord r;
   r.name = name;
-  const std::string* value = get("dtype");
-  if (value == nullptr || !ParseDType(*value)) return bad("dtype");
-  r.dtype = *ParseDType(*value);
-  value = get("shape");
-  if (value == nullptr) return bad("shape");
+  const std::string* value = get(kDtype);
+  auto dtype = value ? ParseDType(*value) : std::nullopt;
+  if (!dtype) return bad("dtype");
+  r.dtype = *dtype;
+  if ((value = get(kShape)) == nullptr) return bad("shape");
   auto shape = ShapeFromJson(*value);
   if (!shape.ok()) return bad("shape");
   r.shape = std::move(shape).value();
-  value = get("device");
-  if (value == nullptr || !ParseNumber(*value, r.device)) return bad("device");
-  value = get("bytes");
-  if (value == nullptr || !ParseNumber(*value, r.bytes)) return bad("bytes");
-  value = get("refcount");
-  if (value == nullptr || !ParseNumber(*value, r.refcount)) return bad("refcount");
-  value = get("state");
-  if (value == nullptr) return bad("state");
+  if ((value = get(kDevice)) == nullptr || !ParseNumber(*value, r.device)) return bad("device");
+  if ((value = get(kBytes)) == nullptr || !ParseNumber(*value, r.bytes)) return bad("bytes");
+  if ((value = get(kRefcount)) == nullptr || !ParseNumber(*value, r.refcount)) return bad("refcount");
+  if ((value = get(kState)) == nullptr) return bad("state");
   r.state = *value;
   // Optional fields: a hash written by another tool may lack them.
-  if ((value = get("ctime")) != nullptr) ParseNumber(*value, r.ctime_ms);
-  if ((value = get("node")) != nullptr) r.node = *value;
-  if ((value = get("ipc_kind")) != nullptr) r.ipc_kind = *value;
-  if ((value = get("ipc_handle")) != nullptr) r.ipc_handle = *value;
-  if ((value = get("offset")) != nullptr) ParseNumber(*value, r.offset);
-  if ((value = get("owner")) != nullptr) r.owner = *value;
-  if ((value = get("lifetime")) != nullptr) {
-    r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
-  }
-  if ((value = get("creator_pid")) != nullptr) ParseNumber(*value, r.creator_pid);
-  if ((value = get("owner_pid")) != nullptr) ParseNumber(*value, r.owner_pid);
-  if ((value = get("owner_start")) != nullptr) ParseNumber(*value, r.owner_start);
+  if ((value = get(kCtime)) != nullptr) ParseNumber(*value, r.ctime_ms);
+  if ((value = get(kNode)) != nullptr) r.node = *value;
+  if ((value = get(kIpcKind)) != nullptr) r.ipc_kind = *value;
+  if ((value = get(kIpcHandle)) != nullptr) r.ipc_handle = *value;
+  if ((value = get(kOffset)) != nullptr) ParseNumber(*value, r.offset);
+  if ((value = get(kOwner)) != nullptr) r.owner = *value;
+  if ((value = get(kLifetime)) != nullptr) r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
+  if ((value = get(kCreatorPid)) != nullptr) ParseNumber(*value, r.creator_pid);
+  if ((value = get(kOwnerPid)) != nullptr) ParseNumber(*value, r.owner_pid);
+  if ((value = get(kOwnerStart)) != nullptr) ParseNumber(*value, r.owner_start);
   return r;
 }
 

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <set>
 #include <unordered_map>
 
 #include "alloc/allocator.h"
@@ -139,6 +140,7 @@ class Server::Impl {
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
   std::map<int, std::unique_ptr<Allocator>> allocators_;
   std::unordered_map<std::string, Entry> tensors_;
+  std::set<std::string> stack_names_;  // the stack tensors among them, for the reaper
   std::vector<Entry> orphans_;  // allocations whose hash vanished underneath: freed at shutdown
   std::string devices_text_;
   std::string allocator_text_;
@@ -689,6 +691,7 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
       [this, raw, req = cmd.req, name = cmd.name, device = cmd.device, bytes = cmd.bytes, t0,
        entry = std::move(entry)](Result<CommitResult> committed) mutable {
         if (committed.ok() && committed->kind == CommitResult::kOk) {
+          if (entry.record.lifetime == Lifetime::kStack) stack_names_.insert(name);
           tensors_[name] = std::move(entry);
           tensor_count_ = tensors_.size();
           Outcome("create", name, Status::Ok(), t0,
@@ -762,9 +765,15 @@ void Server::Impl::ReapStackTensors() {
   if (now - last_reap_ < std::chrono::seconds(1)) return;
   last_reap_ = now;
   std::vector<std::string> dead;
-  for (const auto& [name, entry] : tensors_) {
-    const TensorRecord& r = entry.record;
-    if (r.lifetime == Lifetime::kStack && !ProcessAlive(r.owner_pid, r.owner_start)) dead.push_back(name);
+  for (auto it = stack_names_.begin(); it != stack_names_.end();) {
+    auto entry = tensors_.find(*it);
+    if (entry == tensors_.end()) {  // deleted normally meanwhile
+      it = stack_names_.erase(it);
+      continue;
+    }
+    const TensorRecord& r = entry->second.record;
+    if (!ProcessAlive(r.owner_pid, r.owner_start)) dead.push_back(*it);
+    ++it;
   }
   for (const std::string& name : dead) {
     auto t0 = Clock::now();

@@ -27,6 +27,11 @@ class GpuServerTest : public ::testing::Test {
     StartServer();
   }
 
+  // A clean shutdown frees every tensor of the test.
+  void TearDown() override {
+    if (server_ && server_->pid() > 0) EXPECT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
+  }
+
   void StartServer() {
     std::vector<std::string> argv = {ToolPath("mcd-serve"), "--devices", "0", "--node", node_};
     for (const auto& a : ServerArgs()) argv.push_back(a);

@@ -25,6 +25,14 @@ class Lifecycle : public ::testing::Test {
     StartServer();
   }
 
+  // Every test ends with a clean shutdown, which must leave nothing behind.
+  void TearDown() override {
+    if (server_ && server_->pid() > 0) {
+      EXPECT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
+      EXPECT_EQ(ShmCount(), 0u) << "shared-memory objects left after SIGTERM";
+    }
+  }
+
   void StartServer() {
     server_ = std::make_unique<test::Background>(
         std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_,

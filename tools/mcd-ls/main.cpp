@@ -28,16 +28,21 @@ int main(int argc, char** argv) {
   if (!options.ok()) return tools::Fail(tool, options.status());
   auto client = Client::Connect(options.value());
   if (!client.ok()) return tools::Fail(tool, client.status());
+  std::string out;
+  if (names_only && !json) {
+    auto names = client.value()->ListNames(glob);
+    if (!names.ok()) return tools::Fail(tool, names.status());
+    for (const std::string& name : names.value()) out += name + "\n";
+    std::cout << out;
+    return 0;
+  }
   auto records = client.value()->List(glob);
   if (!records.ok()) return tools::Fail(tool, records.status());
 
-  std::string out;
   if (json) {
     out = "[";
     for (const TensorRecord& r : records.value()) out += (out.size() > 1 ? "," : "") + RecordToJson(r);
     out += "]\n";
-  } else if (names_only) {
-    for (const TensorRecord& r : records.value()) out += r.name + "\n";
   } else {
     std::vector<std::vector<std::string>> rows;
     if (!no_headers) {

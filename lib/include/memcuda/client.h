@@ -77,6 +77,8 @@ class MCD_API Client {
   Result<TensorRecord> Stat(const std::string& name);
   // Every tensor whose name matches `glob` (SCAN, never KEYS), sorted by name.
   Result<std::vector<TensorRecord>> List(const std::string& glob = "*");
+  // Only the names (SCAN alone), sorted.
+  Result<std::vector<std::string>> ListNames(const std::string& glob = "*");
 
   // Copies between an opened tensor and host memory (device memory through the device's worker).
   Status CopyToHost(const TensorView& view, void* dst, uint64_t bytes);

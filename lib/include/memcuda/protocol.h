@@ -97,8 +97,11 @@ struct MCD_API TensorRecord {
 MCD_API const std::vector<std::string>& TensorFieldNames();
 // Field/value pairs for HSET (ipc_handle as raw bytes).
 MCD_API std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& record);
-// Builds a record from field/value pairs as read from Redis; kUnexpectedReply when required
-// fields are missing or malformed.
+// Builds a record from the values of TensorFieldNames(), in that order, as HMGET returns them
+// (nullopt: field absent); kUnexpectedReply when required fields are missing or malformed.
+MCD_API Result<TensorRecord> RecordFromFields(const std::string& name,
+                                              const std::vector<std::optional<std::string>>& values);
+// The same from field/value pairs (HGETALL).
 MCD_API Result<TensorRecord> RecordFromHash(const std::string& name,
                                             const std::map<std::string, std::string>& fields);
 
