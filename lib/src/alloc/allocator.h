@@ -49,6 +49,10 @@ struct PoolConfig {
   uint64_t release_threshold = UINT64_MAX;  // bytes kept cached when the stream is idle
 };
 
+// Zeroes a new device allocation (when asked) and waits until the worker's stream has finished
+// every write to it: a tensor is published only after that. Worker thread.
+Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool zero);
+
 // POSIX shared memory, one object per tensor, named "<name_prefix><seq>".
 std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix);
 // cudaMalloc + cudaIpcGetMemHandle.

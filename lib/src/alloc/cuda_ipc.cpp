@@ -36,13 +36,7 @@ class CudaIpcAllocator final : public Allocator {
       cudaFree(ptr);
       return status;
     };
-    if (zero) {
-      err = cudaMemsetAsync(ptr, 0, bytes, ctx.stream());
-      if (err != cudaSuccess) return fail(CudaStatus(err, "cudaMemsetAsync"));
-    }
-    // Published only once the stream has finished every write to it.
-    err = cudaStreamSynchronize(ctx.stream());
-    if (err != cudaSuccess) return fail(CudaStatus(err, "cudaStreamSynchronize"));
+    if (Status ready = ZeroAndSynchronize(ctx, ptr, bytes, zero); !ready.ok()) return fail(ready);
     cudaIpcMemHandle_t handle{};
     err = cudaIpcGetMemHandle(&handle, ptr);
     if (err != cudaSuccess) return fail(CudaStatus(err, "cudaIpcGetMemHandle"));
@@ -64,6 +58,12 @@ class CudaIpcAllocator final : public Allocator {
 }  // namespace
 
 std::unique_ptr<Allocator> MakeCudaIpcAllocator() { return std::make_unique<CudaIpcAllocator>(); }
+
+Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool zero) {
+  if (zero) MCD_CUDA_RETURN(cudaMemsetAsync(ptr, 0, bytes, ctx.stream()));
+  MCD_CUDA_RETURN(cudaStreamSynchronize(ctx.stream()));
+  return Status::Ok();
+}
 
 Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& ipc_handle, uint64_t offset) {
   if (ipc_handle.size() != sizeof(cudaIpcMemHandle_t)) {

@@ -74,14 +74,9 @@ class CudaMempoolAllocator final : public Allocator {
       cudaFreeAsync(ptr, ctx.stream());
       return status;
     };
-    if (zero) {
-      err = cudaMemsetAsync(ptr, 0, bytes, ctx.stream());
-      if (err != cudaSuccess) return fail(CudaStatus(err, "cudaMemsetAsync"));
-    }
-    // Other processes import the pointer without any event: the allocation (and its zeroing) must
-    // be complete in stream order before it is published.
-    err = cudaStreamSynchronize(ctx.stream());
-    if (err != cudaSuccess) return fail(CudaStatus(err, "cudaStreamSynchronize"));
+    // Other processes import the pointer without any event: the allocation (and its zeroing)
+    // must be complete in stream order before it is published.
+    if (Status ready = ZeroAndSynchronize(ctx, ptr, bytes, zero); !ready.ok()) return fail(ready);
     cudaMemPoolPtrExportData data{};
     err = cudaMemPoolExportPointer(&data, ptr);
     if (err != cudaSuccess) return fail(CudaStatus(err, "cudaMemPoolExportPointer"));

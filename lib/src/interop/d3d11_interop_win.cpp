@@ -17,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+#include "interop/interop_steps.h"
 #include "memcuda/interop.h"
 
 namespace mcd {
@@ -52,28 +53,16 @@ class D3D11Probe {
       report_.reason = gpu.message();
       return;
     }
-    if (!Step("find the DXGI adapter with the CUDA device's LUID", [&] { return MatchAdapter(ctx.device()); }, true)) return;
+    if (!steps_.Step("find the DXGI adapter with the CUDA device's LUID", [&] { return MatchAdapter(ctx.device()); }, true)) return;
     report_.available = true;
-    if (!Step("create a D3D11 device on that adapter", [&] { return CreateDevice(); })) return;
-    if (!Step("create a shareable texture and its NT handle", [&] { return CreateShared(); })) return;
-    if (!Step("import it into CUDA and map its array", [&] { return Import(); })) return;
-    if (!Step("CUDA writes, D3D11 reads back through staging: every byte", [&] { return CudaToD3D(ctx); })) return;
-    Step("release: CUDA interop, then D3D11 resources", [&] { return Release(); });
+    if (!steps_.Step("create a D3D11 device on that adapter", [&] { return CreateDevice(); })) return;
+    if (!steps_.Step("create a shareable texture and its NT handle", [&] { return CreateShared(); })) return;
+    if (!steps_.Step("import it into CUDA and map its array", [&] { return Import(); })) return;
+    if (!steps_.Step("CUDA writes, D3D11 reads back through staging: every byte", [&] { return CudaToD3D(ctx); })) return;
+    steps_.Step("release: CUDA interop, then D3D11 resources", [&] { return Release(); });
   }
 
  private:
-  bool Step(const std::string& name, const std::function<std::string()>& fn, bool availability = false) {
-    auto t0 = Clock::now();
-    std::string error = fn();
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (availability && !error.empty()) {
-      report_.reason = error;
-      return false;
-    }
-    report_.steps.push_back({name, error.empty(), ms, error});
-    return error.empty();
-  }
-
   std::string MatchAdapter(int cuda_device) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, cuda_device) != cudaSuccess) return "cudaGetDeviceProperties failed";
@@ -191,6 +180,7 @@ class D3D11Probe {
   }
 
   InteropReport& report_;
+  StepRecorder steps_{report_};
   UINT width_ = 0, height_ = 0;
   IDXGIFactory1* factory_ = nullptr;
   IDXGIAdapter1* adapter_ = nullptr;
@@ -207,15 +197,7 @@ class D3D11Probe {
 }  // namespace
 
 InteropReport ProbeD3D11Interop(GpuWorker& worker, size_t bytes) {
-  InteropReport report;
-  report.api = "d3d11";
-  Status ran = worker.Call([&](DeviceContext& ctx) {
-    D3D11Probe probe(report, bytes);
-    probe.Run(ctx);
-    return Status::Ok();
-  });
-  if (!ran.ok() && report.reason.empty()) report.reason = ran.message();
-  return report;
+  return RunProbeOnWorker<D3D11Probe>(worker, "d3d11", bytes);
 }
 
 }  // namespace mcd

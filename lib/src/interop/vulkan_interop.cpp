@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 
+#include "interop/interop_steps.h"
 #include "memcuda/interop.h"
 
 namespace mcd {
@@ -67,33 +68,20 @@ class VulkanProbe {
       report_.reason = gpu.message();
       return;
     }
-    if (!Step("load the Vulkan loader", [&] { return Load(); }, /*availability=*/true)) return;
-    if (!Step("create a Vulkan 1.1 instance", [&] { return CreateInstance(); }, true)) return;
-    if (!Step("match the Vulkan device by UUID", [&] { return MatchDevice(ctx.device()); }, true)) return;
+    if (!steps_.Step("load the Vulkan loader", [&] { return Load(); }, /*availability=*/true)) return;
+    if (!steps_.Step("create a Vulkan 1.1 instance", [&] { return CreateInstance(); }, true)) return;
+    if (!steps_.Step("match the Vulkan device by UUID", [&] { return MatchDevice(ctx.device()); }, true)) return;
     report_.available = true;
-    if (!Step("create a device with external memory and semaphore (fd) support", [&] { return CreateDevice(); })) return;
-    if (!Step("allocate an exportable device-local buffer and export its fd", [&] { return CreateSharedBuffer(); })) return;
-    if (!Step("import the memory into CUDA and map it", [&] { return ImportMemory(); })) return;
-    if (!Step("export two semaphores and import them into CUDA", [&] { return ImportSemaphores(); })) return;
-    if (!Step("CUDA writes, Vulkan reads back: every byte", [&] { return CudaToVulkan(ctx); })) return;
-    if (!Step("Vulkan writes, CUDA reads back: every byte", [&] { return VulkanToCuda(ctx); })) return;
-    Step("release: CUDA interop, then Vulkan resources", [&] { return Release(); });
+    if (!steps_.Step("create a device with external memory and semaphore (fd) support", [&] { return CreateDevice(); })) return;
+    if (!steps_.Step("allocate an exportable device-local buffer and export its fd", [&] { return CreateSharedBuffer(); })) return;
+    if (!steps_.Step("import the memory into CUDA and map it", [&] { return ImportMemory(); })) return;
+    if (!steps_.Step("export two semaphores and import them into CUDA", [&] { return ImportSemaphores(); })) return;
+    if (!steps_.Step("CUDA writes, Vulkan reads back: every byte", [&] { return CudaToVulkan(ctx); })) return;
+    if (!steps_.Step("Vulkan writes, CUDA reads back: every byte", [&] { return VulkanToCuda(ctx); })) return;
+    steps_.Step("release: CUDA interop, then Vulkan resources", [&] { return Release(); });
   }
 
  private:
-  bool Step(const std::string& name, const std::function<std::string()>& fn, bool availability = false) {
-    auto t0 = Clock::now();
-    std::string error = fn();
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (availability && !error.empty()) {
-      report_.reason = error;  // not a failure: this machine simply has no Vulkan path
-      return false;
-    }
-    report_.steps.push_back({name, error.empty(), ms, error.empty() ? detail_ : error});
-    detail_.clear();
-    return error.empty();
-  }
-
   std::string Load() {
     vk_.lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
     if (vk_.lib == nullptr) return "no Vulkan loader (libvulkan.so.1) on this machine";
@@ -236,7 +224,7 @@ class VulkanProbe {
     get.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
     VkResult r = vk_.GetMemoryFdKHR(device_, &get, &memory_fd_);
     if (r != VK_SUCCESS) return "vkGetMemoryFdKHR: " + VkName(r);
-    detail_ = std::to_string(bytes_) + " bytes (allocation " + std::to_string(shared_size_) + "), opaque fd";
+    steps_.Detail(std::to_string(bytes_) + " bytes (allocation " + std::to_string(shared_size_) + "), opaque fd");
     return "";
   }
 
@@ -316,7 +304,7 @@ class VulkanProbe {
         return "byte " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
       }
     }
-    detail_ = std::to_string(want.size()) + " bytes verified";
+    steps_.Detail(std::to_string(want.size()) + " bytes verified");
     return "";
   }
 
@@ -401,8 +389,8 @@ class VulkanProbe {
   }
 
   InteropReport& report_;
+  StepRecorder steps_{report_};
   size_t bytes_;
-  std::string detail_;
   Vk vk_;
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
@@ -425,15 +413,7 @@ class VulkanProbe {
 }  // namespace
 
 InteropReport ProbeVulkanInterop(GpuWorker& worker, size_t bytes) {
-  InteropReport report;
-  report.api = "vulkan";
-  Status ran = worker.Call([&](DeviceContext& ctx) {
-    VulkanProbe probe(report, bytes);
-    probe.Run(ctx);
-    return Status::Ok();
-  });
-  if (!ran.ok() && report.reason.empty()) report.reason = ran.message();
-  return report;
+  return RunProbeOnWorker<VulkanProbe>(worker, "vulkan", bytes);
 }
 
 }  // namespace mcd
