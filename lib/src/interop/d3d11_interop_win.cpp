@@ -1,6 +1,6 @@
 // Windows: the worker-owned D3D11 <-> CUDA lifecycle of the design. On the GpuWorker's thread:
 // a D3D11 device on the adapter whose LUID is the CUDA device's, a shareable texture exported as
-// an NT handle, imported into CUDA as external memory and mapped as an array; CUDA writes it,
+// an NT handle, imported into CUDA as external memory and mapped as an array; a kernel writes it,
 // D3D11 reads it back through a staging texture and every byte is checked; then the release in
 // the seed's order (CUDA interop, CUDA caches, D3D resources).
 //
@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "interop/interop_steps.h"
+#include "interop/pattern.h"
 #include "memcuda/interop.h"
 
 namespace mcd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 template <typename T>
 void SafeRelease(T*& p) {
@@ -58,7 +58,7 @@ class D3D11Probe {
     if (!steps_.Step("create a D3D11 device on that adapter", [&] { return CreateDevice(); })) return;
     if (!steps_.Step("create a shareable texture and its NT handle", [&] { return CreateShared(); })) return;
     if (!steps_.Step("import it into CUDA and map its array", [&] { return Import(); })) return;
-    if (!steps_.Step("CUDA writes, D3D11 reads back through staging: every byte", [&] { return CudaToD3D(ctx); })) return;
+    if (!steps_.Step("a CUDA kernel writes, D3D11 reads back through staging: every byte", [&] { return CudaToD3D(ctx); })) return;
     steps_.Step("release: CUDA interop, then D3D11 resources", [&] { return Release(); });
   }
 
@@ -137,15 +137,12 @@ class D3D11Probe {
   std::string CudaToD3D(DeviceContext& ctx) {
     size_t row = static_cast<size_t>(width_) * 4;
     std::vector<unsigned char> pattern(row * height_);
-    uint32_t x = 0x5eed;
-    for (auto& b : pattern) {
-      x = x * 1664525u + 1013904223u;
-      b = static_cast<unsigned char>((x >> 24) | 1u);
-    }
-    cudaError_t err = cudaMemcpy2DToArrayAsync(level0_, 0, 0, pattern.data(), row, row, height_,
-                                               cudaMemcpyHostToDevice, ctx.stream());
-    if (err == cudaSuccess) err = cudaStreamSynchronize(ctx.stream());
-    if (err != cudaSuccess) return std::string("cudaMemcpy2DToArrayAsync: ") + cudaGetErrorName(err);
+    for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = PatternByte(i, 0x5eed);
+    // A kernel writes the texture through a surface object, then the stream is drained before
+    // D3D11 touches it.
+    cudaError_t err = LaunchFillPatternSurface(level0_, static_cast<int>(width_), static_cast<int>(height_),
+                                               0x5eed, ctx.stream());
+    if (err != cudaSuccess) return std::string("fill kernel: ") + cudaGetErrorName(err);
     context_->CopyResource(staging_, shared_);
     D3D11_MAPPED_SUBRESOURCE mapped{};
     HRESULT hr = context_->Map(staging_, 0, D3D11_MAP_READ, 0, &mapped);

@@ -17,12 +17,12 @@
 #include <functional>
 
 #include "interop/interop_steps.h"
+#include "interop/pattern.h"
 #include "memcuda/interop.h"
 
 namespace mcd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 // Every Vulkan entry point the probe uses, loaded from the loader at run time.
 struct Vk {
@@ -48,13 +48,9 @@ struct Vk {
 
 std::string VkName(VkResult r) { return "VkResult " + std::to_string(static_cast<int>(r)); }
 
-// Non-zero, position-dependent bytes: an unwritten or misplaced byte cannot pass.
+// The bytes a pattern of `seed` should hold (pattern.h: the kernels write the same).
 void Pattern(std::vector<unsigned char>& out, uint32_t seed) {
-  uint32_t x = seed;
-  for (auto& b : out) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<unsigned char>((x >> 24) | 1u);
-  }
+  for (size_t i = 0; i < out.size(); ++i) out[i] = PatternByte(i, seed);
 }
 
 class VulkanProbe {
@@ -76,7 +72,7 @@ class VulkanProbe {
     if (!steps_.Step("allocate an exportable device-local buffer and export its fd", [&] { return CreateSharedBuffer(); })) return;
     if (!steps_.Step("import the memory into CUDA and map it", [&] { return ImportMemory(); })) return;
     if (!steps_.Step("export two semaphores and import them into CUDA", [&] { return ImportSemaphores(); })) return;
-    if (!steps_.Step("CUDA writes, Vulkan reads back: every byte", [&] { return CudaToVulkan(ctx); })) return;
+    if (!steps_.Step("a CUDA kernel writes, Vulkan reads back: every byte", [&] { return CudaToVulkan(ctx); })) return;
     if (!steps_.Step("Vulkan writes, CUDA reads back: every byte", [&] { return VulkanToCuda(ctx); })) return;
     steps_.Step("release: CUDA interop, then Vulkan resources", [&] { return Release(); });
   }
@@ -311,15 +307,15 @@ class VulkanProbe {
   std::string CudaToVulkan(DeviceContext& ctx) {
     std::vector<unsigned char> pattern(bytes_);
     Pattern(pattern, 0x5eed);
-    cudaError_t err = cudaMemcpyAsync(cuda_ptr_, pattern.data(), bytes_, cudaMemcpyHostToDevice, ctx.stream());
-    if (err != cudaSuccess) return std::string("cudaMemcpyAsync: ") + cudaGetErrorName(err);
+    // A kernel writes the imported buffer in place.
+    cudaError_t err = LaunchFillPattern(cuda_ptr_, bytes_, 0x5eed, ctx.stream());
+    if (err != cudaSuccess) return std::string("fill kernel: ") + cudaGetErrorName(err);
     cudaExternalSemaphoreSignalParams signal{};
     err = cudaSignalExternalSemaphoresAsync(&cuda_done_cuda_, &signal, 1, ctx.stream());
     if (err != cudaSuccess) return std::string("cudaSignalExternalSemaphoresAsync: ") + cudaGetErrorName(err);
     // Vulkan waits on the semaphore CUDA signals: no host synchronisation in between.
     std::string failed = SubmitCopy(shared_, staging_, cuda_done_, VK_NULL_HANDLE);
     if (!failed.empty()) return failed;
-    cudaStreamSynchronize(ctx.stream());  // the pattern buffer outlives the copy
     void* mapped = nullptr;
     if (vk_.MapMemory(device_, staging_memory_, 0, bytes_, 0, &mapped) != VK_SUCCESS) return "vkMapMemory failed";
     std::string result = Compare(static_cast<unsigned char*>(mapped), pattern);
