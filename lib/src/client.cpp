@@ -191,12 +191,28 @@ class Client::Impl {
     for (char& c : req_base_) {
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
     }
-    if (opt_.require_server) return ServerInfo().status();
-    return Status::Ok();
+    if (!opt_.require_server) return Status::Ok();
+    // The heartbeat check and the reference script's loading share one round trip, so that a
+    // fresh process's first Get is a single EVALSHA.
+    std::string server_key = opt_.keys.Server(opt_.node);
+    MCD_RETURN_IF_ERROR(redis_->Append({"HGETALL", server_key}));
+    MCD_RETURN_IF_ERROR(redis_->Append({"SCRIPT", "LOAD", kRefScript}));
+    auto heartbeat = redis_->ReadReply();
+    auto sha = redis_->ReadReply();
+    if (sha.ok() && sha->type == RedisValue::Type::kString) ref_sha_ = sha->str;
+    if (!heartbeat.ok()) return heartbeat.status();
+    return ParseServerInfo(heartbeat.value()).status();
   }
 
   Result<std::map<std::string, std::string>> ServerInfo() {
     MCD_ASSIGN_OR_RETURN(RedisValue all, redis_->Command({"HGETALL", opt_.keys.Server(opt_.node)}));
+    return ParseServerInfo(all);
+  }
+
+  Result<std::map<std::string, std::string>> ParseServerInfo(const RedisValue& all) {
+    if (all.type == RedisValue::Type::kError) {
+      return Status(ErrorCode::kRedisError, "HGETALL " + opt_.keys.Server(opt_.node) + ": " + all.str);
+    }
     std::map<std::string, std::string> fields;
     for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
       fields[all.elements[i].str] = all.elements[i + 1].str;
