@@ -112,6 +112,8 @@ class Server::Impl {
   Status WriteHeartbeat(RedisConnection& conn);
 
   void ProcessBatch(const std::vector<std::string>& raws);
+  Status ResumeUnfinished();
+  Status SettleAfterReconnect();
   void Flush();
   Result<CommitResult> CommitNow(Pending pending);
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
@@ -134,7 +136,7 @@ class Server::Impl {
   std::string commit_sha_;
   std::string take_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent
-  long long client_id_ = 0;
+  std::atomic<long long> client_id_{0};  // read by the heartbeat thread to unblock Run()
   std::string processing_key_;
   std::string shm_prefix_;
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
@@ -142,6 +144,7 @@ class Server::Impl {
   std::unordered_map<std::string, Entry> tensors_;
   std::set<std::string> stack_names_;  // the stack tensors among them, for the reaper
   std::vector<Entry> orphans_;  // allocations whose hash vanished underneath: freed at shutdown
+  std::vector<Entry> unsettled_;  // creates whose commit got no answer (connection lost)
   std::string devices_text_;
   std::string allocator_text_;
   std::unique_ptr<FdServer> pool_server_;
@@ -165,7 +168,8 @@ Status Server::Impl::Connect() {
   ropt.command_timeout_ms = 10000;
   MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
   MCD_ASSIGN_OR_RETURN(RedisValue id, redis_->Command({"CLIENT", "ID"}));
-  MCD_ASSIGN_OR_RETURN(client_id_, AsInteger(id, "CLIENT ID"));
+  MCD_ASSIGN_OR_RETURN(long long client_id, AsInteger(id, "CLIENT ID"));
+  client_id_ = client_id;
   return LoadScript();
 }
 
@@ -393,7 +397,7 @@ void Server::Impl::HeartbeatLoop() {
     if (c.ok()) conn = std::move(c).value();
   }
   if (conn && conn->connected()) {
-    std::string id = std::to_string(client_id_);
+    std::string id = std::to_string(client_id_.load());
     (void)conn->Command({"CLIENT", "UNBLOCK", id});
   }
 }
@@ -406,15 +410,51 @@ void Server::Impl::RequestStop() {
   hb_wake_.notify_all();
 }
 
-Status Server::Impl::Run() {
-  // Commands a previous instance of this node took but did not finish, oldest first.
-  {
-    MCD_ASSIGN_OR_RETURN(RedisValue left, redis_->Command({"LRANGE", processing_key_, "0", "-1"}));
-    std::vector<std::string> raws;
-    for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) raws.push_back(it->str);
-    if (!raws.empty()) Log(LogLevel::kInfo, "resuming " + std::to_string(raws.size()) + " unfinished command(s)");
-    ProcessBatch(raws);
+Status Server::Impl::ResumeUnfinished() {
+  // Commands taken from the queue but not committed (by a previous instance of this node, or
+  // before a lost connection), oldest first. A committed command is no longer in the list.
+  MCD_ASSIGN_OR_RETURN(RedisValue left, redis_->Command({"LRANGE", processing_key_, "0", "-1"}));
+  std::vector<std::string> raws;
+  for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) raws.push_back(it->str);
+  if (!raws.empty()) Log(LogLevel::kInfo, "resuming " + std::to_string(raws.size()) + " unfinished command(s)");
+  ProcessBatch(raws);
+  return Status::Ok();
+}
+
+Status Server::Impl::SettleAfterReconnect() {
+  // Creates whose commit got no answer: the hash tells whether it ran.
+  std::vector<Entry> unsettled = std::move(unsettled_);
+  unsettled_.clear();
+  for (Entry& entry : unsettled) {
+    MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner", "ipc_handle"}));
+    bool ran = f.elements.size() == 2 && f.elements[0].str == instance_ && f.elements[1].str == entry.record.ipc_handle;
+    if (ran) {
+      if (entry.record.lifetime == Lifetime::kStack) stack_names_.insert(entry.record.name);
+      std::string name = entry.record.name;
+      tensors_[name] = std::move(entry);
+    } else {
+      (void)FreeEntry(entry);  // never published: nobody can have opened it
+    }
   }
+  // Tensors whose hash is gone (a Redis restart without persistence, or a delete whose reply was
+  // lost): processes may still map them, so their memory is kept until shutdown.
+  for (auto it = tensors_.begin(); it != tensors_.end();) {
+    MCD_ASSIGN_OR_RETURN(RedisValue owner, redis_->Command({"HGET", opt_.keys.Tensor(it->first), "owner"}));
+    if (owner.str == instance_) {
+      ++it;
+      continue;
+    }
+    Log(LogLevel::kWarn, "tensor '" + it->first + "' lost its hash while Redis was away; its memory is kept until shutdown");
+    stack_names_.erase(it->first);
+    orphans_.push_back(std::move(it->second));
+    it = tensors_.erase(it);
+  }
+  tensor_count_ = tensors_.size();
+  return ResumeUnfinished();
+}
+
+Status Server::Impl::Run() {
+  MCD_RETURN_IF_ERROR(ResumeUnfinished());
   int backoff_ms = 100;
   const std::string batch_size = "64";
   bool busy = false;
@@ -451,6 +491,8 @@ Status Server::Impl::Run() {
       if (redis_->Reconnect().ok() && Connect().ok()) {
         Log(LogLevel::kInfo, "Redis connection restored");
         backoff_ms = 100;
+        Status settled = SettleAfterReconnect();
+        if (!settled.ok()) Log(LogLevel::kWarn, "after reconnecting: " + settled.ToString());
       }
       continue;
     }
@@ -698,6 +740,11 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
                   "device=" + DeviceName(device) + " bytes=" + std::to_string(bytes));
           return;
         }
+        if (!committed.ok() && !redis_->connected()) {
+          // The connection broke: the script may or may not have run. Decided after reconnecting.
+          unsettled_.push_back(std::move(entry));
+          return Outcome("create", name, committed.status(), t0, "outcome=unknown");
+        }
         Status freed = FreeEntry(entry);
         if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
         if (!committed.ok()) return Outcome("create", name, committed.status(), t0);
@@ -805,6 +852,7 @@ void Server::Impl::Shutdown() {
     if (FreeEntry(entry).ok()) ++freed;
   }
   for (const Entry& entry : orphans_) (void)FreeEntry(entry);
+  for (const Entry& entry : unsettled_) (void)FreeEntry(entry);
   size_t total = tensors_.size();
   tensors_.clear();
   orphans_.clear();

@@ -99,7 +99,17 @@ RedisServer::RedisServer(RedisServerOptions options) {
   }
   for (const std::string& line : options.extra) out << line << "\n";
   out.close();
-  pid_ = Spawn({"redis-server", conf}, {}, -1, -1);
+  conf_ = conf;
+  Launch();
+}
+
+void RedisServer::Restart() {
+  Kill();
+  Launch();
+}
+
+void RedisServer::Launch() {
+  pid_ = Spawn({"redis-server", conf_}, {}, -1, -1);
   bool up = WaitFor([&] { return RedisConnection::Connect(parsed_url()).ok() ||
                                  RedisConnection::Connect(parsed_url()).status().code() == ErrorCode::kAuthFailed; },
                     10000);

@@ -38,13 +38,17 @@ class RedisServer {
   const std::string& url() const { return url_; }  // unix:///... or redis://127.0.0.1:PORT
   RedisUrl parsed_url() const;
   pid_t pid() const { return pid_; }
-  void Kill();  // SIGKILL now
+  void Kill();     // SIGKILL now
+  void Restart();  // SIGKILL, then start again on the same socket or port (data is lost)
   std::unique_ptr<RedisConnection> Connect() const;
 
  private:
+  void Launch();
+
   TempDir dir_;
   pid_t pid_ = -1;
   std::string url_;
+  std::string conf_;
 };
 
 struct ProcessResult {
