@@ -844,18 +844,44 @@ void Server::Impl::Shutdown() {
   shut_down_ = true;
   RequestStop();
   if (heartbeat_.joinable()) heartbeat_.join();
-  size_t freed = 0;
-  for (auto& [name, entry] : tensors_) {
-    if (redis_ && redis_->connected()) {
-      (void)redis_->Command({"DEL", opt_.keys.Tensor(name)});
+  // Hashes first (pipelined: nobody can get a tensor any more), then the memory, one worker job
+  // per device rather than one per tensor.
+  if (redis_ && redis_->connected()) {
+    size_t pending = 0;
+    auto drain = [&] {
+      for (; pending > 0; --pending) (void)redis_->ReadReply();
+    };
+    for (const auto& [name, entry] : tensors_) {
+      if (!redis_->Append({"DEL", opt_.keys.Tensor(name)}).ok()) break;
+      if (++pending == 1000) drain();
     }
-    if (FreeEntry(entry).ok()) ++freed;
+    drain();
   }
-  for (const Entry& entry : orphans_) (void)FreeEntry(entry);
-  for (const Entry& entry : unsettled_) (void)FreeEntry(entry);
-  size_t total = tensors_.size();
+  std::map<int, std::vector<const Entry*>> by_device;
+  for (const auto& [name, entry] : tensors_) by_device[entry.record.device].push_back(&entry);
+  for (const Entry& entry : orphans_) by_device[entry.record.device].push_back(&entry);
+  for (const Entry& entry : unsettled_) by_device[entry.record.device].push_back(&entry);
+  size_t freed = 0;
+  for (const auto& [device, entries] : by_device) {
+    auto worker = workers_.find(device);
+    auto allocator = allocators_.find(device);
+    if (worker == workers_.end() || allocator == allocators_.end()) continue;
+    (void)worker->second->Call([&](DeviceContext& ctx) {
+      for (const Entry* entry : entries) {
+        Status s = allocator->second->Free(ctx, entry->allocation);
+        if (s.ok()) {
+          ++freed;
+        } else {
+          Log(LogLevel::kError, "free of '" + entry->record.name + "': " + s.ToString());
+        }
+      }
+      return Status::Ok();
+    });
+  }
+  size_t total = tensors_.size() + orphans_.size() + unsettled_.size();
   tensors_.clear();
   orphans_.clear();
+  unsettled_.clear();
   if (owns_heartbeat_ && redis_ && redis_->connected()) {
     (void)redis_->Command({"DEL", opt_.keys.Server(opt_.node)});
   }
