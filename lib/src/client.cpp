@@ -354,15 +354,8 @@ class Client::Impl {
 
   Result<std::vector<TensorRecord>> List(const std::string& glob) {
     std::vector<TensorRecord> out;
-    std::string cursor = "0";
-    std::string pattern = opt_.keys.TensorPattern(glob);
     const auto& names = TensorFieldNames();
-    do {
-      MCD_ASSIGN_OR_RETURN(RedisValue page,
-                           redis_->Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "2000"}));
-      if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
-      cursor = page.elements[0].str;
-      const auto& keys = page.elements[1].elements;
+    Status scanned = redis_->Scan(opt_.keys.TensorPattern(glob), 2000, [&](const std::vector<RedisValue>& keys) -> Status {
       for (const RedisValue& key : keys) {
         std::vector<std::string_view> argv = {"HMGET", key.str};
         for (const std::string& field : names) argv.push_back(field);
@@ -375,7 +368,9 @@ class Client::Impl {
         auto record = ToRecord(name, reply);
         if (record.ok()) out.push_back(std::move(record).value());  // deleted meanwhile: skip
       }
-    } while (cursor != "0");
+      return Status::Ok();
+    });
+    MCD_RETURN_IF_ERROR(scanned);
     std::sort(out.begin(), out.end(),
               [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; });
     out.erase(std::unique(out.begin(), out.end(),
@@ -386,18 +381,14 @@ class Client::Impl {
 
   Result<std::vector<std::string>> ListNames(const std::string& glob) {
     std::vector<std::string> out;
-    std::string cursor = "0";
-    std::string pattern = opt_.keys.TensorPattern(glob);
-    do {
-      MCD_ASSIGN_OR_RETURN(RedisValue page,
-                           redis_->Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "5000"}));
-      if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
-      cursor = page.elements[0].str;
-      for (const RedisValue& key : page.elements[1].elements) {
+    Status scanned = redis_->Scan(opt_.keys.TensorPattern(glob), 5000, [&](const std::vector<RedisValue>& keys) {
+      for (const RedisValue& key : keys) {
         std::string name = opt_.keys.NameFromTensorKey(key.str);
         if (!name.empty()) out.push_back(std::move(name));
       }
-    } while (cursor != "0");
+      return Status::Ok();
+    });
+    MCD_RETURN_IF_ERROR(scanned);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());  // SCAN may repeat a key
     return out;

@@ -309,6 +309,19 @@ Result<RedisValue> RedisConnection::Command(const std::vector<std::string_view>&
   return value;
 }
 
+Status RedisConnection::Scan(std::string_view pattern, int count,
+                             const std::function<Status(const std::vector<RedisValue>&)>& on_page) {
+  std::string cursor = "0";
+  std::string count_text = std::to_string(count);
+  do {
+    MCD_ASSIGN_OR_RETURN(RedisValue page, Command({"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}));
+    if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
+    cursor = page.elements[0].str;
+    MCD_RETURN_IF_ERROR(on_page(page.elements[1].elements));
+  } while (cursor != "0");
+  return Status::Ok();
+}
+
 Result<long long> AsInteger(const RedisValue& value, std::string_view what) {
   if (value.type == RedisValue::Type::kInteger) return value.integer;
   if (value.type == RedisValue::Type::kString || value.type == RedisValue::Type::kStatus) {

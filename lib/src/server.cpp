@@ -301,14 +301,7 @@ Status Server::Impl::Reconcile() {
   // Hashes of this node owned by an instance that is gone: their memory died with it (GPU) or is
   // unlinked here (host shm). Then any shm object of this node no hash refers to.
   int removed = 0;
-  std::string cursor = "0";
-  std::string pattern = opt_.keys.TensorPattern("*");
-  do {
-    MCD_ASSIGN_OR_RETURN(RedisValue page,
-                         redis_->Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}));
-    if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
-    cursor = page.elements[0].str;
-    const auto& keys = page.elements[1].elements;
+  Status scanned = redis_->Scan(opt_.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
     for (const RedisValue& key : keys) {
       MCD_RETURN_IF_ERROR(redis_->Append({"HMGET", key.str, "node", "owner", "ipc_kind", "ipc_handle"}));
     }
@@ -326,7 +319,9 @@ Status Server::Impl::Reconcile() {
                                "' of dead instance " + f.elements[1].str);
       ++removed;
     }
-  } while (cursor != "0");
+    return Status::Ok();
+  });
+  MCD_RETURN_IF_ERROR(scanned);
   int shm_removed = RemoveHostShmObjects(shm_prefix_);
   MCD_ASSIGN_OR_RETURN(RedisValue pending, redis_->Command({"LLEN", processing_key_}));
   Log(LogLevel::kInfo, "startup: removed " + std::to_string(removed) +

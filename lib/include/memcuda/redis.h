@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -74,6 +75,11 @@ class MCD_API RedisConnection {
   // Pipelining: queue commands, then read their replies in order (raw, as CommandRaw).
   Status Append(const std::vector<std::string_view>& argv);
   Result<RedisValue> ReadReply();
+
+  // Walks every key matching `pattern` with SCAN (never KEYS), `count` per step, handing each
+  // page of keys to `on_page`; stops at the first error from either. A key may come twice.
+  Status Scan(std::string_view pattern, int count,
+              const std::function<Status(const std::vector<RedisValue>& keys)>& on_page);
 
   // Changes the socket timeout for the following commands (e.g. around a blocking command).
   Status SetTimeout(int timeout_ms);
