@@ -184,8 +184,10 @@ class Client::Impl {
 
   Status Connect() {
     if (opt_.node.empty()) opt_.node = HostName();
+    // One socket timeout for everything, with room for a request's BLPOP (which waits
+    // timeout_ms itself): no timeout switching on every request.
     RedisOptions ropt;
-    ropt.command_timeout_ms = opt_.timeout_ms;
+    ropt.command_timeout_ms = opt_.timeout_ms + 2000;
     MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
     req_base_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-" + RandomHex(4);
     for (char& c : req_base_) {
@@ -234,12 +236,10 @@ class Client::Impl {
     std::string body = CommandToJson(cmd);
     std::string reply_key = opt_.keys.Reply(cmd.req);
     std::string wait = FormatSeconds(opt_.timeout_ms);
-    MCD_RETURN_IF_ERROR(redis_->SetTimeout(opt_.timeout_ms + 2000));
     MCD_RETURN_IF_ERROR(redis_->Append({"LPUSH", opt_.keys.queue, body}));
     MCD_RETURN_IF_ERROR(redis_->Append({"BLPOP", reply_key, wait}));
     auto pushed = redis_->ReadReply();
     auto popped = redis_->ReadReply();
-    (void)redis_->SetTimeout(opt_.timeout_ms);
     if (!pushed.ok()) return pushed.status();
     if (pushed->type == RedisValue::Type::kError) {
       return Status(ErrorCode::kRedisError, "LPUSH " + opt_.keys.queue + ": " + pushed->str);
