@@ -13,12 +13,13 @@
 
 namespace mcd {
 
-Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& redis_server) {
-  std::string dir = RuntimeDir();
+Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& redis_server,
+                                                          const std::string& folder) {
+  std::string dir = folder.empty() ? RuntimeDir() : folder;
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status(ErrorCode::kIoError, "mkdir " + dir + ": " + std::strerror(errno));
   }
-  std::string socket = PrivateRedisSocketPath();
+  std::string socket = dir + "/redis.sock";
   RedisUrl url;
   url.is_unix = true;
   url.path = socket;

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "flags.h"
+#include "memcuda/server.h"
 
 namespace {
 
@@ -480,37 +481,22 @@ class Bench {
 // A private redis-server and mcd-serve per allocator, for --self-serve.
 struct SelfServe {
   std::string dir;
-  pid_t redis = -1;
+  std::unique_ptr<PrivateRedis> redis;
   pid_t server = -1;
 
   ~SelfServe() {
     StopServer();
-    if (redis > 0) {
-      kill(redis, SIGTERM);
-      waitpid(redis, nullptr, 0);
-    }
+    redis.reset();
     if (!dir.empty()) std::system(("rm -rf '" + dir + "'").c_str());
   }
   Status StartRedis() {
     char tmpl[] = "/tmp/mcd-bench-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return Status(ErrorCode::kIoError, "mkdtemp");
     dir = tmpl;
-    redis = fork();
-    if (redis == 0) {
-      execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", (dir + "/redis.sock").c_str(),
-             "--save", "", "--appendonly", "no", "--logfile", (dir + "/redis.log").c_str(), nullptr);
-      _exit(127);
-    }
-    RedisUrl url;
-    url.is_unix = true;
-    url.path = dir + "/redis.sock";
-    for (int i = 0; i < 200; ++i) {
-      if (RedisConnection::Connect(url).ok()) return Status::Ok();
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-    return Status(ErrorCode::kUnavailable, "redis-server did not start (is it installed?)");
+    MCD_ASSIGN_OR_RETURN(redis, PrivateRedis::Start("redis-server", dir));
+    return Status::Ok();
   }
-  std::string Url() const { return "unix://" + dir + "/redis.sock"; }
+  std::string Url() const { return redis->url().Redacted(); }
   Status StartServer(const std::string& allocator, const std::string& devices, const std::string& node) {
     std::string serve = SelfExe();
     serve = serve.substr(0, serve.rfind('/') + 1) + "mcd-serve";

@@ -71,7 +71,9 @@ class MCD_API PrivateRedis {
  public:
   // Starts `redis_server` (a path or a name on PATH) and waits until it answers. A private
   // Redis already answering on the socket is used as it is (and left running at the end).
-  static Result<std::unique_ptr<PrivateRedis>> Start(const std::string& redis_server = "redis-server");
+  // `dir`: where the socket goes instead of the runtime folder (then it must be new: mcd-bench).
+  static Result<std::unique_ptr<PrivateRedis>> Start(const std::string& redis_server = "redis-server",
+                                                     const std::string& dir = "");
   ~PrivateRedis();  // stops the server and removes its socket
   PrivateRedis(const PrivateRedis&) = delete;
   PrivateRedis& operator=(const PrivateRedis&) = delete;
