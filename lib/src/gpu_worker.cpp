@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "cuda_check.h"
+#include "spin.h"
 
 namespace mcd {
 
@@ -106,8 +107,11 @@ Status GpuWorker::Call(std::function<Status(DeviceContext&)> job) {
     std::lock_guard<std::mutex> lock(mutex_);
     MCD_RETURN_IF_ERROR(StartLocked());
     queue_.push_back(std::move(task));
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   wake_.notify_one();
+  // Most jobs take tens of microseconds: poll for the result before sleeping on it.
+  SpinUntil([&] { return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
   return done.get();
 }
 
@@ -124,12 +128,15 @@ void GpuWorker::Loop() {
   tls_current_worker = this;
   for (;;) {
     std::packaged_task<Status()> task;
+    // Jobs come in bursts (a batch of commands): poll a while for the next before sleeping.
+    SpinUntil([this] { return queued_.load(std::memory_order_acquire) != 0; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) break;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
     }
     task();
   }
@@ -142,6 +149,7 @@ void GpuWorker::Stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    queued_.store(queue_.size() + 1, std::memory_order_release);  // ends a spinning wait
     if (thread_.joinable() && !OnWorkerThread()) to_join = std::move(thread_);
   }
   wake_.notify_all();

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "spin.h"
+
 namespace mcd {
 namespace {
 
@@ -176,10 +178,7 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const RedisUrl
                                                                   const RedisOptions& options) {
   IgnoreSigpipeOnce();
   std::unique_ptr<RedisConnection> conn(new RedisConnection(url, options));
-  if (conn->options_.spin_us < 0) {
-    const char* env = std::getenv("MCD_SPIN_US");
-    conn->options_.spin_us = env != nullptr ? std::atoi(env) : 0;
-  }
+  if (conn->options_.spin_us < 0) conn->options_.spin_us = SpinMicros();
   MCD_RETURN_IF_ERROR(conn->Open());
   return conn;
 }
@@ -279,10 +278,8 @@ Result<RedisValue> RedisConnection::ReadReply() {
     while (!done) {
       if (redisBufferWrite(ctx_, &done) != REDIS_OK) return ContextError("write");
     }
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
     pollfd pfd{ctx_->fd, POLLIN, 0};
-    while (poll(&pfd, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
-    }
+    SpinUntil([&] { return poll(&pfd, 1, 0) != 0; }, options_.spin_us);
   }
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return ContextError("read reply");
   ReplyPtr reply(raw);

@@ -3,12 +3,41 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "spin.h"
+
 namespace mcd {
 namespace {
+
+TEST(SpinUntil, ReturnsAsSoonAsReadyAndGivesUpAfterItsBudget) {
+  int calls = 0;
+  EXPECT_TRUE(SpinUntil([&] { return ++calls == 3; }, 1000000));
+  EXPECT_EQ(calls, 3);  // polled until ready, not for the whole second
+
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(SpinUntil([] { return false; }, 2000));
+  auto spent = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(spent, std::chrono::microseconds(2000));
+  EXPECT_LT(spent, std::chrono::seconds(1));
+
+  calls = 0;
+  EXPECT_FALSE(SpinUntil([&] { return ++calls > 5; }, 0));  // no budget: asked once
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(SpinUntil, TheBudgetComesFromMcdSpinUs) {
+  const char* env = std::getenv("MCD_SPIN_US");
+  if (env != nullptr) {
+    EXPECT_EQ(SpinMicros(), std::atoi(env));
+  } else {
+    EXPECT_GE(SpinMicros(), 0);
+  }
+}
 
 TEST(GpuWorker, FifoOrderWithEightSubmitters) {
   GpuWorker worker(kHostDevice);

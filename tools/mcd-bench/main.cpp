@@ -615,8 +615,7 @@ int main(int argc, char** argv) {
     config["cuda_driver"] = driver;
     config["cuda_runtime"] = runtime;
   }
-  const char* spin = std::getenv("MCD_SPIN_US");
-  config["spin_us"] = spin != nullptr ? std::atoi(spin) : 0;
+  config["spin_us"] = SpinMicros();
   SelfServe self;
   std::vector<std::pair<std::string, int>> plan;  // allocator kind, device
   if (opt.self_serve) {

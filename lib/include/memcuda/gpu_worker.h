@@ -6,6 +6,7 @@
 // is caught on the worker and turned into ErrorCode::kInternal.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -96,6 +97,7 @@ class MCD_API GpuWorker {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::packaged_task<Status()>> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock (polling)
   bool stopping_ = false;
   bool started_ = false;
   std::thread thread_;

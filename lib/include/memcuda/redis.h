@@ -45,13 +45,20 @@ struct MCD_API RedisValue {
   bool is_nil() const noexcept { return type == Type::kNil; }
 };
 
+// Microseconds a waiting thread of this process polls before it sleeps (for a Redis reply, a GPU
+// worker's result, the worker's next job). MCD_SPIN_US when set (0: off); otherwise 200 on
+// machines with 4 or more online CPUs and 0 on smaller ones, where a polling thread would take the
+// CPU from the thread it waits for. Read once.
+MCD_API int SpinMicros();
+
 struct MCD_API RedisOptions {
   int connect_timeout_ms = 2000;
   // Socket read/write timeout for ordinary commands. Blocking commands pass their own.
   int command_timeout_ms = 5000;
   // Before blocking on a reply, poll the socket for up to this many microseconds. On virtual
   // machines, where waking a sleeping thread costs tens of microseconds, this trades a little
-  // CPU for latency. -1: take it from MCD_SPIN_US (default 0, off).
+  // CPU for latency. -1: the process-wide policy (MCD_SPIN_US; by default 200 us on machines
+  // with 4 or more CPUs, 0 on smaller ones).
   int spin_us = -1;
 };
 
