@@ -353,29 +353,30 @@ class Client::Impl {
   }
 
   Result<std::vector<TensorRecord>> List(const std::string& glob) {
+    // The names first (SCAN, sorted, deduplicated), then their fields with pipelined HMGETs in
+    // windows: while this process parses one window, Redis already answers the next.
+    MCD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListNames(glob));
+    const auto& fields = TensorFieldNames();
+    std::string fields_resp;  // the same for every key
+    for (const std::string& field : fields) RespArg(fields_resp, field);
+    const std::string head = RespCommand(2 + fields.size()) + "$5\r\nHMGET\r\n";
+    auto append = [&](const std::string& name) {
+      std::string resp = head;
+      RespArg(resp, opt_.keys.Tensor(name));
+      resp += fields_resp;
+      return redis_->AppendFormatted(resp);
+    };
+    constexpr size_t kWindow = 1000;
     std::vector<TensorRecord> out;
-    const auto& names = TensorFieldNames();
-    Status scanned = redis_->Scan(opt_.keys.TensorPattern(glob), 2000, [&](const std::vector<RedisValue>& keys) -> Status {
-      for (const RedisValue& key : keys) {
-        std::vector<std::string_view> argv = {"HMGET", key.str};
-        for (const std::string& field : names) argv.push_back(field);
-        MCD_RETURN_IF_ERROR(redis_->Append(argv));
-      }
-      for (const RedisValue& key : keys) {
-        MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->ReadReply());
-        std::string name = opt_.keys.NameFromTensorKey(key.str);
-        if (name.empty() || reply.type != RedisValue::Type::kArray) continue;
-        auto record = ToRecord(name, reply);
-        if (record.ok()) out.push_back(std::move(record).value());  // deleted meanwhile: skip
-      }
-      return Status::Ok();
-    });
-    MCD_RETURN_IF_ERROR(scanned);
-    std::sort(out.begin(), out.end(),
-              [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; });
-    out.erase(std::unique(out.begin(), out.end(),
-                          [](const TensorRecord& a, const TensorRecord& b) { return a.name == b.name; }),
-              out.end());  // SCAN may return a key twice
+    out.reserve(names.size());
+    size_t sent = 0;
+    for (size_t read = 0; read < names.size(); ++read) {
+      while (sent < names.size() && sent < read + 2 * kWindow) MCD_RETURN_IF_ERROR(append(names[sent++]));
+      MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->ReadReply());
+      if (reply.type != RedisValue::Type::kArray) continue;
+      auto record = ToRecord(names[read], reply);
+      if (record.ok()) out.push_back(std::move(record).value());  // deleted meanwhile: skip
+    }
     return out;
   }
 

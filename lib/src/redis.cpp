@@ -252,6 +252,24 @@ Status RedisConnection::SetTimeout(int timeout_ms) {
   return Status::Ok();
 }
 
+std::string RespCommand(size_t argc) { return "*" + std::to_string(argc) + "\r\n"; }
+
+void RespArg(std::string& resp, std::string_view arg) {
+  resp += '$';
+  resp += std::to_string(arg.size());
+  resp += "\r\n";
+  resp += arg;
+  resp += "\r\n";
+}
+
+Status RedisConnection::AppendFormatted(std::string_view resp) {
+  if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
+  if (redisAppendFormattedCommand(ctx_, resp.data(), resp.size()) != REDIS_OK) {
+    return ContextError("redisAppendFormattedCommand");
+  }
+  return Status::Ok();
+}
+
 Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
   if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
   std::vector<const char*> ptrs;

@@ -62,6 +62,11 @@ struct MCD_API RedisOptions {
   int spin_us = -1;
 };
 
+// A command in RESP form, for AppendFormatted: "*<argc>" then each argument as a bulk string.
+// RespCommand(n) starts a command of n arguments; RespArg appends one.
+MCD_API std::string RespCommand(size_t argc);
+MCD_API void RespArg(std::string& resp, std::string_view arg);
+
 class MCD_API RedisConnection {
  public:
   // Connects, authenticates (AUTH [user] password) and selects the database. Errors:
@@ -81,6 +86,8 @@ class MCD_API RedisConnection {
 
   // Pipelining: queue commands, then read their replies in order (raw, as CommandRaw).
   Status Append(const std::vector<std::string_view>& argv);
+  // Queues a command already in RESP form (see RespCommand): for commands sent many times.
+  Status AppendFormatted(std::string_view resp);
   Result<RedisValue> ReadReply();
 
   // Walks every key matching `pattern` with SCAN (never KEYS), `count` per step, handing each
