@@ -88,12 +88,8 @@ Status GpuWorker::StartLocked() {
   return Status::Ok();
 }
 
-Status GpuWorker::Call(std::function<Status(DeviceContext&)> job) {
-  if (OnWorkerThread()) {
-    return Status(ErrorCode::kWouldDeadlock,
-                  "a GPU worker job waited on its own worker; run the work inline instead");
-  }
-  std::packaged_task<Status()> task([this, job = std::move(job)]() -> Status {
+std::packaged_task<Status()> GpuWorker::Wrap(std::function<Status(DeviceContext&)> job) {
+  return std::packaged_task<Status()>([this, job = std::move(job)]() -> Status {
     try {
       return job(context_);
     } catch (const std::exception& e) {
@@ -102,7 +98,9 @@ Status GpuWorker::Call(std::function<Status(DeviceContext&)> job) {
       return Status(ErrorCode::kInternal, "GPU worker job threw a non-standard exception");
     }
   });
-  std::future<Status> done = task.get_future();
+}
+
+Status GpuWorker::Enqueue(std::packaged_task<Status()> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     MCD_RETURN_IF_ERROR(StartLocked());
@@ -110,9 +108,24 @@ Status GpuWorker::Call(std::function<Status(DeviceContext&)> job) {
     queued_.store(queue_.size(), std::memory_order_release);
   }
   wake_.notify_one();
+  return Status::Ok();
+}
+
+Status GpuWorker::Call(std::function<Status(DeviceContext&)> job) {
+  if (OnWorkerThread()) {
+    return Status(ErrorCode::kWouldDeadlock,
+                  "a GPU worker job waited on its own worker; run the work inline instead");
+  }
+  std::packaged_task<Status()> task = Wrap(std::move(job));
+  std::future<Status> done = task.get_future();
+  MCD_RETURN_IF_ERROR(Enqueue(std::move(task)));
   // Most jobs take tens of microseconds: poll for the result before sleeping on it.
   SpinUntil([&] { return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
   return done.get();
+}
+
+Status GpuWorker::Post(std::function<Status(DeviceContext&)> job) {
+  return Enqueue(Wrap(std::move(job)));
 }
 
 int32_t GpuWorker::SubmitAndWait(std::function<int32_t()> fn) {

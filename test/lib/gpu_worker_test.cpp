@@ -105,6 +105,37 @@ TEST(GpuWorker, StopWhileOthersSubmitLosesNothing) {
   }
 }
 
+TEST(GpuWorker, PostedJobsRunInOrderWithCallsAndStopRunsTheRest) {
+  GpuWorker worker(kHostDevice);
+  std::vector<int> order;  // touched only by jobs, on the worker thread
+  std::atomic<bool> release{false};
+  // The first posted job holds the worker, so Post must return before any job has run.
+  ASSERT_TRUE(worker.Post([&](DeviceContext&) {
+    while (!release) std::this_thread::yield();
+    order.push_back(1);
+    return Status::Ok();
+  }).ok());
+  ASSERT_TRUE(worker.Post([&](DeviceContext&) {
+    order.push_back(2);
+    return Status(ErrorCode::kInternal, "nobody waits for this");
+  }).ok());
+  release = true;
+  ASSERT_TRUE(worker.Call([&](DeviceContext&) {
+    order.push_back(3);
+    return Status::Ok();
+  }).ok());
+  for (int i = 4; i <= 100; ++i) {
+    ASSERT_TRUE(worker.Post([&order, i](DeviceContext&) {
+      order.push_back(i);
+      return Status::Ok();
+    }).ok());
+  }
+  worker.Stop();  // drains what was posted
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i + 1);
+  EXPECT_EQ(worker.Post([](DeviceContext&) { return Status::Ok(); }).code(), ErrorCode::kStopped);
+}
+
 TEST(GpuWorker, SubmitAfterStopFailsAtOnceAndStopIsIdempotent) {
   GpuWorker worker(kHostDevice);
   ASSERT_TRUE(worker.Start().ok());

@@ -78,6 +78,10 @@ class MCD_API GpuWorker {
   // from a job of this same worker; kInternal when the job threw.
   Status Call(std::function<Status(DeviceContext&)> job);
 
+  // Queues `job` and returns at once (kStopped after Stop()); nobody waits for it, so the job
+  // reports its own outcome. Jobs still run in FIFO order with those of Call().
+  Status Post(std::function<Status(DeviceContext&)> job);
+
   // The seed's primitive: runs `fn` on the worker thread and returns its int32_t code
   // (an ErrorCode value). Same rules as Call().
   int32_t SubmitAndWait(std::function<int32_t()> fn);
@@ -92,6 +96,8 @@ class MCD_API GpuWorker {
  private:
   void Loop();
   Status StartLocked();
+  std::packaged_task<Status()> Wrap(std::function<Status(DeviceContext&)> job);
+  Status Enqueue(std::packaged_task<Status()> task);
 
   const int device_;
   mutable std::mutex mutex_;
