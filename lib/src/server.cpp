@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <set>
@@ -111,10 +112,14 @@ class Server::Impl {
   void HeartbeatLoop();
   Status WriteHeartbeat(RedisConnection& conn);
 
-  void ProcessBatch(const std::vector<std::string>& raws);
+  // `take_next`: also take the next commands (up to a batch) in the same pipeline as this
+  // batch's commits, saving the round trip of a separate take.
+  void ProcessBatch(const std::vector<std::string>& raws,
+                    std::optional<Result<RedisValue>>* take_next = nullptr);
   Status ResumeUnfinished();
   Status SettleAfterReconnect();
-  void Flush();
+  void Flush(std::optional<Result<RedisValue>>* take_next = nullptr);
+  std::vector<std::string> TakeArgs() const;
   Result<CommitResult> CommitNow(Pending pending);
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
   void HandleCreate(const std::string& raw, const Command& cmd);
@@ -128,6 +133,9 @@ class Server::Impl {
                  std::function<void(Result<CommitResult>)> done = nullptr);
   static Result<CommitResult> ParseCommit(Result<RedisValue> reply);
   Status FreeEntry(const Entry& entry);
+  // Frees on the device's worker without waiting; `then` runs there with the outcome (it may
+  // only touch what is safe from another thread: Outcome, the log).
+  void FreeLater(Entry entry, std::function<void(const Status&)> then);
   void ReapStackTensors();
   void Outcome(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
                const std::string& extra = "");
@@ -451,16 +459,21 @@ Status Server::Impl::SettleAfterReconnect() {
 Status Server::Impl::Run() {
   MCD_RETURN_IF_ERROR(ResumeUnfinished());
   int backoff_ms = 100;
-  const std::string batch_size = "64";
   bool busy = false;
+  std::optional<Result<RedisValue>> next;
   while (!stop_) {
     ReapStackTensors();
     // Busy (commands were waiting): take whatever is queued at once and commit it in one
     // pipeline. Otherwise a blocking wait for the next command (an idle server sleeps in
     // BLMOVE: no polling), which costs a lone command no extra round trip.
     Result<RedisValue> taken = RedisValue{};
-    if (busy) {
-      taken = redis_->Command({"EVALSHA", take_sha_, "2", opt_.keys.queue, processing_key_, batch_size});
+    if (next) {  // taken along with the last batch's commits
+      taken = std::move(*next);
+      next.reset();
+      busy = taken.ok() && !taken->elements.empty();
+    } else if (busy) {
+      std::vector<std::string> args = TakeArgs();
+      taken = redis_->Command(std::vector<std::string_view>(args.begin(), args.end()));
       busy = taken.ok() && !taken->elements.empty();
     }
     if (!busy && taken.ok()) {
@@ -495,12 +508,17 @@ Status Server::Impl::Run() {
     if (taken->is_nil()) continue;  // BLMOVE timeout or CLIENT UNBLOCK
     std::vector<std::string> raws;
     for (RedisValue& v : taken->elements) raws.push_back(std::move(v.str));
-    ProcessBatch(raws);
+    ProcessBatch(raws, busy ? &next : nullptr);
   }
   return Status::Ok();
 }
 
-void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
+std::vector<std::string> Server::Impl::TakeArgs() const {
+  return {"EVALSHA", take_sha_, "2", opt_.keys.queue, processing_key_, "64"};
+}
+
+void Server::Impl::ProcessBatch(const std::vector<std::string>& raws,
+                                std::optional<Result<RedisValue>>* take_next) {
   // Commands of one batch are planned in order and their commits pipelined. A command naming a
   // tensor that an earlier one of the batch touched waits until those are committed, so each
   // sees the effects of the ones before it.
@@ -517,10 +535,10 @@ void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
     }
     Handle(raw, parsed, req);
   }
-  Flush();
+  Flush(take_next);
 }
 
-void Server::Impl::Flush() {
+void Server::Impl::Flush(std::optional<Result<RedisValue>>* take_next) {
   if (batch_.empty()) return;
   std::vector<Pending> sent = std::move(batch_);
   batch_.clear();
@@ -532,10 +550,20 @@ void Server::Impl::Flush() {
     appended = redis_->Append(argv);
     if (!appended.ok()) break;
   }
+  bool take = take_next != nullptr && appended.ok();
+  if (take) {
+    std::vector<std::string> args = TakeArgs();
+    appended = redis_->Append(std::vector<std::string_view>(args.begin(), args.end()));
+  }
   bool reload = false;
   for (size_t i = 0; i < sent.size(); ++i) {
     results.push_back(appended.ok() ? ParseCommit(redis_->ReadReply()) : Result<CommitResult>(appended));
     if (!results.back().ok() && results.back().status().message().find("NOSCRIPT") != std::string::npos) reload = true;
+  }
+  if (take && appended.ok()) {
+    // An error reply (NOSCRIPT after a Redis restart) leaves it to the next loop's own take.
+    Result<RedisValue> next = redis_->ReadReply();
+    if (!next.ok() || next->type != RedisValue::Type::kError) *take_next = std::move(next);
   }
   if (reload && LoadScript().ok()) {
     // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so run them again.
@@ -781,8 +809,13 @@ void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, in
           Entry entry = std::move(found->second);
           tensors_.erase(found);
           tensor_count_ = tensors_.size();
-          Status freed = FreeEntry(entry);
-          return Outcome(op, name, freed, t0, "freed=" + std::to_string(entry.record.bytes));
+          // The reply is out and the hash gone: the worker frees the memory while this thread
+          // goes on with the next commands.
+          uint64_t bytes = entry.record.bytes;
+          FreeLater(std::move(entry), [this, op, name, t0, bytes](const Status& freed) {
+            Outcome(op, name, freed, t0, "freed=" + std::to_string(bytes));
+          });
+          return;
         }
         // The hash is gone or not ready (changed by hand): say which.
         Status missing = MissingStatus(name);
@@ -800,6 +833,22 @@ Status Server::Impl::FreeEntry(const Entry& entry) {
   }
   return worker->second->Call(
       [&](DeviceContext& ctx) { return allocator->second->Free(ctx, entry.allocation); });
+}
+
+void Server::Impl::FreeLater(Entry entry, std::function<void(const Status&)> then) {
+  auto worker = workers_.find(entry.record.device);
+  auto allocator = allocators_.find(entry.record.device);
+  if (worker == workers_.end() || allocator == allocators_.end()) {
+    return then(Status(ErrorCode::kInternal, "no worker for device " + DeviceName(entry.record.device)));
+  }
+  Allocator* a = allocator->second.get();
+  auto shared = std::make_shared<Entry>(std::move(entry));
+  Status posted = worker->second->Post([a, shared, then](DeviceContext& ctx) {
+    Status freed = a->Free(ctx, shared->allocation);
+    then(freed);
+    return freed;
+  });
+  if (!posted.ok()) then(posted);
 }
 
 void Server::Impl::ReapStackTensors() {
