@@ -106,17 +106,26 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows, int m
       widths[shrink_column] = std::max<size_t>(8, widths[shrink_column] > excess ? widths[shrink_column] - excess : 8);
     }
   }
+  size_t line_width = columns;
+  for (size_t w : widths) line_width += w + 2;
   std::string out;
+  out.reserve(rows.size() * line_width);
   for (const auto& row : rows) {
-    std::string line;
+    size_t start = out.size();
     for (size_t c = 0; c < columns && c < row.size(); ++c) {
-      std::string cell = row[c];
-      if (cell.size() > widths[c]) cell = cell.substr(0, widths[c] - 1) + "~";
-      line += cell;
-      if (c + 1 < columns) line += std::string(widths[c] - cell.size() + 2, ' ');
+      const std::string& cell = row[c];
+      size_t shown = cell.size();
+      if (shown > widths[c]) {
+        shown = widths[c];
+        out.append(cell, 0, shown - 1);
+        out += '~';
+      } else {
+        out += cell;
+      }
+      if (c + 1 < columns) out.append(widths[c] - shown + 2, ' ');
     }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
+    while (out.size() > start && out.back() == ' ') out.pop_back();
+    out += '\n';
   }
   return out;
 }
