@@ -203,7 +203,8 @@ class Client::Impl {
     auto sha = redis_->ReadReply();
     if (sha.ok() && sha->type == RedisValue::Type::kString) ref_sha_ = sha->str;
     if (!heartbeat.ok()) return heartbeat.status();
-    return ParseServerInfo(heartbeat.value()).status();
+    MCD_ASSIGN_OR_RETURN(server_info_, ParseServerInfo(heartbeat.value()));
+    return Status::Ok();
   }
 
   Result<std::map<std::string, std::string>> ServerInfo() {
@@ -277,7 +278,11 @@ class Client::Impl {
   // The pool socket of server instance `owner`, from the node's heartbeat.
   std::function<Result<std::string>(const std::string&)> PoolSocketOf() {
     return [this](const std::string& owner) -> Result<std::string> {
-      MCD_ASSIGN_OR_RETURN(auto info, ServerInfo());
+      // The heartbeat read at connect usually names the owner already: no round trip then.
+      if (server_info_["instance"] != owner || server_info_["pool_socket"].empty()) {
+        MCD_ASSIGN_OR_RETURN(server_info_, ServerInfo());
+      }
+      auto& info = server_info_;
       if (info["instance"] != owner) {
         return Status(ErrorCode::kUnavailable, "the server instance " + owner +
                                                    " that owns this tensor is gone");
@@ -400,6 +405,7 @@ class Client::Impl {
   std::string req_base_;
   uint64_t seq_ = 0;
   std::string ref_sha_ = "0";  // loaded on first use (NOSCRIPT)
+  std::map<std::string, std::string> server_info_;  // the node's heartbeat, as last read
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
