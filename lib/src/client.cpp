@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "alloc/allocator.h"
@@ -98,18 +101,9 @@ class MappingRegistry {
     void* ptr = nullptr;
     // Pools are imported once per process and server instance (a new instance: a new import).
     PoolImporter import_pool = [&](DeviceContext& ctx) -> Result<cudaMemPool_t> {
-      std::string pool_key = r.owner + "/" + std::to_string(r.device);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = pools_.find(pool_key);
-        if (it != pools_.end()) return it->second;
-      }
+      if (auto known = FindPool(r.owner, r.device)) return *known;
       MCD_ASSIGN_OR_RETURN(std::string socket, socket_of(r.owner));
-      MCD_ASSIGN_OR_RETURN(int fd, FetchFd(socket, r.device, 5000));
-      MCD_ASSIGN_OR_RETURN(cudaMemPool_t pool, ImportPool(ctx, fd));
-      std::lock_guard<std::mutex> lock(mutex_);
-      pools_[pool_key] = pool;
-      return pool;
+      return ImportPoolOf(ctx, r.owner, r.device, socket);
     };
     Status opened = Worker(r.device).Call([&](DeviceContext& ctx) -> Status {
       MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r, import_pool));
@@ -119,6 +113,31 @@ class MappingRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     maps_[key] = Mapping{ptr, 1, r};
     return ptr;
+  }
+
+  // Starts importing the pool of server instance `owner` on `device` on that device's worker,
+  // without waiting: a Get that is about to need it overlaps the import with its Redis round
+  // trip (the Open job queues behind it on the same worker). Errors are left to the Open.
+  // Only where this process has the device's CUDA context up already: a process that maps host
+  // tensors only must not get a CUDA context from this.
+  void PrefetchPool(const std::string& owner, int device, const std::string& socket) {
+    std::string key = PoolKey(owner, device);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto worker = workers_.find(device);
+      if (worker == workers_.end() || !worker->second->GpuUp()) return;
+      if (pools_.count(key) != 0 || !prefetching_.insert(key).second) return;
+    }
+    Status posted = Worker(device).Post([this, owner, device, socket, key](DeviceContext& ctx) {
+      Status imported = FindPool(owner, device) ? Status::Ok() : ImportPoolOf(ctx, owner, device, socket).status();
+      std::lock_guard<std::mutex> lock(mutex_);
+      prefetching_.erase(key);
+      return imported;
+    });
+    if (!posted.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      prefetching_.erase(key);
+    }
   }
 
   // Drops one open of the mapping; unmaps at the last one. Not found is fine (not opened here).
@@ -163,11 +182,30 @@ class MappingRegistry {
     TensorRecord record;
   };
   static std::string Key(const TensorRecord& r) { return r.owner + "/" + r.ipc_kind + "/" + r.ipc_handle; }
+  static std::string PoolKey(const std::string& owner, int device) { return owner + "/" + std::to_string(device); }
+
+  std::optional<cudaMemPool_t> FindPool(const std::string& owner, int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pools_.find(PoolKey(owner, device));
+    if (it == pools_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // Worker thread of `device` only.
+  Result<cudaMemPool_t> ImportPoolOf(DeviceContext& ctx, const std::string& owner, int device,
+                                     const std::string& socket) {
+    MCD_ASSIGN_OR_RETURN(int fd, FetchFd(socket, device, 5000));
+    MCD_ASSIGN_OR_RETURN(cudaMemPool_t pool, ImportPool(ctx, fd));
+    std::lock_guard<std::mutex> lock(mutex_);
+    pools_[PoolKey(owner, device)] = pool;
+    return pool;
+  }
 
   std::mutex mutex_;
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
   std::map<std::string, Mapping> maps_;
   std::map<std::string, cudaMemPool_t> pools_;  // imported pools by "<owner>/<device>"
+  std::set<std::string> prefetching_;  // pool imports posted and not yet run
 };
 
 std::string FormatSeconds(int ms) {
@@ -294,6 +332,32 @@ class Client::Impl {
     };
   }
 
+  // A first Get from this process's node server, when that server hands out pool tensors:
+  // import its pools meanwhile (see MappingRegistry::PrefetchPool).
+  void PrefetchPools() {
+    if (prefetched_ || server_info_.empty()) return;
+    prefetched_ = true;
+    const std::string& socket = server_info_["pool_socket"];
+    if (socket.empty()) return;
+    // "0:cuda_mempool,1:cuda_mempool,cpu:host_shm"
+    std::string text = server_info_["allocator"];
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find(',', start);
+      if (end == std::string::npos) end = text.size();
+      std::string item = text.substr(start, end - start);
+      size_t colon = item.find(':');
+      if (colon != std::string::npos && item.substr(colon + 1) == "cuda_mempool") {
+        int device = 0;
+        auto [ptr, ec] = std::from_chars(item.data(), item.data() + colon, device);
+        if (ec == std::errc() && ptr == item.data() + colon) {
+          MappingRegistry::Get().PrefetchPool(server_info_["instance"], device, socket);
+        }
+      }
+      start = end + 1;
+    }
+  }
+
   // get (+1) or a release that is not the last (-1), done in Redis by one script: no server
   // hop, since no memory changes hands. kLast: the release would free, the server must do it.
   enum class RefOutcome { kDone, kLast };
@@ -406,6 +470,7 @@ class Client::Impl {
   uint64_t seq_ = 0;
   std::string ref_sha_ = "0";  // loaded on first use (NOSCRIPT)
   std::map<std::string, std::string> server_info_;  // the node's heartbeat, as last read
+  bool prefetched_ = false;  // PrefetchPools ran
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -446,7 +511,8 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
 Result<TensorView> Client::Get(const std::string& name) {
   MCD_RETURN_IF_ERROR(ValidateName(name));
   // The same effect as the queue's get command (refcount+1 on a ready tensor of a live server),
-  // in one Redis round trip.
+  // in one Redis round trip, during which the node's pools (if any) are being imported.
+  impl_->PrefetchPools();
   MCD_ASSIGN_OR_RETURN(auto ref, impl_->DirectRef(name, +1));
   TensorRecord record = std::move(ref.second);
   auto ptr = MappingRegistry::Get().Open(record, impl_->PoolSocketOf());

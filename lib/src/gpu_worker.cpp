@@ -34,6 +34,7 @@ Status DeviceContext::EnsureGpu() {
     cudaStream_t stream = nullptr;
     MCD_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     stream_ = stream;
+    gpu_up_.store(true, std::memory_order_release);
     return Status::Ok();
   }();
   return gpu_status_;
@@ -55,6 +56,7 @@ void DeviceContext::Reset() noexcept {
     cudaStreamDestroy(stream_);
     stream_ = nullptr;
   }
+  gpu_up_.store(false, std::memory_order_release);
   gpu_tried_ = false;
   gpu_status_ = Status::Ok();
 }

@@ -40,6 +40,8 @@ class MCD_API DeviceContext {
   // the machine has no such CUDA device (or no driver), kCudaError otherwise; the failure is
   // remembered and returned again. Host contexts return kNoDevice.
   Status EnsureGpu();
+  // True once EnsureGpu() has succeeded (until Reset); readable from any thread.
+  bool gpu_up() const noexcept { return gpu_up_.load(std::memory_order_acquire); }
   // The worker's stream; valid only after EnsureGpu() succeeded.
   CUstream_st* stream() const noexcept { return stream_; }
 
@@ -56,6 +58,7 @@ class MCD_API DeviceContext {
   bool gpu_tried_ = false;
   Status gpu_status_;
   CUstream_st* stream_ = nullptr;
+  std::atomic<bool> gpu_up_{false};
   std::deque<std::function<void()>> reset_hooks_;
 };
 
@@ -92,6 +95,9 @@ class MCD_API GpuWorker {
 
   // True when the calling thread is this worker's thread.
   bool OnWorkerThread() const noexcept;
+
+  // True once a job has brought up this worker's CUDA device (DeviceContext::EnsureGpu).
+  bool GpuUp() const noexcept { return context_.gpu_up(); }
 
  private:
   void Loop();
