@@ -85,7 +85,8 @@ class MCD_API Client {
   Status CopyFromHost(const TensorView& view, const void* src, uint64_t bytes);
 
   // Initialises this process's CUDA context and worker for `device` ahead of the first Get, so
-  // that the first Get pays only for the mapping. No-op for kHostDevice.
+  // that the first Get pays only for the mapping. After it, a first Get from a pool server also
+  // imports the server's pools while its Redis round trip is in flight. No-op for kHostDevice.
   Status Warmup(int device);
 
   // The heartbeat of the serving node, or kUnavailable when none is alive.
