@@ -132,10 +132,10 @@ class Server::Impl {
                  const std::vector<std::string>& extra,
                  std::function<void(Result<CommitResult>)> done = nullptr);
   static Result<CommitResult> ParseCommit(Result<RedisValue> reply);
-  Status FreeEntry(const Entry& entry);
-  // Frees on the device's worker without waiting; `then` runs there with the outcome (it may
-  // only touch what is safe from another thread: Outcome, the log).
-  void FreeLater(Entry entry, std::function<void(const Status&)> then);
+  // Frees the entry's memory on its device's worker and waits for it; with `then`, posts the free
+  // instead and `then` runs on the worker with the outcome (so it may only touch what is safe
+  // from another thread: Outcome, the log).
+  Status FreeEntry(const Entry& entry, std::function<void(const Status&)> then = nullptr);
   void ReapStackTensors();
   void Outcome(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
                const std::string& extra = "");
@@ -811,8 +811,7 @@ void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, in
           tensor_count_ = tensors_.size();
           // The reply is out and the hash gone: the worker frees the memory while this thread
           // goes on with the next commands.
-          uint64_t bytes = entry.record.bytes;
-          FreeLater(std::move(entry), [this, op, name, t0, bytes](const Status& freed) {
+          FreeEntry(entry, [this, op, name, t0, bytes = entry.record.bytes](const Status& freed) {
             Outcome(op, name, freed, t0, "freed=" + std::to_string(bytes));
           });
           return;
@@ -825,30 +824,23 @@ void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, in
       }));
 }
 
-Status Server::Impl::FreeEntry(const Entry& entry) {
+Status Server::Impl::FreeEntry(const Entry& entry, std::function<void(const Status&)> then) {
   auto worker = workers_.find(entry.record.device);
   auto allocator = allocators_.find(entry.record.device);
   if (worker == workers_.end() || allocator == allocators_.end()) {
-    return Status(ErrorCode::kInternal, "no worker for device " + DeviceName(entry.record.device));
+    Status missing(ErrorCode::kInternal, "no worker for device " + DeviceName(entry.record.device));
+    if (then) then(missing);
+    return missing;
   }
-  return worker->second->Call(
-      [&](DeviceContext& ctx) { return allocator->second->Free(ctx, entry.allocation); });
-}
-
-void Server::Impl::FreeLater(Entry entry, std::function<void(const Status&)> then) {
-  auto worker = workers_.find(entry.record.device);
-  auto allocator = allocators_.find(entry.record.device);
-  if (worker == workers_.end() || allocator == allocators_.end()) {
-    return then(Status(ErrorCode::kInternal, "no worker for device " + DeviceName(entry.record.device)));
-  }
-  Allocator* a = allocator->second.get();
-  auto shared = std::make_shared<Entry>(std::move(entry));
-  Status posted = worker->second->Post([a, shared, then](DeviceContext& ctx) {
-    Status freed = a->Free(ctx, shared->allocation);
-    then(freed);
+  auto job = [a = allocator->second.get(), allocation = entry.allocation, then](DeviceContext& ctx) {
+    Status freed = a->Free(ctx, allocation);
+    if (then) then(freed);
     return freed;
-  });
+  };
+  if (!then) return worker->second->Call(job);
+  Status posted = worker->second->Post(job);
   if (!posted.ok()) then(posted);
+  return posted;
 }
 
 void Server::Impl::ReapStackTensors() {
