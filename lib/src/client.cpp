@@ -428,7 +428,8 @@ class Client::Impl {
     const auto& fields = TensorFieldNames();
     std::string fields_resp;  // the same for every key
     for (const std::string& field : fields) RespArg(fields_resp, field);
-    const std::string head = RespCommand(2 + fields.size()) + "$5\r\nHMGET\r\n";
+    std::string head = RespCommand(2 + fields.size());
+    RespArg(head, "HMGET");
     auto append = [&](const std::string& name) {
       std::string resp = head;
       RespArg(resp, opt_.keys.Tensor(name));
