@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -66,6 +67,20 @@ std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config);
 int RemoveHostShmObjects(const std::string& name_prefix);
 // Unlinks one host shm object by name; missing objects are not an error.
 void UnlinkHostShm(const std::string& shm_name);
+
+// The fixed-size CUDA export `T` held in a hash's raw `ipc_handle` bytes, or kUnexpectedReply
+// when the size is wrong (a hash written by something else).
+template <typename T>
+Result<T> HandleFromBytes(const std::string& bytes, const char* ipc_kind) {
+  if (bytes.size() != sizeof(T)) {
+    return Status(ErrorCode::kUnexpectedReply, std::string(ipc_kind) + " handle is " +
+                                                   std::to_string(bytes.size()) + " bytes, not " +
+                                                   std::to_string(sizeof(T)));
+  }
+  T handle{};
+  std::memcpy(&handle, bytes.data(), sizeof(T));
+  return handle;
+}
 
 // Client side: maps an exported allocation into this process, on the client's worker for the
 // record's device. `import_pool` yields this process's import of the owning server's pool

@@ -2,7 +2,6 @@
 // on this machine opens with cudaIpcOpenMemHandle, with nothing from memcuda.
 #include <cuda_runtime_api.h>
 
-#include <cstring>
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
@@ -66,13 +65,8 @@ Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool ze
 }
 
 Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& ipc_handle, uint64_t offset) {
-  if (ipc_handle.size() != sizeof(cudaIpcMemHandle_t)) {
-    return Status(ErrorCode::kUnexpectedReply,
-                  "cuda_ipc handle is " + std::to_string(ipc_handle.size()) + " bytes, not 64");
-  }
+  MCD_ASSIGN_OR_RETURN(auto handle, HandleFromBytes<cudaIpcMemHandle_t>(ipc_handle, "cuda_ipc"));
   MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
-  cudaIpcMemHandle_t handle{};
-  std::memcpy(&handle, ipc_handle.data(), sizeof(handle));
   void* base = nullptr;
   MCD_CUDA_RETURN(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
   return static_cast<void*>(static_cast<char*>(base) + offset);

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
@@ -140,13 +139,8 @@ Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, int fd) {
 
 Result<void*> OpenPoolPointer(DeviceContext& ctx, cudaMemPool_t pool, const std::string& handle,
                               uint64_t offset) {
-  if (handle.size() != sizeof(cudaMemPoolPtrExportData)) {
-    return Status(ErrorCode::kUnexpectedReply,
-                  "cuda_mempool handle is " + std::to_string(handle.size()) + " bytes, not 64");
-  }
+  MCD_ASSIGN_OR_RETURN(auto data, HandleFromBytes<cudaMemPoolPtrExportData>(handle, "cuda_mempool"));
   MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
-  cudaMemPoolPtrExportData data{};
-  std::memcpy(&data, handle.data(), sizeof(data));
   void* base = nullptr;
   MCD_CUDA_RETURN(cudaMemPoolImportPointer(&base, pool, &data));
   return static_cast<void*>(static_cast<char*>(base) + offset);
