@@ -13,7 +13,8 @@ node="smoke-$$"
 serve_pid="" redis_pid=""
 cleanup() {
   [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
-  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+  # Redis still writes its log and removes its socket while stopping: wait before removing.
+  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
