@@ -184,6 +184,35 @@ TEST_F(Lifecycle, SeedRedisCliFormWorks) {
   EXPECT_EQ(HashField("X", "creator_pid"), "1");
 }
 
+TEST_F(Lifecycle, CommandsThatDependOnEachOtherKeepTheirOrderAcrossBatches) {
+  // Fire-and-forget commands pushed in one go, each depending on the one before it: create, get,
+  // get, then three deletes of one name, for many names (six commands: groups straddle batches). The server takes them in batches and handles one
+  // batch while Redis still commits the previous one; a command naming a tensor whose commit is
+  // still in flight must see it done. Any command handled too early fails (and is counted).
+  constexpr int kNames = 400;
+  auto conn = redis_.Connect();
+  for (int i = 0; i < kNames; ++i) {
+    std::string name = "d" + std::to_string(i);
+    std::string create = R"({"op":"create","name":")" + name + R"(","dtype":"u8","shape":[64],"device":"cpu","pid":1})";
+    std::string get = R"({"op":"get","name":")" + name + R"("})";
+    std::string del = R"({"op":"delete","name":")" + name + R"("})";
+    ASSERT_TRUE(conn->Append({"LPUSH", keys_.queue, create, get, get, del, del, del}).ok());
+  }
+  for (int i = 0; i < kNames; ++i) ASSERT_TRUE(conn->ReadReply().ok());
+  // A last command with a req: its reply means every command before it was handled.
+  json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-1"})", "end-1");
+  ASSERT_EQ(last["ok"], true) << last.dump();
+  EXPECT_EQ(TensorKeys(), std::vector<std::string>{keys_.Tensor("end")});
+  // The heartbeat's counters, once it has been written after the last command.
+  auto counters = [&] {
+    auto reply = conn->Command({"HMGET", keys_.Server(node_), "commands_ok", "commands_failed"});
+    return std::make_pair(std::atoll(reply->elements[0].str.c_str()), std::atoll(reply->elements[1].str.c_str()));
+  };
+  ASSERT_TRUE(test::WaitFor([&] { return counters().first >= 6 * kNames + 1; }, 10000)) << ServeLog();
+  EXPECT_EQ(counters(), std::make_pair(6LL * kNames + 1, 0LL)) << ServeLog();
+  EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 1; }, 2000));
+}
+
 TEST_F(Lifecycle, ListingSpansManyPipelinedWindows) {
   // More tensors than one window of pipelined reads (the listing reads 1,000 at a time), made by
   // the server from commands pushed in one go.
