@@ -7,7 +7,8 @@ namespace mcd {
 // list, all at once, so no reader sees half a change and no command is applied twice.
 //
 // KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key
-// ARGV[1] the raw command (LREM'ed from the processing list; "" for internal actions)
+// ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
+// oldest commands are and commits happen oldest first; "" for internal actions)
 // ARGV[2] reply JSON (for "incr": the part before the new refcount)
 // ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
 // ARGV[5] "1" when the command has a req (reply + first-result are written)
@@ -23,7 +24,7 @@ if ARGV[5] == '1' then
   if first then
     redis.call('RPUSH', KEYS[3], first)
     redis.call('EXPIRE', KEYS[3], ARGV[3])
-    redis.call('LREM', KEYS[2], 1, ARGV[1])
+    redis.call('LREM', KEYS[2], -1, ARGV[1])
     return {'dup', first}
   end
 end
@@ -56,7 +57,7 @@ if ARGV[5] == '1' then
   redis.call('RPUSH', KEYS[3], reply)
   redis.call('EXPIRE', KEYS[3], ARGV[3])
 end
-if ARGV[1] ~= '' then redis.call('LREM', KEYS[2], 1, ARGV[1]) end
+if ARGV[1] ~= '' then redis.call('LREM', KEYS[2], -1, ARGV[1]) end
 return result
 )lua";
 
