@@ -625,6 +625,9 @@ Server::Impl::Pending Server::Impl::Commit(const std::string& raw, const std::st
 
 Result<Server::Impl::CommitResult> Server::Impl::ParseCommit(Result<RedisValue> result) {
   if (!result.ok()) return result.status();
+  // A pipelined reply comes as a value even when it is an error (NOSCRIPT after SCRIPT FLUSH):
+  // keep its text, which decides whether the script is loaded again.
+  if (result->type == RedisValue::Type::kError) return Status(ErrorCode::kRedisError, "Redis EVALSHA: " + result->str);
   if (result->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "commit script reply");
   const std::string& kind = result->elements[0].str;
   CommitResult out;

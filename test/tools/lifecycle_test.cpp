@@ -261,6 +261,14 @@ TEST_F(Lifecycle, RepeatedReqIsAppliedOnce) {
   EXPECT_EQ(HashField("r", "refcount"), "2");
 }
 
+TEST_F(Lifecycle, ServerLoadsItsScriptsAgainAfterAScriptFlush) {
+  ASSERT_EQ(Tool("mcd-create", {"f", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  ASSERT_TRUE(redis_.Connect()->Command({"SCRIPT", "FLUSH"}).ok());
+  json reply = Raw(R"({"op":"get","name":"f","req":"after-flush-1"})", "after-flush-1");
+  EXPECT_EQ(reply["ok"], true) << reply.dump() << ServeLog();
+  EXPECT_EQ(HashField("f", "refcount"), "2");
+}
+
 TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   ASSERT_EQ(Tool("mcd-create", {"keep", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
   // A tensor another writer is still creating.
