@@ -208,6 +208,10 @@ class MappingRegistry {
   std::set<std::string> prefetching_;  // pool imports posted and not yet run
 };
 
+// How long the marker of a release that the reference script answered may stay: it is popped at
+// once by the BLPOP sent right behind the script, so this only bounds one whose client died.
+constexpr const char* kMarkerTtl = "60";
+
 std::string FormatSeconds(int ms) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(ms) / 1000.0);
@@ -267,22 +271,41 @@ class Client::Impl {
     return fields;
   }
 
-  // Pushes a command and waits for its reply: LPUSH and BLPOP go out in one write.
-  Result<TensorRecord> Request(Command cmd) {
+  // A command ready to send, and where its reply will come.
+  struct Outgoing {
+    Command cmd;
+    std::string body;       // the command's JSON
+    std::string reply_key;  // the list the reply is pushed onto
+    std::string wait;       // BLPOP timeout, seconds
+  };
+  Outgoing Prepare(Command cmd) {
     cmd.req = req_base_ + "-" + std::to_string(++seq_);
     cmd.node = opt_.node;
     cmd.pid = getpid();
-    std::string body = CommandToJson(cmd);
-    std::string reply_key = opt_.keys.Reply(cmd.req);
-    std::string wait = FormatSeconds(opt_.timeout_ms);
-    MCD_RETURN_IF_ERROR(redis_->Append({"LPUSH", opt_.keys.queue, body}));
-    MCD_RETURN_IF_ERROR(redis_->Append({"BLPOP", reply_key, wait}));
+    Outgoing out;
+    out.body = CommandToJson(cmd);
+    out.reply_key = opt_.keys.Reply(cmd.req);
+    out.wait = FormatSeconds(opt_.timeout_ms);
+    out.cmd = std::move(cmd);
+    return out;
+  }
+
+  // Pushes a command and waits for its reply: LPUSH and BLPOP go out in one write.
+  Result<TensorRecord> Request(Command cmd) {
+    Outgoing out = Prepare(std::move(cmd));
+    MCD_RETURN_IF_ERROR(redis_->Append({"LPUSH", opt_.keys.queue, out.body}));
+    MCD_RETURN_IF_ERROR(redis_->Append({"BLPOP", out.reply_key, out.wait}));
     auto pushed = redis_->ReadReply();
     auto popped = redis_->ReadReply();
     if (!pushed.ok()) return pushed.status();
     if (pushed->type == RedisValue::Type::kError) {
       return Status(ErrorCode::kRedisError, "LPUSH " + opt_.keys.queue + ": " + pushed->str);
     }
+    return ServerReply(out, std::move(popped));
+  }
+
+  // The server's reply to `out`, as its BLPOP returned it.
+  Result<TensorRecord> ServerReply(const Outgoing& out, Result<RedisValue> popped) {
     if (!popped.ok()) return popped.status();
     if (popped->type == RedisValue::Type::kError) {
       return Status(ErrorCode::kRedisError, "BLPOP: " + popped->str);
@@ -290,8 +313,8 @@ class Client::Impl {
     if (popped->is_nil() || popped->elements.size() != 2) {
       auto info = ServerInfo();
       if (!info.ok()) return info.status();
-      return Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(cmd.op) + " '" +
-                                             cmd.name + "' within " + wait +
+      return Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
+                                             out.cmd.name + "' within " + out.wait +
                                              " s (the server is busy or the queue is long)");
     }
     return ParseReply(popped->elements[1].str);
@@ -358,31 +381,72 @@ class Client::Impl {
     }
   }
 
-  // get (+1) or a release that is not the last (-1), done in Redis by one script: no server
-  // hop, since no memory changes hands. kLast: the release would free, the server must do it.
-  enum class RefOutcome { kDone, kLast };
-  Result<std::pair<RefOutcome, TensorRecord>> DirectRef(const std::string& name, int delta) {
+  // get: refcount+1 in Redis by one script, no server hop (no memory changes hands).
+  Result<TensorRecord> DirectGet(const std::string& name) {
     std::string key = opt_.keys.Tensor(name);
     std::string server = opt_.keys.Server(opt_.node);
-    std::string delta_text = delta > 0 ? "1" : "-1";
-    std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "2", key, server, delta_text, opt_.node};
+    std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "2", key, server, "1", opt_.node, "", ""};
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
     auto reply = redis_->Command(argv);
     if (!reply.ok() && reply.status().message().find("NOSCRIPT") != std::string::npos) {
-      MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_->Command({"SCRIPT", "LOAD", kRefScript}));
-      ref_sha_ = sha.str;
+      MCD_RETURN_IF_ERROR(LoadRefScript());
       argv[1] = ref_sha_;
       reply = redis_->Command(argv);
     }
     if (!reply.ok()) return reply.status();
-    if (reply->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
-    const std::string& kind = reply->elements[0].str;
-    std::string detail = reply->elements.size() > 1 ? reply->elements[1].str : "";
-    if (kind == "ok" && reply->elements.size() == 2) {
-      MCD_ASSIGN_OR_RETURN(TensorRecord record, ToRecord(name, reply->elements[1]));
-      return std::make_pair(RefOutcome::kDone, std::move(record));
+    return RefAnswer(name, reply.value());
+  }
+
+  // release: the same script, which answers a release that leaves references itself and queues
+  // the delete command of the last one (the server must free the memory). The BLPOP for the
+  // server's reply goes out behind the script in one write; when the script answered, it also
+  // pushed a marker, so the BLPOP returns at once. One round trip either way.
+  Result<TensorRecord> Release(const std::string& name, bool retried = false) {
+    if (ref_sha_ == kNoScript) MCD_RETURN_IF_ERROR(LoadRefScript());
+    Command cmd;
+    cmd.op = Op::kDelete;
+    cmd.name = name;
+    Outgoing out = Prepare(std::move(cmd));
+    std::string key = opt_.keys.Tensor(name);
+    std::string server = opt_.keys.Server(opt_.node);
+    std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "4", key, server, opt_.keys.queue,
+                                          out.reply_key, "-1", opt_.node, out.body, kMarkerTtl};
+    for (const std::string& field : TensorFieldNames()) argv.push_back(field);
+    MCD_RETURN_IF_ERROR(redis_->Append(argv));
+    MCD_RETURN_IF_ERROR(redis_->Append({"BLPOP", out.reply_key, out.wait}));
+    auto script = redis_->ReadReply();
+    if (!script.ok()) return script.status();
+    if (script->type == RedisValue::Type::kError) {
+      // The script did not run (NOSCRIPT after a Redis restart, or an error), so nothing will
+      // wake the BLPOP: drop the connection with it, and try once more on a fresh one.
+      std::string error = script->str;
+      MCD_RETURN_IF_ERROR(redis_->Reconnect());
+      if (retried || error.find("NOSCRIPT") == std::string::npos) {
+        return Status(ErrorCode::kRedisError, "reference script: " + error);
+      }
+      MCD_RETURN_IF_ERROR(LoadRefScript());
+      return Release(name, true);
     }
-    if (kind == "last") return std::make_pair(RefOutcome::kLast, TensorRecord{});
+    auto popped = redis_->ReadReply();
+    if (!script->elements.empty() && script->elements[0].str == "queued") {
+      return ServerReply(out, std::move(popped));
+    }
+    if (!popped.ok()) return popped.status();
+    return RefAnswer(name, script.value());
+  }
+
+  Status LoadRefScript() {
+    MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_->Command({"SCRIPT", "LOAD", kRefScript}));
+    MCD_ASSIGN_OR_RETURN(ref_sha_, AsString(sha, "SCRIPT LOAD"));
+    return Status::Ok();
+  }
+
+  // What the reference script answered, for `name`.
+  Result<TensorRecord> RefAnswer(const std::string& name, RedisValue& reply) {
+    if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
+    const std::string& kind = reply.elements[0].str;
+    std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
+    if (kind == "ok" && reply.elements.size() == 2) return ToRecord(name, reply.elements[1]);
     if (kind == "missing") return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
     if (kind == "not_ready") return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
     if (kind == "wrong_node") {
@@ -469,7 +533,8 @@ class Client::Impl {
   std::unique_ptr<RedisConnection> redis_;
   std::string req_base_;
   uint64_t seq_ = 0;
-  std::string ref_sha_ = "0";  // loaded on first use (NOSCRIPT)
+  static constexpr const char* kNoScript = "0";
+  std::string ref_sha_ = kNoScript;  // loaded while connecting, or on first use
   std::map<std::string, std::string> server_info_;  // the node's heartbeat, as last read
   bool prefetched_ = false;  // PrefetchPools ran
 };
@@ -514,8 +579,7 @@ Result<TensorView> Client::Get(const std::string& name) {
   // The same effect as the queue's get command (refcount+1 on a ready tensor of a live server),
   // in one Redis round trip, during which the node's pools (if any) are being imported.
   impl_->PrefetchPools();
-  MCD_ASSIGN_OR_RETURN(auto ref, impl_->DirectRef(name, +1));
-  TensorRecord record = std::move(ref.second);
+  MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->DirectGet(name));
   auto ptr = MappingRegistry::Get().Open(record, impl_->PoolSocketOf());
   if (!ptr.ok()) {
     (void)ReleaseReference(name);  // nobody in this process holds it: give it back
@@ -540,17 +604,7 @@ Result<TensorRecord> Client::Release(const std::string& name) {
   return ReleaseReference(name);
 }
 
-Result<TensorRecord> Client::ReleaseReference(const std::string& name) {
-  // Not the last reference: one script. The last one: the delete command, since the server must
-  // free the memory (the script refuses to take the count to zero itself).
-  auto ref = impl_->DirectRef(name, -1);
-  if (!ref.ok()) return ref.status();
-  if (ref->first == Impl::RefOutcome::kDone) return std::move(ref->second);
-  Command cmd;
-  cmd.op = Op::kDelete;
-  cmd.name = name;
-  return impl_->Request(cmd);
-}
+Result<TensorRecord> Client::ReleaseReference(const std::string& name) { return impl_->Release(name); }
 
 Status Client::Close(const std::string& name) {
   auto record = MappingRegistry::Get().FindByName(name);

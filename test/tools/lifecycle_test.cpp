@@ -213,6 +213,49 @@ TEST_F(Lifecycle, CommandsThatDependOnEachOtherKeepTheirOrderAcrossBatches) {
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 1; }, 2000));
 }
 
+TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
+  ClientOptions opt;
+  opt.redis_url = redis_.parsed_url();
+  opt.node = node_;
+  opt.timeout_ms = 5000;
+  auto connected = Client::Connect(opt);
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  Client& client = *connected.value();
+  CreateSpec spec;
+  spec.name = "rel";
+  spec.dtype = DType::kU8;
+  spec.shape = {16};
+  spec.device = kHostDevice;
+  ASSERT_TRUE(client.Create(spec).ok());
+  ASSERT_TRUE(client.Get("rel").ok());  // two references now
+  auto conn = redis_.Connect();
+  auto reply_lists = [&] { return conn->Command({"KEYS", keys_.Reply("*")})->elements.size(); };  // test only
+
+  // Not the last: answered by the script, with a marker its own BLPOP takes at once.
+  auto released = client.Release("rel");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->refcount, 1);
+  EXPECT_EQ(reply_lists(), 0u) << "a marker was left behind";
+
+  // Errors come at once too, not after the 5 s reply timeout.
+  auto t0 = std::chrono::steady_clock::now();
+  auto missing = client.Release("no.such");
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(reply_lists(), 0u);
+
+  // After SCRIPT FLUSH (as after a Redis restart) the script is loaded again; the last release
+  // is queued as a delete and answered by the server, which frees the memory.
+  ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
+  t0 = std::chrono::steady_clock::now();
+  auto last = client.Release("rel");
+  ASSERT_TRUE(last.ok()) << last.status().ToString() << ServeLog();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_TRUE(ShmFreedSoon());
+  EXPECT_EQ(reply_lists(), 0u);
+}
+
 TEST_F(Lifecycle, ListingSpansManyPipelinedWindows) {
   // More tensors than one window of pipelined reads (the listing reads 1,000 at a time), made by
   // the server from commands pushed in one go.
