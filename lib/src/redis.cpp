@@ -287,15 +287,21 @@ Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
   return Status::Ok();
 }
 
+Status RedisConnection::FlushOutput() {
+  if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) return ContextError("write");
+  }
+  return Status::Ok();
+}
+
 Result<RedisValue> RedisConnection::ReadReply() {
   if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
   void* raw = nullptr;
   if (options_.spin_us > 0 && ctx_->reader->pos >= ctx_->reader->len) {
     // Nothing buffered: send what is pending, then poll (without sleeping) for a while.
-    int done = 0;
-    while (!done) {
-      if (redisBufferWrite(ctx_, &done) != REDIS_OK) return ContextError("write");
-    }
+    MCD_RETURN_IF_ERROR(FlushOutput());
     pollfd pfd{ctx_->fd, POLLIN, 0};
     SpinUntil([&] { return poll(&pfd, 1, 0) != 0; }, options_.spin_us);
   }

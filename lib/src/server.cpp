@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <functional>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -99,7 +100,13 @@ class Server::Impl {
   // result (run after every result of the batch has been read, in order).
   struct Pending {
     std::vector<std::string> args;
+    std::string name;  // the tensor it changes ("" for none)
     std::function<void(Result<CommitResult>)> done;
+  };
+  // A reply due on the connection: a commit's, or (take) the answer of a take sent ahead.
+  struct Due {
+    bool take = false;
+    Pending commit;
   };
   enum class Pre { kNone, kAbsent, kMine };
 
@@ -112,13 +119,20 @@ class Server::Impl {
   void HeartbeatLoop();
   Status WriteHeartbeat(RedisConnection& conn);
 
-  // `take_next`: also take the next commands (up to a batch) in the same pipeline as this
-  // batch's commits, saving the round trip of a separate take.
-  void ProcessBatch(const std::vector<std::string>& raws,
-                    std::optional<Result<RedisValue>>* take_next = nullptr);
+  void ProcessBatch(const std::vector<std::string>& raws);
   Status ResumeUnfinished();
   Status SettleAfterReconnect();
-  void Flush(std::optional<Result<RedisValue>>* take_next = nullptr);
+  // Sends the batch's commits without waiting for them; their results are read by Drain.
+  void Flush();
+  // A busy server sends the next take before it handles the current batch, so that Redis answers
+  // it meanwhile: the server then waits for Redis only when Redis is slower than the handling.
+  void SendTake();
+  // Reads the first `count` replies due (all by default), in order: runs their commits' `done`
+  // (in order, once they are read) and keeps a take's answer in take_reply_. A full Drain must
+  // precede any other use of the connection and any decision that depends on a commit sent. A
+  // `done` that uses the connection drains the rest first; those commits name other tensors
+  // (ProcessBatch drains before handling a command that names one that is due).
+  void Drain(size_t count = SIZE_MAX);
   std::vector<std::string> TakeArgs() const;
   Result<CommitResult> CommitNow(Pending pending);
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
@@ -144,6 +158,10 @@ class Server::Impl {
   std::string commit_sha_;
   std::string take_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent
+  std::deque<Due> due_;         // replies due on the connection, in the order sent
+  Status send_failed_;          // not ok: a send failed, so no reply will come
+  std::set<std::string> due_names_;  // the tensors of the commits in due_
+  std::optional<Result<RedisValue>> take_reply_;  // a take's answer, read by Drain
   std::atomic<long long> client_id_{0};  // read by the heartbeat thread to unblock Run()
   std::string processing_key_;
   std::string shm_prefix_;
@@ -460,23 +478,26 @@ Status Server::Impl::Run() {
   MCD_RETURN_IF_ERROR(ResumeUnfinished());
   int backoff_ms = 100;
   bool busy = false;
-  std::optional<Result<RedisValue>> next;
   while (!stop_) {
     ReapStackTensors();
-    // Busy (commands were waiting): take whatever is queued at once and commit it in one
-    // pipeline. Otherwise a blocking wait for the next command (an idle server sleeps in
-    // BLMOVE: no polling), which costs a lone command no extra round trip.
+    // Busy (commands were waiting): the take sent ahead of the last batch has the next ones.
+    // Otherwise a blocking wait for the next command (an idle server sleeps in BLMOVE: no
+    // polling), which costs a lone command no extra round trip.
     Result<RedisValue> taken = RedisValue{};
-    if (next) {  // taken along with the last batch's commits
-      taken = std::move(*next);
-      next.reset();
-      busy = taken.ok() && !taken->elements.empty();
-    } else if (busy) {
-      std::vector<std::string> args = TakeArgs();
-      taken = redis_->Command(std::vector<std::string_view>(args.begin(), args.end()));
+    if (busy) {
+      if (!take_reply_) Drain();
+      if (take_reply_) {
+        taken = std::move(*take_reply_);
+        take_reply_.reset();
+      } else {  // none was sent
+        std::vector<std::string> args = TakeArgs();
+        taken = redis_->Command(std::vector<std::string_view>(args.begin(), args.end()));
+      }
       busy = taken.ok() && !taken->elements.empty();
     }
     if (!busy && taken.ok()) {
+      Drain();  // before sleeping: the commits' results, and what the last batch freed is freed
+      take_reply_.reset();
       auto t0 = Clock::now();
       taken = redis_->Command({"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"});
       if (taken.ok() && !taken->is_nil()) {
@@ -487,6 +508,9 @@ Status Server::Impl::Run() {
       }
     }
     if (!taken.ok()) {
+      Drain();  // on this connection, before any reconnect: a lost one fails them all
+      take_reply_.reset();
+      busy = false;
       if (stop_) break;
       if (taken.status().code() == ErrorCode::kUnexpectedReply) {
         Log(LogLevel::kError, taken.status().message() + " (is '" + opt_.keys.queue + "' a list?)");
@@ -508,8 +532,10 @@ Status Server::Impl::Run() {
     if (taken->is_nil()) continue;  // BLMOVE timeout or CLIENT UNBLOCK
     std::vector<std::string> raws;
     for (RedisValue& v : taken->elements) raws.push_back(std::move(v.str));
-    ProcessBatch(raws, busy ? &next : nullptr);
+    if (busy) SendTake();
+    ProcessBatch(raws);
   }
+  Drain();
   return Status::Ok();
 }
 
@@ -517,11 +543,10 @@ std::vector<std::string> Server::Impl::TakeArgs() const {
   return {"EVALSHA", take_sha_, "2", opt_.keys.queue, processing_key_, "64"};
 }
 
-void Server::Impl::ProcessBatch(const std::vector<std::string>& raws,
-                                std::optional<Result<RedisValue>>* take_next) {
+void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
   // Commands of one batch are planned in order and their commits pipelined. A command naming a
-  // tensor that an earlier one of the batch touched waits until those are committed, so each
-  // sees the effects of the ones before it.
+  // tensor that an earlier one of the batch touched, or whose commit is still on its way, waits
+  // until those are committed, so each sees the effects of the ones before it.
   std::vector<std::string> touched;
   for (const std::string& raw : raws) {
     std::string req;
@@ -529,41 +554,75 @@ void Server::Impl::ProcessBatch(const std::vector<std::string>& raws,
     if (parsed.ok()) {
       if (std::find(touched.begin(), touched.end(), parsed->name) != touched.end()) {
         Flush();
+        Drain();
         touched.clear();
+      } else if (due_names_.count(parsed->name) != 0) {
+        Drain();
       }
       touched.push_back(parsed->name);
     }
     Handle(raw, parsed, req);
   }
-  Flush(take_next);
+  Flush();
 }
 
-void Server::Impl::Flush(std::optional<Result<RedisValue>>* take_next) {
-  if (batch_.empty()) return;
+void Server::Impl::SendTake() {
+  std::vector<std::string> args = TakeArgs();
+  Status sent = redis_->Append(std::vector<std::string_view>(args.begin(), args.end()));
+  if (sent.ok()) sent = redis_->FlushOutput();
+  if (!sent.ok() && send_failed_.ok()) send_failed_ = sent;
+  due_.push_back(Due{true, {}});
+}
+
+void Server::Impl::Flush() {
+  size_t earlier = due_.size();  // the last batch's commits, a take sent ahead
   std::vector<Pending> sent = std::move(batch_);
   batch_.clear();
+  for (Pending& p : sent) {
+    if (send_failed_.ok()) {
+      std::vector<std::string_view> argv(p.args.begin(), p.args.end());
+      send_failed_ = redis_->Append(argv);
+    }
+    if (!p.name.empty()) due_names_.insert(p.name);
+    due_.push_back(Due{false, std::move(p)});
+  }
+  // Sent now, not with the next read, so that Redis runs them while the server goes on.
+  if (!sent.empty() && send_failed_.ok()) send_failed_ = redis_->FlushOutput();
+  // Then what was due before them, which has mostly arrived by now.
+  Drain(earlier);
+}
+
+void Server::Impl::Drain(size_t count) {
+  std::vector<Pending> sent;
   std::vector<Result<CommitResult>> results;
-  results.reserve(sent.size());
-  Status appended;
-  for (const Pending& p : sent) {
-    std::vector<std::string_view> argv(p.args.begin(), p.args.end());
-    appended = redis_->Append(argv);
-    if (!appended.ok()) break;
-  }
-  bool take = take_next != nullptr && appended.ok();
-  if (take) {
-    std::vector<std::string> args = TakeArgs();
-    appended = redis_->Append(std::vector<std::string_view>(args.begin(), args.end()));
-  }
   bool reload = false;
-  for (size_t i = 0; i < sent.size(); ++i) {
-    results.push_back(appended.ok() ? ParseCommit(redis_->ReadReply()) : Result<CommitResult>(appended));
-    if (!results.back().ok() && results.back().status().message().find("NOSCRIPT") != std::string::npos) reload = true;
-  }
-  if (take && appended.ok()) {
-    // An error reply (NOSCRIPT after a Redis restart) leaves it to the next loop's own take.
-    Result<RedisValue> next = redis_->ReadReply();
-    if (!next.ok() || next->type != RedisValue::Type::kError) *take_next = std::move(next);
+  auto read = [&](size_t n) {
+    for (; n > 0 && !due_.empty(); --n) {
+      Due d = std::move(due_.front());
+      due_.pop_front();
+      Result<RedisValue> reply = send_failed_.ok() ? redis_->ReadReply() : Result<RedisValue>(send_failed_);
+      if (d.take) {
+        // An error reply (NOSCRIPT after SCRIPT FLUSH) is an error: the loop reconnects, which
+        // loads the scripts again.
+        if (reply.ok() && reply->type == RedisValue::Type::kError) {
+          reply = Status(ErrorCode::kRedisError, "Redis EVALSHA (take): " + reply->str);
+        }
+        take_reply_ = std::move(reply);
+        continue;
+      }
+      results.push_back(ParseCommit(std::move(reply)));
+      if (!results.back().ok() && results.back().status().message().find("NOSCRIPT") != std::string::npos) {
+        reload = true;
+      }
+      sent.push_back(std::move(d.commit));
+    }
+  };
+  read(count);
+  if (reload) read(due_.size());  // commits are run again on a connection with nothing due
+  if (due_.empty()) send_failed_ = Status::Ok();
+  due_names_.clear();
+  for (const Due& d : due_) {
+    if (!d.take && !d.commit.name.empty()) due_names_.insert(d.commit.name);
   }
   if (reload && LoadScript().ok()) {
     // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so run them again.
@@ -580,6 +639,7 @@ void Server::Impl::Flush(std::optional<Result<RedisValue>>* take_next) {
 }
 
 Result<Server::Impl::CommitResult> Server::Impl::CommitNow(Pending pending) {
+  Drain();
   std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
   auto result = ParseCommit(redis_->Command(argv));
   if (!result.ok() && result.status().message().find("NOSCRIPT") != std::string::npos && LoadScript().ok()) {
@@ -619,6 +679,7 @@ Server::Impl::Pending Server::Impl::Commit(const std::string& raw, const std::st
             req.empty() ? "0" : "1",
             pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "mine", instance_, action};
   p.args.insert(p.args.end(), extra.begin(), extra.end());
+  p.name = name;
   p.done = std::move(done);
   return p;
 }
@@ -669,6 +730,7 @@ void Server::Impl::Handle(const std::string& raw, const Result<Command>& parsed,
 }
 
 Status Server::Impl::MissingStatus(const std::string& name) {
+  Drain();
   auto fields = redis_->Command({"HMGET", opt_.keys.Tensor(name), "node", "state", "owner"});
   if (!fields.ok()) return fields.status();
   auto entry = tensors_.find(name);
@@ -850,6 +912,7 @@ void Server::Impl::ReapStackTensors() {
   auto now = Clock::now();
   if (now - last_reap_ < std::chrono::seconds(1)) return;
   last_reap_ = now;
+  Drain();  // a delete on its way may already have removed one
   std::vector<std::string> dead;
   for (auto it = stack_names_.begin(); it != stack_names_.end();) {
     auto entry = tensors_.find(*it);
@@ -883,6 +946,7 @@ void Server::Impl::Shutdown() {
   shut_down_ = true;
   RequestStop();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (redis_) Drain();
   // Hashes first (pipelined: nobody can get a tensor any more), then the memory, one worker job
   // per device rather than one per tensor.
   if (redis_ && redis_->connected()) {

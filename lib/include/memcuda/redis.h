@@ -89,6 +89,8 @@ class MCD_API RedisConnection {
   // Queues a command already in RESP form (see RespCommand): for commands sent many times.
   Status AppendFormatted(std::string_view resp);
   Result<RedisValue> ReadReply();
+  // Sends what was queued now (ReadReply also does), without reading anything.
+  Status FlushOutput();
 
   // Walks every key matching `pattern` with SCAN (never KEYS), `count` per step, handing each
   // page of keys to `on_page`; stops at the first error from either. A key may come twice.
