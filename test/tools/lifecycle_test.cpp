@@ -33,11 +33,11 @@ class Lifecycle : public ::testing::Test {
     }
   }
 
-  void StartServer() {
-    server_ = std::make_unique<test::Background>(
-        std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_,
-                                 "--heartbeat-ttl", "3"},
-        Env(), dir_.path() + "/serve.log");
+  void StartServer(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_,
+                                     "--heartbeat-ttl", "3"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/serve.log");
     ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << ServeLog();
   }
 
@@ -305,6 +305,29 @@ TEST_F(Lifecycle, RepeatedReqIsAppliedOnce) {
   EXPECT_EQ(first, second);
   EXPECT_EQ(first["tensor"]["refcount"], 2);
   EXPECT_EQ(HashField("r", "refcount"), "2");
+}
+
+TEST_F(Lifecycle, AReqIsRecognisedForReqTtlSeconds) {
+  // By default the first reply is kept as long as the reply list (60 s).
+  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  json first = Raw(R"({"op":"get","name":"t","req":"ttl-1"})", "ttl-1");
+  ASSERT_EQ(first["ok"], true) << first.dump();
+  auto conn = redis_.Connect();
+  long long ttl = conn->Command({"TTL", keys_.Done("ttl-1")})->integer;
+  EXPECT_GT(ttl, 50);
+  EXPECT_LE(ttl, 60);
+
+  // --req-ttl 1: a repeat after that is a new command, applied again.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  StartServer({"--req-ttl", "1"});
+  ASSERT_EQ(Tool("mcd-create", {"u", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  std::string body = R"({"op":"get","name":"u","req":"ttl-2"})";
+  EXPECT_EQ(Raw(body, "ttl-2")["tensor"]["refcount"], 2);
+  EXPECT_LE(conn->Command({"TTL", keys_.Done("ttl-2")})->integer, 1);
+  EXPECT_EQ(Raw(body, "ttl-2")["tensor"]["refcount"], 2);  // within the second: the first reply
+  ASSERT_TRUE(test::WaitFor([&] { return conn->Command({"EXISTS", keys_.Done("ttl-2")})->integer == 0; }, 3000));
+  EXPECT_EQ(Raw(body, "ttl-2")["tensor"]["refcount"], 3);  // expired: applied again
+  EXPECT_EQ(HashField("u", "refcount"), "3");
 }
 
 TEST_F(Lifecycle, ServerLoadsItsScriptsAgainAfterAScriptFlush) {

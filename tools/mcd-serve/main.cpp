@@ -38,6 +38,12 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-ttl", heartbeat_ttl, "Seconds a heartbeat stays valid")
       ->check(CLI::Range(2, 3600))
       ->capture_default_str();
+  int req_ttl = 60;
+  app.add_option("--req-ttl", req_ttl,
+                 "Seconds a command's first reply is kept, so that a repeat of its req gets it "
+                 "instead of being applied again")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket;
   app.add_option("--allocator", allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
@@ -65,6 +71,7 @@ int main(int argc, char** argv) {
   options.keys.queue = flags.queue;
   options.node = flags.node;
   options.heartbeat_ttl_s = heartbeat_ttl;
+  options.done_ttl_s = req_ttl;
   options.log_level = quiet ? 1 : verbose ? 3 : 2;
   options.allocator = allocator;
   options.pool_group = pool_group;

@@ -22,7 +22,7 @@ struct MCD_API ServerOptions {
   std::vector<int> devices;        // when !all_devices (host memory, "cpu", is always served)
   int heartbeat_ttl_s = 5;
   int reply_ttl_s = 60;            // lifetime of <prefix>:reply:<req>
-  int done_ttl_s = 600;            // how long a repeated req is recognised
+  int done_ttl_s = 60;             // how long a repeated req is recognised (its first reply kept)
   int log_level = 2;               // 0 error, 1 warn, 2 info, 3 debug
   // GPU allocator: "cuda" (cudaMalloc + cudaIpcGetMemHandle, opened by any CUDA program) or
   // "pool" (an IPC-capable stream-ordered pool per device; its descriptor is served on a Unix
