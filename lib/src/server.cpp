@@ -626,6 +626,7 @@ void Server::Impl::Drain(size_t count) {
   }
   if (reload && LoadScript().ok()) {
     // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so run them again.
+    Log(LogLevel::kInfo, "Redis had lost the server's scripts (SCRIPT FLUSH?): loaded them again");
     for (size_t i = 0; i < sent.size(); ++i) {
       if (results[i].ok()) continue;
       sent[i].args[1] = commit_sha_;

@@ -216,6 +216,31 @@ TEST_F(Lifecycle, CommandsThatDependOnEachOtherKeepTheirOrderAcrossBatches) {
   EXPECT_EQ(ShmCount(), static_cast<size_t>(kNames) + 1);
 }
 
+TEST_F(Lifecycle, ABusyServerGetsThroughScriptFlushesWithoutLosingOrRepeatingCommands) {
+  // As above, but Redis forgets the scripts (SCRIPT FLUSH) several times while the server works
+  // through the queue: takes and commits answered NOSCRIPT are retried, none is lost or applied
+  // twice (a repeated get would leave a refcount above 1).
+  constexpr int kNames = 400;
+  std::vector<std::string> args = {"LPUSH", keys_.queue};
+  for (int i = 0; i < kNames; ++i) {
+    std::string name = "s" + std::to_string(i);
+    args.push_back(R"({"op":"create","name":")" + name + R"(","dtype":"u8","shape":[64],"device":"cpu","pid":1})");
+    args.push_back(R"({"op":"get","name":")" + name + R"("})");
+    args.push_back(R"({"op":"delete","name":")" + name + R"("})");
+  }
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
+  }
+  json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-2"})", "end-2");
+  ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
+  for (int i = 0; i < kNames; ++i) ASSERT_EQ(HashField("s" + std::to_string(i), "refcount"), "1") << i << ServeLog();
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+  EXPECT_EQ(ShmCount(), static_cast<size_t>(kNames) + 1);
+}
+
 TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
   ClientOptions opt;
   opt.redis_url = redis_.parsed_url();
