@@ -485,19 +485,13 @@ Status Server::Impl::Run() {
     // polling), which costs a lone command no extra round trip.
     Result<RedisValue> taken = RedisValue{};
     if (busy) {
-      if (!take_reply_) Drain();
-      if (take_reply_) {
-        taken = std::move(*take_reply_);
-        take_reply_.reset();
-      } else {  // none was sent
-        std::vector<std::string> args = TakeArgs();
-        taken = redis_->Command(std::vector<std::string_view>(args.begin(), args.end()));
-      }
+      if (!take_reply_) Drain();  // the take sent ahead is due
+      taken = std::move(*take_reply_);
+      take_reply_.reset();
       busy = taken.ok() && !taken->elements.empty();
     }
     if (!busy && taken.ok()) {
       Drain();  // before sleeping: the commits' results, and what the last batch freed is freed
-      take_reply_.reset();
       auto t0 = Clock::now();
       taken = redis_->Command({"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"});
       if (taken.ok() && !taken->is_nil()) {
@@ -509,7 +503,6 @@ Status Server::Impl::Run() {
     }
     if (!taken.ok()) {
       Drain();  // on this connection, before any reconnect: a lost one fails them all
-      take_reply_.reset();
       busy = false;
       if (stop_) break;
       if (taken.status().code() == ErrorCode::kUnexpectedReply) {
@@ -602,10 +595,14 @@ void Server::Impl::Drain(size_t count) {
       due_.pop_front();
       Result<RedisValue> reply = send_failed_.ok() ? redis_->ReadReply() : Result<RedisValue>(send_failed_);
       if (d.take) {
-        // An error reply (NOSCRIPT after SCRIPT FLUSH) is an error: the loop reconnects, which
-        // loads the scripts again.
         if (reply.ok() && reply->type == RedisValue::Type::kError) {
-          reply = Status(ErrorCode::kRedisError, "Redis EVALSHA (take): " + reply->str);
+          if (reply->str.find("NOSCRIPT") != std::string::npos) {
+            // The take ran nowhere: nothing was taken, and the scripts are loaded again below.
+            reload = true;
+            reply = RedisValue{RedisValue::Type::kArray, 0, "", {}};
+          } else {
+            reply = Status(ErrorCode::kRedisError, "Redis EVALSHA (take): " + reply->str);
+          }
         }
         take_reply_ = std::move(reply);
         continue;
