@@ -66,6 +66,19 @@ class Lifecycle : public ::testing::Test {
     return json::parse(reply->elements[1].str);
   }
 
+  // Pushes, in one LPUSH (so the queue holds them all at once), a fire-and-forget create, get
+  // and delete of each of `count` names prefix0, prefix1, ...: each leaves one reference.
+  void PushCreateGetDelete(const std::string& prefix, int count) {
+    std::vector<std::string> args = {"LPUSH", keys_.queue};
+    for (int i = 0; i < count; ++i) {
+      std::string name = prefix + std::to_string(i);
+      args.push_back(R"({"op":"create","name":")" + name + R"(","dtype":"u8","shape":[64],"device":"cpu","pid":1})");
+      args.push_back(R"({"op":"get","name":")" + name + R"("})");
+      args.push_back(R"({"op":"delete","name":")" + name + R"("})");
+    }
+    ASSERT_TRUE(redis_.Connect()->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+  }
+
   std::vector<std::string> TensorKeys() {
     auto reply = redis_.Connect()->Command({"KEYS", keys_.TensorPattern("*")});  // test only
     std::vector<std::string> out;
@@ -191,15 +204,8 @@ TEST_F(Lifecycle, CommandsThatDependOnEachOtherKeepTheirOrderAcrossBatches) {
   // while the previous batch's commits may still be on their way: a command naming a tensor
   // whose commit is not back yet must wait for it. A command handled too early fails (counted).
   constexpr int kNames = 400;
-  std::vector<std::string> args = {"LPUSH", keys_.queue};
-  for (int i = 0; i < kNames; ++i) {
-    std::string name = "d" + std::to_string(i);
-    args.push_back(R"({"op":"create","name":")" + name + R"(","dtype":"u8","shape":[64],"device":"cpu","pid":1})");
-    args.push_back(R"({"op":"get","name":")" + name + R"("})");
-    args.push_back(R"({"op":"delete","name":")" + name + R"("})");
-  }
+  ASSERT_NO_FATAL_FAILURE(PushCreateGetDelete("d", kNames));
   auto conn = redis_.Connect();
-  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
   // A last command with a req: its reply means every command before it was handled.
   json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-1"})", "end-1");
   ASSERT_EQ(last["ok"], true) << last.dump();
@@ -221,15 +227,8 @@ TEST_F(Lifecycle, ABusyServerGetsThroughScriptFlushesWithoutLosingOrRepeatingCom
   // through the queue: takes and commits answered NOSCRIPT are retried, none is lost or applied
   // twice (a repeated get would leave a refcount above 1).
   constexpr int kNames = 400;
-  std::vector<std::string> args = {"LPUSH", keys_.queue};
-  for (int i = 0; i < kNames; ++i) {
-    std::string name = "s" + std::to_string(i);
-    args.push_back(R"({"op":"create","name":")" + name + R"(","dtype":"u8","shape":[64],"device":"cpu","pid":1})");
-    args.push_back(R"({"op":"get","name":")" + name + R"("})");
-    args.push_back(R"({"op":"delete","name":")" + name + R"("})");
-  }
+  ASSERT_NO_FATAL_FAILURE(PushCreateGetDelete("s", kNames));
   auto conn = redis_.Connect();
-  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
   for (int i = 0; i < 8; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
     ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
