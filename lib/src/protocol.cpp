@@ -1,5 +1,6 @@
 #include "memcuda/protocol.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstring>
@@ -292,13 +293,14 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   }
   if (!duplicate.empty()) return Invalid("command repeats the key \"" + duplicate + "\"");
 
-  static const char* const kKnown[] = {"op",   "name",  "req",      "node",      "pid",
-                                       "dtype", "shape", "device",  "lifetime",  "init",
-                                       "owner_pid", "owner_start", "bytes"};
+  static constexpr std::string_view kKnown[] = {"op",    "name",  "req",    "node",     "pid",
+                                                 "dtype", "shape", "device", "lifetime", "init",
+                                                 "owner_pid", "owner_start", "bytes"};
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    bool known = false;
-    for (const char* key : kKnown) known = known || it.key() == key;
-    if (!known) return Invalid("unknown field \"" + Printable(it.key()) + "\"");
+    const std::string& key = it.key();
+    if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
+      return Invalid("unknown field \"" + Printable(key) + "\"");
+    }
   }
 
   auto op_it = doc.find("op");
@@ -548,12 +550,69 @@ std::string RecordToJson(const TensorRecord& r) {
   return RecordObject(r).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+namespace {
+// Appends `text` as a JSON string, exactly as nlohmann's dump writes it (invalid UTF-8
+// replaced). Plain printable ASCII, which names, owners and handles are, is copied as is.
+void AppendJsonString(std::string& out, std::string_view text) {
+  bool plain = true;
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
+      plain = false;
+      break;
+    }
+  }
+  if (!plain) {
+    out += json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+    return;
+  }
+  out += '"';
+  out.append(text.data(), text.size());
+  out += '"';
+}
+}  // namespace
+
 std::string RecordJsonHead(const TensorRecord& r) {
-  json doc = RecordObject(r);
-  doc.erase("refcount");
-  std::string text = doc.dump(-1, ' ', false, json::error_handler_t::replace);
-  text.pop_back();  // the closing brace
-  return text;
+  // Built by hand, not through a json object and dump: the server makes one per create, on
+  // its hot path, where this is ~5x faster. Keys in nlohmann's (sorted) order, so the text is
+  // RecordToJson's without "refcount" and the closing brace (a test holds it to that).
+  std::string out;
+  out.reserve(320 + r.ipc_handle.size() * 2 + r.name.size() + r.node.size());
+  out += "{\"bytes\":";
+  out += std::to_string(r.bytes);
+  out += ",\"creator_pid\":";
+  out += std::to_string(r.creator_pid);
+  out += ",\"ctime\":";
+  out += std::to_string(r.ctime_ms);
+  out += ",\"device\":";
+  out += std::to_string(r.device);
+  out += ",\"dtype\":";
+  AppendJsonString(out, DTypeName(r.dtype));
+  out += ",\"ipc_handle_hex\":";
+  AppendJsonString(out, HexEncode(r.ipc_handle));
+  out += ",\"ipc_kind\":";
+  AppendJsonString(out, r.ipc_kind);
+  out += ",\"lifetime\":";
+  AppendJsonString(out, LifetimeName(r.lifetime));
+  out += ",\"name\":";
+  AppendJsonString(out, r.name);
+  out += ",\"node\":";
+  AppendJsonString(out, r.node);
+  out += ",\"offset\":";
+  out += std::to_string(r.offset);
+  out += ",\"owner\":";
+  AppendJsonString(out, r.owner);
+  if (r.lifetime == Lifetime::kStack) {
+    out += ",\"owner_pid\":";
+    out += std::to_string(r.owner_pid);
+    out += ",\"owner_start\":";
+    out += std::to_string(r.owner_start);
+  }
+  out += ",\"shape\":";
+  out += ShapeToJson(r.shape);
+  out += ",\"state\":";
+  AppendJsonString(out, r.state);
+  return out;
 }
 
 Result<TensorRecord> RecordFromJson(std::string_view text) {

@@ -1,6 +1,7 @@
 #include "memcuda/protocol.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace mcd {
 namespace {
@@ -121,6 +122,43 @@ TEST(Protocol, RecordHashAndJsonRoundTrip) {
   EXPECT_EQ(from_json->refcount, 3);
   fields.erase("dtype");
   EXPECT_EQ(RecordFromHash("t", fields).status().code(), ErrorCode::kUnexpectedReply);
+}
+
+// The server's hand-built reply head must say exactly what the json object says, whatever the
+// strings hold (quotes, control characters, non-ASCII, invalid UTF-8) and for both lifetimes.
+TEST(Protocol, RecordJsonHeadIsTheRecordsJsonWithoutRefcount) {
+  TensorRecord r;
+  r.name = "a/b.c:d@e+f=g,h-i_0";
+  r.dtype = DType::kBF16;
+  r.shape = {2, 3, 262144};
+  r.device = 7;
+  r.bytes = 18446744073709551615ull;
+  r.ipc_kind = "cuda_mempool";
+  r.ipc_handle = std::string("\0\x01\xfe\xff\\\"", 6);
+  r.offset = 4096;
+  r.refcount = 3;
+  r.state = "ready";
+  r.ctime_ms = 1763800000123;
+  r.owner = "0123456789abcdef";
+  r.creator_pid = 4242;
+  for (const char* node : {"gpu-host-1", "q\"uote\\back", "tab\tnew\nline\x01", "\xc3\xa9t\xc3\xa9", "bad\xff\xfeutf8", "del\x7f"}) {
+    for (Lifetime lifetime : {Lifetime::kHeap, Lifetime::kStack}) {
+      r.node = node;
+      r.lifetime = lifetime;
+      r.owner_pid = lifetime == Lifetime::kStack ? 99 : 0;
+      r.owner_start = lifetime == Lifetime::kStack ? 123456789 : 0;
+      nlohmann::json doc = nlohmann::json::parse(RecordToJson(r));
+      doc.erase("refcount");
+      std::string expected = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      expected.pop_back();
+      EXPECT_EQ(RecordJsonHead(r), expected) << "node " << node;
+      auto back = RecordFromJson(RecordJsonHead(r) + R"(,"refcount":3})");
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(back->ipc_handle, r.ipc_handle);
+      EXPECT_EQ(back->owner_start, r.owner_start);
+      EXPECT_EQ(back->bytes, r.bytes);
+    }
+  }
 }
 
 TEST(Protocol, DTypesAndShapes) {
