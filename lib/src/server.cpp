@@ -135,6 +135,10 @@ class Server::Impl {
   void Drain(size_t count = SIZE_MAX);
   std::vector<std::string> TakeArgs() const;
   Result<CommitResult> CommitNow(Pending pending);
+  // Runs one commit now on a connection with nothing due, loading the scripts first when
+  // `reload_first`, and again after each NOSCRIPT (a few times at most).
+  Result<CommitResult> RunCommit(Pending& pending, bool reload_first);
+  static bool IsNoScript(const Status& status);
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
   void HandleCreate(const std::string& raw, const Command& cmd);
   void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
@@ -608,7 +612,7 @@ void Server::Impl::Drain(size_t count) {
         continue;
       }
       results.push_back(ParseCommit(std::move(reply)));
-      if (!results.back().ok() && results.back().status().message().find("NOSCRIPT") != std::string::npos) {
+      if (!results.back().ok() && IsNoScript(results.back().status())) {
         reload = true;
       }
       sent.push_back(std::move(d.commit));
@@ -621,14 +625,14 @@ void Server::Impl::Drain(size_t count) {
   for (const Due& d : due_) {
     if (!d.take && !d.commit.name.empty()) due_names_.insert(d.commit.name);
   }
-  if (reload && LoadScript().ok()) {
-    // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so run them again.
-    Log(LogLevel::kInfo, "Redis had lost the server's scripts (SCRIPT FLUSH?): loaded them again");
+  if (reload) {
+    // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so load them and run them again.
+    Status loaded = LoadScript();
+    Log(loaded.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        loaded.ok() ? "Redis had lost the server's scripts (SCRIPT FLUSH?): loaded them again"
+                    : "Redis had lost the server's scripts and loading them failed: " + loaded.ToString());
     for (size_t i = 0; i < sent.size(); ++i) {
-      if (results[i].ok()) continue;
-      sent[i].args[1] = commit_sha_;
-      std::vector<std::string_view> argv(sent[i].args.begin(), sent[i].args.end());
-      results[i] = ParseCommit(redis_->Command(argv));
+      if (!results[i].ok() && IsNoScript(results[i].status())) results[i] = RunCommit(sent[i], false);
     }
   }
   for (size_t i = 0; i < sent.size(); ++i) {
@@ -638,12 +642,26 @@ void Server::Impl::Drain(size_t count) {
 
 Result<Server::Impl::CommitResult> Server::Impl::CommitNow(Pending pending) {
   Drain();
-  std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
-  auto result = ParseCommit(redis_->Command(argv));
-  if (!result.ok() && result.status().message().find("NOSCRIPT") != std::string::npos && LoadScript().ok()) {
-    pending.args[1] = commit_sha_;
-    std::vector<std::string_view> again(pending.args.begin(), pending.args.end());
-    result = ParseCommit(redis_->Command(again));
+  return RunCommit(pending, false);
+}
+
+bool Server::Impl::IsNoScript(const Status& status) {
+  return status.message().find("NOSCRIPT") != std::string::npos;
+}
+
+Result<Server::Impl::CommitResult> Server::Impl::RunCommit(Pending& pending, bool reload_first) {
+  // Each NOSCRIPT means Redis lost the scripts (again) before this commit ran: load them and
+  // run it again. Bounded, so that a Redis that keeps flushing cannot hold the server here.
+  Result<CommitResult> result = Status(ErrorCode::kRedisError, "Redis EVALSHA: NOSCRIPT (not run)");
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (attempt > 0 || reload_first) {
+      Status loaded = LoadScript();
+      if (!loaded.ok()) return loaded;
+      pending.args[1] = commit_sha_;
+    }
+    std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
+    result = ParseCommit(redis_->Command(argv));
+    if (result.ok() || !IsNoScript(result.status())) return result;
   }
   return result;
 }

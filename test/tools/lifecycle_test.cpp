@@ -240,6 +240,31 @@ TEST_F(Lifecycle, ABusyServerGetsThroughScriptFlushesWithoutLosingOrRepeatingCom
   EXPECT_EQ(ShmCount(), static_cast<size_t>(kNames) + 1);
 }
 
+TEST_F(Lifecycle, ABacklogOfCreatesSurvivesScriptFlushesInQuickSuccession) {
+  // Independent creates are handled a whole batch at a time, with the next take sent ahead, so
+  // a SCRIPT FLUSH lands between a take and its batch's commits, and Redis can lose the scripts
+  // again while the server is running those commits once more. Every command must still be
+  // applied exactly once and answered; none may be left in the processing list.
+  constexpr int kNames = 1200;
+  std::vector<std::string> args = {"LPUSH", keys_.queue};
+  for (int i = 0; i < kNames; ++i) {
+    args.push_back(R"({"op":"create","name":"b)" + std::to_string(i) +
+                   R"(","dtype":"u8","shape":[8],"device":"cpu","req":"b-)" + std::to_string(i) + R"("})");
+  }
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
+  }
+  json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-3"})", "end-3");
+  ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
+  for (int i = 0; i < kNames; ++i) ASSERT_EQ(HashField("b" + std::to_string(i), "refcount"), "1") << i << ServeLog();
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+  EXPECT_EQ(ShmCount(), static_cast<size_t>(kNames) + 1);
+  EXPECT_EQ(ServeLog().find("outcome=redis_error"), std::string::npos) << ServeLog();
+}
+
 TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
   ClientOptions opt;
   opt.redis_url = redis_.parsed_url();
