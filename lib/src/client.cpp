@@ -388,7 +388,7 @@ class Client::Impl {
     std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "2", key, server, "1", opt_.node, "", ""};
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
     auto reply = redis_->Command(argv);
-    if (!reply.ok() && reply.status().message().find("NOSCRIPT") != std::string::npos) {
+    if (!reply.ok() && IsNoScript(reply.status().message())) {
       MCD_RETURN_IF_ERROR(LoadRefScript());
       argv[1] = ref_sha_;
       reply = redis_->Command(argv);
@@ -421,7 +421,7 @@ class Client::Impl {
       // wake the BLPOP: drop the connection with it, and try once more on a fresh one.
       std::string error = script->str;
       MCD_RETURN_IF_ERROR(redis_->Reconnect());
-      if (retried || error.find("NOSCRIPT") == std::string::npos) {
+      if (retried || !IsNoScript(error)) {
         return Status(ErrorCode::kRedisError, "reference script: " + error);
       }
       MCD_RETURN_IF_ERROR(LoadRefScript());

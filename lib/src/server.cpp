@@ -135,10 +135,11 @@ class Server::Impl {
   void Drain(size_t count = SIZE_MAX);
   std::vector<std::string> TakeArgs() const;
   Result<CommitResult> CommitNow(Pending pending);
-  // Runs one commit now on a connection with nothing due, loading the scripts first when
-  // `reload_first`, and again after each NOSCRIPT (a few times at most).
-  Result<CommitResult> RunCommit(Pending& pending, bool reload_first);
-  static bool IsNoScript(const Status& status);
+  // Runs one commit now on a connection with nothing due; after each NOSCRIPT loads the scripts
+  // and runs it again (a few times at most).
+  Result<CommitResult> RunCommit(Pending& pending);
+  // True while a commit naming tensor `name` is sent and its result not yet read.
+  bool IsDue(const std::string& name) const;
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
   void HandleCreate(const std::string& raw, const Command& cmd);
   void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
@@ -164,7 +165,6 @@ class Server::Impl {
   std::vector<Pending> batch_;  // commits planned, not yet sent
   std::deque<Due> due_;         // replies due on the connection, in the order sent
   Status send_failed_;          // not ok: a send failed, so no reply will come
-  std::set<std::string> due_names_;  // the tensors of the commits in due_
   std::optional<Result<RedisValue>> take_reply_;  // a take's answer, read by Drain
   std::atomic<long long> client_id_{0};  // read by the heartbeat thread to unblock Run()
   std::string processing_key_;
@@ -553,7 +553,7 @@ void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
         Flush();
         Drain();
         touched.clear();
-      } else if (due_names_.count(parsed->name) != 0) {
+      } else if (IsDue(parsed->name)) {
         Drain();
       }
       touched.push_back(parsed->name);
@@ -580,13 +580,16 @@ void Server::Impl::Flush() {
       std::vector<std::string_view> argv(p.args.begin(), p.args.end());
       send_failed_ = redis_->Append(argv);
     }
-    if (!p.name.empty()) due_names_.insert(p.name);
     due_.push_back(Due{false, std::move(p)});
   }
   // Sent now, not with the next read, so that Redis runs them while the server goes on.
   if (!sent.empty() && send_failed_.ok()) send_failed_ = redis_->FlushOutput();
   // Then what was due before them, which has mostly arrived by now.
   Drain(earlier);
+}
+
+bool Server::Impl::IsDue(const std::string& name) const {
+  return std::any_of(due_.begin(), due_.end(), [&](const Due& d) { return !d.take && d.commit.name == name; });
 }
 
 void Server::Impl::Drain(size_t count) {
@@ -600,7 +603,7 @@ void Server::Impl::Drain(size_t count) {
       Result<RedisValue> reply = send_failed_.ok() ? redis_->ReadReply() : Result<RedisValue>(send_failed_);
       if (d.take) {
         if (reply.ok() && reply->type == RedisValue::Type::kError) {
-          if (reply->str.find("NOSCRIPT") != std::string::npos) {
+          if (IsNoScript(reply->str)) {
             // The take ran nowhere: nothing was taken, and the scripts are loaded again below.
             reload = true;
             reply = RedisValue{RedisValue::Type::kArray, 0, "", {}};
@@ -612,19 +615,13 @@ void Server::Impl::Drain(size_t count) {
         continue;
       }
       results.push_back(ParseCommit(std::move(reply)));
-      if (!results.back().ok() && IsNoScript(results.back().status())) {
-        reload = true;
-      }
+      if (!results.back().ok() && IsNoScript(results.back().status().message())) reload = true;
       sent.push_back(std::move(d.commit));
     }
   };
   read(count);
   if (reload) read(due_.size());  // commits are run again on a connection with nothing due
   if (due_.empty()) send_failed_ = Status::Ok();
-  due_names_.clear();
-  for (const Due& d : due_) {
-    if (!d.take && !d.commit.name.empty()) due_names_.insert(d.commit.name);
-  }
   if (reload) {
     // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so load them and run them again.
     Status loaded = LoadScript();
@@ -632,7 +629,7 @@ void Server::Impl::Drain(size_t count) {
         loaded.ok() ? "Redis had lost the server's scripts (SCRIPT FLUSH?): loaded them again"
                     : "Redis had lost the server's scripts and loading them failed: " + loaded.ToString());
     for (size_t i = 0; i < sent.size(); ++i) {
-      if (!results[i].ok() && IsNoScript(results[i].status())) results[i] = RunCommit(sent[i], false);
+      if (!results[i].ok() && IsNoScript(results[i].status().message())) results[i] = RunCommit(sent[i]);
     }
   }
   for (size_t i = 0; i < sent.size(); ++i) {
@@ -642,28 +639,19 @@ void Server::Impl::Drain(size_t count) {
 
 Result<Server::Impl::CommitResult> Server::Impl::CommitNow(Pending pending) {
   Drain();
-  return RunCommit(pending, false);
+  return RunCommit(pending);
 }
 
-bool Server::Impl::IsNoScript(const Status& status) {
-  return status.message().find("NOSCRIPT") != std::string::npos;
-}
-
-Result<Server::Impl::CommitResult> Server::Impl::RunCommit(Pending& pending, bool reload_first) {
+Result<Server::Impl::CommitResult> Server::Impl::RunCommit(Pending& pending) {
   // Each NOSCRIPT means Redis lost the scripts (again) before this commit ran: load them and
   // run it again. Bounded, so that a Redis that keeps flushing cannot hold the server here.
-  Result<CommitResult> result = Status(ErrorCode::kRedisError, "Redis EVALSHA: NOSCRIPT (not run)");
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    if (attempt > 0 || reload_first) {
-      Status loaded = LoadScript();
-      if (!loaded.ok()) return loaded;
-      pending.args[1] = commit_sha_;
-    }
+  for (int attempt = 1;; ++attempt) {
     std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
-    result = ParseCommit(redis_->Command(argv));
-    if (result.ok() || !IsNoScript(result.status())) return result;
+    Result<CommitResult> result = ParseCommit(redis_->Command(argv));
+    if (result.ok() || !IsNoScript(result.status().message()) || attempt == 8) return result;
+    MCD_RETURN_IF_ERROR(LoadScript());
+    pending.args[1] = commit_sha_;
   }
-  return result;
 }
 
 void Server::Impl::Outcome(const char* op, const std::string& name, const Status& status,

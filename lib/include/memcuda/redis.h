@@ -67,6 +67,10 @@ struct MCD_API RedisOptions {
 MCD_API std::string RespCommand(size_t argc);
 MCD_API void RespArg(std::string& resp, std::string_view arg);
 
+// True when a Redis error text says that the script named by EVALSHA is not loaded (after a
+// SCRIPT FLUSH or a restart): load it and run the call again.
+inline bool IsNoScript(std::string_view error) { return error.find("NOSCRIPT") != std::string_view::npos; }
+
 class MCD_API RedisConnection {
  public:
   // Connects, authenticates (AUTH [user] password) and selects the database. Errors:
