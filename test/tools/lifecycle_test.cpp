@@ -79,6 +79,26 @@ class Lifecycle : public ::testing::Test {
     ASSERT_TRUE(redis_.Connect()->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
   }
 
+  // SCRIPT FLUSH `times` times, `apart` from each other, while the server works through a backlog.
+  void FlushScripts(int times, std::chrono::milliseconds apart) {
+    auto conn = redis_.Connect();
+    for (int i = 0; i < times; ++i) {
+      std::this_thread::sleep_for(apart);
+      ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
+    }
+  }
+
+  // After a backlog on the names <prefix>0..<prefix><count-1> that leaves each tensor with one
+  // reference: a create "end" sent behind it (with req `end_req`) is answered, each command was
+  // applied once, and none is left in the processing list.
+  void ExpectBacklogAppliedOnce(const std::string& prefix, int count, const std::string& end_req) {
+    json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":")" + end_req + R"("})", end_req);
+    ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
+    for (int i = 0; i < count; ++i) ASSERT_EQ(HashField(prefix + std::to_string(i), "refcount"), "1") << i << ServeLog();
+    EXPECT_EQ(redis_.Connect()->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+    EXPECT_EQ(ShmCount(), static_cast<size_t>(count) + 1);
+  }
+
   std::vector<std::string> TensorKeys() {
     auto reply = redis_.Connect()->Command({"KEYS", keys_.TensorPattern("*")});  // test only
     std::vector<std::string> out;
@@ -228,16 +248,8 @@ TEST_F(Lifecycle, ABusyServerGetsThroughScriptFlushesWithoutLosingOrRepeatingCom
   // twice (a repeated get would leave a refcount above 1).
   constexpr int kNames = 400;
   ASSERT_NO_FATAL_FAILURE(PushCreateGetDelete("s", kNames));
-  auto conn = redis_.Connect();
-  for (int i = 0; i < 8; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(40));
-    ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
-  }
-  json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-2"})", "end-2");
-  ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
-  for (int i = 0; i < kNames; ++i) ASSERT_EQ(HashField("s" + std::to_string(i), "refcount"), "1") << i << ServeLog();
-  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
-  EXPECT_EQ(ShmCount(), static_cast<size_t>(kNames) + 1);
+  ASSERT_NO_FATAL_FAILURE(FlushScripts(8, std::chrono::milliseconds(40)));
+  ASSERT_NO_FATAL_FAILURE(ExpectBacklogAppliedOnce("s", kNames, "end-2"));
 }
 
 TEST_F(Lifecycle, ABacklogOfCreatesSurvivesScriptFlushesInQuickSuccession) {
@@ -251,17 +263,9 @@ TEST_F(Lifecycle, ABacklogOfCreatesSurvivesScriptFlushesInQuickSuccession) {
     args.push_back(R"({"op":"create","name":"b)" + std::to_string(i) +
                    R"(","dtype":"u8","shape":[8],"device":"cpu","req":"b-)" + std::to_string(i) + R"("})");
   }
-  auto conn = redis_.Connect();
-  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
-  for (int i = 0; i < 20; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
-  }
-  json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-3"})", "end-3");
-  ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
-  for (int i = 0; i < kNames; ++i) ASSERT_EQ(HashField("b" + std::to_string(i), "refcount"), "1") << i << ServeLog();
-  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
-  EXPECT_EQ(ShmCount(), static_cast<size_t>(kNames) + 1);
+  ASSERT_TRUE(redis_.Connect()->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+  ASSERT_NO_FATAL_FAILURE(FlushScripts(20, std::chrono::milliseconds(5)));
+  ASSERT_NO_FATAL_FAILURE(ExpectBacklogAppliedOnce("b", kNames, "end-3"));
   EXPECT_EQ(ServeLog().find("outcome=redis_error"), std::string::npos) << ServeLog();
 }
 
