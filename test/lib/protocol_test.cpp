@@ -124,8 +124,9 @@ TEST(Protocol, RecordHashAndJsonRoundTrip) {
   EXPECT_EQ(RecordFromHash("t", fields).status().code(), ErrorCode::kUnexpectedReply);
 }
 
-// The server's hand-built reply head must say exactly what the json object says, whatever the
-// strings hold (quotes, control characters, non-ASCII, invalid UTF-8) and for both lifetimes.
+// The hand-built record JSON (and the server's reply head, the same without "refcount") must be
+// exactly what nlohmann writes for the same object, whatever the strings hold (quotes, control
+// characters, non-ASCII, invalid UTF-8) and for both lifetimes.
 TEST(Protocol, RecordJsonHeadIsTheRecordsJsonWithoutRefcount) {
   TensorRecord r;
   r.name = "a/b.c:d@e+f=g,h-i_0";
@@ -148,6 +149,7 @@ TEST(Protocol, RecordJsonHeadIsTheRecordsJsonWithoutRefcount) {
       r.owner_pid = lifetime == Lifetime::kStack ? 99 : 0;
       r.owner_start = lifetime == Lifetime::kStack ? 123456789 : 0;
       nlohmann::json doc = nlohmann::json::parse(RecordToJson(r));
+      EXPECT_EQ(RecordToJson(r), doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) << "node " << node;
       doc.erase("refcount");
       std::string expected = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       expected.pop_back();

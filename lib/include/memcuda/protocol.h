@@ -105,7 +105,7 @@ MCD_API Result<TensorRecord> RecordFromFields(const std::string& name,
 MCD_API Result<TensorRecord> RecordFromHash(const std::string& name,
                                             const std::map<std::string, std::string>& fields);
 
-// The JSON object of a record (stable keys; ipc_handle as "ipc_handle_hex"), and back.
+// The JSON object of a record (stable keys, sorted; ipc_handle as "ipc_handle_hex"), and back.
 MCD_API std::string RecordToJson(const TensorRecord& record);
 MCD_API Result<TensorRecord> RecordFromJson(std::string_view json);
 // RecordToJson without "refcount" and without the closing brace: replies are assembled around
