@@ -14,7 +14,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
@@ -26,7 +25,6 @@
 
 namespace mcd {
 
-using nlohmann::json;
 
 std::string RuntimeDir() {
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
@@ -321,18 +319,27 @@ class Client::Impl {
   }
 
   static Result<TensorRecord> ParseReply(const std::string& text) {
-    json doc = json::parse(text, nullptr, false);
-    if (doc.is_discarded() || !doc.is_object()) {
+    auto parsed = JsonReader::Parse(text, 3, "server reply");
+    if (!parsed.ok() || parsed->root().kind != JsonReader::Kind::kObject) {
       return Status(ErrorCode::kUnexpectedReply, "server reply is not a JSON object");
     }
-    if (doc.value("ok", false)) {
-      auto tensor = doc.find("tensor");
-      if (tensor == doc.end()) return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
-      return RecordFromJsonObject(*tensor);
+    const JsonReader& doc = parsed.value();
+    auto ok = doc.Find(doc.root_index(), "ok");
+    if (ok && doc.at(*ok).kind == JsonReader::Kind::kBool && doc.at(*ok).boolean) {
+      auto tensor = doc.Find(doc.root_index(), "tensor");
+      if (!tensor) return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
+      return RecordFromJsonNode(doc, *tensor);
     }
-    const json& error = doc.contains("error") ? doc["error"] : json::object();
-    std::string code = error.value("code", "internal");
-    std::string message = error.value("message", "the server gave no reason");
+    std::string code = "internal";
+    std::string message = "the server gave no reason";
+    if (auto error = doc.Find(doc.root_index(), "error")) {
+      auto text_of = [&](const char* key, std::string& out) {
+        auto index = doc.Find(*error, key);
+        if (index && doc.at(*index).kind == JsonReader::Kind::kString) out = std::string(doc.at(*index).text);
+      };
+      text_of("code", code);
+      text_of("message", message);
+    }
     return Status(ErrorCodeFromName(code).value_or(ErrorCode::kInternal), message);
   }
 

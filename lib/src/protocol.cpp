@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memcuda/gpu_worker.h"
+#include "json_reader.h"
 #include "protocol_json.h"
 
 namespace mcd {
@@ -49,81 +50,20 @@ bool IsNameChar(char c) {
 
 Status Invalid(const std::string& message) { return Status(ErrorCode::kInvalidArgument, message); }
 
-// Bounds nesting before nlohmann's recursive parser sees the text.
-Status CheckDepth(std::string_view raw) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : raw) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxJsonDepth) {
-        return Invalid("command nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-      }
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return Status::Ok();
-}
-
-// Parses JSON and reports the first duplicate key in `duplicate` (nlohmann keeps the last one
-// silently), so that the caller can still read the request id before refusing the command.
-Result<json> ParseStrict(std::string_view raw, std::string& duplicate) {
-  std::vector<std::vector<std::string>> keys_per_level;
-  json::parser_callback_t callback = [&](int /*depth*/, json::parse_event_t event,
-                                         json& parsed) -> bool {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        keys_per_level.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!keys_per_level.empty()) keys_per_level.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        auto& keys = keys_per_level.back();
-        const std::string& key = parsed.get_ref<const std::string&>();
-        for (const std::string& seen : keys) {
-          if (seen == key && duplicate.empty()) duplicate = key;
-        }
-        keys.push_back(key);
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  json doc = json::parse(raw.begin(), raw.end(), callback, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return Invalid("command is not valid JSON");
-  return doc;
-}
+using JsonKind = JsonReader::Kind;
 
 // Reads an integer field that must be a JSON integer (not 2.5, not "2").
-Result<int64_t> IntField(const json& value, const char* field) {
-  if (value.is_number_integer()) {
-    if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-      return Status(ErrorCode::kTooLarge, std::string("\"") + field + "\" is too large");
-    }
-    return value.get<int64_t>();
+Result<int64_t> IntField(const JsonReader::Node& value, const char* field) {
+  if (value.kind == JsonKind::kInt) return value.int_value;
+  if (value.kind == JsonKind::kUint) {
+    return Status(ErrorCode::kTooLarge, std::string("\"") + field + "\" is too large");
   }
   return Invalid(std::string("\"") + field + "\" must be an integer");
 }
 
-Result<std::string> StringField(const json& value, const char* field) {
-  if (!value.is_string()) return Invalid(std::string("\"") + field + "\" must be a string");
-  return value.get<std::string>();
+Result<std::string_view> StringField(const JsonReader::Node& value, const char* field) {
+  if (value.kind != JsonKind::kString) return Invalid(std::string("\"") + field + "\" must be a string");
+  return value.text;
 }
 
 std::string Printable(std::string_view text, size_t max = 40) {
@@ -275,37 +215,58 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
                                             " bytes; the limit is " +
                                             std::to_string(kMaxCommandBytes));
   }
-  MCD_RETURN_IF_ERROR(CheckDepth(raw));
-  std::string duplicate;
-  MCD_ASSIGN_OR_RETURN(json doc, ParseStrict(raw, duplicate));
-  if (!doc.is_object()) return Invalid("command is not a JSON object");
+  MCD_ASSIGN_OR_RETURN(JsonReader doc, JsonReader::Parse(raw, kMaxJsonDepth, "command"));
+  if (doc.root().kind != JsonKind::kObject) return Invalid("command is not a JSON object");
+
+  // One pass over the members: each known field's value, and the first unknown field.
+  enum Field { kOp, kName, kReq, kNode, kPid, kDType, kShape, kDevice, kLifetime, kInit,
+               kOwnerPid, kOwnerStart, kBytes, kFieldCount };
+  static constexpr std::string_view kKnown[kFieldCount] = {
+      "op", "name", "req", "node", "pid", "dtype", "shape", "device", "lifetime", "init",
+      "owner_pid", "owner_start", "bytes"};
+  uint32_t at[kFieldCount] = {};  // index of each field's value node; 0 (the root) when absent
+  std::string_view unknown;
+  bool has_unknown = false;
+  doc.ForEachMember(doc.root_index(), [&](std::string_view key, uint32_t value) {
+    for (int f = 0; f < kFieldCount; ++f) {
+      if (key == kKnown[f]) {
+        at[f] = value;  // a repeated key is refused below
+        return;
+      }
+    }
+    if (!has_unknown) {
+      has_unknown = true;
+      unknown = key;
+    }
+  });
+
+  auto field = [&](Field f) -> const JsonReader::Node* { return at[f] != 0 ? &doc.at(at[f]) : nullptr; };
 
   Command cmd;
   // The request id first, so that every later error can be answered.
-  if (auto it = doc.find("req"); it != doc.end()) {
-    if (!it->is_string() && !it->is_number_integer()) return Invalid("\"req\" must be a string");
-    cmd.req = it->is_string() ? it->get<std::string>() : it->dump();
+  if (const JsonReader::Node* req = field(kReq)) {
+    if (req->kind == JsonKind::kString) {
+      cmd.req = std::string(req->text);
+    } else if (req->kind == JsonKind::kInt) {
+      cmd.req = std::to_string(req->int_value);
+    } else if (req->kind == JsonKind::kUint) {
+      cmd.req = std::to_string(req->uint_value);
+    } else {
+      return Invalid("\"req\" must be a string");
+    }
     if (cmd.req.empty() || cmd.req.size() > 128) return Invalid("\"req\" must be 1 to 128 bytes");
     for (char c : cmd.req) {
       if (!IsNameChar(c)) return Invalid("\"req\" holds characters outside [A-Za-z0-9._:/@+=,-]");
     }
     if (req_out != nullptr) *req_out = cmd.req;
   }
-  if (!duplicate.empty()) return Invalid("command repeats the key \"" + duplicate + "\"");
-
-  static constexpr std::string_view kKnown[] = {"op",    "name",  "req",    "node",     "pid",
-                                                 "dtype", "shape", "device", "lifetime", "init",
-                                                 "owner_pid", "owner_start", "bytes"};
-  for (auto it = doc.begin(); it != doc.end(); ++it) {
-    const std::string& key = it.key();
-    if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
-      return Invalid("unknown field \"" + Printable(key) + "\"");
-    }
+  if (!doc.duplicate_key().empty()) {
+    return Invalid("command repeats the key \"" + doc.duplicate_key() + "\"");
   }
+  if (has_unknown) return Invalid("unknown field \"" + Printable(unknown) + "\"");
 
-  auto op_it = doc.find("op");
-  if (op_it == doc.end()) return Invalid("missing \"op\"");
-  MCD_ASSIGN_OR_RETURN(std::string op, StringField(*op_it, "op"));
+  if (field(kOp) == nullptr) return Invalid("missing \"op\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view op, StringField(*field(kOp), "op"));
   if (op == "create") {
     cmd.op = Op::kCreate;
   } else if (op == "get") {
@@ -316,34 +277,32 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     return Invalid("unknown op \"" + Printable(op) + "\" (expected create, get or delete)");
   }
 
-  auto name_it = doc.find("name");
-  if (name_it == doc.end()) return Invalid("missing \"name\"");
-  MCD_ASSIGN_OR_RETURN(cmd.name, StringField(*name_it, "name"));
-  MCD_RETURN_IF_ERROR(ValidateName(cmd.name));
+  if (field(kName) == nullptr) return Invalid("missing \"name\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*field(kName), "name"));
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  cmd.name = std::string(name);
 
-  if (auto it = doc.find("node"); it != doc.end()) {
-    MCD_ASSIGN_OR_RETURN(std::string node, StringField(*it, "node"));
+  if (field(kNode) != nullptr) {
+    MCD_ASSIGN_OR_RETURN(std::string_view node, StringField(*field(kNode), "node"));
     if (node.empty() || node.size() > 255) return Invalid("\"node\" must be 1 to 255 bytes");
-    cmd.node = std::move(node);
+    cmd.node = std::string(node);
   }
-  if (auto it = doc.find("pid"); it != doc.end()) {
-    MCD_ASSIGN_OR_RETURN(cmd.pid, IntField(*it, "pid"));
+  if (field(kPid) != nullptr) {
+    MCD_ASSIGN_OR_RETURN(cmd.pid, IntField(*field(kPid), "pid"));
     if (cmd.pid < 0) return Invalid("\"pid\" must not be negative");
   }
 
   if (cmd.op != Op::kCreate) {
-    for (const char* key : {"dtype", "shape", "device", "lifetime", "init", "owner_pid",
-                            "owner_start", "bytes"}) {
-      if (doc.contains(key)) {
-        return Invalid(std::string("\"") + key + "\" is only valid for op \"create\"");
+    for (int f = kDType; f < kFieldCount; ++f) {
+      if (at[f] != 0) {
+        return Invalid("\"" + std::string(kKnown[f]) + "\" is only valid for op \"create\"");
       }
     }
     return cmd;
   }
 
-  auto dtype_it = doc.find("dtype");
-  if (dtype_it == doc.end()) return Invalid("missing \"dtype\"");
-  MCD_ASSIGN_OR_RETURN(std::string dtype, StringField(*dtype_it, "dtype"));
+  if (field(kDType) == nullptr) return Invalid("missing \"dtype\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view dtype, StringField(*field(kDType), "dtype"));
   auto parsed_dtype = ParseDType(dtype);
   if (!parsed_dtype) {
     return Invalid("unknown dtype \"" + Printable(dtype) +
@@ -351,40 +310,54 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   }
   cmd.dtype = *parsed_dtype;
 
-  auto shape_it = doc.find("shape");
-  if (shape_it == doc.end()) return Invalid("missing \"shape\"");
-  if (!shape_it->is_array()) return Invalid("\"shape\" must be an array of integers");
-  if (shape_it->size() > kMaxDims) {
-    return Invalid("shape has " + std::to_string(shape_it->size()) +
-                   " dimensions; the limit is " + std::to_string(kMaxDims));
+  const JsonReader::Node* shape = field(kShape);
+  if (shape == nullptr) return Invalid("missing \"shape\"");
+  if (shape->kind != JsonKind::kArray) return Invalid("\"shape\" must be an array of integers");
+  if (shape->count > kMaxDims) {
+    return Invalid("shape has " + std::to_string(shape->count) + " dimensions; the limit is " +
+                   std::to_string(kMaxDims));
   }
-  for (const json& dim : *shape_it) {
-    if (dim.is_number_float()) return Invalid("shape dimensions must be integers");
-    MCD_ASSIGN_OR_RETURN(int64_t value, IntField(dim, "shape"));
-    cmd.shape.push_back(value);
-  }
+  Status dims_ok;
+  doc.ForEachElement(at[kShape], [&](uint32_t index) {
+    if (!dims_ok.ok()) return;
+    const JsonReader::Node& dim = doc.at(index);
+    if (dim.kind == JsonKind::kFloat) {
+      dims_ok = Invalid("shape dimensions must be integers");
+      return;
+    }
+    auto value = IntField(dim, "shape");
+    if (!value.ok()) {
+      dims_ok = value.status();
+      return;
+    }
+    cmd.shape.push_back(value.value());
+  });
+  MCD_RETURN_IF_ERROR(dims_ok);
   MCD_ASSIGN_OR_RETURN(cmd.bytes, ShapeBytes(cmd.shape, cmd.dtype));
-  if (auto it = doc.find("bytes"); it != doc.end()) {
+  if (const JsonReader::Node* bytes = field(kBytes)) {
     // Optional cross-check written by some clients; it must agree with shape x dtype.
-    if (!it->is_number_unsigned() || it->get<uint64_t>() != cmd.bytes) {
+    uint64_t stated = bytes->kind == JsonKind::kUint                           ? bytes->uint_value
+                      : bytes->kind == JsonKind::kInt && bytes->int_value >= 0 ? static_cast<uint64_t>(bytes->int_value)
+                                                                               : ~cmd.bytes;
+    if (stated != cmd.bytes) {
       return Invalid("\"bytes\" does not match shape x dtype (" + std::to_string(cmd.bytes) + ")");
     }
   }
 
-  auto device_it = doc.find("device");
-  if (device_it == doc.end()) return Invalid("missing \"device\"");
-  if (device_it->is_string()) {
-    MCD_ASSIGN_OR_RETURN(cmd.device, ParseDevice(device_it->get<std::string>()));
+  const JsonReader::Node* device = field(kDevice);
+  if (device == nullptr) return Invalid("missing \"device\"");
+  if (device->kind == JsonKind::kString) {
+    MCD_ASSIGN_OR_RETURN(cmd.device, ParseDevice(device->text));
   } else {
-    MCD_ASSIGN_OR_RETURN(int64_t device, IntField(*device_it, "device"));
-    if (device < -1 || device > 1023) {
-      return Invalid("device " + std::to_string(device) + " is out of range");
+    MCD_ASSIGN_OR_RETURN(int64_t ordinal, IntField(*device, "device"));
+    if (ordinal < -1 || ordinal > 1023) {
+      return Invalid("device " + std::to_string(ordinal) + " is out of range");
     }
-    cmd.device = static_cast<int>(device);
+    cmd.device = static_cast<int>(ordinal);
   }
 
-  if (auto it = doc.find("lifetime"); it != doc.end()) {
-    MCD_ASSIGN_OR_RETURN(std::string lifetime, StringField(*it, "lifetime"));
+  if (field(kLifetime) != nullptr) {
+    MCD_ASSIGN_OR_RETURN(std::string_view lifetime, StringField(*field(kLifetime), "lifetime"));
     if (lifetime == "heap") {
       cmd.lifetime = Lifetime::kHeap;
     } else if (lifetime == "stack") {
@@ -393,8 +366,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
       return Invalid("\"lifetime\" must be \"heap\" or \"stack\"");
     }
   }
-  if (auto it = doc.find("init"); it != doc.end()) {
-    MCD_ASSIGN_OR_RETURN(std::string init, StringField(*it, "init"));
+  if (field(kInit) != nullptr) {
+    MCD_ASSIGN_OR_RETURN(std::string_view init, StringField(*field(kInit), "init"));
     if (init == "zero") {
       cmd.zero_init = true;
     } else if (init == "none") {
@@ -403,12 +376,12 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
       return Invalid("\"init\" must be \"zero\" or \"none\"");
     }
   }
-  if (auto it = doc.find("owner_pid"); it != doc.end()) {
-    MCD_ASSIGN_OR_RETURN(cmd.owner_pid, IntField(*it, "owner_pid"));
+  if (field(kOwnerPid) != nullptr) {
+    MCD_ASSIGN_OR_RETURN(cmd.owner_pid, IntField(*field(kOwnerPid), "owner_pid"));
     if (cmd.owner_pid <= 0) return Invalid("\"owner_pid\" must be positive");
   }
-  if (auto it = doc.find("owner_start"); it != doc.end()) {
-    MCD_ASSIGN_OR_RETURN(int64_t start, IntField(*it, "owner_start"));
+  if (field(kOwnerStart) != nullptr) {
+    MCD_ASSIGN_OR_RETURN(int64_t start, IntField(*field(kOwnerStart), "owner_start"));
     if (start < 0) return Invalid("\"owner_start\" must not be negative");
     cmd.owner_start = static_cast<uint64_t>(start);
   }
@@ -603,39 +576,93 @@ std::string RecordJsonHead(const TensorRecord& r) {
 }
 
 Result<TensorRecord> RecordFromJson(std::string_view text) {
-  json doc = json::parse(text.begin(), text.end(), nullptr, false);
-  return RecordFromJsonObject(doc);
+  auto doc = JsonReader::Parse(text, 2, "tensor record");
+  if (!doc.ok()) return Status(ErrorCode::kUnexpectedReply, doc.status().message());
+  return RecordFromJsonNode(doc.value(), doc->root_index());
 }
 
-Result<TensorRecord> RecordFromJsonObject(const json& doc) {
-  if (!doc.is_object()) {
+Result<TensorRecord> RecordFromJsonNode(const JsonReader& doc, uint32_t object) {
+  if (doc.at(object).kind != JsonKind::kObject) {
     return Status(ErrorCode::kUnexpectedReply, "tensor record is not a JSON object");
   }
-  try {
-    TensorRecord r;
-    r.name = doc.at("name").get<std::string>();
-    auto dtype = ParseDType(doc.at("dtype").get<std::string>());
-    if (!dtype) return Status(ErrorCode::kUnexpectedReply, "tensor record has an unknown dtype");
-    r.dtype = *dtype;
-    r.shape = doc.at("shape").get<std::vector<int64_t>>();
-    r.device = doc.at("device").get<int>();
-    r.bytes = doc.at("bytes").get<uint64_t>();
-    r.ipc_kind = doc.value("ipc_kind", "");
-    MCD_ASSIGN_OR_RETURN(r.ipc_handle, HexDecode(doc.value("ipc_handle_hex", "")));
-    r.offset = doc.value("offset", uint64_t{0});
-    r.refcount = doc.value("refcount", int64_t{0});
-    r.state = doc.value("state", "");
-    r.ctime_ms = doc.value("ctime", int64_t{0});
-    r.node = doc.value("node", "");
-    r.owner = doc.value("owner", "");
-    r.lifetime = doc.value("lifetime", "heap") == "stack" ? Lifetime::kStack : Lifetime::kHeap;
-    r.creator_pid = doc.value("creator_pid", int64_t{0});
-    r.owner_pid = doc.value("owner_pid", int64_t{0});
-    r.owner_start = doc.value("owner_start", uint64_t{0});
-    return r;
-  } catch (const json::exception& e) {
-    return Status(ErrorCode::kUnexpectedReply, std::string("malformed tensor record: ") + e.what());
-  }
+  // One pass: each known key's value node (0, the root, when absent); unknown keys are skipped.
+  enum Field { kName, kDType, kShape, kDevice, kBytes, kIpcKind, kHandle, kOffset, kRefcount,
+               kState, kCtime, kNode, kOwner, kLifetime, kCreatorPid, kOwnerPid, kOwnerStart,
+               kFieldCount };
+  static constexpr std::string_view kKeys[kFieldCount] = {
+      "name", "dtype", "shape", "device", "bytes", "ipc_kind", "ipc_handle_hex", "offset",
+      "refcount", "state", "ctime", "node", "owner", "lifetime", "creator_pid", "owner_pid",
+      "owner_start"};
+  uint32_t at[kFieldCount] = {};
+  doc.ForEachMember(object, [&](std::string_view key, uint32_t value) {
+    for (int f = 0; f < kFieldCount; ++f) {
+      if (key == kKeys[f]) {
+        at[f] = value;
+        return;
+      }
+    }
+  });
+  auto malformed = [&](Field f, const char* why) {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "malformed tensor record: \"" + std::string(kKeys[f]) + "\" " + why);
+  };
+  // Name, dtype, shape, device and bytes are required; the others default to what an old
+  // record lacks.
+  auto text = [&](Field f, std::string_view fallback) -> Result<std::string_view> {
+    if (at[f] == 0) return f <= kBytes ? Result<std::string_view>(malformed(f, "is missing")) : fallback;
+    if (doc.at(at[f]).kind != JsonKind::kString) return malformed(f, "is not a string");
+    return doc.at(at[f]).text;
+  };
+  auto integer = [&](Field f) -> Result<int64_t> {
+    if (at[f] == 0) return f <= kBytes ? Result<int64_t>(malformed(f, "is missing")) : int64_t{0};
+    if (doc.at(at[f]).kind != JsonKind::kInt) return malformed(f, "is not a 64-bit integer");
+    return doc.at(at[f]).int_value;
+  };
+  auto count = [&](Field f) -> Result<uint64_t> {
+    if (at[f] == 0) return f <= kBytes ? Result<uint64_t>(malformed(f, "is missing")) : uint64_t{0};
+    const JsonReader::Node& node = doc.at(at[f]);
+    if (node.kind == JsonKind::kUint) return node.uint_value;
+    if (node.kind == JsonKind::kInt && node.int_value >= 0) return static_cast<uint64_t>(node.int_value);
+    return malformed(f, "is not a non-negative integer");
+  };
+
+  TensorRecord r;
+  MCD_ASSIGN_OR_RETURN(std::string_view name, text(kName, ""));
+  r.name = std::string(name);
+  MCD_ASSIGN_OR_RETURN(std::string_view dtype_name, text(kDType, ""));
+  auto dtype = ParseDType(dtype_name);
+  if (!dtype) return Status(ErrorCode::kUnexpectedReply, "tensor record has an unknown dtype");
+  r.dtype = *dtype;
+  if (at[kShape] == 0 || doc.at(at[kShape]).kind != JsonKind::kArray) return malformed(kShape, "is not an array");
+  bool dims_ok = true;
+  doc.ForEachElement(at[kShape], [&](uint32_t index) {
+    dims_ok = dims_ok && doc.at(index).kind == JsonKind::kInt;
+    if (dims_ok) r.shape.push_back(doc.at(index).int_value);
+  });
+  if (!dims_ok) return malformed(kShape, "holds a value that is not an integer");
+  MCD_ASSIGN_OR_RETURN(int64_t device, integer(kDevice));
+  if (device < INT32_MIN || device > INT32_MAX) return malformed(kDevice, "is out of range");
+  r.device = static_cast<int>(device);
+  MCD_ASSIGN_OR_RETURN(r.bytes, count(kBytes));
+  MCD_ASSIGN_OR_RETURN(std::string_view ipc_kind, text(kIpcKind, ""));
+  r.ipc_kind = std::string(ipc_kind);
+  MCD_ASSIGN_OR_RETURN(std::string_view handle_hex, text(kHandle, ""));
+  MCD_ASSIGN_OR_RETURN(r.ipc_handle, HexDecode(handle_hex));
+  MCD_ASSIGN_OR_RETURN(r.offset, count(kOffset));
+  MCD_ASSIGN_OR_RETURN(r.refcount, integer(kRefcount));
+  MCD_ASSIGN_OR_RETURN(std::string_view state, text(kState, ""));
+  r.state = std::string(state);
+  MCD_ASSIGN_OR_RETURN(r.ctime_ms, integer(kCtime));
+  MCD_ASSIGN_OR_RETURN(std::string_view node, text(kNode, ""));
+  r.node = std::string(node);
+  MCD_ASSIGN_OR_RETURN(std::string_view owner, text(kOwner, ""));
+  r.owner = std::string(owner);
+  MCD_ASSIGN_OR_RETURN(std::string_view lifetime, text(kLifetime, "heap"));
+  r.lifetime = lifetime == "stack" ? Lifetime::kStack : Lifetime::kHeap;
+  MCD_ASSIGN_OR_RETURN(r.creator_pid, integer(kCreatorPid));
+  MCD_ASSIGN_OR_RETURN(r.owner_pid, integer(kOwnerPid));
+  MCD_ASSIGN_OR_RETURN(r.owner_start, count(kOwnerStart));
+  return r;
 }
 
 std::string DeviceName(int device) {
@@ -668,13 +695,18 @@ std::string HexEncode(std::string_view bytes) {
 
 Result<std::string> HexDecode(std::string_view hex) {
   if (hex.size() % 2 != 0) return Invalid("hex string has an odd length");
-  std::string out;
-  out.reserve(hex.size() / 2);
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    int value = 0;
-    auto [ptr, ec] = std::from_chars(hex.data() + i, hex.data() + i + 2, value, 16);
-    if (ec != std::errc() || ptr != hex.data() + i + 2) return Invalid("bad hex string");
-    out.push_back(static_cast<char>(value));
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    int hi = nibble(hex[2 * i]);
+    int lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return Invalid("bad hex string");
+    out[i] = static_cast<char>(hi << 4 | lo);
   }
   return out;
 }

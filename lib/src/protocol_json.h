@@ -1,12 +1,14 @@
-// Private: records from an already parsed JSON value (the client parses each reply once).
+// Private: a record from a reply already parsed (the client parses each reply once).
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <cstdint>
 
+#include "json_reader.h"
 #include "memcuda/protocol.h"
 
 namespace mcd {
 
-Result<TensorRecord> RecordFromJsonObject(const nlohmann::json& doc);
+// The tensor record in object node `object` of `doc`. Errors: kUnexpectedReply.
+Result<TensorRecord> RecordFromJsonNode(const JsonReader& doc, uint32_t object);
 
 }  // namespace mcd
