@@ -113,6 +113,9 @@ class Server::Impl {
   Status Connect();
   Status StartPoolSocket();
   uint64_t PoolUsedBytes();
+  uint64_t ReadyBytes() const;
+  // Gives back the ready stock of sizes not created for a while (kReadyIdleMs).
+  void TrimReadyStock();
   Status CheckSingleInstance();
   Status Reconcile();
   Status LoadScript();
@@ -155,6 +158,8 @@ class Server::Impl {
   // instead and `then` runs on the worker with the outcome (so it may only touch what is safe
   // from another thread: Outcome, the log).
   Status FreeEntry(const Entry& entry, std::function<void(const Status&)> then = nullptr);
+  // Once a second at most, from the serving loop: ReapStackTensors and TrimReadyStock.
+  void Housekeeping();
   void ReapStackTensors();
   void Outcome(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
                const std::string& extra = "");
@@ -180,7 +185,7 @@ class Server::Impl {
   std::unique_ptr<FdServer> pool_server_;
   std::atomic<uint64_t> pool_used_{0};
   int64_t started_ms_ = 0;
-  Clock::time_point last_reap_{};
+  Clock::time_point last_housekeeping_{};
 
   std::atomic<bool> stop_{false};
   bool shut_down_ = false;
@@ -250,6 +255,7 @@ Status Server::Impl::Start() {
     } else {
       allocator = MakeCudaIpcAllocator();
     }
+    allocator = WithReadyStock(std::move(allocator), opt_.ready_max_bytes);
     Status ready = worker->Call([&](DeviceContext& ctx) { return allocator->Init(ctx); });
     if (!ready.ok()) {
       return Status(ready.code(), "cannot set up the " + std::string(allocator->kind()) +
@@ -297,6 +303,23 @@ Status Server::Impl::StartPoolSocket() {
     return it == allocators_.end() ? -1 : it->second->pool_fd();
   }));
   return Status::Ok();
+}
+
+uint64_t Server::Impl::ReadyBytes() const {
+  uint64_t total = 0;
+  for (const auto& [device, allocator] : allocators_) total += allocator->ReadyBytes();
+  return total;
+}
+
+void Server::Impl::TrimReadyStock() {
+  for (auto& [device, allocator] : allocators_) {
+    if (allocator->ReadyBytes() == 0) continue;  // an idle server with no stock wakes nobody
+    Allocator* a = allocator.get();
+    (void)workers_.at(device)->Post([a](DeviceContext& ctx) {
+      a->Trim(ctx, false);
+      return Status::Ok();
+    });
+  }
 }
 
 uint64_t Server::Impl::PoolUsedBytes() {
@@ -371,6 +394,7 @@ Status Server::Impl::WriteHeartbeat(RedisConnection& conn) {
                                    "allocator", allocator_text_,
                                    "pool_socket", pool_server_ ? pool_server_->path() : "",
                                    "pool_used", std::to_string(pool_used_.load()),
+                                   "ready_bytes", std::to_string(ReadyBytes()),
                                    "started", std::to_string(started_ms_),
                                    "queue", opt_.keys.queue,
                                    "version", "1",
@@ -483,7 +507,7 @@ Status Server::Impl::Run() {
   int backoff_ms = 100;
   bool busy = false;
   while (!stop_) {
-    ReapStackTensors();
+    Housekeeping();
     // Busy (commands were waiting): the take sent ahead of the last batch has the next ones.
     // Otherwise a blocking wait for the next command (an idle server sleeps in BLMOVE: no
     // polling), which costs a lone command no extra round trip.
@@ -809,6 +833,13 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
     return Status::Ok();
   });
   if (!allocated.ok()) return fail(allocated);
+  if (cmd.device != kHostDevice && opt_.ready_max_bytes > 0) {
+    // Replaces the block this create may have taken from the stock while the commit travels.
+    (void)worker->second->Post([allocator](DeviceContext& ctx) {
+      allocator->Refill(ctx);
+      return Status::Ok();
+    });
+  }
   record.ipc_kind = allocation.ipc_kind;
   record.ipc_handle = allocation.ipc_handle;
   record.offset = allocation.offset;
@@ -912,10 +943,15 @@ Status Server::Impl::FreeEntry(const Entry& entry, std::function<void(const Stat
   return posted;
 }
 
-void Server::Impl::ReapStackTensors() {
+void Server::Impl::Housekeeping() {
   auto now = Clock::now();
-  if (now - last_reap_ < std::chrono::seconds(1)) return;
-  last_reap_ = now;
+  if (now - last_housekeeping_ < std::chrono::seconds(1)) return;
+  last_housekeeping_ = now;
+  ReapStackTensors();
+  TrimReadyStock();
+}
+
+void Server::Impl::ReapStackTensors() {
   Drain();  // a delete on its way may already have removed one
   std::vector<std::string> dead;
   for (auto it = stack_names_.begin(); it != stack_names_.end();) {

@@ -21,7 +21,7 @@ _mcd_complete() {
     mcd-get) opts="--no-ref -o --print --json -q $common" ;;
     mcd-rm) opts="--ignore-missing --json -q $common" ;;
     mcd-ls) opts="-l -q --no-headers --json $common" ;;
-    mcd-serve) opts="--spawn-redis --redis-server --devices --allocator --pool-max --pool-release-threshold --pool-group --pool-socket --heartbeat-ttl --req-ttl -q -v $common" ;;
+    mcd-serve) opts="--spawn-redis --redis-server --devices --allocator --pool-max --pool-release-threshold --pool-group --pool-socket --ready-max --heartbeat-ttl --req-ttl -q -v $common" ;;
   esac
   if [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W "$opts" -- "$cur"))

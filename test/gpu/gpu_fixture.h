@@ -5,7 +5,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
+#include <vector>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -72,6 +75,43 @@ class GpuServerTest : public ::testing::Test {
       out.write(reinterpret_cast<const char*>(&v), 4);
     }
     return path;
+  }
+
+  // The ready stock (mcd-serve --ready-max): a deleted tensor's block is handed to the next
+  // create of its size, zeroed, and the stock is given back once the size is no longer created.
+  void ExpectAFreedBlockComesBackZeroed() {
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    constexpr size_t kBytes = 1 << 20;
+    CreateSpec spec;
+    spec.name = "first";
+    spec.dtype = DType::kU8;
+    spec.shape = {static_cast<int64_t>(kBytes)};
+    spec.device = 0;
+    auto first = client->Create(spec);
+    ASSERT_TRUE(first.ok()) << first.status().ToString() << ServeLog();
+    auto view = client->Get("first");
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    std::vector<uint8_t> bytes(kBytes, 0xA5);
+    ASSERT_TRUE(client->CopyFromHost(view.value(), bytes.data(), kBytes).ok());
+    ASSERT_TRUE(client->Release("first").ok());  // the Get's reference (and the mapping)
+    ASSERT_TRUE(client->Release("first").ok());  // the last one: deleted
+    spec.name = "second";
+    auto second = client->Create(spec);
+    ASSERT_TRUE(second.ok()) << second.status().ToString() << ServeLog();
+    // The same block (its export is kept with it), so the stock was used, and the former
+    // tenant's bytes are gone.
+    EXPECT_EQ(second->ipc_handle, first->ipc_handle);
+    auto again = client->Get("second");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    ASSERT_TRUE(client->CopyToHost(again.value(), bytes.data(), kBytes).ok());
+    EXPECT_EQ(static_cast<size_t>(std::count(bytes.begin(), bytes.end(), uint8_t{0})), kBytes);
+    ASSERT_TRUE(client->Release("second").ok());
+    ASSERT_TRUE(client->Release("second").ok());
+    ASSERT_TRUE(WaitFor([&] { return std::atoll(Heartbeat("ready_bytes").c_str()) > 0; }, 5000))
+        << "the heartbeat should report the stock";
+    ASSERT_TRUE(WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
+        << "an unused stock should be given back; ready_bytes " << Heartbeat("ready_bytes");
   }
 
   TempDir dir_;

@@ -40,5 +40,7 @@ TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "small\n");
 }
 
+TEST_F(GpuLifecycle, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
+
 }  // namespace
 }  // namespace mcd

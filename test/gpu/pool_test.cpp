@@ -56,6 +56,40 @@ TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
   EXPECT_EQ(std::stoull(Heartbeat("pool_used")), used_live);
 }
 
+TEST_F(PoolTest, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
+
+// 32 MiB blocks are stocked (a quarter of --ready-max).
+class PoolWithStockTest : public test::GpuServerTest {
+ protected:
+  std::vector<std::string> ServerArgs() const override {
+    return {"--allocator", "pool", "--pool-max", "256MiB", "--ready-max", "128MiB"};
+  }
+};
+
+TEST_F(PoolWithStockTest, ACreateThatRunsOutOfMemoryGetsTheStockBackFirst) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  CreateSpec spec;
+  spec.dtype = DType::kU8;
+  spec.shape = {32 << 20};
+  spec.device = 0;
+  // Two creates and two deletes of 32 MiB leave three blocks ready (one refilled after each
+  // create, the one the second create took back, and the two deleted): 96 MiB of the 256.
+  for (const char* name : {"a", "b"}) {
+    spec.name = name;
+    ASSERT_TRUE(client->Create(spec).ok()) << ServeLog();
+  }
+  ASSERT_TRUE(client->Release("a").ok());
+  ASSERT_TRUE(client->Release("b").ok());
+  // 176 MiB fit only if the stock is given back: 256 - 96 = 160.
+  spec.name = "big";
+  spec.shape = {176 << 20};
+  auto big = client->Create(spec);
+  ASSERT_TRUE(big.ok()) << big.status().ToString() << ServeLog();
+  EXPECT_NE(ServeLog().find("giving back the 100663296 bytes held ready"), std::string::npos) << ServeLog();
+  ASSERT_TRUE(client->Release("big").ok());
+}
+
 TEST_F(PoolTest, OutOfMemoryAtThePoolMaximum) {
   ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "201326592", "--device", "0"}).exit_code, 0);  // 192 MiB
   auto oom = Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "134217728", "--device", "0"});  // 128 MiB

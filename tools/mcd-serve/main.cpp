@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
                  "instead of being applied again")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
-  std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket;
+  std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, ready_max = "64MiB";
   app.add_option("--allocator", allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
                  "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   app.add_option("--pool-release-threshold", pool_release, "Bytes the pool keeps cached when idle (default: all)");
   app.add_option("--pool-group", pool_group, "Group whose members may import the pool (default: same user only)");
   app.add_option("--pool-socket", pool_socket, "Unix socket serving the pool's descriptor (default: in the runtime folder)");
+  app.add_option("--ready-max", ready_max,
+                 "GPU memory per device kept as zeroed blocks of recently created sizes, so that "
+                 "creates of those sizes wait for no allocation (0: none)")
+      ->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "Log warnings and errors only");
   app.add_flag("-v,--verbose", verbose, "Log debug detail");
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
@@ -93,6 +97,11 @@ int main(int argc, char** argv) {
     auto bytes = tools::ParseSize(pool_release);
     if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
     options.pool_release_threshold = bytes.value();
+  }
+  {
+    auto bytes = tools::ParseSize(ready_max);
+    if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
+    options.ready_max_bytes = bytes.value();
   }
   if (devices == "cpu") {
     options.all_devices = false;

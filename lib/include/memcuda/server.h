@@ -32,6 +32,9 @@ struct MCD_API ServerOptions {
   double pool_max_fraction = 0;    // > 0: this fraction of the device instead
   uint64_t pool_release_threshold = UINT64_MAX;  // bytes the pool keeps cached when idle
   std::string pool_group;          // group allowed besides the server's user ("" = none)
+  // GPU memory per device kept as zeroed blocks of recently created sizes (up to a quarter of
+  // it each), so that such creates need no allocation on their path; 0: none.
+  uint64_t ready_max_bytes = 64ull << 20;
   std::string pool_socket;         // default: <runtime dir>/pool-<node>-<instance>.sock
 };
 

@@ -40,8 +40,15 @@ class Allocator {
   // The pool's shareable descriptor (cuda_mempool; owned by the allocator), -1 for other kinds.
   // Thread-safe once Init() has returned.
   virtual int pool_fd() const noexcept { return -1; }
-  // Bytes of the pool in use right now (cuda_mempool), 0 for other kinds.
+  // Bytes of the pool in use by tensors right now (cuda_mempool), 0 for other kinds.
   virtual uint64_t PoolUsedBytes(DeviceContext&) { return 0; }
+  // Work nobody waits for (a ready stock's; see WithReadyStock), posted by the server: Refill
+  // after a create, Trim now and then (`everything`: at shutdown and before retrying an
+  // allocation that ran out of memory). No-ops by default.
+  virtual void Refill(DeviceContext&) {}
+  virtual void Trim(DeviceContext&, bool /*everything*/) {}
+  // Bytes held ready for creates to come. Thread-safe.
+  virtual uint64_t ReadyBytes() const noexcept { return 0; }
 };
 
 struct PoolConfig {
@@ -61,6 +68,23 @@ std::unique_ptr<Allocator> MakeCudaIpcAllocator();
 // cudaMallocFromPoolAsync on the worker's stream from an IPC-capable pool (POSIX fd handles);
 // cudaMemPoolExportPointer data in ipc_handle.
 std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config);
+
+// A stock of zeroed blocks in front of a GPU allocator, so that a create of a size created
+// recently takes a block that is ready (zeroed, exported, synchronized) instead of waiting for
+// an allocation, a memset and a stream synchronization on its path.
+// - Demand-driven: a size is stocked only once a create asked for it, and each create of it
+//   lets the stock grow by one (up to kReadyPerSize blocks): Refill (posted after the create)
+//   allocates the block, off the create's path.
+// - A freed block of a stocked size goes back to the stock instead of being freed, zeroed on
+//   the worker's stream on its way (the next taker synchronizes if that may still be running):
+//   a block never carries a former tenant's bytes.
+// - Bounded: only sizes up to max_bytes / 4, max_bytes in all. Sizes not created for
+//   kReadyIdle are given back by Trim; all of it before an allocation is retried after running
+//   out of memory, and at shutdown.
+// max_bytes 0 returns `inner` itself.
+inline constexpr int kReadyPerSize = 4;
+inline constexpr int64_t kReadyIdleMs = 2000;
+std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, uint64_t max_bytes);
 
 // Removes host shm objects whose names start with `name_prefix` (left by a dead instance).
 // Returns how many were removed.

@@ -57,6 +57,14 @@ class CudaMempoolAllocator final : public Allocator {
     void* ptr = nullptr;
     cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, ctx.stream());
     if (err == cudaErrorMemoryAllocation) {
+      // Memory the pool keeps for reuse (freed blocks) may be where this request does not fit:
+      // give it back, once every free on the stream is done, and try once more.
+      cudaGetLastError();
+      if (cudaStreamSynchronize(ctx.stream()) == cudaSuccess && cudaMemPoolTrimTo(pool_, 0) == cudaSuccess) {
+        err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, ctx.stream());
+      }
+    }
+    if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       uint64_t used = PoolUsedBytes(ctx);
       size_t free_bytes = 0;
