@@ -470,6 +470,9 @@ TEST_F(Lifecycle, ToolExitCodes) {
   EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "f32"}).exit_code, 64);
   EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "f99", "--shape", "1"}).exit_code, 64);
   EXPECT_EQ(Tool("mcd-create", {"--bogus"}).exit_code, 64);
+  auto stock = test::Run({test::ToolPath("mcd-serve"), "--ready-max", "lots"}, Env());
+  EXPECT_EQ(stock.exit_code, 64);
+  EXPECT_NE(stock.err.find("bad size 'lots'"), std::string::npos) << stock.err;
   auto help = Tool("mcd-ls", {"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("MCD_REDIS_URL"), std::string::npos);
