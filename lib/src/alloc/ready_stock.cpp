@@ -70,6 +70,7 @@ class ReadyStock final : public Allocator {
   }
 
   Status Free(DeviceContext& ctx, const Allocation& allocation) override {
+    refill_paused_ = false;
     auto shelf = shelves_.find(allocation.bytes);
     if (shelf != shelves_.end() && allocation.offset == 0 &&
         static_cast<int>(shelf->second.blocks.size()) < kReadyPerSize &&
@@ -87,16 +88,23 @@ class ReadyStock final : public Allocator {
 
   // One block more per wanted size and call, so that a Refill job stays short.
   void Refill(DeviceContext& ctx) override {
+    if (refill_paused_) return;
     for (auto& [bytes, shelf] : shelves_) {
       if (static_cast<int>(shelf.blocks.size()) >= shelf.wanted || ReadyBytes() + bytes > max_bytes_) continue;
       auto block = inner_->Allocate(ctx, bytes, /*zero=*/true);
-      if (!block.ok()) return;  // out of memory, say: the stock just stays smaller
+      if (!block.ok()) {
+        // Out of memory, say: the stock stays smaller, and it stops trying (each try would make
+        // the pool give back its cached memory) until memory is freed.
+        refill_paused_ = true;
+        return;
+      }
       shelf.blocks.push_back(std::move(block).value());
       Hold(static_cast<int64_t>(bytes));
     }
   }
 
   void Trim(DeviceContext& ctx, bool everything) override {
+    refill_paused_ = false;
     int64_t now = SteadyMs();
     for (auto it = shelves_.begin(); it != shelves_.end();) {
       if (!everything && now - it->second.last_create_ms <= kReadyIdleMs) {
@@ -137,6 +145,7 @@ class ReadyStock final : public Allocator {
   std::atomic<uint64_t> held_{0};
   bool zeroing_ = false;  // a memset of a freed block was queued since the last synchronization
   bool hook_added_ = false;
+  bool refill_paused_ = false;  // a Refill ran out of memory; until the next Free or Trim
 };
 
 }  // namespace
