@@ -18,7 +18,7 @@ cat >&2 <<MSG
 quickstart: starting mcd-serve ${args[*]:-} (Ctrl-C to stop). In another terminal:
     mcd-create demo --dtype f32 --shape 2,3 --device cpu     # or --device 0 on a GPU
     mcd-ls
-    mcd-get demo --print 6
+    mcd-get demo --no-ref --print 6   # look without taking a reference
     mcd-rm demo
 MSG
 exec "$prefix/bin/mcd-serve" "${args[@]}"
