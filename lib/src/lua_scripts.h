@@ -61,18 +61,6 @@ if ARGV[1] ~= '' then redis.call('LREM', KEYS[2], -1, ARGV[1]) end
 return result
 )lua";
 
-// Take: moves up to ARGV[1] commands from the queue (KEYS[1], oldest first) to the processing
-// list (KEYS[2]) without blocking; returns them oldest first. Lets a busy server work in batches.
-inline constexpr const char* kTakeScript = R"lua(
-local out = {}
-for i = 1, tonumber(ARGV[1]) do
-  local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-  if not v then break end
-  out[#out + 1] = v
-end
-return out
-)lua";
-
 // Reference counting done by clients directly, without the server: a get, or a release that is
 // not the last one. The last release must go through the server, which frees the memory: a
 // release names its delete command, and the script queues it in that case.
