@@ -392,7 +392,7 @@ class Client::Impl {
   Result<TensorRecord> DirectGet(const std::string& name) {
     std::string key = opt_.keys.Tensor(name);
     std::string server = opt_.keys.Server(opt_.node);
-    std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "2", key, server, "1", opt_.node, "", "", ""};
+    std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "2", key, server, "1", opt_.node, "", ""};
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
     auto reply = redis_->Command(argv);
     if (!reply.ok() && IsNoScript(reply.status().message())) {
@@ -404,11 +404,10 @@ class Client::Impl {
     return RefAnswer(name, reply.value());
   }
 
-  // release: the same script. It answers every release itself, the last one too: that one
-  // deletes the hash and queues a free notice for the server, which frees the memory (with an
-  // older server, which takes no notices, it queues the delete command and the server answers).
-  // The BLPOP for a server's reply goes out behind the script in one write; when the script
-  // answered, it also pushed a marker, so the BLPOP returns at once. One round trip either way.
+  // release: the same script, which answers a release that leaves references itself and queues
+  // the delete command of the last one (the server must free the memory). The BLPOP for the
+  // server's reply goes out behind the script in one write; when the script answered, it also
+  // pushed a marker, so the BLPOP returns at once. One round trip either way.
   Result<TensorRecord> Release(const std::string& name, bool retried = false) {
     if (ref_sha_ == kNoScript) MCD_RETURN_IF_ERROR(LoadRefScript());
     Command cmd;
@@ -418,7 +417,7 @@ class Client::Impl {
     std::string key = opt_.keys.Tensor(name);
     std::string server = opt_.keys.Server(opt_.node);
     std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "4", key, server, opt_.keys.queue,
-                                          out.reply_key, "-1", opt_.node, out.body, kMarkerTtl, name};
+                                          out.reply_key, "-1", opt_.node, out.body, kMarkerTtl};
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
     MCD_RETURN_IF_ERROR(redis_->Append(argv));
     MCD_RETURN_IF_ERROR(redis_->Append({"BLPOP", out.reply_key, out.wait}));
@@ -454,7 +453,7 @@ class Client::Impl {
     if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
     const std::string& kind = reply.elements[0].str;
     std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
-    if ((kind == "ok" || kind == "freed") && reply.elements.size() == 2) return ToRecord(name, reply.elements[1]);
+    if (kind == "ok" && reply.elements.size() == 2) return ToRecord(name, reply.elements[1]);
     if (kind == "missing") return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
     if (kind == "not_ready") return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
     if (kind == "wrong_node") {

@@ -61,22 +61,19 @@ if ARGV[1] ~= '' then redis.call('LREM', KEYS[2], -1, ARGV[1]) end
 return result
 )lua";
 
-// Reference counting done by clients directly, without the server: a get, or a release. A
-// release of the last reference deletes the hash here too and queues a free notice for the
-// server, which frees the memory (servers that take notices say so in their heartbeat,
-// free_notices=1); with an older server it queues its delete command instead.
+// Reference counting done by clients directly, without the server: a get, or a release that is
+// not the last one. The last release must go through the server, which frees the memory: a
+// release names its delete command, and the script queues it in that case.
 //
 // KEYS[1] tensor hash, KEYS[2] the heartbeat of the client's node; a release also KEYS[3] the
 // command queue and KEYS[4] the reply list of its delete command's req.
 // ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] the client's node, ARGV[3] (release) the
-// delete command, ARGV[4] (release) the reply list's TTL (s), ARGV[5] (release) the tensor's
-// name, ARGV[6..] hash fields to return.
+// delete command, ARGV[4] (release) the reply list's TTL (s), ARGV[5..] hash fields to return.
 // A release that is answered here also pushes an empty marker onto its reply list, so that the
 // BLPOP the client sends right behind the script returns at once whatever happened.
-// Returns {"ok", {values}} | {"freed", {values}} (the last reference: the hash is gone, the
-// free notice queued) | {"missing"} | {"not_ready", state} | {"wrong_node", node} | {"gone"}
-// (the owning server instance is not alive) | {"queued"} (the last reference, with a server
-// that takes no notices: its delete command is on the queue, and the server's reply will follow).
+// Returns {"ok", {values}} | {"missing"} | {"not_ready", state} | {"wrong_node", node} |
+// {"gone"} (the owning server instance is not alive) | {"queued"} (a release of the last
+// reference: its delete command is on the queue, and the server's reply will follow).
 inline constexpr const char* kRefScript = R"lua(
 local release = ARGV[1] == '-1'
 local function answer(out)
@@ -90,21 +87,13 @@ local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount', 'node')
 if not f[1] then return answer({'missing'}) end
 if f[4] ~= ARGV[2] then return answer({'wrong_node', f[4]}) end
 if f[1] ~= 'ready' then return answer({'not_ready', f[1]}) end
-local server = redis.call('HMGET', KEYS[2], 'instance', 'free_notices')
-if server[1] ~= f[2] then return answer({'gone'}) end
+if redis.call('HGET', KEYS[2], 'instance') ~= f[2] then return answer({'gone'}) end
 if release and tonumber(f[3]) <= 1 then
-  if server[2] ~= '1' then
-    redis.call('LPUSH', KEYS[3], ARGV[3])
-    return {'queued'}
-  end
-  redis.call('HINCRBY', KEYS[1], 'refcount', -1)
-  local values = redis.call('HMGET', KEYS[1], unpack(ARGV, 6))
-  redis.call('DEL', KEYS[1])
-  redis.call('LPUSH', KEYS[3], '{"op":"free","name":"' .. ARGV[5] .. '","owner":"' .. f[2] .. '"}')
-  return answer({'freed', values})
+  redis.call('LPUSH', KEYS[3], ARGV[3])
+  return {'queued'}
 end
 redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[1])
-return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 6))})
+return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 5))})
 )lua";
 
 }  // namespace mcd

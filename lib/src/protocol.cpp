@@ -104,7 +104,6 @@ const char* OpName(Op op) noexcept {
     case Op::kCreate: return "create";
     case Op::kGet: return "get";
     case Op::kDelete: return "delete";
-    case Op::kFree: return "free";
   }
   return "?";
 }
@@ -220,10 +219,10 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   if (doc.root().kind != JsonKind::kObject) return Invalid("command is not a JSON object");
 
   // One pass over the members: each known field's value, and the first unknown field.
-  enum Field { kOp, kName, kReq, kNode, kPid, kOwner, kDType, kShape, kDevice, kLifetime, kInit,
+  enum Field { kOp, kName, kReq, kNode, kPid, kDType, kShape, kDevice, kLifetime, kInit,
                kOwnerPid, kOwnerStart, kBytes, kFieldCount };
   static constexpr std::string_view kKnown[kFieldCount] = {
-      "op", "name", "req", "node", "pid", "owner", "dtype", "shape", "device", "lifetime", "init",
+      "op", "name", "req", "node", "pid", "dtype", "shape", "device", "lifetime", "init",
       "owner_pid", "owner_start", "bytes"};
   uint32_t at[kFieldCount] = {};  // index of each field's value node; 0 (the root) when absent
   std::string_view unknown;
@@ -274,8 +273,6 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     cmd.op = Op::kGet;
   } else if (op == "delete") {
     cmd.op = Op::kDelete;
-  } else if (op == "free") {
-    cmd.op = Op::kFree;
   } else {
     return Invalid("unknown op \"" + Printable(op) + "\" (expected create, get or delete)");
   }
@@ -293,15 +290,6 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   if (field(kPid) != nullptr) {
     MCD_ASSIGN_OR_RETURN(cmd.pid, IntField(*field(kPid), "pid"));
     if (cmd.pid < 0) return Invalid("\"pid\" must not be negative");
-  }
-
-  if (cmd.op == Op::kFree) {
-    if (field(kOwner) == nullptr) return Invalid("missing \"owner\" (the server instance of the tensor to free)");
-    MCD_ASSIGN_OR_RETURN(std::string_view owner, StringField(*field(kOwner), "owner"));
-    if (owner.empty() || owner.size() > 64) return Invalid("\"owner\" must be 1 to 64 bytes");
-    cmd.owner = std::string(owner);
-  } else if (field(kOwner) != nullptr) {
-    return Invalid("\"owner\" is only valid for op \"free\"");
   }
 
   if (cmd.op != Op::kCreate) {
@@ -410,7 +398,6 @@ std::string CommandToJson(const Command& cmd) {
   if (!cmd.req.empty()) doc["req"] = cmd.req;
   if (cmd.node) doc["node"] = *cmd.node;
   if (cmd.pid != 0) doc["pid"] = cmd.pid;
-  if (cmd.op == Op::kFree) doc["owner"] = cmd.owner;
   if (cmd.op == Op::kCreate) {
     doc["dtype"] = DTypeName(cmd.dtype);
     doc["shape"] = cmd.shape;

@@ -150,9 +150,6 @@ class Server::Impl {
   void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
   Status MissingStatus(const std::string& name);
   void HandleRefcount(const std::string& raw, const Command& cmd, int delta);
-  // A free notice: a client's release deleted the hash of one of this instance's tensors; the
-  // memory is freed once the commit has checked that the hash is really gone.
-  void HandleFree(const std::string& raw, const Command& cmd);
   // Queues a commit for the current batch (or returns it to run now with CommitNow).
   Pending Commit(const std::string& raw, const std::string& req, const std::string& name,
                  const std::string& reply, Pre pre, const char* action,
@@ -402,7 +399,6 @@ Status Server::Impl::WriteHeartbeat(RedisConnection& conn) {
                                    "started", std::to_string(started_ms_),
                                    "queue", opt_.keys.queue,
                                    "version", "1",
-                                   "free_notices", "1",
                                    "tensors", std::to_string(tensor_count_.load()),
                                    "commands_ok", std::to_string(ok_count_.load())};
   uint64_t failed = 0;
@@ -772,7 +768,6 @@ void Server::Impl::Handle(const std::string& raw, const Result<Command>& parsed,
     case Op::kCreate: HandleCreate(raw, cmd); break;
     case Op::kGet: HandleRefcount(raw, cmd, +1); break;
     case Op::kDelete: HandleRefcount(raw, cmd, -1); break;
-    case Op::kFree: HandleFree(raw, cmd); break;
   }
 }
 
@@ -941,38 +936,6 @@ void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, in
         if (!failed.ok()) Log(LogLevel::kError, "cannot write error reply: " + failed.status().ToString());
         Outcome(op, name, missing, t0);
       }));
-}
-
-void Server::Impl::HandleFree(const std::string& raw, const Command& cmd) {
-  auto t0 = Clock::now();
-  auto it = tensors_.find(cmd.name);
-  if (cmd.owner != instance_ || it == tensors_.end()) {
-    // Another instance's tensor (its memory went with it), or one freed already: nothing to
-    // free, the notice only leaves the processing list.
-    batch_.push_back(Commit(raw, "", "", "", Pre::kNone, "none", {}, [this, name = cmd.name, t0](Result<CommitResult> done) {
-      Outcome("free", name, done.ok() ? Status::Ok() : done.status(), t0, "freed=0");
-    }));
-    return;
-  }
-  // Absent: a notice pushed by hand for a tensor whose hash still exists frees nothing.
-  batch_.push_back(Commit(raw, "", cmd.name, "", Pre::kAbsent, "none", {}, [this, raw, name = cmd.name, t0](Result<CommitResult> committed) {
-    if (!committed.ok()) return Outcome("free", name, committed.status(), t0);
-    if (committed->kind != CommitResult::kOk) {
-      // The commit stopped at its precondition: the notice still has to leave the processing list.
-      auto removed = CommitNow(Commit(raw, "", "", "", Pre::kNone, "none", {}));
-      if (!removed.ok()) Log(LogLevel::kError, "cannot drop a free notice: " + removed.status().ToString());
-      return Outcome("free", name, Status(ErrorCode::kAlreadyExists, "the tensor's hash still exists: notice ignored"), t0);
-    }
-    auto found = tensors_.find(name);
-    if (found == tensors_.end()) return Outcome("free", name, Status::Ok(), t0, "freed=0");
-    Entry entry = std::move(found->second);
-    tensors_.erase(found);
-    stack_names_.erase(name);
-    tensor_count_ = tensors_.size();
-    FreeEntry(entry, [this, name, t0, bytes = entry.record.bytes](const Status& freed) {
-      Outcome("free", name, freed, t0, "freed=" + std::to_string(bytes));
-    });
-  }));
 }
 
 Status Server::Impl::FreeEntry(const Entry& entry, std::function<void(const Status&)> then) {

@@ -77,10 +77,6 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
       {R"({"op":"get","name":"a","extra":1})", ErrorCode::kInvalidArgument, "unknown field"},
       {R"({"op":"get","name":"a","pid":"12"})", ErrorCode::kInvalidArgument, "integer"},
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack"})", ErrorCode::kInvalidArgument, "stack"},
-      {R"({"op":"free","name":"a"})", ErrorCode::kInvalidArgument, "missing \"owner\""},
-      {R"({"op":"free","name":"a","owner":""})", ErrorCode::kInvalidArgument, "1 to 64"},
-      {R"({"op":"free","name":"a","owner":"ab","shape":[1]})", ErrorCode::kInvalidArgument, "only valid"},
-      {R"({"op":"get","name":"a","owner":"ab"})", ErrorCode::kInvalidArgument, "only valid for op \"free\""},
   };
   for (const BadCase& c : cases) {
     auto parsed = ParseCommand(c.json);
@@ -91,17 +87,6 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
   }
   std::string long_name = R"({"op":"get","name":")" + std::string(201, 'n') + "\"}";
   EXPECT_EQ(ParseCommand(long_name).status().code(), ErrorCode::kInvalidArgument);
-}
-
-TEST(Protocol, FreeNoticesNameTheOwningInstance) {
-  auto notice = ParseCommand(R"({"op":"free","name":"t.1","owner":"0123abcd"})");
-  ASSERT_TRUE(notice.ok()) << notice.status().ToString();
-  EXPECT_EQ(notice->op, Op::kFree);
-  EXPECT_EQ(notice->name, "t.1");
-  EXPECT_EQ(notice->owner, "0123abcd");
-  auto back = ParseCommand(CommandToJson(notice.value()));
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->owner, "0123abcd");
 }
 
 TEST(Protocol, RequestIdIsRecoveredFromBadCommands) {

@@ -40,9 +40,7 @@ MCD_API Result<std::vector<int64_t>> ShapeFromJson(std::string_view json);
 // "2,3,4" or "2x3x4" or "[2,3,4]" -> dims.
 MCD_API Result<std::vector<int64_t>> ParseShapeList(std::string_view text);
 
-// kFree is internal: the reference script queues it when a client's release drops the count to
-// 0 and deletes the hash itself; the server then frees the memory (man memcuda(7)).
-enum class Op { kCreate, kGet, kDelete, kFree };
+enum class Op { kCreate, kGet, kDelete };
 MCD_API const char* OpName(Op op) noexcept;
 
 enum class Lifetime { kHeap, kStack };
@@ -55,7 +53,6 @@ struct MCD_API Command {
   std::string req;                 // optional request id; replies go to <prefix>:reply:<req>
   std::optional<std::string> node; // when present, must be the server's node
   int64_t pid = 0;                 // the requesting process (informational)
-  std::string owner;               // free only: the server instance that owned the tensor
   // create only:
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
