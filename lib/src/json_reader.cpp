@@ -18,6 +18,10 @@ class JsonParser {
     SkipSpace();
     if (pos_ >= text_.size()) return Fail();
     char c = text_[pos_];
+    if ((c == '{' || c == '[') && depth + 1 > max_depth_) {
+      too_deep_ = true;
+      return Fail();
+    }
     uint32_t index = static_cast<uint32_t>(out_.nodes_.size());
     out_.nodes_.emplace_back();
     bool ok = false;
@@ -78,11 +82,8 @@ class JsonParser {
     return true;
   }
 
+  // At the opening bracket; Value has checked the depth.
   bool Object(uint32_t index, int depth) {
-    if (depth > max_depth_) {
-      too_deep_ = true;
-      return Fail();
-    }
     ++pos_;  // '{'
     out_.nodes_[index].kind = JsonReader::Kind::kObject;
     if (Consume('}')) return true;
@@ -120,11 +121,8 @@ class JsonParser {
     }
   }
 
+  // At the opening bracket; Value has checked the depth.
   bool Array(uint32_t index, int depth) {
-    if (depth > max_depth_) {
-      too_deep_ = true;
-      return Fail();
-    }
     ++pos_;  // '['
     out_.nodes_[index].kind = JsonReader::Kind::kArray;
     if (Consume(']')) return true;
@@ -346,11 +344,13 @@ Result<JsonReader> JsonReader::Parse(std::string_view text, int max_depth, const
 }
 
 std::optional<uint32_t> JsonReader::Find(uint32_t object, std::string_view key) const {
-  std::optional<uint32_t> found;
-  ForEachMember(object, [&](std::string_view k, uint32_t value) {
-    if (!found && k == key) found = value;
-  });
-  return found;
+  if (nodes_[object].kind != Kind::kObject) return std::nullopt;
+  uint32_t i = object + 1;
+  for (uint32_t n = 0; n < nodes_[object].count; ++n) {
+    if (nodes_[i].text == key) return i + 1;
+    i = nodes_[i + 1].end;
+  }
+  return std::nullopt;
 }
 
 }  // namespace mcd

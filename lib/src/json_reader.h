@@ -56,6 +56,25 @@ class JsonReader {
   // The value of member `key` of object node `object`, or nullopt (also when not an object).
   std::optional<uint32_t> Find(uint32_t object, std::string_view key) const;
 
+  // Sets at[k] to the value of member keys[k] of object node `object` (the last one if a key
+  // repeats; at[k] is left alone when absent: 0, the root, marks absence for callers that
+  // zero it). Returns the first member whose key is not among `keys`, if any.
+  // Inline: it is on the path of every command and reply.
+  std::optional<std::string_view> IndexMembers(uint32_t object, const std::string_view* keys,
+                                               size_t count, uint32_t* at) const {
+    std::optional<std::string_view> unknown;
+    ForEachMember(object, [&](std::string_view key, uint32_t value) {
+      for (size_t k = 0; k < count; ++k) {
+        if (key == keys[k]) {
+          at[k] = value;
+          return;
+        }
+      }
+      if (!unknown) unknown = key;
+    });
+    return unknown;
+  }
+
   // Calls fn(key, value_index) for each member of object node `object`, in order.
   template <typename Fn>
   void ForEachMember(uint32_t object, Fn&& fn) const {

@@ -225,20 +225,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
       "op", "name", "req", "node", "pid", "dtype", "shape", "device", "lifetime", "init",
       "owner_pid", "owner_start", "bytes"};
   uint32_t at[kFieldCount] = {};  // index of each field's value node; 0 (the root) when absent
-  std::string_view unknown;
-  bool has_unknown = false;
-  doc.ForEachMember(doc.root_index(), [&](std::string_view key, uint32_t value) {
-    for (int f = 0; f < kFieldCount; ++f) {
-      if (key == kKnown[f]) {
-        at[f] = value;  // a repeated key is refused below
-        return;
-      }
-    }
-    if (!has_unknown) {
-      has_unknown = true;
-      unknown = key;
-    }
-  });
+  // A repeated key is refused below.
+  std::optional<std::string_view> unknown = doc.IndexMembers(doc.root_index(), kKnown, kFieldCount, at);
 
   auto field = [&](Field f) -> const JsonReader::Node* { return at[f] != 0 ? &doc.at(at[f]) : nullptr; };
 
@@ -263,7 +251,7 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   if (!doc.duplicate_key().empty()) {
     return Invalid("command repeats the key \"" + doc.duplicate_key() + "\"");
   }
-  if (has_unknown) return Invalid("unknown field \"" + Printable(unknown) + "\"");
+  if (unknown) return Invalid("unknown field \"" + Printable(*unknown) + "\"");
 
   if (field(kOp) == nullptr) return Invalid("missing \"op\"");
   MCD_ASSIGN_OR_RETURN(std::string_view op, StringField(*field(kOp), "op"));
@@ -585,7 +573,7 @@ Result<TensorRecord> RecordFromJsonNode(const JsonReader& doc, uint32_t object) 
   if (doc.at(object).kind != JsonKind::kObject) {
     return Status(ErrorCode::kUnexpectedReply, "tensor record is not a JSON object");
   }
-  // One pass: each known key's value node (0, the root, when absent); unknown keys are skipped.
+  // One pass: each known key's value node (0, the root, when absent).
   enum Field { kName, kDType, kShape, kDevice, kBytes, kIpcKind, kHandle, kOffset, kRefcount,
                kState, kCtime, kNode, kOwner, kLifetime, kCreatorPid, kOwnerPid, kOwnerStart,
                kFieldCount };
@@ -594,14 +582,7 @@ Result<TensorRecord> RecordFromJsonNode(const JsonReader& doc, uint32_t object) 
       "refcount", "state", "ctime", "node", "owner", "lifetime", "creator_pid", "owner_pid",
       "owner_start"};
   uint32_t at[kFieldCount] = {};
-  doc.ForEachMember(object, [&](std::string_view key, uint32_t value) {
-    for (int f = 0; f < kFieldCount; ++f) {
-      if (key == kKeys[f]) {
-        at[f] = value;
-        return;
-      }
-    }
-  });
+  (void)doc.IndexMembers(object, kKeys, kFieldCount, at);  // fields of newer servers are skipped
   auto malformed = [&](Field f, const char* why) {
     return Status(ErrorCode::kUnexpectedReply,
                   "malformed tensor record: \"" + std::string(kKeys[f]) + "\" " + why);

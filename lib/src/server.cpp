@@ -607,7 +607,7 @@ void Server::Impl::Flush() {
       std::vector<std::string_view> argv(p.args.begin(), p.args.end());
       send_failed_ = redis_->Append(argv);
     }
-    due_.push_back(Due{false, std::move(p)});
+    due_.push_back(Due{0, std::move(p)});
   }
   // Sent now, not with the next read, so that Redis runs them while the server goes on.
   if (!sent.empty() && send_failed_.ok()) send_failed_ = redis_->FlushOutput();
