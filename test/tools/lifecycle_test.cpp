@@ -571,6 +571,10 @@ TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
   owner.Stop(SIGKILL);
   EXPECT_TRUE(test::WaitFor([&] { return HashField("tmp", "state").empty(); }, 5000)) << ServeLog();
   EXPECT_EQ(HashField("kept", "state"), "ready");
+  // The reaper removes the hash first (nobody can get it any more), frees the memory, then logs
+  // the outcome: wait for the log line rather than read the count between the hash and the free.
+  EXPECT_TRUE(test::WaitFor([&] { return ServeLog().find("reclaim name=tmp outcome=ok") != std::string::npos; },
+                            2000)) << ServeLog();
   EXPECT_EQ(ShmCount(), 1u);
 }
 
