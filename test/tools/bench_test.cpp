@@ -11,7 +11,7 @@ namespace {
 
 TEST(Bench, SelfServeHostRecordIsComplete) {
   auto run = test::Run({test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB,64KiB",
-                        "--iterations", "20", "--max-seconds", "1", "--clients", "2", "--fresh", "2",
+                        "--iterations", "20", "--max-seconds", "1", "--clients", "1,2", "--fresh", "2",
                         "--json"}, {}, 300);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   auto record = nlohmann::json::parse(run.out);
@@ -31,13 +31,37 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
     EXPECT_GT(row["x_floor"].get<double>(), 0);
     if (name != "redis_rtt") EXPECT_EQ(row["allocator"], "host_shm");
     EXPECT_FALSE(row.contains("note") && row["note"].get<std::string>().find("error") != std::string::npos);
+    // Throughput rows say how much of Redis's CPU each pair took: the bound at high rates.
+    bool throughput = name.rfind("create+delete_x", 0) == 0;
+    EXPECT_EQ(row.contains("redis_cpu_us_per_op"), throughput);
+    if (throughput) EXPECT_GT(row["redis_cpu_us_per_op"].get<double>(), 0);
   }
+  EXPECT_EQ(record["config"]["clients"], nlohmann::json::array({1, 2}));
   for (const char* expected : {"redis_rtt", "create", "get_warm", "delete", "get_first", "share",
-                               "create+delete_x2", "copy_from_mapping", "copy_local"}) {
+                               "create+delete_x1", "create+delete_x2", "copy_from_mapping", "copy_local"}) {
     EXPECT_EQ(seen.count(expected), 1u) << expected;
   }
-  // Every row of both sizes: 5 per size, plus the floor, throughput and two bandwidth rows.
-  EXPECT_EQ(record["rows"].size(), 1u + 2 * 5 + 1 + 2);
+  // Every row of both sizes: 5 per size, plus the floor, a throughput row per client count and
+  // two bandwidth rows.
+  EXPECT_EQ(record["rows"].size(), 1u + 2 * 5 + 2 + 2);
+}
+
+TEST(Bench, BadCountsAreUsageErrorsAndMeasureNothing) {
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--clients", "0"},
+                                       {"--clients", "2,x"},
+                                       {"--clients", "4,"},
+                                       {"--clients", "257"},
+                                       {"--iterations", "0"},
+                                       {"--fresh", "0"},
+                                       {"--max-seconds", "0"}}) {
+    std::vector<std::string> argv = {test::ToolPath("mcd-bench"), "--self-serve", "--cpu"};
+    argv.insert(argv.end(), bad.begin(), bad.end());
+    auto run = test::Run(argv, {}, 30);
+    SCOPED_TRACE(bad[0] + " " + bad[1]);
+    EXPECT_EQ(run.exit_code, 64) << run.err;
+    EXPECT_EQ(run.out, "");
+    EXPECT_NE(run.err.find(bad[0]), std::string::npos) << run.err;
+  }
 }
 
 }  // namespace

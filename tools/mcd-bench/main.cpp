@@ -40,6 +40,7 @@ struct Row {
   std::vector<double> us;    // one latency per operation
   double ops_per_s = 0;      // set for throughput rows; otherwise 1e6 / mean
   std::string note;
+  double redis_cpu_us = -1;  // throughput rows: Redis's CPU time per operation (< 0: unknown)
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -54,12 +55,15 @@ struct Options {
   std::vector<uint64_t> sizes;
   int iterations = 200;
   double max_seconds = 5;
-  int clients = 8;
+  std::vector<int> clients = {8};  // one throughput row per count
   int fresh = 20;
   bool self_serve = false;
   bool gpu = true;
   std::string only;  // comma list of allocators to run (cuda_ipc,cuda_mempool,host_shm)
 };
+
+// Throughput clients per row at most: each is a process with its own Redis connection.
+constexpr int kMaxClients = 256;
 
 bool Progress() { return isatty(STDERR_FILENO) == 1; }
 void Say(const std::string& text) {
@@ -219,6 +223,29 @@ class Bench {
     return Status::Ok();
   }
 
+  // Redis's CPU time so far (INFO cpu: user + system of the whole redis-server process), in
+  // seconds; negative when it cannot be read (an INFO that is not allowed, say).
+  double RedisCpuSeconds() {
+    if (!redis_) {
+      auto url = ResolveRedisUrl(flags_.redis_url);
+      if (!url.ok()) return -1;
+      auto conn = RedisConnection::Connect(url.value());
+      if (!conn.ok()) return -1;
+      redis_ = std::move(conn.value());
+    }
+    auto info = redis_->Command({"INFO", "cpu"});
+    if (!info.ok() || info->type == RedisValue::Type::kError) return -1;
+    double total = 0;
+    int found = 0;
+    for (const char* field : {"used_cpu_sys:", "used_cpu_user:"}) {
+      size_t at = info->str.find(field);
+      if (at == std::string::npos) return -1;
+      total += std::strtod(info->str.c_str() + at + std::strlen(field), nullptr);
+      ++found;
+    }
+    return found == 2 ? total : -1;
+  }
+
   // Every row of one allocator on one device.
   Status Allocator(const std::string& kind, int device) {
     client_ = ConnectOrDie(flags_);
@@ -230,7 +257,7 @@ class Bench {
       MCD_RETURN_IF_ERROR(Share(kind, device, bytes));
     }
     uint64_t churn_bytes = 1 << 20;
-    MCD_RETURN_IF_ERROR(Throughput(kind, device, churn_bytes));
+    for (int clients : opt_.clients) MCD_RETURN_IF_ERROR(Throughput(kind, device, churn_bytes, clients));
     MCD_RETURN_IF_ERROR(Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30)));
     client_.reset();
     return Status::Ok();
@@ -246,6 +273,7 @@ class Bench {
                   {"p90_us", Percentile(r.us, 0.9)}, {"p99_us", Percentile(r.us, 0.99)},
                   {"ops_per_s", r.ops_per_s > 0 ? r.ops_per_s : (mean > 0 ? 1e6 / mean : 0)},
                   {"x_floor", floor_us_ > 0 ? median / floor_us_ : 0}};
+      if (r.redis_cpu_us >= 0) row["redis_cpu_us_per_op"] = r.redis_cpu_us;
       if (!r.note.empty()) row["note"] = r.note;
       rows.push_back(row);
     }
@@ -370,26 +398,35 @@ class Bench {
     return Status::Ok();
   }
 
-  Status Throughput(const std::string& kind, int device, uint64_t bytes) {
-    Say("throughput with " + std::to_string(opt_.clients) + " clients " + kind);
+  Status Throughput(const std::string& kind, int device, uint64_t bytes, int clients) {
+    Say("throughput with " + std::to_string(clients) + " clients " + kind);
     double seconds = std::min(opt_.max_seconds, 3.0);
     std::vector<Child> children;
+    double cpu0 = RedisCpuSeconds();
     auto t0 = Clock::now();
-    for (int c = 0; c < opt_.clients; ++c) {
+    for (int c = 0; c < clients; ++c) {
       children.push_back(SpawnChild(ChildArgs({"--child", "churn", "--child-device", DeviceName(device),
                                                "--child-bytes", std::to_string(bytes),
                                                "--child-seconds", std::to_string(seconds),
                                                "--child-id", std::to_string(c)})));
     }
-    Row row{"create+delete_x" + std::to_string(opt_.clients), kind, device, bytes, {}, 0,
-            std::to_string(opt_.clients) + " client processes, create+delete pairs"};
+    Row row{"create+delete_x" + std::to_string(clients), kind, device, bytes, {}, 0,
+            std::to_string(clients) + (clients == 1 ? " client process" : " client processes") +
+                ", create+delete pairs"};
     for (Child& child : children) {
       std::istringstream in(ReadLine(child.from));
       for (double us; in >> us;) row.us.push_back(us);
       if (WaitChild(child) != 0) return Status(ErrorCode::kInternal, "a throughput client failed");
     }
     double wall = Us(t0, Clock::now()) / 1e6;
+    double cpu1 = RedisCpuSeconds();
     row.ops_per_s = static_cast<double>(row.us.size()) / std::max(wall, seconds);
+    if (cpu0 >= 0 && cpu1 >= cpu0 && !row.us.empty()) {
+      // Which of Redis and the server bounds the rate: Redis's CPU per pair, and how busy it was.
+      row.redis_cpu_us = (cpu1 - cpu0) * 1e6 / static_cast<double>(row.us.size());
+      row.note += "; Redis CPU " + std::to_string(static_cast<long>(row.redis_cpu_us + 0.5)) + " us per pair, " +
+                  std::to_string(static_cast<long>((cpu1 - cpu0) * 100 / wall + 0.5)) + "% busy";
+    }
     rows_.push_back(std::move(row));
     return Status::Ok();
   }
@@ -474,6 +511,7 @@ class Bench {
   Options opt_;
   tools::CommonFlags flags_;
   std::unique_ptr<Client> client_;
+  std::unique_ptr<RedisConnection> redis_;  // for Redis's CPU time around the throughput rows
   std::vector<Row> rows_;
   double floor_us_ = 0;
 };
@@ -557,13 +595,21 @@ int main(int argc, char** argv) {
   tools::CommonFlags& flags = opt.flags;
   tools::AddConnectionFlags(app, flags);
   app.add_option("--timeout-ms", flags.timeout_ms, "Per request")->capture_default_str();
-  std::string sizes = "4KiB,1MiB,64MiB,1GiB";
+  std::string sizes = "4KiB,1MiB,64MiB,1GiB", clients = "8";
   bool json_out = false, cpu_only = false;
   app.add_option("--sizes", sizes, "Tensor sizes")->capture_default_str();
-  app.add_option("--iterations", opt.iterations, "Operations per row (at most)")->capture_default_str();
-  app.add_option("--max-seconds", opt.max_seconds, "Time bound per row")->capture_default_str();
-  app.add_option("--clients", opt.clients, "Client processes for the throughput row")->capture_default_str();
-  app.add_option("--fresh", opt.fresh, "Fresh processes for the first-get row")->capture_default_str();
+  app.add_option("--iterations", opt.iterations, "Operations per row (at most)")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
+  app.add_option("--max-seconds", opt.max_seconds, "Time bound per row")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--clients", clients,
+                 "Client processes for the throughput row; a list (1,2,4,8) gives a row per count")
+      ->capture_default_str();
+  app.add_option("--fresh", opt.fresh, "Fresh processes for the first-get row")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
   app.add_flag("--self-serve", opt.self_serve, "Start a private Redis and an mcd-serve per allocator");
   app.add_flag("--cpu", cpu_only, "Host memory only, even on a GPU machine");
   app.add_option("--only", opt.only, "Allocators to run: cuda_ipc,cuda_mempool,host_shm");
@@ -596,6 +642,21 @@ int main(int argc, char** argv) {
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
   }
   std::sort(opt.sizes.begin(), opt.sizes.end());
+  opt.clients.clear();
+  for (size_t start = 0;;) {  // every item between commas, empty ones included
+    size_t comma = clients.find(',', start);
+    std::string item = clients.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || n < 1 || n > kMaxClients) {
+      return tools::Fail("mcd-bench", Status(ErrorCode::kInvalidArgument,
+                                             "--clients '" + clients + "': give counts from 1 to " +
+                                                 std::to_string(kMaxClients) + ", separated by commas (e.g. 1,2,4,8)"));
+    }
+    opt.clients.push_back(static_cast<int>(n));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
   int gpus = 0;
   if (!cpu_only && cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
   auto wanted = [&](const std::string& kind) {
