@@ -106,10 +106,14 @@ Child SpawnChild(const std::vector<std::string>& args) {
   return Child{pid, fdopen(in[1], "w"), fdopen(out[0], "r")};
 }
 
+// One whole line, however long: a throughput client sends every latency it measured on one
+// line (8 bytes or so each, so tens of kilobytes).
 std::string ReadLine(FILE* f) {
-  char buf[1 << 16];
-  if (std::fgets(buf, sizeof(buf), f) == nullptr) return "";
-  std::string line(buf);
+  char* buf = nullptr;
+  size_t capacity = 0;
+  ssize_t n = getline(&buf, &capacity, f);
+  std::string line = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  std::free(buf);
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   return line;
 }
@@ -181,7 +185,8 @@ int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string
   return client->Release(name).ok() ? 0 : 70;
 }
 
-// Throughput client: create + delete pairs for `seconds`; prints each pair's latency.
+// Throughput client: create + delete pairs for `seconds`; prints how many, then each pair's
+// latency, on one line.
 int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds, int id) {
   auto client = ConnectOrDie(flags);
   CreateSpec spec;
@@ -198,9 +203,9 @@ int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, doub
     auto created = client->Create(spec);
     auto released = created.ok() ? client->Release(spec.name) : Result<TensorRecord>(created.status());
     if (!released.ok()) return tools::Fail("mcd-bench", released.status());
-    out << Us(t0, Clock::now()) << " ";
+    out << " " << Us(t0, Clock::now());
   }
-  std::printf("%s\n", out.str().c_str());
+  std::printf("%d%s\n", n, out.str().c_str());
   return 0;
 }
 
@@ -271,6 +276,7 @@ class Bench {
       json row = {{"row", r.row}, {"allocator", r.allocator}, {"device", DeviceName(r.device)},
                   {"bytes", r.bytes}, {"n", r.us.size()}, {"median_us", median},
                   {"p90_us", Percentile(r.us, 0.9)}, {"p99_us", Percentile(r.us, 0.99)},
+                  {"max_us", r.us.empty() ? 0.0 : *std::max_element(r.us.begin(), r.us.end())},
                   {"ops_per_s", r.ops_per_s > 0 ? r.ops_per_s : (mean > 0 ? 1e6 / mean : 0)},
                   {"x_floor", floor_us_ > 0 ? median / floor_us_ : 0}};
       if (r.redis_cpu_us >= 0) row["redis_cpu_us_per_op"] = r.redis_cpu_us;
@@ -415,8 +421,14 @@ class Bench {
                 ", create+delete pairs"};
     for (Child& child : children) {
       std::istringstream in(ReadLine(child.from));
-      for (double us; in >> us;) row.us.push_back(us);
+      size_t pairs = 0, read = 0;
+      in >> pairs;
+      for (double us; in >> us; ++read) row.us.push_back(us);
       if (WaitChild(child) != 0) return Status(ErrorCode::kInternal, "a throughput client failed");
+      if (read != pairs || pairs == 0) {
+        return Status(ErrorCode::kInternal, "a throughput client reported " + std::to_string(pairs) +
+                                                " pairs but " + std::to_string(read) + " latencies");
+      }
     }
     double wall = Us(t0, Clock::now()) / 1e6;
     double cpu1 = RedisCpuSeconds();
