@@ -344,13 +344,11 @@ Result<JsonReader> JsonReader::Parse(std::string_view text, int max_depth, const
 }
 
 std::optional<uint32_t> JsonReader::Find(uint32_t object, std::string_view key) const {
-  if (nodes_[object].kind != Kind::kObject) return std::nullopt;
-  uint32_t i = object + 1;
-  for (uint32_t n = 0; n < nodes_[object].count; ++n) {
-    if (nodes_[i].text == key) return i + 1;
-    i = nodes_[i + 1].end;
-  }
-  return std::nullopt;
+  std::optional<uint32_t> found;
+  ForEachMember(object, [&](std::string_view k, uint32_t value) {
+    if (!found && k == key) found = value;
+  });
+  return found;
 }
 
 }  // namespace mcd
