@@ -847,7 +847,7 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
     return Status::Ok();
   });
   if (!allocated.ok()) return fail(allocated);
-  if (cmd.device != kHostDevice && opt_.ready_max_bytes > 0) {
+  if (allocator->RefillDue()) {
     // Replaces the block this create may have taken from the stock while the commit travels.
     (void)worker->second->Post([allocator](DeviceContext& ctx) {
       allocator->Refill(ctx);

@@ -47,6 +47,10 @@ class Allocator {
   // allocation that ran out of memory). No-ops by default.
   virtual void Refill(DeviceContext&) {}
   virtual void Trim(DeviceContext&, bool /*everything*/) {}
+  // Whether Refill has work since it last ran: an Allocate asked for a size the stock keeps.
+  // The server reads it once the create's Allocate has returned, to post Refill only then.
+  // Thread-safe.
+  virtual bool RefillDue() const noexcept { return false; }
   // Bytes held ready for creates to come. Thread-safe.
   virtual uint64_t ReadyBytes() const noexcept { return 0; }
 };

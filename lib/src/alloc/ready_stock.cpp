@@ -30,6 +30,7 @@ class ReadyStock final : public Allocator {
   const char* kind() const noexcept override { return inner_->kind(); }
   int pool_fd() const noexcept override { return inner_->pool_fd(); }
   uint64_t ReadyBytes() const noexcept override { return held_.load(std::memory_order_relaxed); }
+  bool RefillDue() const noexcept override { return refill_due_.load(std::memory_order_relaxed); }
 
   Status Init(DeviceContext& ctx) override {
     MCD_RETURN_IF_ERROR(inner_->Init(ctx));
@@ -46,6 +47,7 @@ class ReadyStock final : public Allocator {
   // checks its own state.
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
     if (bytes <= max_block_) {
+      refill_due_.store(true, std::memory_order_relaxed);
       Shelf& shelf = shelves_[bytes];
       shelf.last_create_ms = SteadyMs();
       shelf.wanted = std::min(shelf.wanted + 1, kReadyPerSize);
@@ -89,6 +91,7 @@ class ReadyStock final : public Allocator {
 
   // One block more per wanted size and call, so that a Refill job stays short.
   void Refill(DeviceContext& ctx) override {
+    refill_due_.store(false, std::memory_order_relaxed);
     if (refill_paused_) return;
     for (auto& [bytes, shelf] : shelves_) {
       if (static_cast<int>(shelf.blocks.size()) >= shelf.wanted || ReadyBytes() + bytes > max_bytes_) continue;
@@ -144,6 +147,9 @@ class ReadyStock final : public Allocator {
   const uint64_t max_block_;
   std::map<uint64_t, Shelf> shelves_;  // by size in bytes; worker thread only
   std::atomic<uint64_t> held_{0};
+  // Set by Allocate for a stocked size, cleared by Refill (both on the worker thread); the
+  // server reads it after the Allocate it waited for.
+  std::atomic<bool> refill_due_{false};
   bool zeroing_ = false;  // a memset of a freed block was queued since the last synchronization
   bool hook_added_ = false;
   bool refill_paused_ = false;  // a Refill ran out of memory; until the next Free or Trim
