@@ -60,6 +60,16 @@ Result<uint64_t> ParseSize(const std::string& text) {
   return static_cast<uint64_t>(value * scale);
 }
 
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 std::string HumanAge(int64_t ms) {
   if (ms < 0) ms = 0;
   int64_t s = ms / 1000;

@@ -215,14 +215,16 @@ class Bench {
  public:
   Bench(Options opt, tools::CommonFlags flags) : opt_(std::move(opt)), flags_(std::move(flags)) {}
 
+  // Also opens the connection that RedisCpuSeconds reads on.
   Status RedisFloor() {
     auto url = ResolveRedisUrl(flags_.redis_url);
     if (!url.ok()) return url.status();
     auto conn = RedisConnection::Connect(url.value());
     if (!conn.ok()) return conn.status();
+    redis_ = std::move(conn.value());
     Row row{"redis_rtt", "-", kHostDevice, 0, {}, 0, "PING, one client: the floor"};
-    for (int i = 0; i < 50; ++i) (void)conn.value()->Command({"PING"});
-    Timed(row, [&](int) { return conn.value()->Command({"PING"}).status(); });
+    for (int i = 0; i < 50; ++i) (void)redis_->Command({"PING"});
+    Timed(row, [&](int) { return redis_->Command({"PING"}).status(); });
     floor_us_ = Percentile(row.us, 0.5);
     rows_.push_back(std::move(row));
     return Status::Ok();
@@ -231,13 +233,7 @@ class Bench {
   // Redis's CPU time so far (INFO cpu: user + system of the whole redis-server process), in
   // seconds; negative when it cannot be read (an INFO that is not allowed, say).
   double RedisCpuSeconds() {
-    if (!redis_) {
-      auto url = ResolveRedisUrl(flags_.redis_url);
-      if (!url.ok()) return -1;
-      auto conn = RedisConnection::Connect(url.value());
-      if (!conn.ok()) return -1;
-      redis_ = std::move(conn.value());
-    }
+    if (!redis_) return -1;  // RedisFloor has not run
     auto info = redis_->Command({"INFO", "cpu"});
     if (!info.ok() || info->type == RedisValue::Type::kError) return -1;
     double total = 0;
@@ -521,7 +517,7 @@ class Bench {
   Options opt_;
   tools::CommonFlags flags_;
   std::unique_ptr<Client> client_;
-  std::unique_ptr<RedisConnection> redis_;  // for Redis's CPU time around the throughput rows
+  std::unique_ptr<RedisConnection> redis_;  // the floor's PINGs, then Redis's CPU time
   std::vector<Row> rows_;
   double floor_us_ = 0;
 };
@@ -653,9 +649,7 @@ int main(int argc, char** argv) {
   }
   std::sort(opt.sizes.begin(), opt.sizes.end());
   opt.clients.clear();
-  for (size_t start = 0;;) {  // every item between commas, empty ones included
-    size_t comma = clients.find(',', start);
-    std::string item = clients.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& item : tools::SplitList(clients)) {
     char* end = nullptr;
     long n = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || n < 1 || n > kMaxClients) {
@@ -664,8 +658,6 @@ int main(int argc, char** argv) {
                                                  std::to_string(kMaxClients) + ", separated by commas (e.g. 1,2,4,8)"));
     }
     opt.clients.push_back(static_cast<int>(n));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   int gpus = 0;
   if (!cpu_only && cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;

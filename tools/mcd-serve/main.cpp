@@ -107,15 +107,10 @@ int main(int argc, char** argv) {
     options.all_devices = false;
   } else if (devices != "all") {
     options.all_devices = false;
-    size_t start = 0;
-    while (start <= devices.size()) {
-      size_t comma = devices.find(',', start);
-      std::string part = devices.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    for (const std::string& part : tools::SplitList(devices)) {
       auto device = ParseDevice(part);
       if (!device.ok()) return tools::Fail("mcd-serve", device.status());
       if (device.value() != kHostDevice) options.devices.push_back(device.value());
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   }
 
