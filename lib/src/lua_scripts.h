@@ -15,9 +15,14 @@ namespace mcd {
 // ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7])
 // ARGV[7] owner
 // ARGV[8] action: "none" | "hset" (pairs from ARGV[9]) | "del" | "incr" (below)
-// incr: ARGV[9] delta, ARGV[10] reply tail while referenced, ARGV[11] reply tail when freed; at
-// refcount <= 0 the hash is deleted (the caller then frees the memory).
+// incr (needs "mine"): ARGV[9] delta, ARGV[10] reply tail while referenced, ARGV[11] reply tail
+// when freed; at refcount <= 0 the hash is deleted (the caller then frees the memory).
 // Returns {"ok"} | {"ok", refcount} (incr) | {"dup", first_reply} | {"conflict"}.
+//
+// Redis does not undo a script's writes when a later command of it fails, so the reply is
+// written first: a write that Redis refuses (out of memory under maxmemory, a reply key of
+// another type) then fails the commit before anything has changed, and once one write has gone
+// through Redis lets the others through too.
 inline constexpr const char* kCommitScript = R"lua(
 if ARGV[5] == '1' then
   local first = redis.call('GET', KEYS[4])
@@ -29,23 +34,20 @@ if ARGV[5] == '1' then
   end
 end
 local pre = ARGV[6]
+local refcount
 if pre == 'absent' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {'conflict'} end
 elseif pre == 'mine' then
-  local f = redis.call('HMGET', KEYS[1], 'state', 'owner')
+  local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount')
   if f[1] ~= 'ready' or f[2] ~= ARGV[7] then return {'conflict'} end
+  refcount = tonumber(f[3])
 end
 local action = ARGV[8]
 local reply = ARGV[2]
 local result = {'ok'}
-if action == 'hset' then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
-elseif action == 'del' then
-  redis.call('DEL', KEYS[1])
-elseif action == 'incr' then
-  local n = redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[9])
+if action == 'incr' then
+  local n = refcount + tonumber(ARGV[9])
   if n <= 0 then
-    redis.call('DEL', KEYS[1])
     reply = reply .. '0' .. ARGV[11]
   else
     reply = reply .. n .. ARGV[10]
@@ -53,9 +55,16 @@ elseif action == 'incr' then
   result = {'ok', n}
 end
 if ARGV[5] == '1' then
-  redis.call('SET', KEYS[4], reply, 'EX', ARGV[4])
   redis.call('RPUSH', KEYS[3], reply)
   redis.call('EXPIRE', KEYS[3], ARGV[3])
+  redis.call('SET', KEYS[4], reply, 'EX', ARGV[4])
+end
+if action == 'hset' then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+elseif action == 'del' or (action == 'incr' and result[2] <= 0) then
+  redis.call('DEL', KEYS[1])
+elseif action == 'incr' then
+  redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[9])
 end
 if ARGV[1] ~= '' then redis.call('LREM', KEYS[2], -1, ARGV[1]) end
 return result

@@ -124,6 +124,12 @@ class Server::Impl {
   Status WriteHeartbeat(RedisConnection& conn);
 
   void ProcessBatch(const std::vector<std::string>& raws);
+  // Redis answered the take with an error on a live connection (out of memory under maxmemory,
+  // a replica that became read-only, a queue key of the wrong type): says so once, then once a
+  // minute, and waits before the next try, 0.1 s at first, then up to a second, so that
+  // commands flow again soon after Redis recovers.
+  void PauseAfterRefusedTake(const Status& status);
+  void TakeAcceptedAgain();
   Status ResumeUnfinished();
   Status SettleAfterReconnect();
   // Sends the batch's commits without waiting for them; their results are read by Drain.
@@ -148,6 +154,20 @@ class Server::Impl {
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
   void HandleCreate(const std::string& raw, const Command& cmd);
   void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  // After a commit that Redis answered with an error (a key of the wrong type, Redis out of
+  // memory under maxmemory): nothing of it was applied. The client gets an error reply; if Redis
+  // refuses that too, the command still leaves the processing list (Drop), so that it is neither
+  // run again after a reconnect nor waited for. Only on a live connection: after a lost one,
+  // the commands left in the list are resumed instead.
+  void Refused(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  // Removes a command from the processing list without a reply (LREM needs no memory, so it
+  // works when Redis refuses writes for lack of it).
+  void Drop(const std::string& raw, const Status& why);
+  // Writes the error reply of a command and removes it from the processing list, now.
+  void AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  // An error reply that could not be written: logged, and on a live connection the command is
+  // dropped all the same.
+  void Unanswered(const std::string& raw, const Status& status);
   Status MissingStatus(const std::string& name);
   void HandleRefcount(const std::string& raw, const Command& cmd, int delta);
   // Queues a commit for the current batch (or returns it to run now with CommitNow).
@@ -174,6 +194,9 @@ class Server::Impl {
   std::optional<Result<RedisValue>> take_reply_;  // a take's answer, read by Drain
   // How many commands the next take asks for: twice what the last one got (2 to 64).
   int take_size_ = 4;
+  int take_refusals_ = 0;  // takes Redis refused in a row
+  int refusal_pause_ms_ = 100;
+  Clock::time_point refused_since_, refusal_said_;
   std::atomic<long long> client_id_{0};  // read by the heartbeat thread to unblock Run()
   std::string processing_key_;
   std::string shm_prefix_;
@@ -534,9 +557,9 @@ Status Server::Impl::Run() {
       Drain();  // on this connection, before any reconnect: a lost one fails them all
       busy = false;
       if (stop_) break;
-      if (taken.status().code() == ErrorCode::kUnexpectedReply) {
-        Log(LogLevel::kError, taken.status().message() + " (is '" + opt_.keys.queue + "' a list?)");
-        std::this_thread::sleep_for(std::chrono::seconds(1));
+      ErrorCode code = taken.status().code();
+      if ((code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) && redis_->connected()) {
+        PauseAfterRefusedTake(taken.status());  // Redis answered: reconnecting would not help
         continue;
       }
       Log(LogLevel::kWarn, "Redis: " + taken.status().ToString() + "; reconnecting");
@@ -551,6 +574,7 @@ Status Server::Impl::Run() {
       continue;
     }
     backoff_ms = 100;
+    if (take_refusals_ > 0) TakeAcceptedAgain();
     if (taken->is_nil()) continue;  // BLMOVE timeout or CLIENT UNBLOCK
     std::vector<std::string> raws;
     for (RedisValue& v : taken->elements) raws.push_back(std::move(v.str));
@@ -561,6 +585,32 @@ Status Server::Impl::Run() {
   return Status::Ok();
 }
 
+
+void Server::Impl::PauseAfterRefusedTake(const Status& status) {
+  auto now = Clock::now();
+  if (take_refusals_++ == 0) refused_since_ = now;
+  if (take_refusals_ == 1 || now - refusal_said_ >= std::chrono::minutes(1)) {
+    refusal_said_ = now;
+    std::string why = status.message();
+    while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
+    if (status.code() == ErrorCode::kUnexpectedReply) why += " (is '" + opt_.keys.queue + "' a list?)";
+    Log(LogLevel::kError, "Redis refuses to hand out commands: " + why +
+                              (take_refusals_ == 1 ? "; trying again"
+                                                   : "; still so after " + std::to_string(take_refusals_) + " tries"));
+  }
+  for (int waited = 0; waited < refusal_pause_ms_ && !stop_; waited += 100) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  refusal_pause_ms_ = std::min(refusal_pause_ms_ * 2, 1000);
+}
+
+void Server::Impl::TakeAcceptedAgain() {
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - refused_since_).count();
+  Log(LogLevel::kInfo, "Redis hands out commands again (refused " + std::to_string(take_refusals_) + " time(s) over " +
+                           std::to_string(seconds) + " s)");
+  take_refusals_ = 0;
+  refusal_pause_ms_ = 100;
+}
 
 void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
   // Commands of one batch are planned in order and their commits pipelined. A command naming a
@@ -685,7 +735,7 @@ Result<Server::Impl::CommitResult> Server::Impl::RunCommit(Pending& pending) {
   // run it again. Bounded, so that a Redis that keeps flushing cannot hold the server here.
   for (int attempt = 1;; ++attempt) {
     std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
-    Result<CommitResult> result = ParseCommit(redis_->Command(argv));
+    Result<CommitResult> result = ParseCommit(redis_->CommandRaw(argv));  // errors read as pipelined ones
     if (result.ok() || !IsNoScript(result.status().message()) || attempt == 8) return result;
     MCD_RETURN_IF_ERROR(LoadScript());
     pending.args[1] = commit_sha_;
@@ -744,9 +794,39 @@ Result<Server::Impl::CommitResult> Server::Impl::ParseCommit(Result<RedisValue> 
 void Server::Impl::Fail(const std::string& raw, const std::string& req, const char* op,
                         const Status& status) {
   batch_.push_back(Commit(raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {},
-                          [](Result<CommitResult> r) {
-                            if (!r.ok()) Log(LogLevel::kError, "cannot write error reply: " + r.status().ToString());
+                          [this, raw](Result<CommitResult> r) {
+                            if (!r.ok()) Unanswered(raw, r.status());
                           }));
+}
+
+void Server::Impl::AnswerNow(const std::string& raw, const std::string& req, const char* op,
+                             const Status& status) {
+  auto answered = CommitNow(Commit(raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {}));
+  if (!answered.ok()) Unanswered(raw, answered.status());
+}
+
+void Server::Impl::Unanswered(const std::string& raw, const Status& status) {
+  if (status.code() == ErrorCode::kRedisError && redis_->connected()) return Drop(raw, status);
+  Log(LogLevel::kError, "cannot write error reply: " + status.ToString());
+}
+
+void Server::Impl::Refused(const std::string& raw, const std::string& req, const char* op,
+                           const Status& status) {
+  if (status.code() != ErrorCode::kRedisError || !redis_->connected() || raw.empty()) return;
+  // "Redis EVALSHA: WRONGTYPE Operation ... script: <sha>, on @user_script:15." says more about
+  // the script than the client needs: keep Redis's own words.
+  std::string why = status.message();
+  if (why.rfind("Redis EVALSHA: ", 0) == 0) why.erase(0, 15);
+  if (size_t script = why.find(" script: "); script != std::string::npos) why.erase(script);
+  AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + why));
+}
+
+void Server::Impl::Drop(const std::string& raw, const Status& why) {
+  Drain();
+  auto removed = redis_->Command({"LREM", processing_key_, "-1", raw});
+  std::string what = "command " + raw.substr(0, 200) + " got no reply (" + why.message() + ")";
+  if (removed.ok()) return Log(LogLevel::kWarn, what + "; dropped");
+  Log(LogLevel::kError, what + " and cannot be dropped: " + removed.status().ToString());
 }
 
 void Server::Impl::Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req) {
@@ -884,13 +964,15 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
         }
         Status freed = FreeEntry(entry);
         if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
-        if (!committed.ok()) return Outcome("create", name, committed.status(), t0);
+        if (!committed.ok()) {
+          Refused(raw, req, "create", committed.status());
+          return Outcome("create", name, committed.status(), t0);
+        }
         if (committed->kind == CommitResult::kDup) {
           return Outcome("create", name, Status::Ok(), t0, "repeated_req=" + req);
         }
         Status exists(ErrorCode::kAlreadyExists, "tensor '" + name + "' already exists (made by another server)");
-        auto failed = CommitNow(Commit(raw, req, "", ErrorReply(req, "create", exists), Pre::kNone, "none", {}));
-        if (!failed.ok()) Log(LogLevel::kError, "cannot write error reply: " + failed.status().ToString());
+        AnswerNow(raw, req, "create", exists);
         Outcome("create", name, exists, t0);
       }));
 }
@@ -910,7 +992,10 @@ void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, in
       raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
       {std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"},
       [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
-        if (!committed.ok()) return Outcome(op, name, committed.status(), t0);
+        if (!committed.ok()) {
+          Refused(raw, req, op, committed.status());
+          return Outcome(op, name, committed.status(), t0);
+        }
         if (committed->kind == CommitResult::kDup) {
           return Outcome(op, name, Status::Ok(), t0, "repeated_req=" + req);
         }
@@ -932,8 +1017,7 @@ void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, in
         }
         // The hash is gone or not ready (changed by hand): say which.
         Status missing = MissingStatus(name);
-        auto failed = CommitNow(Commit(raw, req, "", ErrorReply(req, op, missing), Pre::kNone, "none", {}));
-        if (!failed.ok()) Log(LogLevel::kError, "cannot write error reply: " + failed.status().ToString());
+        AnswerNow(raw, req, op, missing);
         Outcome(op, name, missing, t0);
       }));
 }

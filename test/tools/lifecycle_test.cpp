@@ -391,6 +391,61 @@ TEST_F(Lifecycle, ServerLoadsItsScriptsAgainAfterAScriptFlush) {
   EXPECT_EQ(HashField("f", "refcount"), "2");
 }
 
+TEST_F(Lifecycle, AChangeRedisRefusesIsAnsweredAndNotLeftBehind) {
+  ASSERT_EQ(Tool("mcd-create", {"z", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  // Someone replaced the tensor's hash with a string: the delete's commit fails inside Redis.
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("z")}).ok());
+  ASSERT_TRUE(conn->Command({"SET", keys_.Tensor("z"), "junk"}).ok());
+  json reply = Raw(R"({"op":"delete","name":"z","req":"refused-1"})", "refused-1");
+  EXPECT_EQ(reply["ok"], false) << reply.dump() << ServeLog();
+  EXPECT_EQ(reply["error"]["code"], "redis_error") << reply.dump();
+  std::string message = reply["error"]["message"].get<std::string>();
+  EXPECT_NE(message.find("WRONGTYPE"), std::string::npos) << message;
+  EXPECT_EQ(message.find("script"), std::string::npos) << message;  // Redis's words, not the script's
+  // Not left in the processing list to be run again after the next reconnect.
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+  EXPECT_EQ(conn->Command({"GET", keys_.Tensor("z")})->str, "junk");
+  EXPECT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0)
+      << ServeLog();
+}
+
+TEST_F(Lifecycle, ACreateWhoseReplyRedisRefusesChangesNothing) {
+  // The reply list of this req is a string: the commit cannot write the reply, and must then
+  // not have written the hash either (Redis keeps a script's writes made before an error).
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"SET", keys_.Reply("taken-1"), "not a list"}).ok());
+  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue,
+                             R"({"op":"create","name":"c","dtype":"u8","shape":[8],"device":"cpu","req":"taken-1"})"}).ok());
+  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("got no reply") != std::string::npos; }, 5000)) << ServeLog();
+  EXPECT_EQ(conn->Command({"EXISTS", keys_.Tensor("c")})->integer, 0) << ServeLog();
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+  EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 2000));  // its memory went back
+  EXPECT_EQ(Tool("mcd-create", {"c", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0) << ServeLog();
+  EXPECT_EQ(HashField("c", "refcount"), "1");
+}
+
+TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "1"}).ok());
+  auto refused = Tool("mcd-create", {"m", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--timeout-ms", "1000"});
+  EXPECT_EQ(refused.exit_code, 76) << refused.err;
+  EXPECT_NE(refused.err.find("OOM"), std::string::npos) << refused.err;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::string log = ServeLog();
+  // Said once, not at every retry, and no reconnect loop.
+  size_t said = 0;
+  for (size_t at = log.find("refuses to hand out commands"); at != std::string::npos;
+       at = log.find("refuses to hand out commands", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, 1u) << log;
+  EXPECT_EQ(log.find("reconnecting"), std::string::npos) << log;
+  ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "0"}).ok());
+  EXPECT_EQ(Tool("mcd-create", {"m", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0) << ServeLog();
+  EXPECT_NE(ServeLog().find("hands out commands again"), std::string::npos) << ServeLog();
+}
+
 TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   ASSERT_EQ(Tool("mcd-create", {"keep", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
   // A tensor another writer is still creating.
