@@ -492,7 +492,7 @@ class Client::Impl {
     return RecordFromFields(name, values);
   }
 
-  Result<std::vector<TensorRecord>> List(const std::string& glob) {
+  Result<std::vector<TensorRecord>> List(const std::string& glob, std::vector<std::string>* unreadable) {
     // The names first (SCAN, sorted, deduplicated), then their fields with pipelined HMGETs in
     // windows: while this process parses one window, Redis already answers the next.
     MCD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListNames(glob));
@@ -514,9 +514,17 @@ class Client::Impl {
     for (size_t read = 0; read < names.size(); ++read) {
       while (sent < names.size() && sent < read + 2 * kWindow) MCD_RETURN_IF_ERROR(append(names[sent++]));
       MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->ReadReply());
-      if (reply.type != RedisValue::Type::kArray) continue;
+      if (reply.type != RedisValue::Type::kArray) {
+        bool wrong_type = reply.type == RedisValue::Type::kError && reply.str.rfind("WRONGTYPE", 0) == 0;
+        if (unreadable) unreadable->push_back(names[read] + ": " + (wrong_type ? "not a hash" : reply.str));
+        continue;
+      }
       auto record = ToRecord(names[read], reply);
-      if (record.ok()) out.push_back(std::move(record).value());  // deleted meanwhile: skip
+      if (record.ok()) {
+        out.push_back(std::move(record).value());
+      } else if (record.status().code() != ErrorCode::kNotFound && unreadable) {  // not deleted meanwhile
+        unreadable->push_back(names[read] + ": " + record.status().message());
+      }
     }
     return out;
   }
@@ -633,9 +641,9 @@ Status ValidateGlob(const std::string& glob) {
 }
 }  // namespace
 
-Result<std::vector<TensorRecord>> Client::List(const std::string& glob) {
+Result<std::vector<TensorRecord>> Client::List(const std::string& glob, std::vector<std::string>* unreadable) {
   MCD_RETURN_IF_ERROR(ValidateGlob(glob));
-  return impl_->List(glob);
+  return impl_->List(glob, unreadable);
 }
 
 Result<std::vector<std::string>> Client::ListNames(const std::string& glob) {

@@ -446,6 +446,25 @@ TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
   EXPECT_NE(ServeLog().find("hands out commands again"), std::string::npos) << ServeLog();
 }
 
+TEST_F(Lifecycle, ListingSaysWhichKeysHoldNoReadableTensor) {
+  ASSERT_EQ(Tool("mcd-create", {"good", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("by-hand"), "state", "ready"}).ok());
+  ASSERT_TRUE(conn->Command({"SET", keys_.Tensor("a-string"), "x"}).ok());
+  auto ls = Tool("mcd-ls", {"--no-headers"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(ls.out.find("by-hand"), std::string::npos) << ls.out;  // the table keeps its shape
+  EXPECT_NE(ls.out.find("good"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.err.find("2 key(s)"), std::string::npos) << ls.err;
+  EXPECT_NE(ls.err.find("a-string: not a hash"), std::string::npos) << ls.err;
+  EXPECT_NE(ls.err.find("by-hand: tensor hash of 'by-hand' has a missing or malformed \"dtype\""), std::string::npos) << ls.err;
+  auto listed = json::parse(Tool("mcd-ls", {"--json"}).out);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["name"], "good");
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "a-string\nby-hand\ngood\n");  // names alone: every key
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("by-hand"), keys_.Tensor("a-string")}).ok());
+}
+
 TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   ASSERT_EQ(Tool("mcd-create", {"keep", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
   // A tensor another writer is still creating.

@@ -36,8 +36,16 @@ int main(int argc, char** argv) {
     std::cout << out;
     return 0;
   }
-  auto records = client.value()->List(glob);
+  std::vector<std::string> unreadable;
+  auto records = client.value()->List(glob, &unreadable);
   if (!records.ok()) return tools::Fail(tool, records.status());
+  if (!unreadable.empty()) {
+    // On stderr, so the table and the JSON stay what scripts expect; -q lists these names too.
+    std::cerr << tool << ": warning: " << unreadable.size() << " key(s) under the tensor prefix hold no readable tensor:";
+    for (size_t i = 0; i < unreadable.size() && i < 5; ++i) std::cerr << "\n  " << unreadable[i];
+    if (unreadable.size() > 5) std::cerr << "\n  ... and " << unreadable.size() - 5 << " more";
+    std::cerr << "\n";
+  }
 
   if (json) {
     out = "[";

@@ -75,8 +75,11 @@ class MCD_API Client {
   Status Close(const std::string& name);
   // Reads the hash without touching the refcount.
   Result<TensorRecord> Stat(const std::string& name);
-  // Every tensor whose name matches `glob` (SCAN, never KEYS), sorted by name.
-  Result<std::vector<TensorRecord>> List(const std::string& glob = "*");
+  // Every tensor whose name matches `glob` (SCAN, never KEYS), sorted by name. Keys under the
+  // tensor prefix that hold no readable tensor (a hash written by hand without its fields, a key
+  // of another type) are left out; with `unreadable`, each is added there as "name: why".
+  Result<std::vector<TensorRecord>> List(const std::string& glob = "*",
+                                         std::vector<std::string>* unreadable = nullptr);
   // Only the names (SCAN alone), sorted.
   Result<std::vector<std::string>> ListNames(const std::string& glob = "*");
 
