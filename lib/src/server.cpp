@@ -157,8 +157,10 @@ class Server::Impl {
   // After a commit that Redis answered with an error (a key of the wrong type, Redis out of
   // memory under maxmemory): nothing of it was applied. The client gets an error reply; if Redis
   // refuses that too, the command still leaves the processing list (Drop), so that it is neither
-  // run again after a reconnect nor waited for. Only on a live connection: after a lost one,
-  // the commands left in the list are resumed instead.
+  // run again after a reconnect nor waited for. An error that may pass (Redis busy with a
+  // script, loading, a missing ACL permission) leaves the command in the list instead, to be
+  // resumed a second later (resume_due_), then after 2, 4, 8 and 10 s while it is refused. Only on a live connection: after a lost one, the
+  // commands left in the list are resumed after reconnecting.
   void Refused(const std::string& raw, const std::string& req, const char* op, const Status& status);
   // Removes a command from the processing list without a reply (LREM needs no memory, so it
   // works when Redis refuses writes for lack of it).
@@ -194,6 +196,11 @@ class Server::Impl {
   std::optional<Result<RedisValue>> take_reply_;  // a take's answer, read by Drain
   // How many commands the next take asks for: twice what the last one got (2 to 64).
   int take_size_ = 4;
+  // Commands left in the processing list by a commit that may pass: resumed from the list when
+  // nothing is in flight, from resume_at_ on.
+  bool resume_due_ = false;
+  Clock::time_point resume_at_{};
+  int resume_rounds_ = 0;  // resumes in a row that left commands behind again
   int take_refusals_ = 0;  // takes Redis refused in a row
   int refusal_pause_ms_ = 100;
   Clock::time_point refused_since_, refusal_said_;
@@ -544,6 +551,17 @@ Status Server::Impl::Run() {
     }
     if (!busy && taken.ok()) {
       Drain();  // before sleeping: the commits' results, and what the last batch freed is freed
+      if (resume_due_ && Clock::now() >= resume_at_) {
+        // Nothing is due and no take is out: the processing list holds only the left commands.
+        resume_due_ = false;
+        Status resumed = ResumeUnfinished();
+        if (!resumed.ok()) Log(LogLevel::kWarn, "resuming commands: " + resumed.ToString());
+        Drain();
+        // Still refused: the next round waits longer, up to 10 s.
+        resume_rounds_ = resume_due_ ? resume_rounds_ + 1 : 0;
+        resume_at_ = Clock::now() + std::chrono::seconds(std::min(10, 1 << std::min(resume_rounds_, 4)));
+        continue;
+      }
       auto t0 = Clock::now();
       taken = redis_->Command({"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"});
       if (taken.ok() && !taken->is_nil()) {
@@ -818,6 +836,15 @@ void Server::Impl::Refused(const std::string& raw, const std::string& req, const
   std::string why = status.message();
   if (why.rfind("Redis EVALSHA: ", 0) == 0) why.erase(0, 15);
   if (size_t script = why.find(" script: "); script != std::string::npos) why.erase(script);
+  // Busy with another script, loading, failing over, an ACL being changed: this may pass, so the
+  // command stays in the processing list and runs again a little later.
+  for (const char* passing : {"BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "READONLY", "NOSCRIPT", "NOPERM"}) {
+    if (why.rfind(passing, 0) == 0) {
+      if (!resume_due_) resume_at_ = Clock::now() + std::chrono::seconds(1);
+      resume_due_ = true;
+      return;
+    }
+  }
   AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + why));
 }
 

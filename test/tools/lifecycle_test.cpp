@@ -425,6 +425,35 @@ TEST_F(Lifecycle, ACreateWhoseReplyRedisRefusesChangesNothing) {
   EXPECT_EQ(HashField("c", "refcount"), "1");
 }
 
+TEST_F(Lifecycle, ACommitRefusedForAWhileIsAppliedOnceRedisAllowsIt) {
+  auto conn = redis_.Connect();
+  // An operator takes script calls away from the server's user, then gives them back: the take
+  // still works, the commit is refused with NOPERM, which may pass.
+  ASSERT_TRUE(conn->Command({"ACL", "SETUSER", "default", "-evalsha"}).ok());
+  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue,
+                             R"({"op":"create","name":"late","dtype":"u8","shape":[8],"device":"cpu","req":"late-1"})"}).ok());
+  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("name=late outcome=redis_error") != std::string::npos; }, 5000))
+      << ServeLog();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 1);  // kept, not dropped
+  EXPECT_EQ(conn->Command({"EXISTS", keys_.Tensor("late")})->integer, 0);
+  std::string log = ServeLog();
+  size_t tries = 0;
+  for (size_t at = log.find("name=late outcome=redis_error"); at != std::string::npos;
+       at = log.find("name=late outcome=redis_error", at + 1)) {
+    ++tries;
+  }
+  EXPECT_GE(tries, 2u) << log;  // tried again...
+  EXPECT_LE(tries, 5u) << log;  // ...about once a second, not in a tight loop
+  ASSERT_TRUE(conn->Command({"ACL", "SETUSER", "default", "+evalsha"}).ok());
+  auto reply = conn->Command({"BLPOP", keys_.Reply("late-1"), "5"});
+  ASSERT_TRUE(reply.ok() && reply->elements.size() == 2) << ServeLog();
+  EXPECT_EQ(json::parse(reply->elements[1].str)["ok"], true) << reply->elements[1].str;
+  EXPECT_EQ(HashField("late", "refcount"), "1");
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+  EXPECT_EQ(ShmCount(), 1u);  // the failed tries gave their memory back
+}
+
 TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
   auto conn = redis_.Connect();
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "1"}).ok());
