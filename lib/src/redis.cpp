@@ -217,7 +217,7 @@ Status RedisConnection::Open() {
     if (detail.find("refused") != std::string::npos || detail.find("No such file") != std::string::npos) {
       return Status(ErrorCode::kUnavailable,
                     "cannot connect to Redis at " + url_.Redacted() + ": " + detail +
-                        " (is redis-server running? set --redis-url or MCD_REDIS_URL)");
+                        " (is Redis running? `mcd-serve --spawn-redis` starts a private one; --redis-url or MCD_REDIS_URL name yours)");
     }
     return status;
   }
