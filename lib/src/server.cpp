@@ -43,6 +43,24 @@ namespace {
 
 constexpr size_t kCodeCount = static_cast<size_t>(ErrorCode::kUnsupported) + 1;
 
+// Redis's own words from a refused commit: "Redis EVALSHA: WRONGTYPE Operation ... script:
+// <sha>, on @user_script:15." says more about the script than a client needs.
+std::string RedisWords(const Status& status) {
+  std::string words = status.message();
+  if (words.rfind("Redis EVALSHA: ", 0) == 0) words.erase(0, 15);
+  if (size_t script = words.find(" script: "); script != std::string::npos) words.erase(script);
+  return words;
+}
+
+// A refusal that may pass: Redis busy with another script, loading, failing over, without the
+// scripts for a moment, or an ACL being changed.
+bool MayPass(const std::string& words) {
+  for (const char* passing : {"BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "READONLY", "NOSCRIPT", "NOPERM"}) {
+    if (words.rfind(passing, 0) == 0) return true;
+  }
+  return false;
+}
+
 std::string ErrorReply(const std::string& req, const char* op, const Status& status) {
   json doc = {{"ok", false},
               {"error", {{"code", ErrorName(status.code())}, {"message", status.message()}}}};
@@ -159,17 +177,20 @@ class Server::Impl {
   // refuses that too, the command still leaves the processing list (Drop), so that it is neither
   // run again after a reconnect nor waited for. An error that may pass (Redis busy with a
   // script, loading, a missing ACL permission) leaves the command in the list instead, to be
-  // resumed a second later (resume_due_), then after 2, 4, 8 and 10 s while it is refused. Only on a live connection: after a lost one, the
-  // commands left in the list are resumed after reconnecting.
+  // resumed (ResumeLater). Only on a live connection: after a lost one, the commands left in the
+  // list are resumed after reconnecting.
   void Refused(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  // Writes the error reply of a command and removes it from the processing list, now.
+  void AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  // An error reply that could not be written: logged; on a live connection the command is
+  // dropped all the same, or resumed later when the refusal may pass.
+  void Unanswered(const std::string& raw, const Status& status);
   // Removes a command from the processing list without a reply (LREM needs no memory, so it
   // works when Redis refuses writes for lack of it).
   void Drop(const std::string& raw, const Status& why);
-  // Writes the error reply of a command and removes it from the processing list, now.
-  void AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status);
-  // An error reply that could not be written: logged, and on a live connection the command is
-  // dropped all the same.
-  void Unanswered(const std::string& raw, const Status& status);
+  // The processing list is handled again from the list once nothing is in flight, a second from
+  // now, then after 2, 4, 8 and 10 s while commands keep being refused.
+  void ResumeLater();
   Status MissingStatus(const std::string& name);
   void HandleRefcount(const std::string& raw, const Command& cmd, int delta);
   // Queues a commit for the current batch (or returns it to run now with CommitNow).
@@ -824,28 +845,23 @@ void Server::Impl::AnswerNow(const std::string& raw, const std::string& req, con
 }
 
 void Server::Impl::Unanswered(const std::string& raw, const Status& status) {
-  if (status.code() == ErrorCode::kRedisError && redis_->connected()) return Drop(raw, status);
+  if (status.code() == ErrorCode::kRedisError && redis_->connected()) {
+    return MayPass(RedisWords(status)) ? ResumeLater() : Drop(raw, status);
+  }
   Log(LogLevel::kError, "cannot write error reply: " + status.ToString());
 }
 
 void Server::Impl::Refused(const std::string& raw, const std::string& req, const char* op,
                            const Status& status) {
   if (status.code() != ErrorCode::kRedisError || !redis_->connected() || raw.empty()) return;
-  // "Redis EVALSHA: WRONGTYPE Operation ... script: <sha>, on @user_script:15." says more about
-  // the script than the client needs: keep Redis's own words.
-  std::string why = status.message();
-  if (why.rfind("Redis EVALSHA: ", 0) == 0) why.erase(0, 15);
-  if (size_t script = why.find(" script: "); script != std::string::npos) why.erase(script);
-  // Busy with another script, loading, failing over, an ACL being changed: this may pass, so the
-  // command stays in the processing list and runs again a little later.
-  for (const char* passing : {"BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "READONLY", "NOSCRIPT", "NOPERM"}) {
-    if (why.rfind(passing, 0) == 0) {
-      if (!resume_due_) resume_at_ = Clock::now() + std::chrono::seconds(1);
-      resume_due_ = true;
-      return;
-    }
-  }
-  AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + why));
+  std::string words = RedisWords(status);
+  if (MayPass(words)) return ResumeLater();
+  AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words));
+}
+
+void Server::Impl::ResumeLater() {
+  if (!resume_due_) resume_at_ = Clock::now() + std::chrono::seconds(1);
+  resume_due_ = true;
 }
 
 void Server::Impl::Drop(const std::string& raw, const Status& why) {
