@@ -1,5 +1,7 @@
 // The lifecycle on a real GPU with the default allocator: cudaMalloc + a CUDA IPC handle that
 // other processes open, write and read back. Skipped without a CUDA device.
+#include <cuda_runtime.h>
+
 #include "gpu_fixture.h"
 
 namespace mcd {
@@ -41,6 +43,38 @@ TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
 }
 
 TEST_F(GpuLifecycle, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
+
+TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {
+  // Each reply key is taken by a string, so Redis refuses each commit: nothing may be published
+  // and each 256 MiB allocation (above the ready stock's block size) must go back to the driver.
+  constexpr int kCreates = 8;
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  auto conn = redis_->Connect();
+  KeySpace keys = KeySpace();
+  for (int i = 0; i < kCreates; ++i) {
+    std::string req = "refused-" + std::to_string(i);
+    ASSERT_TRUE(conn->Command({"SET", keys.Reply(req), "taken"}).ok());
+    std::string cmd = R"({"op":"create","name":"r)" + std::to_string(i) +
+                      R"(","dtype":"u8","shape":[268435456],"device":0,"req":")" + req + R"("})";
+    ASSERT_TRUE(conn->Command({"LPUSH", keys.queue, cmd}).ok());
+  }
+  auto refused = [&] {
+    std::string log = ServeLog();
+    int n = 0;
+    for (size_t at = log.find("got no reply"); at != std::string::npos; at = log.find("got no reply", at + 1)) ++n;
+    return n;
+  };
+  ASSERT_TRUE(test::WaitFor([&] { return refused() == kCreates; }, 20000)) << ServeLog();
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
+  EXPECT_EQ(conn->Command({"LLEN", keys.Processing(node_)})->integer, 0);
+  // 2 GiB would be missing had they leaked; allow for the server's own context and stock.
+  EXPECT_GT(free_after + (512ull << 20), free_before) << "free before " << free_before << ", after " << free_after;
+  EXPECT_EQ(Tool("mcd-create", {"ok", "--dtype", "u8", "--shape", "268435456", "--device", "0"}).exit_code, 0)
+      << ServeLog();
+}
 
 }  // namespace
 }  // namespace mcd
