@@ -467,8 +467,15 @@ Status Server::Impl::WriteHeartbeat(RedisConnection& conn) {
   MCD_RETURN_IF_ERROR(conn.Append(argv));
   std::string ttl = std::to_string(opt_.heartbeat_ttl_s);
   MCD_RETURN_IF_ERROR(conn.Append({"EXPIRE", key, ttl}));
-  MCD_RETURN_IF_ERROR(conn.ReadReply().status());
-  return conn.ReadReply().status();
+  // Both replies are read whatever the first says; an error reply (OOM under maxmemory, say)
+  // is a failure too, not only a lost connection.
+  Result<RedisValue> set = conn.ReadReply();
+  Result<RedisValue> expire = conn.ReadReply();
+  for (const Result<RedisValue>* reply : {&set, &expire}) {
+    if (!reply->ok()) return reply->status();
+    if ((*reply)->type == RedisValue::Type::kError) return Status(ErrorCode::kRedisError, "Redis: " + (*reply)->str);
+  }
+  return Status::Ok();
 }
 
 void Server::Impl::HeartbeatLoop() {
@@ -476,6 +483,8 @@ void Server::Impl::HeartbeatLoop() {
   ropt.command_timeout_ms = 2000;
   std::unique_ptr<RedisConnection> conn;
   auto interval = std::chrono::milliseconds(std::max(200, opt_.heartbeat_ttl_s * 1000 / 4));
+  int failures = 0;  // in a row
+  Clock::time_point failure_said;
   std::unique_lock<std::mutex> lock(hb_mutex_);
   while (!stop_) {
     lock.unlock();
@@ -485,8 +494,17 @@ void Server::Impl::HeartbeatLoop() {
     }
     if (pool_server_) pool_used_ = PoolUsedBytes();
     if (conn && conn->connected()) {
+      // A failure is said when it starts, then once a minute while it lasts, and its end too.
       Status s = WriteHeartbeat(*conn);
-      if (!s.ok()) Log(LogLevel::kWarn, "heartbeat: " + s.ToString());
+      auto now = Clock::now();
+      if (!s.ok() && (failures++ == 0 || now - failure_said >= std::chrono::minutes(1))) {
+        failure_said = now;
+        Log(LogLevel::kWarn, "heartbeat: " + s.ToString() +
+                                 (failures > 1 ? " (" + std::to_string(failures) + " failures in a row)" : ""));
+      } else if (s.ok() && failures > 0) {
+        Log(LogLevel::kInfo, "heartbeat written again after " + std::to_string(failures) + " failure(s)");
+        failures = 0;
+      }
     }
     lock.lock();
     hb_wake_.wait_for(lock, interval, [this] { return stop_.load(); });

@@ -470,9 +470,15 @@ TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
   }
   EXPECT_EQ(said, 1u) << log;
   EXPECT_EQ(log.find("reconnecting"), std::string::npos) << log;
+  // The heartbeat (every 0.75 s here) failed at least twice by now, and said so once.
+  size_t first = log.find("heartbeat: ");
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("heartbeat: ", first + 1), std::string::npos) << log;
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "0"}).ok());
   EXPECT_EQ(Tool("mcd-create", {"m", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0) << ServeLog();
   EXPECT_NE(ServeLog().find("hands out commands again"), std::string::npos) << ServeLog();
+  EXPECT_TRUE(test::WaitFor([&] { return ServeLog().find("heartbeat written again") != std::string::npos; }, 3000))
+      << ServeLog();
 }
 
 TEST_F(Lifecycle, ListingSaysWhichKeysHoldNoReadableTensor) {
