@@ -40,7 +40,11 @@ if pre == 'absent' then
 elseif pre == 'mine' then
   local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount')
   if f[1] ~= 'ready' or f[2] ~= ARGV[7] then return {'conflict'} end
-  refcount = tonumber(f[3])
+  refcount = 0  -- a missing field counts as 0, and one that is not a number is refused, as HINCRBY does
+  if f[3] then
+    refcount = tonumber(f[3])
+    if not refcount then return redis.error_reply('ERR hash value is not an integer') end
+  end
 end
 local action = ARGV[8]
 local reply = ARGV[2]
