@@ -410,6 +410,22 @@ TEST_F(Lifecycle, AChangeRedisRefusesIsAnsweredAndNotLeftBehind) {
       << ServeLog();
 }
 
+TEST_F(Lifecycle, AHandEditedRefcountReadsAsHincrbyReadsIt) {
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"HDEL", keys_.Tensor("a"), "refcount"}).ok());
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("b"), "refcount", "abc"}).ok());
+  json missing = Raw(R"({"op":"get","name":"a","req":"edit-1"})", "edit-1");  // a missing count is 0
+  EXPECT_EQ(missing["ok"], true) << missing.dump();
+  EXPECT_EQ(missing["tensor"]["refcount"], 1) << missing.dump();
+  EXPECT_EQ(HashField("a", "refcount"), "1");
+  json garbled = Raw(R"({"op":"get","name":"b","req":"edit-2"})", "edit-2");
+  EXPECT_EQ(garbled["error"]["code"], "redis_error") << garbled.dump();
+  EXPECT_EQ(garbled["error"]["message"], "Redis refused the change: ERR hash value is not an integer") << garbled.dump();
+  EXPECT_EQ(HashField("b", "refcount"), "abc");  // untouched
+}
+
 TEST_F(Lifecycle, ACreateWhoseReplyRedisRefusesChangesNothing) {
   // The reply list of this req is a string: the commit cannot write the reply, and must then
   // not have written the hash either (Redis keeps a script's writes made before an error).
