@@ -324,7 +324,9 @@ Status Server::Impl::Start() {
   MCD_RETURN_IF_ERROR(Connect());
   MCD_RETURN_IF_ERROR(CheckSingleInstance());
   MCD_RETURN_IF_ERROR(Reconcile());
-  MCD_RETURN_IF_ERROR(WriteHeartbeat(*redis_));
+  if (Status written = WriteHeartbeat(*redis_); !written.ok()) {
+    return Status(written.code(), "cannot write the heartbeat: " + written.message());
+  }
   owns_heartbeat_ = true;
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +

@@ -678,6 +678,16 @@ TEST_F(Lifecycle, KeepsServingAcrossARedisRestart) {
   EXPECT_EQ(ShmCount(), 2u);
 }
 
+TEST_F(Lifecycle, AServerStartingOnARedisOutOfMemorySaysSo) {
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "1"}).ok());
+  auto other = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_ + "-other"}, Env(), 10);
+  ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "0"}).ok());
+  EXPECT_EQ(other.exit_code, 76) << other.err;
+  EXPECT_NE(other.err.find("cannot write the heartbeat: Redis: OOM"), std::string::npos) << other.err;
+  EXPECT_EQ(conn->Command({"EXISTS", keys_.Server(node_ + "-other")})->integer, 0);
+}
+
 TEST_F(Lifecycle, SecondServerForTheSameNodeIsRefused) {
   auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 10);
   EXPECT_EQ(second.exit_code, 1);
