@@ -31,10 +31,10 @@ Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_s
 std::string HumanBytes(uint64_t bytes);    // "1.0 MiB"
 // "4096", "64MiB", "40GiB", "1.5G", "2T" -> bytes (K/M/G/T are powers of 1024).
 Result<uint64_t> ParseSize(const std::string& text);
-std::string HumanAge(int64_t ms);
+std::string HumanAge(int64_t ms);          // "3s", "5m", "2h", "4d"
 // The items of a comma-separated list, empty ones included ("4," -> "4", ""), so that a caller
 // refuses a stray comma with the item it cannot read.
-std::vector<std::string> SplitList(const std::string& text);          // "3s", "5m", "2h", "4d"
+std::vector<std::string> SplitList(const std::string& text);
 std::string ShapeText(const std::vector<int64_t>& shape);  // "2x3x4"
 int64_t NowMs();  // wall clock, ms since the epoch (as ctime)
 bool StdoutIsTerminal();
