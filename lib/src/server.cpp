@@ -61,6 +61,29 @@ bool MayPass(const std::string& words) {
   return false;
 }
 
+// A failure that repeats (Redis refusing the take, the heartbeat not written): said when it
+// starts and then once a minute while it lasts, not at every try.
+class Recurring {
+ public:
+  // Counts one more failure in a row; true when this one is to be said.
+  bool Again() {
+    auto now = Clock::now();
+    if (count_++ == 0) since_ = now;
+    if (count_ > 1 && now - said_ < std::chrono::minutes(1)) return false;
+    said_ = now;
+    return true;
+  }
+  int count() const { return count_; }  // failures in a row, 0 once it is over
+  long long Seconds() const {
+    return std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - since_).count();
+  }
+  void Over() { count_ = 0; }
+
+ private:
+  int count_ = 0;
+  Clock::time_point since_, said_;
+};
+
 std::string ErrorReply(const std::string& req, const char* op, const Status& status) {
   json doc = {{"ok", false},
               {"error", {{"code", ErrorName(status.code())}, {"message", status.message()}}}};
@@ -143,9 +166,9 @@ class Server::Impl {
 
   void ProcessBatch(const std::vector<std::string>& raws);
   // Redis answered the take with an error on a live connection (out of memory under maxmemory,
-  // a replica that became read-only, a queue key of the wrong type): says so once, then once a
-  // minute, and waits before the next try, 0.1 s at first, then up to a second, so that
-  // commands flow again soon after Redis recovers.
+  // a replica that became read-only, a queue key of the wrong type): says so (take_refused_),
+  // and waits before the next try, 0.1 s at first, then up to a second, so that commands flow
+  // again soon after Redis recovers.
   void PauseAfterRefusedTake(const Status& status);
   void TakeAcceptedAgain();
   Status ResumeUnfinished();
@@ -222,9 +245,7 @@ class Server::Impl {
   bool resume_due_ = false;
   Clock::time_point resume_at_{};
   int resume_rounds_ = 0;  // resumes in a row that left commands behind again
-  int take_refusals_ = 0;  // takes Redis refused in a row
-  int refusal_pause_ms_ = 100;
-  Clock::time_point refused_since_, refusal_said_;
+  Recurring take_refused_;  // takes Redis refused in a row
   std::atomic<long long> client_id_{0};  // read by the heartbeat thread to unblock Run()
   std::string processing_key_;
   std::string shm_prefix_;
@@ -485,8 +506,7 @@ void Server::Impl::HeartbeatLoop() {
   ropt.command_timeout_ms = 2000;
   std::unique_ptr<RedisConnection> conn;
   auto interval = std::chrono::milliseconds(std::max(200, opt_.heartbeat_ttl_s * 1000 / 4));
-  int failures = 0;  // in a row
-  Clock::time_point failure_said;
+  Recurring failed;
   std::unique_lock<std::mutex> lock(hb_mutex_);
   while (!stop_) {
     lock.unlock();
@@ -496,16 +516,13 @@ void Server::Impl::HeartbeatLoop() {
     }
     if (pool_server_) pool_used_ = PoolUsedBytes();
     if (conn && conn->connected()) {
-      // A failure is said when it starts, then once a minute while it lasts, and its end too.
       Status s = WriteHeartbeat(*conn);
-      auto now = Clock::now();
-      if (!s.ok() && (failures++ == 0 || now - failure_said >= std::chrono::minutes(1))) {
-        failure_said = now;
-        Log(LogLevel::kWarn, "heartbeat: " + s.ToString() +
-                                 (failures > 1 ? " (" + std::to_string(failures) + " failures in a row)" : ""));
-      } else if (s.ok() && failures > 0) {
-        Log(LogLevel::kInfo, "heartbeat written again after " + std::to_string(failures) + " failure(s)");
-        failures = 0;
+      if (!s.ok() && failed.Again()) {
+        int n = failed.count();
+        Log(LogLevel::kWarn, "heartbeat: " + s.ToString() + (n > 1 ? " (" + std::to_string(n) + " failures in a row)" : ""));
+      } else if (s.ok() && failed.count() > 0) {
+        Log(LogLevel::kInfo, "heartbeat written again after " + std::to_string(failed.count()) + " failure(s)");
+        failed.Over();
       }
     }
     lock.lock();
@@ -633,7 +650,7 @@ Status Server::Impl::Run() {
       continue;
     }
     backoff_ms = 100;
-    if (take_refusals_ > 0) TakeAcceptedAgain();
+    if (take_refused_.count() > 0) TakeAcceptedAgain();
     if (taken->is_nil()) continue;  // BLMOVE timeout or CLIENT UNBLOCK
     std::vector<std::string> raws;
     for (RedisValue& v : taken->elements) raws.push_back(std::move(v.str));
@@ -646,29 +663,25 @@ Status Server::Impl::Run() {
 
 
 void Server::Impl::PauseAfterRefusedTake(const Status& status) {
-  auto now = Clock::now();
-  if (take_refusals_++ == 0) refused_since_ = now;
-  if (take_refusals_ == 1 || now - refusal_said_ >= std::chrono::minutes(1)) {
-    refusal_said_ = now;
+  if (take_refused_.Again()) {
     std::string why = status.message();
     while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
     if (status.code() == ErrorCode::kUnexpectedReply) why += " (is '" + opt_.keys.queue + "' a list?)";
+    int tries = take_refused_.count();
     Log(LogLevel::kError, "Redis refuses to hand out commands: " + why +
-                              (take_refusals_ == 1 ? "; trying again"
-                                                   : "; still so after " + std::to_string(take_refusals_) + " tries"));
+                              (tries == 1 ? "; trying again" : "; still so after " + std::to_string(tries) + " tries"));
   }
-  for (int waited = 0; waited < refusal_pause_ms_ && !stop_; waited += 100) {
+  // 0.1 s, then twice as long each time, up to a second.
+  int pause_ms = 100 << std::min(take_refused_.count() - 1, 4);
+  for (int waited = 0; waited < std::min(pause_ms, 1000) && !stop_; waited += 100) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  refusal_pause_ms_ = std::min(refusal_pause_ms_ * 2, 1000);
 }
 
 void Server::Impl::TakeAcceptedAgain() {
-  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - refused_since_).count();
-  Log(LogLevel::kInfo, "Redis hands out commands again (refused " + std::to_string(take_refusals_) + " time(s) over " +
-                           std::to_string(seconds) + " s)");
-  take_refusals_ = 0;
-  refusal_pause_ms_ = 100;
+  Log(LogLevel::kInfo, "Redis hands out commands again (refused " + std::to_string(take_refused_.count()) +
+                           " time(s) over " + std::to_string(take_refused_.Seconds()) + " s)");
+  take_refused_.Over();
 }
 
 void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
