@@ -10,46 +10,19 @@
 //
 //   nvcc -O2 -o pool_import_probe scripts/probes/pool_import_probe.cu
 //   ./pool_import_probe 0; ./pool_import_probe 1073741824
-#include <cuda_runtime.h>
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
+#include "pool_probe_common.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Us(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::micro>(b - a).count();
-}
-
-void Check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-  std::exit(1);
-}
+using namespace probe;
 
 int Child(int fd, const char* hex) {
-  cudaMemPoolPtrExportData data{};
-  for (int i = 0; i < 64; ++i) std::sscanf(hex + 2 * i, "%2hhx", &data.reserved[i]);
-  Check(cudaSetDevice(0), "cudaSetDevice");
-  Check(cudaFree(nullptr), "context");
+  cudaMemPoolPtrExportData data = Unhex(hex);
+  ContextUp();
   auto t0 = Clock::now();
-  cudaMemPool_t pool;
-  Check(cudaMemPoolImportFromShareableHandle(&pool, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                                             cudaMemHandleTypePosixFileDescriptor, 0),
-        "cudaMemPoolImportFromShareableHandle");
+  cudaMemPool_t pool = ImportPool(fd);
   auto t1 = Clock::now();
-  cudaMemAccessDesc access{};
-  access.location.type = cudaMemLocationTypeDevice;
-  access.location.id = 0;
-  access.flags = cudaMemAccessFlagsProtReadWrite;
-  Check(cudaMemPoolSetAccess(pool, &access, 1), "cudaMemPoolSetAccess");
+  GrantAccess(pool);
   auto t2 = Clock::now();
   void* ptr = nullptr;
   Check(cudaMemPoolImportPointer(&ptr, pool, &data), "cudaMemPoolImportPointer");
@@ -67,16 +40,7 @@ int Child(int fd, const char* hex) {
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "child") return Child(std::atoi(argv[2]), argv[3]);
   size_t reserve = argc > 1 ? std::strtoull(argv[1], nullptr, 0) : 0;
-  Check(cudaSetDevice(0), "cudaSetDevice");
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t pool;
-  Check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
-  unsigned long long keep_all = ~0ull;  // what is given back stays in the pool
-  Check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all), "release threshold");
+  cudaMemPool_t pool = MakeIpcPool();
   cudaStream_t stream;
   Check(cudaStreamCreate(&stream), "cudaStreamCreate");
   if (reserve > 0) {
@@ -88,23 +52,8 @@ int main(int argc, char** argv) {
   Check(cudaMallocFromPoolAsync(&ptr, 1 << 20, pool, stream), "cudaMallocFromPoolAsync");
   Check(cudaMemsetAsync(ptr, 1, 1 << 20, stream), "cudaMemsetAsync");
   Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  int fd = -1;
-  Check(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0),
-        "cudaMemPoolExportToShareableHandle");
-  fcntl(fd, F_SETFD, 0);  // inherited by the children across exec
-  cudaMemPoolPtrExportData data;
-  Check(cudaMemPoolExportPointer(&data, ptr), "cudaMemPoolExportPointer");
-  char hex[129];
-  for (int i = 0; i < 64; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(data.reserved[i]));
-  std::string fd_text = std::to_string(fd);
-  for (int i = 0; i < 5; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      execl("/proc/self/exe", argv[0], "child", fd_text.c_str(), hex, static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-  }
+  std::string fd_text = std::to_string(ExportForChildren(pool));
+  std::string hex = Hex(ExportPointer(ptr));
+  for (int i = 0; i < 5; ++i) RunFreshChild(argv[0], {"child", fd_text, hex});
   return 0;
 }
