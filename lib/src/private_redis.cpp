@@ -1,4 +1,5 @@
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +15,8 @@
 namespace mcd {
 
 Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& redis_server,
-                                                          const std::string& folder) {
+                                                          const std::string& folder,
+                                                          bool stop_with_caller) {
   std::string dir = folder.empty() ? RuntimeDir() : folder;
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status(ErrorCode::kIoError, "mkdir " + dir + ": " + std::strerror(errno));
@@ -30,9 +32,14 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
   if (RedisConnection::Connect(url).ok()) return out;
   unlink(socket.c_str());
   std::string log_file = dir + "/redis.log";
+  pid_t caller = getpid();
   pid_t pid = fork();
   if (pid < 0) return Status(ErrorCode::kInternal, std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    if (stop_with_caller) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // kept across exec
+      if (getppid() != caller) _exit(1);
+    }
     // exec keeps the signal mask and ignored signals: give redis-server a clean slate, or it
     // would never see the SIGTERM that stops it.
     sigset_t none;

@@ -192,6 +192,39 @@ std::vector<std::string> ShmObjects(const std::string& prefix) {
   return out;
 }
 
+namespace {
+// The fields of /proc/PID/stat after the command's closing parenthesis: state, ppid, ...
+std::vector<std::string> StatFields(pid_t pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  std::vector<std::string> fields;
+  if (close == std::string::npos) return fields;
+  std::istringstream in(stat.substr(close + 1));
+  for (std::string field; in >> field && fields.size() < 2;) fields.push_back(field);
+  return fields;
+}
+}  // namespace
+
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    auto fields = StatFields(static_cast<pid_t>(pid));
+    if (fields.size() == 2 && fields[1] == std::to_string(parent)) out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(dir);
+  return out;
+}
+
+bool Running(pid_t pid) {
+  auto fields = StatFields(pid);
+  return fields.size() == 2 && fields[0] != "Z" && fields[0] != "X";
+}
+
 bool WaitFor(const std::function<bool()>& predicate, int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {

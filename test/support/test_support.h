@@ -79,6 +79,10 @@ std::string ToolPath(const std::string& tool);  // build/bin/<tool>
 std::string ReadFile(const std::string& path);
 // Files in /dev/shm whose names start with `prefix`.
 std::vector<std::string> ShmObjects(const std::string& prefix);
+// The processes whose parent is `parent` (from /proc).
+std::vector<pid_t> ChildrenOf(pid_t parent);
+// Whether `pid` is a process that still runs (an unreaped zombie does not).
+bool Running(pid_t pid);
 // Polls `predicate` every 20 ms for at most `timeout_ms`.
 bool WaitFor(const std::function<bool()>& predicate, int timeout_ms);
 bool HasCudaDevice();

@@ -1,8 +1,10 @@
 // A short mcd-bench run on host memory: checks the record's shape and sanity, not speed.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "test_support.h"
 
@@ -45,6 +47,32 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
   // Every row of both sizes: 5 per size, plus the floor, a throughput row per client count and
   // two bandwidth rows.
   EXPECT_EQ(record["rows"].size(), 1u + 2 * 5 + 2 + 2);
+}
+
+// A self-serving bench stops its private Redis and server however it ends: on SIGTERM at the
+// next operation, exiting 128 + 15; killed outright, they get SIGTERM from the kernel.
+TEST(Bench, SelfServeStopsItsRedisAndServerHoweverItEnds) {
+  for (int sig : {SIGTERM, SIGKILL}) {
+    SCOPED_TRACE(sig);
+    test::TempDir dir;
+    test::Background bench({test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB",
+                            "--iterations", "100000", "--max-seconds", "2", "--clients", "2"},
+                           {{"TMPDIR", dir.path()}}, dir.path() + "/bench.log");
+    std::vector<pid_t> helpers;  // its redis-server and mcd-serve
+    ASSERT_TRUE(test::WaitFor([&] {
+      helpers.clear();
+      for (pid_t child : test::ChildrenOf(bench.pid())) {
+        std::string comm = test::ReadFile("/proc/" + std::to_string(child) + "/comm");
+        if (comm == "redis-server\n" || comm == "mcd-serve\n") helpers.push_back(child);
+      }
+      return helpers.size() == 2;
+    }, 20000)) << test::ReadFile(dir.path() + "/bench.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the rows
+    EXPECT_EQ(bench.Stop(sig), sig == SIGTERM ? 128 + SIGTERM : -SIGKILL);
+    for (pid_t helper : helpers) {
+      EXPECT_TRUE(test::WaitFor([&] { return !test::Running(helper); }, 10000)) << helper;
+    }
+  }
 }
 
 TEST(Bench, BadCountsAreUsageErrorsAndMeasureNothing) {

@@ -591,6 +591,33 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   EXPECT_NE(log.find("outcome=out_of_memory"), std::string::npos);
 }
 
+// mcd-bench against a live server gives back every tensor it made: after a run that went
+// through, and after one stopped by SIGTERM halfway, with its own tensors, its child processes'
+// references and those processes themselves.
+TEST_F(Lifecycle, ABenchGivesBackEveryTensorItMadeEvenWhenStopped) {
+  auto run = Tool("mcd-bench", {"--cpu", "--sizes", "4KiB", "--iterations", "20", "--max-seconds", "0.3",
+                                "--fresh", "1", "--clients", "1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err.find("warning"), std::string::npos) << run.err;
+  EXPECT_EQ(TensorKeys(), std::vector<std::string>{});
+  EXPECT_TRUE(ShmFreedSoon());
+
+  test::Background bench({test::ToolPath("mcd-bench"), "--cpu", "--sizes", "4KiB,1MiB", "--iterations", "200",
+                          "--max-seconds", "2", "--fresh", "20", "--clients", "2", "--node", node_},
+                         Env(), dir_.path() + "/bench.log");
+  std::vector<pid_t> children;
+  ASSERT_TRUE(test::WaitFor([&] {
+    children = test::ChildrenOf(bench.pid());
+    return !children.empty() && !TensorKeys().empty();
+  }, 20000)) << test::ReadFile(dir_.path() + "/bench.log");
+  EXPECT_EQ(bench.Stop(SIGTERM), 128 + SIGTERM);
+  std::string log = test::ReadFile(dir_.path() + "/bench.log");
+  EXPECT_NE(log.find("mcd-bench: stopped by SIGTERM; the run's tensors are given back"), std::string::npos) << log;
+  EXPECT_EQ(TensorKeys(), std::vector<std::string>{});
+  EXPECT_TRUE(ShmFreedSoon());
+  for (pid_t child : children) EXPECT_FALSE(test::Running(child)) << child;
+}
+
 TEST_F(Lifecycle, ToolExitCodes) {
   EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "f32"}).exit_code, 64);
   EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "f99", "--shape", "1"}).exit_code, 64);

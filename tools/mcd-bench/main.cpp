@@ -6,11 +6,13 @@
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -65,12 +67,42 @@ struct Options {
 // Throughput clients per row at most: each is a process with its own Redis connection.
 constexpr int kMaxClients = 256;
 
+// The signal (SIGINT, SIGTERM, SIGHUP) that asked the run to stop, or 0. The run then stops at
+// its next operation, gives back what it made and exits 128 + the signal; a second one kills.
+volatile std::sig_atomic_t g_stop_signal = 0;
+void OnStopSignal(int sig) { g_stop_signal = sig; }
+bool Stopping() { return g_stop_signal != 0; }
+void CatchStopSignals() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  action.sa_flags = static_cast<int>(SA_RESTART | SA_RESETHAND);
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
+}
+Status StoppedBySignal() {
+  const char* name = g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+  return Status(ErrorCode::kStopped, std::string("stopped by ") + name);
+}
+
+// In a forked child: die with the bench, even when it is killed before it can stop its children.
+void DieWithParent(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(1);
+}
+
 bool Progress() { return isatty(STDERR_FILENO) == 1; }
 void Say(const std::string& text) {
   if (Progress()) std::cerr << "\r\033[K" << text << std::flush;
 }
 
 // --- child processes ------------------------------------------------------------------------
+
+// Every tensor a run makes, its children's too, is named bench.<the bench's pid>.<row>.<i>, so
+// that what a failed or stopped row leaves can be found and given back.
+std::string TensorPrefix(pid_t bench) { return "bench." + std::to_string(bench) + "."; }
+std::string TensorName(pid_t bench, const std::string& row, int i) {
+  return TensorPrefix(bench) + row + "." + std::to_string(i);
+}
 
 std::string SelfExe() {
   char buf[4096];
@@ -87,8 +119,10 @@ struct Child {
 Child SpawnChild(const std::vector<std::string>& args) {
   int in[2], out[2];
   if (pipe(in) != 0 || pipe(out) != 0) return {};
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    DieWithParent(parent);
     dup2(in[0], STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
     close(in[1]);
@@ -138,10 +172,14 @@ Status Touch(const TensorView& view) {
   return err == cudaSuccess ? Status::Ok() : Status(ErrorCode::kCudaError, cudaGetErrorString(err));
 }
 
+Result<std::unique_ptr<Client>> Connect(const tools::CommonFlags& flags) {
+  MCD_ASSIGN_OR_RETURN(ClientOptions options, tools::MakeClientOptions(flags, true));
+  return Client::Connect(options);
+}
+
+// For the child processes, which have nothing to clean up.
 std::unique_ptr<Client> ConnectOrDie(const tools::CommonFlags& flags) {
-  auto options = tools::MakeClientOptions(flags, true);
-  if (!options.ok()) std::exit(tools::Fail("mcd-bench", options.status()));
-  auto client = Client::Connect(options.value());
+  auto client = Connect(flags);
   if (!client.ok()) std::exit(tools::Fail("mcd-bench", client.status()));
   return std::move(client).value();
 }
@@ -198,7 +236,7 @@ int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, doub
   std::ostringstream out;
   int n = 0;
   while (Clock::now() < end) {
-    spec.name = "bench.churn." + std::to_string(getpid()) + "." + std::to_string(id) + "." + std::to_string(n++);
+    spec.name = TensorName(getppid(), "churn" + std::to_string(id), n++);
     auto t0 = Clock::now();
     auto created = client->Create(spec);
     auto released = created.ok() ? client->Release(spec.name) : Result<TensorRecord>(created.status());
@@ -245,9 +283,22 @@ class Bench {
     return total;
   }
 
-  // Every row of one allocator on one device.
+  // Every row of one allocator on one device; then whatever of the run's tensors is still there
+  // (a failed or stopped row's) is given back.
   Status Allocator(const std::string& kind, int device) {
-    client_ = ConnectOrDie(flags_);
+    Status ran = Rows(kind, device);
+    client_.reset();
+    auto removed = RemoveLeftovers();
+    if (!removed.ok()) {
+      std::cerr << "mcd-bench: warning: cannot give back the run's tensors: " << removed.status().ToString() << "\n";
+    } else if (removed.value() > 0 && ran.ok() && !Stopping()) {
+      std::cerr << "mcd-bench: warning: the run left " << removed.value() << " tensor(s); given back now\n";
+    }
+    return ran;
+  }
+
+  Status Rows(const std::string& kind, int device) {
+    MCD_ASSIGN_OR_RETURN(client_, Connect(flags_));
     if (!client_->Warmup(device).ok()) return Status(ErrorCode::kNoDevice, "cannot use device " + DeviceName(device));
     if (device != kHostDevice) cudaSetDevice(device);
     for (uint64_t bytes : opt_.sizes) {
@@ -257,9 +308,24 @@ class Bench {
     }
     uint64_t churn_bytes = 1 << 20;
     for (int clients : opt_.clients) MCD_RETURN_IF_ERROR(Throughput(kind, device, churn_bytes, clients));
-    MCD_RETURN_IF_ERROR(Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30)));
-    client_.reset();
-    return Status::Ok();
+    return Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30));
+  }
+
+  // Gives back every reference still held on a tensor of this run, on a connection of its own
+  // (a row that failed may have left its own mid-request). Returns how many tensors it found:
+  // none after rows that all went through.
+  Result<size_t> RemoveLeftovers() {
+    MCD_ASSIGN_OR_RETURN(auto client, Connect(flags_));
+    MCD_ASSIGN_OR_RETURN(auto left, client->List(TensorPrefix(getpid()) + "*"));
+    for (const TensorRecord& tensor : left) {
+      for (int64_t held = std::max<int64_t>(tensor.refcount, 1); held > 0; --held) {
+        auto released = client->ReleaseReference(tensor.name);
+        if (released.status().code() == ErrorCode::kNotFound) break;
+        MCD_RETURN_IF_ERROR(released.status());
+        if (released->refcount <= 0) break;
+      }
+    }
+    return left.size();
   }
 
   json Record(const json& config) const {
@@ -293,7 +359,7 @@ class Bench {
   void Timed(Row& row, Fn&& op) {
     auto deadline = Clock::now() + std::chrono::duration<double>(opt_.max_seconds);
     int iterations = row.bytes != 0 ? Iterations(row.bytes) : opt_.iterations;
-    for (int i = 0; i < iterations && Clock::now() < deadline; ++i) {
+    for (int i = 0; i < iterations && Clock::now() < deadline && !Stopping(); ++i) {
       auto t0 = Clock::now();
       Status s = op(i);
       auto t1 = Clock::now();
@@ -305,9 +371,7 @@ class Bench {
     }
   }
 
-  std::string Name(const std::string& row, int i) const {
-    return "bench." + std::to_string(getpid()) + "." + row + "." + std::to_string(i);
-  }
+  std::string Name(const std::string& row, int i) const { return TensorName(getpid(), row, i); }
 
   CreateSpec Spec(const std::string& name, int device, uint64_t bytes) const {
     CreateSpec spec;
@@ -319,6 +383,7 @@ class Bench {
   }
 
   Status Lifecycle(const std::string& kind, int device, uint64_t bytes) {
+    if (Stopping()) return StoppedBySignal();
     Say("create/get/delete " + kind + " " + tools::HumanBytes(bytes));
     Row create{"create", kind, device, bytes, {}, 0, ""}, get{"get_warm", kind, device, bytes, {}, 0, "get + map, mapping cached in this process"},
         del{"delete", kind, device, bytes, {}, 0, ""};
@@ -356,6 +421,7 @@ class Bench {
   Status FirstGet(const std::string& kind, int device, uint64_t bytes) {
     Row row{"get_first", kind, device, bytes, {}, 0, "get + map in a fresh process (CUDA context up)"};
     for (int i = 0; i < opt_.fresh; ++i) {
+      if (Stopping()) return StoppedBySignal();
       Say("first get in a fresh process " + kind + " " + tools::HumanBytes(bytes) + " " + std::to_string(i));
       std::string name = Name("first", i);
       MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
@@ -371,6 +437,7 @@ class Bench {
   }
 
   Status Share(const std::string& kind, int device, uint64_t bytes) {
+    if (Stopping()) return StoppedBySignal();
     Say("share end to end " + kind + " " + tools::HumanBytes(bytes));
     Row row{"share", kind, device, bytes, {}, 0, "create in A, get+map+touch in B, ack to A"};
     Child consumer = SpawnChild(ChildArgs({"--child", "share", "--child-device", DeviceName(device)}));
@@ -399,6 +466,7 @@ class Bench {
   }
 
   Status Throughput(const std::string& kind, int device, uint64_t bytes, int clients) {
+    if (Stopping()) return StoppedBySignal();
     Say("throughput with " + std::to_string(clients) + " clients " + kind);
     double seconds = std::min(opt_.max_seconds, 3.0);
     std::vector<Child> children;
@@ -438,6 +506,7 @@ class Bench {
   }
 
   Status Bandwidth(const std::string& kind, int device, uint64_t bytes) {
+    if (Stopping()) return StoppedBySignal();
     Say("bandwidth " + kind + " " + tools::HumanBytes(bytes));
     std::string name = Name("bw", 0);
     MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
@@ -465,6 +534,7 @@ class Bench {
       void* dst = nullptr;
       cudaEvent_t e0, e1;
       if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) {
+        cudaFree(src);
         return Status(ErrorCode::kOutOfMemory, "bandwidth buffers");
       }
       cudaMemset(src, 7, bytes);
@@ -501,8 +571,8 @@ class Bench {
     local.note = "GB/s (read+write) " + std::to_string(rate(local));
     rows_.push_back(std::move(shared));
     rows_.push_back(std::move(local));
-    MCD_RETURN_IF_ERROR(client_->Release(name).status());
-    return Status::Ok();
+    MCD_RETURN_IF_ERROR(client_->Release(name).status());  // the get's reference
+    return client_->Release(name).status();                // the create's: freed
   }
 
   std::vector<std::string> ChildArgs(std::vector<std::string> extra) const {
@@ -534,18 +604,24 @@ struct SelfServe {
     if (!dir.empty()) std::system(("rm -rf '" + dir + "'").c_str());
   }
   Status StartRedis() {
-    char tmpl[] = "/tmp/mcd-bench-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return Status(ErrorCode::kIoError, "mkdtemp");
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/mcd-bench-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return Status(ErrorCode::kIoError, "cannot make a folder " + tmpl + ": " + std::strerror(errno));
+    }
     dir = tmpl;
-    MCD_ASSIGN_OR_RETURN(redis, PrivateRedis::Start("redis-server", dir));
+    MCD_ASSIGN_OR_RETURN(redis, PrivateRedis::Start("redis-server", dir, /*stop_with_caller=*/true));
     return Status::Ok();
   }
   std::string Url() const { return redis->url().Redacted(); }
   Status StartServer(const std::string& allocator, const std::string& devices, const std::string& node) {
     std::string serve = SelfExe();
     serve = serve.substr(0, serve.rfind('/') + 1) + "mcd-serve";
+    pid_t parent = getpid();
     server = fork();
     if (server == 0) {
+      DieWithParent(parent);
+      setpgid(0, 0);  // a Ctrl-C reaches the bench, which stops its server after its last row
       int log = open((dir + "/serve-" + allocator + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       dup2(log, STDERR_FILENO);
       execl(serve.c_str(), serve.c_str(), "--redis-url", Url().c_str(), "--devices", devices.c_str(),
@@ -634,6 +710,7 @@ int main(int argc, char** argv) {
 
   if (!child.empty()) {
     int device = ParseDevice(child_device).value();
+    if (getppid() == 1) return 1;  // the bench is gone already
     if (child == "share") return ChildShare(flags, device);
     if (child == "first-get") return ChildFirstGet(flags, device, child_name);
     if (child == "churn") return ChildChurn(flags, device, child_bytes, child_seconds, child_id);
@@ -679,6 +756,7 @@ int main(int argc, char** argv) {
     config["cuda_runtime"] = runtime;
   }
   config["spin_us"] = SpinMicros();
+  CatchStopSignals();
   SelfServe self;
   std::vector<std::pair<std::string, int>> plan;  // allocator kind, device
   if (opt.self_serve) {
@@ -711,6 +789,11 @@ int main(int argc, char** argv) {
     Status floor = one.RedisFloor();
     if (!floor.ok()) return tools::Fail("mcd-bench", floor);
     Status ran = one.Allocator(kind, device);
+    if (Stopping()) {
+      std::cerr << (Progress() ? "\r\033[K" : "") << "mcd-bench: " << StoppedBySignal().message()
+                << "; the run's tensors are given back, nothing is reported\n";
+      return 128 + g_stop_signal;
+    }
     if (!ran.ok()) return tools::Fail("mcd-bench", ran);
     json part = one.Record(config);
     if (merged.is_null()) {

@@ -75,8 +75,12 @@ class MCD_API PrivateRedis {
   // Starts `redis_server` (a path or a name on PATH) and waits until it answers. A private
   // Redis already answering on the socket is used as it is (and left running at the end).
   // `dir`: where the socket goes instead of the runtime folder (then it must be new: mcd-bench).
+  // `stop_with_caller`: the server gets SIGTERM when the calling thread ends, the process dying
+  // however it dies included: for mcd-bench, whose Redis holds nothing worth keeping. mcd-serve's
+  // outlives a crash of the server, so that the next one finds and cleans what it left.
   static Result<std::unique_ptr<PrivateRedis>> Start(const std::string& redis_server = "redis-server",
-                                                     const std::string& dir = "");
+                                                     const std::string& dir = "",
+                                                     bool stop_with_caller = false);
   ~PrivateRedis();  // stops the server and removes its socket
   PrivateRedis(const PrivateRedis&) = delete;
   PrivateRedis& operator=(const PrivateRedis&) = delete;
