@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "memcuda/gpu_worker.h"
@@ -44,8 +43,9 @@ constexpr std::array<Alias, 17> kAliases = {{
 }};
 
 bool IsNameChar(char c) {
+  // Not strchr, which finds a NUL byte too (the string's own terminator).
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::strchr("._:/@+=,-", c) != nullptr;
+         std::string_view("._:/@+=,-").find(c) != std::string_view::npos;
 }
 
 Status Invalid(const std::string& message) { return Status(ErrorCode::kInvalidArgument, message); }
