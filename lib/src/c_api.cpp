@@ -91,7 +91,7 @@ int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {
     auto parsed = mcd::ParseDType(dtype != nullptr ? dtype : "");
-    if (!parsed) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "unknown dtype"));
+    if (!parsed) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "unknown dtype (expected " + mcd::DTypeNames() + ")"));
     if (shape == nullptr || ndim <= 0 || ndim > MCD_MAX_DIMS) {
       return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "shape needs 1 to 8 dims"));
     }

@@ -99,6 +99,12 @@ const std::vector<DType>& AllDTypes() noexcept {
   return all;
 }
 
+std::string DTypeNames() {
+  std::string out;
+  for (const DTypeInfo& info : kDTypes) out += (out.empty() ? "" : " ") + std::string(info.name);
+  return out;
+}
+
 const char* OpName(Op op) noexcept {
   switch (op) {
     case Op::kCreate: return "create";
@@ -293,8 +299,7 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   MCD_ASSIGN_OR_RETURN(std::string_view dtype, StringField(*field(kDType), "dtype"));
   auto parsed_dtype = ParseDType(dtype);
   if (!parsed_dtype) {
-    return Invalid("unknown dtype \"" + Printable(dtype) +
-                   "\" (expected f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool)");
+    return Invalid("unknown dtype \"" + Printable(dtype) + "\" (expected " + DTypeNames() + ")");
   }
   cmd.dtype = *parsed_dtype;
 

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   std::string name, dtype_text, shape_text, device_text = "0", lifetime = "heap", init = "zero", from;
   int64_t owner_pid = 0;
   app.add_option("NAME", name, "Tensor name: letters, digits and . _ : / @ + = , -")->required();
-  app.add_option("--dtype", dtype_text, "f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool");
+  app.add_option("--dtype", dtype_text, DTypeNames());
   app.add_option("--shape", shape_text, "Dimensions, e.g. 2,3,4");
   app.add_option("--device", device_text, "GPU ordinal or cpu")->capture_default_str();
   app.add_option("--lifetime", lifetime, "heap (until refcount 0) or stack (until the owner exits)")
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
       return tools::Fail(tool, Status(ErrorCode::kInvalidArgument, "--dtype and --shape are required (or --from FILE.npy)"));
     }
     auto dtype = ParseDType(dtype_text);
-    if (!dtype) return tools::Fail(tool, Status(ErrorCode::kInvalidArgument, "unknown dtype '" + dtype_text + "'"));
+    if (!dtype) return tools::Fail(tool, Status(ErrorCode::kInvalidArgument, "unknown dtype '" + dtype_text + "' (expected " + DTypeNames() + ")"));
     spec.dtype = *dtype;
     auto shape = ParseShapeList(shape_text);
     if (!shape.ok()) return tools::Fail(tool, shape.status());

@@ -23,6 +23,7 @@ MCD_API size_t DTypeSize(DType dtype) noexcept;       // bytes per element
 // Accepts the short names (f32) and common aliases (float32, float, half, bfloat16, int64, ...).
 MCD_API std::optional<DType> ParseDType(std::string_view name) noexcept;
 MCD_API const std::vector<DType>& AllDTypes() noexcept;
+MCD_API std::string DTypeNames();  // "f16 bf16 f32 ... bool", for messages and help
 
 // Limits that bound every command before anything is allocated.
 inline constexpr size_t kMaxNameLength = 200;
