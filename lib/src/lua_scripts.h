@@ -8,7 +8,8 @@ namespace mcd {
 //
 // KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key
 // ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
-// oldest commands are and commits happen oldest first; "" for internal actions)
+// oldest commands are and commits happen oldest first; "" for internal actions, whose LREM then
+// finds nothing, or an empty command that a client pushed, which is junk either way)
 // ARGV[2] reply JSON (for "incr": the part before the new refcount)
 // ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
 // ARGV[5] "1" when the command has a req (reply + first-result are written)
@@ -70,7 +71,7 @@ elseif action == 'del' or (action == 'incr' and result[2] <= 0) then
 elseif action == 'incr' then
   redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[9])
 end
-if ARGV[1] ~= '' then redis.call('LREM', KEYS[2], -1, ARGV[1]) end
+redis.call('LREM', KEYS[2], -1, ARGV[1])
 return result
 )lua";
 

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "memcuda/client.h"
@@ -546,6 +547,7 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
       {R"({"op":"create","name":"","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
       {R"({"op":"create","name":")" + std::string(300, 'x') + R"(","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
       {R"({"op":"create","name":"a\nb","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a\u0000","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
       {R"({"op":"create","name":"a*","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
       {R"({"op":"create","name":"{a}","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":7)", "no_device", true},
@@ -589,6 +591,107 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   std::string log = ServeLog();
   EXPECT_NE(log.find("outcome=wrong_node"), std::string::npos);
   EXPECT_NE(log.find("outcome=out_of_memory"), std::string::npos);
+}
+
+// Thousands of commands mutated from valid ones (values swapped for odd ones, fields dropped or
+// repeated, bytes changed, cut short), pushed while a client works: the server keeps serving,
+// answers every well-formed one that names a req with a JSON reply, leaves none in its
+// processing list, and creates only tensors whose names the tools can show; everything it made
+// is freed again.
+TEST_F(Lifecycle, MutatedCommandsNeverBreakTheServerNorLeaveUnlistableTensors) {
+  const std::vector<json> bases = {
+      json::parse(R"({"op":"create","name":"m1","dtype":"f32","shape":[2,3],"device":"cpu","pid":1})"),
+      json::parse(R"({"op":"get","name":"m1"})"),
+      json::parse(R"({"op":"delete","name":"m1"})"),
+      json::parse(R"({"op":"create","name":"m2","dtype":"i8","shape":[4],"device":-1,"lifetime":"stack","pid":1})"),
+  };
+  const std::vector<json> odd = {nullptr, true, -1, 0, 1, 1.5, 18446744073709551615ull, -9223372036854775807ll,
+                                 "", std::string(1, '\0'), std::string("a\0b", 3), "a{b}", "*", "x\ny", std::string(300, 'n'),
+                                 json::array(), json::object(), json::array({1, json::array({2})}),
+                                 "cpu", "f32", "create", "delete", "m1", "m2", "heap", "stack", "none"};
+  const std::vector<std::string> fields = {"op", "name", "dtype", "shape", "device", "pid", "node",
+                                           "req", "lifetime", "init", "owner_pid", "bytes", "extra"};
+  std::mt19937 rng(20261122);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  std::vector<std::string> bodies;
+  std::vector<bool> must_answer;  // JSON objects whose req is ours
+  for (int i = 0; i < 3000; ++i) {
+    json cmd = bases[pick(bases.size())];
+    for (size_t m = 1 + pick(3); m > 0; --m) {
+      size_t what = pick(10);
+      if (what < 2) {
+        cmd["name"] = odd[pick(odd.size())];
+      } else if (what < 5) {
+        cmd[fields[pick(fields.size())]] = odd[pick(odd.size())];
+      } else if (what < 7 && !cmd.empty()) {
+        auto it = cmd.begin();
+        std::advance(it, static_cast<long>(pick(cmd.size())));
+        cmd.erase(it);
+      } else {
+        cmd["name"] = "m" + std::to_string(pick(4));
+      }
+    }
+    bool with_req = pick(2) == 0;
+    if (with_req) cmd["req"] = "mut-" + std::to_string(i);
+    std::string body = cmd.dump(-1, ' ', false, json::error_handler_t::replace);
+    bool intact = false;
+    switch (pick(8)) {
+      case 0: body[pick(body.size())] = static_cast<char>(rng()); break;  // any byte
+      case 1: body.resize(pick(body.size())); break;                       // cut short
+      case 2: body.insert(body.size() - 1, R"(,"op":"get")"); break;       // a repeated key
+      default: intact = true; break;
+    }
+    bodies.push_back(body);
+    must_answer.push_back(with_req && intact);
+  }
+  ASSERT_EQ(Tool("mcd-create", {"shared", "--dtype", "f32", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  test::Background client({std::string(MCD_TEST_BIN_DIR) + "/stress_client", redis_.url(), node_, "0", "200", "shared"},
+                          {}, dir_.path() + "/client.log");
+  auto conn = redis_.Connect();
+  for (size_t at = 0; at < bodies.size(); at += 100) {
+    std::vector<std::string_view> args = {"LPUSH", keys_.queue};
+    for (size_t i = at; i < std::min(bodies.size(), at + 100); ++i) args.push_back(bodies[i]);
+    ASSERT_TRUE(conn->Command(args).ok());
+  }
+  // A last command behind them all: once it is answered, every one before it was handled.
+  json last = Raw(R"({"op":"create","name":"last","dtype":"u8","shape":[1],"device":"cpu","req":"mut-last"})", "mut-last");
+  ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
+  EXPECT_EQ(client.Stop(0, 60), 0) << test::ReadFile(dir_.path() + "/client.log");  // signal 0: waits
+  EXPECT_EQ(HashField("shared", "refcount"), "1");
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+  // The replies are JSON saying ok or why not.
+  size_t answered = 0;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    auto reply = conn->Command({"LPOP", keys_.Reply("mut-" + std::to_string(i))});
+    ASSERT_TRUE(reply.ok());
+    EXPECT_TRUE(!must_answer[i] || !reply->is_nil()) << json(bodies[i]).dump();
+    if (reply->is_nil()) continue;
+    ++answered;
+    json parsed = json::parse(reply->str, nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << reply->str;
+    EXPECT_TRUE(parsed["ok"] == true || parsed["error"]["code"].is_string()) << reply->str;
+  }
+  EXPECT_GT(answered, 500u);
+  // What was created has a name the tools can show, and mcd-ls lists each of them.
+  const std::string allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@+=,-";
+  auto keys = TensorKeys();
+  for (const std::string& key : keys) {
+    std::string name = key.substr(keys_.Tensor("").size() - 1, key.size() - keys_.Tensor("").size());
+    EXPECT_EQ(name.find_first_not_of(allowed), std::string::npos) << json(key).dump();
+  }
+  auto listed = Tool("mcd-ls", {"--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  json tensors = json::parse(listed.out);
+  EXPECT_EQ(tensors.size(), keys.size()) << listed.out;
+  EXPECT_EQ(listed.err, "");
+  // Everything is given back: the memory with it.
+  for (const json& tensor : tensors) {
+    for (int64_t held = tensor["refcount"]; held > 0; --held) {
+      ASSERT_EQ(Tool("mcd-rm", {tensor["name"], "-q"}).exit_code, 0) << tensor.dump();
+    }
+  }
+  EXPECT_EQ(TensorKeys(), std::vector<std::string>{}) << ServeLog();
+  EXPECT_TRUE(ShmFreedSoon());
 }
 
 // mcd-bench against a live server gives back every tensor it made: after a run that went
