@@ -401,7 +401,10 @@ class Client::Impl {
       reply = redis_->Command(argv);
     }
     if (!reply.ok()) return reply.status();
-    return RefAnswer(name, reply.value());
+    bool taken = !reply->elements.empty() && reply->elements[0].str == "ok";
+    auto record = RefAnswer(name, reply.value());
+    if (!record.ok() && taken) (void)Release(name);  // a hash it cannot read: the reference goes back
+    return record;
   }
 
   // release: the same script, which answers a release that leaves references itself and queues

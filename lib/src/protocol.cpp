@@ -473,17 +473,30 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   if ((value = get(kRefcount)) == nullptr || !ParseNumber(*value, r.refcount)) return bad("refcount");
   if ((value = get(kState)) == nullptr) return bad("state");
   r.state = *value;
-  // Optional fields: a hash written by another tool may lack them.
-  if ((value = get(kCtime)) != nullptr) ParseNumber(*value, r.ctime_ms);
+  // A reader indexes the memory by shape and dtype: they must cover exactly the bytes it maps.
+  auto covered = ShapeBytes(r.shape, r.dtype);
+  if (!covered.ok() || covered.value() != r.bytes) {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "tensor hash of '" + name + "' says \"bytes\" " + std::to_string(r.bytes) +
+                      ", which its shape and dtype do not make" +
+                      (covered.ok() ? " (" + std::to_string(covered.value()) + ")" : ""));
+  }
+  // Optional fields: a hash written by another tool may lack them, but one that is there must
+  // be well formed.
+  auto number = [&](int i, const char* field, auto& out) {
+    const std::string* text = get(i);
+    return text == nullptr || ParseNumber(*text, out) ? Status::Ok() : bad(field);
+  };
+  MCD_RETURN_IF_ERROR(number(kCtime, "ctime", r.ctime_ms));
+  MCD_RETURN_IF_ERROR(number(kOffset, "offset", r.offset));
+  MCD_RETURN_IF_ERROR(number(kCreatorPid, "creator_pid", r.creator_pid));
+  MCD_RETURN_IF_ERROR(number(kOwnerPid, "owner_pid", r.owner_pid));
+  MCD_RETURN_IF_ERROR(number(kOwnerStart, "owner_start", r.owner_start));
   if ((value = get(kNode)) != nullptr) r.node = *value;
   if ((value = get(kIpcKind)) != nullptr) r.ipc_kind = *value;
   if ((value = get(kIpcHandle)) != nullptr) r.ipc_handle = *value;
-  if ((value = get(kOffset)) != nullptr) ParseNumber(*value, r.offset);
   if ((value = get(kOwner)) != nullptr) r.owner = *value;
   if ((value = get(kLifetime)) != nullptr) r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
-  if ((value = get(kCreatorPid)) != nullptr) ParseNumber(*value, r.creator_pid);
-  if ((value = get(kOwnerPid)) != nullptr) ParseNumber(*value, r.owner_pid);
-  if ((value = get(kOwnerStart)) != nullptr) ParseNumber(*value, r.owner_start);
   return r;
 }
 

@@ -427,6 +427,42 @@ TEST_F(Lifecycle, AHandEditedRefcountReadsAsHincrbyReadsIt) {
   EXPECT_EQ(HashField("b", "refcount"), "abc");  // untouched
 }
 
+// A reader trusts shape and dtype to index the memory it maps: a hash whose fields disagree or
+// are malformed is refused, and a get that fails after taking its reference gives it back.
+TEST_F(Lifecycle, AHandEditedHashIsRefusedAndAFailedGetGivesItsReferenceBack) {
+  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "f32", "--shape", "4,4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  struct Edit {
+    const char* field;
+    const char* value;
+    const char* says;
+  };
+  for (const Edit& edit : {Edit{"shape", "[4,4,4]", "says \"bytes\" 64, which its shape and dtype do not make (256)"},
+                           Edit{"shape", "[4611686018427387904,4]", "which its shape and dtype do not make"},
+                           Edit{"dtype", "f64", "do not make (128)"},
+                           Edit{"bytes", "65", "says \"bytes\" 65"},
+                           Edit{"offset", "-1", "malformed \"offset\""},
+                           Edit{"ctime", "yesterday", "malformed \"ctime\""}}) {
+    SCOPED_TRACE(std::string(edit.field) + "=" + edit.value);
+    std::string before = HashField("t", edit.field);
+    ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("t"), edit.field, edit.value}).ok());
+    auto got = Tool("mcd-get", {"t", "--print", "2"});
+    EXPECT_EQ(got.exit_code, 76) << got.out;
+    EXPECT_NE(got.err.find(edit.says), std::string::npos) << got.err;
+    EXPECT_EQ(HashField("t", "refcount"), "1");
+    auto listed = Tool("mcd-ls", {});
+    EXPECT_NE(listed.err.find("t: tensor hash of 't'"), std::string::npos) << listed.err;
+    ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("t"), edit.field, before}).ok());
+  }
+  // A get whose output cannot be written: the error, and the reference back.
+  auto unwritable = Tool("mcd-get", {"t", "-o", dir_.path() + "/missing/t.npy"});
+  EXPECT_EQ(unwritable.exit_code, 74) << unwritable.err;
+  EXPECT_EQ(HashField("t", "refcount"), "1");
+  auto fine = Tool("mcd-get", {"t", "-o", dir_.path() + "/t.npy"});
+  EXPECT_EQ(fine.exit_code, 0) << fine.err;
+  EXPECT_EQ(HashField("t", "refcount"), "2");
+}
+
 TEST_F(Lifecycle, ACreateWhoseReplyRedisRefusesChangesNothing) {
   // The reply list of this req is a string: the commit cannot write the reply, and must then
   // not have written the hash either (Redis keeps a script's writes made before an error).

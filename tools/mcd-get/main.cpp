@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
   auto view = no_ref ? client.value()->Open(name) : client.value()->Get(name);
   if (!view.ok()) return tools::Fail(tool, view.status());
   const TensorRecord& r = view->record;
+  // A get that fails after the reference was taken gives it back: nobody would mcd-rm it.
+  auto fail = [&](const Status& status) {
+    if (!no_ref) (void)client.value()->Release(name);
+    return tools::Fail(tool, status);
+  };
 
   std::string contents;
   uint64_t elements = r.bytes / DTypeSize(r.dtype);
@@ -69,7 +74,7 @@ int main(int argc, char** argv) {
     uint64_t want = output.empty() ? std::min(print_count, elements) * DTypeSize(r.dtype) : r.bytes;
     contents.resize(want);
     Status copied = client.value()->CopyToHost(view.value(), contents.data(), want);
-    if (!copied.ok()) return tools::Fail(tool, copied);
+    if (!copied.ok()) return fail(copied);
   }
   if (!output.empty()) {
     Status written;
@@ -80,7 +85,7 @@ int main(int argc, char** argv) {
       out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
       if (!out) written = Status(ErrorCode::kIoError, "cannot write " + output);
     }
-    if (!written.ok()) return tools::Fail(tool, written);
+    if (!written.ok()) return fail(written);
     if (r.dtype == DType::kBF16 && EndsWith(output, ".npy")) {
       std::cerr << "mcd-get: note: NumPy has no bfloat16; " << output << " holds the raw bits as uint16\n";
     }
