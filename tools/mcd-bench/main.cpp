@@ -12,10 +12,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -69,7 +69,7 @@ constexpr int kMaxClients = 256;
 
 // The signal (SIGINT, SIGTERM, SIGHUP) that asked the run to stop, or 0. The run then stops at
 // its next operation, gives back what it made and exits 128 + the signal; a second one kills.
-volatile std::sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_stop_signal = 0;
 void OnStopSignal(int sig) { g_stop_signal = sig; }
 bool Stopping() { return g_stop_signal != 0; }
 void CatchStopSignals() {
@@ -297,18 +297,25 @@ class Bench {
     return ran;
   }
 
+  // The rows in order; a stop signal ends the run before the next one.
   Status Rows(const std::string& kind, int device) {
     MCD_ASSIGN_OR_RETURN(client_, Connect(flags_));
     if (!client_->Warmup(device).ok()) return Status(ErrorCode::kNoDevice, "cannot use device " + DeviceName(device));
     if (device != kHostDevice) cudaSetDevice(device);
+    std::vector<std::function<Status()>> rows;
     for (uint64_t bytes : opt_.sizes) {
-      MCD_RETURN_IF_ERROR(Lifecycle(kind, device, bytes));
-      MCD_RETURN_IF_ERROR(FirstGet(kind, device, bytes));
-      MCD_RETURN_IF_ERROR(Share(kind, device, bytes));
+      rows.push_back([=] { return Lifecycle(kind, device, bytes); });
+      rows.push_back([=] { return FirstGet(kind, device, bytes); });
+      rows.push_back([=] { return Share(kind, device, bytes); });
     }
-    uint64_t churn_bytes = 1 << 20;
-    for (int clients : opt_.clients) MCD_RETURN_IF_ERROR(Throughput(kind, device, churn_bytes, clients));
-    return Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30));
+    const uint64_t churn_bytes = 1 << 20;
+    for (int clients : opt_.clients) rows.push_back([=] { return Throughput(kind, device, churn_bytes, clients); });
+    rows.push_back([=] { return Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30)); });
+    for (const auto& row : rows) {
+      if (Stopping()) return StoppedBySignal();
+      MCD_RETURN_IF_ERROR(row());
+    }
+    return Status::Ok();
   }
 
   // Gives back every reference still held on a tensor of this run, on a connection of its own
@@ -383,7 +390,6 @@ class Bench {
   }
 
   Status Lifecycle(const std::string& kind, int device, uint64_t bytes) {
-    if (Stopping()) return StoppedBySignal();
     Say("create/get/delete " + kind + " " + tools::HumanBytes(bytes));
     Row create{"create", kind, device, bytes, {}, 0, ""}, get{"get_warm", kind, device, bytes, {}, 0, "get + map, mapping cached in this process"},
         del{"delete", kind, device, bytes, {}, 0, ""};
@@ -437,7 +443,6 @@ class Bench {
   }
 
   Status Share(const std::string& kind, int device, uint64_t bytes) {
-    if (Stopping()) return StoppedBySignal();
     Say("share end to end " + kind + " " + tools::HumanBytes(bytes));
     Row row{"share", kind, device, bytes, {}, 0, "create in A, get+map+touch in B, ack to A"};
     Child consumer = SpawnChild(ChildArgs({"--child", "share", "--child-device", DeviceName(device)}));
@@ -466,7 +471,6 @@ class Bench {
   }
 
   Status Throughput(const std::string& kind, int device, uint64_t bytes, int clients) {
-    if (Stopping()) return StoppedBySignal();
     Say("throughput with " + std::to_string(clients) + " clients " + kind);
     double seconds = std::min(opt_.max_seconds, 3.0);
     std::vector<Child> children;
@@ -506,7 +510,6 @@ class Bench {
   }
 
   Status Bandwidth(const std::string& kind, int device, uint64_t bytes) {
-    if (Stopping()) return StoppedBySignal();
     Say("bandwidth " + kind + " " + tools::HumanBytes(bytes));
     std::string name = Name("bw", 0);
     MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
