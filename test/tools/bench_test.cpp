@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -49,12 +51,29 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
   EXPECT_EQ(record["rows"].size(), 1u + 2 * 5 + 2 + 2);
 }
 
+// The self-serve folders (mcd-bench-<pid>-*) in `dir`.
+std::vector<std::string> BenchFolders(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::string name = entry.path().filename();
+    if (name.rfind("mcd-bench-", 0) == 0) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 // A self-serving bench stops its private Redis and server however it ends: on SIGTERM at the
-// next operation, exiting 128 + 15; killed outright, they get SIGTERM from the kernel.
+// next operation, exiting 128 + 15; killed outright, they get SIGTERM from the kernel, and the
+// next self-serving run removes the folder the killed one left.
 TEST(Bench, SelfServeStopsItsRedisAndServerHoweverItEnds) {
+  test::TempDir dir;
+  // Not a killed run's: a live process's folder and a name of another shape stay.
+  std::string live = "mcd-bench-" + std::to_string(getpid()) + "-live00";
+  ASSERT_TRUE(std::filesystem::create_directory(dir.path() + "/" + live));
+  ASSERT_TRUE(std::filesystem::create_directory(dir.path() + "/mcd-bench-other"));
+  const std::vector<std::string> kept = {live, "mcd-bench-other"};
   for (int sig : {SIGTERM, SIGKILL}) {
     SCOPED_TRACE(sig);
-    test::TempDir dir;
     test::Background bench({test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB",
                             "--iterations", "100000", "--max-seconds", "2", "--clients", "2"},
                            {{"TMPDIR", dir.path()}}, dir.path() + "/bench.log");
@@ -72,7 +91,14 @@ TEST(Bench, SelfServeStopsItsRedisAndServerHoweverItEnds) {
     for (pid_t helper : helpers) {
       EXPECT_TRUE(test::WaitFor([&] { return !test::Running(helper); }, 10000)) << helper;
     }
+    EXPECT_EQ(BenchFolders(dir.path()).size(), kept.size() + (sig == SIGKILL ? 1 : 0));
   }
+  auto next = test::Run({test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB",
+                         "--iterations", "5", "--max-seconds", "0.2", "--clients", "1", "--fresh", "1",
+                         "--json"},
+                        {{"TMPDIR", dir.path()}}, 120);
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_EQ(BenchFolders(dir.path()), kept);
 }
 
 TEST(Bench, BadCountsAreUsageErrorsAndMeasureNothing) {

@@ -4,9 +4,12 @@
 // processes, throughput with N client processes, and copy bandwidth through a shared mapping
 // against a local copy. See mcd-bench(1).
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -595,7 +598,20 @@ class Bench {
   double floor_us_ = 0;
 };
 
-// A private redis-server and mcd-serve per allocator, for --self-serve.
+// Removes a folder and what is in it, without following links.
+void RemoveTree(const std::string& path) {
+  nftw(
+      path.c_str(),
+      [](const char* entry, const struct stat*, int, struct FTW*) {
+        std::remove(entry);  // a file, or a folder emptied before (FTW_DEPTH)
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+// A private redis-server and mcd-serve per allocator, for --self-serve. Their folder is
+// <TMPDIR>/mcd-bench-<pid>-XXXXXX; a run removes it at its end, and a later run removes those of
+// runs that were killed outright (their pid gone; their Redis and server went with them).
 struct SelfServe {
   std::string dir;
   std::unique_ptr<PrivateRedis> redis;
@@ -604,11 +620,32 @@ struct SelfServe {
   ~SelfServe() {
     StopServer();
     redis.reset();
-    if (!dir.empty()) std::system(("rm -rf '" + dir + "'").c_str());
+    if (!dir.empty()) RemoveTree(dir);
+  }
+  static std::string TempRoot() {
+    const char* tmp = std::getenv("TMPDIR");
+    return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
+  static void RemoveFoldersOfKilledRuns(const std::string& root) {
+    DIR* folder = opendir(root.c_str());
+    if (folder == nullptr) return;
+    std::vector<std::string> stale;
+    while (dirent* e = readdir(folder)) {
+      long pid = 0;
+      char tail[16] = {};
+      if (std::sscanf(e->d_name, "mcd-bench-%ld-%15s", &pid, tail) != 2 || pid <= 0) continue;
+      std::string path = root + "/" + e->d_name;
+      struct stat st {};
+      if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) continue;
+      if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) stale.push_back(path);
+    }
+    closedir(folder);
+    for (const std::string& path : stale) RemoveTree(path);
   }
   Status StartRedis() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/mcd-bench-XXXXXX";
+    std::string root = TempRoot();
+    RemoveFoldersOfKilledRuns(root);
+    std::string tmpl = root + "/mcd-bench-" + std::to_string(getpid()) + "-XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr) {
       return Status(ErrorCode::kIoError, "cannot make a folder " + tmpl + ": " + std::strerror(errno));
     }
