@@ -45,6 +45,16 @@ def percentile(values, p):
     return v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))] if v else 0.0
 
 
+def nvidia_driver_version():
+    """The NVIDIA kernel module's version (580.159.04, say), or None."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            words = f.readline().split()
+    except OSError:
+        return None
+    return next((w for w in words if "." in w and all(c.isdigit() or c == "." for c in w)), None)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="4KiB,1MiB,64MiB,1GiB")
@@ -87,9 +97,12 @@ def main():
         print(f"torch share {size} B: median {rows[-1]['median_us']:.1f} us", file=sys.stderr)
     inbox.put(None)
     proc.join(timeout=10)
-    record = {"tool": "bench_torch_peer", "config": {
-        "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "host": socket.gethostname(),
-        "iterations": args.iterations}, "rows": rows}
+    config = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "host": socket.gethostname(),
+              "iterations": args.iterations}
+    driver = nvidia_driver_version()
+    if driver:
+        config["nvidia_driver"] = driver  # as mcd-bench records it, to pair the two records
+    record = {"tool": "bench_torch_peer", "config": config, "rows": rows}
     json.dump(record, sys.stdout, indent=1)
     print()
 

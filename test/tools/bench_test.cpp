@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -42,6 +43,11 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
     if (throughput) EXPECT_GT(row["redis_cpu_us_per_op"].get<double>(), 0);
   }
   EXPECT_EQ(record["config"]["clients"], nlohmann::json::array({1, 2}));
+  // What it ran against: the Redis server's version, as INFO gives it (7.0.15, say).
+  std::string redis_version = record["config"].value("redis_version", "");
+  EXPECT_TRUE(!redis_version.empty() && std::isdigit(static_cast<unsigned char>(redis_version[0])) &&
+              redis_version.find('.') != std::string::npos)
+      << record["config"].dump();
   for (const char* expected : {"redis_rtt", "create", "get_warm", "delete", "get_first", "share",
                                "create+delete_x1", "create+delete_x2", "copy_from_mapping", "copy_local"}) {
     EXPECT_EQ(seen.count(expected), 1u) << expected;

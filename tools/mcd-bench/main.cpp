@@ -55,6 +55,34 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// The value of `field` in an INFO reply ("field:value" lines), or "" when it is not there.
+std::string InfoField(const std::string& info, const std::string& field) {
+  std::istringstream lines(info);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
+      std::string value = line.substr(field.size() + 1);
+      if (!value.empty() && value.back() == '\r') value.pop_back();
+      return value;
+    }
+  }
+  return "";
+}
+
+// The NVIDIA kernel module's version (580.159.04, say), from /proc/driver/nvidia/version; ""
+// where there is none. The CUDA calls give only the CUDA version the driver supports.
+std::string NvidiaDriverVersion() {
+  std::ifstream file("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(file, line)) return "";
+  std::istringstream words(line);
+  for (std::string word; words >> word;) {
+    if (word.find('.') != std::string::npos && word.find_first_not_of("0123456789.") == std::string::npos) {
+      return word;
+    }
+  }
+  return "";
+}
+
 struct Options {
   tools::CommonFlags flags;
   std::vector<uint64_t> sizes;
@@ -263,6 +291,9 @@ class Bench {
     auto conn = RedisConnection::Connect(url.value());
     if (!conn.ok()) return conn.status();
     redis_ = std::move(conn.value());
+    if (auto server = redis_->Command({"INFO", "server"}); server.ok()) {
+      redis_version_ = InfoField(server->str, "redis_version");
+    }
     Row row{"redis_rtt", "-", kHostDevice, 0, {}, 0, "PING, one client: the floor"};
     for (int i = 0; i < 50; ++i) (void)redis_->Command({"PING"});
     Timed(row, [&](int) { return redis_->Command({"PING"}).status(); });
@@ -278,10 +309,10 @@ class Bench {
     auto info = redis_->Command({"INFO", "cpu"});
     if (!info.ok() || info->type == RedisValue::Type::kError) return -1;
     double total = 0;
-    for (const char* field : {"used_cpu_sys:", "used_cpu_user:"}) {
-      size_t at = info->str.find(field);
-      if (at == std::string::npos) return -1;
-      total += std::strtod(info->str.c_str() + at + std::strlen(field), nullptr);
+    for (const char* field : {"used_cpu_sys", "used_cpu_user"}) {
+      std::string value = InfoField(info->str, field);
+      if (value.empty()) return -1;
+      total += std::strtod(value.c_str(), nullptr);
     }
     return total;
   }
@@ -353,7 +384,9 @@ class Bench {
       if (!r.note.empty()) row["note"] = r.note;
       rows.push_back(row);
     }
-    return {{"tool", "mcd-bench"}, {"version", MCD_VERSION}, {"config", config}, {"rows", rows},
+    json with_redis = config;
+    if (!redis_version_.empty()) with_redis["redis_version"] = redis_version_;
+    return {{"tool", "mcd-bench"}, {"version", MCD_VERSION}, {"config", with_redis}, {"rows", rows},
             {"floor_us", floor_us_}};
   }
 
@@ -594,6 +627,7 @@ class Bench {
   tools::CommonFlags flags_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<RedisConnection> redis_;  // the floor's PINGs, then Redis's CPU time
+  std::string redis_version_;               // from INFO server, for the record
   std::vector<Row> rows_;
   double floor_us_ = 0;
 };
@@ -793,6 +827,7 @@ int main(int argc, char** argv) {
     config["gpu"] = prop.name;
     config["cuda_driver"] = driver;
     config["cuda_runtime"] = runtime;
+    if (std::string version = NvidiaDriverVersion(); !version.empty()) config["nvidia_driver"] = version;
   }
   config["spin_us"] = SpinMicros();
   CatchStopSignals();
