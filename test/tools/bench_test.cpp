@@ -41,6 +41,19 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
     bool throughput = name.rfind("create+delete_x", 0) == 0;
     EXPECT_EQ(row.contains("redis_cpu_us_per_op"), throughput);
     if (throughput) EXPECT_GT(row["redis_cpu_us_per_op"].get<double>(), 0);
+    // ... and each step of a pair apart: a step takes part of its pair, so each of its
+    // percentiles is at most the pair's.
+    for (const char* step : {"create", "delete"}) {
+      std::string at = step;
+      EXPECT_EQ(row.contains(at + "_p99_us"), throughput) << step;
+      if (!throughput) continue;
+      double step_median = row[at + "_median_us"], step_p90 = row[at + "_p90_us"], step_p99 = row[at + "_p99_us"];
+      EXPECT_GT(step_median, 0) << step;
+      EXPECT_LE(step_median, step_p90) << step;
+      EXPECT_LE(step_p90, step_p99) << step;
+      EXPECT_LE(step_median, median) << step;
+      EXPECT_LE(step_p99, p99) << step;
+    }
   }
   EXPECT_EQ(record["config"]["clients"], nlohmann::json::array({1, 2}));
   // What it ran against: the Redis server's version, as INFO gives it (7.0.15, say).

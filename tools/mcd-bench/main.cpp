@@ -46,6 +46,8 @@ struct Row {
   double ops_per_s = 0;      // set for throughput rows; otherwise 1e6 / mean
   std::string note;
   double redis_cpu_us = -1;  // throughput rows: Redis's CPU time per operation (< 0: unknown)
+  // Throughput rows: the two steps of each pair apart (us holds their sums).
+  std::vector<double> create_us = {}, delete_us = {};
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -255,7 +257,7 @@ int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string
 }
 
 // Throughput client: create + delete pairs for `seconds`; prints how many, then each pair's
-// latency, on one line.
+// create and delete latencies, on one line.
 int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds, int id) {
   auto client = ConnectOrDie(flags);
   CreateSpec spec;
@@ -270,9 +272,10 @@ int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, doub
     spec.name = TensorName(getppid(), "churn" + std::to_string(id), n++);
     auto t0 = Clock::now();
     auto created = client->Create(spec);
+    auto t1 = Clock::now();
     auto released = created.ok() ? client->Release(spec.name) : Result<TensorRecord>(created.status());
     if (!released.ok()) return tools::Fail("mcd-bench", released.status());
-    out << " " << Us(t0, Clock::now());
+    out << " " << Us(t0, t1) << " " << Us(t1, Clock::now());
   }
   std::printf("%d%s\n", n, out.str().c_str());
   return 0;
@@ -381,6 +384,13 @@ class Bench {
                   {"ops_per_s", r.ops_per_s > 0 ? r.ops_per_s : (mean > 0 ? 1e6 / mean : 0)},
                   {"x_floor", floor_us_ > 0 ? median / floor_us_ : 0}};
       if (r.redis_cpu_us >= 0) row["redis_cpu_us_per_op"] = r.redis_cpu_us;
+      for (const auto& [step, us] : {std::pair<const char*, const std::vector<double>*>{"create", &r.create_us},
+                                     {"delete", &r.delete_us}}) {
+        if (us->empty()) continue;
+        for (const auto& [suffix, p] : {std::pair<const char*, double>{"_median_us", 0.5}, {"_p90_us", 0.9}, {"_p99_us", 0.99}}) {
+          row[std::string(step) + suffix] = Percentile(*us, p);
+        }
+      }
       if (!r.note.empty()) row["note"] = r.note;
       rows.push_back(row);
     }
@@ -525,7 +535,11 @@ class Bench {
       std::istringstream in(ReadLine(child.from));
       size_t pairs = 0, read = 0;
       in >> pairs;
-      for (double us; in >> us; ++read) row.us.push_back(us);
+      for (double create_us, delete_us; in >> create_us >> delete_us; ++read) {
+        row.create_us.push_back(create_us);
+        row.delete_us.push_back(delete_us);
+        row.us.push_back(create_us + delete_us);
+      }
       if (WaitChild(child) != 0) return Status(ErrorCode::kInternal, "a throughput client failed");
       if (read != pairs || pairs == 0) {
         return Status(ErrorCode::kInternal, "a throughput client reported " + std::to_string(pairs) +
@@ -541,6 +555,8 @@ class Bench {
       row.note += "; Redis CPU " + std::to_string(static_cast<long>(row.redis_cpu_us + 0.5)) + " us per pair, " +
                   std::to_string(static_cast<long>((cpu1 - cpu0) * 100 / wall + 0.5)) + "% busy";
     }
+    row.note += "; p99 of the create " + std::to_string(static_cast<long>(Percentile(row.create_us, 0.99) + 0.5)) +
+                " us, of the delete " + std::to_string(static_cast<long>(Percentile(row.delete_us, 0.99) + 0.5)) + " us";
     rows_.push_back(std::move(row));
     return Status::Ok();
   }
