@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
@@ -403,15 +404,45 @@ class Client::Impl {
     if (!reply.ok()) return reply.status();
     bool taken = !reply->elements.empty() && reply->elements[0].str == "ok";
     auto record = RefAnswer(name, reply.value());
-    if (!record.ok() && taken) (void)Release(name);  // a hash it cannot read: the reference goes back
-    return record;
+    if (!record.ok() && taken) (void)ScriptRelease(name);  // a hash it cannot read: the reference goes back
+    return Saw(name, std::move(record));
   }
 
-  // release: the same script, which answers a release that leaves references itself and queues
-  // the delete command of the last one (the server must free the memory). The BLPOP for the
-  // server's reply goes out behind the script in one write; when the script answered, it also
-  // pushed a marker, so the BLPOP returns at once. One round trip either way.
-  Result<TensorRecord> Release(const std::string& name, bool retried = false) {
+  // release: a tensor whose refcount this client last saw at 1 (its own create, typically) is
+  // most likely released for the last time, which only the server can do: its delete command
+  // goes to the queue at once. Were another process to have taken a reference since, the
+  // server's delete gives one back just the same. Any other release runs the reference script,
+  // which answers a release that leaves references itself, with no server hop, and queues the
+  // delete command of the last one. The BLPOP for the server's reply goes out behind the push
+  // or the script in one write; when the script answered, it also pushed a marker, so the BLPOP
+  // returns at once. One round trip in every case.
+  Result<TensorRecord> Release(const std::string& name) {
+    auto seen = seen_refcount_.find(name);
+    bool last = seen != seen_refcount_.end() && seen->second <= 1;
+    if (seen != seen_refcount_.end()) seen_refcount_.erase(seen);
+    if (last) {
+      Command cmd;
+      cmd.op = Op::kDelete;
+      cmd.name = name;
+      return Saw(name, Request(std::move(cmd)));
+    }
+    return Saw(name, ScriptRelease(name));
+  }
+
+  // What this client learnt of a tensor's refcount from its own create, get or release: where
+  // it drops to 1, its next release goes to the server directly (Release). Bounded, and only a
+  // hint: a name it no longer holds takes the script's path.
+  Result<TensorRecord> Saw(const std::string& name, Result<TensorRecord> result) {
+    if (!result.ok()) return result;
+    if (result->refcount <= 0) {
+      seen_refcount_.erase(name);
+    } else if (seen_refcount_.size() < kSeenMax || seen_refcount_.count(name) != 0) {
+      seen_refcount_[name] = result->refcount;
+    }
+    return result;
+  }
+
+  Result<TensorRecord> ScriptRelease(const std::string& name, bool retried = false) {
     if (ref_sha_ == kNoScript) MCD_RETURN_IF_ERROR(LoadRefScript());
     Command cmd;
     cmd.op = Op::kDelete;
@@ -435,7 +466,7 @@ class Client::Impl {
         return Status(ErrorCode::kRedisError, "reference script: " + error);
       }
       MCD_RETURN_IF_ERROR(LoadRefScript());
-      return Release(name, true);
+      return ScriptRelease(name, true);
     }
     auto popped = redis_->ReadReply();
     if (!script->elements.empty() && script->elements[0].str == "queued") {
@@ -555,6 +586,8 @@ class Client::Impl {
   std::string ref_sha_ = kNoScript;  // loaded while connecting, or on first use
   std::map<std::string, std::string> server_info_;  // the node's heartbeat, as last read
   bool prefetched_ = false;  // PrefetchPools ran
+  static constexpr size_t kSeenMax = 1 << 16;
+  std::unordered_map<std::string, int64_t> seen_refcount_;  // Saw
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -589,7 +622,7 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
                     "owner process " + std::to_string(spec.owner_pid) + " is not running");
     }
   }
-  return impl_->Request(cmd);
+  return impl_->Saw(spec.name, impl_->Request(cmd));
 }
 
 Result<TensorView> Client::Get(const std::string& name) {

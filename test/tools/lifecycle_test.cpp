@@ -302,15 +302,85 @@ TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
   EXPECT_EQ(reply_lists(), 0u);
 
   // After SCRIPT FLUSH (as after a Redis restart) the script is loaded again; the last release
-  // is queued as a delete and answered by the server, which frees the memory.
+  // is queued as a delete by the script and answered by the server, which frees the memory. (A
+  // second client makes it: this one saw the count at 1 and would send the delete itself.)
+  auto other = Client::Connect(opt);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
   ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
   t0 = std::chrono::steady_clock::now();
-  auto last = client.Release("rel");
+  auto last = other.value()->Release("rel");
   ASSERT_TRUE(last.ok()) << last.status().ToString() << ServeLog();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   EXPECT_TRUE(TensorKeys().empty());
   EXPECT_TRUE(ShmFreedSoon());
   EXPECT_EQ(reply_lists(), 0u);
+}
+
+// A client that last saw a tensor at refcount 1 (its own create) sends its release to the server
+// as the delete command, without the reference script; the server's delete is right whatever
+// the count is by then: a reference another process took in between survives it.
+TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReferences) {
+  ClientOptions opt;
+  opt.redis_url = redis_.parsed_url();
+  opt.node = node_;
+  auto connected = Client::Connect(opt);
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  Client& client = *connected.value();
+  auto conn = redis_.Connect();
+  auto script_calls = [&] {
+    std::string stats = conn->Command({"INFO", "commandstats"})->str;
+    size_t at = stats.find("cmdstat_evalsha:calls=");
+    return at == std::string::npos ? 0L : std::strtol(stats.c_str() + at + 22, nullptr, 10);
+  };
+  auto spec = [](const std::string& name) {
+    CreateSpec s;
+    s.name = name;
+    s.dtype = DType::kU8;
+    s.shape = {16};
+    s.device = kHostDevice;
+    return s;
+  };
+
+  // Its own create, then its release: one script call in all, the server's commit of the delete.
+  ASSERT_TRUE(client.Create(spec("own")).ok());
+  ASSERT_TRUE(conn->Command({"CONFIG", "RESETSTAT"}).ok());
+  auto freed = client.Release("own");
+  ASSERT_TRUE(freed.ok()) << freed.status().ToString();
+  EXPECT_EQ(freed->refcount, 0);
+  EXPECT_EQ(script_calls(), 1);
+  EXPECT_TRUE(TensorKeys().empty());
+
+  // Another process takes a reference after the create: the creator's release, sent the same
+  // way, gives back only its own.
+  ASSERT_TRUE(client.Create(spec("shared")).ok());
+  ASSERT_EQ(Tool("mcd-get", {"shared", "-q"}).exit_code, 0);
+  auto left = client.Release("shared");
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  EXPECT_EQ(left->refcount, 1);
+  EXPECT_EQ(HashField("shared", "refcount"), "1");
+  EXPECT_EQ(HashField("shared", "state"), "ready");
+  EXPECT_EQ(ShmCount(), 1u);
+  EXPECT_EQ(Tool("mcd-rm", {"shared"}).out, "shared: freed\n");
+
+  // A client that holds two references releases the first through the script, which leaves the
+  // other, and the second through the server, which frees.
+  ASSERT_TRUE(client.Create(spec("twice")).ok());
+  ASSERT_TRUE(client.Get("twice").ok());
+  ASSERT_TRUE(conn->Command({"CONFIG", "RESETSTAT"}).ok());
+  auto first = client.ReleaseReference("twice");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->refcount, 1);
+  EXPECT_EQ(script_calls(), 1);  // the reference script, no server
+  auto second = client.Release("twice");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->refcount, 0);
+  EXPECT_EQ(script_calls(), 2);  // and the server's commit
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_TRUE(ShmFreedSoon());
+
+  // A name it released is not its own any more: a second release is the script's not_found.
+  auto again = client.Release("own");
+  EXPECT_EQ(again.status().code(), ErrorCode::kNotFound) << again.status().ToString();
 }
 
 TEST_F(Lifecycle, ListingSpansManyPipelinedWindows) {
