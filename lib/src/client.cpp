@@ -405,11 +405,20 @@ class Client::Impl {
     bool taken = !reply->elements.empty() && reply->elements[0].str == "ok";
     auto record = RefAnswer(name, reply.value());
     if (!record.ok() && taken) (void)ScriptRelease(name);  // a hash it cannot read: the reference goes back
-    return Saw(name, std::move(record));
+    if (record.ok()) Saw(name, record->refcount);
+    return record;
   }
 
-  // release: a tensor whose refcount this client last saw at 1 (its own create, typically) is
-  // most likely released for the last time, which only the server can do: its delete command
+  // create: the command through the server; the tensor is then one this client tracks (Saw).
+  Result<TensorRecord> Create(Command cmd) {
+    std::string name = cmd.name;
+    auto created = Request(std::move(cmd));
+    if (created.ok() && seen_refcount_.size() < kSeenMax) seen_refcount_[name] = created->refcount;
+    return created;
+  }
+
+  // release: a tensor this client created and whose refcount it last saw at 1 is most likely
+  // released for the last time, which only the server can do: its delete command
   // goes to the queue at once. Were another process to have taken a reference since, the
   // server's delete gives one back just the same. Any other release runs the reference script,
   // which answers a release that leaves references itself, with no server hop, and queues the
@@ -419,35 +428,35 @@ class Client::Impl {
   Result<TensorRecord> Release(const std::string& name) {
     auto seen = seen_refcount_.find(name);
     bool last = seen != seen_refcount_.end() && seen->second <= 1;
-    if (seen != seen_refcount_.end()) seen_refcount_.erase(seen);
-    if (last) {
-      Command cmd;
-      cmd.op = Op::kDelete;
-      cmd.name = name;
-      return Saw(name, Request(std::move(cmd)));
-    }
-    return Saw(name, ScriptRelease(name));
+    Result<TensorRecord> released = last ? Request(DeleteCommand(name)) : ScriptRelease(name);
+    Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
+    return released;
   }
 
-  // What this client learnt of a tensor's refcount from its own create, get or release: where
-  // it drops to 1, its next release goes to the server directly (Release). Bounded, and only a
-  // hint: a name it no longer holds takes the script's path.
-  Result<TensorRecord> Saw(const std::string& name, Result<TensorRecord> result) {
-    if (!result.ok()) return result;
-    if (result->refcount <= 0) {
-      seen_refcount_.erase(name);
-    } else if (seen_refcount_.size() < kSeenMax || seen_refcount_.count(name) != 0) {
-      seen_refcount_[name] = result->refcount;
+  static Command DeleteCommand(const std::string& name) {
+    Command cmd;
+    cmd.op = Op::kDelete;
+    cmd.name = name;
+    return cmd;
+  }
+
+  // The tensors this client created (bounded: past kSeenMax, further ones are not tracked),
+  // with the refcount it last saw of each from its own create, get or release; one that drops
+  // to 1 gets its next release sent to the server directly (Release), and one at 0 is no
+  // longer tracked. Only a hint: any count is right for the server's delete.
+  void Saw(const std::string& name, int64_t refcount) {
+    auto seen = seen_refcount_.find(name);
+    if (seen == seen_refcount_.end()) return;
+    if (refcount <= 0) {
+      seen_refcount_.erase(seen);
+    } else {
+      seen->second = refcount;
     }
-    return result;
   }
 
   Result<TensorRecord> ScriptRelease(const std::string& name, bool retried = false) {
     if (ref_sha_ == kNoScript) MCD_RETURN_IF_ERROR(LoadRefScript());
-    Command cmd;
-    cmd.op = Op::kDelete;
-    cmd.name = name;
-    Outgoing out = Prepare(std::move(cmd));
+    Outgoing out = Prepare(DeleteCommand(name));
     std::string key = opt_.keys.Tensor(name);
     std::string server = opt_.keys.Server(opt_.node);
     std::vector<std::string_view> argv = {"EVALSHA", ref_sha_, "4", key, server, opt_.keys.queue,
@@ -587,7 +596,7 @@ class Client::Impl {
   std::map<std::string, std::string> server_info_;  // the node's heartbeat, as last read
   bool prefetched_ = false;  // PrefetchPools ran
   static constexpr size_t kSeenMax = 1 << 16;
-  std::unordered_map<std::string, int64_t> seen_refcount_;  // Saw
+  std::unordered_map<std::string, int64_t> seen_refcount_;  // by name; see Saw
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -622,7 +631,7 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
                     "owner process " + std::to_string(spec.owner_pid) + " is not running");
     }
   }
-  return impl_->Saw(spec.name, impl_->Request(cmd));
+  return impl_->Create(std::move(cmd));
 }
 
 Result<TensorView> Client::Get(const std::string& name) {

@@ -316,7 +316,7 @@ TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
   EXPECT_EQ(reply_lists(), 0u);
 }
 
-// A client that last saw a tensor at refcount 1 (its own create) sends its release to the server
+// A client that created a tensor and last saw it at refcount 1 sends its release to the server
 // as the delete command, without the reference script; the server's delete is right whatever
 // the count is by then: a reference another process took in between survives it.
 TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReferences) {

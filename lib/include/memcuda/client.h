@@ -66,9 +66,9 @@ class MCD_API Client {
   // Opens the tensor without touching its refcount (it must be ready).
   Result<TensorView> Open(const std::string& name);
   // Closes this process's mapping of it, if any, and gives one reference back (refcount-1; the
-  // last one through the server's delete command, which frees the memory). A tensor whose
-  // refcount this client last saw at 1 (its own create, say) is released with the delete
-  // command at once; others by the reference script, which queues the delete command only when
+  // last one through the server's delete command, which frees the memory). A tensor this
+  // client created and whose refcount it last saw at 1 is released with the delete command at
+  // once; others by the reference script, which queues the delete command only when
   // it finds the last reference. Returns the record as it was after the decrement.
   Result<TensorRecord> Release(const std::string& name);
   // Gives one reference back without touching this process's mappings.
