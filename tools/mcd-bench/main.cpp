@@ -384,13 +384,14 @@ class Bench {
                   {"ops_per_s", r.ops_per_s > 0 ? r.ops_per_s : (mean > 0 ? 1e6 / mean : 0)},
                   {"x_floor", floor_us_ > 0 ? median / floor_us_ : 0}};
       if (r.redis_cpu_us >= 0) row["redis_cpu_us_per_op"] = r.redis_cpu_us;
-      for (const auto& [step, us] : {std::pair<const char*, const std::vector<double>*>{"create", &r.create_us},
-                                     {"delete", &r.delete_us}}) {
-        if (us->empty()) continue;
-        for (const auto& [suffix, p] : {std::pair<const char*, double>{"_median_us", 0.5}, {"_p90_us", 0.9}, {"_p99_us", 0.99}}) {
-          row[std::string(step) + suffix] = Percentile(*us, p);
-        }
-      }
+      auto step = [&row](const std::string& name, const std::vector<double>& us) {
+        if (us.empty()) return;
+        row[name + "_median_us"] = Percentile(us, 0.5);
+        row[name + "_p90_us"] = Percentile(us, 0.9);
+        row[name + "_p99_us"] = Percentile(us, 0.99);
+      };
+      step("create", r.create_us);
+      step("delete", r.delete_us);
       if (!r.note.empty()) row["note"] = r.note;
       rows.push_back(row);
     }
