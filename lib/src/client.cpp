@@ -309,14 +309,32 @@ class Client::Impl {
     if (popped->type == RedisValue::Type::kError) {
       return Status(ErrorCode::kRedisError, "BLPOP: " + popped->str);
     }
-    if (popped->is_nil() || popped->elements.size() != 2) {
-      auto info = ServerInfo();
-      if (!info.ok()) return info.status();
-      return Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
-                                             out.cmd.name + "' within " + out.wait +
-                                             " s (the server is busy or the queue is long)");
-    }
+    if (popped->is_nil() || popped->elements.size() != 2) return Unanswered(out);
     return ParseReply(popped->elements[1].str);
+  }
+
+  // No reply in time. A command the server has not taken yet is taken back off the queue, so
+  // that a request reported as failed does not take effect later, when a server gets to it: a
+  // create nobody holds, or a release applied twice when the caller tries again. A reply that
+  // came just after the wait still counts. The body holds the command's unique req, so the
+  // LREM can only find this one command.
+  Result<TensorRecord> Unanswered(const Outgoing& out) {
+    MCD_RETURN_IF_ERROR(redis_->Append({"LREM", opt_.keys.queue, "1", out.body}));
+    MCD_RETURN_IF_ERROR(redis_->Append({"LPOP", out.reply_key}));
+    auto removed = redis_->ReadReply();
+    auto late = redis_->ReadReply();
+    if (late.ok() && late->type == RedisValue::Type::kString) return ParseReply(late->str);
+    if (!removed.ok()) return removed.status();
+    bool withdrawn = removed->type == RedisValue::Type::kInteger && removed->integer == 1;
+    std::string what = std::string("the ") + OpName(out.cmd.op) + " of '" + out.cmd.name + "'";
+    std::string fate = withdrawn ? "; " + what + " was withdrawn from the queue, nothing changed"
+                                 : "; the server had taken " + what +
+                                       ", which may still take effect: check before repeating it";
+    auto info = ServerInfo();
+    if (!info.ok()) return Status(info.status().code(), info.status().message() + fate);
+    return Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
+                                           out.cmd.name + "' within " + out.wait +
+                                           " s (the server is busy or the queue is long)" + fate);
   }
 
   static Result<TensorRecord> ParseReply(const std::string& text) {

@@ -29,6 +29,7 @@ class Lifecycle : public ::testing::Test {
   // Every test ends with a clean shutdown, which must leave nothing behind.
   void TearDown() override {
     if (server_ && server_->pid() > 0) {
+      kill(server_->pid(), SIGCONT);  // in case a test that stopped it failed midway
       EXPECT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
       EXPECT_EQ(ShmCount(), 0u) << "shared-memory objects left after SIGTERM";
     }
@@ -381,6 +382,88 @@ TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReference
   // A name it released is not its own any more: a second release is the script's not_found.
   auto again = client.Release("own");
   EXPECT_EQ(again.status().code(), ErrorCode::kNotFound) << again.status().ToString();
+}
+
+// A request that gets no reply in time is taken back off the queue when no server has taken it
+// yet, so a failure reported to the caller never takes effect later, when a server gets to it;
+// one that a server took is reported as possibly still taking effect.
+TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
+  ClientOptions opt;
+  opt.redis_url = redis_.parsed_url();
+  opt.node = node_;
+  opt.timeout_ms = 300;
+  auto connected = Client::Connect(opt);
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  Client& client = *connected.value();
+  CreateSpec spec;
+  spec.name = "own";
+  spec.dtype = DType::kU8;
+  spec.shape = {16};
+  spec.device = kHostDevice;
+  ASSERT_TRUE(client.Create(spec).ok());
+  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  auto queued = [&] { return conn->Command({"LLEN", keys_.queue})->integer; };
+
+  // The server stopped, its heartbeat kept alive: every request times out. A blocking take the
+  // server sent before it stopped is still served by Redis, so a first command goes to it (or,
+  // when there was none, is removed here) before the requests under test.
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  ASSERT_EQ(conn->Command({"PERSIST", keys_.Server(node_)})->integer, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue,
+      R"({"op":"create","name":"first","dtype":"u8","shape":[1],"device":"cpu"})"}).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(conn->Command({"DEL", keys_.queue}).ok());
+  const std::string withdrawn = " was withdrawn from the queue, nothing changed";
+  auto late = Tool("mcd-create", {"late", "--dtype", "u8", "--shape", "16", "--device", "cpu", "--timeout-ms", "300"});
+  EXPECT_EQ(late.exit_code, 75) << late.err;
+  EXPECT_NE(late.err.find("the create of 'late'" + withdrawn), std::string::npos) << late.err;
+  // The release of another process's last reference: the script queues its delete.
+  auto rm = Tool("mcd-rm", {"kept", "--timeout-ms", "300"});
+  EXPECT_EQ(rm.exit_code, 75) << rm.err;
+  EXPECT_NE(rm.err.find("the delete of 'kept'" + withdrawn), std::string::npos) << rm.err;
+  // The creator's release, which pushes its delete itself.
+  auto released = client.Release("own");
+  EXPECT_EQ(released.status().code(), ErrorCode::kTimeout) << released.status().ToString();
+  EXPECT_NE(released.status().message().find("the delete of 'own'" + withdrawn), std::string::npos)
+      << released.status().ToString();
+  EXPECT_EQ(queued(), 0);
+
+  // The heartbeat gone while a request waits: no server, and the command withdrawn just the same.
+  test::Background gone({test::ToolPath("mcd-create"), "gone", "--dtype", "u8", "--shape", "16", "--device",
+                         "cpu", "--timeout-ms", "2000", "--node", node_},
+                        Env(), dir_.path() + "/gone.log");
+  ASSERT_TRUE(test::WaitFor([&] { return queued() == 1; }, 5000));
+  ASSERT_EQ(conn->Command({"DEL", keys_.Server(node_)})->integer, 1);
+  EXPECT_EQ(gone.Stop(0), 69);
+  std::string gone_err = test::ReadFile(dir_.path() + "/gone.log");
+  EXPECT_NE(gone_err.find("no mcd-serve is running"), std::string::npos) << gone_err;
+  EXPECT_NE(gone_err.find("the create of 'gone'" + withdrawn), std::string::npos) << gone_err;
+  EXPECT_EQ(queued(), 0);
+
+  // The server goes on; a command sent now is answered, so none before it is left to apply.
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 5000)) << ServeLog();
+  json end = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-1"})", "end-1");
+  ASSERT_EQ(end["ok"], true) << end.dump() << ServeLog();
+  EXPECT_EQ(HashField("late", "state"), "");
+  EXPECT_EQ(HashField("gone", "state"), "");
+  EXPECT_EQ(HashField("kept", "refcount"), "1");
+  EXPECT_EQ(HashField("own", "refcount"), "1");
+  EXPECT_EQ(ShmCount(), 3u + (HashField("first", "state").empty() ? 0u : 1u));  // own, kept, end
+
+  // A consumer took the command and did not answer: it may still take effect, and says so.
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server("stuck"), "pid", "1"}).ok());
+  test::Background stuck({test::ToolPath("mcd-create"), "a", "--dtype", "u8", "--shape", "1", "--device", "cpu",
+                          "--node", "stuck", "--queue", "stuck-queue", "--timeout-ms", "1000"},
+                         Env(), dir_.path() + "/stuck.log");
+  auto taken = conn->Command({"BLMOVE", "stuck-queue", "stuck-taken", "RIGHT", "LEFT", "10"});
+  ASSERT_TRUE(taken.ok() && taken->type == RedisValue::Type::kString);
+  EXPECT_EQ(stuck.Stop(0), 75);
+  std::string stuck_err = test::ReadFile(dir_.path() + "/stuck.log");
+  EXPECT_NE(stuck_err.find("the server had taken the create of 'a', which may still take effect"),
+            std::string::npos) << stuck_err;
 }
 
 TEST_F(Lifecycle, ListingSpansManyPipelinedWindows) {

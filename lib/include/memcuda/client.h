@@ -31,7 +31,10 @@ struct MCD_API ClientOptions {
   RedisUrl redis_url;
   KeySpace keys;
   std::string node;        // default: the host name
-  int timeout_ms = 5000;   // per request: command pushed to reply received
+  // Per request: command pushed to reply received. A request with no reply by then is taken
+  // back off the queue when no server has taken it yet, and fails with nothing changed; the
+  // error says when the server had taken it instead, and it may still take effect.
+  int timeout_ms = 5000;
   bool require_server = true;  // Connect() fails with kUnavailable when no heartbeat is found
 };
 
