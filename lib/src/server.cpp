@@ -159,6 +159,7 @@ class Server::Impl {
   // Gives back the ready stock of sizes not created for a while (kReadyIdleMs).
   void TrimReadyStock();
   Status CheckSingleInstance();
+  void WarnIfRedisEvicts();
   Status Reconcile();
   Status LoadScript();
   void HeartbeatLoop();
@@ -344,6 +345,7 @@ Status Server::Impl::Start() {
 
   MCD_RETURN_IF_ERROR(Connect());
   MCD_RETURN_IF_ERROR(CheckSingleInstance());
+  WarnIfRedisEvicts();
   MCD_RETURN_IF_ERROR(Reconcile());
   if (Status written = WriteHeartbeat(*redis_); !written.ok()) {
     return Status(written.code(), "cannot write the heartbeat: " + written.message());
@@ -423,6 +425,20 @@ Status Server::Impl::CheckSingleInstance() {
     }
   }
   return Status::Ok();
+}
+
+// A Redis that evicts keys at its maxmemory (a cache's setting) may drop a tensor's hash while
+// its memory stays held, or the heartbeat of a live server. Said at start; a Redis that hides
+// CONFIG (some managed ones) is taken as it is.
+void Server::Impl::WarnIfRedisEvicts() {
+  auto policy = redis_->Command({"CONFIG", "GET", "maxmemory-policy"});
+  if (!policy.ok() || policy->elements.size() != 2 || policy->elements[1].str == "noeviction") return;
+  auto limit = redis_->Command({"CONFIG", "GET", "maxmemory"});
+  std::string bytes = limit.ok() && limit->elements.size() == 2 ? limit->elements[1].str : "?";
+  Log(LogLevel::kWarn, "Redis's maxmemory-policy is '" + policy->elements[1].str +
+                           "': at its maxmemory (" + (bytes == "0" ? "none set now" : bytes + " bytes") +
+                           ") it evicts keys, and a tensor whose hash it evicts is lost to every "
+                           "client while its memory stays held; set maxmemory-policy noeviction");
 }
 
 Status Server::Impl::Reconcile() {

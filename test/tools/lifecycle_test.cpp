@@ -997,6 +997,21 @@ TEST_F(Lifecycle, KeepsServingAcrossARedisRestart) {
   EXPECT_EQ(ShmCount(), 2u);
 }
 
+TEST_F(Lifecycle, AServerWarnsOfARedisThatEvictsKeys) {
+  const std::string warning = "Redis's maxmemory-policy is 'allkeys-lru': at its maxmemory (1073741824 bytes)";
+  EXPECT_EQ(ServeLog().find("maxmemory-policy"), std::string::npos) << ServeLog();  // noeviction
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"}).ok());
+  ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "1073741824"}).ok());
+  StartServer();
+  EXPECT_NE(ServeLog().find(warning), std::string::npos) << ServeLog();
+  EXPECT_NE(ServeLog().find("set maxmemory-policy noeviction"), std::string::npos) << ServeLog();
+  // A warning only: the server serves.
+  EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "0"}).ok());
+}
+
 TEST_F(Lifecycle, AServerStartingOnARedisOutOfMemorySaysSo) {
   auto conn = redis_.Connect();
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "1"}).ok());
