@@ -1146,7 +1146,9 @@ void Server::Impl::ReapStackTensors() {
   std::vector<std::string> dead;
   for (auto it = stack_names_.begin(); it != stack_names_.end();) {
     auto entry = tensors_.find(*it);
-    if (entry == tensors_.end()) {  // deleted normally meanwhile
+    // Deleted normally meanwhile, or deleted and made again under the same name as a heap
+    // tensor, which has no owner process to outlive.
+    if (entry == tensors_.end() || entry->second.record.lifetime != Lifetime::kStack) {
       it = stack_names_.erase(it);
       continue;
     }
@@ -1163,6 +1165,7 @@ void Server::Impl::ReapStackTensors() {
     }
     Entry entry = std::move(tensors_.at(name));
     tensors_.erase(name);
+    stack_names_.erase(name);
     tensor_count_ = tensors_.size();
     Status freed = FreeEntry(entry);
     Outcome("reclaim", name, freed, t0,

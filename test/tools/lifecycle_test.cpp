@@ -1047,6 +1047,37 @@ TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
   EXPECT_EQ(ShmCount(), 1u);
 }
 
+// A name that a stack tensor had is free for a heap tensor as soon as the stack tensor is gone,
+// whether it was deleted or reclaimed: the reaper judges the tensor that has the name now.
+TEST_F(Lifecycle, AHeapTensorTakingAStackTensorsNameIsNotReclaimed) {
+  auto create = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {name, "--dtype", "u8", "--shape", "4", "--device", "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Tool("mcd-create", args).exit_code;
+  };
+  test::Background owner({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
+  ASSERT_EQ(create("deleted", {"--lifetime", "stack", "--owner-pid", std::to_string(owner.pid())}), 0);
+  ASSERT_EQ(Tool("mcd-rm", {"deleted"}).out, "deleted: freed\n");
+  ASSERT_EQ(create("deleted", {}), 0);
+
+  test::Background brief({"sleep", "60"}, {}, dir_.path() + "/sleep2.log");
+  ASSERT_EQ(create("reclaimed", {"--lifetime", "stack", "--owner-pid", std::to_string(brief.pid())}), 0);
+  brief.Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("reclaimed", "state").empty(); }, 5000)) << ServeLog();
+  ASSERT_EQ(create("reclaimed", {}), 0);
+
+  // Two passes of the reaper (one a second).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(HashField("deleted", "lifetime"), "heap") << ServeLog();
+  EXPECT_EQ(HashField("reclaimed", "lifetime"), "heap") << ServeLog();
+  std::string log = ServeLog();
+  EXPECT_EQ(log.find("reclaim name=deleted"), std::string::npos) << log;
+  size_t first = log.find("reclaim name=reclaimed");
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("reclaim name=reclaimed", first + 1), std::string::npos) << log;
+  EXPECT_EQ(ShmCount(), 2u);
+}
+
 }  // namespace
 }  // namespace mcd
 
