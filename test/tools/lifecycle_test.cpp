@@ -876,7 +876,8 @@ TEST_F(Lifecycle, MutatedCommandsNeverBreakTheServerNorLeaveUnlistableTensors) {
   // Everything is given back: the memory with it.
   for (const json& tensor : tensors) {
     for (int64_t held = tensor["refcount"]; held > 0; --held) {
-      ASSERT_EQ(Tool("mcd-rm", {tensor["name"], "-q"}).exit_code, 0) << tensor.dump();
+      auto removed = Tool("mcd-rm", {tensor["name"], "-q"});
+      ASSERT_EQ(removed.exit_code, 0) << tensor.dump() << " " << removed.err << ServeLog();
     }
   }
   EXPECT_EQ(TensorKeys(), std::vector<std::string>{}) << ServeLog();
