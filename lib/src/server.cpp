@@ -158,12 +158,20 @@ class Server::Impl {
   uint64_t ReadyBytes() const;
   // Gives back the ready stock of sizes not created for a while (kReadyIdleMs).
   void TrimReadyStock();
-  Status CheckSingleInstance();
+  // Writes the first heartbeat: refused while another live instance holds the node.
+  Status ClaimNode();
   void WarnIfRedisEvicts();
   Status Reconcile();
   Status LoadScript();
   void HeartbeatLoop();
-  Status WriteHeartbeat(RedisConnection& conn);
+  // Another instance that holds the node's heartbeat.
+  struct Holder {
+    std::string instance;
+    int64_t pid = 0;
+  };
+  // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
+  // then nothing is written, and that instance is returned.
+  Result<std::optional<Holder>> WriteHeartbeat(RedisConnection& conn, const std::string& replace = "");
 
   void ProcessBatch(const std::vector<std::string>& raws);
   // Redis answered the take with an error on a live connection (out of memory under maxmemory,
@@ -271,6 +279,7 @@ class Server::Impl {
   std::atomic<uint64_t> ok_count_{0};
   std::atomic<size_t> tensor_count_{0};
   bool owns_heartbeat_ = false;
+  std::string node_lost_;  // why the node was lost to another instance (under hb_mutex_)
   std::array<std::atomic<uint64_t>, kCodeCount> error_counts_{};
 };
 
@@ -344,13 +353,10 @@ Status Server::Impl::Start() {
   if (opt_.allocator == "pool" && allocators_.size() > 1) MCD_RETURN_IF_ERROR(StartPoolSocket());
 
   MCD_RETURN_IF_ERROR(Connect());
-  MCD_RETURN_IF_ERROR(CheckSingleInstance());
+  // Claimed before the reconciliation, which removes what other instances of the node left.
+  MCD_RETURN_IF_ERROR(ClaimNode());
   WarnIfRedisEvicts();
   MCD_RETURN_IF_ERROR(Reconcile());
-  if (Status written = WriteHeartbeat(*redis_); !written.ok()) {
-    return Status(written.code(), "cannot write the heartbeat: " + written.message());
-  }
-  owns_heartbeat_ = true;
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
                            opt_.redis_url.Redacted() + ", queue '" + opt_.keys.queue +
@@ -412,19 +418,28 @@ uint64_t Server::Impl::PoolUsedBytes() {
   return total;
 }
 
-Status Server::Impl::CheckSingleInstance() {
-  std::string key = opt_.keys.Server(opt_.node);
-  MCD_ASSIGN_OR_RETURN(RedisValue hb, redis_->Command({"HMGET", key, "pid", "instance"}));
-  if (hb.elements.size() == 2 && !hb.elements[0].is_nil()) {
-    int64_t pid = std::atoll(hb.elements[0].str.c_str());
-    if (pid != getpid() && ProcessAlive(pid, 0)) {
+Status Server::Impl::ClaimNode() {
+  std::string replace;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto written = WriteHeartbeat(*redis_, replace);
+    if (!written.ok()) {
+      return Status(written.status().code(), "cannot write the heartbeat: " + written.status().message());
+    }
+    if (!written->has_value()) {
+      owns_heartbeat_ = true;
+      return Status::Ok();
+    }
+    const Holder& holder = **written;
+    if (holder.pid != getpid() && ProcessAlive(holder.pid, 0)) {
       return Status(ErrorCode::kAlreadyExists,
-                    "another mcd-serve (pid " + std::to_string(pid) + ", instance " +
-                        hb.elements[1].str + ") already serves node '" + opt_.node + "' on " +
+                    "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
+                        holder.instance + ") already serves node '" + opt_.node + "' on " +
                         opt_.redis_url.Redacted() + "; stop it or pick another --node");
     }
+    replace = holder.instance;  // its process is gone: take over, unless another did meanwhile
   }
-  return Status::Ok();
+  return Status(ErrorCode::kUnavailable, "the heartbeat of node '" + opt_.node +
+                                             "' keeps changing hands: are other mcd-serve starting?");
 }
 
 // A Redis that evicts keys at its maxmemory (a cache's setting) may drop a tensor's hash while
@@ -475,9 +490,10 @@ Status Server::Impl::Reconcile() {
   return Status::Ok();
 }
 
-Status Server::Impl::WriteHeartbeat(RedisConnection& conn) {
-  std::string key = opt_.keys.Server(opt_.node);
-  std::vector<std::string> args = {"HSET", key,
+Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisConnection& conn,
+                                                                        const std::string& replace) {
+  std::vector<std::string> args = {"EVAL", kHeartbeatScript, "1", opt_.keys.Server(opt_.node),
+                                   instance_, replace, std::to_string(opt_.heartbeat_ttl_s),
                                    "instance", instance_,
                                    "pid", std::to_string(getpid()),
                                    "node", opt_.node,
@@ -503,18 +519,18 @@ Status Server::Impl::WriteHeartbeat(RedisConnection& conn) {
   args.push_back("commands_failed");
   args.push_back(std::to_string(failed));
   std::vector<std::string_view> argv(args.begin(), args.end());
-  MCD_RETURN_IF_ERROR(conn.Append(argv));
-  std::string ttl = std::to_string(opt_.heartbeat_ttl_s);
-  MCD_RETURN_IF_ERROR(conn.Append({"EXPIRE", key, ttl}));
-  // Both replies are read whatever the first says; an error reply (OOM under maxmemory, say)
-  // is a failure too, not only a lost connection.
-  Result<RedisValue> set = conn.ReadReply();
-  Result<RedisValue> expire = conn.ReadReply();
-  for (const Result<RedisValue>* reply : {&set, &expire}) {
-    if (!reply->ok()) return reply->status();
-    if ((*reply)->type == RedisValue::Type::kError) return Status(ErrorCode::kRedisError, "Redis: " + (*reply)->str);
+  // An error reply (OOM under maxmemory, say) is a failure too, not only a lost connection.
+  MCD_ASSIGN_OR_RETURN(RedisValue reply, conn.CommandRaw(argv));
+  if (reply.type == RedisValue::Type::kError) return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
+  if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
+  if (reply.elements[0].str == "ok") return std::optional<Holder>();
+  if (reply.elements[0].str != "held" || reply.elements.size() != 3) {
+    return Status(ErrorCode::kUnexpectedReply, "heartbeat script answered '" + reply.elements[0].str + "'");
   }
-  return Status::Ok();
+  Holder holder;
+  holder.instance = reply.elements[1].str;
+  holder.pid = std::atoll(reply.elements[2].str.c_str());
+  return std::optional<Holder>(std::move(holder));
 }
 
 void Server::Impl::HeartbeatLoop() {
@@ -532,7 +548,21 @@ void Server::Impl::HeartbeatLoop() {
     }
     if (pool_server_) pool_used_ = PoolUsedBytes();
     if (conn && conn->connected()) {
-      Status s = WriteHeartbeat(*conn);
+      auto written = WriteHeartbeat(*conn);
+      if (written.ok() && written->has_value()) {
+        // This server was not heard from for longer than the TTL (stopped, or its machine
+        // paused), and another one took the node over and removed this one's hashes as
+        // stale: stop serving, and leave the keys alone, which are the other one's now.
+        const Holder& holder = **written;
+        lock.lock();
+        node_lost_ = "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " + holder.instance +
+                     ") took node '" + opt_.node + "' over while this one was not heard from for " +
+                     "longer than its heartbeat TTL; this one stops and leaves that one's keys alone";
+        Log(LogLevel::kError, node_lost_);
+        stop_ = true;
+        break;
+      }
+      Status s = written.ok() ? Status::Ok() : written.status();
       if (!s.ok() && failed.Again()) {
         int n = failed.count();
         Log(LogLevel::kWarn, "heartbeat: " + s.ToString() + (n > 1 ? " (" + std::to_string(n) + " failures in a row)" : ""));
@@ -674,6 +704,8 @@ Status Server::Impl::Run() {
     ProcessBatch(raws);
   }
   Drain();
+  std::lock_guard<std::mutex> lock(hb_mutex_);
+  if (!node_lost_.empty()) return Status(ErrorCode::kAlreadyExists, node_lost_);
   return Status::Ok();
 }
 
@@ -1187,8 +1219,10 @@ void Server::Impl::Shutdown() {
     auto drain = [&] {
       for (; pending > 0; --pending) (void)redis_->ReadReply();
     };
+    // Only those still this instance's own: another instance that took the node over may have
+    // made tensors of the same names since.
     for (const auto& [name, entry] : tensors_) {
-      if (!redis_->Append({"DEL", opt_.keys.Tensor(name)}).ok()) break;
+      if (!redis_->Append({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_}).ok()) break;
       if (++pending == 1000) drain();
     }
     drain();
@@ -1219,7 +1253,7 @@ void Server::Impl::Shutdown() {
   orphans_.clear();
   unsettled_.clear();
   if (owns_heartbeat_ && redis_ && redis_->connected()) {
-    (void)redis_->Command({"DEL", opt_.keys.Server(opt_.node)});
+    (void)redis_->Command({"EVAL", kDeleteIfScript, "1", opt_.keys.Server(opt_.node), "instance", instance_});
   }
   pool_server_.reset();
   for (auto& [device, worker] : workers_) worker->Stop();

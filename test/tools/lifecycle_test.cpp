@@ -1030,6 +1030,66 @@ TEST_F(Lifecycle, SecondServerForTheSameNodeIsRefused) {
   EXPECT_TRUE(Heartbeat());  // the first one is untouched
 }
 
+// Two servers started at the same moment for one node: the heartbeat is claimed in one atomic
+// step, so exactly one serves and the other says why it does not.
+TEST_F(Lifecycle, TwoServersStartedAtOnceForOneNodeLeaveOneServing) {
+  for (int round = 0; round < 8; ++round) {
+    std::string node = node_ + "-race" + std::to_string(round);
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node};
+    std::string log_a = dir_.path() + "/race-a" + std::to_string(round) + ".log";
+    std::string log_b = dir_.path() + "/race-b" + std::to_string(round) + ".log";
+    test::Background a(argv, Env(), log_a);
+    test::Background b(argv, Env(), log_b);
+    ASSERT_TRUE(test::WaitFor([&] { return !test::Running(a.pid()) || !test::Running(b.pid()); }, 10000))
+        << "both serve node " << node << "\n" << test::ReadFile(log_a) << test::ReadFile(log_b);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    bool a_serves = test::Running(a.pid());
+    EXPECT_NE(a_serves, test::Running(b.pid())) << test::ReadFile(log_a) << test::ReadFile(log_b);
+    test::Background& winner = a_serves ? a : b;
+    test::Background& loser = a_serves ? b : a;
+    auto pid = redis_.Connect()->Command({"HGET", keys_.Server(node), "pid"});
+    EXPECT_EQ(pid->str, std::to_string(winner.pid()));
+    EXPECT_EQ(loser.Stop(0), 1);
+    std::string refused = test::ReadFile(a_serves ? log_b : log_a);
+    EXPECT_NE(refused.find("already serves node '" + node + "'"), std::string::npos) << refused;
+    EXPECT_EQ(winner.Stop(SIGTERM), 0);
+  }
+}
+
+// A server that was not heard from for longer than its heartbeat TTL (stopped here; a paused
+// machine alike) finds another one serving its node when it wakes: it stops, and leaves that
+// one's heartbeat and hashes alone, a tensor of a name it had included.
+TEST_F(Lifecycle, AServerThatWasGoneTooLongStepsAsideForTheOneThatTookOver) {
+  for (const char* name : {"a", "b"}) {
+    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  }
+  auto conn = redis_.Connect();
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  // Its blocking take ends in Redis after a second, so that no command goes to it; then its
+  // heartbeat goes, as the TTL would have it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  ASSERT_EQ(conn->Command({"DEL", keys_.Server(node_)})->integer, 1);
+  test::Background other({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(),
+                         dir_.path() + "/other.log");
+  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << test::ReadFile(dir_.path() + "/other.log");
+  std::string other_instance = conn->Command({"HGET", keys_.Server(node_), "instance"})->str;
+  EXPECT_TRUE(HashField("a", "state").empty());  // the other one removed them as stale
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  EXPECT_EQ(server_->Stop(0), 1) << ServeLog();
+  EXPECT_NE(ServeLog().find("took node '" + node_ + "' over"), std::string::npos) << ServeLog();
+  EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "instance"})->str, other_instance);
+  EXPECT_EQ(HashField("a", "owner"), other_instance);
+  EXPECT_EQ(HashField("a", "refcount"), "1");
+  EXPECT_EQ(Tool("mcd-create", {"c", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-rm", {"a"}).out, "a: freed\n");
+  EXPECT_EQ(other.Stop(SIGTERM), 0);
+  EXPECT_FALSE(Heartbeat());
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_EQ(ShmCount(), 0u);
+}
+
 TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
   test::Background owner({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
   ASSERT_EQ(Tool("mcd-create", {"tmp", "--dtype", "f32", "--shape", "4", "--device", "cpu", "--lifetime",
