@@ -362,4 +362,19 @@ Result<std::string> AsString(const RedisValue& value, std::string_view what) {
                 "expected a string for " + std::string(what) + " from Redis");
 }
 
+std::string InfoField(const std::string& info, const std::string& field) {
+  size_t start = 0;
+  while (start < info.size()) {
+    size_t end = info.find('\n', start);
+    if (end == std::string::npos) end = info.size();
+    std::string_view line(info.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
+      return std::string(line.substr(field.size() + 1));
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
 }  // namespace mcd

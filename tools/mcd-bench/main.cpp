@@ -57,19 +57,6 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-// The value of `field` in an INFO reply ("field:value" lines), or "" when it is not there.
-std::string InfoField(const std::string& info, const std::string& field) {
-  std::istringstream lines(info);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
-      std::string value = line.substr(field.size() + 1);
-      if (!value.empty() && value.back() == '\r') value.pop_back();
-      return value;
-    }
-  }
-  return "";
-}
-
 // The NVIDIA kernel module's version (580.159.04, say), from /proc/driver/nvidia/version; ""
 // where there is none. The CUDA calls give only the CUDA version the driver supports.
 std::string NvidiaDriverVersion() {

@@ -126,5 +126,7 @@ class MCD_API RedisConnection {
 // Convenience accessors that turn wrong reply types into kUnexpectedReply.
 MCD_API Result<long long> AsInteger(const RedisValue& value, std::string_view what);
 MCD_API Result<std::string> AsString(const RedisValue& value, std::string_view what);
+// The value of `field` in an INFO reply ("field:value" lines), or "" when it is not there.
+MCD_API std::string InfoField(const std::string& info, const std::string& field);
 
 }  // namespace mcd
