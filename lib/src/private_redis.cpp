@@ -11,6 +11,7 @@
 
 #include "memcuda/client.h"
 #include "memcuda/server.h"
+#include "process.h"
 
 namespace mcd {
 
@@ -27,9 +28,19 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
   url.path = socket;
   std::unique_ptr<PrivateRedis> out(new PrivateRedis());
   out->url_ = url;
-  // One already answering there (left by an mcd-serve that was killed) is reused, not owned:
-  // the heartbeat check still keeps a second live server of the node away.
-  if (RedisConnection::Connect(url).ok()) return out;
+  // One already answering there is reused: the heartbeat still keeps a second live server of a
+  // node away. One whose mcd-serve is gone (killed: this Redis outlives it on purpose, so that
+  // the next server finds and cleans what it left) is adopted, and stops with this caller; one
+  // that a live mcd-serve started stays that one's.
+  if (auto running = RedisConnection::Connect(url); running.ok()) {
+    auto info = running.value()->Command({"INFO", "server"});
+    int64_t pid = info.ok() ? std::atoll(InfoField(info->str, "process_id").c_str()) : 0;
+    if (pid > 0 && ProcessName(ParentPid(pid)) != "mcd-serve") {
+      out->pid_ = static_cast<int>(pid);
+      out->adopted_ = true;
+    }
+    return out;
+  }
   unlink(socket.c_str());
   std::string log_file = dir + "/redis.log";
   pid_t caller = getpid();
@@ -68,12 +79,19 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
 }
 
 PrivateRedis::~PrivateRedis() {
-  if (pid_ > 0) {
-    kill(pid_, SIGTERM);
+  if (pid_ <= 0) return;
+  uint64_t started = ProcessStartTime(pid_);
+  kill(pid_, SIGTERM);
+  if (adopted_) {
+    // Not a child: wait for it to go (Redis stops at once on SIGTERM), 5 s at most.
+    for (int i = 0; i < 250 && ProcessAlive(pid_, started); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } else {
     int wstatus = 0;
     waitpid(pid_, &wstatus, 0);
-    unlink(url_.path.c_str());
   }
+  unlink(url_.path.c_str());
 }
 
 }  // namespace mcd

@@ -1165,5 +1165,44 @@ TEST(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
       << "the private redis-server outlived mcd-serve";
 }
 
+// A killed mcd-serve leaves its private Redis running, for the next server to clean up after
+// it: that server uses it and stops it when it stops itself.
+TEST(SpawnRedis, TheRedisOfAKilledServerIsAdoptedByTheNextAndStopsWithIt) {
+  test::TempDir runtime;
+  std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime.path()},
+                                            {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
+  std::string socket = runtime.path() + "/memcuda/redis.sock";
+  std::string node = "adopt" + std::to_string(getpid());
+  std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node};
+  std::string log = runtime.path() + "/serve.log";
+  auto serving = [&](size_t times) {
+    return test::WaitFor([&] {
+      std::string text = test::ReadFile(log);
+      size_t n = 0;
+      for (size_t at = text.find("serving node"); at != std::string::npos; at = text.find("serving node", at + 1)) ++n;
+      return n >= times;
+    }, 10000);
+  };
+  test::Background first(argv, env, log);
+  ASSERT_TRUE(serving(1)) << test::ReadFile(log);
+  ASSERT_EQ(test::Run({test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "3", "--device", "cpu",
+                       "--node", node}, env).exit_code, 0);
+  auto redis = RedisConnection::Connect(RedisUrl::Parse("unix://" + socket).value());
+  ASSERT_TRUE(redis.ok());
+  pid_t redis_pid = static_cast<pid_t>(std::atoll(InfoField(redis.value()->Command({"INFO", "server"})->str,
+                                                            "process_id").c_str()));
+  ASSERT_GT(redis_pid, 0);
+  EXPECT_EQ(first.Stop(SIGKILL), -SIGKILL);
+  EXPECT_TRUE(test::Running(redis_pid));
+
+  test::Background second(argv, env, log);
+  ASSERT_TRUE(serving(2)) << test::ReadFile(log);
+  EXPECT_NE(test::ReadFile(log).find("removed stale tensor 's'"), std::string::npos) << test::ReadFile(log);
+  EXPECT_EQ(second.Stop(SIGTERM), 0);
+  EXPECT_TRUE(test::WaitFor([&] { return !test::Running(redis_pid); }, 5000)) << "the adopted Redis still runs";
+  EXPECT_NE(access(socket.c_str(), F_OK), 0);
+  if (test::Running(redis_pid)) kill(redis_pid, SIGKILL);
+}
+
 }  // namespace
 }  // namespace mcd

@@ -73,7 +73,8 @@ class MCD_API Server {
 class MCD_API PrivateRedis {
  public:
   // Starts `redis_server` (a path or a name on PATH) and waits until it answers. A private
-  // Redis already answering on the socket is used as it is (and left running at the end).
+  // Redis already answering on the socket is used as it is: left running at the end while the
+  // mcd-serve that started it runs, else (its mcd-serve was killed) adopted and stopped.
   // `dir`: where the socket goes instead of the runtime folder (then it must be new: mcd-bench).
   // `stop_with_caller`: the server gets SIGTERM when the calling thread ends, the process dying
   // however it dies included: for mcd-bench, whose Redis holds nothing worth keeping. mcd-serve's
@@ -89,6 +90,7 @@ class MCD_API PrivateRedis {
  private:
   PrivateRedis() = default;
   int pid_ = -1;
+  bool adopted_ = false;  // pid_ is not a child of this process
   RedisUrl url_;
 };
 
