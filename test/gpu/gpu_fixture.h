@@ -38,8 +38,12 @@ class GpuServerTest : public ::testing::Test {
   void StartServer() {
     std::vector<std::string> argv = {ToolPath("mcd-serve"), "--devices", "0", "--node", node_};
     for (const auto& a : ServerArgs()) argv.push_back(a);
+    size_t before = ServeLog().size();
     server_ = std::make_unique<Background>(argv, Env(), dir_.path() + "/serve.log");
-    ASSERT_TRUE(WaitFor([&] { return !Heartbeat("instance").empty(); }, 20000)) << ServeLog();
+    // The heartbeat claims the node first; the log line says the start is complete.
+    ASSERT_TRUE(WaitFor([&] {
+      return !Heartbeat("instance").empty() && ServeLog().find("serving node", before) != std::string::npos;
+    }, 20000)) << ServeLog();
   }
 
   std::string Heartbeat(const std::string& field) const {

@@ -19,6 +19,13 @@ namespace {
 using nlohmann::json;
 using test::ProcessResult;
 
+// How often `what` occurs in `text`.
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 class Lifecycle : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -39,8 +46,11 @@ class Lifecycle : public ::testing::Test {
     std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_,
                                      "--heartbeat-ttl", "3"};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    size_t started = Count(ServeLog(), "serving node");
     server_ = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/serve.log");
-    ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << ServeLog();
+    // The heartbeat claims the node first; the log line says the start is complete.
+    ASSERT_TRUE(test::WaitFor([&] { return Heartbeat() && Count(ServeLog(), "serving node") > started; }, 10000))
+        << ServeLog();
   }
 
   std::map<std::string, std::string> Env() const { return {{"MCD_REDIS_URL", redis_.url()}}; }
@@ -1071,7 +1081,8 @@ TEST_F(Lifecycle, AServerThatWasGoneTooLongStepsAsideForTheOneThatTookOver) {
   ASSERT_EQ(conn->Command({"DEL", keys_.Server(node_)})->integer, 1);
   test::Background other({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(),
                          dir_.path() + "/other.log");
-  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << test::ReadFile(dir_.path() + "/other.log");
+  ASSERT_TRUE(test::WaitFor([&] { return Count(test::ReadFile(dir_.path() + "/other.log"), "serving node") == 1; }, 10000))
+      << test::ReadFile(dir_.path() + "/other.log");
   std::string other_instance = conn->Command({"HGET", keys_.Server(node_), "instance"})->str;
   EXPECT_TRUE(HashField("a", "state").empty());  // the other one removed them as stale
   ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
@@ -1176,12 +1187,7 @@ TEST(SpawnRedis, TheRedisOfAKilledServerIsAdoptedByTheNextAndStopsWithIt) {
   std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node};
   std::string log = runtime.path() + "/serve.log";
   auto serving = [&](size_t times) {
-    return test::WaitFor([&] {
-      std::string text = test::ReadFile(log);
-      size_t n = 0;
-      for (size_t at = text.find("serving node"); at != std::string::npos; at = text.find("serving node", at + 1)) ++n;
-      return n >= times;
-    }, 10000);
+    return test::WaitFor([&] { return Count(test::ReadFile(log), "serving node") >= times; }, 10000);
   };
   test::Background first(argv, env, log);
   ASSERT_TRUE(serving(1)) << test::ReadFile(log);
