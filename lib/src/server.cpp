@@ -153,7 +153,8 @@ class Server::Impl {
   enum class Pre { kNone, kAbsent, kMine };
 
   Status Connect();
-  Status StartPoolSocket();
+  std::string PoolSocketPath() const;  // --pool-socket, or one of this instance in the runtime folder
+  Status StartPoolSocket();             // binds pool_socket_path_
   uint64_t PoolUsedBytes();
   uint64_t ReadyBytes() const;
   // Gives back the ready stock of sizes not created for a while (kReadyIdleMs).
@@ -267,6 +268,7 @@ class Server::Impl {
   std::string devices_text_;
   std::string allocator_text_;
   std::unique_ptr<FdServer> pool_server_;
+  std::string pool_socket_path_;  // named in the heartbeat ("" without pools)
   std::atomic<uint64_t> pool_used_{0};
   int64_t started_ms_ = 0;
   Clock::time_point last_housekeeping_{};
@@ -350,11 +352,15 @@ Status Server::Impl::Start() {
     devices_text_ += "," + std::to_string(d);
   }
   allocator_text_ += std::string(allocator_text_.empty() ? "" : ",") + "cpu:host_shm";
-  if (opt_.allocator == "pool" && allocators_.size() > 1) MCD_RETURN_IF_ERROR(StartPoolSocket());
 
   MCD_RETURN_IF_ERROR(Connect());
-  // Claimed before the reconciliation, which removes what other instances of the node left.
+  // Claimed before the reconciliation, which removes what other instances of the node left, and
+  // before binding the pool socket, whose path (--pool-socket) a live server may be using. The
+  // heartbeat names the socket from the claim on; nobody needs it before this server runs.
+  bool pools = opt_.allocator == "pool" && allocators_.size() > 1;
+  if (pools) pool_socket_path_ = PoolSocketPath();
   MCD_RETURN_IF_ERROR(ClaimNode());
+  if (pools) MCD_RETURN_IF_ERROR(StartPoolSocket());
   WarnIfRedisEvicts();
   MCD_RETURN_IF_ERROR(Reconcile());
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
@@ -362,6 +368,15 @@ Status Server::Impl::Start() {
                            opt_.redis_url.Redacted() + ", queue '" + opt_.keys.queue +
                            "', devices " + devices_text_);
   return Status::Ok();
+}
+
+std::string Server::Impl::PoolSocketPath() const {
+  if (!opt_.pool_socket.empty()) return opt_.pool_socket;
+  std::string dir = RuntimeDir();
+  mkdir(dir.c_str(), 0700);
+  std::string node;
+  for (char c : opt_.node) node.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return dir + "/pool-" + node.substr(0, 40) + "-" + instance_ + ".sock";
 }
 
 Status Server::Impl::StartPoolSocket() {
@@ -372,16 +387,8 @@ Status Server::Impl::StartPoolSocket() {
     if (g == nullptr) return Status(ErrorCode::kInvalidArgument, "no group named '" + opt_.pool_group + "'");
     policy.group = g->gr_gid;
   }
-  std::string path = opt_.pool_socket;
-  if (path.empty()) {
-    std::string dir = RuntimeDir();
-    mkdir(dir.c_str(), 0700);
-    std::string node;
-    for (char c : opt_.node) node.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-    path = dir + "/pool-" + node.substr(0, 40) + "-" + instance_ + ".sock";
-  }
   // The descriptors stay owned by the allocators; the socket hands out duplicates.
-  MCD_ASSIGN_OR_RETURN(pool_server_, FdServer::Start(path, policy, [this](int device) {
+  MCD_ASSIGN_OR_RETURN(pool_server_, FdServer::Start(pool_socket_path_, policy, [this](int device) {
     auto it = allocators_.find(device);
     return it == allocators_.end() ? -1 : it->second->pool_fd();
   }));
@@ -499,7 +506,7 @@ Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisCo
                                    "node", opt_.node,
                                    "devices", devices_text_,
                                    "allocator", allocator_text_,
-                                   "pool_socket", pool_server_ ? pool_server_->path() : "",
+                                   "pool_socket", pool_socket_path_,
                                    "pool_used", std::to_string(pool_used_.load()),
                                    "ready_bytes", std::to_string(ReadyBytes()),
                                    "started", std::to_string(started_ms_),
