@@ -29,6 +29,25 @@ TEST_F(PoolTest, ImportReadAndWriteInOtherProcesses) {
   ASSERT_EQ(Tool("mcd-rm", {"p"}).exit_code, 0);
 }
 
+// A second server for the node, given the live one's socket as --pool-socket, is refused before
+// it binds the path: the live server's socket stays, and fresh processes import through it.
+TEST_F(PoolTest, ASecondServerWithTheSamePoolSocketLeavesTheLiveOneAlone) {
+  std::string socket = Heartbeat("pool_socket");
+  ASSERT_FALSE(socket.empty());
+  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "0", "--node", node_, "--allocator", "pool",
+                           "--pool-socket", socket}, Env(), 60);
+  EXPECT_EQ(second.exit_code, 1) << second.err;
+  EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
+  EXPECT_EQ(access(socket.c_str(), F_OK), 0) << "the live server's pool socket is gone";
+  std::string in = WriteNpy(4096);
+  ASSERT_EQ(Tool("mcd-create", {"p", "--from", in, "--device", "0"}).exit_code, 0) << ServeLog();
+  std::string out = dir_.path() + "/out.npy";
+  auto got = Tool("mcd-get", {"p", "--no-ref", "-o", out});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(test::ReadFile(out), test::ReadFile(in));
+  ASSERT_EQ(Tool("mcd-rm", {"p"}).exit_code, 0);
+}
+
 TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
