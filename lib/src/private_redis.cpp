@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "memcuda/client.h"
@@ -14,6 +15,22 @@
 #include "process.h"
 
 namespace mcd {
+namespace {
+
+// The process that runs a private Redis, as "<pid> <start time>" in a file beside its socket:
+// pid and start time name a process even when the pid is reused.
+void WriteOwner(const std::string& path) {
+  std::ofstream(path, std::ios::trunc) << getpid() << " " << ProcessStartTime(getpid()) << "\n";
+}
+
+bool OwnerAlive(const std::string& path) {
+  std::ifstream in(path);
+  int64_t pid = 0;
+  uint64_t start = 0;
+  return static_cast<bool>(in >> pid >> start) && pid != getpid() && ProcessAlive(pid, start);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& redis_server,
                                                           const std::string& folder,
@@ -28,14 +45,16 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
   url.path = socket;
   std::unique_ptr<PrivateRedis> out(new PrivateRedis());
   out->url_ = url;
+  out->owner_file_ = dir + "/redis.owner";
   // One already answering there is reused: the heartbeat still keeps a second live server of a
-  // node away. One whose mcd-serve is gone (killed: this Redis outlives it on purpose, so that
-  // the next server finds and cleans what it left) is adopted, and stops with this caller; one
-  // that a live mcd-serve started stays that one's.
+  // node away. One whose owner is gone (a killed mcd-serve: this Redis outlives it on purpose,
+  // so that the next server finds and cleans what it left) is adopted, and stops with this
+  // caller; one whose owner runs stays that one's.
   if (auto running = RedisConnection::Connect(url); running.ok()) {
     auto info = running.value()->Command({"INFO", "server"});
     int64_t pid = info.ok() ? std::atoll(InfoField(info->str, "process_id").c_str()) : 0;
-    if (pid > 0 && ProcessName(ParentPid(pid)) != "mcd-serve") {
+    if (pid > 0 && !OwnerAlive(out->owner_file_)) {
+      WriteOwner(out->owner_file_);
       out->pid_ = static_cast<int>(pid);
       out->adopted_ = true;
     }
@@ -65,6 +84,7 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
     _exit(127);
   }
   out->pid_ = pid;
+  WriteOwner(out->owner_file_);
   for (int i = 0; i < 100; ++i) {
     if (RedisConnection::Connect(url).ok()) return out;
     int wstatus = 0;
@@ -92,6 +112,7 @@ PrivateRedis::~PrivateRedis() {
     waitpid(pid_, &wstatus, 0);
   }
   unlink(url_.path.c_str());
+  unlink(owner_file_.c_str());
 }
 
 }  // namespace mcd

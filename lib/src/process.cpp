@@ -13,42 +13,19 @@
 
 namespace mcd {
 
-namespace {
-
-// Field `n` (3 or more) of /proc/<pid>/stat; "" when the process is gone.
-std::string StatField(int64_t pid, int n) {
-  if (pid <= 0) return "";
+uint64_t ProcessStartTime(int64_t pid) {
+  if (pid <= 0) return 0;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
   size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 > stat.size()) return "";
+  if (close == std::string::npos) return 0;
   std::istringstream rest(stat.substr(close + 2));
   std::string field;
-  for (int i = 3; i <= n && (rest >> field); ++i) {
-    if (i == n) return field;
+  for (int i = 3; i <= 22 && (rest >> field); ++i) {
+    if (i == 22) return std::stoull(field);
   }
-  return "";
-}
-
-}  // namespace
-
-uint64_t ProcessStartTime(int64_t pid) {
-  std::string field = StatField(pid, 22);
-  return field.empty() ? 0 : std::stoull(field);
-}
-
-int64_t ParentPid(int64_t pid) {
-  std::string field = StatField(pid, 4);
-  return field.empty() ? 0 : std::stoll(field);
-}
-
-std::string ProcessName(int64_t pid) {
-  if (pid <= 0) return "";
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
+  return 0;
 }
 
 bool ProcessAlive(int64_t pid, uint64_t start_time) {

@@ -11,10 +11,6 @@ namespace mcd {
 uint64_t ProcessStartTime(int64_t pid);
 // True when `pid` runs and (when start_time != 0) started at `start_time`.
 bool ProcessAlive(int64_t pid, uint64_t start_time);
-// The parent of `pid` (/proc/<pid>/stat field 4); 0 when it is gone.
-int64_t ParentPid(int64_t pid);
-// The command name of `pid` (/proc/<pid>/comm, at most 15 characters); "" when it is gone.
-std::string ProcessName(int64_t pid);
 std::string HostName();
 int64_t NowMs();
 // A random hex id of `bytes` bytes (from /dev/urandom, falling back to time and pid).

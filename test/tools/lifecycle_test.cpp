@@ -1176,6 +1176,36 @@ TEST(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
       << "the private redis-server outlived mcd-serve";
 }
 
+// A second --spawn-redis server (of another node) uses the private Redis of a live one, and
+// leaves it to that one when it stops.
+TEST(SpawnRedis, TheRedisOfALiveServerIsLeftToIt) {
+  test::TempDir runtime;
+  std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime.path()},
+                                            {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
+  std::string socket = runtime.path() + "/memcuda/redis.sock";
+  std::string node = "left" + std::to_string(getpid());
+  auto serve = [&](const std::string& which) {
+    return std::make_unique<test::Background>(
+        std::vector<std::string>{test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node + which},
+        env, runtime.path() + "/" + which + ".log");
+  };
+  auto serving = [&](const std::string& which) {
+    return test::WaitFor([&] { return Count(test::ReadFile(runtime.path() + "/" + which + ".log"), "serving node") == 1; },
+                         10000);
+  };
+  auto first = serve("a");
+  ASSERT_TRUE(serving("a")) << test::ReadFile(runtime.path() + "/a.log");
+  auto second = serve("b");
+  ASSERT_TRUE(serving("b")) << test::ReadFile(runtime.path() + "/b.log");
+  EXPECT_EQ(second->Stop(SIGTERM), 0);
+  EXPECT_EQ(access(socket.c_str(), F_OK), 0) << "the second server stopped the first one's Redis";
+  auto created = test::Run({test::ToolPath("mcd-create"), "t", "--dtype", "u8", "--shape", "3", "--device", "cpu",
+                            "--node", node + "a"}, env);
+  EXPECT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_EQ(first->Stop(SIGTERM), 0);
+  EXPECT_TRUE(test::WaitFor([&] { return access(socket.c_str(), F_OK) != 0; }, 5000));
+}
+
 // A killed mcd-serve leaves its private Redis running, for the next server to clean up after
 // it: that server uses it and stops it when it stops itself.
 TEST(SpawnRedis, TheRedisOfAKilledServerIsAdoptedByTheNextAndStopsWithIt) {

@@ -74,7 +74,7 @@ class MCD_API PrivateRedis {
  public:
   // Starts `redis_server` (a path or a name on PATH) and waits until it answers. A private
   // Redis already answering on the socket is used as it is: left running at the end while the
-  // mcd-serve that started it runs, else (its mcd-serve was killed) adopted and stopped.
+  // process that started (or adopted) it runs, else (that one was killed) adopted and stopped.
   // `dir`: where the socket goes instead of the runtime folder (then it must be new: mcd-bench).
   // `stop_with_caller`: the server gets SIGTERM when the calling thread ends, the process dying
   // however it dies included: for mcd-bench, whose Redis holds nothing worth keeping. mcd-serve's
@@ -92,6 +92,7 @@ class MCD_API PrivateRedis {
   int pid_ = -1;
   bool adopted_ = false;  // pid_ is not a child of this process
   RedisUrl url_;
+  std::string owner_file_;  // who runs it (see private_redis.cpp)
 };
 
 }  // namespace mcd
