@@ -68,6 +68,27 @@ class Lifecycle : public ::testing::Test {
     return test::Run(argv, Env());
   }
 
+  // A libmemcuda client of this test's node; null (and the test failed) when it cannot connect.
+  std::unique_ptr<Client> ConnectClient(int timeout_ms = 5000) {
+    ClientOptions opt;
+    opt.redis_url = redis_.parsed_url();
+    opt.node = node_;
+    opt.timeout_ms = timeout_ms;
+    auto connected = Client::Connect(opt);
+    EXPECT_TRUE(connected.ok()) << connected.status().ToString();
+    return connected.ok() ? std::move(connected).value() : nullptr;
+  }
+
+  // A u8[16] tensor in host memory.
+  static CreateSpec HostSpec(const std::string& name) {
+    CreateSpec spec;
+    spec.name = name;
+    spec.dtype = DType::kU8;
+    spec.shape = {16};
+    spec.device = kHostDevice;
+    return spec;
+  }
+
   // Pushes a raw command with a req and returns the server's JSON reply.
   json Raw(const std::string& body, const std::string& req) {
     auto conn = redis_.Connect();
@@ -282,19 +303,10 @@ TEST_F(Lifecycle, ABacklogOfCreatesSurvivesScriptFlushesInQuickSuccession) {
 }
 
 TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
-  ClientOptions opt;
-  opt.redis_url = redis_.parsed_url();
-  opt.node = node_;
-  opt.timeout_ms = 5000;
-  auto connected = Client::Connect(opt);
-  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
-  Client& client = *connected.value();
-  CreateSpec spec;
-  spec.name = "rel";
-  spec.dtype = DType::kU8;
-  spec.shape = {16};
-  spec.device = kHostDevice;
-  ASSERT_TRUE(client.Create(spec).ok());
+  auto connected = ConnectClient();
+  ASSERT_NE(connected, nullptr);
+  Client& client = *connected;
+  ASSERT_TRUE(client.Create(HostSpec("rel")).ok());
   ASSERT_TRUE(client.Get("rel").ok());  // two references now
   auto conn = redis_.Connect();
   auto reply_lists = [&] { return conn->Command({"KEYS", keys_.Reply("*")})->elements.size(); };  // test only
@@ -315,11 +327,11 @@ TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
   // After SCRIPT FLUSH (as after a Redis restart) the script is loaded again; the last release
   // is queued as a delete by the script and answered by the server, which frees the memory. (A
   // second client makes it: this one saw the count at 1 and would send the delete itself.)
-  auto other = Client::Connect(opt);
-  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  auto other = ConnectClient();
+  ASSERT_NE(other, nullptr);
   ASSERT_TRUE(conn->Command({"SCRIPT", "FLUSH"}).ok());
   t0 = std::chrono::steady_clock::now();
-  auto last = other.value()->Release("rel");
+  auto last = other->Release("rel");
   ASSERT_TRUE(last.ok()) << last.status().ToString() << ServeLog();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   EXPECT_TRUE(TensorKeys().empty());
@@ -331,29 +343,17 @@ TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
 // as the delete command, without the reference script; the server's delete is right whatever
 // the count is by then: a reference another process took in between survives it.
 TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReferences) {
-  ClientOptions opt;
-  opt.redis_url = redis_.parsed_url();
-  opt.node = node_;
-  auto connected = Client::Connect(opt);
-  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
-  Client& client = *connected.value();
+  auto connected = ConnectClient();
+  ASSERT_NE(connected, nullptr);
+  Client& client = *connected;
   auto conn = redis_.Connect();
   auto script_calls = [&] {
     std::string stats = conn->Command({"INFO", "commandstats"})->str;
     size_t at = stats.find("cmdstat_evalsha:calls=");
     return at == std::string::npos ? 0L : std::strtol(stats.c_str() + at + 22, nullptr, 10);
   };
-  auto spec = [](const std::string& name) {
-    CreateSpec s;
-    s.name = name;
-    s.dtype = DType::kU8;
-    s.shape = {16};
-    s.device = kHostDevice;
-    return s;
-  };
-
   // Its own create, then its release: one script call in all, the server's commit of the delete.
-  ASSERT_TRUE(client.Create(spec("own")).ok());
+  ASSERT_TRUE(client.Create(HostSpec("own")).ok());
   ASSERT_TRUE(conn->Command({"CONFIG", "RESETSTAT"}).ok());
   auto freed = client.Release("own");
   ASSERT_TRUE(freed.ok()) << freed.status().ToString();
@@ -363,7 +363,7 @@ TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReference
 
   // Another process takes a reference after the create: the creator's release, sent the same
   // way, gives back only its own.
-  ASSERT_TRUE(client.Create(spec("shared")).ok());
+  ASSERT_TRUE(client.Create(HostSpec("shared")).ok());
   ASSERT_EQ(Tool("mcd-get", {"shared", "-q"}).exit_code, 0);
   auto left = client.Release("shared");
   ASSERT_TRUE(left.ok()) << left.status().ToString();
@@ -375,7 +375,7 @@ TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReference
 
   // A client that holds two references releases the first through the script, which leaves the
   // other, and the second through the server, which frees.
-  ASSERT_TRUE(client.Create(spec("twice")).ok());
+  ASSERT_TRUE(client.Create(HostSpec("twice")).ok());
   ASSERT_TRUE(client.Get("twice").ok());
   ASSERT_TRUE(conn->Command({"CONFIG", "RESETSTAT"}).ok());
   auto first = client.ReleaseReference("twice");
@@ -398,19 +398,10 @@ TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReference
 // yet, so a failure reported to the caller never takes effect later, when a server gets to it;
 // one that a server took is reported as possibly still taking effect.
 TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
-  ClientOptions opt;
-  opt.redis_url = redis_.parsed_url();
-  opt.node = node_;
-  opt.timeout_ms = 300;
-  auto connected = Client::Connect(opt);
-  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
-  Client& client = *connected.value();
-  CreateSpec spec;
-  spec.name = "own";
-  spec.dtype = DType::kU8;
-  spec.shape = {16};
-  spec.device = kHostDevice;
-  ASSERT_TRUE(client.Create(spec).ok());
+  auto connected = ConnectClient(300);
+  ASSERT_NE(connected, nullptr);
+  Client& client = *connected;
+  ASSERT_TRUE(client.Create(HostSpec("own")).ok());
   ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 0);
   auto conn = redis_.Connect();
   auto queued = [&] { return conn->Command({"LLEN", keys_.queue})->integer; };
