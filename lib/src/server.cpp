@@ -262,7 +262,11 @@ class Server::Impl {
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
   std::map<int, std::unique_ptr<Allocator>> allocators_;
   std::unordered_map<std::string, Entry> tensors_;
-  std::set<std::string> stack_names_;  // the stack tensors among them, for the reaper
+  std::set<std::string> stack_names_;  // the stack tensors among them, for the reaper; see Keep
+  // Every tensor enters tensors_ by Keep and leaves by Forget, which keep stack_names_ and
+  // tensor_count_ with it.
+  void Keep(Entry entry);
+  Entry Forget(std::unordered_map<std::string, Entry>::iterator it);
   std::vector<Entry> orphans_;  // allocations whose hash vanished underneath: freed at shutdown
   std::vector<Entry> unsettled_;  // creates whose commit got no answer (connection lost)
   std::string devices_text_;
@@ -620,9 +624,7 @@ Status Server::Impl::SettleAfterReconnect() {
     MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner", "ipc_handle"}));
     bool ran = f.elements.size() == 2 && f.elements[0].str == instance_ && f.elements[1].str == entry.record.ipc_handle;
     if (ran) {
-      if (entry.record.lifetime == Lifetime::kStack) stack_names_.insert(entry.record.name);
-      std::string name = entry.record.name;
-      tensors_[name] = std::move(entry);
+      Keep(std::move(entry));
     } else {
       (void)FreeEntry(entry);  // never published: nobody can have opened it
     }
@@ -636,11 +638,9 @@ Status Server::Impl::SettleAfterReconnect() {
       continue;
     }
     Log(LogLevel::kWarn, "tensor '" + it->first + "' lost its hash while Redis was away; its memory is kept until shutdown");
-    stack_names_.erase(it->first);
-    orphans_.push_back(std::move(it->second));
-    it = tensors_.erase(it);
+    auto lost = it++;
+    orphans_.push_back(Forget(lost));
   }
-  tensor_count_ = tensors_.size();
   return ResumeUnfinished();
 }
 
@@ -1004,9 +1004,7 @@ Status Server::Impl::MissingStatus(const std::string& name) {
     // Our tensor's hash was removed by hand: nobody can reach the memory any more, but a process
     // may still have it mapped, so it is kept until shutdown.
     Log(LogLevel::kWarn, "the hash of tensor '" + name + "' was removed underneath the server");
-    orphans_.push_back(std::move(entry->second));
-    tensors_.erase(entry);
-    tensor_count_ = tensors_.size();
+    orphans_.push_back(Forget(entry));
   }
   return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
 }
@@ -1081,9 +1079,7 @@ void Server::Impl::HandleCreate(const std::string& raw, const Command& cmd) {
       [this, raw, req = cmd.req, name = cmd.name, device = cmd.device, bytes = cmd.bytes, t0,
        entry = std::move(entry)](Result<CommitResult> committed) mutable {
         if (committed.ok() && committed->kind == CommitResult::kOk) {
-          if (entry.record.lifetime == Lifetime::kStack) stack_names_.insert(name);
-          tensors_[name] = std::move(entry);
-          tensor_count_ = tensors_.size();
+          Keep(std::move(entry));
           Outcome("create", name, Status::Ok(), t0,
                   "device=" + DeviceName(device) + " bytes=" + std::to_string(bytes));
           return;
@@ -1136,9 +1132,7 @@ void Server::Impl::HandleRefcount(const std::string& raw, const Command& cmd, in
           }
           auto found = tensors_.find(name);
           if (found == tensors_.end()) return Outcome(op, name, Status::Ok(), t0, "freed=0");
-          Entry entry = std::move(found->second);
-          tensors_.erase(found);
-          tensor_count_ = tensors_.size();
+          Entry entry = Forget(found);
           // The reply is out and the hash gone: the worker frees the memory while this thread
           // goes on with the next commands.
           FreeEntry(entry, [this, op, name, t0, bytes = entry.record.bytes](const Status& freed) {
@@ -1172,6 +1166,25 @@ Status Server::Impl::FreeEntry(const Entry& entry, std::function<void(const Stat
   return posted;
 }
 
+void Server::Impl::Keep(Entry entry) {
+  std::string name = entry.record.name;
+  if (entry.record.lifetime == Lifetime::kStack) {
+    stack_names_.insert(name);
+  } else {
+    stack_names_.erase(name);
+  }
+  tensors_[name] = std::move(entry);
+  tensor_count_ = tensors_.size();
+}
+
+Server::Impl::Entry Server::Impl::Forget(std::unordered_map<std::string, Entry>::iterator it) {
+  Entry entry = std::move(it->second);
+  stack_names_.erase(it->first);
+  tensors_.erase(it);
+  tensor_count_ = tensors_.size();
+  return entry;
+}
+
 void Server::Impl::Housekeeping() {
   auto now = Clock::now();
   if (now - last_housekeeping_ < std::chrono::seconds(1)) return;
@@ -1183,17 +1196,9 @@ void Server::Impl::Housekeeping() {
 void Server::Impl::ReapStackTensors() {
   Drain();  // a delete on its way may already have removed one
   std::vector<std::string> dead;
-  for (auto it = stack_names_.begin(); it != stack_names_.end();) {
-    auto entry = tensors_.find(*it);
-    // Deleted normally meanwhile, or deleted and made again under the same name as a heap
-    // tensor, which has no owner process to outlive.
-    if (entry == tensors_.end() || entry->second.record.lifetime != Lifetime::kStack) {
-      it = stack_names_.erase(it);
-      continue;
-    }
-    const TensorRecord& r = entry->second.record;
-    if (!ProcessAlive(r.owner_pid, r.owner_start)) dead.push_back(*it);
-    ++it;
+  for (const std::string& name : stack_names_) {
+    const TensorRecord& r = tensors_.at(name).record;
+    if (!ProcessAlive(r.owner_pid, r.owner_start)) dead.push_back(name);
   }
   for (const std::string& name : dead) {
     auto t0 = Clock::now();
@@ -1202,10 +1207,9 @@ void Server::Impl::ReapStackTensors() {
       Log(LogLevel::kWarn, "reclaim of '" + name + "': " + committed.status().ToString());
       continue;
     }
-    Entry entry = std::move(tensors_.at(name));
-    tensors_.erase(name);
-    stack_names_.erase(name);
-    tensor_count_ = tensors_.size();
+    auto found = tensors_.find(name);
+    if (found == tensors_.end()) continue;
+    Entry entry = Forget(found);
     Status freed = FreeEntry(entry);
     Outcome("reclaim", name, freed, t0,
             "owner_pid=" + std::to_string(entry.record.owner_pid) +
