@@ -1,6 +1,8 @@
 #include "memcuda/client.h"
 
 #include <cuda_runtime_api.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +24,8 @@
 #include "memcuda/gpu_worker.h"
 #include "lua_scripts.h"
 #include "process.h"
+#include "spin.h"
+#include "unix_socket.h"
 #include "protocol_json.h"
 
 namespace mcd {
@@ -221,7 +225,11 @@ std::string FormatSeconds(int ms) {
 
 class Client::Impl {
  public:
-  explicit Impl(ClientOptions options) : opt_(std::move(options)) {}
+  explicit Impl(ClientOptions options) : opt_(std::move(options)) {
+    const char* via_queue = std::getenv("MCD_VIA_QUEUE");
+    if (via_queue != nullptr && *via_queue != '\0' && std::strcmp(via_queue, "0") != 0) opt_.command_socket = false;
+  }
+  ~Impl() { CloseSocket(); }
 
   Status Connect() {
     if (opt_.node.empty()) opt_.node = HostName();
@@ -289,9 +297,109 @@ class Client::Impl {
     return out;
   }
 
-  // Pushes a command and waits for its reply: LPUSH and BLPOP go out in one write.
+  // Sends a command and waits for its reply: on the server's command socket when it has one,
+  // else through the queue.
   Result<TensorRecord> Request(Command cmd) {
     Outgoing out = Prepare(std::move(cmd));
+    if (SocketReady()) {
+      auto sent = SocketRequest(out);
+      if (sent.has_value()) return std::move(*sent);
+      // Not delivered (the server went away since): the queue, where a server that took the
+      // node over finds it, or a clear error.
+    }
+    return QueueRequest(out);
+  }
+
+  // True when a connection to the server's command socket is open, or could be opened now.
+  bool SocketReady() {
+    if (cmd_fd_ >= 0) return true;
+    if (!opt_.command_socket || server_info_.empty()) return false;
+    const std::string& path = server_info_["command_socket"];
+    if (path.empty() || path == socket_refused_) return false;
+    auto fd = ConnectUnix(path, opt_.timeout_ms, "command socket");
+    if (!fd.ok()) {
+      socket_refused_ = path;  // not this one again: the queue serves this process
+      return false;
+    }
+    cmd_fd_ = fd.value();
+    return true;
+  }
+
+  void CloseSocket() {
+    if (cmd_fd_ >= 0) close(cmd_fd_);
+    cmd_fd_ = -1;
+  }
+
+  // One command on the socket. nullopt when it could not be sent (the server closed the
+  // connection before): then nothing reached it.
+  std::optional<Result<TensorRecord>> SocketRequest(const Outgoing& out) {
+    std::string line = out.body + "\n";
+    size_t sent = 0;
+    while (sent < line.size()) {
+      ssize_t n = send(cmd_fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        CloseSocket();
+        (void)RefreshServer();
+        if (sent == 0) return std::nullopt;
+        return Result<TensorRecord>(Status(ErrorCode::kUnavailable, "the server's command socket broke while the " +
+                                                                         std::string(OpName(out.cmd.op)) + " of '" +
+                                                                         out.cmd.name + "' was being sent"));
+      }
+      sent += static_cast<size_t>(n);
+    }
+    std::string what = std::string("the ") + OpName(out.cmd.op) + " of '" + out.cmd.name + "'";
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+    pollfd p{cmd_fd_, POLLIN, 0};
+    SpinUntil([&] { return poll(&p, 1, 0) != 0; });
+    std::string reply;
+    char buf[4096];
+    for (;;) {
+      size_t newline = socket_buf_.find('\n');
+      if (newline != std::string::npos) {
+        reply = socket_buf_.substr(0, newline);
+        socket_buf_.erase(0, newline + 1);
+        return ParseReply(reply);
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      int ready = poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        // Closing the connection withdraws the command from a server that has not read it yet.
+        CloseSocket();
+        auto info = RefreshServer();
+        std::string fate = "; " + what + " was withdrawn: a server that had not begun it drops it, "
+                           "but one that had may still finish it: check before repeating it";
+        if (!info.ok()) return Result<TensorRecord>(Status(info.status().code(), info.status().message() + fate));
+        return Result<TensorRecord>(Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
+                                                                    out.cmd.name + "' within " + out.wait +
+                                                                    " s (the server is busy or stopped)" + fate));
+      }
+      ssize_t n = recv(cmd_fd_, buf, sizeof(buf), 0);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {
+        CloseSocket();
+        (void)RefreshServer();
+        return Result<TensorRecord>(Status(ErrorCode::kUnavailable,
+                                           "the server closed its command socket before answering " + what +
+                                               " (it stopped or failed), so it may or may not have taken effect: "
+                                               "check before repeating it"));
+      }
+      socket_buf_.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  // The node's heartbeat read again, after the command socket failed: a server that took the
+  // node over names its own socket.
+  Result<std::map<std::string, std::string>> RefreshServer() {
+    socket_buf_.clear();
+    auto info = ServerInfo();
+    if (info.ok()) server_info_ = info.value();
+    return info;
+  }
+
+  // Pushes a command and waits for its reply: LPUSH and BLPOP go out in one write.
+  Result<TensorRecord> QueueRequest(const Outgoing& out) {
     MCD_RETURN_IF_ERROR(redis_->Append({"LPUSH", opt_.keys.queue, out.body}));
     MCD_RETURN_IF_ERROR(redis_->Append({"BLPOP", out.reply_key, out.wait}));
     auto pushed = redis_->ReadReply();
@@ -613,6 +721,9 @@ class Client::Impl {
   std::string ref_sha_ = kNoScript;  // loaded while connecting, or on first use
   std::map<std::string, std::string> server_info_;  // the node's heartbeat, as last read
   bool prefetched_ = false;  // PrefetchPools ran
+  int cmd_fd_ = -1;            // connection to the server's command socket, when open
+  std::string socket_buf_;     // what came on it past the last reply line
+  std::string socket_refused_;  // a command socket that could not be connected to
   static constexpr size_t kSeenMax = 1 << 16;
   std::unordered_map<std::string, int64_t> seen_refcount_;  // by name; see Saw
 };

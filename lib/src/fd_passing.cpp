@@ -22,64 +22,15 @@ Status Errno(ErrorCode code, const std::string& what) {
   return Status(code, what + ": " + std::strerror(errno));
 }
 
-Result<sockaddr_un> Address(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return Status(ErrorCode::kInvalidArgument, "socket path too long: " + path);
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return addr;
-}
-
-bool PeerAllowed(int conn, const PeerPolicy& policy, std::string& who) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
-  who = "pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
-  if (cred.uid == policy.uid) return true;
-  if (policy.group == static_cast<gid_t>(-1)) return false;
-  if (cred.gid == policy.group) return true;
-  // Supplementary groups of the peer, from /proc (same machine by construction).
-  std::string status_path = "/proc/" + std::to_string(cred.pid) + "/status";
-  FILE* f = std::fopen(status_path.c_str(), "r");
-  if (f == nullptr) return false;
-  char line[4096];
-  bool allowed = false;
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    if (std::strncmp(line, "Groups:", 7) != 0) continue;
-    char* rest = line + 7;
-    char* end = nullptr;
-    for (long g = std::strtol(rest, &end, 10); end != rest; g = std::strtol(rest, &end, 10)) {
-      if (static_cast<gid_t>(g) == policy.group) allowed = true;
-      rest = end;
-    }
-  }
-  std::fclose(f);
-  return allowed;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, PeerPolicy policy,
                                                   FdFor fd_for) {
-  MCD_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
   std::unique_ptr<FdServer> server(new FdServer());
   server->path_ = path;
   server->policy_ = policy;
   server->fd_for_ = std::move(fd_for);
-  server->listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (server->listen_fd_ < 0) return Errno(ErrorCode::kIoError, "socket");
-  unlink(path.c_str());
-  if (bind(server->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return Errno(ErrorCode::kIoError, "bind " + path);
-  }
-  // Group members must be able to connect; the credential check is the real gate.
-  chmod(path.c_str(), policy.group == static_cast<gid_t>(-1) ? 0600 : 0660);
-  if (policy.group != static_cast<gid_t>(-1) && chown(path.c_str(), static_cast<uid_t>(-1), policy.group) != 0) {
-    return Errno(ErrorCode::kPermissionDenied, "chown " + path);
-  }
-  if (listen(server->listen_fd_, 64) != 0) return Errno(ErrorCode::kIoError, "listen " + path);
+  MCD_ASSIGN_OR_RETURN(server->listen_fd_, ListenUnix(path, policy, 64));
   if (pipe2(server->wake_pipe_, O_CLOEXEC) != 0) return Errno(ErrorCode::kIoError, "pipe");
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
@@ -146,20 +97,11 @@ void FdServer::Serve(int conn) {
 }
 
 Result<int> FetchFd(const std::string& path, int device, int timeout_ms) {
-  MCD_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
-  int conn = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (conn < 0) return Errno(ErrorCode::kIoError, "socket");
-  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  MCD_ASSIGN_OR_RETURN(int conn, ConnectUnix(path, timeout_ms, "pool socket"));
   auto fail = [&](Status status) {
     close(conn);
     return status;
   };
-  if (connect(conn, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return fail(Errno(errno == EACCES ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
-                      "connect to pool socket " + path));
-  }
   int32_t request = device;
   if (send(conn, &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
     return fail(Errno(ErrorCode::kIoError, "send to pool socket"));

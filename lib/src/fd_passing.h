@@ -11,14 +11,9 @@
 #include <thread>
 
 #include "memcuda/status.h"
+#include "unix_socket.h"
 
 namespace mcd {
-
-// Who may fetch descriptors: processes of the same user, plus members of `group` when set.
-struct PeerPolicy {
-  uid_t uid = 0;
-  gid_t group = static_cast<gid_t>(-1);  // -1: no group
-};
 
 // Serves `fd_for(device)` (a descriptor it keeps owning; sent as a duplicate) to allowed peers.
 // One request per connection: the client sends an int32 device, the server answers an int32

@@ -8,8 +8,9 @@ namespace mcd {
 //
 // KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key
 // ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
-// oldest commands are and commits happen oldest first; "" for internal actions, whose LREM then
-// finds nothing, or an empty command that a client pushed, which is junk either way)
+// oldest commands are and commits happen oldest first; "" for internal actions and commands
+// that came on the command socket, whose LREM then finds nothing, or an empty command that a
+// client pushed, which is junk either way)
 // ARGV[2] reply JSON (for "incr": the part before the new refcount)
 // ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
 // ARGV[5] "1" when the command has a req (reply + first-result are written)

@@ -296,6 +296,12 @@ Status RedisConnection::FlushOutput() {
   return Status::Ok();
 }
 
+int RedisConnection::fd() const noexcept { return connected() ? ctx_->fd : -1; }
+
+bool RedisConnection::ReplyBuffered() const noexcept {
+  return connected() && ctx_->reader->pos < ctx_->reader->len;
+}
+
 Result<RedisValue> RedisConnection::ReadReply() {
   if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
   void* raw = nullptr;
@@ -316,9 +322,14 @@ Result<RedisValue> RedisConnection::CommandRaw(const std::vector<std::string_vie
 }
 
 Result<RedisValue> RedisConnection::Command(const std::vector<std::string_view>& argv) {
-  MCD_ASSIGN_OR_RETURN(RedisValue value, CommandRaw(argv));
+  MCD_RETURN_IF_ERROR(Append(argv));
+  return ReadCommandReply(argv.empty() ? "" : argv[0]);
+}
+
+Result<RedisValue> RedisConnection::ReadCommandReply(std::string_view command) {
+  MCD_ASSIGN_OR_RETURN(RedisValue value, ReadReply());
   if (value.type == RedisValue::Type::kError) {
-    std::string name = argv.empty() ? "" : std::string(argv[0]);
+    std::string name(command);
     if (value.str.rfind("WRONGTYPE", 0) == 0) {
       return Status(ErrorCode::kUnexpectedReply, "Redis " + name + ": " + value.str);
     }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -23,8 +24,10 @@
 #include <thread>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "alloc/allocator.h"
+#include "command_socket.h"
 #include "cuda_check.h"
 #include "fd_passing.h"
 #include "log.h"
@@ -33,6 +36,7 @@
 #include "memcuda/gpu_worker.h"
 #include "memcuda/protocol.h"
 #include "process.h"
+#include "spin.h"
 
 namespace mcd {
 
@@ -139,10 +143,22 @@ class Server::Impl {
   };
   // A commit script call waiting to be sent with the rest of its batch, and what to do with its
   // result (run after every result of the batch has been read, in order).
+  // Where a command came from and its reply goes: the lifecycle list (conn 0), or a connection
+  // of the command socket, whose commands are answered there and leave no reply in Redis.
+  struct Route {
+    uint64_t conn = 0;
+    uint64_t token = 0;  // this command's, among those of the socket waiting for a reply
+  };
   struct Pending {
     std::vector<std::string> args;
     std::string name;  // the tensor it changes ("" for none)
     std::function<void(Result<CommitResult>)> done;
+    Route route;
+    std::string req;  // a socket command's
+    // A socket command's success reply, which the commit does not write to Redis: `reply`, and
+    // for an "incr" the new refcount then tails[0] (still referenced) or tails[1] (freed).
+    std::string reply;
+    std::vector<std::string> tails;
   };
   // A reply due on the connection: a commit's, or (take > 0) the answers of a take sent ahead,
   // `take` LMOVEs in a row.
@@ -153,8 +169,12 @@ class Server::Impl {
   enum class Pre { kNone, kAbsent, kMine };
 
   Status Connect();
-  std::string PoolSocketPath() const;  // --pool-socket, or one of this instance in the runtime folder
+  // The path given (--pool-socket, --command-socket), or one of this instance in the runtime
+  // folder: <kind>-<node>-<instance>.sock.
+  std::string SocketPath(const std::string& given, const char* kind) const;
   Status StartPoolSocket();             // binds pool_socket_path_
+  // Who may use the server's sockets: its user, and the members of --pool-group.
+  Result<PeerPolicy> Peers() const;
   uint64_t PoolUsedBytes();
   uint64_t ReadyBytes() const;
   // Gives back the ready stock of sizes not created for a while (kReadyIdleMs).
@@ -174,7 +194,18 @@ class Server::Impl {
   // then nothing is written, and that instance is returned.
   Result<std::optional<Holder>> WriteHeartbeat(RedisConnection& conn, const std::string& replace = "");
 
-  void ProcessBatch(const std::vector<std::string>& raws);
+  using Incoming = CommandSocket::Incoming;  // conn 0: from the lifecycle list
+  // Idle: waits for the next command, on the list (a BLMOVE, whose answer is returned) or on
+  // the command socket (the lines go to socket_in_; the BLMOVE is then called off and what it
+  // answered, nil or a command moved meanwhile, returned all the same).
+  Result<RedisValue> WaitForCommand();
+  // Wakes this server's BLMOVE on the main connection (CLIENT UNBLOCK from another one) and
+  // returns its answer.
+  Result<RedisValue> CallOffTake();
+  void ProcessBatch(std::vector<Incoming> commands);
+  // Sends a reply to the socket command of `route`, once: false when it was answered already or
+  // its client is gone.
+  bool AnswerSocket(const Route& route, const std::string& reply);
   // Redis answered the take with an error on a live connection (out of memory under maxmemory,
   // a replica that became read-only, a queue key of the wrong type): says so (take_refused_),
   // and waits before the next try, 0.1 s at first, then up to a second, so that commands flow
@@ -232,6 +263,9 @@ class Server::Impl {
                  const std::vector<std::string>& extra,
                  std::function<void(Result<CommitResult>)> done = nullptr);
   static Result<CommitResult> ParseCommit(Result<RedisValue> reply);
+  // The success reply of a socket command whose commit went through, as the script would have
+  // written it.
+  static std::string SocketReply(const Pending& pending, const CommitResult& result);
   // Frees the entry's memory on its device's worker and waits for it; with `then`, posts the free
   // instead and `then` runs on the worker with the outcome (so it may only touch what is safe
   // from another thread: Outcome, the log).
@@ -243,6 +277,16 @@ class Server::Impl {
                const std::string& extra = "");
 
   std::unique_ptr<RedisConnection> redis_;
+  std::unique_ptr<RedisConnection> unblock_conn_;  // calls off the main connection's BLMOVE
+  std::unique_ptr<CommandSocket> command_socket_;
+  std::string command_socket_path_;  // named in the heartbeat ("" without one)
+  std::vector<Incoming> socket_in_;  // socket commands collected, not yet handled
+  std::unordered_set<uint64_t> socket_waiting_;  // tokens of socket commands not yet answered
+  uint64_t next_token_ = 1;
+  // The route of the command being handled, or whose commit's result is being acted on: where
+  // Fail, AnswerNow and Refused answer, and how Commit writes. Conn 0 (the list) otherwise.
+  Route route_;
+  bool last_from_socket_ = false;  // the last batch had socket commands: WaitForCommand looks a while
   std::string commit_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent
   std::deque<Due> due_;         // replies due on the connection, in the order sent
@@ -362,9 +406,14 @@ Status Server::Impl::Start() {
   // before binding the pool socket, whose path (--pool-socket) a live server may be using. The
   // heartbeat names the socket from the claim on; nobody needs it before this server runs.
   bool pools = opt_.allocator == "pool" && allocators_.size() > 1;
-  if (pools) pool_socket_path_ = PoolSocketPath();
+  if (pools) pool_socket_path_ = SocketPath(opt_.pool_socket, "pool");
   MCD_RETURN_IF_ERROR(ClaimNode());
   if (pools) MCD_RETURN_IF_ERROR(StartPoolSocket());
+  if (opt_.command_socket != "none") {
+    MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
+    MCD_ASSIGN_OR_RETURN(command_socket_, CommandSocket::Listen(SocketPath(opt_.command_socket, "cmd"), policy));
+    command_socket_path_ = command_socket_->path();
+  }
   WarnIfRedisEvicts();
   MCD_RETURN_IF_ERROR(Reconcile());
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
@@ -374,16 +423,16 @@ Status Server::Impl::Start() {
   return Status::Ok();
 }
 
-std::string Server::Impl::PoolSocketPath() const {
-  if (!opt_.pool_socket.empty()) return opt_.pool_socket;
+std::string Server::Impl::SocketPath(const std::string& given, const char* kind) const {
+  if (!given.empty()) return given;
   std::string dir = RuntimeDir();
   mkdir(dir.c_str(), 0700);
   std::string node;
   for (char c : opt_.node) node.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-  return dir + "/pool-" + node.substr(0, 40) + "-" + instance_ + ".sock";
+  return dir + "/" + kind + "-" + node.substr(0, 40) + "-" + instance_ + ".sock";
 }
 
-Status Server::Impl::StartPoolSocket() {
+Result<PeerPolicy> Server::Impl::Peers() const {
   PeerPolicy policy;
   policy.uid = geteuid();
   if (!opt_.pool_group.empty()) {
@@ -391,6 +440,11 @@ Status Server::Impl::StartPoolSocket() {
     if (g == nullptr) return Status(ErrorCode::kInvalidArgument, "no group named '" + opt_.pool_group + "'");
     policy.group = g->gr_gid;
   }
+  return policy;
+}
+
+Status Server::Impl::StartPoolSocket() {
+  MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
   // The descriptors stay owned by the allocators; the socket hands out duplicates.
   MCD_ASSIGN_OR_RETURN(pool_server_, FdServer::Start(pool_socket_path_, policy, [this](int device) {
     auto it = allocators_.find(device);
@@ -511,6 +565,7 @@ Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisCo
                                    "devices", devices_text_,
                                    "allocator", allocator_text_,
                                    "pool_socket", pool_socket_path_,
+                                   "command_socket", command_socket_path_,
                                    "pool_used", std::to_string(pool_used_.load()),
                                    "ready_bytes", std::to_string(ReadyBytes()),
                                    "started", std::to_string(started_ms_),
@@ -609,10 +664,12 @@ Status Server::Impl::ResumeUnfinished() {
   // Commands taken from the queue but not committed (by a previous instance of this node, or
   // before a lost connection), oldest first. A committed command is no longer in the list.
   MCD_ASSIGN_OR_RETURN(RedisValue left, redis_->Command({"LRANGE", processing_key_, "0", "-1"}));
-  std::vector<std::string> raws;
-  for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) raws.push_back(it->str);
-  if (!raws.empty()) Log(LogLevel::kInfo, "resuming " + std::to_string(raws.size()) + " unfinished command(s)");
-  ProcessBatch(raws);
+  std::vector<Incoming> commands;
+  for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) {
+    commands.push_back(Incoming{0, std::move(it->str), false});
+  }
+  if (!commands.empty()) Log(LogLevel::kInfo, "resuming " + std::to_string(commands.size()) + " unfinished command(s)");
+  ProcessBatch(std::move(commands));
   return Status::Ok();
 }
 
@@ -660,7 +717,8 @@ Status Server::Impl::Run() {
       take_reply_.reset();
       busy = taken.ok() && !taken->elements.empty();
     }
-    if (!busy && taken.ok()) {
+    if (command_socket_) command_socket_->Collect(socket_in_, kMaxCommandBytes);
+    if (!busy && taken.ok() && socket_in_.empty()) {
       Drain();  // before sleeping: the commits' results, and what the last batch freed is freed
       if (resume_due_ && Clock::now() >= resume_at_) {
         // Nothing is due and no take is out: the processing list holds only the left commands.
@@ -674,7 +732,7 @@ Status Server::Impl::Run() {
         continue;
       }
       auto t0 = Clock::now();
-      taken = redis_->Command({"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"});
+      taken = WaitForCommand();
       if (taken.ok() && !taken->is_nil()) {
         // An answer faster than a context switch means the command was already waiting.
         busy = Clock::now() - t0 < std::chrono::microseconds(60);
@@ -685,6 +743,15 @@ Status Server::Impl::Run() {
     if (!taken.ok()) {
       Drain();  // on this connection, before any reconnect: a lost one fails them all
       busy = false;
+      // Commands on the socket are not kept waiting for Redis: their clients hear why now.
+      for (const Incoming& in : socket_in_) {
+        Route route{in.conn, next_token_++};
+        socket_waiting_.insert(route.token);
+        AnswerSocket(route, ErrorReply("", nullptr, Status(ErrorCode::kUnavailable,
+                                                           "the server cannot reach Redis (" + taken.status().message() +
+                                                               "); nothing changed")));
+      }
+      socket_in_.clear();
       if (stop_) break;
       ErrorCode code = taken.status().code();
       if ((code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) && redis_->connected()) {
@@ -704,11 +771,18 @@ Status Server::Impl::Run() {
     }
     backoff_ms = 100;
     if (take_refused_.count() > 0) TakeAcceptedAgain();
-    if (taken->is_nil()) continue;  // BLMOVE timeout or CLIENT UNBLOCK
-    std::vector<std::string> raws;
-    for (RedisValue& v : taken->elements) raws.push_back(std::move(v.str));
+    std::vector<Incoming> commands;
+    if (!taken->is_nil()) {  // nil: BLMOVE timeout, or CLIENT UNBLOCK
+      for (RedisValue& v : taken->elements) commands.push_back(Incoming{0, std::move(v.str), false});
+    }
+    bool from_socket = !socket_in_.empty();
+    for (Incoming& in : socket_in_) commands.push_back(std::move(in));
+    socket_in_.clear();
+    if (commands.empty()) continue;
+    // While commands come on the socket, the list is looked at with each batch, without blocking.
+    busy = busy || from_socket;
     if (busy) SendTake();
-    ProcessBatch(raws);
+    ProcessBatch(std::move(commands));
   }
   Drain();
   std::lock_guard<std::mutex> lock(hb_mutex_);
@@ -716,6 +790,60 @@ Status Server::Impl::Run() {
   return Status::Ok();
 }
 
+
+Result<RedisValue> Server::Impl::WaitForCommand() {
+  std::vector<std::string_view> take = {"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"};
+  if (!command_socket_) return redis_->Command(take);
+  // A socket client that just had its reply often sends its next command at once: look for it
+  // a little while before blocking, as a client polls for its reply.
+  if (last_from_socket_ && SpinUntil([this] {
+        command_socket_->Collect(socket_in_, kMaxCommandBytes);
+        return !socket_in_.empty();
+      })) {
+    return RedisValue{};
+  }
+  MCD_RETURN_IF_ERROR(redis_->Append(take));
+  MCD_RETURN_IF_ERROR(redis_->FlushOutput());
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back(pollfd{redis_->fd(), POLLIN, 0});
+    command_socket_->AddPollFds(fds);
+    int n = poll(fds.data(), fds.size(), redis_->timeout_ms());
+    if (n < 0 && errno == EINTR) continue;
+    // The take's answer, or no answer in time: ReadCommandReply reads it or says what is wrong.
+    if (n <= 0 || fds[0].revents != 0) break;
+    command_socket_->Collect(socket_in_, kMaxCommandBytes);
+    if (!socket_in_.empty()) return CallOffTake();
+  }
+  return redis_->ReadCommandReply("BLMOVE");
+}
+
+Result<RedisValue> Server::Impl::CallOffTake() {
+  std::string id = std::to_string(client_id_.load());
+  // The UNBLOCK travels on another connection, so it may reach Redis before the BLMOVE does
+  // (then it answers 0): it is sent again until the take has answered, at most for a second,
+  // after which the BLMOVE answers by its own timeout.
+  for (int tries = 0; tries < 500; ++tries) {
+    if (!unblock_conn_ || !unblock_conn_->connected()) {
+      RedisOptions ropt;
+      ropt.command_timeout_ms = 2000;
+      auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
+      if (!conn.ok()) break;
+      unblock_conn_ = std::move(conn).value();
+    }
+    auto unblocked = unblock_conn_->Command({"CLIENT", "UNBLOCK", id});
+    if (!unblocked.ok() || unblocked->integer == 1) break;
+    pollfd p{redis_->fd(), POLLIN, 0};
+    if (redis_->ReplyBuffered() || poll(&p, 1, 2) != 0) break;
+  }
+  return redis_->ReadCommandReply("BLMOVE");
+}
+
+bool Server::Impl::AnswerSocket(const Route& route, const std::string& reply) {
+  if (socket_waiting_.erase(route.token) == 0 || !command_socket_) return false;
+  return command_socket_->Send(route.conn, reply);
+}
 
 void Server::Impl::PauseAfterRefusedTake(const Status& status) {
   if (take_refused_.Again()) {
@@ -739,12 +867,28 @@ void Server::Impl::TakeAcceptedAgain() {
   take_refused_.Over();
 }
 
-void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
+void Server::Impl::ProcessBatch(std::vector<Incoming> commands) {
   // Commands of one batch are planned in order and their commits pipelined. A command naming a
   // tensor that an earlier one of the batch touched, or whose commit is still on its way, waits
   // until those are committed, so each sees the effects of the ones before it.
   std::vector<std::string> touched;
-  for (const std::string& raw : raws) {
+  last_from_socket_ = false;
+  for (Incoming& in : commands) {
+    route_ = Route{};
+    if (in.conn != 0) {
+      last_from_socket_ = true;
+      route_ = Route{in.conn, next_token_++};
+      socket_waiting_.insert(route_.token);
+      if (in.overlong) {
+        Status status(ErrorCode::kTooLarge, "command line is over the limit of " + std::to_string(kMaxCommandBytes) +
+                                                " bytes; the connection is closed");
+        AnswerSocket(route_, ErrorReply("", nullptr, status));
+        Outcome("invalid", "", status, Clock::now(), "via=socket");
+        command_socket_->Close(in.conn);
+        continue;
+      }
+    }
+    const std::string& raw = in.line;
     std::string req;
     auto parsed = ParseCommand(raw, &req);
     if (parsed.ok()) {
@@ -759,6 +903,7 @@ void Server::Impl::ProcessBatch(const std::vector<std::string>& raws) {
     }
     Handle(raw, parsed, req);
   }
+  route_ = Route{};
   Flush();
 }
 
@@ -848,8 +993,30 @@ void Server::Impl::Drain(size_t count) {
     }
   }
   for (size_t i = 0; i < sent.size(); ++i) {
+    Route previous = route_;
+    route_ = sent[i].route;  // where the result's handling answers
+    bool socket = route_.conn != 0;
+    if (socket && results[i].ok() && results[i]->kind == CommitResult::kOk) {
+      AnswerSocket(route_, SocketReply(sent[i], *results[i]));
+    }
+    Status failed = results[i].ok() ? Status::Ok() : results[i].status();
     if (sent[i].done) sent[i].done(std::move(results[i]));
+    if (socket && socket_waiting_.count(route_.token) != 0) {
+      // Not answered by the handling: the commit got no answer from Redis (the connection broke).
+      Status unknown(failed.ok() ? ErrorCode::kInternal : failed.code(),
+                     "the server lost Redis before the change was confirmed, so it may or may not have "
+                     "taken effect: check with mcd-ls before repeating it (" + failed.message() + ")");
+      AnswerSocket(route_, ErrorReply(sent[i].req, nullptr, unknown));
+    }
+    route_ = previous;
   }
+}
+
+std::string Server::Impl::SocketReply(const Pending& pending, const CommitResult& result) {
+  if (pending.tails.empty()) return pending.reply;
+  // As the commit script assembles an "incr" reply: the count, then how the tensor stands.
+  if (result.refcount <= 0) return pending.reply + "0" + pending.tails[1];
+  return pending.reply + std::to_string(result.refcount) + pending.tails[0];
 }
 
 Result<Server::Impl::CommitResult> Server::Impl::CommitNow(Pending pending) {
@@ -892,6 +1059,26 @@ Server::Impl::Pending Server::Impl::Commit(const std::string& raw, const std::st
                                            const std::vector<std::string>& extra,
                                            std::function<void(Result<CommitResult>)> done) {
   Pending p;
+  p.route = route_;
+  if (route_.conn != 0) {
+    // From the socket: the reply goes there, so the commit writes none (and no first result:
+    // the client never sends the command again) and has nothing to take off the processing list.
+    p.req = req;
+    p.reply = reply;
+    p.args = {"EVALSHA", commit_sha_, "4", opt_.keys.Tensor(name.empty() ? "-" : name), processing_key_,
+              "-", "-", "", "", "0", "0", "0",
+              pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "mine", instance_, action};
+    if (std::string_view(action) == "incr") {
+      p.tails = {extra.at(1), extra.at(2)};
+      p.args.push_back(extra.at(0));
+      p.args.insert(p.args.end(), {"", ""});
+    } else {
+      p.args.insert(p.args.end(), extra.begin(), extra.end());
+    }
+    p.name = name;
+    p.done = std::move(done);
+    return p;
+  }
   p.args = {"EVALSHA", commit_sha_, "4", opt_.keys.Tensor(name.empty() ? "-" : name), processing_key_,
             opt_.keys.Reply(req.empty() ? "-" : req), opt_.keys.Done(req.empty() ? "-" : req), raw,
             reply, std::to_string(opt_.reply_ttl_s), std::to_string(opt_.done_ttl_s),
@@ -920,6 +1107,10 @@ Result<Server::Impl::CommitResult> Server::Impl::ParseCommit(Result<RedisValue> 
 
 void Server::Impl::Fail(const std::string& raw, const std::string& req, const char* op,
                         const Status& status) {
+  if (route_.conn != 0) {
+    AnswerSocket(route_, ErrorReply(req, op, status));
+    return;
+  }
   batch_.push_back(Commit(raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {},
                           [this, raw](Result<CommitResult> r) {
                             if (!r.ok()) Unanswered(raw, r.status());
@@ -928,6 +1119,10 @@ void Server::Impl::Fail(const std::string& raw, const std::string& req, const ch
 
 void Server::Impl::AnswerNow(const std::string& raw, const std::string& req, const char* op,
                              const Status& status) {
+  if (route_.conn != 0) {
+    AnswerSocket(route_, ErrorReply(req, op, status));
+    return;
+  }
   auto answered = CommitNow(Commit(raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {}));
   if (!answered.ok()) Unanswered(raw, answered.status());
 }
@@ -943,6 +1138,11 @@ void Server::Impl::Refused(const std::string& raw, const std::string& req, const
                            const Status& status) {
   if (status.code() != ErrorCode::kRedisError || !redis_->connected() || raw.empty()) return;
   std::string words = RedisWords(status);
+  if (route_.conn != 0) {
+    // Nothing of it is kept to be tried again: the client hears Redis's words and decides.
+    AnswerSocket(route_, ErrorReply(req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words)));
+    return;
+  }
   if (MayPass(words)) return ResumeLater();
   AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words));
 }
@@ -1223,6 +1423,9 @@ void Server::Impl::Shutdown() {
   RequestStop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (redis_) Drain();
+  // Its clients see the connection close at once, rather than wait out their timeout.
+  command_socket_.reset();
+  socket_in_.clear();
   // Hashes first (pipelined: nobody can get a tensor any more), then the memory, one worker job
   // per device rather than one per tensor.
   if (redis_ && redis_->connected()) {

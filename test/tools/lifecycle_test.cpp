@@ -2,7 +2,11 @@
 // memory (device cpu), so they run on machines without a GPU.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -53,7 +57,11 @@ class Lifecycle : public ::testing::Test {
         << ServeLog();
   }
 
-  std::map<std::string, std::string> Env() const { return {{"MCD_REDIS_URL", redis_.url()}}; }
+  std::map<std::string, std::string> Env() const {
+    std::map<std::string, std::string> env = {{"MCD_REDIS_URL", redis_.url()}};
+    if (via_queue_) env["MCD_VIA_QUEUE"] = "1";
+    return env;
+  }
   std::string ServeLog() const { return test::ReadFile(dir_.path() + "/serve.log"); }
   bool Heartbeat() const {
     auto reply = redis_.Connect()->Command({"EXISTS", keys_.Server(node_)});
@@ -74,6 +82,7 @@ class Lifecycle : public ::testing::Test {
     opt.redis_url = redis_.parsed_url();
     opt.node = node_;
     opt.timeout_ms = timeout_ms;
+    opt.command_socket = !via_queue_;
     auto connected = Client::Connect(opt);
     EXPECT_TRUE(connected.ok()) << connected.status().ToString();
     return connected.ok() ? std::move(connected).value() : nullptr;
@@ -87,6 +96,35 @@ class Lifecycle : public ::testing::Test {
     spec.shape = {16};
     spec.device = kHostDevice;
     return spec;
+  }
+
+  // A connection to the server's command socket, as its heartbeat names it; -1 (and the test
+  // failed) when there is none.
+  int ConnectCommandSocket() {
+    auto path = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"});
+    EXPECT_TRUE(path.ok() && !path->is_nil() && !path->str.empty()) << "the heartbeat names no command socket";
+    if (!path.ok() || path->str.empty()) return -1;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path->str.c_str(), sizeof(addr.sun_path) - 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+    return fd;
+  }
+  // Sends one line on a fresh connection to the command socket and returns the reply line, or ""
+  // when the connection closed without one.
+  std::string OnSocket(const std::string& line) {
+    int fd = ConnectCommandSocket();
+    if (fd < 0) return "";
+    std::string text = line + "\n";
+    EXPECT_EQ(send(fd, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+    std::string reply;
+    char c = 0;
+    while (recv(fd, &c, 1, 0) == 1 && c != '\n') reply.push_back(c);
+    close(fd);
+    return reply;
   }
 
   // Pushes a raw command with a req and returns the server's JSON reply.
@@ -149,6 +187,7 @@ class Lifecycle : public ::testing::Test {
   // sending the answer, so a moment may pass before the object disappears.
   bool ShmFreedSoon() { return test::WaitFor([&] { return ShmCount() == 0; }, 2000); }
 
+  bool via_queue_ = false;  // the tools and clients of this test use the queue, not the command socket
   test::TempDir dir_;
   test::RedisServer redis_;
   KeySpace keys_;
@@ -398,6 +437,7 @@ TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReference
 // yet, so a failure reported to the caller never takes effect later, when a server gets to it;
 // one that a server took is reported as possibly still taking effect.
 TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
+  via_queue_ = true;
   auto connected = ConnectClient(300);
   ASSERT_NE(connected, nullptr);
   Client& client = *connected;
@@ -465,6 +505,78 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
   std::string stuck_err = test::ReadFile(dir_.path() + "/stuck.log");
   EXPECT_NE(stuck_err.find("the server had taken the create of 'a', which may still take effect"),
             std::string::npos) << stuck_err;
+}
+
+// Tools and clients send creates and a creator's releases to the server's command socket, past
+// the queue: no push, no reply list, no blocking pop in Redis; the tensor is the same. With
+// MCD_VIA_QUEUE=1 they use the queue.
+TEST_F(Lifecycle, ToolsSendTheirCommandsStraightToTheServerPastTheQueue) {
+  auto conn = redis_.Connect();
+  auto calls = [&](const std::string& command) {
+    std::string info = conn->Command({"INFO", "commandstats"})->str;
+    size_t at = info.find("cmdstat_" + command + ":calls=");
+    return at == std::string::npos ? 0 : std::stoi(info.substr(at + command.size() + 15));
+  };
+  ASSERT_TRUE(conn->Command({"CONFIG", "RESETSTAT"}).ok());
+  ASSERT_EQ(Tool("mcd-create", {"direct", "--dtype", "f32", "--shape", "2,3", "--device", "cpu"}).exit_code, 0)
+      << ServeLog();
+  EXPECT_EQ(HashField("direct", "state"), "ready");
+  EXPECT_EQ(HashField("direct", "shape"), "[2,3]");
+  EXPECT_EQ(HashField("direct", "refcount"), "1");
+  auto connected = ConnectClient();
+  ASSERT_NE(connected, nullptr);
+  ASSERT_TRUE(connected->Create(HostSpec("mine")).ok());
+  auto released = connected->Release("mine");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->refcount, 0);
+  EXPECT_EQ(HashField("mine", "state"), "");
+  EXPECT_EQ(calls("lpush"), 0);
+  EXPECT_EQ(calls("blpop"), 0);
+  EXPECT_EQ(calls("set"), 0) << "a first result was kept for a command that is never sent again";
+
+  via_queue_ = true;
+  ASSERT_EQ(Tool("mcd-create", {"queued", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  EXPECT_EQ(calls("lpush"), 1);
+  EXPECT_EQ(calls("blpop"), 1);
+  EXPECT_EQ(HashField("queued", "state"), "ready");
+  EXPECT_EQ(Tool("mcd-rm", {"direct"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-rm", {"queued"}).exit_code, 0);
+  EXPECT_TRUE(TensorKeys().empty());
+}
+
+// A client that gets no reply in time closes its connection, which withdraws its command from a
+// server that has not read it: a stopped server that resumes drops it. A server that dies while a
+// client waits is noticed at once, not after the timeout.
+TEST_F(Lifecycle, ACommandGivenUpOnTheSocketIsNeverAppliedLater) {
+  auto conn = redis_.Connect();
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  ASSERT_EQ(conn->Command({"PERSIST", keys_.Server(node_)})->integer, 1);
+  auto late = Tool("mcd-create", {"late", "--dtype", "u8", "--shape", "16", "--device", "cpu", "--timeout-ms", "300"});
+  EXPECT_EQ(late.exit_code, 75) << late.err;
+  EXPECT_NE(late.err.find("the create of 'late' was withdrawn"), std::string::npos) << late.err;
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  ASSERT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 0)
+      << ServeLog();
+  EXPECT_EQ(HashField("late", "state"), "") << "a withdrawn create was applied";
+  EXPECT_EQ(HashField("after", "state"), "ready");
+
+  // Killed while a client waits on its socket.
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  test::Background waiting({test::ToolPath("mcd-create"), "orphan", "--dtype", "u8", "--shape", "16", "--device",
+                            "cpu", "--timeout-ms", "20000", "--node", node_},
+                           Env(), dir_.path() + "/waiting.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(server_->pid(), SIGKILL), 0);
+  server_->Stop(0);
+  int code = waiting.Stop(0);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  std::string err = test::ReadFile(dir_.path() + "/waiting.log");
+  EXPECT_EQ(code, 69) << err;
+  EXPECT_NE(err.find("closed its command socket before answering the create of 'orphan'"), std::string::npos) << err;
+  EXPECT_LT(waited, std::chrono::seconds(5)) << "the client waited out its timeout";
+  StartServer();
+  EXPECT_EQ(HashField("orphan", "state"), "");
 }
 
 TEST_F(Lifecycle, ListingSpansManyPipelinedWindows) {
@@ -752,6 +864,13 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   size_t shm_before = ShmCount();
   int i = 0;
   for (const Case& c : cases) {
+    // The command socket answers every line, with a req or without one.
+    std::string body = c.with_req ? c.body + R"(,"req":"sock-)" + std::to_string(i) + "\"}" : c.body;
+    std::string line = OnSocket(body);
+    json on_socket = json::parse(line, nullptr, false);
+    ASSERT_TRUE(on_socket.is_object()) << c.body << " -> " << line << ServeLog();
+    EXPECT_EQ(on_socket["ok"], false) << c.body;
+    EXPECT_EQ(on_socket["error"]["code"], c.code) << c.body << " -> " << line;
     if (!c.with_req) {
       ASSERT_TRUE(redis_.Connect()->Command({"LPUSH", keys_.queue, c.body}).ok());
       continue;
@@ -776,7 +895,7 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   // Counters are published in the heartbeat.
   ASSERT_TRUE(test::WaitFor([&] {
     auto f = redis_.Connect()->Command({"HGET", keys_.Server(node_), "commands_failed"});
-    return f.ok() && !f->is_nil() && std::stoi(f->str) >= static_cast<int>(cases.size());
+    return f.ok() && !f->is_nil() && std::stoi(f->str) >= static_cast<int>(2 * cases.size());
   }, 5000));
   std::string log = ServeLog();
   EXPECT_NE(log.find("outcome=wrong_node"), std::string::npos);

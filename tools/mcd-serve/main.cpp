@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
                  "instead of being applied again")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
-  std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, ready_max = "64MiB";
+  std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket,
+      ready_max = "64MiB";
   app.add_option("--allocator", allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
                  "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
@@ -52,8 +53,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pool-max", pool_max, "Pool size limit per device: a size (40GiB) or a percentage (50%)");
   app.add_option("--pool-release-threshold", pool_release, "Bytes the pool keeps cached when idle (default: all)");
-  app.add_option("--pool-group", pool_group, "Group whose members may import the pool (default: same user only)");
+  app.add_option("--pool-group", pool_group,
+                 "Group whose members may import the pool and use the command socket (default: same user only)");
   app.add_option("--pool-socket", pool_socket, "Unix socket serving the pool's descriptor (default: in the runtime folder)");
+  app.add_option("--command-socket", command_socket,
+                 "Unix socket on which local clients send commands straight to the server, past the "
+                 "queue (default: in the runtime folder; none: only the queue)");
   app.add_option("--ready-max", ready_max,
                  "GPU memory per device kept as zeroed blocks of recently created sizes, so that "
                  "creates of those sizes wait for no allocation (0: none)")
@@ -80,6 +85,7 @@ int main(int argc, char** argv) {
   options.allocator = allocator;
   options.pool_group = pool_group;
   options.pool_socket = pool_socket;
+  options.command_socket = command_socket;
   if (!pool_max.empty()) {
     if (pool_max.back() == '%') {
       double percent = std::atof(pool_max.c_str());

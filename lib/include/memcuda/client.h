@@ -36,6 +36,10 @@ struct MCD_API ClientOptions {
   // error says when the server had taken it instead, and it may still take effect.
   int timeout_ms = 5000;
   bool require_server = true;  // Connect() fails with kUnavailable when no heartbeat is found
+  // Creates and a creator's last release go to the server's command socket when its heartbeat
+  // names one this process may use, past the queue (memcuda(7)); otherwise, or with this off,
+  // through the queue. MCD_VIA_QUEUE=1 in the environment turns it off.
+  bool command_socket = true;
 };
 
 struct MCD_API CreateSpec {

@@ -93,8 +93,16 @@ class MCD_API RedisConnection {
   // Queues a command already in RESP form (see RespCommand): for commands sent many times.
   Status AppendFormatted(std::string_view resp);
   Result<RedisValue> ReadReply();
+  // Reads the reply of `command` (sent with Append) as Command returns it: an error reply as a
+  // Status.
+  Result<RedisValue> ReadCommandReply(std::string_view command);
   // Sends what was queued now (ReadReply also does), without reading anything.
   Status FlushOutput();
+  // For waiting on a reply together with other descriptors: the socket to poll (-1 when
+  // closed), and whether bytes of a reply were already read into the buffer, which poll cannot
+  // see.
+  int fd() const noexcept;
+  bool ReplyBuffered() const noexcept;
 
   // Walks every key matching `pattern` with SCAN (never KEYS), `count` per step, handing each
   // page of keys to `on_page`; stops at the first error from either. A key may come twice.

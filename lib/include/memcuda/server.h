@@ -36,6 +36,9 @@ struct MCD_API ServerOptions {
   // it each), so that such creates need no allocation on their path; 0: none.
   uint64_t ready_max_bytes = 64ull << 20;
   std::string pool_socket;         // default: <runtime dir>/pool-<node>-<instance>.sock
+  // Where processes of this machine may send commands straight to the server (memcuda(7));
+  // default: <runtime dir>/cmd-<node>-<instance>.sock; "none": no command socket.
+  std::string command_socket;
 };
 
 // Lifecycle: Start() connects, refuses to run beside a live instance of the same node, removes

@@ -1,0 +1,141 @@
+// The command socket's reading: whole lines in order, nothing from a client that gave up, a line
+// past the limit cut off, replies back to the right connection, other users kept out.
+#include "command_socket.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+class CommandSocketTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.path() + "/cmd.sock";
+    PeerPolicy policy;
+    policy.uid = geteuid();
+    auto socket = CommandSocket::Listen(path_, policy);
+    ASSERT_TRUE(socket.ok()) << socket.status().ToString();
+    socket_ = std::move(socket).value();
+  }
+  int Connect() {
+    auto fd = ConnectUnix(path_, 2000, "command socket");
+    EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+    return fd.ok() ? fd.value() : -1;
+  }
+  static void Write(int fd, const std::string& text) {
+    ASSERT_EQ(send(fd, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+  }
+  // Collects until `count` lines came or a second passed.
+  std::vector<CommandSocket::Incoming> CollectLines(size_t count, size_t max_line = 4096) {
+    std::vector<CommandSocket::Incoming> out;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+      socket_->Collect(out, max_line);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return out;
+  }
+  static std::string ReadLine(int fd) {
+    std::string line;
+    char c = 0;
+    while (recv(fd, &c, 1, 0) == 1 && c != '\n') line.push_back(c);
+    return line;
+  }
+
+  test::TempDir dir_;
+  std::string path_;
+  std::unique_ptr<CommandSocket> socket_;
+};
+
+TEST_F(CommandSocketTest, LinesComeWholeAndInOrderAndRepliesGoBackToTheirConnection) {
+  int a = Connect();
+  int b = Connect();
+  Write(a, "{\"op\":\"cre");
+  auto none = CollectLines(1);
+  EXPECT_TRUE(none.empty()) << "half a line was handed out";
+  Write(a, "ate\"}\r\n\n{\"second\":1}\n");
+  Write(b, "{\"b\":1}\n");
+  auto lines = CollectLines(3);
+  ASSERT_EQ(lines.size(), 3u);
+  std::vector<std::string> from_a;
+  uint64_t conn_a = 0, conn_b = 0;
+  for (const auto& in : lines) {
+    EXPECT_FALSE(in.overlong);
+    if (in.line == "{\"b\":1}") {
+      conn_b = in.conn;
+    } else {
+      from_a.push_back(in.line);
+      conn_a = in.conn;
+    }
+  }
+  EXPECT_EQ(from_a, (std::vector<std::string>{"{\"op\":\"create\"}", "{\"second\":1}"}));
+  ASSERT_NE(conn_a, conn_b);
+  EXPECT_TRUE(socket_->Send(conn_b, "for b"));
+  EXPECT_TRUE(socket_->Send(conn_a, "for a"));
+  EXPECT_EQ(ReadLine(a), "for a");
+  EXPECT_EQ(ReadLine(b), "for b");
+  close(a);
+  close(b);
+}
+
+TEST_F(CommandSocketTest, AClientThatClosedTakesItsLinesWithItAndIsForgotten) {
+  int a = Connect();
+  Write(a, "{\"given\":\"up\"}\n");
+  close(a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<CommandSocket::Incoming> out;
+  socket_->Collect(out, 4096);
+  socket_->Collect(out, 4096);
+  EXPECT_TRUE(out.empty()) << "a command of a client that had closed was handed out: " << out[0].line;
+  EXPECT_EQ(socket_->connections(), 0u);
+}
+
+TEST_F(CommandSocketTest, ALineOverTheLimitIsCutOffAndNothingAfterItIsRead) {
+  int a = Connect();
+  Write(a, "{\"ok\":1}\n" + std::string(300, 'x') + "\n{\"after\":1}\n");
+  auto lines = CollectLines(2, 100);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].line, "{\"ok\":1}");
+  EXPECT_FALSE(lines[0].overlong);
+  EXPECT_TRUE(lines[1].overlong);
+  EXPECT_LE(lines[1].line.size(), 200u);
+  auto more = CollectLines(1, 100);
+  EXPECT_TRUE(more.empty()) << "read past an overlong line: " << more[0].line;
+  socket_->Close(lines[1].conn);
+  EXPECT_EQ(socket_->connections(), 0u);
+  EXPECT_FALSE(socket_->Send(lines[1].conn, "late"));
+  close(a);
+}
+
+TEST_F(CommandSocketTest, TheSocketIsTheUsersAloneAndGoesWithTheServer) {
+  struct stat st {};
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  if (geteuid() == 0) {
+    // Another user cannot connect (the file's mode), and would be refused if it could.
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+      auto fd = ConnectUnix(path_, 1000, "command socket");
+      _exit(fd.ok() ? 0 : static_cast<int>(fd.status().code()));
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), static_cast<int>(ErrorCode::kPermissionDenied));
+  }
+  socket_.reset();
+  EXPECT_NE(access(path_.c_str(), F_OK), 0) << "the socket file outlived the server";
+}
+
+}  // namespace
+}  // namespace mcd
