@@ -56,6 +56,7 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
     }
   }
   EXPECT_EQ(record["config"]["clients"], nlohmann::json::array({1, 2}));
+  EXPECT_EQ(record["config"]["commands_via"], "socket");
   // What it ran against: the Redis server's version, as INFO gives it (7.0.15, say).
   std::string redis_version = record["config"].value("redis_version", "");
   EXPECT_TRUE(!redis_version.empty() && std::isdigit(static_cast<unsigned char>(redis_version[0])) &&

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -834,6 +835,10 @@ int main(int argc, char** argv) {
     if (std::string version = NvidiaDriverVersion(); !version.empty()) config["nvidia_driver"] = version;
   }
   config["spin_us"] = SpinMicros();
+  // How creates and a creator's releases reach the server (memcuda(7)): its command socket, or
+  // the queue when MCD_VIA_QUEUE is set.
+  const char* via_queue = std::getenv("MCD_VIA_QUEUE");
+  config["commands_via"] = via_queue != nullptr && *via_queue != '\0' && std::string(via_queue) != "0" ? "queue" : "socket";
   CatchStopSignals();
   SelfServe self;
   std::vector<std::pair<std::string, int>> plan;  // allocator kind, device
