@@ -1060,33 +1060,28 @@ Server::Impl::Pending Server::Impl::Commit(const std::string& raw, const std::st
                                            std::function<void(Result<CommitResult>)> done) {
   Pending p;
   p.route = route_;
-  if (route_.conn != 0) {
-    // From the socket: the reply goes there, so the commit writes none (and no first result:
-    // the client never sends the command again) and has nothing to take off the processing list.
-    p.req = req;
-    p.reply = reply;
-    p.args = {"EVALSHA", commit_sha_, "4", opt_.keys.Tensor(name.empty() ? "-" : name), processing_key_,
-              "-", "-", "", "", "0", "0", "0",
-              pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "mine", instance_, action};
-    if (std::string_view(action) == "incr") {
-      p.tails = {extra.at(1), extra.at(2)};
-      p.args.push_back(extra.at(0));
-      p.args.insert(p.args.end(), {"", ""});
-    } else {
-      p.args.insert(p.args.end(), extra.begin(), extra.end());
-    }
-    p.name = name;
-    p.done = std::move(done);
-    return p;
-  }
-  p.args = {"EVALSHA", commit_sha_, "4", opt_.keys.Tensor(name.empty() ? "-" : name), processing_key_,
-            opt_.keys.Reply(req.empty() ? "-" : req), opt_.keys.Done(req.empty() ? "-" : req), raw,
-            reply, std::to_string(opt_.reply_ttl_s), std::to_string(opt_.done_ttl_s),
-            req.empty() ? "0" : "1",
-            pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "mine", instance_, action};
-  p.args.insert(p.args.end(), extra.begin(), extra.end());
   p.name = name;
   p.done = std::move(done);
+  // From the socket, the reply goes there: the commit writes none (and no first result: the
+  // client never sends the command again) and has nothing to take off the processing list.
+  bool socket = route_.conn != 0;
+  bool incr = std::string_view(action) == "incr";
+  p.args = {"EVALSHA", commit_sha_, "4", opt_.keys.Tensor(name.empty() ? "-" : name), processing_key_,
+            socket || req.empty() ? "-" : opt_.keys.Reply(req), socket || req.empty() ? "-" : opt_.keys.Done(req),
+            socket ? "" : raw, socket ? "" : reply, std::to_string(opt_.reply_ttl_s),
+            std::to_string(opt_.done_ttl_s), socket || req.empty() ? "0" : "1",
+            pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "mine", instance_, action};
+  p.args.insert(p.args.end(), extra.begin(), extra.end());
+  if (socket) {
+    p.req = req;
+    p.reply = reply;
+    if (incr) {
+      // The script assembles no reply, so the tails stay here (SocketReply) and travel empty.
+      p.tails = {extra.at(1), extra.at(2)};
+      p.args[p.args.size() - 2].clear();
+      p.args[p.args.size() - 1].clear();
+    }
+  }
   return p;
 }
 
