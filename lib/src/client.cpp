@@ -73,7 +73,8 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
 namespace {
 
 // Process-wide: one worker per device for this process's CUDA calls, and the mappings it has
-// opened (a handle can be opened only once per process).
+// opened: each tensor once per process, however often it is got. (Tensors carved from one
+// cuda_ipc slab open the same handle; the driver counts those opens.)
 class MappingRegistry {
  public:
   static MappingRegistry& Get() {
@@ -184,7 +185,10 @@ class MappingRegistry {
     int opens = 0;
     TensorRecord record;
   };
-  static std::string Key(const TensorRecord& r) { return r.owner + "/" + r.ipc_kind + "/" + r.ipc_handle; }
+  // A tensor: carved tensors share their slab's handle and differ in offset.
+  static std::string Key(const TensorRecord& r) {
+    return r.owner + "/" + r.ipc_kind + "/" + std::to_string(r.offset) + "/" + r.ipc_handle;
+  }
   static std::string PoolKey(const std::string& owner, int device) { return owner + "/" + std::to_string(device); }
 
   std::optional<cudaMemPool_t> FindPool(const std::string& owner, int device) {

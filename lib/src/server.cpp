@@ -386,7 +386,7 @@ Status Server::Impl::Start() {
       pool.release_threshold = opt_.pool_release_threshold;
       allocator = MakeCudaMempoolAllocator(pool);
     } else {
-      allocator = MakeCudaIpcAllocator();
+      allocator = MakeCudaIpcAllocator(opt_.ipc_slab_max_bytes);
     }
     allocator = WithReadyStock(std::move(allocator), opt_.ready_max_bytes);
     Status ready = worker->Call([&](DeviceContext& ctx) { return allocator->Init(ctx); });

@@ -106,6 +106,7 @@ class GpuServerTest : public ::testing::Test {
     // The same block (its export is kept with it), so the stock was used, and the former
     // tenant's bytes are gone.
     EXPECT_EQ(second->ipc_handle, first->ipc_handle);
+    EXPECT_EQ(second->offset, first->offset);
     auto again = client->Get("second");
     ASSERT_TRUE(again.ok()) << again.status().ToString();
     ASSERT_TRUE(client->CopyToHost(again.value(), bytes.data(), kBytes).ok());

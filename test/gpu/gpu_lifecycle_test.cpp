@@ -2,6 +2,8 @@
 // other processes open, write and read back. Skipped without a CUDA device.
 #include <cuda_runtime.h>
 
+#include <set>
+
 #include "gpu_fixture.h"
 
 namespace mcd {
@@ -43,6 +45,69 @@ TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
 }
 
 TEST_F(GpuLifecycle, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
+
+// Small tensors are carved from one slab (mcd-serve --slab-max): one handle, their own offsets.
+// Each keeps its own bytes, a process closing one keeps the others mapped (the driver counts the
+// opens of the slab's handle), and another process reads them through the same handle.
+TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  constexpr size_t kBytes = (1 << 20) - 4;  // not a whole class: the tail of the block is unused
+  const char* names[] = {"a", "b", "c"};
+  std::vector<TensorRecord> records;
+  std::vector<TensorView> views;
+  for (int i = 0; i < 3; ++i) {
+    CreateSpec spec;
+    spec.name = names[i];
+    spec.dtype = DType::kU8;
+    spec.shape = {static_cast<int64_t>(kBytes)};
+    spec.device = 0;
+    auto created = client->Create(spec);
+    ASSERT_TRUE(created.ok()) << created.status().ToString() << ServeLog();
+    records.push_back(created.value());
+    auto view = client->Get(names[i]);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    std::vector<uint8_t> fill(kBytes, static_cast<uint8_t>(0x11 * (i + 1)));
+    ASSERT_TRUE(client->CopyFromHost(view.value(), fill.data(), kBytes).ok());
+    views.push_back(view.value());
+  }
+  EXPECT_EQ(records[1].ipc_handle, records[0].ipc_handle);
+  EXPECT_EQ(records[2].ipc_handle, records[0].ipc_handle);
+  std::set<uint64_t> offsets;
+  for (const auto& r : records) {
+    EXPECT_EQ(r.offset % 512, 0u);
+    offsets.insert(r.offset);
+  }
+  EXPECT_EQ(offsets.size(), 3u) << "two tensors at one offset";
+
+  // "a" goes: its mapping is closed and its block freed. "b" and "c" are still mapped here.
+  ASSERT_TRUE(client->Release("a").ok());
+  ASSERT_TRUE(client->Release("a").ok());
+  for (int i = 1; i < 3; ++i) {
+    std::vector<uint8_t> back(kBytes);
+    ASSERT_TRUE(client->CopyToHost(views[i], back.data(), kBytes).ok());
+    EXPECT_EQ(static_cast<size_t>(std::count(back.begin(), back.end(), static_cast<uint8_t>(0x11 * (i + 1)))), kBytes)
+        << names[i];
+  }
+  // Another process, through the same handle and its offset: 0x33 = 51.
+  auto printed = Tool("mcd-get", {"c", "--no-ref", "--print", "2"});
+  EXPECT_EQ(printed.exit_code, 0) << printed.err;
+  EXPECT_NE(printed.out.find("values:    51,51,..."), std::string::npos) << printed.out;
+
+  // Larger than a slab's eighth: alone, at offset 0.
+  CreateSpec big;
+  big.name = "big";
+  big.dtype = DType::kU8;
+  big.shape = {64 << 20};
+  big.device = 0;
+  auto alone = client->Create(big);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(alone->offset, 0u);
+  EXPECT_NE(alone->ipc_handle, records[0].ipc_handle);
+  // The gets' references and the creator's.
+  for (const char* name : {"b", "b", "c", "c", "big"}) ASSERT_TRUE(client->Release(name).ok()) << name;
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
+}
 
 TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {
   // Each reply key is taken by a string, so Redis refuses each commit: nothing may be published

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket,
-      ready_max = "64MiB";
+      ready_max = "64MiB", slab_max = "32MiB";
   app.add_option("--allocator", allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
                  "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
   app.add_option("--ready-max", ready_max,
                  "GPU memory per device kept as zeroed blocks of recently created sizes, so that "
                  "creates of those sizes wait for no allocation (0: none)")
+      ->capture_default_str();
+  app.add_option("--slab-max", slab_max,
+                 "With --allocator cuda: the largest slab small tensors are carved from, so that a "
+                 "process opening many of them opens few allocations (0: every tensor alone)")
       ->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "Log warnings and errors only");
   app.add_flag("-v,--verbose", verbose, "Log debug detail");
@@ -108,6 +112,11 @@ int main(int argc, char** argv) {
     auto bytes = tools::ParseSize(ready_max);
     if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
     options.ready_max_bytes = bytes.value();
+  }
+  {
+    auto bytes = tools::ParseSize(slab_max);
+    if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
+    options.ipc_slab_max_bytes = bytes.value();
   }
   if (devices == "cpu") {
     options.all_devices = false;

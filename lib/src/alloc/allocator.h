@@ -67,8 +67,9 @@ Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool ze
 
 // POSIX shared memory, one object per tensor, named "<name_prefix><seq>".
 std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix);
-// cudaMalloc + cudaIpcGetMemHandle.
-std::unique_ptr<Allocator> MakeCudaIpcAllocator();
+// cudaMalloc + cudaIpcGetMemHandle; tensors small enough for slabs of up to max_slab_bytes
+// are carved from shared slabs (SlabCarver, slab_carver.h; 0: every tensor alone).
+std::unique_ptr<Allocator> MakeCudaIpcAllocator(uint64_t max_slab_bytes);
 // cudaMallocFromPoolAsync on the worker's stream from an IPC-capable pool (POSIX fd handles);
 // cudaMemPoolExportPointer data in ipc_handle.
 std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config);

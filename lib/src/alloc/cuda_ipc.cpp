@@ -1,9 +1,13 @@
 // cuda_ipc: cudaMalloc + cudaIpcGetMemHandle. The handle is 64 raw bytes that any CUDA program
-// on this machine opens with cudaIpcOpenMemHandle, with nothing from memcuda.
+// on this machine opens with cudaIpcOpenMemHandle, with nothing from memcuda. Small tensors are
+// carved from shared slabs (slab_carver.h): their hash names the slab's handle and the tensor's
+// offset into it.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 
 #include "alloc/allocator.h"
+#include "alloc/slab_carver.h"
 #include "cuda_check.h"
 
 namespace mcd {
@@ -21,42 +25,94 @@ Status OutOfMemory(const char* what, uint64_t bytes) {
                                              std::to_string(total_bytes) + " free on the device");
 }
 
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// cudaMalloc + cudaIpcGetMemHandle of `bytes`; the caller frees `ptr` on its own errors.
+Result<SlabMemory> MallocExported(uint64_t bytes) {
+  SlabMemory memory;
+  cudaError_t err = cudaMalloc(&memory.base, bytes);
+  if (err == cudaErrorMemoryAllocation) return OutOfMemory("cudaMalloc", bytes);
+  MCD_CUDA_RETURN(err);
+  cudaIpcMemHandle_t handle{};
+  err = cudaIpcGetMemHandle(&handle, memory.base);
+  if (err != cudaSuccess) {
+    cudaFree(memory.base);
+    return CudaStatus(err, "cudaIpcGetMemHandle");
+  }
+  memory.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  return memory;
+}
+
 class CudaIpcAllocator final : public Allocator {
  public:
+  explicit CudaIpcAllocator(uint64_t max_slab_bytes)
+      : slabs_(max_slab_bytes, SlabBackend{MallocExported, [](const SlabMemory& m) { cudaFree(m.base); }}) {}
+
   const char* kind() const noexcept override { return "cuda_ipc"; }
+
+  Status Init(DeviceContext& ctx) override {
+    if (!hook_added_) {
+      ctx.AddResetHook([this] { slabs_.FreeAll(); });
+      hook_added_ = true;
+    }
+    return Status::Ok();
+  }
 
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
     MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
-    void* ptr = nullptr;
-    cudaError_t err = cudaMalloc(&ptr, bytes);
-    if (err == cudaErrorMemoryAllocation) return OutOfMemory("cudaMalloc", bytes);
-    MCD_CUDA_RETURN(err);
-    auto fail = [&](Status status) {
-      cudaFree(ptr);
-      return status;
-    };
-    if (Status ready = ZeroAndSynchronize(ctx, ptr, bytes, zero); !ready.ok()) return fail(ready);
-    cudaIpcMemHandle_t handle{};
-    err = cudaIpcGetMemHandle(&handle, ptr);
-    if (err != cudaSuccess) return fail(CudaStatus(err, "cudaIpcGetMemHandle"));
     Allocation a;
-    a.ptr = ptr;
-    a.bytes = bytes;
+    bool carved = false;
+    if (slabs_.Carves(bytes)) {
+      auto block = slabs_.Take(bytes, SteadyMs());
+      // No room for a whole slab: the tensor alone may still fit.
+      if (!block.ok() && block.status().code() != ErrorCode::kOutOfMemory) return block.status();
+      if (block.ok()) {
+        a = std::move(block).value();
+        carved = true;
+      }
+    }
+    if (!carved) {
+      auto alone = MallocExported(bytes);
+      if (!alone.ok() && alone.status().code() == ErrorCode::kOutOfMemory && slabs_.EmptySlabBytes() > 0) {
+        slabs_.Trim(/*everything=*/true, SteadyMs(), 0);
+        alone = MallocExported(bytes);
+      }
+      if (!alone.ok()) return alone.status();
+      a.ptr = alone->base;
+      a.ipc_handle = std::move(alone->handle);
+      a.bytes = bytes;
+    }
     a.ipc_kind = kind();
-    a.ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    if (Status ready = ZeroAndSynchronize(ctx, a.ptr, bytes, zero); !ready.ok()) {
+      (void)Free(ctx, a);
+      return ready;
+    }
     return a;
   }
 
   Status Free(DeviceContext& ctx, const Allocation& allocation) override {
     MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    if (slabs_.Give(allocation)) return Status::Ok();
     MCD_CUDA_RETURN(cudaFree(allocation.ptr));
     return Status::Ok();
   }
+
+  void Trim(DeviceContext&, bool everything) override { slabs_.Trim(everything, SteadyMs(), kReadyIdleMs); }
+
+ private:
+  SlabCarver slabs_;
+  bool hook_added_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<Allocator> MakeCudaIpcAllocator() { return std::make_unique<CudaIpcAllocator>(); }
+std::unique_ptr<Allocator> MakeCudaIpcAllocator(uint64_t max_slab_bytes) {
+  return std::make_unique<CudaIpcAllocator>(max_slab_bytes);
+}
 
 Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool zero) {
   if (zero) MCD_CUDA_RETURN(cudaMemsetAsync(ptr, 0, bytes, ctx.stream()));

@@ -75,7 +75,7 @@ class ReadyStock final : public Allocator {
   Status Free(DeviceContext& ctx, const Allocation& allocation) override {
     refill_paused_ = false;
     auto shelf = shelves_.find(allocation.bytes);
-    if (shelf != shelves_.end() && allocation.offset == 0 &&
+    if (shelf != shelves_.end() &&
         static_cast<int>(shelf->second.blocks.size()) < kReadyPerSize &&
         ReadyBytes() + allocation.bytes <= max_bytes_ && ctx.gpu_up()) {
       if (cudaMemsetAsync(allocation.ptr, 0, allocation.bytes, ctx.stream()) == cudaSuccess) {
@@ -121,6 +121,7 @@ class ReadyStock final : public Allocator {
       }
       it = shelves_.erase(it);
     }
+    inner_->Trim(ctx, everything);  // the inner allocator's own caches (cuda_ipc's empty slabs)
     if (everything && ctx.gpu_up()) {
       (void)cudaStreamSynchronize(ctx.stream());  // the frees are done before anything else
       zeroing_ = false;

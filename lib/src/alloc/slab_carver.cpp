@@ -1,0 +1,135 @@
+// SlabCarver (slab_carver.h).
+#include "alloc/slab_carver.h"
+
+#include <algorithm>
+
+namespace mcd {
+
+SlabCarver::SlabCarver(uint64_t max_slab_bytes, SlabBackend backend)
+    : max_slab_bytes_(max_slab_bytes), backend_(std::move(backend)) {}
+
+uint64_t SlabCarver::ClassOf(uint64_t bytes) {
+  if (bytes <= kAlign) return kAlign;
+  uint64_t power = 1;
+  while (power <= bytes / 2) power <<= 1;  // the largest power of two <= bytes
+  uint64_t step = std::max(kAlign, power / 4);
+  return (bytes + step - 1) / step * step;
+}
+
+uint64_t SlabCarver::SlabBytesOf(uint64_t class_bytes) const {
+  if (max_slab_bytes_ == 0 || class_bytes == 0) return 0;
+  uint64_t slab = std::max(kMinSlab, class_bytes * kBlocksPerSlab);
+  slab = (slab + kMinSlab - 1) / kMinSlab * kMinSlab;  // whole allocation granules
+  slab = std::min(slab, max_slab_bytes_);
+  return slab / class_bytes >= static_cast<uint64_t>(kMinBlocksPerSlab) ? slab : 0;
+}
+
+Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
+  uint64_t class_bytes = ClassOf(bytes);
+  uint64_t slab_bytes = SlabBytesOf(class_bytes);
+  if (bytes == 0 || slab_bytes == 0) {
+    return Status(ErrorCode::kInvalidArgument, std::to_string(bytes) + " bytes are not carved from slabs");
+  }
+  SizeClass& size_class = classes_[class_bytes];
+  // The fullest slab that has room, so that the others can empty and be freed; an empty slab
+  // only when no other has room.
+  Slab* slab = nullptr;
+  for (auto& candidate : size_class.slabs) {
+    if (candidate->free_slots.empty()) continue;
+    if (slab == nullptr || (slab->empty() && !candidate->empty()) ||
+        (!candidate->empty() && candidate->free_slots.size() < slab->free_slots.size())) {
+      slab = candidate.get();
+    }
+  }
+  if (slab == nullptr) {
+    auto memory = backend_.allocate(slab_bytes);
+    if (!memory.ok() && memory.status().code() == ErrorCode::kOutOfMemory && EmptySlabBytes() > 0) {
+      Trim(/*everything=*/true, now_ms, 0);  // other classes' empty slabs may make room
+      memory = backend_.allocate(slab_bytes);
+    }
+    if (!memory.ok()) return memory.status();
+    auto fresh = std::make_unique<Slab>();
+    fresh->memory = std::move(memory).value();
+    fresh->class_bytes = class_bytes;
+    fresh->bytes = slab_bytes;
+    fresh->slots = static_cast<uint32_t>(slab_bytes / class_bytes);
+    // Handed out from the front: slot 0 first.
+    for (uint32_t slot = fresh->slots; slot-- > 0;) fresh->free_slots.push_back(slot);
+    slab = fresh.get();
+    by_base_[static_cast<const char*>(slab->memory.base)] = slab;
+    slab_bytes_ += slab_bytes;
+    size_class.slabs.push_back(std::move(fresh));
+  }
+  uint32_t slot = slab->free_slots.back();
+  slab->free_slots.pop_back();
+  slab->last_used_ms = now_ms;
+  Allocation block;
+  block.offset = static_cast<uint64_t>(slot) * class_bytes;
+  block.ptr = static_cast<char*>(slab->memory.base) + block.offset;
+  block.bytes = bytes;
+  block.ipc_handle = slab->memory.handle;
+  return block;
+}
+
+bool SlabCarver::Give(const Allocation& block) {
+  if (block.ptr == nullptr || block.offset > reinterpret_cast<uintptr_t>(block.ptr)) return false;
+  auto found = by_base_.find(static_cast<const char*>(block.ptr) - block.offset);
+  if (found == by_base_.end()) return false;
+  Slab* slab = found->second;
+  if (block.offset % slab->class_bytes != 0 || block.offset / slab->class_bytes >= slab->slots) return false;
+  slab->free_slots.push_back(static_cast<uint32_t>(block.offset / slab->class_bytes));
+  if (!slab->empty()) return true;
+  // Keep one empty slab per class for the next take; free any other at once.
+  SizeClass& size_class = classes_[slab->class_bytes];
+  auto empties = std::count_if(size_class.slabs.begin(), size_class.slabs.end(),
+                               [](const auto& s) { return s->empty(); });
+  if (empties > 1) {
+    for (size_t i = 0; i < size_class.slabs.size(); ++i) {
+      if (size_class.slabs[i].get() == slab) {
+        FreeSlab(size_class, i);
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+void SlabCarver::Trim(bool everything, int64_t now_ms, int64_t idle_ms) {
+  for (auto it = classes_.begin(); it != classes_.end();) {
+    SizeClass& size_class = it->second;
+    for (size_t i = size_class.slabs.size(); i-- > 0;) {
+      const Slab& slab = *size_class.slabs[i];
+      if (slab.empty() && (everything || now_ms - slab.last_used_ms > idle_ms)) FreeSlab(size_class, i);
+    }
+    it = size_class.slabs.empty() ? classes_.erase(it) : std::next(it);
+  }
+}
+
+void SlabCarver::FreeAll() {
+  for (auto& [class_bytes, size_class] : classes_) {
+    while (!size_class.slabs.empty()) FreeSlab(size_class, size_class.slabs.size() - 1);
+  }
+  classes_.clear();
+}
+
+void SlabCarver::FreeSlab(SizeClass& size_class, size_t index) {
+  std::unique_ptr<Slab> slab = std::move(size_class.slabs[index]);
+  size_class.slabs.erase(size_class.slabs.begin() + static_cast<std::ptrdiff_t>(index));
+  by_base_.erase(static_cast<const char*>(slab->memory.base));
+  slab_bytes_ -= slab->bytes;
+  backend_.free(slab->memory);
+}
+
+uint64_t SlabCarver::EmptySlabBytes() const noexcept {
+  uint64_t bytes = 0;
+  for (const auto& [class_bytes, size_class] : classes_) {
+    for (const auto& slab : size_class.slabs) {
+      if (slab->empty()) bytes += slab->bytes;
+    }
+  }
+  return bytes;
+}
+
+size_t SlabCarver::SlabCount() const noexcept { return by_base_.size(); }
+
+}  // namespace mcd
