@@ -41,6 +41,15 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
     bool throughput = name.rfind("create+delete_x", 0) == 0;
     EXPECT_EQ(row.contains("redis_cpu_us_per_op"), throughput);
     if (throughput) EXPECT_GT(row["redis_cpu_us_per_op"].get<double>(), 0);
+    // ... and the server's, with how busy its command thread was (a share of the wall time; a
+    // clock tick of slack).
+    EXPECT_EQ(row.contains("server_cpu_us_per_op"), throughput);
+    if (throughput) {
+      EXPECT_GT(row["server_cpu_us_per_op"].get<double>(), 0);
+      double busy = row["server_thread_busy"];
+      EXPECT_GT(busy, 0);
+      EXPECT_LE(busy, 1.02);
+    }
     // ... and each step of a pair apart: a step takes part of its pair, so each of its
     // percentiles is at most the pair's.
     for (const char* step : {"create", "delete"}) {

@@ -47,6 +47,9 @@ struct Row {
   double ops_per_s = 0;      // set for throughput rows; otherwise 1e6 / mean
   std::string note;
   double redis_cpu_us = -1;  // throughput rows: Redis's CPU time per operation (< 0: unknown)
+  // Throughput rows: the server's CPU time per operation, and the share of the wall time its
+  // command thread was on a CPU (< 0: unknown, e.g. no /proc entry for the server's pid).
+  double server_cpu_us = -1, server_thread_busy = -1;
   // Throughput rows: the two steps of each pair apart (us holds their sums).
   std::vector<double> create_us = {}, delete_us = {};
 };
@@ -83,6 +86,7 @@ struct Options {
   bool self_serve = false;
   bool gpu = true;
   std::string only;  // comma list of allocators to run (cuda_ipc,cuda_mempool,host_shm)
+  std::vector<std::string> serve_args;  // --self-serve: more arguments for each mcd-serve
 };
 
 // Throughput clients per row at most: each is a process with its own Redis connection.
@@ -198,6 +202,21 @@ Result<std::unique_ptr<Client>> Connect(const tools::CommonFlags& flags) {
   return Client::Connect(options);
 }
 
+// User + system CPU seconds in a /proc/<pid>[/task/<tid>]/stat file; negative when unreadable.
+double ProcCpuSeconds(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t comm_end = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (comm_end == std::string::npos) return -1;
+  std::istringstream fields(text.substr(comm_end + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  // After the name: fields 3 (state) to 13, then utime (14) and stime (15).
+  for (int i = 3; i <= 13; ++i) fields >> field;
+  if (!(fields >> utime >> stime)) return -1;
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 // For the child processes, which have nothing to clean up.
 std::unique_ptr<Client> ConnectOrDie(const tools::CommonFlags& flags) {
   auto client = Connect(flags);
@@ -308,6 +327,16 @@ class Bench {
     return total;
   }
 
+  // CPU time so far (user + system, seconds) of the server process and of its command thread
+  // (the main thread, whose tid is the pid), from /proc; negative when unknown.
+  std::pair<double, double> ServerCpuSeconds() {
+    if (!client_) return {-1, -1};
+    auto info = client_->ServerInfo();
+    if (!info.ok() || info->count("pid") == 0) return {-1, -1};
+    const std::string pid = info->at("pid");
+    return {ProcCpuSeconds("/proc/" + pid + "/stat"), ProcCpuSeconds("/proc/" + pid + "/task/" + pid + "/stat")};
+  }
+
   // Every row of one allocator on one device; then whatever of the run's tensors is still there
   // (a failed or stopped row's) is given back.
   Status Allocator(const std::string& kind, int device) {
@@ -372,6 +401,10 @@ class Bench {
                   {"ops_per_s", r.ops_per_s > 0 ? r.ops_per_s : (mean > 0 ? 1e6 / mean : 0)},
                   {"x_floor", floor_us_ > 0 ? median / floor_us_ : 0}};
       if (r.redis_cpu_us >= 0) row["redis_cpu_us_per_op"] = r.redis_cpu_us;
+      if (r.server_cpu_us >= 0) {
+        row["server_cpu_us_per_op"] = r.server_cpu_us;
+        row["server_thread_busy"] = r.server_thread_busy;
+      }
       auto step = [&row](const std::string& name, const std::vector<double>& us) {
         if (us.empty()) return;
         row[name + "_median_us"] = Percentile(us, 0.5);
@@ -510,6 +543,7 @@ class Bench {
     double seconds = std::min(opt_.max_seconds, 3.0);
     std::vector<Child> children;
     double cpu0 = RedisCpuSeconds();
+    auto [server0, thread0] = ServerCpuSeconds();
     auto t0 = Clock::now();
     for (int c = 0; c < clients; ++c) {
       children.push_back(SpawnChild(ChildArgs({"--child", "churn", "--child-device", DeviceName(device),
@@ -537,12 +571,20 @@ class Bench {
     }
     double wall = Us(t0, Clock::now()) / 1e6;
     double cpu1 = RedisCpuSeconds();
+    auto [server1, thread1] = ServerCpuSeconds();
     row.ops_per_s = static_cast<double>(row.us.size()) / std::max(wall, seconds);
     if (cpu0 >= 0 && cpu1 >= cpu0 && !row.us.empty()) {
       // Which of Redis and the server bounds the rate: Redis's CPU per pair, and how busy it was.
       row.redis_cpu_us = (cpu1 - cpu0) * 1e6 / static_cast<double>(row.us.size());
       row.note += "; Redis CPU " + std::to_string(static_cast<long>(row.redis_cpu_us + 0.5)) + " us per pair, " +
                   std::to_string(static_cast<long>((cpu1 - cpu0) * 100 / wall + 0.5)) + "% busy";
+    }
+    if (server0 >= 0 && server1 >= server0 && thread0 >= 0 && thread1 >= thread0 && !row.us.empty()) {
+      row.server_cpu_us = (server1 - server0) * 1e6 / static_cast<double>(row.us.size());
+      row.server_thread_busy = (thread1 - thread0) / wall;
+      row.note += "; server CPU " + std::to_string(static_cast<long>(row.server_cpu_us + 0.5)) +
+                  " us per pair, its command thread " +
+                  std::to_string(static_cast<long>(row.server_thread_busy * 100 + 0.5)) + "% busy";
     }
     row.note += "; p99 of the create " + std::to_string(static_cast<long>(Percentile(row.create_us, 0.99) + 0.5)) +
                 " us, of the delete " + std::to_string(static_cast<long>(Percentile(row.delete_us, 0.99) + 0.5)) + " us";
@@ -693,7 +735,8 @@ struct SelfServe {
     return Status::Ok();
   }
   std::string Url() const { return redis->url().Redacted(); }
-  Status StartServer(const std::string& allocator, const std::string& devices, const std::string& node) {
+  Status StartServer(const std::string& allocator, const std::string& devices, const std::string& node,
+                     const std::vector<std::string>& extra) {
     std::string serve = SelfExe();
     serve = serve.substr(0, serve.rfind('/') + 1) + "mcd-serve";
     pid_t parent = getpid();
@@ -703,18 +746,33 @@ struct SelfServe {
       setpgid(0, 0);  // a Ctrl-C reaches the bench, which stops its server after its last row
       int log = open((dir + "/serve-" + allocator + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       dup2(log, STDERR_FILENO);
-      execl(serve.c_str(), serve.c_str(), "--redis-url", Url().c_str(), "--devices", devices.c_str(),
-            "--node", node.c_str(), "--allocator", allocator.c_str(), "-q", nullptr);
+      std::vector<std::string> args = {serve,    "--redis-url", Url(),     "--devices", devices,
+                                       "--node", node,          "--allocator", allocator, "-q"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (std::string& arg : args) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      execv(serve.c_str(), argv.data());
       _exit(127);
     }
     auto conn = RedisConnection::Connect(RedisUrl::Parse(Url()).value());
     if (!conn.ok()) return conn.status();
+    std::string log = dir + "/serve-" + allocator + ".log";
     for (int i = 0; i < 400; ++i) {
       auto hb = conn.value()->Command({"EXISTS", "mcd:server:" + node});
       if (hb.ok() && hb->integer == 1) return Status::Ok();
+      if (waitpid(server, nullptr, WNOHANG) == server) {  // it gave up: say why
+        server = -1;
+        std::ifstream in(log);
+        std::string line, said;
+        while (std::getline(in, line) && said.size() < 300) {
+          if (!line.empty()) said += (said.empty() ? "" : " ") + line;
+        }
+        return Status(ErrorCode::kUnavailable, "mcd-serve did not start: " + said);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
-    return Status(ErrorCode::kUnavailable, "mcd-serve did not start; see " + dir + "/serve-" + allocator + ".log");
+    return Status(ErrorCode::kUnavailable, "mcd-serve did not start; see " + log);
   }
   void StopServer() {
     if (server > 0) {
@@ -772,6 +830,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
   app.add_flag("--self-serve", opt.self_serve, "Start a private Redis and an mcd-serve per allocator");
+  std::string serve_args;
+  app.add_option("--serve-args", serve_args,
+                 "With --self-serve: more arguments for each mcd-serve it starts, split at spaces "
+                 "(\"--slab-max 0\", say)");
   app.add_flag("--cpu", cpu_only, "Host memory only, even on a GPU machine");
   app.add_option("--only", opt.only, "Allocators to run: cuda_ipc,cuda_mempool,host_shm");
   app.add_flag("--json", json_out, "Print the JSON record instead of the table");
@@ -814,6 +876,13 @@ int main(int argc, char** argv) {
     }
     opt.clients.push_back(static_cast<int>(n));
   }
+  {
+    std::istringstream words(serve_args);
+    for (std::string word; words >> word;) opt.serve_args.push_back(word);
+    if (!opt.serve_args.empty() && !opt.self_serve) {
+      return tools::Fail("mcd-bench", Status(ErrorCode::kInvalidArgument, "--serve-args needs --self-serve"));
+    }
+  }
   int gpus = 0;
   if (!cpu_only && cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
   auto wanted = [&](const std::string& kind) {
@@ -835,6 +904,7 @@ int main(int argc, char** argv) {
     if (std::string version = NvidiaDriverVersion(); !version.empty()) config["nvidia_driver"] = version;
   }
   config["spin_us"] = SpinMicros();
+  if (!opt.serve_args.empty()) config["serve_args"] = opt.serve_args;
   // How creates and a creator's releases reach the server (memcuda(7)): its command socket, or
   // the queue when MCD_VIA_QUEUE is set.
   const char* via_queue = std::getenv("MCD_VIA_QUEUE");
@@ -865,7 +935,7 @@ int main(int argc, char** argv) {
       run_flags.node = "bench-" + kind + "-" + std::to_string(getpid());
       self.StopServer();
       Status started = self.StartServer(kind == "cuda_mempool" ? "pool" : "cuda",
-                                        device == kHostDevice ? "cpu" : "0", run_flags.node);
+                                        device == kHostDevice ? "cpu" : "0", run_flags.node, opt.serve_args);
       if (!started.ok()) return tools::Fail("mcd-bench", started);
     }
     Bench one(opt, run_flags);
