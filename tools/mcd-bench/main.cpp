@@ -50,8 +50,10 @@ struct Row {
   // Throughput rows: the server's CPU time per operation, and the share of the wall time its
   // command thread was on a CPU (< 0: unknown, e.g. no /proc entry for the server's pid).
   double server_cpu_us = -1, server_thread_busy = -1;
-  // Throughput rows: the two steps of each pair apart (us holds their sums).
-  std::vector<double> create_us = {}, delete_us = {};
+  // Throughput rows: the two steps of each pair apart (us holds their sums). Share rows: the
+  // create in A, and in B the get + map and the touch (the rest of a share is the two hops
+  // between the processes).
+  std::vector<double> create_us = {}, delete_us = {}, get_us = {}, touch_us = {};
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -224,8 +226,8 @@ std::unique_ptr<Client> ConnectOrDie(const tools::CommonFlags& flags) {
   return std::move(client).value();
 }
 
-// Consumer of the share row: for each name on stdin, get + map + touch, answer "ok"; on
-// "release NAME" give the reference back and answer "done".
+// Consumer of the share row: for each name on stdin, get + map + touch, answer "ok GET_US
+// TOUCH_US"; on "release NAME" give the reference back and answer "done".
 int ChildShare(const tools::CommonFlags& flags, int device) {
   auto client = ConnectOrDie(flags);
   if (!client->Warmup(device).ok()) return 69;
@@ -237,9 +239,16 @@ int ChildShare(const tools::CommonFlags& flags, int device) {
       auto released = client->Release(line.substr(8));
       std::printf("%s\n", released.ok() ? "done" : released.status().ToString().c_str());
     } else {
+      auto t0 = Clock::now();
       auto view = client->Get(line);
+      auto t1 = Clock::now();
       Status touched = view.ok() ? Touch(view.value()) : view.status();
-      std::printf("%s\n", touched.ok() ? "ok" : touched.ToString().c_str());
+      auto t2 = Clock::now();
+      if (touched.ok()) {
+        std::printf("ok %.3f %.3f\n", Us(t0, t1), Us(t1, t2));
+      } else {
+        std::printf("%s\n", touched.ToString().c_str());
+      }
     }
     std::fflush(stdout);
   }
@@ -413,6 +422,8 @@ class Bench {
       };
       step("create", r.create_us);
       step("delete", r.delete_us);
+      step("get", r.get_us);
+      step("touch", r.touch_us);
       if (!r.note.empty()) row["note"] = r.note;
       rows.push_back(row);
     }
@@ -518,13 +529,24 @@ class Bench {
     Status failed;
     Timed(row, [&](int i) -> Status {
       std::string name = Name("share", i);
+      auto t0 = Clock::now();
       MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
+      double create_us = Us(t0, Clock::now());
       std::fprintf(consumer.to, "%s\n", name.c_str());
       std::fflush(consumer.to);
       std::string ack = ReadLine(consumer.from);
-      if (ack != "ok") return Status(ErrorCode::kInternal, "consumer: " + ack);
+      std::istringstream parts(ack);
+      std::string ok;
+      double get_us = 0, touch_us = 0;
+      if (!(parts >> ok >> get_us >> touch_us) || ok != "ok") return Status(ErrorCode::kInternal, "consumer: " + ack);
+      row.create_us.push_back(create_us);
+      row.get_us.push_back(get_us);
+      row.touch_us.push_back(touch_us);
       return Status::Ok();
     });
+    auto median = [](const std::vector<double>& us) { return std::to_string(static_cast<long>(Percentile(us, 0.5) + 0.5)); };
+    row.note += "; medians: create " + median(row.create_us) + " us, get+map " + median(row.get_us) + " us, touch " +
+                median(row.touch_us) + " us";
     // Untimed cleanup of every shared tensor: the consumer's reference, then the creator's.
     for (size_t i = 0; i < row.us.size(); ++i) {
       std::string name = Name("share", static_cast<int>(i));
