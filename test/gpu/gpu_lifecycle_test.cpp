@@ -107,6 +107,11 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
   // The gets' references and the creator's.
   for (const char* name : {"b", "b", "c", "c", "big"}) ASSERT_TRUE(client->Release(name).ok()) << name;
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
+  // The stock's blocks and the empty slab kept are reported, then go back once unused.
+  EXPECT_TRUE(test::WaitFor([&] { return std::atoll(Heartbeat("ready_bytes").c_str()) > 0; }, 5000))
+      << "the heartbeat should report what is held ready";
+  EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
+      << "ready_bytes " << Heartbeat("ready_bytes");
 }
 
 TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {

@@ -89,6 +89,7 @@ TEST_F(SlabCarverTest, BlocksOfOneSlabShareItsHandleAndNeverOverlap) {
   const char* base = static_cast<const char*>(blocks[0].ptr) - blocks[0].offset;
   for (const Allocation& b : blocks) EXPECT_EQ(static_cast<const char*>(b.ptr), base + b.offset);
   EXPECT_EQ(carver.SlabCount(), 1u);
+  EXPECT_EQ(carver.EmptySlabBytes(), 0u);
   auto next = carver.Take(kMiB, 0);  // the 17th: a second slab
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->ipc_handle, "slab-2");
@@ -98,11 +99,18 @@ TEST_F(SlabCarverTest, BlocksOfOneSlabShareItsHandleAndNeverOverlap) {
   // One empty slab stays for the next take; the other went at once.
   EXPECT_EQ(carver.SlabCount(), 1u);
   EXPECT_EQ(freed_, 1);
+  EXPECT_EQ(carver.EmptySlabBytes(), 16 * kMiB) << "the slab kept is held ready";
+  auto again = carver.Take(kMiB, 500);  // the kept slab serves the next take
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(carver.EmptySlabBytes(), 0u);
+  EXPECT_EQ(made_, 2);
+  ASSERT_TRUE(carver.Give(again.value()));
   carver.Trim(false, 1000, 2000);  // used within the idle time: kept
   EXPECT_EQ(carver.SlabCount(), 1u);
   carver.Trim(false, 5000, 2000);
   EXPECT_EQ(carver.SlabCount(), 0u);
   EXPECT_EQ(carver.SlabBytes(), 0u);
+  EXPECT_EQ(carver.EmptySlabBytes(), 0u);
 }
 
 TEST_F(SlabCarverTest, TheFullestSlabIsFilledFirstSoThatOthersEmpty) {
@@ -169,6 +177,7 @@ TEST_F(SlabCarverTest, FreeAllTakesSlabsStillInUse) {
   (void)carver.Take(8192, 0).value();
   carver.FreeAll();
   EXPECT_EQ(carver.SlabCount(), 0u);
+  EXPECT_EQ(carver.EmptySlabBytes(), 0u);
   EXPECT_EQ(freed_, 2);
 }
 

@@ -102,6 +102,8 @@ class CudaIpcAllocator final : public Allocator {
   }
 
   void Trim(DeviceContext&, bool everything) override { slabs_.Trim(everything, SteadyMs(), kReadyIdleMs); }
+  // The empty slabs kept for creates to come.
+  uint64_t ReadyBytes() const noexcept override { return slabs_.EmptySlabBytes(); }
 
  private:
   SlabCarver slabs_;

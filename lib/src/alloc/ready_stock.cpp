@@ -29,7 +29,8 @@ class ReadyStock final : public Allocator {
 
   const char* kind() const noexcept override { return inner_->kind(); }
   int pool_fd() const noexcept override { return inner_->pool_fd(); }
-  uint64_t ReadyBytes() const noexcept override { return held_.load(std::memory_order_relaxed); }
+  // The stock's blocks and what the inner allocator keeps ready itself (cuda_ipc's empty slabs).
+  uint64_t ReadyBytes() const noexcept override { return Held() + inner_->ReadyBytes(); }
   bool RefillDue() const noexcept override { return refill_due_.load(std::memory_order_relaxed); }
 
   Status Init(DeviceContext& ctx) override {
@@ -77,7 +78,7 @@ class ReadyStock final : public Allocator {
     auto shelf = shelves_.find(allocation.bytes);
     if (shelf != shelves_.end() &&
         static_cast<int>(shelf->second.blocks.size()) < kReadyPerSize &&
-        ReadyBytes() + allocation.bytes <= max_bytes_ && ctx.gpu_up()) {
+        Held() + allocation.bytes <= max_bytes_ && ctx.gpu_up()) {
       if (cudaMemsetAsync(allocation.ptr, 0, allocation.bytes, ctx.stream()) == cudaSuccess) {
         zeroing_ = true;
         shelf->second.blocks.push_back(allocation);
@@ -94,7 +95,7 @@ class ReadyStock final : public Allocator {
     refill_due_.store(false, std::memory_order_relaxed);
     if (refill_paused_) return;
     for (auto& [bytes, shelf] : shelves_) {
-      if (static_cast<int>(shelf.blocks.size()) >= shelf.wanted || ReadyBytes() + bytes > max_bytes_) continue;
+      if (static_cast<int>(shelf.blocks.size()) >= shelf.wanted || Held() + bytes > max_bytes_) continue;
       auto block = inner_->Allocate(ctx, bytes, /*zero=*/true);
       if (!block.ok()) {
         // Out of memory, say: the stock stays smaller, and it stops trying (each try would make
@@ -130,7 +131,7 @@ class ReadyStock final : public Allocator {
 
   uint64_t PoolUsedBytes(DeviceContext& ctx) override {
     uint64_t used = inner_->PoolUsedBytes(ctx);
-    uint64_t ready = ReadyBytes();
+    uint64_t ready = Held();
     return used > ready ? used - ready : 0;  // tensors only: blocks held ready are not in use
   }
 
@@ -141,6 +142,7 @@ class ReadyStock final : public Allocator {
     int64_t last_create_ms = 0;
   };
 
+  uint64_t Held() const noexcept { return held_.load(std::memory_order_relaxed); }
   void Hold(int64_t delta) { held_.fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed); }
 
   std::unique_ptr<Allocator> inner_;

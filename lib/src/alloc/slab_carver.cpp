@@ -53,6 +53,7 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
     fresh->class_bytes = class_bytes;
     fresh->bytes = slab_bytes;
     fresh->slots = static_cast<uint32_t>(slab_bytes / class_bytes);
+    empty_bytes_.fetch_add(slab_bytes, std::memory_order_relaxed);  // taken from just below
     // Handed out from the front: slot 0 first.
     for (uint32_t slot = fresh->slots; slot-- > 0;) fresh->free_slots.push_back(slot);
     slab = fresh.get();
@@ -60,6 +61,7 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
     slab_bytes_ += slab_bytes;
     size_class.slabs.push_back(std::move(fresh));
   }
+  if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   uint32_t slot = slab->free_slots.back();
   slab->free_slots.pop_back();
   slab->last_used_ms = now_ms;
@@ -79,6 +81,7 @@ bool SlabCarver::Give(const Allocation& block) {
   if (block.offset % slab->class_bytes != 0 || block.offset / slab->class_bytes >= slab->slots) return false;
   slab->free_slots.push_back(static_cast<uint32_t>(block.offset / slab->class_bytes));
   if (!slab->empty()) return true;
+  empty_bytes_.fetch_add(slab->bytes, std::memory_order_relaxed);
   // Keep one empty slab per class for the next take; free any other at once.
   SizeClass& size_class = classes_[slab->class_bytes];
   auto empties = std::count_if(size_class.slabs.begin(), size_class.slabs.end(),
@@ -117,17 +120,8 @@ void SlabCarver::FreeSlab(SizeClass& size_class, size_t index) {
   size_class.slabs.erase(size_class.slabs.begin() + static_cast<std::ptrdiff_t>(index));
   by_base_.erase(static_cast<const char*>(slab->memory.base));
   slab_bytes_ -= slab->bytes;
+  if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   backend_.free(slab->memory);
-}
-
-uint64_t SlabCarver::EmptySlabBytes() const noexcept {
-  uint64_t bytes = 0;
-  for (const auto& [class_bytes, size_class] : classes_) {
-    for (const auto& slab : size_class.slabs) {
-      if (slab->empty()) bytes += slab->bytes;
-    }
-  }
-  return bytes;
 }
 
 size_t SlabCarver::SlabCount() const noexcept { return by_base_.size(); }

@@ -18,6 +18,7 @@
 // itself comes from the Backend (cudaMalloc on the GPU, plain memory in the unit test).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -70,9 +71,10 @@ class SlabCarver {
   // goes with it anyway).
   void FreeAll();
 
-  // Bytes of every slab held, and of those no block is carved from.
+  // Bytes of every slab held, and of those no block is carved from (the latter readable from
+  // any thread).
   uint64_t SlabBytes() const noexcept { return slab_bytes_; }
-  uint64_t EmptySlabBytes() const noexcept;
+  uint64_t EmptySlabBytes() const noexcept { return empty_bytes_.load(std::memory_order_relaxed); }
   size_t SlabCount() const noexcept;
 
  private:
@@ -96,6 +98,7 @@ class SlabCarver {
   std::map<uint64_t, SizeClass> classes_;
   std::map<const char*, Slab*> by_base_;  // slab base -> slab, to find a block's slab on Give
   uint64_t slab_bytes_ = 0;
+  std::atomic<uint64_t> empty_bytes_{0};
 };
 
 }  // namespace mcd
