@@ -48,6 +48,12 @@ int64_t NowMs() {
       .count();
 }
 
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');
   std::ifstream urandom("/dev/urandom", std::ios::binary);

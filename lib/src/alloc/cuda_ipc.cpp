@@ -4,11 +4,11 @@
 // offset into it.
 #include <cuda_runtime_api.h>
 
-#include <chrono>
 
 #include "alloc/allocator.h"
 #include "alloc/slab_carver.h"
 #include "cuda_check.h"
+#include "process.h"
 
 namespace mcd {
 
@@ -23,12 +23,6 @@ Status OutOfMemory(const char* what, uint64_t bytes) {
                                              std::to_string(bytes) + " bytes, " +
                                              std::to_string(free_bytes) + " of " +
                                              std::to_string(total_bytes) + " free on the device");
-}
-
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // cudaMalloc + cudaIpcGetMemHandle of `bytes`; the caller frees `ptr` on its own errors.

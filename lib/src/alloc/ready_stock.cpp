@@ -5,22 +5,16 @@
 // A block taken from the stock costs none of that; the allocation happens afterwards (Refill),
 // while the create's commit travels through Redis.
 #include <atomic>
-#include <chrono>
 #include <map>
 #include <vector>
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
+#include "process.h"
 #include "log.h"
 
 namespace mcd {
 namespace {
-
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 class ReadyStock final : public Allocator {
  public:
