@@ -70,6 +70,11 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
   return url;
 }
 
+bool CommandsViaQueue() {
+  const char* via_queue = std::getenv("MCD_VIA_QUEUE");
+  return via_queue != nullptr && *via_queue != '\0' && std::strcmp(via_queue, "0") != 0;
+}
+
 namespace {
 
 // Process-wide: one worker per device for this process's CUDA calls, and the mappings it has
@@ -230,8 +235,7 @@ std::string FormatSeconds(int ms) {
 class Client::Impl {
  public:
   explicit Impl(ClientOptions options) : opt_(std::move(options)) {
-    const char* via_queue = std::getenv("MCD_VIA_QUEUE");
-    if (via_queue != nullptr && *via_queue != '\0' && std::strcmp(via_queue, "0") != 0) opt_.command_socket = false;
+    if (CommandsViaQueue()) opt_.command_socket = false;
   }
   ~Impl() { CloseSocket(); }
 

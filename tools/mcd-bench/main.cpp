@@ -929,8 +929,7 @@ int main(int argc, char** argv) {
   if (!opt.serve_args.empty()) config["serve_args"] = opt.serve_args;
   // How creates and a creator's releases reach the server (memcuda(7)): its command socket, or
   // the queue when MCD_VIA_QUEUE is set.
-  const char* via_queue = std::getenv("MCD_VIA_QUEUE");
-  config["commands_via"] = via_queue != nullptr && *via_queue != '\0' && std::string(via_queue) != "0" ? "queue" : "socket";
+  config["commands_via"] = CommandsViaQueue() ? "queue" : "socket";
   CatchStopSignals();
   SelfServe self;
   std::vector<std::pair<std::string, int>> plan;  // allocator kind, device

@@ -42,6 +42,10 @@ struct MCD_API ClientOptions {
   bool command_socket = true;
 };
 
+// Whether MCD_VIA_QUEUE in the environment (set, not empty, not "0") sends this process's
+// commands through the queue, whatever ClientOptions::command_socket says.
+MCD_API bool CommandsViaQueue();
+
 struct MCD_API CreateSpec {
   std::string name;
   DType dtype = DType::kF32;
