@@ -678,8 +678,11 @@ Status Server::Impl::SettleAfterReconnect() {
   std::vector<Entry> unsettled = std::move(unsettled_);
   unsettled_.clear();
   for (Entry& entry : unsettled) {
-    MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner", "ipc_handle"}));
-    bool ran = f.elements.size() == 2 && f.elements[0].str == instance_ && f.elements[1].str == entry.record.ipc_handle;
+    // Its allocation is its handle and offset: tensors carved from one slab share the handle.
+    MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner",
+                                                        "ipc_handle", "offset"}));
+    bool ran = f.elements.size() == 3 && f.elements[0].str == instance_ &&
+               f.elements[1].str == entry.record.ipc_handle && f.elements[2].str == std::to_string(entry.record.offset);
     if (ran) {
       Keep(std::move(entry));
     } else {
