@@ -59,17 +59,15 @@ class CudaIpcAllocator final : public Allocator {
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
     MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
     Allocation a;
-    bool carved = false;
     if (slabs_.Carves(bytes)) {
       auto block = slabs_.Take(bytes, SteadyMs());
-      // No room for a whole slab: the tensor alone may still fit.
-      if (!block.ok() && block.status().code() != ErrorCode::kOutOfMemory) return block.status();
       if (block.ok()) {
         a = std::move(block).value();
-        carved = true;
-      }
+      } else if (block.status().code() != ErrorCode::kOutOfMemory) {
+        return block.status();
+      }  // else no room for a whole slab: the tensor alone may still fit
     }
-    if (!carved) {
+    if (a.ptr == nullptr) {
       auto alone = MallocExported(bytes);
       if (!alone.ok() && alone.status().code() == ErrorCode::kOutOfMemory && slabs_.EmptySlabBytes() > 0) {
         slabs_.Trim(/*everything=*/true, SteadyMs(), 0);

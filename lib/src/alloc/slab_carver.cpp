@@ -2,6 +2,7 @@
 #include "alloc/slab_carver.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace mcd {
 
@@ -30,16 +31,13 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
   if (bytes == 0 || slab_bytes == 0) {
     return Status(ErrorCode::kInvalidArgument, std::to_string(bytes) + " bytes are not carved from slabs");
   }
-  SizeClass& size_class = classes_[class_bytes];
+  Slabs& slabs = classes_[class_bytes];
   // The fullest slab that has room, so that the others can empty and be freed; an empty slab
   // only when no other has room.
+  auto rank = [](const Slab& s) { return s.empty() ? SIZE_MAX : s.free_slots.size(); };
   Slab* slab = nullptr;
-  for (auto& candidate : size_class.slabs) {
-    if (candidate->free_slots.empty()) continue;
-    if (slab == nullptr || (slab->empty() && !candidate->empty()) ||
-        (!candidate->empty() && candidate->free_slots.size() < slab->free_slots.size())) {
-      slab = candidate.get();
-    }
+  for (auto& candidate : slabs) {
+    if (!candidate->free_slots.empty() && (slab == nullptr || rank(*candidate) < rank(*slab))) slab = candidate.get();
   }
   if (slab == nullptr) {
     auto memory = backend_.allocate(slab_bytes);
@@ -59,7 +57,7 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
     slab = fresh.get();
     by_base_[static_cast<const char*>(slab->memory.base)] = slab;
     slab_bytes_ += slab_bytes;
-    size_class.slabs.push_back(std::move(fresh));
+    slabs.push_back(std::move(fresh));
   }
   if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   uint32_t slot = slab->free_slots.back();
@@ -83,41 +81,37 @@ bool SlabCarver::Give(const Allocation& block) {
   if (!slab->empty()) return true;
   empty_bytes_.fetch_add(slab->bytes, std::memory_order_relaxed);
   // Keep one empty slab per class for the next take; free any other at once.
-  SizeClass& size_class = classes_[slab->class_bytes];
-  auto empties = std::count_if(size_class.slabs.begin(), size_class.slabs.end(),
-                               [](const auto& s) { return s->empty(); });
-  if (empties > 1) {
-    for (size_t i = 0; i < size_class.slabs.size(); ++i) {
-      if (size_class.slabs[i].get() == slab) {
-        FreeSlab(size_class, i);
-        break;
-      }
-    }
+  Slabs& slabs = classes_.at(slab->class_bytes);
+  size_t empties = 0, at = 0;
+  for (size_t i = 0; i < slabs.size(); ++i) {
+    if (slabs[i]->empty()) ++empties;
+    if (slabs[i].get() == slab) at = i;
   }
+  if (empties > 1) FreeSlab(slabs, at);
   return true;
 }
 
 void SlabCarver::Trim(bool everything, int64_t now_ms, int64_t idle_ms) {
   for (auto it = classes_.begin(); it != classes_.end();) {
-    SizeClass& size_class = it->second;
-    for (size_t i = size_class.slabs.size(); i-- > 0;) {
-      const Slab& slab = *size_class.slabs[i];
-      if (slab.empty() && (everything || now_ms - slab.last_used_ms > idle_ms)) FreeSlab(size_class, i);
+    Slabs& slabs = it->second;
+    for (size_t i = slabs.size(); i-- > 0;) {
+      const Slab& slab = *slabs[i];
+      if (slab.empty() && (everything || now_ms - slab.last_used_ms > idle_ms)) FreeSlab(slabs, i);
     }
-    it = size_class.slabs.empty() ? classes_.erase(it) : std::next(it);
+    it = slabs.empty() ? classes_.erase(it) : std::next(it);
   }
 }
 
 void SlabCarver::FreeAll() {
-  for (auto& [class_bytes, size_class] : classes_) {
-    while (!size_class.slabs.empty()) FreeSlab(size_class, size_class.slabs.size() - 1);
+  for (auto& [class_bytes, slabs] : classes_) {
+    while (!slabs.empty()) FreeSlab(slabs, slabs.size() - 1);
   }
   classes_.clear();
 }
 
-void SlabCarver::FreeSlab(SizeClass& size_class, size_t index) {
-  std::unique_ptr<Slab> slab = std::move(size_class.slabs[index]);
-  size_class.slabs.erase(size_class.slabs.begin() + static_cast<std::ptrdiff_t>(index));
+void SlabCarver::FreeSlab(Slabs& slabs, size_t index) {
+  std::unique_ptr<Slab> slab = std::move(slabs[index]);
+  slabs.erase(slabs.begin() + static_cast<std::ptrdiff_t>(index));
   by_base_.erase(static_cast<const char*>(slab->memory.base));
   slab_bytes_ -= slab->bytes;
   if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);

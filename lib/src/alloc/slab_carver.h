@@ -1,10 +1,12 @@
 // SlabCarver: small tensors carved out of larger allocations ("slabs") of a size class each, so
 // that many tensors share one exported allocation.
 //
-// Why: a process that opens a cuda_ipc tensor pays cudaIpcOpenMemHandle once per allocation
-// (~30-40 us on the H100 host); opening a further tensor of an allocation it already has open
-// is a reference count in the driver. Carving also takes cudaMalloc, cudaIpcGetMemHandle and
-// cudaFree (~50 us for 1 MiB) off every create and delete of a small tensor.
+// Why: a process that opens a cuda_ipc tensor maps one allocation per tensor; opening a further
+// tensor of an allocation it already has open is a reference count in the driver (0.2-0.3 us
+// against 2-3 us for a new allocation on the H100 host, scripts/probes/ipc_reopen_probe.cu).
+// Carving also takes cudaMalloc, cudaIpcGetMemHandle and cudaFree (~50 us for 1 MiB) off the
+// creates and deletes of small tensors and the refills of the ready stock. Measured: a faster
+// share and a higher create+delete rate (docs/benchmarks.md, change 29).
 //
 // Rules, chosen to bound the memory a slab may hold that no tensor uses:
 // - A size is rounded up to its class: a multiple of 512 bytes, and at most a quarter above the
@@ -87,15 +89,13 @@ class SlabCarver {
     int64_t last_used_ms = 0;
     bool empty() const { return free_slots.size() == slots; }
   };
-  struct SizeClass {
-    std::vector<std::unique_ptr<Slab>> slabs;
-  };
+  using Slabs = std::vector<std::unique_ptr<Slab>>;  // of one size class
 
-  void FreeSlab(SizeClass& size_class, size_t index);
+  void FreeSlab(Slabs& slabs, size_t index);
 
   const uint64_t max_slab_bytes_;
   SlabBackend backend_;
-  std::map<uint64_t, SizeClass> classes_;
+  std::map<uint64_t, Slabs> classes_;
   std::map<const char*, Slab*> by_base_;  // slab base -> slab, to find a block's slab on Give
   uint64_t slab_bytes_ = 0;
   std::atomic<uint64_t> empty_bytes_{0};
