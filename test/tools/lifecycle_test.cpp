@@ -1266,11 +1266,17 @@ TEST_F(Lifecycle, AHeapTensorTakingAStackTensorsNameIsNotReclaimed) {
 namespace mcd {
 namespace {
 
-TEST(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
+// mcd-serve --spawn-redis, each test with a runtime folder of its own (where the private Redis's
+// socket goes) and no Redis URL in the environment.
+class SpawnRedis : public ::testing::Test {
+ protected:
   test::TempDir runtime;
   std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime.path()},
                                             {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
   std::string socket = runtime.path() + "/memcuda/redis.sock";
+};
+
+TEST_F(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
   std::string node = "spawn" + std::to_string(getpid());
   test::Background server({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node},
                           env, runtime.path() + "/serve.log");
@@ -1288,11 +1294,7 @@ TEST(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
 
 // A second --spawn-redis server (of another node) uses the private Redis of a live one, and
 // leaves it to that one when it stops.
-TEST(SpawnRedis, TheRedisOfALiveServerIsLeftToIt) {
-  test::TempDir runtime;
-  std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime.path()},
-                                            {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
-  std::string socket = runtime.path() + "/memcuda/redis.sock";
+TEST_F(SpawnRedis, TheRedisOfALiveServerIsLeftToIt) {
   std::string node = "left" + std::to_string(getpid());
   auto serve = [&](const std::string& which) {
     return std::make_unique<test::Background>(
@@ -1318,11 +1320,7 @@ TEST(SpawnRedis, TheRedisOfALiveServerIsLeftToIt) {
 
 // A killed mcd-serve leaves its private Redis running, for the next server to clean up after
 // it: that server uses it and stops it when it stops itself.
-TEST(SpawnRedis, TheRedisOfAKilledServerIsAdoptedByTheNextAndStopsWithIt) {
-  test::TempDir runtime;
-  std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime.path()},
-                                            {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
-  std::string socket = runtime.path() + "/memcuda/redis.sock";
+TEST_F(SpawnRedis, TheRedisOfAKilledServerIsAdoptedByTheNextAndStopsWithIt) {
   std::string node = "adopt" + std::to_string(getpid());
   std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node};
   std::string log = runtime.path() + "/serve.log";
