@@ -149,6 +149,29 @@ class MappingRegistry {
     }
   }
 
+  // Opens, on `device`'s worker and without waiting, the small allocation that the server
+  // publishes for this (the heartbeat's ipc_primer), and closes it again. A process's first
+  // cudaIpcOpenMemHandle costs ~100-240 us more than the ones after it (docs/benchmarks.md,
+  // change 30): a Get that is about to open a cuda_ipc tensor overlaps that with its Redis round
+  // trip (the Open job queues behind it on the same worker). Once per device and process;
+  // errors are ignored (the tensor's own open reports what is wrong). Only where the device's
+  // CUDA context is up already, as for PrefetchPool.
+  void PrefetchIpc(int device, std::string handle) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto worker = workers_.find(device);
+      if (worker == workers_.end() || !worker->second->GpuUp()) return;
+      if (!primed_.insert(device).second) return;
+    }
+    // Closed at once: the setup stays paid (keeping it open measured no faster), and the
+    // process holds no reference to the server's memory.
+    (void)Worker(device).Post([handle = std::move(handle)](DeviceContext& ctx) {
+      auto ptr = OpenCudaIpc(ctx, handle, 0);
+      if (ptr.ok()) (void)CloseCudaIpc(ctx, ptr.value(), 0);
+      return Status::Ok();
+    });
+  }
+
   // Drops one open of the mapping; unmaps at the last one. Not found is fine (not opened here).
   Status Close(const TensorRecord& r) {
     Mapping mapping;
@@ -218,6 +241,7 @@ class MappingRegistry {
   std::map<std::string, Mapping> maps_;
   std::map<std::string, cudaMemPool_t> pools_;  // imported pools by "<owner>/<device>"
   std::set<std::string> prefetching_;  // pool imports posted and not yet run
+  std::set<int> primed_;               // devices whose PrefetchIpc was posted
 };
 
 // How long the marker of a release that the reference script answered may stay: it is popped at
@@ -497,30 +521,43 @@ class Client::Impl {
     };
   }
 
-  // A first Get from this process's node server, when that server hands out pool tensors:
-  // import its pools meanwhile (see MappingRegistry::PrefetchPool).
-  void PrefetchPools() {
+  // A first Get or Open from this process's node server: what the driver charges a process
+  // once is paid meanwhile, on each device's worker: importing the server's pools
+  // (MappingRegistry::PrefetchPool) and the process's first cuda_ipc open (PrefetchIpc).
+  void PrefetchImports() {
     if (prefetched_ || server_info_.empty()) return;
     prefetched_ = true;
-    const std::string& socket = server_info_["pool_socket"];
-    if (socket.empty()) return;
     // "0:cuda_mempool,1:cuda_mempool,cpu:host_shm"
-    std::string text = server_info_["allocator"];
+    const std::string& socket = server_info_["pool_socket"];
+    if (!socket.empty()) {
+      for (const auto& [device, kind] : DeviceItems(server_info_["allocator"])) {
+        if (kind == "cuda_mempool") MappingRegistry::Get().PrefetchPool(server_info_["instance"], device, socket);
+      }
+    }
+    // "0:<hex of a cudaIpcMemHandle>,1:..."
+    for (const auto& [device, hex] : DeviceItems(server_info_["ipc_primer"])) {
+      auto handle = HexDecode(hex);
+      if (handle.ok()) MappingRegistry::Get().PrefetchIpc(device, std::move(handle).value());
+    }
+  }
+
+  // "<device>:<value>,..." of a heartbeat field, GPU devices only, malformed items skipped.
+  static std::vector<std::pair<int, std::string>> DeviceItems(const std::string& text) {
+    std::vector<std::pair<int, std::string>> items;
     size_t start = 0;
     while (start < text.size()) {
       size_t end = text.find(',', start);
       if (end == std::string::npos) end = text.size();
-      std::string item = text.substr(start, end - start);
+      std::string_view item(text.data() + start, end - start);
       size_t colon = item.find(':');
-      if (colon != std::string::npos && item.substr(colon + 1) == "cuda_mempool") {
-        int device = 0;
+      int device = 0;
+      if (colon != std::string_view::npos) {
         auto [ptr, ec] = std::from_chars(item.data(), item.data() + colon, device);
-        if (ec == std::errc() && ptr == item.data() + colon) {
-          MappingRegistry::Get().PrefetchPool(server_info_["instance"], device, socket);
-        }
+        if (ec == std::errc() && ptr == item.data() + colon) items.emplace_back(device, std::string(item.substr(colon + 1)));
       }
       start = end + 1;
     }
+    return items;
   }
 
   // get: refcount+1 in Redis by one script, no server hop (no memory changes hands).
@@ -728,7 +765,7 @@ class Client::Impl {
   static constexpr const char* kNoScript = "0";
   std::string ref_sha_ = kNoScript;  // loaded while connecting, or on first use
   std::map<std::string, std::string> server_info_;  // the node's heartbeat, as last read
-  bool prefetched_ = false;  // PrefetchPools ran
+  bool prefetched_ = false;  // PrefetchImports ran
   int cmd_fd_ = -1;            // connection to the server's command socket, when open
   std::string socket_buf_;     // what came on it past the last reply line
   std::string socket_refused_;  // a command socket that could not be connected to
@@ -774,8 +811,8 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
 Result<TensorView> Client::Get(const std::string& name) {
   MCD_RETURN_IF_ERROR(ValidateName(name));
   // The same effect as the queue's get command (refcount+1 on a ready tensor of a live server),
-  // in one Redis round trip, during which the node's pools (if any) are being imported.
-  impl_->PrefetchPools();
+  // in one Redis round trip, during which the driver's once-per-process costs are being paid.
+  impl_->PrefetchImports();
   MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->DirectGet(name));
   auto ptr = MappingRegistry::Get().Open(record, impl_->PoolSocketOf());
   if (!ptr.ok()) {
@@ -786,6 +823,7 @@ Result<TensorView> Client::Get(const std::string& name) {
 }
 
 Result<TensorView> Client::Open(const std::string& name) {
+  impl_->PrefetchImports();
   MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->Stat(name));
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);

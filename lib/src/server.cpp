@@ -173,6 +173,8 @@ class Server::Impl {
   // folder: <kind>-<node>-<instance>.sock.
   std::string SocketPath(const std::string& given, const char* kind) const;
   Status StartPoolSocket();             // binds pool_socket_path_
+  // The heartbeat's ipc_primer: "<device>:<hex handle>,..." for the cuda_ipc devices.
+  std::string IpcPrimerText() const;
   // Who may use the server's sockets: its user, and the members of --pool-group.
   Result<PeerPolicy> Peers() const;
   uint64_t PoolUsedBytes();
@@ -453,6 +455,16 @@ Status Server::Impl::StartPoolSocket() {
   return Status::Ok();
 }
 
+std::string Server::Impl::IpcPrimerText() const {
+  std::string text;
+  for (const auto& [device, allocator] : allocators_) {
+    std::string handle = allocator->ipc_primer();
+    if (handle.empty()) continue;
+    text += std::string(text.empty() ? "" : ",") + std::to_string(device) + ":" + HexEncode(handle);
+  }
+  return text;
+}
+
 uint64_t Server::Impl::ReadyBytes() const {
   uint64_t total = 0;
   for (const auto& [device, allocator] : allocators_) total += allocator->ReadyBytes();
@@ -565,6 +577,7 @@ Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisCo
                                    "devices", devices_text_,
                                    "allocator", allocator_text_,
                                    "pool_socket", pool_socket_path_,
+                                   "ipc_primer", IpcPrimerText(),
                                    "command_socket", command_socket_path_,
                                    "pool_used", std::to_string(pool_used_.load()),
                                    "ready_bytes", std::to_string(ReadyBytes()),

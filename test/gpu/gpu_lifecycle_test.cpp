@@ -2,6 +2,7 @@
 // other processes open, write and read back. Skipped without a CUDA device.
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <set>
 
 #include "gpu_fixture.h"
@@ -112,6 +113,29 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
       << "the heartbeat should report what is held ready";
   EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
       << "ready_bytes " << Heartbeat("ready_bytes");
+}
+
+// The server publishes a small allocation's handle (the heartbeat's ipc_primer) that a client
+// opens during its first Get, to pay the driver's per-process IPC setup while Redis answers.
+// The handle must be a live export of device 0, and a warmed-up process's first Get must map
+// its tensor as if nothing had gone before it on the worker.
+TEST_F(GpuLifecycle, AWarmedUpProcessOpensThePrimerDuringItsFirstGet) {
+  std::string primer = Heartbeat("ipc_primer");
+  ASSERT_EQ(primer.rfind("0:", 0), 0u) << primer;
+  auto handle = HexDecode(primer.substr(2));
+  ASSERT_TRUE(handle.ok()) << primer;
+  ASSERT_EQ(handle->size(), sizeof(cudaIpcMemHandle_t));
+
+  ExpectAWarmedUpFirstGetMapsItsTensor();
+
+  // The primer itself opens here (a process other than the server) and closes again.
+  cudaIpcMemHandle_t raw{};
+  std::memcpy(&raw, handle->data(), sizeof(raw));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  void* ptr = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&ptr, raw, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  EXPECT_NE(ptr, nullptr);
+  EXPECT_EQ(cudaIpcCloseMemHandle(ptr), cudaSuccess);
 }
 
 TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {

@@ -4,6 +4,7 @@
 // offset into it.
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 
 #include "alloc/allocator.h"
 #include "alloc/slab_carver.h"
@@ -48,12 +49,27 @@ class CudaIpcAllocator final : public Allocator {
 
   const char* kind() const noexcept override { return "cuda_ipc"; }
 
+  // Allocates the primer (once): a server that cannot is told so at start.
   Status Init(DeviceContext& ctx) override {
     if (!hook_added_) {
-      ctx.AddResetHook([this] { slabs_.FreeAll(); });
+      ctx.AddResetHook([this] {
+        slabs_.FreeAll();
+        FreePrimer();
+      });
       hook_added_ = true;
     }
+    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    if (!ipc_primer().empty()) return Status::Ok();
+    auto primer = MallocExported(kPrimerBytes);
+    if (!primer.ok()) return primer.status();
+    std::lock_guard<std::mutex> lock(primer_mutex_);
+    primer_ = std::move(primer).value();
     return Status::Ok();
+  }
+
+  std::string ipc_primer() const override {
+    std::lock_guard<std::mutex> lock(primer_mutex_);
+    return primer_.handle;
   }
 
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
@@ -98,8 +114,19 @@ class CudaIpcAllocator final : public Allocator {
   uint64_t ReadyBytes() const noexcept override { return slabs_.EmptySlabBytes(); }
 
  private:
+  // The driver's allocation granularity: the smallest allocation of its own.
+  static constexpr uint64_t kPrimerBytes = 2 << 20;
+
+  void FreePrimer() {
+    std::lock_guard<std::mutex> lock(primer_mutex_);
+    if (primer_.base != nullptr) cudaFree(primer_.base);
+    primer_ = SlabMemory{};
+  }
+
   SlabCarver slabs_;
   bool hook_added_ = false;
+  mutable std::mutex primer_mutex_;  // the heartbeat thread reads the handle
+  SlabMemory primer_;
 };
 
 }  // namespace
