@@ -50,26 +50,30 @@ void CommandSocket::Accept() {
 }
 
 void CommandSocket::Collect(std::vector<Incoming>& out, size_t max_line) {
-  Accept();
+  // One poll says where there is something: a spinning server calls this in a loop, and a
+  // failed accept4 or recv costs a system call each (accept4 even allocates a socket first).
   std::vector<pollfd> fds;
   std::vector<uint64_t> ids;
+  fds.push_back(pollfd{listen_fd_, POLLIN, 0});
   for (const auto& [id, conn] : conns_) {
     if (conn.cut) continue;
-    fds.push_back(pollfd{conn.fd, POLLIN, 0});
+    fds.push_back(pollfd{conn.fd, POLLIN | POLLRDHUP, 0});
     ids.push_back(id);
   }
-  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
-  std::vector<uint64_t> ready;
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents != 0) ready.push_back(ids[i]);
+  if (poll(fds.data(), fds.size(), 0) <= 0) return;
+  std::vector<std::pair<uint64_t, short>> ready;
+  for (size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) ready.emplace_back(ids[i - 1], fds[i].revents);
   }
+  if (fds[0].revents != 0) Accept();  // new connections are read from on the next call
   char buf[16384];
-  for (uint64_t id : ready) {
+  for (auto [id, revents] : ready) {
     Conn& conn = conns_.at(id);
     size_t first = out.size();
     bool gone = false;
-    // Read until the socket is empty, so that a client that sent its command and then closed
-    // is seen gone before its command is handed out.
+    // Read until the socket is empty. A client that sent its command and then closed has its
+    // close seen here (POLLRDHUP), before its command is handed out.
+    bool closing = (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
     for (;;) {
       ssize_t n = recv(conn.fd, buf, sizeof(buf), 0);
       if (n < 0 && errno == EINTR) continue;
@@ -100,6 +104,8 @@ void CommandSocket::Collect(std::vector<Incoming>& out, size_t max_line) {
         conn.cut = true;
         break;
       }
+      // A short read emptied the socket: asking again would only hear EAGAIN.
+      if (static_cast<size_t>(n) < sizeof(buf) && !closing) break;
     }
     if (gone) {
       out.resize(first);  // the client gave up on them
