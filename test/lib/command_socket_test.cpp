@@ -99,6 +99,24 @@ TEST_F(CommandSocketTest, AClientThatClosedTakesItsLinesWithItAndIsForgotten) {
   EXPECT_EQ(socket_->connections(), 0u);
 }
 
+// The same for a connection accepted earlier: its command and its close come in one read
+// pass, and the close must be seen although the command came in a short read.
+TEST_F(CommandSocketTest, AKnownClientThatSentAndClosedIsSeenGoneBeforeItsLineIsHandedOut) {
+  int a = Connect();
+  std::vector<CommandSocket::Incoming> out;
+  for (int i = 0; i < 50 && socket_->connections() == 0; ++i) {
+    socket_->Collect(out, 4096);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(socket_->connections(), 1u);
+  Write(a, "{\"given\":\"up\"}\n");
+  close(a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  socket_->Collect(out, 4096);
+  EXPECT_TRUE(out.empty()) << "a command of a client that had closed was handed out: " << out[0].line;
+  EXPECT_EQ(socket_->connections(), 0u);
+}
+
 TEST_F(CommandSocketTest, ALineOverTheLimitIsCutOffAndNothingAfterItIsRead) {
   int a = Connect();
   Write(a, "{\"ok\":1}\n" + std::string(300, 'x') + "\n{\"after\":1}\n");
