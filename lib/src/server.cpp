@@ -179,6 +179,8 @@ class Server::Impl {
   Result<PeerPolicy> Peers() const;
   uint64_t PoolUsedBytes();
   uint64_t ReadyBytes() const;
+  // An allocator's byte count (ReadyBytes, SlabBytes, ...) summed over the devices.
+  uint64_t SumOver(uint64_t (Allocator::*bytes)() const noexcept) const;
   // Gives back the ready stock of sizes not created for a while (kReadyIdleMs).
   void TrimReadyStock();
   // Writes the first heartbeat: refused while another live instance holds the node.
@@ -465,11 +467,13 @@ std::string Server::Impl::IpcPrimerText() const {
   return text;
 }
 
-uint64_t Server::Impl::ReadyBytes() const {
+uint64_t Server::Impl::SumOver(uint64_t (Allocator::*bytes)() const noexcept) const {
   uint64_t total = 0;
-  for (const auto& [device, allocator] : allocators_) total += allocator->ReadyBytes();
+  for (const auto& [device, allocator] : allocators_) total += (allocator.get()->*bytes)();
   return total;
 }
+
+uint64_t Server::Impl::ReadyBytes() const { return SumOver(&Allocator::ReadyBytes); }
 
 void Server::Impl::TrimReadyStock() {
   for (auto& [device, allocator] : allocators_) {
@@ -581,6 +585,8 @@ Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisCo
                                    "command_socket", command_socket_path_,
                                    "pool_used", std::to_string(pool_used_.load()),
                                    "ready_bytes", std::to_string(ReadyBytes()),
+                                   "slab_bytes", std::to_string(SumOver(&Allocator::SlabBytes)),
+                                   "slab_free_bytes", std::to_string(SumOver(&Allocator::SlabFreeBytes)),
                                    "started", std::to_string(started_ms_),
                                    "queue", opt_.keys.queue,
                                    "version", "1",

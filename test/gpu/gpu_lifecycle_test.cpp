@@ -80,6 +80,18 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
     offsets.insert(r.offset);
   }
   EXPECT_EQ(offsets.size(), 3u) << "two tensors at one offset";
+  // The heartbeat counts the slab, and the part of it that no tensor (or stocked block) holds;
+  // both from one heartbeat.
+  long long slab_bytes = 0, slab_free = 0;
+  EXPECT_TRUE(test::WaitFor([&] {
+    auto both = redis_->Connect()->Command({"HMGET", KeySpace().Server(node_), "slab_bytes", "slab_free_bytes"});
+    if (!both.ok() || both->elements.size() != 2) return false;
+    slab_bytes = std::atoll(both->elements[0].str.c_str());
+    slab_free = std::atoll(both->elements[1].str.c_str());
+    return slab_bytes >= (2 << 20);
+  }, 5000)) << "slab_bytes " << slab_bytes;
+  EXPECT_GT(slab_free, 0);
+  EXPECT_LE(slab_free, slab_bytes - 3 * (1 << 20)) << "three 1 MiB blocks are carved out";
 
   // "a" goes: its mapping is closed and its block freed. "b" and "c" are still mapped here.
   ASSERT_TRUE(client->Release("a").ok());
@@ -113,6 +125,9 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
       << "the heartbeat should report what is held ready";
   EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
       << "ready_bytes " << Heartbeat("ready_bytes");
+  EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("slab_bytes") == "0"; }, 3000))
+      << "slab_bytes " << Heartbeat("slab_bytes") << ": no slab should outlive its tensors and the idle time";
+  EXPECT_EQ(Heartbeat("slab_free_bytes"), "0");
 }
 
 // The server publishes a small allocation's handle (the heartbeat's ipc_primer) that a client

@@ -90,16 +90,23 @@ TEST_F(SlabCarverTest, BlocksOfOneSlabShareItsHandleAndNeverOverlap) {
   for (const Allocation& b : blocks) EXPECT_EQ(static_cast<const char*>(b.ptr), base + b.offset);
   EXPECT_EQ(carver.SlabCount(), 1u);
   EXPECT_EQ(carver.EmptySlabBytes(), 0u);
+  EXPECT_EQ(carver.FreeBytes(), 0u) << "16 blocks fill a slab of 16 (the rounding inside a block is not counted)";
   auto next = carver.Take(kMiB, 0);  // the 17th: a second slab
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->ipc_handle, "slab-2");
   EXPECT_EQ(carver.SlabBytes(), 32 * kMiB);
+  EXPECT_EQ(carver.FreeBytes(), 15 * kMiB) << "the second slab's 15 other blocks";
   blocks.push_back(std::move(next).value());
-  for (const Allocation& b : blocks) EXPECT_TRUE(carver.Give(b));
+  ASSERT_TRUE(carver.Give(blocks[3]));
+  EXPECT_EQ(carver.FreeBytes(), 16 * kMiB);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i != 3) EXPECT_TRUE(carver.Give(blocks[i]));
+  }
   // One empty slab stays for the next take; the other went at once.
   EXPECT_EQ(carver.SlabCount(), 1u);
   EXPECT_EQ(freed_, 1);
   EXPECT_EQ(carver.EmptySlabBytes(), 16 * kMiB) << "the slab kept is held ready";
+  EXPECT_EQ(carver.FreeBytes(), 16 * kMiB);
   auto again = carver.Take(kMiB, 500);  // the kept slab serves the next take
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(carver.EmptySlabBytes(), 0u);
@@ -111,6 +118,7 @@ TEST_F(SlabCarverTest, BlocksOfOneSlabShareItsHandleAndNeverOverlap) {
   EXPECT_EQ(carver.SlabCount(), 0u);
   EXPECT_EQ(carver.SlabBytes(), 0u);
   EXPECT_EQ(carver.EmptySlabBytes(), 0u);
+  EXPECT_EQ(carver.FreeBytes(), 0u);
 }
 
 TEST_F(SlabCarverTest, TheFullestSlabIsFilledFirstSoThatOthersEmpty) {
@@ -175,9 +183,13 @@ TEST_F(SlabCarverTest, FreeAllTakesSlabsStillInUse) {
   SlabCarver carver(32 * kMiB, Backend());
   (void)carver.Take(kMiB, 0).value();
   (void)carver.Take(8192, 0).value();
+  // A 16 MiB slab of 1 MiB blocks and a 2 MiB one of 8 KiB blocks (256 of them), one out of each.
+  EXPECT_EQ(carver.FreeBytes(), 18 * kMiB - kMiB - 8192);
   carver.FreeAll();
   EXPECT_EQ(carver.SlabCount(), 0u);
   EXPECT_EQ(carver.EmptySlabBytes(), 0u);
+  EXPECT_EQ(carver.SlabBytes(), 0u);
+  EXPECT_EQ(carver.FreeBytes(), 0u);
   EXPECT_EQ(freed_, 2);
 }
 

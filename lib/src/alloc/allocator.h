@@ -58,6 +58,10 @@ class Allocator {
   virtual bool RefillDue() const noexcept { return false; }
   // Bytes held ready for creates to come. Thread-safe.
   virtual uint64_t ReadyBytes() const noexcept { return 0; }
+  // cuda_ipc: the bytes of the slabs small tensors are carved from, and those of them not carved
+  // out for a tensor or the ready stock (slab_carver.h). 0 for other kinds. Thread-safe.
+  virtual uint64_t SlabBytes() const noexcept { return 0; }
+  virtual uint64_t SlabFreeBytes() const noexcept { return 0; }
 };
 
 struct PoolConfig {

@@ -112,6 +112,8 @@ class CudaIpcAllocator final : public Allocator {
   void Trim(DeviceContext&, bool everything) override { slabs_.Trim(everything, SteadyMs(), kReadyIdleMs); }
   // The empty slabs kept for creates to come.
   uint64_t ReadyBytes() const noexcept override { return slabs_.EmptySlabBytes(); }
+  uint64_t SlabBytes() const noexcept override { return slabs_.SlabBytes(); }
+  uint64_t SlabFreeBytes() const noexcept override { return slabs_.FreeBytes(); }
 
  private:
   // The driver's allocation granularity: the smallest allocation of its own.

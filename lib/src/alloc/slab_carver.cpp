@@ -56,12 +56,13 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
     for (uint32_t slot = fresh->slots; slot-- > 0;) fresh->free_slots.push_back(slot);
     slab = fresh.get();
     by_base_[static_cast<const char*>(slab->memory.base)] = slab;
-    slab_bytes_ += slab_bytes;
+    slab_bytes_.fetch_add(slab_bytes, std::memory_order_relaxed);
     slabs.push_back(std::move(fresh));
   }
   if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   uint32_t slot = slab->free_slots.back();
   slab->free_slots.pop_back();
+  carved_bytes_.fetch_add(class_bytes, std::memory_order_relaxed);
   slab->last_used_ms = now_ms;
   Allocation block;
   block.offset = static_cast<uint64_t>(slot) * class_bytes;
@@ -78,6 +79,7 @@ bool SlabCarver::Give(const Allocation& block) {
   Slab* slab = found->second;
   if (block.offset % slab->class_bytes != 0 || block.offset / slab->class_bytes >= slab->slots) return false;
   slab->free_slots.push_back(static_cast<uint32_t>(block.offset / slab->class_bytes));
+  carved_bytes_.fetch_sub(slab->class_bytes, std::memory_order_relaxed);
   if (!slab->empty()) return true;
   empty_bytes_.fetch_add(slab->bytes, std::memory_order_relaxed);
   // Keep one empty slab per class for the next take; free any other at once.
@@ -113,7 +115,9 @@ void SlabCarver::FreeSlab(Slabs& slabs, size_t index) {
   std::unique_ptr<Slab> slab = std::move(slabs[index]);
   slabs.erase(slabs.begin() + static_cast<std::ptrdiff_t>(index));
   by_base_.erase(static_cast<const char*>(slab->memory.base));
-  slab_bytes_ -= slab->bytes;
+  slab_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
+  // FreeAll frees slabs with blocks still out.
+  carved_bytes_.fetch_sub((slab->slots - slab->free_slots.size()) * slab->class_bytes, std::memory_order_relaxed);
   if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   backend_.free(slab->memory);
 }

@@ -20,6 +20,7 @@
 // itself comes from the Backend (cudaMalloc on the GPU, plain memory in the unit test).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -73,9 +74,12 @@ class SlabCarver {
   // goes with it anyway).
   void FreeAll();
 
-  // Bytes of every slab held, and of those no block is carved from (the latter readable from
-  // any thread).
-  uint64_t SlabBytes() const noexcept { return slab_bytes_; }
+  // Bytes of every slab held; of those not carved out for a block (free blocks, the tail that
+  // holds no whole block, empty slabs); and of the empty slabs alone. Readable from any thread.
+  uint64_t SlabBytes() const noexcept { return slab_bytes_.load(std::memory_order_relaxed); }
+  uint64_t FreeBytes() const noexcept {
+    return SlabBytes() - std::min(SlabBytes(), carved_bytes_.load(std::memory_order_relaxed));
+  }
   uint64_t EmptySlabBytes() const noexcept { return empty_bytes_.load(std::memory_order_relaxed); }
   size_t SlabCount() const noexcept;
 
@@ -97,7 +101,8 @@ class SlabCarver {
   SlabBackend backend_;
   std::map<uint64_t, Slabs> classes_;
   std::map<const char*, Slab*> by_base_;  // slab base -> slab, to find a block's slab on Give
-  uint64_t slab_bytes_ = 0;
+  std::atomic<uint64_t> slab_bytes_{0};
+  std::atomic<uint64_t> carved_bytes_{0};  // blocks handed out, at their class size
   std::atomic<uint64_t> empty_bytes_{0};
 };
 
