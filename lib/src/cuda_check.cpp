@@ -3,6 +3,9 @@
 namespace mcd {
 
 Status CudaStatus(cudaError_t err, const char* call) {
+  // Reported here, so taken off the thread's last error: a later cudaGetLastError() on this
+  // thread (after a kernel launch, say) must not see it again. A sticky error stays anyway.
+  cudaGetLastError();
   std::string call_name(call);
   // Keep only the function name of the expression ("cudaMalloc(&p, n)" -> "cudaMalloc").
   if (auto paren = call_name.find('('); paren != std::string::npos) call_name.resize(paren);

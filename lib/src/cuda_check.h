@@ -11,7 +11,7 @@ namespace mcd {
 
 // Maps a CUDA error to a code: no device/driver -> kNoDevice, allocation -> kOutOfMemory,
 // anything else -> kCudaError. The message reads "cudaMalloc: cudaErrorMemoryAllocation (out of
-// memory)".
+// memory)". Clears the calling thread's last error (cudaGetLastError).
 Status CudaStatus(cudaError_t err, const char* call);
 
 // Number of CUDA devices; 0 when there is no driver or no GPU.

@@ -1,5 +1,6 @@
-// GPU tests of the worker: the stream belongs to the worker thread, and work submitted from
-// several threads runs on it in submission order. Skipped without a CUDA device.
+// GPU tests of the worker: the stream belongs to the worker thread, work submitted from several
+// threads runs on it in submission order, and an error the library reported does not linger
+// there. Skipped without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -7,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_check.h"
 #include "memcuda/gpu_worker.h"
 #include "test_support.h"
 
@@ -83,6 +85,30 @@ TEST_F(GpuWorkerGpu, KernelsFromManyThreadsRunInSubmissionOrder) {
     return Status::Ok();
   }).ok());
   EXPECT_EQ(executed, submitted);  // one stream: kernels ran one after another, in order
+}
+
+// A failed call that the library reports (an IPC open of a handle that names nothing, as a
+// client's primer open of a gone server's handle is) must not linger as the worker thread's last
+// error, where the next kernel launch's cudaGetLastError() would find it.
+TEST_F(GpuWorkerGpu, AReportedErrorDoesNotLingerOnTheWorkerThread) {
+  GpuWorker worker(0);
+  ASSERT_TRUE(worker.Call([&](DeviceContext& ctx) -> Status {
+    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    cudaIpcMemHandle_t nothing{};
+    void* ptr = nullptr;
+    cudaError_t err = cudaIpcOpenMemHandle(&ptr, nothing, cudaIpcMemLazyEnablePeerAccess);
+    EXPECT_NE(err, cudaSuccess);
+    EXPECT_FALSE(CudaStatus(err, "cudaIpcOpenMemHandle").ok());
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    int* one = nullptr;
+    EXPECT_EQ(cudaMalloc(&one, sizeof(int)), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(one, 0, sizeof(int), ctx.stream()), cudaSuccess);
+    AppendKernel<<<1, 1, 0, ctx.stream()>>>(one, one, 0);  // count 0: writes slot 0
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the launch saw the earlier error";
+    EXPECT_EQ(cudaStreamSynchronize(ctx.stream()), cudaSuccess);
+    cudaFree(one);
+    return Status::Ok();
+  }).ok());
 }
 
 }  // namespace
