@@ -504,7 +504,7 @@ class Bench {
   }
 
   Status FirstGet(const std::string& kind, int device, uint64_t bytes) {
-    Row row{"get_first", kind, device, bytes, {}, 0, "get + map in a fresh process (CUDA context up)"};
+    Row row{"get_first", kind, device, bytes, {}, 0, "get + map in a fresh process, right after its Client::Warmup"};
     for (int i = 0; i < opt_.fresh; ++i) {
       if (Stopping()) return StoppedBySignal();
       Say("first get in a fresh process " + kind + " " + tools::HumanBytes(bytes) + " " + std::to_string(i));
