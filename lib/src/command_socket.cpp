@@ -28,10 +28,13 @@ CommandSocket::~CommandSocket() {
   }
 }
 
-void CommandSocket::AddPollFds(std::vector<pollfd>& fds) const {
+void CommandSocket::AddPollFds(std::vector<pollfd>& fds, std::vector<uint64_t>* ids) const {
   fds.push_back(pollfd{listen_fd_, POLLIN, 0});
   for (const auto& [id, conn] : conns_) {
-    if (!conn.cut) fds.push_back(pollfd{conn.fd, POLLIN, 0});
+    if (conn.cut) continue;
+    // POLLRDHUP: a client that closed after sending is seen closing along with its bytes.
+    fds.push_back(pollfd{conn.fd, POLLIN | POLLRDHUP, 0});
+    if (ids != nullptr) ids->push_back(id);
   }
 }
 
@@ -54,12 +57,7 @@ void CommandSocket::Collect(std::vector<Incoming>& out, size_t max_line) {
   // failed accept4 or recv costs a system call each (accept4 even allocates a socket first).
   std::vector<pollfd> fds;
   std::vector<uint64_t> ids;
-  fds.push_back(pollfd{listen_fd_, POLLIN, 0});
-  for (const auto& [id, conn] : conns_) {
-    if (conn.cut) continue;
-    fds.push_back(pollfd{conn.fd, POLLIN | POLLRDHUP, 0});
-    ids.push_back(id);
-  }
+  AddPollFds(fds, &ids);
   if (poll(fds.data(), fds.size(), 0) <= 0) return;
   std::vector<std::pair<uint64_t, short>> ready;
   for (size_t i = 1; i < fds.size(); ++i) {

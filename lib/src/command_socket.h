@@ -34,8 +34,9 @@ class CommandSocket {
   CommandSocket& operator=(const CommandSocket&) = delete;
   const std::string& path() const { return path_; }
 
-  // The descriptors to poll for input: the listening socket and every connection.
-  void AddPollFds(std::vector<pollfd>& fds) const;
+  // The descriptors to poll for input: the listening socket, then every connection still read
+  // from (whose ids go to `ids` when given, in the same order).
+  void AddPollFds(std::vector<pollfd>& fds, std::vector<uint64_t>* ids = nullptr) const;
   // Accepts the connections waiting and reads what every connection sent, without blocking:
   // whole lines, in the order they came. A connection found closed takes its lines not yet
   // handed out with it: its client gave up on them (timed out or died), so they are dropped,
