@@ -383,18 +383,19 @@ class Client::Impl {
     std::string what = std::string("the ") + OpName(out.cmd.op) + " of '" + out.cmd.name + "'";
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
     pollfd p{cmd_fd_, POLLIN, 0};
-    SpinUntil([&] { return poll(&p, 1, 0) != 0; });
-    std::string reply;
+    // Readable already when the spin saw the reply come: then no second poll before the recv.
+    bool readable = SpinUntil([&] { return poll(&p, 1, 0) != 0; });
     char buf[4096];
     for (;;) {
       size_t newline = socket_buf_.find('\n');
       if (newline != std::string::npos) {
-        reply = socket_buf_.substr(0, newline);
+        std::string reply = socket_buf_.substr(0, newline);
         socket_buf_.erase(0, newline + 1);
         return ParseReply(reply);
       }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      int ready = poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+      int ready = readable ? 1 : poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+      readable = false;
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0) {
         // Closing the connection withdraws the command from a server that has not read it yet.
