@@ -1155,12 +1155,9 @@ void Server::Impl::Refused(const std::string& raw, const std::string& req, const
                            const Status& status) {
   if (status.code() != ErrorCode::kRedisError || !redis_->connected() || raw.empty()) return;
   std::string words = RedisWords(status);
-  if (route_.conn != 0) {
-    // Nothing of it is kept to be tried again: the client hears Redis's words and decides.
-    AnswerSocket(route_, ErrorReply(req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words)));
-    return;
-  }
-  if (MayPass(words)) return ResumeLater();
+  // A socket command is not kept to be tried again: its client hears Redis's words and decides
+  // (AnswerNow answers it on the socket).
+  if (route_.conn == 0 && MayPass(words)) return ResumeLater();
   AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words));
 }
 
