@@ -63,6 +63,9 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// A figure for a row's note: rounded to a whole number.
+std::string Whole(double x) { return std::to_string(static_cast<long>(x + 0.5)); }
+
 // The NVIDIA kernel module's version (580.159.04, say), from /proc/driver/nvidia/version; ""
 // where there is none. The CUDA calls give only the CUDA version the driver supports.
 std::string NvidiaDriverVersion() {
@@ -544,7 +547,7 @@ class Bench {
       row.touch_us.push_back(touch_us);
       return Status::Ok();
     });
-    auto median = [](const std::vector<double>& us) { return std::to_string(static_cast<long>(Percentile(us, 0.5) + 0.5)); };
+    auto median = [](const std::vector<double>& us) { return Whole(Percentile(us, 0.5)); };
     row.note += "; medians: create " + median(row.create_us) + " us, get+map " + median(row.get_us) + " us, touch " +
                 median(row.touch_us) + " us";
     // Untimed cleanup of every shared tensor: the consumer's reference, then the creator's.
@@ -598,18 +601,18 @@ class Bench {
     if (cpu0 >= 0 && cpu1 >= cpu0 && !row.us.empty()) {
       // Which of Redis and the server bounds the rate: Redis's CPU per pair, and how busy it was.
       row.redis_cpu_us = (cpu1 - cpu0) * 1e6 / static_cast<double>(row.us.size());
-      row.note += "; Redis CPU " + std::to_string(static_cast<long>(row.redis_cpu_us + 0.5)) + " us per pair, " +
-                  std::to_string(static_cast<long>((cpu1 - cpu0) * 100 / wall + 0.5)) + "% busy";
+      row.note += "; Redis CPU " + Whole(row.redis_cpu_us) + " us per pair, " + Whole((cpu1 - cpu0) * 100 / wall) +
+                  "% busy";
     }
     if (server0 >= 0 && server1 >= server0 && thread0 >= 0 && thread1 >= thread0 && !row.us.empty()) {
       row.server_cpu_us = (server1 - server0) * 1e6 / static_cast<double>(row.us.size());
       row.server_thread_busy = (thread1 - thread0) / wall;
-      row.note += "; server CPU " + std::to_string(static_cast<long>(row.server_cpu_us + 0.5)) +
+      row.note += "; server CPU " + Whole(row.server_cpu_us) +
                   " us per pair, its command thread " +
-                  std::to_string(static_cast<long>(row.server_thread_busy * 100 + 0.5)) + "% busy";
+                  Whole(row.server_thread_busy * 100) + "% busy";
     }
-    row.note += "; p99 of the create " + std::to_string(static_cast<long>(Percentile(row.create_us, 0.99) + 0.5)) +
-                " us, of the delete " + std::to_string(static_cast<long>(Percentile(row.delete_us, 0.99) + 0.5)) + " us";
+    row.note += "; p99 of the create " + Whole(Percentile(row.create_us, 0.99)) + " us, of the delete " +
+                Whole(Percentile(row.delete_us, 0.99)) + " us";
     rows_.push_back(std::move(row));
     return Status::Ok();
   }
