@@ -78,8 +78,8 @@ bool CommandsViaQueue() {
 namespace {
 
 // Process-wide: one worker per device for this process's CUDA calls, and the mappings it has
-// opened: each tensor once per process, however often it is got. (Tensors carved from one
-// cuda_ipc slab open the same handle; the driver counts those opens.)
+// opened: each tensor once per process, however often it is got, and each GPU allocation once
+// however many of its tensors are open (tensors carved from one slab share it).
 class MappingRegistry {
  public:
   static MappingRegistry& Get() {
@@ -99,13 +99,10 @@ class MappingRegistry {
 
   Result<void*> Open(const TensorRecord& r, const SocketOf& socket_of) {
     std::string key = Key(r);
+    std::string base_key = BaseKey(r);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = maps_.find(key);
-      if (it != maps_.end()) {
-        it->second.opens++;
-        return it->second.ptr;
-      }
+      if (auto known = ReuseLocked(key, base_key, r)) return *known;
     }
     void* ptr = nullptr;
     // Pools are imported once per process and server instance (a new instance: a new import).
@@ -119,9 +116,19 @@ class MappingRegistry {
       return Status::Ok();
     });
     if (!opened.ok()) return opened;
-    std::lock_guard<std::mutex> lock(mutex_);
-    maps_[key] = Mapping{ptr, 1, r};
-    return ptr;
+    std::optional<void*> known;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      known = ReuseLocked(key, base_key, r);
+      if (!known) {
+        maps_[key] = Mapping{ptr, 1, r};
+        if (!base_key.empty()) bases_[base_key] = Base{1, r, ptr};
+      }
+    }
+    if (!known) return ptr;
+    // Another thread opened the tensor or its allocation meanwhile: keep theirs, undo ours.
+    (void)Worker(r.device).Call([&](DeviceContext& ctx) { return CloseMapping(ctx, r, ptr); });
+    return *known;
   }
 
   // Starts importing the pool of server instance `owner` on `device` on that device's worker,
@@ -172,19 +179,28 @@ class MappingRegistry {
     });
   }
 
-  // Drops one open of the mapping; unmaps at the last one. Not found is fine (not opened here).
+  // Drops one open of the tensor; unmaps its allocation when no tensor of this process that
+  // lies in it is open any more. Not found is fine (not opened here).
   Status Close(const TensorRecord& r) {
-    Mapping mapping;
+    TensorRecord opener;
+    void* opener_ptr = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = maps_.find(Key(r));
       if (it == maps_.end()) return Status::Ok();
       if (--it->second.opens > 0) return Status::Ok();
-      mapping = it->second;
+      opener = it->second.record;
+      opener_ptr = it->second.ptr;
       maps_.erase(it);
+      auto base = bases_.find(BaseKey(opener));
+      if (base != bases_.end()) {
+        if (--base->second.tensors > 0) return Status::Ok();
+        opener = base->second.opener;
+        opener_ptr = base->second.opener_ptr;
+        bases_.erase(base);
+      }
     }
-    return Worker(r.device).Call(
-        [&](DeviceContext& ctx) { return CloseMapping(ctx, mapping.record, mapping.ptr); });
+    return Worker(r.device).Call([&](DeviceContext& ctx) { return CloseMapping(ctx, opener, opener_ptr); });
   }
 
   // Finds the record of an opened tensor by name (for Release without a record at hand).
@@ -197,12 +213,14 @@ class MappingRegistry {
   }
 
   ~MappingRegistry() {
+    // Each allocation once: through its base where tensors share one, else per tensor.
+    auto close = [this](const TensorRecord& record, void* ptr) {
+      auto& worker = workers_[record.device];
+      if (worker) (void)worker->Call([&](DeviceContext& ctx) { return CloseMapping(ctx, record, ptr); });
+    };
+    for (auto& [key, base] : bases_) close(base.opener, base.opener_ptr);
     for (auto& [key, mapping] : maps_) {
-      auto& worker = workers_[mapping.record.device];
-      if (worker) {
-        (void)worker->Call(
-            [&](DeviceContext& ctx) { return CloseMapping(ctx, mapping.record, mapping.ptr); });
-      }
+      if (BaseKey(mapping.record).empty()) close(mapping.record, mapping.ptr);
     }
     for (auto& [device, worker] : workers_) worker->Stop();
   }
@@ -213,9 +231,39 @@ class MappingRegistry {
     int opens = 0;
     TensorRecord record;
   };
+  // A GPU allocation this process has mapped, and how many of its open tensors lie in it.
+  struct Base {
+    int tensors = 0;
+    TensorRecord opener;  // the tensor whose open mapped it; closing that unmaps it
+    void* opener_ptr = nullptr;
+  };
   // A tensor: carved tensors share their slab's handle and differ in offset.
   static std::string Key(const TensorRecord& r) {
     return r.owner + "/" + r.ipc_kind + "/" + std::to_string(r.offset) + "/" + r.ipc_handle;
+  }
+  // The allocation a tensor lies in, for the kinds whose open maps all of it (the driver maps a
+  // whole cuda_ipc allocation or pool pointer; a host tensor maps only its own bytes): "" else.
+  static std::string BaseKey(const TensorRecord& r) {
+    if (r.ipc_kind != "cuda_ipc" && r.ipc_kind != "cuda_mempool") return "";
+    return r.owner + "/" + r.ipc_kind + "/" + std::to_string(r.device) + "/" + r.ipc_handle;
+  }
+
+  // The pointer of a tensor already open here (one more open), or of one in an allocation
+  // already mapped here (no driver call, no hop to the worker); nullopt when neither.
+  std::optional<void*> ReuseLocked(const std::string& key, const std::string& base_key, const TensorRecord& r) {
+    auto it = maps_.find(key);
+    if (it != maps_.end()) {
+      it->second.opens++;
+      return it->second.ptr;
+    }
+    if (base_key.empty()) return std::nullopt;
+    auto base = bases_.find(base_key);
+    if (base == bases_.end()) return std::nullopt;
+    base->second.tensors++;
+    const Base& b = base->second;
+    void* ptr = static_cast<char*>(b.opener_ptr) - b.opener.offset + r.offset;
+    maps_[key] = Mapping{ptr, 1, r};
+    return ptr;
   }
   static std::string PoolKey(const std::string& owner, int device) { return owner + "/" + std::to_string(device); }
 
@@ -239,6 +287,7 @@ class MappingRegistry {
   std::mutex mutex_;
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
   std::map<std::string, Mapping> maps_;
+  std::map<std::string, Base> bases_;  // by BaseKey
   std::map<std::string, cudaMemPool_t> pools_;  // imported pools by "<owner>/<device>"
   std::set<std::string> prefetching_;  // pool imports posted and not yet run
   std::set<int> primed_;               // devices whose PrefetchIpc was posted

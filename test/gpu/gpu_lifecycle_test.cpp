@@ -80,6 +80,12 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
     offsets.insert(r.offset);
   }
   EXPECT_EQ(offsets.size(), 3u) << "two tensors at one offset";
+  // One mapping of the slab in this process: each tensor at its offset from the same base.
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(static_cast<char*>(views[i].data) - static_cast<char*>(views[0].data),
+              static_cast<ptrdiff_t>(records[i].offset) - static_cast<ptrdiff_t>(records[0].offset))
+        << names[i];
+  }
   // The heartbeat counts the slab, and the part of it that no tensor (or stocked block) holds;
   // both from one heartbeat.
   long long slab_bytes = 0, slab_free = 0;
@@ -117,8 +123,32 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
   ASSERT_TRUE(alone.ok()) << alone.status().ToString();
   EXPECT_EQ(alone->offset, 0u);
   EXPECT_NE(alone->ipc_handle, records[0].ipc_handle);
-  // The gets' references and the creator's.
-  for (const char* name : {"b", "b", "c", "c", "big"}) ASSERT_TRUE(client->Release(name).ok()) << name;
+  // "b" goes too: "c" is the last tensor of the slab open here, and the slab stays mapped for it.
+  ASSERT_TRUE(client->Release("b").ok());
+  ASSERT_TRUE(client->Release("b").ok());
+  {
+    std::vector<uint8_t> back(kBytes);
+    ASSERT_TRUE(client->CopyToHost(views[2], back.data(), kBytes).ok());
+    EXPECT_EQ(static_cast<size_t>(std::count(back.begin(), back.end(), uint8_t{0x33})), kBytes);
+  }
+  // The last tensor unmaps the slab; a tensor carved after that maps it again.
+  for (const char* name : {"c", "c"}) ASSERT_TRUE(client->Release(name).ok()) << name;
+  {
+    CreateSpec spec;
+    spec.name = "d";
+    spec.dtype = DType::kU8;
+    spec.shape = {static_cast<int64_t>(kBytes)};
+    spec.device = 0;
+    ASSERT_TRUE(client->Create(spec).ok());
+    auto view = client->Get("d");
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    std::vector<uint8_t> fill(kBytes, 0x44), back(kBytes);
+    ASSERT_TRUE(client->CopyFromHost(view.value(), fill.data(), kBytes).ok());
+    ASSERT_TRUE(client->CopyToHost(view.value(), back.data(), kBytes).ok());
+    EXPECT_EQ(back, fill);
+  }
+  // The gets' references and the creators'.
+  for (const char* name : {"d", "d", "big"}) ASSERT_TRUE(client->Release(name).ok()) << name;
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
   // The stock's blocks and the empty slab kept are reported, then go back once unused.
   EXPECT_TRUE(test::WaitFor([&] { return std::atoll(Heartbeat("ready_bytes").c_str()) > 0; }, 5000))
