@@ -111,7 +111,7 @@ class MappingRegistry {
       MCD_ASSIGN_OR_RETURN(std::string socket, socket_of(r.owner));
       return ImportPoolOf(ctx, r.owner, r.device, socket);
     };
-    Status opened = Worker(r.device).Call([&](DeviceContext& ctx) -> Status {
+    Status opened = RunMappingJob(r.device, [&](DeviceContext& ctx) -> Status {
       MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r, import_pool));
       return Status::Ok();
     });
@@ -127,8 +127,17 @@ class MappingRegistry {
     }
     if (!known) return ptr;
     // Another thread opened the tensor or its allocation meanwhile: keep theirs, undo ours.
-    (void)Worker(r.device).Call([&](DeviceContext& ctx) { return CloseMapping(ctx, r, ptr); });
+    (void)RunMappingJob(r.device, [&](DeviceContext& ctx) { return CloseMapping(ctx, r, ptr); });
     return *known;
+  }
+
+  // Runs an open or close of a mapping: on the device's worker, where every CUDA call of this
+  // process for that device runs; on the calling thread for host memory, whose mapping is plain
+  // system calls (the hop to a worker would cost more than the mmap).
+  Status RunMappingJob(int device, const std::function<Status(DeviceContext&)>& job) {
+    if (device != kHostDevice) return Worker(device).Call(job);
+    DeviceContext host(kHostDevice);
+    return job(host);
   }
 
   // Starts importing the pool of server instance `owner` on `device` on that device's worker,
@@ -200,7 +209,7 @@ class MappingRegistry {
         bases_.erase(base);
       }
     }
-    return Worker(r.device).Call([&](DeviceContext& ctx) { return CloseMapping(ctx, opener, opener_ptr); });
+    return RunMappingJob(r.device, [&](DeviceContext& ctx) { return CloseMapping(ctx, opener, opener_ptr); });
   }
 
   // Finds the record of an opened tensor by name (for Release without a record at hand).
@@ -215,8 +224,7 @@ class MappingRegistry {
   ~MappingRegistry() {
     // Each allocation once: through its base where tensors share one, else per tensor.
     auto close = [this](const TensorRecord& record, void* ptr) {
-      auto& worker = workers_[record.device];
-      if (worker) (void)worker->Call([&](DeviceContext& ctx) { return CloseMapping(ctx, record, ptr); });
+      (void)RunMappingJob(record.device, [&](DeviceContext& ctx) { return CloseMapping(ctx, record, ptr); });
     };
     for (auto& [key, base] : bases_) close(base.opener, base.opener_ptr);
     for (auto& [key, mapping] : maps_) {
