@@ -230,7 +230,7 @@ std::unique_ptr<Client> ConnectOrDie(const tools::CommonFlags& flags) {
 }
 
 // Consumer of the share row: for each name on stdin, get + map + touch, answer "ok GET_US
-// TOUCH_US"; on "release NAME" give the reference back and answer "done".
+// TOUCH_US"; on "release NAME" unmap it and give the reference back, and answer "done US".
 int ChildShare(const tools::CommonFlags& flags, int device) {
   auto client = ConnectOrDie(flags);
   if (!client->Warmup(device).ok()) return 69;
@@ -239,8 +239,14 @@ int ChildShare(const tools::CommonFlags& flags, int device) {
   std::fflush(stdout);
   for (std::string line = ReadLine(stdin); !line.empty(); line = ReadLine(stdin)) {
     if (line.rfind("release ", 0) == 0) {
+      auto t0 = Clock::now();
       auto released = client->Release(line.substr(8));
-      std::printf("%s\n", released.ok() ? "done" : released.status().ToString().c_str());
+      double us = Us(t0, Clock::now());
+      if (released.ok()) {
+        std::printf("done %.3f\n", us);
+      } else {
+        std::printf("%s\n", released.status().ToString().c_str());
+      }
     } else {
       auto t0 = Clock::now();
       auto view = client->Get(line);
@@ -550,13 +556,23 @@ class Bench {
     auto median = [](const std::vector<double>& us) { return Whole(Percentile(us, 0.5)); };
     row.note += "; medians: create " + median(row.create_us) + " us, get+map " + median(row.get_us) + " us, touch " +
                 median(row.touch_us) + " us";
-    // Untimed cleanup of every shared tensor: the consumer's reference, then the creator's.
+    // Cleanup of every shared tensor, outside the row's time: the consumer's reference (its
+    // release timed apart, for the note: the process's first unmap may cost more), then the
+    // creator's.
+    std::vector<double> release_us;
     for (size_t i = 0; i < row.us.size(); ++i) {
       std::string name = Name("share", static_cast<int>(i));
       std::fprintf(consumer.to, "release %s\n", name.c_str());
       std::fflush(consumer.to);
-      (void)ReadLine(consumer.from);
+      std::istringstream done(ReadLine(consumer.from));
+      std::string word;
+      double us = 0;
+      if (done >> word >> us && word == "done") release_us.push_back(us);
       MCD_RETURN_IF_ERROR(client_->Release(name).status());
+    }
+    if (!release_us.empty()) {
+      row.note += "; B's release (unmap + reference): first " + Whole(release_us.front()) + " us, median " +
+                  Whole(Percentile(release_us, 0.5)) + " us";
     }
     WaitChild(consumer);
     rows_.push_back(std::move(row));
