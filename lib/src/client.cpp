@@ -153,24 +153,13 @@ class MappingRegistry {
       if (worker == workers_.end() || !worker->second->GpuUp()) return;
       if (pools_.count(key) != 0 || !prefetching_.insert(key).second) return;
     }
-    // The descriptor is asked for from this thread: the server answers while the worker wakes up
-    // for the job, which then finds the answer waiting (a request that fails here is made again
-    // by the job, which reports nothing; the Open does).
-    auto sent = RequestFd(socket, device, 5000);
-    int conn = sent.ok() ? sent.value() : -1;
-    Status posted = Worker(device).Post([this, owner, device, socket, key, conn](DeviceContext& ctx) {
-      Status imported = Status::Ok();
-      if (FindPool(owner, device)) {
-        if (conn >= 0) close(conn);
-      } else {
-        imported = ImportPoolOf(ctx, owner, device, socket, conn).status();
-      }
+    Status posted = Worker(device).Post([this, owner, device, socket, key](DeviceContext& ctx) {
+      Status imported = FindPool(owner, device) ? Status::Ok() : ImportPoolOf(ctx, owner, device, socket).status();
       std::lock_guard<std::mutex> lock(mutex_);
       prefetching_.erase(key);
       return imported;
     });
     if (!posted.ok()) {
-      if (conn >= 0) close(conn);
       std::lock_guard<std::mutex> lock(mutex_);
       prefetching_.erase(key);
     }
@@ -293,11 +282,10 @@ class MappingRegistry {
     return it->second;
   }
 
-  // Worker thread of `device` only. `conn`: a descriptor request already sent (RequestFd),
-  // consumed here; -1 to fetch the descriptor now.
+  // Worker thread of `device` only.
   Result<cudaMemPool_t> ImportPoolOf(DeviceContext& ctx, const std::string& owner, int device,
-                                     const std::string& socket, int conn = -1) {
-    MCD_ASSIGN_OR_RETURN(int fd, conn >= 0 ? ReceiveFd(conn, socket, device) : FetchFd(socket, device, 5000));
+                                     const std::string& socket) {
+    MCD_ASSIGN_OR_RETURN(int fd, FetchFd(socket, device, 5000));
     MCD_ASSIGN_OR_RETURN(cudaMemPool_t pool, ImportPool(ctx, fd));
     std::lock_guard<std::mutex> lock(mutex_);
     pools_[PoolKey(owner, device)] = pool;

@@ -97,26 +97,15 @@ void FdServer::Serve(int conn) {
 }
 
 Result<int> FetchFd(const std::string& path, int device, int timeout_ms) {
-  MCD_ASSIGN_OR_RETURN(int conn, RequestFd(path, device, timeout_ms));
-  return ReceiveFd(conn, path, device);
-}
-
-Result<int> RequestFd(const std::string& path, int device, int timeout_ms) {
   MCD_ASSIGN_OR_RETURN(int conn, ConnectUnix(path, timeout_ms, "pool socket"));
-  int32_t request = device;
-  if (send(conn, &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
-    Status status = Errno(ErrorCode::kIoError, "send to pool socket");
-    close(conn);
-    return status;
-  }
-  return conn;
-}
-
-Result<int> ReceiveFd(int conn, const std::string& path, int device) {
   auto fail = [&](Status status) {
     close(conn);
     return status;
   };
+  int32_t request = device;
+  if (send(conn, &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
+    return fail(Errno(ErrorCode::kIoError, "send to pool socket"));
+  }
   int32_t code = -1;
   msghdr msg{};
   iovec iov{&code, sizeof(code)};

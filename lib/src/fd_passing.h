@@ -45,11 +45,4 @@ class FdServer {
 // kPermissionDenied when the server refuses this process, kUnavailable when nobody listens.
 Result<int> FetchFd(const std::string& path, int device, int timeout_ms);
 
-// FetchFd in two halves, so that the server answers while the caller does something else (a
-// thread that has to wake up to receive, say): RequestFd connects and sends the request and
-// returns the connection; ReceiveFd reads the answer from it (the descriptor, owned by the
-// caller) and closes the connection, whatever the outcome.
-Result<int> RequestFd(const std::string& path, int device, int timeout_ms);
-Result<int> ReceiveFd(int conn, const std::string& path, int device);
-
 }  // namespace mcd
