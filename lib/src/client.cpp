@@ -142,10 +142,12 @@ class MappingRegistry {
 
   // Starts importing the pool of server instance `owner` on `device` on that device's worker,
   // without waiting: a Get that is about to need it overlaps the import with its Redis round
-  // trip (the Open job queues behind it on the same worker). Errors are left to the Open.
-  // Only where this process has the device's CUDA context up already: a process that maps host
-  // tensors only must not get a CUDA context from this.
-  void PrefetchPool(const std::string& owner, int device, const std::string& socket) {
+  // trip (the Open job queues behind it on the same worker). Then imports and frees `primer`
+  // (the heartbeat's pool_primer, when the server publishes one): a process's first pointer
+  // import costs ~50-70 us more than later ones (docs/benchmarks.md, change 24), paid there too.
+  // Errors are left to the Open. Only where this process has the device's CUDA context up
+  // already: a process that maps host tensors only must not get a CUDA context from this.
+  void PrefetchPool(const std::string& owner, int device, const std::string& socket, std::string primer) {
     std::string key = PoolKey(owner, device);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -153,8 +155,18 @@ class MappingRegistry {
       if (worker == workers_.end() || !worker->second->GpuUp()) return;
       if (pools_.count(key) != 0 || !prefetching_.insert(key).second) return;
     }
-    Status posted = Worker(device).Post([this, owner, device, socket, key](DeviceContext& ctx) {
-      Status imported = FindPool(owner, device) ? Status::Ok() : ImportPoolOf(ctx, owner, device, socket).status();
+    Status posted = Worker(device).Post([this, owner, device, socket, key,
+                                         primer = std::move(primer)](DeviceContext& ctx) {
+      Status imported = Status::Ok();
+      if (!FindPool(owner, device)) {
+        auto pool = ImportPoolOf(ctx, owner, device, socket);
+        imported = pool.status();
+        if (pool.ok() && !primer.empty()) {
+          // Freed at once, as PrefetchIpc's primer: the setup stays paid.
+          auto ptr = OpenPoolPointer(ctx, pool.value(), primer, 0);
+          if (ptr.ok()) (void)ClosePoolPointer(ctx, ptr.value(), 0);
+        }
+      }
       std::lock_guard<std::mutex> lock(mutex_);
       prefetching_.erase(key);
       return imported;
@@ -585,18 +597,25 @@ class Client::Impl {
   void PrefetchImports() {
     if (prefetched_ || server_info_.empty()) return;
     prefetched_ = true;
+    // "0:<hex of a cudaIpcMemHandle>,1:..." and "0:<hex of a cudaMemPoolPtrExportData>,..."
+    auto primers = [this](const char* field) {
+      std::map<int, std::string> by_device;
+      for (const auto& [device, hex] : DeviceItems(server_info_[field])) {
+        auto bytes = HexDecode(hex);
+        if (bytes.ok()) by_device[device] = std::move(bytes).value();
+      }
+      return by_device;
+    };
+    auto ipc_primers = primers("ipc_primer");
+    auto pool_primers = primers("pool_primer");
     // "0:cuda_mempool,1:cuda_mempool,cpu:host_shm"
     const std::string& socket = server_info_["pool_socket"];
-    if (!socket.empty()) {
-      for (const auto& [device, kind] : DeviceItems(server_info_["allocator"])) {
-        if (kind == "cuda_mempool") MappingRegistry::Get().PrefetchPool(server_info_["instance"], device, socket);
+    for (const auto& [device, kind] : DeviceItems(server_info_["allocator"])) {
+      if (kind == "cuda_mempool" && !socket.empty()) {
+        MappingRegistry::Get().PrefetchPool(server_info_["instance"], device, socket, pool_primers[device]);
       }
     }
-    // "0:<hex of a cudaIpcMemHandle>,1:..."
-    for (const auto& [device, hex] : DeviceItems(server_info_["ipc_primer"])) {
-      auto handle = HexDecode(hex);
-      if (handle.ok()) MappingRegistry::Get().PrefetchIpc(device, std::move(handle).value());
-    }
+    for (auto& [device, handle] : ipc_primers) MappingRegistry::Get().PrefetchIpc(device, std::move(handle));
   }
 
   // "<device>:<value>,..." of a heartbeat field, GPU devices only, malformed items skipped.

@@ -173,8 +173,9 @@ class Server::Impl {
   // folder: <kind>-<node>-<instance>.sock.
   std::string SocketPath(const std::string& given, const char* kind) const;
   Status StartPoolSocket();             // binds pool_socket_path_
-  // The heartbeat's ipc_primer: "<device>:<hex handle>,..." for the cuda_ipc devices.
-  std::string IpcPrimerText() const;
+  // The heartbeat's ipc_primer (`kind` cuda_ipc) or pool_primer (cuda_mempool):
+  // "<device>:<hex of the primer>,..." for the devices whose allocator is of that kind.
+  std::string PrimerText(const std::string& kind) const;
   // Who may use the server's sockets: its user, and the members of --pool-group.
   Result<PeerPolicy> Peers() const;
   uint64_t PoolUsedBytes();
@@ -457,10 +458,11 @@ Status Server::Impl::StartPoolSocket() {
   return Status::Ok();
 }
 
-std::string Server::Impl::IpcPrimerText() const {
+std::string Server::Impl::PrimerText(const std::string& kind) const {
   std::string text;
   for (const auto& [device, allocator] : allocators_) {
-    std::string handle = allocator->ipc_primer();
+    if (allocator->kind() != kind) continue;
+    std::string handle = allocator->primer();
     if (handle.empty()) continue;
     text += std::string(text.empty() ? "" : ",") + std::to_string(device) + ":" + HexEncode(handle);
   }
@@ -581,7 +583,8 @@ Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisCo
                                    "devices", devices_text_,
                                    "allocator", allocator_text_,
                                    "pool_socket", pool_socket_path_,
-                                   "ipc_primer", IpcPrimerText(),
+                                   "ipc_primer", PrimerText("cuda_ipc"),
+                                   "pool_primer", PrimerText("cuda_mempool"),
                                    "command_socket", command_socket_path_,
                                    "pool_used", std::to_string(pool_used_.load()),
                                    "ready_bytes", std::to_string(ReadyBytes()),

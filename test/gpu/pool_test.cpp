@@ -1,4 +1,10 @@
 // The stream-ordered IPC pool (mcd-serve --allocator pool) on a real GPU. Skipped without one.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fd_passing.h"
 #include "gpu_fixture.h"
 
 namespace mcd {
@@ -121,10 +127,36 @@ TEST_F(PoolTest, OutOfMemoryAtThePoolMaximum) {
 }
 
 // After Warmup, the first Get imports the pool on the worker while its reference script is in
-// flight. A pool server has no cuda_ipc device, so no primer to open.
-TEST_F(PoolTest, AWarmedUpProcessImportsThePoolDuringItsFirstGet) {
+// flight, and with it the small pointer the server publishes for this (the heartbeat's
+// pool_primer). A pool server has no cuda_ipc device, so no ipc_primer.
+TEST_F(PoolTest, AWarmedUpProcessImportsThePoolAndItsPrimerDuringItsFirstGet) {
   EXPECT_EQ(Heartbeat("ipc_primer"), "");
+  std::string primer = Heartbeat("pool_primer");
+  ASSERT_EQ(primer.rfind("0:", 0), 0u) << primer;
+  auto data = HexDecode(primer.substr(2));
+  ASSERT_TRUE(data.ok()) << primer;
+  ASSERT_EQ(data->size(), sizeof(cudaMemPoolPtrExportData));
+
   ExpectAWarmedUpFirstGetMapsItsTensor();
+
+  // The primer is a live pointer of the pool: it imports here, a process other than the server.
+  auto fd = FetchFd(Heartbeat("pool_socket"), 0, 2000);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaMemPool_t pool = nullptr;
+  cudaError_t imported = cudaMemPoolImportFromShareableHandle(
+      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.value())), cudaMemHandleTypePosixFileDescriptor, 0);
+  close(fd.value());
+  ASSERT_EQ(imported, cudaSuccess);
+  cudaMemPoolPtrExportData raw{};
+  std::memcpy(&raw, data->data(), sizeof(raw));
+  void* ptr = nullptr;
+  ASSERT_EQ(cudaMemPoolImportPointer(&ptr, pool, &raw), cudaSuccess);
+  EXPECT_NE(ptr, nullptr);
+  EXPECT_EQ(cudaFree(ptr), cudaSuccess);
+  // The heartbeat's pool_used counts tensors only: back to 0 without the one tensor made above.
+  EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("pool_used") == "0"; }, 5000))
+      << "pool_used " << Heartbeat("pool_used");
 }
 
 TEST_F(PoolTest, ANewServerInstanceIsImportedAfresh) {

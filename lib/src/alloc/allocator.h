@@ -40,11 +40,12 @@ class Allocator {
   // The pool's shareable descriptor (cuda_mempool; owned by the allocator), -1 for other kinds.
   // Thread-safe once Init() has returned.
   virtual int pool_fd() const noexcept { return -1; }
-  // cuda_ipc: the raw cudaIpcMemHandle of a small allocation kept for the server's life, which a
-  // client opens once to pay the driver's per-process IPC setup while its first Get waits on
-  // Redis (see MappingRegistry::PrefetchIpc). "" for other kinds, or while there is none.
+  // The export of a small allocation kept for the server's life, in the form of this kind's
+  // ipc_handle (cuda_ipc: a cudaIpcMemHandle; cuda_mempool: a cudaMemPoolPtrExportData), which a
+  // client opens once to pay the driver's per-process setup while its first Get waits on Redis
+  // (MappingRegistry::PrefetchIpc and PrefetchPool). "" for other kinds, or while there is none.
   // Thread-safe.
-  virtual std::string ipc_primer() const { return {}; }
+  virtual std::string primer() const { return {}; }
   // Bytes of the pool in use by tensors right now (cuda_mempool), 0 for other kinds.
   virtual uint64_t PoolUsedBytes(DeviceContext&) { return 0; }
   // Work nobody waits for (a ready stock's; see WithReadyStock), posted by the server: Refill

@@ -59,7 +59,7 @@ class CudaIpcAllocator final : public Allocator {
       hook_added_ = true;
     }
     MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
-    if (!ipc_primer().empty()) return Status::Ok();
+    if (!primer().empty()) return Status::Ok();
     auto primer = MallocExported(kPrimerBytes);
     if (!primer.ok()) return primer.status();
     std::lock_guard<std::mutex> lock(primer_mutex_);
@@ -67,7 +67,7 @@ class CudaIpcAllocator final : public Allocator {
     return Status::Ok();
   }
 
-  std::string ipc_primer() const override {
+  std::string primer() const override {
     std::lock_guard<std::mutex> lock(primer_mutex_);
     return primer_.handle;
   }

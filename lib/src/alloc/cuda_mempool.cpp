@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
+#include <string>
 
 #include "alloc/allocator.h"
 #include "cuda_check.h"
@@ -43,13 +45,32 @@ class CudaMempoolAllocator final : public Allocator {
     fd_ = fd;
     // Seed order at Reset: the stream is drained first, then the pool is trimmed and destroyed.
     ctx.AddResetHook([this] {
+      FreePrimer();
       cudaMemPoolTrimTo(pool_, 0);
       cudaMemPoolDestroy(pool_);
       pool_ = nullptr;
       if (fd_ >= 0) close(fd_);
       fd_ = -1;
     });
+    // The primer: a process's first cudaMemPoolImportPointer costs ~50-70 us more than later ones
+    // (docs/benchmarks.md, change 24), which a client pays while its first Get waits on Redis by
+    // importing this pointer along with the pool (MappingRegistry::PrefetchPool).
+    void* primer = nullptr;
+    uint64_t used_before = PoolUsedBytes(ctx);
+    MCD_CUDA_RETURN(cudaMallocFromPoolAsync(&primer, kPrimerBytes, pool_, ctx.stream()));
+    primer_ptr_ = primer;
+    MCD_CUDA_RETURN(cudaStreamSynchronize(ctx.stream()));
+    primer_used_ = PoolUsedBytes(ctx) - used_before;  // as the pool counts it (rounded up)
+    cudaMemPoolPtrExportData data{};
+    MCD_CUDA_RETURN(cudaMemPoolExportPointer(&data, primer));
+    std::lock_guard<std::mutex> lock(primer_mutex_);
+    primer_.assign(reinterpret_cast<const char*>(&data), sizeof(data));
     return Status::Ok();
+  }
+
+  std::string primer() const override {
+    std::lock_guard<std::mutex> lock(primer_mutex_);
+    return primer_;
   }
 
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
@@ -108,14 +129,29 @@ class CudaMempoolAllocator final : public Allocator {
       cudaGetLastError();
       return 0;
     }
-    return used;
+    return used > primer_used_ ? used - primer_used_ : 0;  // tensors only: not the primer
   }
 
  private:
+  static constexpr uint64_t kPrimerBytes = 4096;
+
+  // Worker thread (at Reset).
+  void FreePrimer() {
+    if (primer_ptr_ != nullptr) cudaFree(primer_ptr_);  // waits for the device, as Reset does
+    primer_ptr_ = nullptr;
+    primer_used_ = 0;
+    std::lock_guard<std::mutex> lock(primer_mutex_);
+    primer_.clear();
+  }
+
   PoolConfig config_;
   uint64_t max_bytes_ = 0;
   cudaMemPool_t pool_ = nullptr;
   int fd_ = -1;
+  void* primer_ptr_ = nullptr;       // worker thread only
+  uint64_t primer_used_ = 0;         // what the primer adds to the pool's used bytes
+  mutable std::mutex primer_mutex_;  // the heartbeat thread reads the export data
+  std::string primer_;               // cudaMemPoolPtrExportData of primer_ptr_, "" while none
 };
 
 }  // namespace

@@ -23,7 +23,7 @@ class ReadyStock final : public Allocator {
 
   const char* kind() const noexcept override { return inner_->kind(); }
   int pool_fd() const noexcept override { return inner_->pool_fd(); }
-  std::string ipc_primer() const override { return inner_->ipc_primer(); }
+  std::string primer() const override { return inner_->primer(); }
   uint64_t SlabBytes() const noexcept override { return inner_->SlabBytes(); }
   uint64_t SlabFreeBytes() const noexcept override { return inner_->SlabFreeBytes(); }
   // The stock's blocks and what the inner allocator keeps ready itself (cuda_ipc's empty slabs).
