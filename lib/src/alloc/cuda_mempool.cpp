@@ -195,8 +195,7 @@ Status ClosePoolPointer(DeviceContext& ctx, void* ptr, uint64_t offset) {
   // An importer frees its import before the exporter frees the allocation (refcount order).
   // cudaFree, not cudaFreeAsync: a process's first cudaFreeAsync of an imported pointer takes
   // 7-13 ms in the call itself, cudaFree 3-4 us (scripts/probes/pool_free_probe.cu,
-  // docs/benchmarks.md change 37). Its wait for the device's work also keeps the free behind
-  // any kernel of this process that may still read the tensor, on whatever stream.
+  // docs/benchmarks.md change 37).
   MCD_CUDA_RETURN(cudaFree(static_cast<char*>(ptr) - offset));
   return Status::Ok();
 }
