@@ -66,6 +66,14 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
       EXPECT_LE(step_median, median) << step;
       EXPECT_LE(step_p99, p99) << step;
     }
+    // ... and B's releases afterwards, outside the share's time: one per share.
+    EXPECT_EQ(row.contains("release_median_us"), share);
+    EXPECT_EQ(row.contains("release_first_us"), share);
+    if (share) {
+      EXPECT_GT(row["release_first_us"].get<double>(), 0);
+      EXPECT_GT(row["release_median_us"].get<double>(), 0);
+      EXPECT_LE(row["release_median_us"].get<double>(), row["release_p99_us"].get<double>());
+    }
   }
   EXPECT_EQ(record["config"]["clients"], nlohmann::json::array({1, 2}));
   EXPECT_EQ(record["config"]["commands_via"], "socket");

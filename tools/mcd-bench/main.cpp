@@ -54,6 +54,9 @@ struct Row {
   // create in A, and in B the get + map and the touch (the rest of a share is the two hops
   // between the processes).
   std::vector<double> create_us = {}, delete_us = {}, get_us = {}, touch_us = {};
+  // Share rows: B's release of each tensor afterwards (unmap and reference), outside the row's
+  // time; the first is the process's first unmap.
+  std::vector<double> release_us = {};
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -433,6 +436,8 @@ class Bench {
       step("delete", r.delete_us);
       step("get", r.get_us);
       step("touch", r.touch_us);
+      step("release", r.release_us);
+      if (!r.release_us.empty()) row["release_first_us"] = r.release_us.front();
       if (!r.note.empty()) row["note"] = r.note;
       rows.push_back(row);
     }
@@ -559,7 +564,6 @@ class Bench {
     // Cleanup of every shared tensor, outside the row's time: the consumer's reference (its
     // release timed apart, for the note: the process's first unmap may cost more), then the
     // creator's.
-    std::vector<double> release_us;
     for (size_t i = 0; i < row.us.size(); ++i) {
       std::string name = Name("share", static_cast<int>(i));
       std::fprintf(consumer.to, "release %s\n", name.c_str());
@@ -567,12 +571,13 @@ class Bench {
       std::istringstream done(ReadLine(consumer.from));
       std::string word;
       double us = 0;
-      if (done >> word >> us && word == "done") release_us.push_back(us);
+      if (!(done >> word >> us) || word != "done") return Status(ErrorCode::kInternal, "consumer: " + done.str());
+      row.release_us.push_back(us);
       MCD_RETURN_IF_ERROR(client_->Release(name).status());
     }
-    if (!release_us.empty()) {
-      row.note += "; B's release (unmap + reference): first " + Whole(release_us.front()) + " us, median " +
-                  Whole(Percentile(release_us, 0.5)) + " us";
+    if (!row.release_us.empty()) {
+      row.note += "; B's release (unmap + reference): first " + Whole(row.release_us.front()) + " us, median " +
+                  Whole(Percentile(row.release_us, 0.5)) + " us";
     }
     WaitChild(consumer);
     rows_.push_back(std::move(row));
