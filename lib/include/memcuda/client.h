@@ -56,7 +56,8 @@ struct MCD_API CreateSpec {
   int64_t owner_pid = 0;    // stack tensors: bind to this process instead of the caller
 };
 
-// An opened tensor: `data` is valid in this process until Release() (or Close()).
+// An opened tensor: `data` is valid in this process until Release() (or Close()). GPU work of
+// this process that uses it must have finished by then: neither waits for it.
 struct MCD_API TensorView {
   TensorRecord record;
   void* data = nullptr;  // device pointer (CUDA kinds) or host pointer (host_shm)

@@ -74,7 +74,8 @@ MCD_API int32_t mcd_create(mcd_client* client, const char* name, const char* dty
 MCD_API int32_t mcd_get(mcd_client* client, const char* name, mcd_tensor* out);
 /* Maps the tensor without taking a reference. */
 MCD_API int32_t mcd_open(mcd_client* client, const char* name, mcd_tensor* out);
-/* Unmaps (if mapped here) and gives one reference back (refcount-1; freed at 0). */
+/* Unmaps (if mapped here) and gives one reference back (refcount-1; freed at 0). GPU work of
+ * this process that uses the tensor must have finished before: the unmap does not wait for it. */
 MCD_API int32_t mcd_release(mcd_client* client, const char* name);
 /* Unmaps without touching the refcount. */
 MCD_API int32_t mcd_close(mcd_client* client, const char* name);
