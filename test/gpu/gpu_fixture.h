@@ -50,6 +50,16 @@ class GpuServerTest : public ::testing::Test {
     auto r = redis_->Connect()->Command({"HGET", KeySpace().Server(node_), field});
     return r.ok() && !r->is_nil() ? r->str : "";
   }
+  // The heartbeat's primer of device 0 in `field` (ipc_primer, pool_primer: "0:<hex>"), decoded;
+  // "" with a failure recorded when the field names no device 0 or is not hex.
+  std::string DevicePrimer(const std::string& field) const {
+    std::string text = Heartbeat(field);
+    EXPECT_EQ(text.rfind("0:", 0), 0u) << field << ": " << text;
+    if (text.rfind("0:", 0) != 0) return "";
+    auto bytes = HexDecode(text.substr(2));
+    EXPECT_TRUE(bytes.ok()) << field << ": " << text;
+    return bytes.ok() ? std::move(bytes).value() : "";
+  }
   std::string ServeLog() const { return ReadFile(dir_.path() + "/serve.log"); }
   std::map<std::string, std::string> Env() const { return {{"MCD_REDIS_URL", redis_->url()}}; }
   ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {

@@ -165,17 +165,14 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
 // The handle must be a live export of device 0, and a warmed-up process's first Get must map
 // its tensor as if nothing had gone before it on the worker.
 TEST_F(GpuLifecycle, AWarmedUpProcessOpensThePrimerDuringItsFirstGet) {
-  std::string primer = Heartbeat("ipc_primer");
-  ASSERT_EQ(primer.rfind("0:", 0), 0u) << primer;
-  auto handle = HexDecode(primer.substr(2));
-  ASSERT_TRUE(handle.ok()) << primer;
-  ASSERT_EQ(handle->size(), sizeof(cudaIpcMemHandle_t));
+  std::string handle = DevicePrimer("ipc_primer");
+  ASSERT_EQ(handle.size(), sizeof(cudaIpcMemHandle_t));
 
   ExpectAWarmedUpFirstGetMapsItsTensor();
 
   // The primer itself opens here (a process other than the server) and closes again.
   cudaIpcMemHandle_t raw{};
-  std::memcpy(&raw, handle->data(), sizeof(raw));
+  std::memcpy(&raw, handle.data(), sizeof(raw));
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   void* ptr = nullptr;
   ASSERT_EQ(cudaIpcOpenMemHandle(&ptr, raw, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);

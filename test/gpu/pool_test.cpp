@@ -131,11 +131,8 @@ TEST_F(PoolTest, OutOfMemoryAtThePoolMaximum) {
 // pool_primer). A pool server has no cuda_ipc device, so no ipc_primer.
 TEST_F(PoolTest, AWarmedUpProcessImportsThePoolAndItsPrimerDuringItsFirstGet) {
   EXPECT_EQ(Heartbeat("ipc_primer"), "");
-  std::string primer = Heartbeat("pool_primer");
-  ASSERT_EQ(primer.rfind("0:", 0), 0u) << primer;
-  auto data = HexDecode(primer.substr(2));
-  ASSERT_TRUE(data.ok()) << primer;
-  ASSERT_EQ(data->size(), sizeof(cudaMemPoolPtrExportData));
+  std::string data = DevicePrimer("pool_primer");
+  ASSERT_EQ(data.size(), sizeof(cudaMemPoolPtrExportData));
 
   ExpectAWarmedUpFirstGetMapsItsTensor();
 
@@ -149,7 +146,7 @@ TEST_F(PoolTest, AWarmedUpProcessImportsThePoolAndItsPrimerDuringItsFirstGet) {
   close(fd.value());
   ASSERT_EQ(imported, cudaSuccess);
   cudaMemPoolPtrExportData raw{};
-  std::memcpy(&raw, data->data(), sizeof(raw));
+  std::memcpy(&raw, data.data(), sizeof(raw));
   void* ptr = nullptr;
   ASSERT_EQ(cudaMemPoolImportPointer(&ptr, pool, &raw), cudaSuccess);
   EXPECT_NE(ptr, nullptr);
