@@ -137,7 +137,7 @@ class CudaMempoolAllocator final : public Allocator {
 
   // Worker thread (at Reset).
   void FreePrimer() {
-    if (primer_ptr_ != nullptr) cudaFree(primer_ptr_);  // waits for the device, as Reset does
+    if (primer_ptr_ != nullptr) cudaFree(primer_ptr_);  // Reset has drained the stream before
     primer_ptr_ = nullptr;
     primer_used_ = 0;
     std::lock_guard<std::mutex> lock(primer_mutex_);
