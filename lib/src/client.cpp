@@ -77,6 +77,16 @@ bool CommandsViaQueue() {
 
 namespace {
 
+// Where this process gets a server's pool descriptor for one device, as the heartbeat says:
+// copied straight out of the server process where the kernel allows it (no exchange with a server
+// thread that may be asleep), otherwise asked of the pool socket.
+struct PoolSource {
+  std::string socket;      // pool_socket
+  int64_t pid = 0;         // pid
+  uint64_t pid_start = 0;  // pid_start
+  int fd = -1;             // the device's item of pool_fd
+};
+
 // Process-wide: one worker per device for this process's CUDA calls, and the mappings it has
 // opened: each tensor once per process, however often it is got, and each GPU allocation once
 // however many of its tensors are open (tensors carved from one slab share it).
@@ -94,10 +104,10 @@ class MappingRegistry {
     return *worker;
   }
 
-  // Resolves the pool socket of a server instance (from its heartbeat).
-  using SocketOf = std::function<Result<std::string>(const std::string& owner)>;
+  // Resolves where the pool of a server instance on a device comes from (its heartbeat).
+  using SourceOf = std::function<Result<PoolSource>(const std::string& owner, int device)>;
 
-  Result<void*> Open(const TensorRecord& r, const SocketOf& socket_of) {
+  Result<void*> Open(const TensorRecord& r, const SourceOf& source_of) {
     std::string key = Key(r);
     std::string base_key = BaseKey(r);
     {
@@ -108,8 +118,8 @@ class MappingRegistry {
     // Pools are imported once per process and server instance (a new instance: a new import).
     PoolImporter import_pool = [&](DeviceContext& ctx) -> Result<cudaMemPool_t> {
       if (auto known = FindPool(r.owner, r.device)) return *known;
-      MCD_ASSIGN_OR_RETURN(std::string socket, socket_of(r.owner));
-      return ImportPoolOf(ctx, r.owner, r.device, socket);
+      MCD_ASSIGN_OR_RETURN(PoolSource source, source_of(r.owner, r.device));
+      return ImportPoolOf(ctx, r.owner, r.device, source);
     };
     Status opened = RunMappingJob(r.device, [&](DeviceContext& ctx) -> Status {
       MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r, import_pool));
@@ -147,7 +157,7 @@ class MappingRegistry {
   // import costs ~50-70 us more than later ones (docs/benchmarks.md, change 24), paid there too.
   // Errors are left to the Open. Only where this process has the device's CUDA context up
   // already: a process that maps host tensors only must not get a CUDA context from this.
-  void PrefetchPool(const std::string& owner, int device, const std::string& socket, std::string primer) {
+  void PrefetchPool(const std::string& owner, int device, PoolSource source, std::string primer) {
     std::string key = PoolKey(owner, device);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -155,11 +165,11 @@ class MappingRegistry {
       if (worker == workers_.end() || !worker->second->GpuUp()) return;
       if (pools_.count(key) != 0 || !prefetching_.insert(key).second) return;
     }
-    Status posted = Worker(device).Post([this, owner, device, socket, key,
+    Status posted = Worker(device).Post([this, owner, device, source = std::move(source), key,
                                          primer = std::move(primer)](DeviceContext& ctx) {
       Status imported = Status::Ok();
       if (!FindPool(owner, device)) {
-        auto pool = ImportPoolOf(ctx, owner, device, socket);
+        auto pool = ImportPoolOf(ctx, owner, device, source);
         imported = pool.status();
         if (pool.ok() && !primer.empty()) {
           // Freed at once, as PrefetchIpc's primer: the setup stays paid.
@@ -296,9 +306,18 @@ class MappingRegistry {
 
   // Worker thread of `device` only.
   Result<cudaMemPool_t> ImportPoolOf(DeviceContext& ctx, const std::string& owner, int device,
-                                     const std::string& socket) {
-    MCD_ASSIGN_OR_RETURN(int fd, FetchFd(socket, device, 5000));
-    MCD_ASSIGN_OR_RETURN(cudaMemPool_t pool, ImportPool(ctx, fd));
+                                     const PoolSource& source) {
+    std::optional<cudaMemPool_t> imported;
+    // The copy is not the pool's descriptor only if the server replaced its pool since the
+    // heartbeat was read: the socket then serves the new one.
+    if (auto copied = CopyFdOfProcess(source.pid, source.pid_start, source.fd); copied.ok()) {
+      if (auto pool = ImportPool(ctx, copied.value()); pool.ok()) imported = pool.value();
+    }
+    if (!imported) {
+      MCD_ASSIGN_OR_RETURN(int fd, FetchFd(source.socket, device, 5000));
+      MCD_ASSIGN_OR_RETURN(imported, ImportPool(ctx, fd));
+    }
+    cudaMemPool_t pool = *imported;
     std::lock_guard<std::mutex> lock(mutex_);
     pools_[PoolKey(owner, device)] = pool;
     return pool;
@@ -572,9 +591,9 @@ class Client::Impl {
     return Status(ErrorCodeFromName(code).value_or(ErrorCode::kInternal), message);
   }
 
-  // The pool socket of server instance `owner`, from the node's heartbeat.
-  std::function<Result<std::string>(const std::string&)> PoolSocketOf() {
-    return [this](const std::string& owner) -> Result<std::string> {
+  // Where the pool of server instance `owner` comes from, from the node's heartbeat.
+  MappingRegistry::SourceOf PoolSourceOf() {
+    return [this](const std::string& owner, int device) -> Result<PoolSource> {
       // The heartbeat read at connect usually names the owner already: no round trip then.
       if (server_info_["instance"] != owner || server_info_["pool_socket"].empty()) {
         MCD_ASSIGN_OR_RETURN(server_info_, ServerInfo());
@@ -587,8 +606,20 @@ class Client::Impl {
       if (info["pool_socket"].empty()) {
         return Status(ErrorCode::kUnavailable, "the server publishes no pool socket");
       }
-      return info["pool_socket"];
+      return PoolSourceFrom(info, device);
     };
+  }
+
+  // The heartbeat's fields for `device`'s pool; missing ones leave the socket as the only way.
+  static PoolSource PoolSourceFrom(std::map<std::string, std::string>& info, int device) {
+    PoolSource source;
+    source.socket = info["pool_socket"];
+    source.pid = std::strtoll(info["pid"].c_str(), nullptr, 10);
+    source.pid_start = std::strtoull(info["pid_start"].c_str(), nullptr, 10);
+    for (const auto& [d, fd] : DeviceItems(info["pool_fd"])) {
+      if (d == device) source.fd = std::atoi(fd.c_str());
+    }
+    return source;
   }
 
   // A first Get or Open from this process's node server: what the driver charges a process
@@ -612,7 +643,8 @@ class Client::Impl {
     const std::string& socket = server_info_["pool_socket"];
     for (const auto& [device, kind] : DeviceItems(server_info_["allocator"])) {
       if (kind == "cuda_mempool" && !socket.empty()) {
-        MappingRegistry::Get().PrefetchPool(server_info_["instance"], device, socket, pool_primers[device]);
+        MappingRegistry::Get().PrefetchPool(server_info_["instance"], device, PoolSourceFrom(server_info_, device),
+                                            pool_primers[device]);
       }
     }
     for (auto& [device, handle] : ipc_primers) MappingRegistry::Get().PrefetchIpc(device, std::move(handle));
@@ -891,7 +923,7 @@ Result<TensorView> Client::Get(const std::string& name) {
   // in one Redis round trip, during which the driver's once-per-process costs are being paid.
   impl_->PrefetchImports();
   MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->DirectGet(name));
-  auto ptr = MappingRegistry::Get().Open(record, impl_->PoolSocketOf());
+  auto ptr = MappingRegistry::Get().Open(record, impl_->PoolSourceOf());
   if (!ptr.ok()) {
     (void)ReleaseReference(name);  // nobody in this process holds it: give it back
     return ptr.status();
@@ -905,7 +937,7 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
   }
-  MCD_ASSIGN_OR_RETURN(void* ptr, MappingRegistry::Get().Open(record, impl_->PoolSocketOf()));
+  MCD_ASSIGN_OR_RETURN(void* ptr, MappingRegistry::Get().Open(record, impl_->PoolSourceOf()));
   return TensorView{record, ptr};
 }
 

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "log.h"
+#include "process.h"
 
 namespace mcd {
 namespace {
@@ -133,6 +135,29 @@ Result<int> FetchFd(const std::string& path, int device, int timeout_ms) {
   close(conn);
   if (fd < 0) return Status(ErrorCode::kIoError, "pool socket " + path + " sent no descriptor");
   return fd;
+}
+
+Result<int> CopyFdOfProcess(int64_t pid, uint64_t start_time, int fd) {
+  if (pid <= 0 || start_time == 0 || fd < 0) {
+    return Status(ErrorCode::kInvalidArgument, "no process and descriptor to copy from");
+  }
+  std::string what = "descriptor " + std::to_string(fd) + " of process " + std::to_string(pid);
+  // Raw system calls: their glibc wrappers are newer than some glibc that runs this library.
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  if (pidfd < 0) {
+    return errno == ESRCH ? Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is gone")
+                          : Errno(ErrorCode::kUnavailable, "pidfd_open of process " + std::to_string(pid));
+  }
+  if (ProcessStartTime(pid) != start_time) {
+    close(pidfd);
+    return Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is not the one named");
+  }
+  int copy = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));  // close-on-exec
+  int error = errno;
+  close(pidfd);
+  if (copy >= 0) return copy;
+  errno = error;
+  return Errno(error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable, "copying " + what);
 }
 
 }  // namespace mcd

@@ -1,5 +1,6 @@
-// Passing a memory pool's file descriptor to other processes over a Unix socket (SCM_RIGHTS),
-// with the peer's credentials checked (SO_PEERCRED). Private to libmemcuda.
+// Passing a memory pool's file descriptor to other processes: over a Unix socket (SCM_RIGHTS),
+// with the peer's credentials checked (SO_PEERCRED), or copied straight out of the owning process
+// (pidfd_getfd) where the kernel lets the caller. Private to libmemcuda.
 #pragma once
 
 #include <sys/types.h>
@@ -44,5 +45,15 @@ class FdServer {
 // Fetches the descriptor for `device` from the FdServer at `path`. The caller owns the result.
 // kPermissionDenied when the server refuses this process, kUnavailable when nobody listens.
 Result<int> FetchFd(const std::string& path, int device, int timeout_ms);
+
+// Copies descriptor `fd` of process `pid` into this process (pidfd_getfd), without that process
+// taking part: it need not be scheduled, so no wake-up of a sleeping thread is paid. Only while
+// `pid` is the process that started at `start_time` (ProcessStartTime; checked after the pidfd
+// pins the process, so a reused pid is never copied from), and only where the kernel would let
+// this process trace it (the same user, no stricter Yama ptrace_scope, no LSM veto). The caller
+// owns the result. kNotFound when `pid` is not that process (gone, or another PID namespace),
+// kPermissionDenied when the kernel refuses, kUnavailable otherwise (a kernel before 5.6, `fd`
+// not open there).
+Result<int> CopyFdOfProcess(int64_t pid, uint64_t start_time, int fd);
 
 }  // namespace mcd

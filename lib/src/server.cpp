@@ -176,6 +176,10 @@ class Server::Impl {
   // The heartbeat's ipc_primer (`kind` cuda_ipc) or pool_primer (cuda_mempool):
   // "<device>:<hex of the primer>,..." for the devices whose allocator is of that kind.
   std::string PrimerText(const std::string& kind) const;
+  // The heartbeat's pool_fd: "<device>:<this process's descriptor of the pool>,...", which a
+  // client of the same user copies with pidfd_getfd (CopyFdOfProcess) instead of asking the
+  // pool socket.
+  std::string PoolFdText() const;
   // Who may use the server's sockets: its user, and the members of --pool-group.
   Result<PeerPolicy> Peers() const;
   uint64_t PoolUsedBytes();
@@ -324,6 +328,7 @@ class Server::Impl {
   std::string pool_socket_path_;  // named in the heartbeat ("" without pools)
   std::atomic<uint64_t> pool_used_{0};
   int64_t started_ms_ = 0;
+  uint64_t pid_start_ = 0;  // ProcessStartTime(getpid()): the heartbeat's pid_start
   Clock::time_point last_housekeeping_{};
 
   std::atomic<bool> stop_{false};
@@ -360,6 +365,7 @@ Status Server::Impl::Start() {
   SetLogTag("mcd-serve");
   instance_ = RandomHex(8);
   started_ms_ = NowMs();
+  pid_start_ = ProcessStartTime(getpid());
   processing_key_ = opt_.keys.Processing(opt_.node);
   // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
   char url_tag[16];
@@ -465,6 +471,16 @@ std::string Server::Impl::PrimerText(const std::string& kind) const {
     std::string handle = allocator->primer();
     if (handle.empty()) continue;
     text += std::string(text.empty() ? "" : ",") + std::to_string(device) + ":" + HexEncode(handle);
+  }
+  return text;
+}
+
+std::string Server::Impl::PoolFdText() const {
+  std::string text;
+  for (const auto& [device, allocator] : allocators_) {
+    int fd = allocator->pool_fd();
+    if (fd < 0) continue;
+    text += std::string(text.empty() ? "" : ",") + std::to_string(device) + ":" + std::to_string(fd);
   }
   return text;
 }
@@ -579,10 +595,12 @@ Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisCo
                                    instance_, replace, std::to_string(opt_.heartbeat_ttl_s),
                                    "instance", instance_,
                                    "pid", std::to_string(getpid()),
+                                   "pid_start", std::to_string(pid_start_),
                                    "node", opt_.node,
                                    "devices", devices_text_,
                                    "allocator", allocator_text_,
                                    "pool_socket", pool_socket_path_,
+                                   "pool_fd", PoolFdText(),
                                    "ipc_primer", PrimerText("cuda_ipc"),
                                    "pool_primer", PrimerText("cuda_mempool"),
                                    "command_socket", command_socket_path_,

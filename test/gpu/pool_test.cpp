@@ -1,14 +1,40 @@
 // The stream-ordered IPC pool (mcd-serve --allocator pool) on a real GPU. Skipped without one.
 #include <cuda_runtime.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "fd_passing.h"
 #include "gpu_fixture.h"
+#include "process.h"
 
 namespace mcd {
 namespace {
+
+// From here on pidfd_getfd fails with EPERM in this process and what it executes, as under a
+// stricter Yama ptrace_scope or a container's seccomp profile. For a child about to exec.
+void DenyDescriptorCopies() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+    _exit(126);
+  }
+}
 
 class PoolTest : public test::GpuServerTest {
  protected:
@@ -154,6 +180,51 @@ TEST_F(PoolTest, AWarmedUpProcessImportsThePoolAndItsPrimerDuringItsFirstGet) {
   // The heartbeat's pool_used counts tensors only: back to 0 without the one tensor made above.
   EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("pool_used") == "0"; }, 5000))
       << "pool_used " << Heartbeat("pool_used");
+}
+
+// A process of the server's user copies the pool's descriptor out of the server (the heartbeat's
+// pid, pid_start and pool_fd) and needs no pool socket; one that may not copy it (pidfd_getfd
+// refused) asks the socket, and without the socket it gets a clear error.
+TEST_F(PoolTest, TheServersUserCopiesThePoolDescriptorAndOthersAskThePoolSocket) {
+  int64_t pid = std::atoll(Heartbeat("pid").c_str());
+  EXPECT_EQ(pid, server_->pid());
+  uint64_t pid_start = std::strtoull(Heartbeat("pid_start").c_str(), nullptr, 10);
+  EXPECT_EQ(pid_start, ProcessStartTime(pid));
+  std::string pool_fd = Heartbeat("pool_fd");
+  ASSERT_EQ(pool_fd.rfind("0:", 0), 0u) << pool_fd;
+  auto fd = CopyFdOfProcess(pid, pid_start, std::atoi(pool_fd.c_str() + 2));
+  if (fd.status().code() == ErrorCode::kPermissionDenied) {
+    GTEST_SKIP() << "this machine forbids pidfd_getfd: " << fd.status().ToString();
+  }
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaMemPool_t pool = nullptr;
+  cudaError_t imported = cudaMemPoolImportFromShareableHandle(
+      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.value())), cudaMemHandleTypePosixFileDescriptor, 0);
+  close(fd.value());
+  EXPECT_EQ(imported, cudaSuccess) << cudaGetErrorString(imported);
+
+  std::string in = WriteNpy(4096);
+  ASSERT_EQ(Tool("mcd-create", {"p", "--from", in, "--device", "0"}).exit_code, 0) << ServeLog();
+  std::string out = dir_.path() + "/out.npy";
+  auto without_copy = [&] {
+    return test::Run({test::ToolPath("mcd-get"), "p", "--no-ref", "-o", out, "--node", node_}, Env(), 60,
+                     DenyDescriptorCopies);
+  };
+  auto asked = without_copy();
+  ASSERT_EQ(asked.exit_code, 0) << asked.err;
+  EXPECT_EQ(test::ReadFile(out), test::ReadFile(in));
+
+  std::string socket = Heartbeat("pool_socket");
+  ASSERT_EQ(unlink(socket.c_str()), 0) << socket;
+  std::remove(out.c_str());
+  auto copied = Tool("mcd-get", {"p", "--no-ref", "-o", out});
+  ASSERT_EQ(copied.exit_code, 0) << copied.err;
+  EXPECT_EQ(test::ReadFile(out), test::ReadFile(in));
+  auto refused = without_copy();
+  EXPECT_EQ(refused.exit_code, 69) << refused.err;
+  EXPECT_NE(refused.err.find("pool socket"), std::string::npos) << refused.err;
+  ASSERT_EQ(Tool("mcd-rm", {"p"}).exit_code, 0);
 }
 
 TEST_F(PoolTest, ANewServerInstanceIsImportedAfresh) {

@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "process.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -92,6 +94,82 @@ TEST_F(FdPassing, OtherUsersAreRefusedUnlessInTheGroup) {
 
 TEST_F(FdPassing, NobodyListening) {
   EXPECT_EQ(FetchFd(path_, 0, 500).status().code(), ErrorCode::kUnavailable);
+}
+
+// A child process that holds a pipe with "pool" in it, as a server holds its pool's descriptor.
+class FdOfProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int report[2];
+    ASSERT_EQ(pipe(report), 0);
+    child_ = fork();
+    if (child_ == 0) {
+      int data[2];
+      if (pipe(data) != 0 || write(data[1], "pool", 4) != 4) _exit(1);
+      (void)!write(report[1], &data[0], sizeof(int));
+      pause();
+      _exit(0);
+    }
+    close(report[1]);
+    ASSERT_EQ(read(report[0], &fd_, sizeof(int)), static_cast<ssize_t>(sizeof(int)));
+    close(report[0]);
+    start_ = ProcessStartTime(child_);
+    ASSERT_NE(start_, 0u);
+  }
+  void TearDown() override { Stop(); }
+  void Stop() {
+    if (child_ <= 0) return;
+    kill(child_, SIGKILL);
+    waitpid(child_, nullptr, 0);
+    child_ = -1;
+  }
+
+  pid_t child_ = -1;
+  int fd_ = -1;
+  uint64_t start_ = 0;
+};
+
+TEST_F(FdOfProcess, CopiesTheDescriptorOfTheNamedProcess) {
+  auto copy = CopyFdOfProcess(child_, start_, fd_);
+  if (copy.status().code() == ErrorCode::kPermissionDenied) {
+    GTEST_SKIP() << "this machine forbids pidfd_getfd: " << copy.status().ToString();
+  }
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  char buf[4] = {};
+  ASSERT_EQ(read(copy.value(), buf, 4), 4);
+  EXPECT_EQ(std::string(buf, 4), "pool");
+  EXPECT_NE(fcntl(copy.value(), F_GETFD) & FD_CLOEXEC, 0);
+  close(copy.value());
+}
+
+TEST_F(FdOfProcess, RefusesAnotherProcessUnderThePidAndAGoneOne) {
+  // Another start time: the pid names another process now (reused, or another PID namespace).
+  auto other = CopyFdOfProcess(child_, start_ + 1, fd_);
+  EXPECT_EQ(other.status().code(), ErrorCode::kNotFound) << other.status().ToString();
+  auto not_open = CopyFdOfProcess(child_, start_, 1000);
+  EXPECT_FALSE(not_open.ok());
+  EXPECT_NE(not_open.status().code(), ErrorCode::kNotFound) << not_open.status().ToString();
+  EXPECT_EQ(CopyFdOfProcess(child_, start_, -1).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(CopyFdOfProcess(child_, 0, fd_).status().code(), ErrorCode::kInvalidArgument);
+  pid_t gone = child_;
+  Stop();
+  auto after = CopyFdOfProcess(gone, start_, fd_);
+  EXPECT_EQ(after.status().code(), ErrorCode::kNotFound) << after.status().ToString();
+}
+
+TEST_F(FdOfProcess, AnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setgroups(0, nullptr);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+    auto copy = CopyFdOfProcess(child_, start_, fd_);
+    _exit(copy.ok() ? 0 : static_cast<int>(copy.status().code()));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), static_cast<int>(ErrorCode::kPermissionDenied));
 }
 
 }  // namespace

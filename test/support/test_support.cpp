@@ -49,9 +49,10 @@ int FreePort() {
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-            int out_fd, int err_fd) {
+            int out_fd, int err_fd, const std::function<void()>& in_child = {}) {
   pid_t pid = fork();
   if (pid != 0) return pid;
+  if (in_child) in_child();
   for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
   if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
@@ -136,13 +137,13 @@ std::unique_ptr<RedisConnection> RedisServer::Connect() const {
 }
 
 ProcessResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                  int timeout_s) {
+                  int timeout_s, const std::function<void()>& in_child) {
   TempDir dir;
   std::string out_path = dir.path() + "/out";
   std::string err_path = dir.path() + "/err";
   int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = Spawn(argv, env, out_fd, err_fd);
+  pid_t pid = Spawn(argv, env, out_fd, err_fd, in_child);
   close(out_fd);
   close(err_fd);
   ProcessResult result;

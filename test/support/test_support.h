@@ -57,9 +57,11 @@ struct ProcessResult {
   std::string err;
 };
 
-// Runs argv[0] (a path) with extra environment, waiting at most timeout_s.
+// Runs argv[0] (a path) with extra environment, waiting at most timeout_s. `in_child`, when
+// given, runs in the child right before the exec (to restrict what the program may do).
 ProcessResult Run(const std::vector<std::string>& argv,
-                  const std::map<std::string, std::string>& env = {}, int timeout_s = 60);
+                  const std::map<std::string, std::string>& env = {}, int timeout_s = 60,
+                  const std::function<void()>& in_child = {});
 
 // A background process; SIGKILLed at destruction if still running.
 class Background {
