@@ -1,10 +1,13 @@
 #include "process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -15,17 +18,27 @@ namespace mcd {
 
 uint64_t ProcessStartTime(int64_t pid) {
   if (pid <= 0) return 0;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Plain system calls, no streams or printf: a client's first pool import reads this on its
+  // critical path (CopyFdOfProcess), where a process's first ifstream took ~0.5 ms and its first
+  // snprintf ~0.1 ms on the build machine.
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char stat[1024];
+  ssize_t n = read(fd, stat, sizeof(stat) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  stat[n] = '\0';
   // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && (rest >> field); ++i) {
-    if (i == 22) return std::stoull(field);
+  const char* field = std::strrchr(stat, ')');
+  if (field == nullptr) return 0;
+  for (int i = 2; i < 22; ++i) {  // to the start of field 22
+    field = std::strchr(field + 1, ' ');
+    if (field == nullptr) return 0;
   }
-  return 0;
+  char* end = nullptr;
+  unsigned long long start = std::strtoull(field + 1, &end, 10);
+  return end == field + 1 ? 0 : start;
 }
 
 bool ProcessAlive(int64_t pid, uint64_t start_time) {
