@@ -5,9 +5,12 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <fstream>
 
 #include "process.h"
 #include "test_support.h"
@@ -97,6 +100,7 @@ TEST_F(FdPassing, NobodyListening) {
 }
 
 // A child process that holds a pipe with "pool" in it, as a server holds its pool's descriptor.
+// Its name has spaces and parentheses, which /proc/<pid>/stat does not quote.
 class FdOfProcess : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -104,6 +108,7 @@ class FdOfProcess : public ::testing::Test {
     ASSERT_EQ(pipe(report), 0);
     child_ = fork();
     if (child_ == 0) {
+      prctl(PR_SET_NAME, "pool) 1 2 (3", 0, 0, 0);
       int data[2];
       if (pipe(data) != 0 || write(data[1], "pool", 4) != 4) _exit(1);
       (void)!write(report[1], &data[0], sizeof(int));
@@ -128,6 +133,15 @@ class FdOfProcess : public ::testing::Test {
   int fd_ = -1;
   uint64_t start_ = 0;
 };
+
+TEST_F(FdOfProcess, AStartTimeIsInClockTicksSinceBoot) {
+  EXPECT_GE(start_, ProcessStartTime(getpid()));  // the child started after this process
+  double uptime = 0;
+  std::ifstream("/proc/uptime") >> uptime;
+  EXPECT_LE(start_, static_cast<uint64_t>((uptime + 1) * static_cast<double>(sysconf(_SC_CLK_TCK))));
+  EXPECT_EQ(ProcessStartTime(child_), start_);
+  EXPECT_EQ(ProcessStartTime(0), 0u);
+}
 
 TEST_F(FdOfProcess, CopiesTheDescriptorOfTheNamedProcess) {
   auto copy = CopyFdOfProcess(child_, start_, fd_);
