@@ -36,6 +36,17 @@ void DenyDescriptorCopies() {
   }
 }
 
+// Imports the pool whose descriptor `fd` is (and closes it) into this process, on device 0.
+cudaError_t ImportPoolHere(int fd, cudaMemPool_t* pool) {
+  cudaError_t err = cudaSetDevice(0);
+  if (err == cudaSuccess) {
+    err = cudaMemPoolImportFromShareableHandle(pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                               cudaMemHandleTypePosixFileDescriptor, 0);
+  }
+  close(fd);
+  return err;
+}
+
 class PoolTest : public test::GpuServerTest {
  protected:
   std::vector<std::string> ServerArgs() const override {
@@ -165,12 +176,8 @@ TEST_F(PoolTest, AWarmedUpProcessImportsThePoolAndItsPrimerDuringItsFirstGet) {
   // The primer is a live pointer of the pool: it imports here, a process other than the server.
   auto fd = FetchFd(Heartbeat("pool_socket"), 0, 2000);
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   cudaMemPool_t pool = nullptr;
-  cudaError_t imported = cudaMemPoolImportFromShareableHandle(
-      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.value())), cudaMemHandleTypePosixFileDescriptor, 0);
-  close(fd.value());
-  ASSERT_EQ(imported, cudaSuccess);
+  ASSERT_EQ(ImportPoolHere(fd.value(), &pool), cudaSuccess);
   cudaMemPoolPtrExportData raw{};
   std::memcpy(&raw, data.data(), sizeof(raw));
   void* ptr = nullptr;
@@ -197,11 +204,8 @@ TEST_F(PoolTest, TheServersUserCopiesThePoolDescriptorAndOthersAskThePoolSocket)
     GTEST_SKIP() << "this machine forbids pidfd_getfd: " << fd.status().ToString();
   }
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   cudaMemPool_t pool = nullptr;
-  cudaError_t imported = cudaMemPoolImportFromShareableHandle(
-      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.value())), cudaMemHandleTypePosixFileDescriptor, 0);
-  close(fd.value());
+  cudaError_t imported = ImportPoolHere(fd.value(), &pool);
   EXPECT_EQ(imported, cudaSuccess) << cudaGetErrorString(imported);
 
   std::string in = WriteNpy(4096);
