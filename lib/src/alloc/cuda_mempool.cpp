@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -49,8 +50,8 @@ class CudaMempoolAllocator final : public Allocator {
       cudaMemPoolTrimTo(pool_, 0);
       cudaMemPoolDestroy(pool_);
       pool_ = nullptr;
-      if (fd_ >= 0) close(fd_);
-      fd_ = -1;
+      int exported = fd_.exchange(-1);
+      if (exported >= 0) close(exported);
     });
     // The primer: a process's first cudaMemPoolImportPointer costs ~50-70 us more than later ones
     // (docs/benchmarks.md, change 24), which a client pays while its first Get waits on Redis by
@@ -147,7 +148,8 @@ class CudaMempoolAllocator final : public Allocator {
   PoolConfig config_;
   uint64_t max_bytes_ = 0;
   cudaMemPool_t pool_ = nullptr;
-  int fd_ = -1;
+  // Read by the pool socket's thread and the heartbeat (pool_fd) while the worker may reset it.
+  std::atomic<int> fd_{-1};
   void* primer_ptr_ = nullptr;       // worker thread only
   uint64_t primer_used_ = 0;         // what the primer adds to the pool's used bytes
   mutable std::mutex primer_mutex_;  // the heartbeat thread reads the export data
