@@ -81,10 +81,10 @@ namespace {
 // copied straight out of the server process where the kernel allows it (no exchange with a server
 // thread that may be asleep), otherwise asked of the pool socket.
 struct PoolSource {
-  std::string socket;      // pool_socket
-  int64_t pid = 0;         // pid
-  uint64_t pid_start = 0;  // pid_start
-  int fd = -1;             // the device's item of pool_fd
+  std::string socket;    // pool_socket
+  int64_t pid = 0;       // pid
+  ProcessIdentity who;   // pid_ino, pid_start
+  int fd = -1;           // the device's item of pool_fd
 };
 
 // Process-wide: one worker per device for this process's CUDA calls, and the mappings it has
@@ -310,7 +310,7 @@ class MappingRegistry {
     std::optional<cudaMemPool_t> imported;
     // The copy is not the pool's descriptor only if the server replaced its pool since the
     // heartbeat was read: the socket then serves the new one.
-    if (auto copied = CopyFdOfProcess(source.pid, source.pid_start, source.fd); copied.ok()) {
+    if (auto copied = CopyFdOfProcess(source.pid, source.who, source.fd); copied.ok()) {
       if (auto pool = ImportPool(ctx, copied.value()); pool.ok()) imported = pool.value();
     }
     if (!imported) {
@@ -615,7 +615,8 @@ class Client::Impl {
     PoolSource source;
     source.socket = info["pool_socket"];
     source.pid = std::strtoll(info["pid"].c_str(), nullptr, 10);
-    source.pid_start = std::strtoull(info["pid_start"].c_str(), nullptr, 10);
+    source.who.pidfd_ino = std::strtoull(info["pid_ino"].c_str(), nullptr, 10);
+    source.who.start_time = std::strtoull(info["pid_start"].c_str(), nullptr, 10);
     for (const auto& [d, fd] : DeviceItems(info["pool_fd"])) {
       if (d == device) source.fd = std::atoi(fd.c_str());
     }

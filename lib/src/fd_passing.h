@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "memcuda/status.h"
+#include "process.h"
 #include "unix_socket.h"
 
 namespace mcd {
@@ -48,12 +49,11 @@ Result<int> FetchFd(const std::string& path, int device, int timeout_ms);
 
 // Copies descriptor `fd` of process `pid` into this process (pidfd_getfd), without that process
 // taking part: it need not be scheduled, so no wake-up of a sleeping thread is paid. Only while
-// `pid` is the process that started at `start_time` (ProcessStartTime; checked after the pidfd
-// pins the process, so a reused pid is never copied from), and only where the kernel would let
-// this process trace it (the same user, no stricter Yama ptrace_scope, no LSM veto). The caller
-// owns the result. kNotFound when `pid` is not that process (gone, or another PID namespace),
-// kPermissionDenied when the kernel refuses, kUnavailable otherwise (a kernel before 5.6, `fd`
-// not open there).
-Result<int> CopyFdOfProcess(int64_t pid, uint64_t start_time, int fd);
+// `pid` is the process `who` names (checked after the pidfd pins the process, so a reused pid is
+// never copied from), and only where the kernel would let this process trace it (the same user,
+// no stricter Yama ptrace_scope, no LSM veto). The caller owns the result. kNotFound when `pid`
+// is not that process (gone, or another PID namespace), kPermissionDenied when the kernel
+// refuses, kUnavailable otherwise (a kernel before 5.6, `fd` not open there).
+Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd);
 
 }  // namespace mcd

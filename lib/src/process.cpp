@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -39,6 +42,17 @@ uint64_t ProcessStartTime(int64_t pid) {
   char* end = nullptr;
   unsigned long long start = std::strtoull(field + 1, &end, 10);
   return end == field + 1 ? 0 : start;
+}
+
+uint64_t PidfdInode(int64_t pid) {
+  constexpr long kPidfsMagic = 0x50494446;  // PID_FS_MAGIC, newer than some kernel headers here
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  if (pidfd < 0) return 0;
+  struct statfs fs {};
+  struct stat st {};
+  bool pidfs = fstatfs(pidfd, &fs) == 0 && static_cast<long>(fs.f_type) == kPidfsMagic && fstat(pidfd, &st) == 0;
+  close(pidfd);
+  return pidfs ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 bool ProcessAlive(int64_t pid, uint64_t start_time) {

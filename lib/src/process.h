@@ -9,6 +9,16 @@ namespace mcd {
 
 // Start time of `pid` in clock ticks since boot (/proc/<pid>/stat field 22); 0 when it is gone.
 uint64_t ProcessStartTime(int64_t pid);
+// The inode number of a pidfd of `pid` where pidfds live in pidfs (64-bit Linux 6.9 on): one
+// number per process, never reused while the machine runs, the same from every PID namespace.
+// 0 on an older kernel, or when `pid` is gone.
+uint64_t PidfdInode(int64_t pid);
+// Names one process beyond its pid, which the kernel reuses: the inode of its pidfd where the
+// kernel has pidfs (checked with one fstat), else its start time (a read of /proc/<pid>/stat).
+struct ProcessIdentity {
+  uint64_t pidfd_ino = 0;
+  uint64_t start_time = 0;
+};
 // True when `pid` runs and (when start_time != 0) started at `start_time`.
 bool ProcessAlive(int64_t pid, uint64_t start_time);
 std::string HostName();

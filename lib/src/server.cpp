@@ -178,7 +178,7 @@ class Server::Impl {
   std::string PrimerText(const std::string& kind) const;
   // The heartbeat's pool_fd: "<device>:<this process's descriptor of the pool>,...", which a
   // client of the same user copies with pidfd_getfd (CopyFdOfProcess) instead of asking the
-  // pool socket.
+  // pool socket, once pid_ino or pid_start shows that the pid is still this process.
   std::string PoolFdText() const;
   // Who may use the server's sockets: its user, and the members of --pool-group.
   Result<PeerPolicy> Peers() const;
@@ -329,6 +329,7 @@ class Server::Impl {
   std::atomic<uint64_t> pool_used_{0};
   int64_t started_ms_ = 0;
   uint64_t pid_start_ = 0;  // ProcessStartTime(getpid()): the heartbeat's pid_start
+  uint64_t pid_ino_ = 0;    // PidfdInode(getpid()), 0 without pidfs: the heartbeat's pid_ino
   Clock::time_point last_housekeeping_{};
 
   std::atomic<bool> stop_{false};
@@ -366,6 +367,7 @@ Status Server::Impl::Start() {
   instance_ = RandomHex(8);
   started_ms_ = NowMs();
   pid_start_ = ProcessStartTime(getpid());
+  pid_ino_ = PidfdInode(getpid());
   processing_key_ = opt_.keys.Processing(opt_.node);
   // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
   char url_tag[16];
@@ -596,6 +598,7 @@ Result<std::optional<Server::Impl::Holder>> Server::Impl::WriteHeartbeat(RedisCo
                                    "instance", instance_,
                                    "pid", std::to_string(getpid()),
                                    "pid_start", std::to_string(pid_start_),
+                                   "pid_ino", pid_ino_ != 0 ? std::to_string(pid_ino_) : "",
                                    "node", opt_.node,
                                    "devices", devices_text_,
                                    "allocator", allocator_text_,

@@ -195,11 +195,14 @@ TEST_F(PoolTest, AWarmedUpProcessImportsThePoolAndItsPrimerDuringItsFirstGet) {
 TEST_F(PoolTest, TheServersUserCopiesThePoolDescriptorAndOthersAskThePoolSocket) {
   int64_t pid = std::atoll(Heartbeat("pid").c_str());
   EXPECT_EQ(pid, server_->pid());
-  uint64_t pid_start = std::strtoull(Heartbeat("pid_start").c_str(), nullptr, 10);
-  EXPECT_EQ(pid_start, ProcessStartTime(pid));
+  ProcessIdentity server;
+  server.start_time = std::strtoull(Heartbeat("pid_start").c_str(), nullptr, 10);
+  EXPECT_EQ(server.start_time, ProcessStartTime(pid));
+  server.pidfd_ino = std::strtoull(Heartbeat("pid_ino").c_str(), nullptr, 10);
+  EXPECT_EQ(server.pidfd_ino, PidfdInode(pid));  // 0 and "" without pidfs
   std::string pool_fd = Heartbeat("pool_fd");
   ASSERT_EQ(pool_fd.rfind("0:", 0), 0u) << pool_fd;
-  auto fd = CopyFdOfProcess(pid, pid_start, std::atoi(pool_fd.c_str() + 2));
+  auto fd = CopyFdOfProcess(pid, server, std::atoi(pool_fd.c_str() + 2));
   if (fd.status().code() == ErrorCode::kPermissionDenied) {
     GTEST_SKIP() << "this machine forbids pidfd_getfd: " << fd.status().ToString();
   }

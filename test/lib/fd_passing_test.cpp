@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <vector>
 
 #include "process.h"
 #include "test_support.h"
@@ -99,7 +100,8 @@ TEST_F(FdPassing, NobodyListening) {
   EXPECT_EQ(FetchFd(path_, 0, 500).status().code(), ErrorCode::kUnavailable);
 }
 
-// A child process that holds a pipe with "pool" in it, as a server holds its pool's descriptor.
+// A child process that holds a pipe with "pool" in it (twice), as a server holds its pool's
+// descriptor.
 // Its name has spaces and parentheses, which /proc/<pid>/stat does not quote.
 class FdOfProcess : public ::testing::Test {
  protected:
@@ -110,7 +112,8 @@ class FdOfProcess : public ::testing::Test {
     if (child_ == 0) {
       prctl(PR_SET_NAME, "pool) 1 2 (3", 0, 0, 0);
       int data[2];
-      if (pipe(data) != 0 || write(data[1], "pool", 4) != 4) _exit(1);
+      // "pool" once for each way of naming the child that the test copies the pipe by.
+      if (pipe(data) != 0 || write(data[1], "poolpool", 8) != 8) _exit(1);
       (void)!write(report[1], &data[0], sizeof(int));
       pause();
       _exit(0);
@@ -120,6 +123,14 @@ class FdOfProcess : public ::testing::Test {
     close(report[0]);
     start_ = ProcessStartTime(child_);
     ASSERT_NE(start_, 0u);
+    by_start_.start_time = start_;
+    by_ino_.pidfd_ino = PidfdInode(child_);  // 0 without pidfs
+  }
+  // The ways to name the child that this kernel has.
+  std::vector<ProcessIdentity> Identities() const {
+    std::vector<ProcessIdentity> ways = {by_start_};
+    if (by_ino_.pidfd_ino != 0) ways.push_back(by_ino_);
+    return ways;
   }
   void TearDown() override { Stop(); }
   void Stop() {
@@ -132,6 +143,8 @@ class FdOfProcess : public ::testing::Test {
   pid_t child_ = -1;
   int fd_ = -1;
   uint64_t start_ = 0;
+  ProcessIdentity by_start_;
+  ProcessIdentity by_ino_;
 };
 
 TEST_F(FdOfProcess, AStartTimeIsInClockTicksSinceBoot) {
@@ -143,32 +156,52 @@ TEST_F(FdOfProcess, AStartTimeIsInClockTicksSinceBoot) {
   EXPECT_EQ(ProcessStartTime(0), 0u);
 }
 
+TEST_F(FdOfProcess, APidfdInodeNamesOneProcess) {
+  if (by_ino_.pidfd_ino == 0) GTEST_SKIP() << "this kernel keeps pidfds outside pidfs (before 6.9)";
+  EXPECT_EQ(PidfdInode(child_), by_ino_.pidfd_ino);  // the same number from every pidfd
+  EXPECT_NE(PidfdInode(getpid()), by_ino_.pidfd_ino);
+  EXPECT_EQ(PidfdInode(0), 0u);
+}
+
 TEST_F(FdOfProcess, CopiesTheDescriptorOfTheNamedProcess) {
-  auto copy = CopyFdOfProcess(child_, start_, fd_);
-  if (copy.status().code() == ErrorCode::kPermissionDenied) {
-    GTEST_SKIP() << "this machine forbids pidfd_getfd: " << copy.status().ToString();
+  for (const ProcessIdentity& who : Identities()) {
+    SCOPED_TRACE(who.pidfd_ino != 0 ? "by pidfd inode" : "by start time");
+    auto copy = CopyFdOfProcess(child_, who, fd_);
+    if (copy.status().code() == ErrorCode::kPermissionDenied) {
+      GTEST_SKIP() << "this machine forbids pidfd_getfd: " << copy.status().ToString();
+    }
+    ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+    char buf[4] = {};
+    ASSERT_EQ(read(copy.value(), buf, 4), 4);
+    EXPECT_EQ(std::string(buf, 4), "pool");
+    EXPECT_NE(fcntl(copy.value(), F_GETFD) & FD_CLOEXEC, 0);
+    close(copy.value());
   }
-  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
-  char buf[4] = {};
-  ASSERT_EQ(read(copy.value(), buf, 4), 4);
-  EXPECT_EQ(std::string(buf, 4), "pool");
-  EXPECT_NE(fcntl(copy.value(), F_GETFD) & FD_CLOEXEC, 0);
-  close(copy.value());
 }
 
 TEST_F(FdOfProcess, RefusesAnotherProcessUnderThePidAndAGoneOne) {
-  // Another start time: the pid names another process now (reused, or another PID namespace).
-  auto other = CopyFdOfProcess(child_, start_ + 1, fd_);
-  EXPECT_EQ(other.status().code(), ErrorCode::kNotFound) << other.status().ToString();
-  auto not_open = CopyFdOfProcess(child_, start_, 1000);
+  // Another inode or start time: the pid names another process now (reused, or another PID
+  // namespace).
+  ProcessIdentity other_start = by_start_;
+  other_start.start_time++;
+  ProcessIdentity other_ino = by_ino_;
+  other_ino.pidfd_ino = PidfdInode(getpid());
+  for (const ProcessIdentity& other : {other_start, other_ino}) {
+    if (other.pidfd_ino == 0 && other.start_time == 0) continue;  // no pidfs
+    auto copy = CopyFdOfProcess(child_, other, fd_);
+    EXPECT_EQ(copy.status().code(), ErrorCode::kNotFound) << copy.status().ToString();
+  }
+  auto not_open = CopyFdOfProcess(child_, by_start_, 1000);
   EXPECT_FALSE(not_open.ok());
   EXPECT_NE(not_open.status().code(), ErrorCode::kNotFound) << not_open.status().ToString();
-  EXPECT_EQ(CopyFdOfProcess(child_, start_, -1).status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(CopyFdOfProcess(child_, 0, fd_).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(CopyFdOfProcess(child_, by_start_, -1).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(CopyFdOfProcess(child_, ProcessIdentity{}, fd_).status().code(), ErrorCode::kInvalidArgument);
   pid_t gone = child_;
   Stop();
-  auto after = CopyFdOfProcess(gone, start_, fd_);
-  EXPECT_EQ(after.status().code(), ErrorCode::kNotFound) << after.status().ToString();
+  for (const ProcessIdentity& who : Identities()) {
+    auto after = CopyFdOfProcess(gone, who, fd_);
+    EXPECT_EQ(after.status().code(), ErrorCode::kNotFound) << after.status().ToString();
+  }
 }
 
 TEST_F(FdOfProcess, AnotherUserIsRefused) {
@@ -177,7 +210,7 @@ TEST_F(FdOfProcess, AnotherUserIsRefused) {
   if (pid == 0) {
     setgroups(0, nullptr);
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
-    auto copy = CopyFdOfProcess(child_, start_, fd_);
+    auto copy = CopyFdOfProcess(child_, by_start_, fd_);
     _exit(copy.ok() ? 0 : static_cast<int>(copy.status().code()));
   }
   int status = 0;
