@@ -45,7 +45,7 @@ uint64_t ProcessStartTime(int64_t pid) {
 }
 
 uint64_t PidfdInode(int64_t pid) {
-  constexpr long kPidfsMagic = 0x50494446;  // PID_FS_MAGIC, newer than some kernel headers here
+  constexpr long kPidfsMagic = 0x50494446;  // PID_FS_MAGIC; Debian 12's kernel headers lack it
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
   if (pidfd < 0) return 0;
   struct statfs fs {};
