@@ -789,18 +789,23 @@ Status Server::Impl::Run() {
     if (!taken.ok()) {
       Drain();  // on this connection, before any reconnect: a lost one fails them all
       busy = false;
+      ErrorCode code = taken.status().code();
+      // Redis answered, with an error (OOM under maxmemory, a missing permission): the same
+      // error a commit it refused gives, whichever of the two commands met it first.
+      bool refused = (code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) && redis_->connected();
+      Status why = refused ? Status(code, "Redis refused the server's take of commands (" + taken.status().message() +
+                                              "); nothing changed")
+                           : Status(ErrorCode::kUnavailable,
+                                    "the server cannot reach Redis (" + taken.status().message() + "); nothing changed");
       // Commands on the socket are not kept waiting for Redis: their clients hear why now.
       for (const Incoming& in : socket_in_) {
         Route route{in.conn, next_token_++};
         socket_waiting_.insert(route.token);
-        AnswerSocket(route, ErrorReply("", nullptr, Status(ErrorCode::kUnavailable,
-                                                           "the server cannot reach Redis (" + taken.status().message() +
-                                                               "); nothing changed")));
+        AnswerSocket(route, ErrorReply("", nullptr, why));
       }
       socket_in_.clear();
       if (stop_) break;
-      ErrorCode code = taken.status().code();
-      if ((code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) && redis_->connected()) {
+      if (refused) {
         PauseAfterRefusedTake(taken.status());  // Redis answered: reconnecting would not help
         continue;
       }
