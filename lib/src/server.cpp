@@ -173,6 +173,8 @@ class Server::Impl {
   // folder: <kind>-<node>-<instance>.sock.
   std::string SocketPath(const std::string& given, const char* kind) const;
   Status StartPoolSocket();             // binds pool_socket_path_
+  // "<device>:<value>,..." over the allocators, those whose `value_of` is "" left out.
+  std::string DeviceText(const std::function<std::string(const Allocator&)>& value_of) const;
   // The heartbeat's ipc_primer (`kind` cuda_ipc) or pool_primer (cuda_mempool):
   // "<device>:<hex of the primer>,..." for the devices whose allocator is of that kind.
   std::string PrimerText(const std::string& kind) const;
@@ -466,25 +468,25 @@ Status Server::Impl::StartPoolSocket() {
   return Status::Ok();
 }
 
-std::string Server::Impl::PrimerText(const std::string& kind) const {
+std::string Server::Impl::DeviceText(const std::function<std::string(const Allocator&)>& value_of) const {
   std::string text;
   for (const auto& [device, allocator] : allocators_) {
-    if (allocator->kind() != kind) continue;
-    std::string handle = allocator->primer();
-    if (handle.empty()) continue;
-    text += std::string(text.empty() ? "" : ",") + std::to_string(device) + ":" + HexEncode(handle);
+    std::string value = value_of(*allocator);
+    if (value.empty()) continue;
+    text += std::string(text.empty() ? "" : ",") + std::to_string(device) + ":" + value;
   }
   return text;
 }
 
+std::string Server::Impl::PrimerText(const std::string& kind) const {
+  return DeviceText([&](const Allocator& a) { return a.kind() == kind ? HexEncode(a.primer()) : std::string(); });
+}
+
 std::string Server::Impl::PoolFdText() const {
-  std::string text;
-  for (const auto& [device, allocator] : allocators_) {
-    int fd = allocator->pool_fd();
-    if (fd < 0) continue;
-    text += std::string(text.empty() ? "" : ",") + std::to_string(device) + ":" + std::to_string(fd);
-  }
-  return text;
+  return DeviceText([](const Allocator& a) {
+    int fd = a.pool_fd();  // read once: a reset may clear it meanwhile
+    return fd >= 0 ? std::to_string(fd) : std::string();
+  });
 }
 
 uint64_t Server::Impl::SumOver(uint64_t (Allocator::*bytes)() const noexcept) const {
