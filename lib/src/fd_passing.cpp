@@ -141,9 +141,7 @@ Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd) {
   if (pid <= 0 || (who.pidfd_ino == 0 && who.start_time == 0) || fd < 0) {
     return Status(ErrorCode::kInvalidArgument, "no process and descriptor to copy from");
   }
-  std::string what = "descriptor " + std::to_string(fd) + " of process " + std::to_string(pid);
-  // Raw system calls: their glibc wrappers are newer than some glibc that runs this library.
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  int pidfd = PidfdOpen(pid);
   if (pidfd < 0) {
     return errno == ESRCH ? Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is gone")
                           : Errno(ErrorCode::kUnavailable, "pidfd_open of process " + std::to_string(pid));
@@ -157,12 +155,14 @@ Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd) {
     close(pidfd);
     return Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is not the one named");
   }
-  int copy = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));  // close-on-exec
+  // A raw system call, as PidfdOpen. The copy is close-on-exec.
+  int copy = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));
   int error = errno;
   close(pidfd);
   if (copy >= 0) return copy;
   errno = error;
-  return Errno(error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable, "copying " + what);
+  return Errno(error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
+               "copying descriptor " + std::to_string(fd) + " of process " + std::to_string(pid));
 }
 
 }  // namespace mcd

@@ -44,9 +44,11 @@ uint64_t ProcessStartTime(int64_t pid) {
   return end == field + 1 ? 0 : start;
 }
 
+int PidfdOpen(int64_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)); }
+
 uint64_t PidfdInode(int64_t pid) {
   constexpr long kPidfsMagic = 0x50494446;  // PID_FS_MAGIC; Debian 12's kernel headers lack it
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  int pidfd = PidfdOpen(pid);
   if (pidfd < 0) return 0;
   struct statfs fs {};
   struct stat st {};
