@@ -428,6 +428,10 @@ Status Server::Impl::Start() {
     MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
     MCD_ASSIGN_OR_RETURN(command_socket_, CommandSocket::Listen(SocketPath(opt_.command_socket, "cmd"), policy));
     command_socket_path_ = command_socket_->path();
+    // The claim's heartbeat could not name the socket yet, and a client that reads a heartbeat
+    // without one sends through the queue for as long as it runs: name it now, before the
+    // server says it serves, not when the heartbeat thread first gets to it.
+    MCD_RETURN_IF_ERROR(ClaimNode());
   }
   WarnIfRedisEvicts();
   MCD_RETURN_IF_ERROR(Reconcile());

@@ -55,6 +55,11 @@ class Lifecycle : public ::testing::Test {
     // The heartbeat claims the node first; the log line says the start is complete.
     ASSERT_TRUE(test::WaitFor([&] { return Heartbeat() && Count(ServeLog(), "serving node") > started; }, 10000))
         << ServeLog();
+    // What the server says when it starts serving is complete: a client that read the heartbeat
+    // without the socket would send through the queue for its whole life.
+    auto socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"});
+    ASSERT_TRUE(socket.ok());
+    ASSERT_FALSE(socket->str.empty()) << "the heartbeat names no command socket once the server serves";
   }
 
   std::map<std::string, std::string> Env() const {
