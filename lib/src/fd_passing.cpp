@@ -137,9 +137,9 @@ Result<int> FetchFd(const std::string& path, int device, int timeout_ms) {
   return fd;
 }
 
-Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd) {
-  if (pid <= 0 || (who.pidfd_ino == 0 && who.start_time == 0) || fd < 0) {
-    return Status(ErrorCode::kInvalidArgument, "no process and descriptor to copy from");
+Result<std::unique_ptr<PinnedProcess>> PinnedProcess::Open(int64_t pid, const ProcessIdentity& who) {
+  if (pid <= 0 || (who.pidfd_ino == 0 && who.start_time == 0)) {
+    return Status(ErrorCode::kInvalidArgument, "no process to pin");
   }
   int pidfd = PidfdOpen(pid);
   if (pidfd < 0) {
@@ -147,7 +147,8 @@ Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd) {
                           : Errno(ErrorCode::kUnavailable, "pidfd_open of process " + std::to_string(pid));
   }
   // The pidfd's inode costs one fstat where the kernel has pidfs; reading /proc/<pid>/stat took
-  // 30-70 us in a fresh process on the H100 hosts, on a first get's path.
+  // 30-70 us in a fresh process on the H100 hosts. The check follows the open, which pins the
+  // process: a pid reused before the open fails it, one reused after never reaches the pidfd.
   struct stat st {};
   bool same = who.pidfd_ino != 0 ? fstat(pidfd, &st) == 0 && static_cast<uint64_t>(st.st_ino) == who.pidfd_ino
                                  : ProcessStartTime(pid) == who.start_time;
@@ -155,14 +156,27 @@ Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd) {
     close(pidfd);
     return Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is not the one named");
   }
+  return std::unique_ptr<PinnedProcess>(new PinnedProcess(pidfd, pid));
+}
+
+PinnedProcess::~PinnedProcess() { close(pidfd_); }
+
+Result<int> PinnedProcess::CopyFd(int fd) const {
+  if (fd < 0) return Status(ErrorCode::kInvalidArgument, "no descriptor to copy");
   // A raw system call, as PidfdOpen. The copy is close-on-exec.
-  int copy = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));
-  int error = errno;
-  close(pidfd);
+  int copy = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd_, fd, 0));
   if (copy >= 0) return copy;
-  errno = error;
-  return Errno(error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
-               "copying descriptor " + std::to_string(fd) + " of process " + std::to_string(pid));
+  int error = errno;
+  if (error == ESRCH) return Status(ErrorCode::kNotFound, "process " + std::to_string(pid_) + " has exited");
+  return Status(error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
+                "copying descriptor " + std::to_string(fd) + " of process " + std::to_string(pid_) + ": " +
+                    std::strerror(error));
+}
+
+Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd) {
+  if (fd < 0) return Status(ErrorCode::kInvalidArgument, "no descriptor to copy");
+  MCD_ASSIGN_OR_RETURN(auto pinned, PinnedProcess::Open(pid, who));
+  return pinned->CopyFd(fd);
 }
 
 }  // namespace mcd

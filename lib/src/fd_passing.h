@@ -47,13 +47,35 @@ class FdServer {
 // kPermissionDenied when the server refuses this process, kUnavailable when nobody listens.
 Result<int> FetchFd(const std::string& path, int device, int timeout_ms);
 
-// Copies descriptor `fd` of process `pid` into this process (pidfd_getfd), without that process
-// taking part: it need not be scheduled, so no wake-up of a sleeping thread is paid. Only while
-// `pid` is the process `who` names (checked after the pidfd pins the process, so a reused pid is
-// never copied from), and only where the kernel would let this process trace it (the same user,
-// no stricter Yama ptrace_scope, no LSM veto). The caller owns the result. kNotFound when `pid`
-// is not that process (gone, or another PID namespace), kPermissionDenied when the kernel
-// refuses, kUnavailable otherwise (a kernel before 5.6, `fd` not open there).
+// A process pinned by a pidfd and checked once to be the one `who` names, so that copying its
+// descriptors (pidfd_getfd) later costs that one system call: a client pins its server when it
+// reads the heartbeat, off the path of its first get. A pid the kernel reuses after the process
+// exits never reaches another process through the pin.
+class PinnedProcess {
+ public:
+  // kInvalidArgument without a pid or an identity, kNotFound when `pid` is gone or is not the
+  // process `who` names (another PID namespace, say), kUnavailable on a kernel before 5.3.
+  static Result<std::unique_ptr<PinnedProcess>> Open(int64_t pid, const ProcessIdentity& who);
+  ~PinnedProcess();
+  PinnedProcess(const PinnedProcess&) = delete;
+  PinnedProcess& operator=(const PinnedProcess&) = delete;
+  int64_t pid() const { return pid_; }
+
+  // Copies descriptor `fd` of the process into this one, close-on-exec, without that process
+  // taking part: it need not be scheduled, so no wake-up of a sleeping thread is paid. Only
+  // where the kernel would let this process trace it (the same user, no stricter Yama
+  // ptrace_scope, no LSM veto). The caller owns the result. kNotFound when the process has
+  // exited, kPermissionDenied when the kernel refuses, kUnavailable otherwise (a kernel before
+  // 5.6, `fd` not open there).
+  Result<int> CopyFd(int fd) const;
+
+ private:
+  PinnedProcess(int pidfd, int64_t pid) : pidfd_(pidfd), pid_(pid) {}
+  int pidfd_;
+  int64_t pid_;
+};
+
+// Pins `pid` as `who` and copies its descriptor `fd` (PinnedProcess::Open, then CopyFd).
 Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd);
 
 }  // namespace mcd

@@ -204,6 +204,30 @@ TEST_F(FdOfProcess, RefusesAnotherProcessUnderThePidAndAGoneOne) {
   }
 }
 
+TEST_F(FdOfProcess, APinnedProcessCopiesUntilItExits) {
+  auto pinned = PinnedProcess::Open(child_, Identities().back());
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_EQ(pinned.value()->pid(), child_);
+  auto copy = pinned.value()->CopyFd(fd_);
+  if (copy.status().code() == ErrorCode::kPermissionDenied) {
+    GTEST_SKIP() << "this machine forbids pidfd_getfd: " << copy.status().ToString();
+  }
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  char buf[4] = {};
+  ASSERT_EQ(read(copy.value(), buf, 4), 4);
+  EXPECT_EQ(std::string(buf, 4), "pool");
+  close(copy.value());
+  EXPECT_EQ(pinned.value()->CopyFd(-1).status().code(), ErrorCode::kInvalidArgument);
+  ProcessIdentity other = by_start_;
+  other.start_time++;
+  EXPECT_EQ(PinnedProcess::Open(child_, other).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(PinnedProcess::Open(child_, ProcessIdentity{}).status().code(), ErrorCode::kInvalidArgument);
+  // Gone: the pin refuses, whoever gets the pid next.
+  Stop();
+  auto after = pinned.value()->CopyFd(fd_);
+  EXPECT_EQ(after.status().code(), ErrorCode::kNotFound) << after.status().ToString();
+}
+
 TEST_F(FdOfProcess, AnotherUserIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   pid_t pid = fork();
