@@ -74,6 +74,14 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
       EXPECT_GT(row["release_median_us"].get<double>(), 0);
       EXPECT_LE(row["release_median_us"].get<double>(), row["release_p99_us"].get<double>());
     }
+    // ... and a first get's fresh processes' connects, outside its time.
+    bool first = name == "get_first";
+    EXPECT_EQ(row.contains("connect_median_us"), first) << name;
+    if (first) {
+      EXPECT_GT(row["connect_median_us"].get<double>(), 0);
+      EXPECT_LE(row["connect_median_us"].get<double>(), row["connect_p99_us"].get<double>());
+      EXPECT_NE(row["note"].get<std::string>().find("its Client::Connect before, median"), std::string::npos);
+    }
   }
   EXPECT_EQ(record["config"]["clients"], nlohmann::json::array({1, 2}));
   EXPECT_EQ(record["config"]["commands_via"], "socket");

@@ -57,6 +57,8 @@ struct Row {
   // Share rows: B's release of each tensor afterwards (unmap and reference), outside the row's
   // time; the first is the process's first unmap.
   std::vector<double> release_us = {};
+  // First-get rows: each fresh process's Client::Connect, outside the row's time.
+  std::vector<double> connect_us = {};
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -267,9 +269,12 @@ int ChildShare(const tools::CommonFlags& flags, int device) {
   return 0;
 }
 
-// A fresh process: connect and warm the CUDA context, then time the first Get + touch.
+// A fresh process: connect and warm the CUDA context, then time the first Get + touch. Prints
+// the get's time and the connect's.
 int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string& name) {
+  auto connecting = Clock::now();
   auto client = ConnectOrDie(flags);
+  double connect_us = Us(connecting, Clock::now());
   if (!client->Warmup(device).ok()) return 69;
   if (device != kHostDevice) {
     cudaSetDevice(device);
@@ -280,7 +285,7 @@ int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string
   auto t1 = Clock::now();
   Status touched = view.ok() ? Touch(view.value()) : view.status();
   if (!touched.ok()) return tools::Fail("mcd-bench", touched);
-  std::printf("%.3f\n", Us(t0, t1));
+  std::printf("%.3f %.3f\n", Us(t0, t1), connect_us);
   return client->Release(name).ok() ? 0 : 70;
 }
 
@@ -437,6 +442,7 @@ class Bench {
       step("get", r.get_us);
       step("touch", r.touch_us);
       step("release", r.release_us);
+      step("connect", r.connect_us);
       if (!r.release_us.empty()) row["release_first_us"] = r.release_us.front();
       if (!r.note.empty()) row["note"] = r.note;
       rows.push_back(row);
@@ -528,9 +534,15 @@ class Bench {
       std::string line = ReadLine(child.from);
       int rc = WaitChild(child);
       MCD_RETURN_IF_ERROR(client_->Release(name).status());
-      if (rc != 0 || line.empty()) return Status(ErrorCode::kInternal, "first-get child failed (exit " + std::to_string(rc) + ")");
-      row.us.push_back(std::stod(line));
+      std::istringstream parts(line);
+      double get_us = 0, connect_us = 0;
+      if (rc != 0 || !(parts >> get_us >> connect_us)) {
+        return Status(ErrorCode::kInternal, "first-get child failed (exit " + std::to_string(rc) + ")");
+      }
+      row.us.push_back(get_us);
+      row.connect_us.push_back(connect_us);
     }
+    row.note += "; its Client::Connect before, median " + Whole(Percentile(row.connect_us, 0.5)) + " us";
     rows_.push_back(std::move(row));
     return Status::Ok();
   }
