@@ -133,6 +133,14 @@ class FdOfProcess : public ::testing::Test {
     return ways;
   }
   void TearDown() override { Stop(); }
+  // A copy of the child's pipe: "pool" comes out of it, and it is close-on-exec. Closes it.
+  static void ExpectThePipe(int copy) {
+    char buf[4] = {};
+    EXPECT_EQ(read(copy, buf, 4), 4);
+    EXPECT_EQ(std::string(buf, 4), "pool");
+    EXPECT_NE(fcntl(copy, F_GETFD) & FD_CLOEXEC, 0);
+    close(copy);
+  }
   void Stop() {
     if (child_ <= 0) return;
     kill(child_, SIGKILL);
@@ -171,11 +179,7 @@ TEST_F(FdOfProcess, CopiesTheDescriptorOfTheNamedProcess) {
       GTEST_SKIP() << "this machine forbids pidfd_getfd: " << copy.status().ToString();
     }
     ASSERT_TRUE(copy.ok()) << copy.status().ToString();
-    char buf[4] = {};
-    ASSERT_EQ(read(copy.value(), buf, 4), 4);
-    EXPECT_EQ(std::string(buf, 4), "pool");
-    EXPECT_NE(fcntl(copy.value(), F_GETFD) & FD_CLOEXEC, 0);
-    close(copy.value());
+    ExpectThePipe(copy.value());
   }
 }
 
@@ -213,10 +217,7 @@ TEST_F(FdOfProcess, APinnedProcessCopiesUntilItExits) {
     GTEST_SKIP() << "this machine forbids pidfd_getfd: " << copy.status().ToString();
   }
   ASSERT_TRUE(copy.ok()) << copy.status().ToString();
-  char buf[4] = {};
-  ASSERT_EQ(read(copy.value(), buf, 4), 4);
-  EXPECT_EQ(std::string(buf, 4), "pool");
-  close(copy.value());
+  ExpectThePipe(copy.value());
   EXPECT_EQ(pinned.value()->CopyFd(-1).status().code(), ErrorCode::kInvalidArgument);
   ProcessIdentity other = by_start_;
   other.start_time++;
