@@ -173,10 +173,4 @@ Result<int> PinnedProcess::CopyFd(int fd) const {
                     std::strerror(error));
 }
 
-Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd) {
-  if (fd < 0) return Status(ErrorCode::kInvalidArgument, "no descriptor to copy");
-  MCD_ASSIGN_OR_RETURN(auto pinned, PinnedProcess::Open(pid, who));
-  return pinned->CopyFd(fd);
-}
-
 }  // namespace mcd

@@ -75,7 +75,4 @@ class PinnedProcess {
   int64_t pid_;
 };
 
-// Pins `pid` as `who` and copies its descriptor `fd` (PinnedProcess::Open, then CopyFd).
-Result<int> CopyFdOfProcess(int64_t pid, const ProcessIdentity& who, int fd);
-
 }  // namespace mcd

@@ -21,9 +21,9 @@ namespace mcd {
 
 uint64_t ProcessStartTime(int64_t pid) {
   if (pid <= 0) return 0;
-  // Plain system calls, no streams or printf: a client's first pool import reads this on its
-  // critical path (CopyFdOfProcess), where a process's first ifstream took ~0.5 ms and its first
-  // snprintf ~0.1 ms on the build machine.
+  // Plain system calls, no streams or printf: a client pins its server with this where the
+  // kernel has no pidfs (PinnedProcess::Open), and a process's first ifstream took ~0.5 ms and
+  // its first snprintf ~0.1 ms on the build machine.
   std::string path = "/proc/" + std::to_string(pid) + "/stat";
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;

@@ -179,7 +179,7 @@ class Server::Impl {
   // "<device>:<hex of the primer>,..." for the devices whose allocator is of that kind.
   std::string PrimerText(const std::string& kind) const;
   // The heartbeat's pool_fd: "<device>:<this process's descriptor of the pool>,...", which a
-  // client of the same user copies with pidfd_getfd (CopyFdOfProcess) instead of asking the
+  // client of the same user copies with pidfd_getfd (PinnedProcess::CopyFd) instead of asking the
   // pool socket, once pid_ino or pid_start shows that the pid is still this process.
   std::string PoolFdText() const;
   // Who may use the server's sockets: its user, and the members of --pool-group.

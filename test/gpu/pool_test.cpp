@@ -202,7 +202,9 @@ TEST_F(PoolTest, TheServersUserCopiesThePoolDescriptorAndOthersAskThePoolSocket)
   EXPECT_EQ(server.pidfd_ino, PidfdInode(pid));  // 0 and "" without pidfs
   std::string pool_fd = Heartbeat("pool_fd");
   ASSERT_EQ(pool_fd.rfind("0:", 0), 0u) << pool_fd;
-  auto fd = CopyFdOfProcess(pid, server, std::atoi(pool_fd.c_str() + 2));
+  auto pinned = PinnedProcess::Open(pid, server);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  auto fd = pinned.value()->CopyFd(std::atoi(pool_fd.c_str() + 2));
   if (fd.status().code() == ErrorCode::kPermissionDenied) {
     GTEST_SKIP() << "this machine forbids pidfd_getfd: " << fd.status().ToString();
   }

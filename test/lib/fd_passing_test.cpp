@@ -133,6 +133,11 @@ class FdOfProcess : public ::testing::Test {
     return ways;
   }
   void TearDown() override { Stop(); }
+  // Pins `pid` as `who` and copies its descriptor `fd`, as a client does in two steps.
+  static Result<int> CopyFdOfProcess(pid_t pid, const ProcessIdentity& who, int fd) {
+    MCD_ASSIGN_OR_RETURN(auto pinned, PinnedProcess::Open(pid, who));
+    return pinned->CopyFd(fd);
+  }
   // A copy of the child's pipe: "pool" comes out of it, and it is close-on-exec. Closes it.
   static void ExpectThePipe(int copy) {
     char buf[4] = {};
