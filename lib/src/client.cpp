@@ -628,6 +628,9 @@ class Client::Impl {
       auto pinned = PinnedProcess::Open(std::strtoll(hb["pid"].c_str(), nullptr, 10), who);
       if (pinned.ok()) server_pin_ = std::move(pinned).value();
     }
+    // Read again after the first Get (a refresh, or a Get on the worker thread meeting a new
+    // server instance): the prefetch is done, only the pin is of use.
+    if (prefetched_) return;
     // "0:<hex of a cudaIpcMemHandle>,1:..." and "0:<hex of a cudaMemPoolPtrExportData>,..."
     auto primers = [&hb](const char* field) {
       std::map<int, std::string> by_device;
@@ -639,9 +642,10 @@ class Client::Impl {
     };
     auto pool_primers = primers("pool_primer");
     pool_prefetch_.clear();
+    bool pool_socket = !hb["pool_socket"].empty();
     // "0:cuda_mempool,1:cuda_mempool,cpu:host_shm"
     for (const auto& [device, kind] : DeviceItems(hb["allocator"])) {
-      if (kind == "cuda_mempool" && !hb["pool_socket"].empty()) {
+      if (kind == "cuda_mempool" && pool_socket) {
         pool_prefetch_.push_back({device, PoolSourceFrom(device), std::move(pool_primers[device])});
       }
     }
@@ -670,6 +674,8 @@ class Client::Impl {
       MappingRegistry::Get().PrefetchPool(instance, pool.device, std::move(pool.source), std::move(pool.primer));
     }
     for (auto& [device, handle] : ipc_prefetch_) MappingRegistry::Get().PrefetchIpc(device, std::move(handle));
+    pool_prefetch_.clear();
+    ipc_prefetch_.clear();
   }
 
   // "<device>:<value>,..." of a heartbeat field, GPU devices only, malformed items skipped.
