@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_check.h"
+#include "gpu/cuda_check.h"
 #include "memcuda/gpu_worker.h"
 #include "test_support.h"
 

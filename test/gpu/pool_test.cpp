@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <cstring>
 
-#include "fd_passing.h"
+#include "ipc/fd_passing.h"
 #include "gpu_fixture.h"
-#include "process.h"
+#include "common/process.h"
 
 namespace mcd {
 namespace {

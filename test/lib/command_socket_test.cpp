@@ -1,6 +1,6 @@
 // The command socket's reading: whole lines in order, nothing from a client that gave up, a line
 // past the limit cut off, replies back to the right connection, other users kept out.
-#include "command_socket.h"
+#include "ipc/command_socket.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

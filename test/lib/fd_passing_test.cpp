@@ -1,5 +1,5 @@
 // The pool socket: descriptors pass to allowed peers (SCM_RIGHTS), refused ones get nothing.
-#include "fd_passing.h"
+#include "ipc/fd_passing.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -13,7 +13,7 @@
 #include <fstream>
 #include <vector>
 
-#include "process.h"
+#include "common/process.h"
 #include "test_support.h"
 
 namespace mcd {

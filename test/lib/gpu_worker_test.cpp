@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "spin.h"
+#include "common/spin.h"
 
 namespace mcd {
 namespace {

@@ -1,7 +1,7 @@
 // The protocol's JSON reader must accept exactly what a conforming parser accepts, and read the
 // same values: it is held to nlohmann's parser on hand-picked documents and on many mutations
 // of them.
-#include "json_reader.h"
+#include "protocol/json_reader.h"
 
 #include <gtest/gtest.h>
 

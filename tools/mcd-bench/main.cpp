@@ -27,6 +27,8 @@
 #include <thread>
 
 #include "flags.h"
+#include "memcuda/polling.h"
+#include "memcuda/private_redis.h"
 #include "memcuda/server.h"
 
 namespace {

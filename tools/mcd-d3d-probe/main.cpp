@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flags.h"
-#include "memcuda/interop.h"
+#include "interop/interop.h"
 
 namespace {
 

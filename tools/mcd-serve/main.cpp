@@ -8,6 +8,7 @@
 
 #include "flags.h"
 #include "memcuda/client.h"
+#include "memcuda/private_redis.h"
 #include "memcuda/server.h"
 
 int main(int argc, char** argv) {

@@ -19,14 +19,6 @@
 
 namespace mcd {
 
-// The per-user runtime folder: $XDG_RUNTIME_DIR/memcuda, else /tmp/memcuda-<uid>.
-MCD_API std::string RuntimeDir();
-// Where `mcd-serve --spawn-redis` puts its private Redis socket.
-MCD_API std::string PrivateRedisSocketPath();
-// The Redis URL when none is given: MCD_REDIS_URL, REDIS_URL, the private socket when it exists,
-// else redis://127.0.0.1:6379. MCD_REDIS_PASSWORD / REDISCLI_AUTH fill in a missing password.
-MCD_API Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value);
-
 struct MCD_API ClientOptions {
   RedisUrl redis_url;
   KeySpace keys;

@@ -1,4 +1,6 @@
 // A RAII connection to Redis over hiredis 0.14, with the URL grammar of `redis-cli -u`.
+// RedisUrl is public because ClientOptions carries one; RedisConnection because mcd-bench
+// measures Redis itself (its round trip and CPU time) and the tests inspect the Redis layout.
 //
 // Thread affinity: a RedisConnection is used by one thread at a time (hiredis contexts are not
 // thread-safe); distinct connections may be used concurrently.
@@ -34,6 +36,11 @@ struct MCD_API RedisUrl {
   std::string Redacted() const;
 };
 
+// The Redis URL when none is given: MCD_REDIS_URL, REDIS_URL, the private socket of
+// `mcd-serve --spawn-redis` when it exists, else redis://127.0.0.1:6379. MCD_REDIS_PASSWORD /
+// REDISCLI_AUTH fill in a missing password. Every tool and the C ABI resolve it this way.
+MCD_API Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value);
+
 // A reply, copied out of hiredis so that callers never hold hiredis memory.
 struct MCD_API RedisValue {
   enum class Type { kNil, kInteger, kString, kStatus, kArray, kError };
@@ -45,11 +52,6 @@ struct MCD_API RedisValue {
   bool is_nil() const noexcept { return type == Type::kNil; }
 };
 
-// Microseconds a waiting thread of this process polls before it sleeps (for a Redis reply, a GPU
-// worker's result, the worker's next job). MCD_SPIN_US when set (0: off); otherwise 200 on
-// machines with 4 or more online CPUs and 0 on smaller ones, where a polling thread would take the
-// CPU from the thread it waits for. Read once.
-MCD_API int SpinMicros();
 
 struct MCD_API RedisOptions {
   int connect_timeout_ms = 2000;

@@ -1,5 +1,6 @@
 // The daemon that owns the memory: consumes the lifecycle list and applies each command through
-// the device's GpuWorker (man mcd-serve(1), memcuda(7)).
+// the device's GpuWorker (man mcd-serve(1), memcuda(7)). Public because mcd-serve and
+// `mcd-bench --self-serve` run it in their own process; its parts are private (lib/src/server/).
 #pragma once
 
 #include <cstdint>
@@ -72,33 +73,6 @@ class MCD_API Server {
  private:
   explicit Server(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-};
-
-// A private redis-server on a Unix socket in the per-user runtime folder (the socket that
-// DefaultRedisUrl() finds), for machines where no Redis is configured.
-class MCD_API PrivateRedis {
- public:
-  // Starts `redis_server` (a path or a name on PATH) and waits until it answers. A private
-  // Redis already answering on the socket is used as it is: left running at the end while the
-  // process that started (or adopted) it runs, else (that one was killed) adopted and stopped.
-  // `dir`: where the socket goes instead of the runtime folder (then it must be new: mcd-bench).
-  // `stop_with_caller`: the server gets SIGTERM when the calling thread ends, the process dying
-  // however it dies included: for mcd-bench, whose Redis holds nothing worth keeping. mcd-serve's
-  // outlives a crash of the server, so that the next one finds and cleans what it left.
-  static Result<std::unique_ptr<PrivateRedis>> Start(const std::string& redis_server = "redis-server",
-                                                     const std::string& dir = "",
-                                                     bool stop_with_caller = false);
-  ~PrivateRedis();  // stops the server and removes its socket
-  PrivateRedis(const PrivateRedis&) = delete;
-  PrivateRedis& operator=(const PrivateRedis&) = delete;
-  const RedisUrl& url() const noexcept { return url_; }
-
- private:
-  PrivateRedis() = default;
-  int pid_ = -1;
-  bool adopted_ = false;  // pid_ is not a child of this process
-  RedisUrl url_;
-  std::string owner_file_;  // who runs it (see private_redis.cpp)
 };
 
 }  // namespace mcd

@@ -8,8 +8,8 @@
 
 #include "alloc/allocator.h"
 #include "alloc/slab_carver.h"
-#include "cuda_check.h"
-#include "process.h"
+#include "gpu/cuda_check.h"
+#include "common/process.h"
 
 namespace mcd {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "alloc/allocator.h"
-#include "cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace mcd {
 namespace {

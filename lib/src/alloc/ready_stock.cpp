@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "alloc/allocator.h"
-#include "cuda_check.h"
-#include "process.h"
-#include "log.h"
+#include "gpu/cuda_check.h"
+#include "common/process.h"
+#include "common/log.h"
 
 namespace mcd {
 namespace {

@@ -1,0 +1,306 @@
+// The client facade: Client's methods over its parts (client.h). The parts:
+//   transport.h         commands to the server (command socket or lifecycle list) and replies
+//   reference_script.h  get and release in one Redis script call, without the server
+//   server_view.h       the node's heartbeat, and what a first Get prepares from it
+//   mapping_registry.h  this process's mappings and per-device workers
+//   c_api.cpp           the C ABI (memcuda.h)
+#include "memcuda/client.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "client/mapping_registry.h"
+#include "client/records.h"
+#include "client/reference_script.h"
+#include "client/server_view.h"
+#include "client/transport.h"
+#include "common/process.h"
+#include "gpu/cuda_check.h"
+#include "redis/lua_scripts.h"
+
+namespace mcd {
+
+bool CommandsViaQueue() {
+  const char* via_queue = std::getenv("MCD_VIA_QUEUE");
+  return via_queue != nullptr && *via_queue != '\0' && std::strcmp(via_queue, "0") != 0;
+}
+
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options) : opt_(std::move(options)) {
+    if (CommandsViaQueue()) opt_.command_socket = false;
+  }
+
+  Status Connect() {
+    if (opt_.node.empty()) opt_.node = HostName();
+    // One socket timeout for everything, with room for a request's BLPOP (which waits
+    // timeout_ms itself): no timeout switching on every request.
+    RedisOptions ropt;
+    ropt.command_timeout_ms = opt_.timeout_ms + 2000;
+    MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
+    server_ = std::make_unique<ServerView>(*redis_, opt_);
+    transport_ = std::make_unique<Transport>(*redis_, opt_, *server_);
+    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_);
+    if (!opt_.require_server) return Status::Ok();
+    // The heartbeat check and the reference script's loading share one round trip, so that a
+    // fresh process's first Get is a single EVALSHA.
+    MCD_RETURN_IF_ERROR(redis_->Append({"HGETALL", opt_.keys.Server(opt_.node)}));
+    MCD_RETURN_IF_ERROR(redis_->Append({"SCRIPT", "LOAD", kRefScript}));
+    auto heartbeat = redis_->ReadReply();
+    auto sha = redis_->ReadReply();
+    if (sha.ok() && sha->type == RedisValue::Type::kString) script_->set_sha(sha->str);
+    if (!heartbeat.ok()) return heartbeat.status();
+    MCD_ASSIGN_OR_RETURN(auto info, server_->Parse(heartbeat.value()));
+    server_->Adopt(std::move(info));
+    return Status::Ok();
+  }
+
+  // get: refcount+1 in Redis by one script, no server hop (no memory changes hands).
+  Result<TensorRecord> DirectGet(const std::string& name) {
+    auto record = script_->Get(name);
+    if (record.ok()) Saw(name, record->refcount);
+    return record;
+  }
+
+  // create: the command through the server; the tensor is then one this client tracks (Saw).
+  Result<TensorRecord> Create(Command cmd) {
+    std::string name = cmd.name;
+    auto created = transport_->Request(std::move(cmd));
+    if (created.ok() && seen_refcount_.size() < kSeenMax) seen_refcount_[name] = created->refcount;
+    return created;
+  }
+
+  // release: a tensor this client created and whose refcount it last saw at 1 is most likely
+  // released for the last time, which only the server can do: its delete command goes to the
+  // server at once. Were another process to have taken a reference since, the server's delete
+  // gives one back just the same. Any other release runs the reference script, which answers a
+  // release that leaves references itself and queues the delete command of the last one.
+  Result<TensorRecord> Release(const std::string& name) {
+    auto seen = seen_refcount_.find(name);
+    bool last = seen != seen_refcount_.end() && seen->second <= 1;
+    Result<TensorRecord> released = last ? transport_->Request(DeleteCommand(name)) : script_->Release(name);
+    Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
+    return released;
+  }
+
+  // The tensors this client created (bounded: past kSeenMax, further ones are not tracked),
+  // with the refcount it last saw of each from its own create, get or release; one that drops
+  // to 1 gets its next release sent to the server directly (Release), and one at 0 is no
+  // longer tracked. Only a hint: any count is right for the server's delete.
+  void Saw(const std::string& name, int64_t refcount) {
+    auto seen = seen_refcount_.find(name);
+    if (seen == seen_refcount_.end()) return;
+    if (refcount <= 0) {
+      seen_refcount_.erase(seen);
+    } else {
+      seen->second = refcount;
+    }
+  }
+
+  Result<TensorRecord> Stat(const std::string& name) {
+    MCD_RETURN_IF_ERROR(ValidateName(name));
+    std::vector<std::string_view> argv = {"HMGET"};
+    std::string key = opt_.keys.Tensor(name);
+    argv.push_back(key);
+    for (const std::string& field : TensorFieldNames()) argv.push_back(field);
+    MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->Command(argv));
+    return RecordFromHmget(name, reply);
+  }
+
+  Result<std::vector<TensorRecord>> List(const std::string& glob, std::vector<std::string>* unreadable) {
+    // The names first (SCAN, sorted, deduplicated), then their fields with pipelined HMGETs in
+    // windows: while this process parses one window, Redis already answers the next.
+    MCD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListNames(glob));
+    const auto& fields = TensorFieldNames();
+    std::string fields_resp;  // the same for every key
+    for (const std::string& field : fields) RespArg(fields_resp, field);
+    std::string head = RespCommand(2 + fields.size());
+    RespArg(head, "HMGET");
+    auto append = [&](const std::string& name) {
+      std::string resp = head;
+      RespArg(resp, opt_.keys.Tensor(name));
+      resp += fields_resp;
+      return redis_->AppendFormatted(resp);
+    };
+    constexpr size_t kWindow = 1000;
+    std::vector<TensorRecord> out;
+    out.reserve(names.size());
+    size_t sent = 0;
+    for (size_t read = 0; read < names.size(); ++read) {
+      while (sent < names.size() && sent < read + 2 * kWindow) MCD_RETURN_IF_ERROR(append(names[sent++]));
+      MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->ReadReply());
+      if (reply.type != RedisValue::Type::kArray) {
+        bool wrong_type = reply.type == RedisValue::Type::kError && reply.str.rfind("WRONGTYPE", 0) == 0;
+        if (unreadable) unreadable->push_back(names[read] + ": " + (wrong_type ? "not a hash" : reply.str));
+        continue;
+      }
+      auto record = RecordFromHmget(names[read], reply);
+      if (record.ok()) {
+        out.push_back(std::move(record).value());
+      } else if (record.status().code() != ErrorCode::kNotFound && unreadable) {  // not deleted meanwhile
+        unreadable->push_back(names[read] + ": " + record.status().message());
+      }
+    }
+    return out;
+  }
+
+  Result<std::vector<std::string>> ListNames(const std::string& glob) {
+    std::vector<std::string> out;
+    Status scanned = redis_->Scan(opt_.keys.TensorPattern(glob), 5000, [&](const std::vector<RedisValue>& keys) {
+      for (const RedisValue& key : keys) {
+        std::string name = opt_.keys.NameFromTensorKey(key.str);
+        if (!name.empty()) out.push_back(std::move(name));
+      }
+      return Status::Ok();
+    });
+    MCD_RETURN_IF_ERROR(scanned);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());  // SCAN may repeat a key
+    return out;
+  }
+
+  ClientOptions opt_;
+  std::unique_ptr<RedisConnection> redis_;
+  std::unique_ptr<ServerView> server_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<ReferenceScript> script_;
+  static constexpr size_t kSeenMax = 1 << 16;
+  std::unordered_map<std::string, int64_t> seen_refcount_;  // by name; see Saw
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  MCD_RETURN_IF_ERROR(impl->Connect());
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+const ClientOptions& Client::options() const noexcept { return impl_->opt_; }
+
+Result<std::map<std::string, std::string>> Client::ServerInfo() { return impl_->server_->Read(); }
+
+Result<TensorRecord> Client::Create(const CreateSpec& spec) {
+  MCD_RETURN_IF_ERROR(ValidateName(spec.name));
+  Command cmd;
+  cmd.op = Op::kCreate;
+  cmd.name = spec.name;
+  cmd.dtype = spec.dtype;
+  cmd.shape = spec.shape;
+  MCD_ASSIGN_OR_RETURN(cmd.bytes, ShapeBytes(spec.shape, spec.dtype));
+  cmd.device = spec.device;
+  cmd.lifetime = spec.lifetime;
+  cmd.zero_init = spec.zero_init;
+  cmd.owner_pid = spec.owner_pid;
+  if (spec.lifetime == Lifetime::kStack && spec.owner_pid != 0) {
+    cmd.owner_start = ProcessStartTime(spec.owner_pid);
+    if (cmd.owner_start == 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "owner process " + std::to_string(spec.owner_pid) + " is not running");
+    }
+  }
+  return impl_->Create(std::move(cmd));
+}
+
+Result<TensorView> Client::Get(const std::string& name) {
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  // The same effect as the queue's get command (refcount+1 on a ready tensor of a live server),
+  // in one Redis round trip, during which the driver's once-per-process costs are being paid.
+  impl_->server_->PrefetchImports();
+  MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->DirectGet(name));
+  auto ptr = MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf());
+  if (!ptr.ok()) {
+    (void)ReleaseReference(name);  // nobody in this process holds it: give it back
+    return ptr.status();
+  }
+  return TensorView{record, ptr.value()};
+}
+
+Result<TensorView> Client::Open(const std::string& name) {
+  impl_->server_->PrefetchImports();
+  MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->Stat(name));
+  if (record.state != "ready") {
+    return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
+  }
+  MCD_ASSIGN_OR_RETURN(void* ptr, MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf()));
+  return TensorView{record, ptr};
+}
+
+Result<TensorRecord> Client::Release(const std::string& name) {
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  // Unmap before the count drops: at zero the server frees the memory.
+  MCD_RETURN_IF_ERROR(Close(name));
+  return ReleaseReference(name);
+}
+
+Result<TensorRecord> Client::ReleaseReference(const std::string& name) { return impl_->Release(name); }
+
+Status Client::Close(const std::string& name) {
+  auto record = MappingRegistry::Get().FindByName(name);
+  if (!record) return Status::Ok();
+  return MappingRegistry::Get().Close(*record);
+}
+
+Result<TensorRecord> Client::Stat(const std::string& name) { return impl_->Stat(name); }
+
+namespace {
+Status ValidateGlob(const std::string& glob) {
+  if (glob.size() > 2 * kMaxNameLength) return Status(ErrorCode::kInvalidArgument, "glob too long");
+  for (char c : glob) {
+    if (c == '{' || c == '}' || static_cast<unsigned char>(c) < 0x20) {
+      return Status(ErrorCode::kInvalidArgument, "glob holds a brace or control character");
+    }
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Result<std::vector<TensorRecord>> Client::List(const std::string& glob, std::vector<std::string>* unreadable) {
+  MCD_RETURN_IF_ERROR(ValidateGlob(glob));
+  return impl_->List(glob, unreadable);
+}
+
+Result<std::vector<std::string>> Client::ListNames(const std::string& glob) {
+  MCD_RETURN_IF_ERROR(ValidateGlob(glob));
+  return impl_->ListNames(glob);
+}
+
+namespace {
+Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes) {
+  if (bytes > view.record.bytes) {
+    return Status(ErrorCode::kInvalidArgument, "copy of " + std::to_string(bytes) +
+                                                   " bytes into a tensor of " +
+                                                   std::to_string(view.record.bytes));
+  }
+  if (view.record.device == kHostDevice) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  return MappingRegistry::Get().Worker(view.record.device).Call([&](DeviceContext& ctx) -> Status {
+    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    MCD_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()));
+    MCD_CUDA_RETURN(cudaStreamSynchronize(ctx.stream()));
+    return Status::Ok();
+  });
+}
+}  // namespace
+
+Status Client::Warmup(int device) {
+  if (device == kHostDevice) return Status::Ok();
+  return MappingRegistry::Get().Worker(device).Call([](DeviceContext& ctx) { return ctx.EnsureGpu(); });
+}
+
+Status Client::CopyToHost(const TensorView& view, void* dst, uint64_t bytes) {
+  return Copy(view, dst, view.data, bytes);
+}
+
+Status Client::CopyFromHost(const TensorView& view, const void* src, uint64_t bytes) {
+  return Copy(view, view.data, src, bytes);
+}
+
+}  // namespace mcd

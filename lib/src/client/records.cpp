@@ -1,0 +1,32 @@
+#include "client/records.h"
+
+#include <optional>
+#include <vector>
+
+#include "protocol/protocol_json.h"
+
+namespace mcd {
+
+Result<TensorRecord> RecordFromHmget(const std::string& name, RedisValue& reply) {
+  if (reply.elements.size() != TensorFieldNames().size()) {
+    return Status(ErrorCode::kUnexpectedReply, "HMGET reply for tensor '" + name + "'");
+  }
+  std::vector<std::optional<std::string>> values;
+  values.reserve(reply.elements.size());
+  bool any = false;
+  for (RedisValue& v : reply.elements) {
+    any = any || !v.is_nil();
+    values.push_back(v.is_nil() ? std::nullopt : std::optional<std::string>(std::move(v.str)));
+  }
+  if (!any) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+  return RecordFromFields(name, values);
+}
+
+Command DeleteCommand(const std::string& name) {
+  Command cmd;
+  cmd.op = Op::kDelete;
+  cmd.name = name;
+  return cmd;
+}
+
+}  // namespace mcd

@@ -1,0 +1,87 @@
+#include "client/reference_script.h"
+
+#include "client/records.h"
+#include "redis/lua_scripts.h"
+
+namespace mcd {
+
+namespace {
+// How long the marker of a release that the script answered may stay: it is popped at once by
+// the BLPOP sent right behind the script, so this only bounds one whose client died.
+constexpr const char* kMarkerTtl = "60";
+}  // namespace
+
+Status ReferenceScript::Load() {
+  MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefScript}));
+  MCD_ASSIGN_OR_RETURN(sha_, AsString(sha, "SCRIPT LOAD"));
+  return Status::Ok();
+}
+
+Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
+  std::string key = opt_.keys.Tensor(name);
+  std::string server = opt_.keys.Server(opt_.node);
+  std::vector<std::string_view> argv = {"EVALSHA", sha_, "2", key, server, "1", opt_.node, "", ""};
+  for (const std::string& field : TensorFieldNames()) argv.push_back(field);
+  auto reply = redis_.Command(argv);
+  if (!reply.ok() && IsNoScript(reply.status().message())) {
+    MCD_RETURN_IF_ERROR(Load());
+    argv[1] = sha_;
+    reply = redis_.Command(argv);
+  }
+  if (!reply.ok()) return reply.status();
+  bool taken = !reply->elements.empty() && reply->elements[0].str == "ok";
+  auto record = Answer(name, reply.value());
+  if (!record.ok() && taken) (void)Release(name);  // a hash it cannot read: the reference goes back
+  return record;
+}
+
+Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retried) {
+  if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
+  Transport::Outgoing out = transport_.Prepare(DeleteCommand(name));
+  std::string key = opt_.keys.Tensor(name);
+  std::string server = opt_.keys.Server(opt_.node);
+  std::vector<std::string_view> argv = {"EVALSHA", sha_, "4", key, server, opt_.keys.queue,
+                                        out.reply_key, "-1", opt_.node, out.body, kMarkerTtl};
+  for (const std::string& field : TensorFieldNames()) argv.push_back(field);
+  MCD_RETURN_IF_ERROR(redis_.Append(argv));
+  MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
+  auto script = redis_.ReadReply();
+  if (!script.ok()) return script.status();
+  if (script->type == RedisValue::Type::kError) {
+    // The script did not run (NOSCRIPT after a Redis restart, or an error), so nothing will
+    // wake the BLPOP: drop the connection with it, and try once more on a fresh one.
+    std::string error = script->str;
+    MCD_RETURN_IF_ERROR(redis_.Reconnect());
+    if (retried || !IsNoScript(error)) {
+      return Status(ErrorCode::kRedisError, "reference script: " + error);
+    }
+    MCD_RETURN_IF_ERROR(Load());
+    return Release(name, true);
+  }
+  auto popped = redis_.ReadReply();
+  if (!script->elements.empty() && script->elements[0].str == "queued") {
+    return transport_.ServerReply(out, std::move(popped));
+  }
+  if (!popped.ok()) return popped.status();
+  return Answer(name, script.value());
+}
+
+Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue& reply) {
+  if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
+  const std::string& kind = reply.elements[0].str;
+  std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
+  if (kind == "ok" && reply.elements.size() == 2) return RecordFromHmget(name, reply.elements[1]);
+  if (kind == "missing") return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+  if (kind == "not_ready") return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
+  if (kind == "wrong_node") {
+    return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + detail +
+                                             "', not '" + opt_.node + "'");
+  }
+  if (kind == "gone") {
+    return Status(ErrorCode::kUnavailable, "the mcd-serve instance that owns tensor '" + name +
+                                               "' is not running");
+  }
+  return Status(ErrorCode::kUnexpectedReply, "reference script answered '" + kind + "'");
+}
+
+}  // namespace mcd

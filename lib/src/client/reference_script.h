@@ -1,0 +1,41 @@
+// The reference script: a get (refcount+1 on a ready tensor of a live server) and a release
+// that leaves references are one atomic script call in Redis, with no hop through the server,
+// since no memory changes hands; a release that finds the last reference queues the server's
+// delete command instead, from inside the script. Used by one Client, so by one thread at a time.
+#pragma once
+
+#include <string>
+
+#include "client/transport.h"
+#include "memcuda/client.h"
+#include "memcuda/redis.h"
+
+namespace mcd {
+
+class ReferenceScript {
+ public:
+  ReferenceScript(RedisConnection& redis, const ClientOptions& opt, Transport& transport)
+      : redis_(redis), opt_(opt), transport_(transport) {}
+  // The script's SHA, when the caller loaded it already (Client::Connect, in the heartbeat's
+  // round trip).
+  void set_sha(std::string sha) { sha_ = std::move(sha); }
+  Status Load();
+  // Takes a reference: one EVALSHA.
+  Result<TensorRecord> Get(const std::string& name);
+  // Gives one back. The BLPOP for the server's reply goes out behind the script in one write;
+  // when the script answered itself, it also pushed a marker, so the BLPOP returns at once. One
+  // round trip in every case. After a NOSCRIPT, loads the script and tries once more.
+  Result<TensorRecord> Release(const std::string& name, bool retried = false);
+
+ private:
+  // What the script answered, for `name`.
+  Result<TensorRecord> Answer(const std::string& name, RedisValue& reply);
+
+  static constexpr const char* kNotLoaded = "0";
+  RedisConnection& redis_;
+  const ClientOptions& opt_;
+  Transport& transport_;
+  std::string sha_ = kNotLoaded;
+};
+
+}  // namespace mcd

@@ -1,0 +1,138 @@
+#include "client/server_view.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "ipc/fd_passing.h"
+#include "memcuda/protocol.h"
+
+namespace mcd {
+
+Result<std::map<std::string, std::string>> ServerView::Read() {
+  MCD_ASSIGN_OR_RETURN(RedisValue all, redis_.Command({"HGETALL", opt_.keys.Server(opt_.node)}));
+  return Parse(all);
+}
+
+Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& all) {
+  if (all.type == RedisValue::Type::kError) {
+    return Status(ErrorCode::kRedisError, "HGETALL " + opt_.keys.Server(opt_.node) + ": " + all.str);
+  }
+  std::map<std::string, std::string> fields;
+  for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
+    fields[all.elements[i].str] = all.elements[i + 1].str;
+  }
+  if (fields.empty()) {
+    return Status(ErrorCode::kUnavailable,
+                  "no mcd-serve is running for node '" + opt_.node + "' (no heartbeat at " +
+                      opt_.keys.Server(opt_.node) + " on " + opt_.redis_url.Redacted() +
+                      "); start one with mcd-serve");
+  }
+  return fields;
+}
+
+Result<std::map<std::string, std::string>> ServerView::Refresh() {
+  auto info = Read();
+  if (info.ok()) Adopt(info.value());
+  return info;
+}
+
+std::string ServerView::field(const std::string& name) const {
+  auto it = info_.find(name);
+  return it == info_.end() ? std::string() : it->second;
+}
+
+void ServerView::Adopt(std::map<std::string, std::string> info) {
+  if (info["instance"] != info_["instance"] || info["pid"] != info_["pid"]) server_pin_.reset();
+  info_ = std::move(info);
+  auto& hb = info_;
+  if (!server_pin_ && !hb["pool_fd"].empty()) {
+    ProcessIdentity who{std::strtoull(hb["pid_ino"].c_str(), nullptr, 10),
+                        std::strtoull(hb["pid_start"].c_str(), nullptr, 10)};
+    // Not pinned (another PID namespace, a kernel before 5.3): the pool socket serves.
+    auto pinned = PinnedProcess::Open(std::strtoll(hb["pid"].c_str(), nullptr, 10), who);
+    if (pinned.ok()) server_pin_ = std::move(pinned).value();
+  }
+  // Read again after the first Get (a refresh, or a Get on the worker thread meeting a new
+  // server instance): the prefetch is done, only the pin is of use.
+  if (prefetched_) return;
+  // "0:<hex of a cudaIpcMemHandle>,1:..." and "0:<hex of a cudaMemPoolPtrExportData>,..."
+  auto primers = [&hb](const char* field) {
+    std::map<int, std::string> by_device;
+    for (const auto& [device, hex] : DeviceItems(hb[field])) {
+      auto bytes = HexDecode(hex);
+      if (bytes.ok()) by_device[device] = std::move(bytes).value();
+    }
+    return by_device;
+  };
+  auto pool_primers = primers("pool_primer");
+  pool_prefetch_.clear();
+  bool pool_socket = !hb["pool_socket"].empty();
+  // "0:cuda_mempool,1:cuda_mempool,cpu:host_shm"
+  for (const auto& [device, kind] : DeviceItems(hb["allocator"])) {
+    if (kind == "cuda_mempool" && pool_socket) {
+      pool_prefetch_.push_back({device, PoolSourceFrom(device), std::move(pool_primers[device])});
+    }
+  }
+  ipc_prefetch_ = primers("ipc_primer");
+}
+
+MappingRegistry::SourceOf ServerView::PoolSourceOf() {
+  return [this](const std::string& owner, int device) -> Result<PoolSource> {
+    // The heartbeat read at connect usually names the owner already: no round trip then.
+    if (info_["instance"] != owner || info_["pool_socket"].empty()) {
+      MCD_ASSIGN_OR_RETURN(auto info, Read());
+      Adopt(std::move(info));
+    }
+    auto& info = info_;
+    if (info["instance"] != owner) {
+      return Status(ErrorCode::kUnavailable, "the server instance " + owner +
+                                                 " that owns this tensor is gone");
+    }
+    if (info["pool_socket"].empty()) {
+      return Status(ErrorCode::kUnavailable, "the server publishes no pool socket");
+    }
+    return PoolSourceFrom(device);
+  };
+}
+
+PoolSource ServerView::PoolSourceFrom(int device) {
+  PoolSource source;
+  source.socket = info_["pool_socket"];
+  source.server = server_pin_;
+  for (const auto& [d, fd] : DeviceItems(info_["pool_fd"])) {
+    if (d == device) source.fd = std::atoi(fd.c_str());
+  }
+  return source;
+}
+
+void ServerView::PrefetchImports() {
+  if (prefetched_ || info_.empty()) return;
+  prefetched_ = true;
+  const std::string& instance = info_["instance"];
+  for (auto& pool : pool_prefetch_) {
+    MappingRegistry::Get().PrefetchPool(instance, pool.device, std::move(pool.source), std::move(pool.primer));
+  }
+  for (auto& [device, handle] : ipc_prefetch_) MappingRegistry::Get().PrefetchIpc(device, std::move(handle));
+  pool_prefetch_.clear();
+  ipc_prefetch_.clear();
+}
+
+std::vector<std::pair<int, std::string>> ServerView::DeviceItems(const std::string& text) {
+  std::vector<std::pair<int, std::string>> items;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view item(text.data() + start, end - start);
+    size_t colon = item.find(':');
+    int device = 0;
+    if (colon != std::string_view::npos) {
+      auto [ptr, ec] = std::from_chars(item.data(), item.data() + colon, device);
+      if (ec == std::errc() && ptr == item.data() + colon) items.emplace_back(device, std::string(item.substr(colon + 1)));
+    }
+    start = end + 1;
+  }
+  return items;
+}
+
+}  // namespace mcd

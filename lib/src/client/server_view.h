@@ -1,0 +1,66 @@
+// The node's server as this client knows it: its heartbeat (<prefix>:server:<node>), read at
+// connect and again when the server changed, and what a first Get needs of it, prepared where
+// the heartbeat is read rather than on the Get's path: the server process pinned (for copying
+// its pools' descriptors), each device's pool source, and the primers (docs/design.md, "Primers").
+// Used by one Client, so by one thread at a time.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/mapping_registry.h"
+#include "memcuda/client.h"
+#include "memcuda/redis.h"
+
+namespace mcd {
+
+class ServerView {
+ public:
+  ServerView(RedisConnection& redis, const ClientOptions& opt) : redis_(redis), opt_(opt) {}
+
+  // HGETALL of the heartbeat, or kUnavailable when no server is alive for the node.
+  Result<std::map<std::string, std::string>> Read();
+  Result<std::map<std::string, std::string>> Parse(const RedisValue& all);
+  // Takes `info` as the node's heartbeat and prepares, here where it is read rather than on a
+  // first Get's path, what a first Get needs of it: the server pinned for copying its pools'
+  // descriptors (a pidfd_open and an fstat, ~15-30 us in a fresh process on the H100 hosts),
+  // and each device's pool source and primer, parsed and decoded.
+  void Adopt(std::map<std::string, std::string> info);
+  // Read, then Adopt: after the command socket failed, a server that took the node over names
+  // its own socket.
+  Result<std::map<std::string, std::string>> Refresh();
+  // A field of the heartbeat as last read ("" when absent or never read).
+  std::string field(const std::string& name) const;
+  bool known() const { return !info_.empty(); }
+
+  // Where the pool of server instance `owner` comes from, from the node's heartbeat.
+  MappingRegistry::SourceOf PoolSourceOf();
+  // A first Get or Open from this process's node server: what the driver charges a process
+  // once is paid meanwhile, on each device's worker: importing the server's pools
+  // (MappingRegistry::PrefetchPool) and the process's first cuda_ipc open (PrefetchIpc).
+  void PrefetchImports();
+
+ private:
+  // The heartbeat's fields for `device`'s pool; without a pinned server, the socket only.
+  PoolSource PoolSourceFrom(int device);
+  // "<device>:<value>,..." of a heartbeat field, GPU devices only, malformed items skipped.
+  static std::vector<std::pair<int, std::string>> DeviceItems(const std::string& text);
+
+  RedisConnection& redis_;
+  const ClientOptions& opt_;
+  std::map<std::string, std::string> info_;  // the node's heartbeat, as last read
+  std::shared_ptr<const PinnedProcess> server_pin_;
+  struct PoolPrefetch {
+    int device;
+    PoolSource source;
+    std::string primer;
+  };
+  std::vector<PoolPrefetch> pool_prefetch_;
+  std::map<int, std::string> ipc_prefetch_;
+  bool prefetched_ = false;  // PrefetchImports ran
+};
+
+}  // namespace mcd

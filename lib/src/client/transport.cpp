@@ -1,0 +1,208 @@
+#include "client/transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+
+#include "common/process.h"
+#include "common/spin.h"
+#include "ipc/unix_socket.h"
+#include "protocol/protocol_json.h"
+
+namespace mcd {
+
+namespace {
+
+std::string FormatSeconds(int ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+Transport::Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server)
+    : redis_(redis), opt_(opt), server_(server) {
+  req_base_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-" + RandomHex(4);
+  for (char& c : req_base_) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  }
+}
+
+Transport::Outgoing Transport::Prepare(Command cmd) {
+  cmd.req = req_base_ + "-" + std::to_string(++seq_);
+  cmd.node = opt_.node;
+  cmd.pid = getpid();
+  Outgoing out;
+  out.body = CommandToJson(cmd);
+  out.reply_key = opt_.keys.Reply(cmd.req);
+  out.wait = FormatSeconds(opt_.timeout_ms);
+  out.cmd = std::move(cmd);
+  return out;
+}
+
+Result<TensorRecord> Transport::Request(Command cmd) {
+  Outgoing out = Prepare(std::move(cmd));
+  if (SocketReady()) {
+    auto sent = SocketRequest(out);
+    if (sent.has_value()) return std::move(*sent);
+    // Not delivered (the server went away since): the queue, where a server that took the
+    // node over finds it, or a clear error.
+  }
+  return QueueRequest(out);
+}
+
+bool Transport::SocketReady() {
+  if (cmd_fd_ >= 0) return true;
+  if (!opt_.command_socket || !server_.known()) return false;
+  std::string path = server_.field("command_socket");
+  if (path.empty() || path == socket_refused_) return false;
+  auto fd = ConnectUnix(path, opt_.timeout_ms, "command socket");
+  if (!fd.ok()) {
+    socket_refused_ = path;  // not this one again: the queue serves this process
+    return false;
+  }
+  cmd_fd_ = fd.value();
+  return true;
+}
+
+void Transport::CloseSocket() {
+  if (cmd_fd_ >= 0) close(cmd_fd_);
+  cmd_fd_ = -1;
+}
+
+std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out) {
+  std::string line = out.body + "\n";
+  size_t sent = 0;
+  while (sent < line.size()) {
+    ssize_t n = send(cmd_fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      CloseSocket();
+      (void)RefreshServer();
+      if (sent == 0) return std::nullopt;
+      return Result<TensorRecord>(Status(ErrorCode::kUnavailable, "the server's command socket broke while the " +
+                                                                       std::string(OpName(out.cmd.op)) + " of '" +
+                                                                       out.cmd.name + "' was being sent"));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  std::string what = std::string("the ") + OpName(out.cmd.op) + " of '" + out.cmd.name + "'";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+  pollfd p{cmd_fd_, POLLIN, 0};
+  // Readable already when the spin saw the reply come: then no second poll before the recv.
+  bool readable = SpinUntil([&] { return poll(&p, 1, 0) != 0; });
+  char buf[4096];
+  for (;;) {
+    size_t newline = socket_buf_.find('\n');
+    if (newline != std::string::npos) {
+      std::string reply = socket_buf_.substr(0, newline);
+      socket_buf_.erase(0, newline + 1);
+      return ParseReply(reply);
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    int ready = readable ? 1 : poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+    readable = false;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      // Closing the connection withdraws the command from a server that has not read it yet.
+      CloseSocket();
+      auto info = RefreshServer();
+      std::string fate = "; " + what + " was withdrawn: a server that had not begun it drops it, "
+                         "but one that had may still finish it: check before repeating it";
+      if (!info.ok()) return Result<TensorRecord>(Status(info.status().code(), info.status().message() + fate));
+      return Result<TensorRecord>(Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
+                                                                  out.cmd.name + "' within " + out.wait +
+                                                                  " s (the server is busy or stopped)" + fate));
+    }
+    ssize_t n = recv(cmd_fd_, buf, sizeof(buf), 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      CloseSocket();
+      (void)RefreshServer();
+      return Result<TensorRecord>(Status(ErrorCode::kUnavailable,
+                                         "the server closed its command socket before answering " + what +
+                                             " (it stopped or failed), so it may or may not have taken effect: "
+                                             "check before repeating it"));
+    }
+    socket_buf_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+Result<std::map<std::string, std::string>> Transport::RefreshServer() {
+  socket_buf_.clear();
+  return server_.Refresh();
+}
+
+Result<TensorRecord> Transport::QueueRequest(const Outgoing& out) {
+  MCD_RETURN_IF_ERROR(redis_.Append({"LPUSH", opt_.keys.queue, out.body}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
+  auto pushed = redis_.ReadReply();
+  auto popped = redis_.ReadReply();
+  if (!pushed.ok()) return pushed.status();
+  if (pushed->type == RedisValue::Type::kError) {
+    return Status(ErrorCode::kRedisError, "LPUSH " + opt_.keys.queue + ": " + pushed->str);
+  }
+  return ServerReply(out, std::move(popped));
+}
+
+Result<TensorRecord> Transport::ServerReply(const Outgoing& out, Result<RedisValue> popped) {
+  if (!popped.ok()) return popped.status();
+  if (popped->type == RedisValue::Type::kError) {
+    return Status(ErrorCode::kRedisError, "BLPOP: " + popped->str);
+  }
+  if (popped->is_nil() || popped->elements.size() != 2) return Unanswered(out);
+  return ParseReply(popped->elements[1].str);
+}
+
+Result<TensorRecord> Transport::Unanswered(const Outgoing& out) {
+  MCD_RETURN_IF_ERROR(redis_.Append({"LREM", opt_.keys.queue, "1", out.body}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"LPOP", out.reply_key}));
+  auto removed = redis_.ReadReply();
+  auto late = redis_.ReadReply();
+  if (late.ok() && late->type == RedisValue::Type::kString) return ParseReply(late->str);
+  if (!removed.ok()) return removed.status();
+  bool withdrawn = removed->type == RedisValue::Type::kInteger && removed->integer == 1;
+  std::string what = std::string("the ") + OpName(out.cmd.op) + " of '" + out.cmd.name + "'";
+  std::string fate = withdrawn ? "; " + what + " was withdrawn from the queue, nothing changed"
+                               : "; the server had taken " + what +
+                                     ", which may still take effect: check before repeating it";
+  auto info = server_.Read();
+  if (!info.ok()) return Status(info.status().code(), info.status().message() + fate);
+  return Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
+                                         out.cmd.name + "' within " + out.wait +
+                                         " s (the server is busy or the queue is long)" + fate);
+}
+
+Result<TensorRecord> Transport::ParseReply(const std::string& text) {
+  auto parsed = JsonReader::Parse(text, 3, "server reply");
+  if (!parsed.ok() || parsed->root().kind != JsonReader::Kind::kObject) {
+    return Status(ErrorCode::kUnexpectedReply, "server reply is not a JSON object");
+  }
+  const JsonReader& doc = parsed.value();
+  auto ok = doc.Find(doc.root_index(), "ok");
+  if (ok && doc.at(*ok).kind == JsonReader::Kind::kBool && doc.at(*ok).boolean) {
+    auto tensor = doc.Find(doc.root_index(), "tensor");
+    if (!tensor) return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
+    return RecordFromJsonNode(doc, *tensor);
+  }
+  std::string code = "internal";
+  std::string message = "the server gave no reason";
+  if (auto error = doc.Find(doc.root_index(), "error")) {
+    auto text_of = [&](const char* key, std::string& out) {
+      auto index = doc.Find(*error, key);
+      if (index && doc.at(*index).kind == JsonReader::Kind::kString) out = std::string(doc.at(*index).text);
+    };
+    text_of("code", code);
+    text_of("message", message);
+  }
+  return Status(ErrorCodeFromName(code).value_or(ErrorCode::kInternal), message);
+}
+
+}  // namespace mcd

@@ -1,0 +1,73 @@
+// How a client's commands reach the server and its replies come back: on the server's command
+// socket when its heartbeat names one this process may use (one line out, one line back, no
+// Redis on the way), else through the lifecycle list (LPUSH and a BLPOP on the reply key, in one
+// write). A command that gets no reply in time is withdrawn where it still can be, so that a
+// request reported as failed does not take effect later. Used by one Client, so by one thread at
+// a time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "client/server_view.h"
+#include "memcuda/client.h"
+#include "memcuda/protocol.h"
+#include "memcuda/redis.h"
+
+namespace mcd {
+
+class Transport {
+ public:
+  // A command ready to send, and where its reply will come.
+  struct Outgoing {
+    Command cmd;
+    std::string body;       // the command's JSON
+    std::string reply_key;  // the list the reply is pushed onto
+    std::string wait;       // BLPOP timeout, seconds
+  };
+
+  Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server);
+  ~Transport() { CloseSocket(); }
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  // Gives the command its unique req, this node and this process's pid.
+  Outgoing Prepare(Command cmd);
+  // Sends a command and waits for its reply: on the server's command socket when it has one,
+  // else through the queue.
+  Result<TensorRecord> Request(Command cmd);
+  // The server's reply to `out`, as its BLPOP returned it.
+  Result<TensorRecord> ServerReply(const Outgoing& out, Result<RedisValue> popped);
+  // A reply line of the server: the record of a success, the error's code and message otherwise.
+  static Result<TensorRecord> ParseReply(const std::string& text);
+
+ private:
+  // True when a connection to the server's command socket is open, or could be opened now.
+  bool SocketReady();
+  void CloseSocket();
+  // One command on the socket. nullopt when it could not be sent (the server closed the
+  // connection before): then nothing reached it.
+  std::optional<Result<TensorRecord>> SocketRequest(const Outgoing& out);
+  // The node's heartbeat read again after the command socket failed.
+  Result<std::map<std::string, std::string>> RefreshServer();
+  // Pushes a command and waits for its reply: LPUSH and BLPOP go out in one write.
+  Result<TensorRecord> QueueRequest(const Outgoing& out);
+  // No reply in time. A command the server has not taken yet is taken back off the queue, so
+  // that a request reported as failed does not take effect later, when a server gets to it: a
+  // create nobody holds, or a release applied twice when the caller tries again. A reply that
+  // came just after the wait still counts. The body holds the command's unique req, so the
+  // LREM can only find this one command.
+  Result<TensorRecord> Unanswered(const Outgoing& out);
+
+  RedisConnection& redis_;
+  const ClientOptions& opt_;
+  ServerView& server_;
+  std::string req_base_;  // <node>-<pid>-<random>: a req is this and a sequence number
+  uint64_t seq_ = 0;
+  int cmd_fd_ = -1;             // connection to the server's command socket, when open
+  std::string socket_buf_;      // what came on it past the last reply line
+  std::string socket_refused_;  // a command socket that could not be connected to
+};
+
+}  // namespace mcd

@@ -1,0 +1,44 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+
+namespace mcd {
+namespace {
+std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+std::mutex g_mutex;
+std::string g_tag = "memcuda";  // guarded by g_mutex
+const char* const kLevelNames[] = {"error", "warn", "info", "debug"};
+}  // namespace
+
+void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
+
+void SetLogTag(const std::string& tag) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_tag = tag;
+}
+
+bool LogEnabled(LogLevel level) { return static_cast<int>(level) <= g_level.load(); }
+
+void Log(LogLevel level, const std::string& message) {
+  if (!LogEnabled(level)) return;
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm_utc{};
+  gmtime_r(&secs, &tm_utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm_utc);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::fprintf(stderr, "%s.%03dZ %s[%d] %s: %s\n", stamp, static_cast<int>(ms % 1000),
+               g_tag.c_str(), static_cast<int>(getpid()), kLevelNames[static_cast<int>(level)],
+               message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace mcd

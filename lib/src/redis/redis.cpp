@@ -1,0 +1,391 @@
+#include "memcuda/redis.h"
+
+#include <hiredis/hiredis.h>
+#include <signal.h>
+
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <charconv>
+#include <cstring>
+#include <mutex>
+
+#include "common/spin.h"
+
+namespace mcd {
+namespace {
+
+void IgnoreSigpipeOnce() {
+  // A server that goes away mid-write must surface as an error, not kill the process.
+  static std::once_flag once;
+  std::call_once(once, [] { signal(SIGPIPE, SIG_IGN); });
+}
+
+bool ParseInt(std::string_view text, int& out) {
+  if (text.empty()) return false;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && ptr == text.data() + text.size();
+}
+
+std::string PercentDecode(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '%' && i + 2 < in.size()) {
+      int value = 0;
+      auto [ptr, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16);
+      if (ec == std::errc() && ptr == in.data() + i + 3) {
+        out.push_back(static_cast<char>(value));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(in[i]);
+  }
+  return out;
+}
+
+RedisValue Copy(const redisReply* reply) {
+  RedisValue value;
+  switch (reply->type) {
+    case REDIS_REPLY_INTEGER:
+      value.type = RedisValue::Type::kInteger;
+      value.integer = reply->integer;
+      break;
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+      value.type = reply->type == REDIS_REPLY_STRING   ? RedisValue::Type::kString
+                   : reply->type == REDIS_REPLY_STATUS ? RedisValue::Type::kStatus
+                                                       : RedisValue::Type::kError;
+      value.str.assign(reply->str, reply->len);
+      break;
+    case REDIS_REPLY_ARRAY:
+      value.type = RedisValue::Type::kArray;
+      value.elements.reserve(reply->elements);
+      for (size_t i = 0; i < reply->elements; ++i) value.elements.push_back(Copy(reply->element[i]));
+      break;
+    default:
+      value.type = RedisValue::Type::kNil;
+  }
+  return value;
+}
+
+struct ReplyDeleter {
+  void operator()(void* reply) const noexcept { freeReplyObject(reply); }
+};
+using ReplyPtr = std::unique_ptr<void, ReplyDeleter>;
+
+}  // namespace
+
+Result<RedisUrl> RedisUrl::Parse(std::string_view url) {
+  RedisUrl out;
+  auto bad = [&](const std::string& why) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "bad Redis URL (" + why + "); expected redis://[user:password@]host:port/db or "
+                  "unix:///path/to.sock");
+  };
+  std::string_view rest;
+  if (url.rfind("redis://", 0) == 0) {
+    rest = url.substr(8);
+  } else if (url.rfind("unix://", 0) == 0) {
+    out.is_unix = true;
+    rest = url.substr(7);
+  } else {
+    return bad("unknown scheme");
+  }
+  // Credentials: everything before the last '@' of the authority part.
+  if (!out.is_unix || rest.find('@') != std::string_view::npos) {
+    size_t at = rest.rfind('@');
+    if (at != std::string_view::npos) {
+      std::string_view userinfo = rest.substr(0, at);
+      rest = rest.substr(at + 1);
+      size_t colon = userinfo.find(':');
+      if (colon == std::string_view::npos) {
+        out.password = PercentDecode(userinfo);  // redis://secret@host, as redis-cli
+      } else {
+        out.user = PercentDecode(userinfo.substr(0, colon));
+        out.password = PercentDecode(userinfo.substr(colon + 1));
+      }
+    }
+  }
+  std::string_view query;
+  if (size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  if (out.is_unix) {
+    if (rest.empty() || rest[0] != '/') return bad("unix socket path must be absolute");
+    out.path = std::string(rest);
+  } else {
+    std::string_view hostport = rest;
+    if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
+      hostport = rest.substr(0, slash);
+      std::string_view db = rest.substr(slash + 1);
+      if (!db.empty() && (!ParseInt(db, out.db) || out.db < 0)) return bad("db must be a number");
+    }
+    if (!hostport.empty() && hostport[0] == '[') {  // [::1]:6379
+      size_t close = hostport.find(']');
+      if (close == std::string_view::npos) return bad("unterminated IPv6 address");
+      out.host = std::string(hostport.substr(1, close - 1));
+      hostport = hostport.substr(close + 1);
+      if (!hostport.empty()) {
+        if (hostport[0] != ':' || !ParseInt(hostport.substr(1), out.port)) return bad("bad port");
+      }
+    } else if (size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
+      out.host = std::string(hostport.substr(0, colon));
+      if (!ParseInt(hostport.substr(colon + 1), out.port)) return bad("bad port");
+    } else if (!hostport.empty()) {
+      out.host = std::string(hostport);
+    }
+    if (out.host.empty()) out.host = "127.0.0.1";
+    if (out.port <= 0 || out.port > 65535) return bad("port out of range");
+  }
+  // Query parameters: db=N (the only one understood; others are refused, not ignored).
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (kv.rfind("db=", 0) == 0) {
+      if (!ParseInt(kv.substr(3), out.db) || out.db < 0) return bad("db must be a number");
+    } else {
+      return bad("unknown parameter '" + std::string(kv) + "'");
+    }
+  }
+  return out;
+}
+
+std::string RedisUrl::Redacted() const {
+  std::string auth;
+  if (!user.empty() || !password.empty()) {
+    auth = user + (password.empty() ? "" : ":***") + "@";
+  }
+  if (is_unix) return "unix://" + auth + path + (db != 0 ? "?db=" + std::to_string(db) : "");
+  bool v6 = host.find(':') != std::string::npos;
+  return "redis://" + auth + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
+         (db != 0 ? "/" + std::to_string(db) : "");
+}
+
+RedisConnection::RedisConnection(RedisUrl url, RedisOptions options)
+    : url_(std::move(url)), options_(options), timeout_ms_(options.command_timeout_ms) {}
+
+RedisConnection::~RedisConnection() {
+  if (ctx_ != nullptr) redisFree(ctx_);
+}
+
+Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const RedisUrl& url,
+                                                                  const RedisOptions& options) {
+  IgnoreSigpipeOnce();
+  std::unique_ptr<RedisConnection> conn(new RedisConnection(url, options));
+  if (conn->options_.spin_us < 0) conn->options_.spin_us = SpinMicros();
+  MCD_RETURN_IF_ERROR(conn->Open());
+  return conn;
+}
+
+bool RedisConnection::connected() const noexcept { return ctx_ != nullptr && !broken_; }
+
+Status RedisConnection::ContextError(const char* what) {
+  broken_ = true;
+  int err = ctx_ != nullptr ? ctx_->err : REDIS_ERR_OTHER;
+  std::string detail = ctx_ != nullptr ? ctx_->errstr : "no context";
+  std::string where = std::string(what) + " on " + url_.Redacted() + ": ";
+  if (err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT ||
+                              detail.find("timed out") != std::string::npos)) {
+    return Status(ErrorCode::kTimeout, where + "timed out (" + detail + ")");
+  }
+  if (detail.find("timed out") != std::string::npos) {
+    return Status(ErrorCode::kTimeout, where + detail);
+  }
+  if (err == REDIS_ERR_EOF) return Status(ErrorCode::kUnavailable, where + "server closed the connection");
+  return Status(ErrorCode::kUnavailable, where + detail);
+}
+
+Status RedisConnection::Open() {
+  if (ctx_ != nullptr) {
+    redisFree(ctx_);
+    ctx_ = nullptr;
+  }
+  broken_ = false;
+  timeval tv{options_.connect_timeout_ms / 1000, (options_.connect_timeout_ms % 1000) * 1000};
+  ctx_ = url_.is_unix ? redisConnectUnixWithTimeout(url_.path.c_str(), tv)
+                      : redisConnectWithTimeout(url_.host.c_str(), url_.port, tv);
+  if (ctx_ == nullptr) return Status(ErrorCode::kInternal, "redisConnect: out of memory");
+  if (ctx_->err != 0) {
+    std::string detail = ctx_->errstr;
+    Status status = ContextError("connect");
+    if (detail.find("refused") != std::string::npos || detail.find("No such file") != std::string::npos) {
+      return Status(ErrorCode::kUnavailable,
+                    "cannot connect to Redis at " + url_.Redacted() + ": " + detail +
+                        " (is Redis running? `mcd-serve --spawn-redis` starts a private one; --redis-url or MCD_REDIS_URL name yours)");
+    }
+    return status;
+  }
+  // The connect timeout covers connect() only; commands need their own.
+  MCD_RETURN_IF_ERROR(SetTimeout(timeout_ms_));
+  if (!url_.password.empty()) {
+    std::vector<std::string_view> argv = {"AUTH"};
+    if (!url_.user.empty()) argv.push_back(url_.user);
+    argv.push_back(url_.password);
+    auto reply = CommandRaw(argv);
+    if (!reply.ok()) return reply.status();
+    if (reply->type == RedisValue::Type::kError) {
+      return Status(ErrorCode::kAuthFailed,
+                    "Redis AUTH failed for " + url_.Redacted() + ": " + reply->str);
+    }
+  }
+  if (url_.db != 0) {
+    std::string db = std::to_string(url_.db);
+    auto reply = Command({"SELECT", db});
+    if (!reply.ok()) return reply.status();
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::Reconnect() { return Open(); }
+
+Status RedisConnection::SetTimeout(int timeout_ms) {
+  timeout_ms_ = timeout_ms;
+  if (ctx_ == nullptr) return Status::Ok();
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  if (redisSetTimeout(ctx_, tv) != REDIS_OK) return ContextError("redisSetTimeout");
+  return Status::Ok();
+}
+
+std::string RespCommand(size_t argc) { return "*" + std::to_string(argc) + "\r\n"; }
+
+void RespArg(std::string& resp, std::string_view arg) {
+  resp += '$';
+  resp += std::to_string(arg.size());
+  resp += "\r\n";
+  resp += arg;
+  resp += "\r\n";
+}
+
+Status RedisConnection::AppendFormatted(std::string_view resp) {
+  if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
+  if (redisAppendFormattedCommand(ctx_, resp.data(), resp.size()) != REDIS_OK) {
+    return ContextError("redisAppendFormattedCommand");
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
+  if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  ptrs.reserve(argv.size());
+  lens.reserve(argv.size());
+  for (std::string_view arg : argv) {
+    ptrs.push_back(arg.data());
+    lens.push_back(arg.size());
+  }
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+      REDIS_OK) {
+    return ContextError("redisAppendCommandArgv");
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::FlushOutput() {
+  if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) return ContextError("write");
+  }
+  return Status::Ok();
+}
+
+int RedisConnection::fd() const noexcept { return connected() ? ctx_->fd : -1; }
+
+bool RedisConnection::ReplyBuffered() const noexcept {
+  return connected() && ctx_->reader->pos < ctx_->reader->len;
+}
+
+Result<RedisValue> RedisConnection::ReadReply() {
+  if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
+  void* raw = nullptr;
+  if (options_.spin_us > 0 && ctx_->reader->pos >= ctx_->reader->len) {
+    // Nothing buffered: send what is pending, then poll (without sleeping) for a while.
+    MCD_RETURN_IF_ERROR(FlushOutput());
+    pollfd pfd{ctx_->fd, POLLIN, 0};
+    SpinUntil([&] { return poll(&pfd, 1, 0) != 0; }, options_.spin_us);
+  }
+  if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return ContextError("read reply");
+  ReplyPtr reply(raw);
+  return Copy(static_cast<redisReply*>(reply.get()));
+}
+
+Result<RedisValue> RedisConnection::CommandRaw(const std::vector<std::string_view>& argv) {
+  MCD_RETURN_IF_ERROR(Append(argv));
+  return ReadReply();
+}
+
+Result<RedisValue> RedisConnection::Command(const std::vector<std::string_view>& argv) {
+  MCD_RETURN_IF_ERROR(Append(argv));
+  return ReadCommandReply(argv.empty() ? "" : argv[0]);
+}
+
+Result<RedisValue> RedisConnection::ReadCommandReply(std::string_view command) {
+  MCD_ASSIGN_OR_RETURN(RedisValue value, ReadReply());
+  if (value.type == RedisValue::Type::kError) {
+    std::string name(command);
+    if (value.str.rfind("WRONGTYPE", 0) == 0) {
+      return Status(ErrorCode::kUnexpectedReply, "Redis " + name + ": " + value.str);
+    }
+    if (value.str.rfind("NOAUTH", 0) == 0 || value.str.rfind("WRONGPASS", 0) == 0) {
+      return Status(ErrorCode::kAuthFailed, "Redis " + name + ": " + value.str);
+    }
+    return Status(ErrorCode::kRedisError, "Redis " + name + ": " + value.str);
+  }
+  return value;
+}
+
+Status RedisConnection::Scan(std::string_view pattern, int count,
+                             const std::function<Status(const std::vector<RedisValue>&)>& on_page) {
+  std::string cursor = "0";
+  std::string count_text = std::to_string(count);
+  do {
+    MCD_ASSIGN_OR_RETURN(RedisValue page, Command({"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}));
+    if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
+    cursor = page.elements[0].str;
+    MCD_RETURN_IF_ERROR(on_page(page.elements[1].elements));
+  } while (cursor != "0");
+  return Status::Ok();
+}
+
+Result<long long> AsInteger(const RedisValue& value, std::string_view what) {
+  if (value.type == RedisValue::Type::kInteger) return value.integer;
+  if (value.type == RedisValue::Type::kString || value.type == RedisValue::Type::kStatus) {
+    long long out = 0;
+    auto [ptr, ec] = std::from_chars(value.str.data(), value.str.data() + value.str.size(), out);
+    if (ec == std::errc() && ptr == value.str.data() + value.str.size()) return out;
+  }
+  return Status(ErrorCode::kUnexpectedReply,
+                "expected an integer for " + std::string(what) + " from Redis");
+}
+
+Result<std::string> AsString(const RedisValue& value, std::string_view what) {
+  if (value.type == RedisValue::Type::kString || value.type == RedisValue::Type::kStatus) {
+    return value.str;
+  }
+  return Status(ErrorCode::kUnexpectedReply,
+                "expected a string for " + std::string(what) + " from Redis");
+}
+
+std::string InfoField(const std::string& info, const std::string& field) {
+  size_t start = 0;
+  while (start < info.size()) {
+    size_t end = info.find('\n', start);
+    if (end == std::string::npos) end = info.size();
+    std::string_view line(info.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
+      return std::string(line.substr(field.size() + 1));
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+}  // namespace mcd

@@ -1,0 +1,359 @@
+#include "server/applier.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/process.h"
+#include "server/replies.h"
+
+namespace mcd {
+
+CommandApplier::CommandApplier(const ServerOptions& opt, std::string instance, RedisConnection& redis,
+                               CommitPipeline& pipeline, Intake& intake, TensorTable& table, DeviceSet& devices,
+                               OutcomeLog& outcomes)
+    : opt_(opt),
+      instance_(std::move(instance)),
+      processing_key_(opt.keys.Processing(opt.node)),
+      redis_(redis),
+      pipeline_(pipeline),
+      intake_(intake),
+      table_(table),
+      devices_(devices),
+      outcomes_(outcomes) {}
+
+void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
+  std::vector<std::string> touched;
+  bool from_socket = false;
+  for (Intake::Incoming& in : commands) {
+    route_ = Route{};
+    if (in.conn != 0) {
+      from_socket = true;
+      route_ = intake_.NewRoute(in.conn);
+      if (in.overlong) {
+        Status status(ErrorCode::kTooLarge, "command line is over the limit of " + std::to_string(kMaxCommandBytes) +
+                                                " bytes; the connection is closed");
+        intake_.Answer(route_, ErrorReply("", nullptr, status));
+        outcomes_.Record("invalid", "", status, Clock::now(), "via=socket");
+        intake_.CloseConnection(in.conn);
+        continue;
+      }
+    }
+    const std::string& raw = in.line;
+    std::string req;
+    auto parsed = ParseCommand(raw, &req);
+    if (parsed.ok()) {
+      if (std::find(touched.begin(), touched.end(), parsed->name) != touched.end()) {
+        pipeline_.Flush();
+        pipeline_.Drain();
+        touched.clear();
+      } else if (pipeline_.IsDue(parsed->name)) {
+        pipeline_.Drain();
+      }
+      touched.push_back(parsed->name);
+    }
+    Handle(raw, parsed, req);
+  }
+  intake_.set_last_from_socket(from_socket);
+  route_ = Route{};
+  pipeline_.Flush();
+}
+
+void CommandApplier::Settle(Pending& pending, Result<CommitResult> result) {
+  Route previous = route_;
+  route_ = pending.route;  // where the result's handling answers
+  bool socket = route_.socket();
+  if (socket && result.ok() && result->kind == CommitResult::kOk) {
+    intake_.Answer(route_, CommitPipeline::SocketReply(pending, *result));
+  }
+  Status failed = result.ok() ? Status::Ok() : result.status();
+  if (pending.done) pending.done(std::move(result));
+  if (socket && intake_.Waiting(route_)) {
+    // Not answered by the handling: the commit got no answer from Redis (the connection broke).
+    Status unknown(failed.ok() ? ErrorCode::kInternal : failed.code(),
+                   "the server lost Redis before the change was confirmed, so it may or may not have "
+                   "taken effect: check with mcd-ls before repeating it (" + failed.message() + ")");
+    intake_.Answer(route_, ErrorReply(pending.req, nullptr, unknown));
+  }
+  route_ = previous;
+}
+
+Status CommandApplier::ResumeUnfinished() {
+  // Commands taken from the queue but not committed (by a previous instance of this node, or
+  // before a lost connection), oldest first. A committed command is no longer in the list.
+  MCD_ASSIGN_OR_RETURN(RedisValue left, redis_.Command({"LRANGE", processing_key_, "0", "-1"}));
+  std::vector<Intake::Incoming> commands;
+  for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) {
+    commands.push_back(Intake::Incoming{0, std::move(it->str), false});
+  }
+  if (!commands.empty()) Log(LogLevel::kInfo, "resuming " + std::to_string(commands.size()) + " unfinished command(s)");
+  ProcessBatch(std::move(commands));
+  return Status::Ok();
+}
+
+void CommandApplier::ResumeNow() {
+  // Nothing is due and no take is out: the processing list holds only the left commands.
+  resume_due_ = false;
+  Status resumed = ResumeUnfinished();
+  if (!resumed.ok()) Log(LogLevel::kWarn, "resuming commands: " + resumed.ToString());
+  pipeline_.Drain();
+  // Still refused: the next round waits longer, up to 10 s.
+  resume_rounds_ = resume_due_ ? resume_rounds_ + 1 : 0;
+  resume_at_ = Clock::now() + std::chrono::seconds(std::min(10, 1 << std::min(resume_rounds_, 4)));
+}
+
+void CommandApplier::Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req) {
+  auto t0 = Clock::now();
+  if (!parsed.ok()) {
+    Fail(raw, req, nullptr, parsed.status());
+    outcomes_.Record("invalid", "", parsed.status(), t0);
+    return;
+  }
+  const Command& cmd = parsed.value();
+  if (cmd.node && *cmd.node != opt_.node) {
+    Status status(ErrorCode::kWrongNode,
+                  "command is for node '" + *cmd.node + "' but this server serves '" + opt_.node + "'");
+    Fail(raw, req, OpName(cmd.op), status);
+    outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
+    return;
+  }
+  switch (cmd.op) {
+    case Op::kCreate: HandleCreate(raw, cmd); break;
+    case Op::kGet: HandleRefcount(raw, cmd, +1); break;
+    case Op::kDelete: HandleRefcount(raw, cmd, -1); break;
+  }
+}
+
+Status CommandApplier::MissingStatus(const std::string& name) {
+  pipeline_.Drain();
+  auto fields = redis_.Command({"HMGET", opt_.keys.Tensor(name), "node", "state", "owner"});
+  if (!fields.ok()) return fields.status();
+  auto entry = table_.find(name);
+  if (fields->elements.size() == 3 && !fields->elements[0].is_nil()) {
+    const std::string& node = fields->elements[0].str;
+    const std::string& state = fields->elements[1].str;
+    if (node != opt_.node) {
+      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + node + "', not '" + opt_.node + "'");
+    }
+    if (state != "ready") {
+      return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + (state.empty() ? "not ready" : state));
+    }
+    return Status(ErrorCode::kUnavailable, "tensor '" + name + "' belongs to server instance '" +
+                                               fields->elements[2].str + "', which is gone");
+  }
+  if (entry != table_.end()) {
+    // Our tensor's hash was removed by hand: nobody can reach the memory any more, but a process
+    // may still have it mapped, so it is kept until shutdown.
+    Log(LogLevel::kWarn, "the hash of tensor '" + name + "' was removed underneath the server");
+    table_.Orphan(table_.Forget(entry));
+  }
+  return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+}
+
+TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
+  TensorRecord record;
+  record.name = cmd.name;
+  record.dtype = cmd.dtype;
+  record.shape = cmd.shape;
+  record.device = cmd.device;
+  record.bytes = cmd.bytes;
+  record.refcount = 1;
+  record.state = "ready";
+  record.ctime_ms = NowMs();
+  record.node = opt_.node;
+  record.owner = instance_;
+  record.lifetime = cmd.lifetime;
+  record.creator_pid = cmd.pid;
+  if (cmd.lifetime == Lifetime::kStack) {
+    record.owner_pid = cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid;
+    record.owner_start = cmd.owner_start != 0 ? cmd.owner_start : ProcessStartTime(record.owner_pid);
+  }
+  return record;
+}
+
+void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
+  auto t0 = Clock::now();
+  auto fail = [&](const Status& status) {
+    Fail(raw, cmd.req, "create", status);
+    outcomes_.Record("create", cmd.name, status, t0);
+  };
+  if (table_.find(cmd.name) != table_.end()) {
+    // Usually a plain "already exists"; if the hash was removed by hand, the name is free again.
+    Status missing = MissingStatus(cmd.name);
+    if (missing.code() != ErrorCode::kNotFound) {
+      return fail(Status(ErrorCode::kAlreadyExists, "tensor '" + cmd.name + "' already exists"));
+    }
+  }
+  if (!devices_.Serves(cmd.device)) {
+    return fail(Status(ErrorCode::kNoDevice, "device " + DeviceName(cmd.device) + " is not served here (devices: " +
+                                                 devices_.devices_text() + ")"));
+  }
+  TensorRecord record = NewRecord(cmd);
+  if (cmd.lifetime == Lifetime::kStack && !ProcessAlive(record.owner_pid, record.owner_start)) {
+    return fail(Status(ErrorCode::kInvalidArgument,
+                       "owner process " + std::to_string(record.owner_pid) + " of stack tensor is not running"));
+  }
+  auto allocation = devices_.Allocate(cmd.device, cmd.bytes, cmd.zero_init);
+  if (!allocation.ok()) return fail(allocation.status());
+  record.ipc_kind = allocation->ipc_kind;
+  record.ipc_handle = allocation->ipc_handle;
+  record.offset = allocation->offset;
+
+  Entry entry{record, std::move(allocation).value(), RecordJsonHead(record)};
+  std::vector<std::string> fields;
+  for (auto& [field, value] : HashFields(record)) {
+    fields.push_back(field);
+    fields.push_back(std::move(value));
+  }
+  std::string reply = ReplyHead(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
+  pipeline_.Queue(pipeline_.Make(route_, raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
+                                 [this, raw, cmd, t0, entry = std::move(entry)](Result<CommitResult> committed) mutable {
+                                   CreateCommitted(raw, cmd, std::move(entry), t0, std::move(committed));
+                                 }));
+}
+
+void CommandApplier::CreateCommitted(const std::string& raw, const Command& cmd, Entry entry, Clock::time_point t0,
+                                     Result<CommitResult> committed) {
+  const std::string& name = cmd.name;
+  if (committed.ok() && committed->kind == CommitResult::kOk) {
+    table_.Keep(std::move(entry));
+    outcomes_.Record("create", name, Status::Ok(), t0,
+                     "device=" + DeviceName(cmd.device) + " bytes=" + std::to_string(cmd.bytes));
+    return;
+  }
+  if (!committed.ok() && !redis_.connected()) {
+    // The connection broke: the script may or may not have run. Decided after reconnecting.
+    table_.Unsettled(std::move(entry));
+    return outcomes_.Record("create", name, committed.status(), t0, "outcome=unknown");
+  }
+  Status freed = devices_.Free(entry.record.device, entry.allocation);
+  if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
+  if (!committed.ok()) {
+    Refused(raw, cmd.req, "create", committed.status());
+    return outcomes_.Record("create", name, committed.status(), t0);
+  }
+  if (committed->kind == CommitResult::kDup) {
+    return outcomes_.Record("create", name, Status::Ok(), t0, "repeated_req=" + cmd.req);
+  }
+  Status exists(ErrorCode::kAlreadyExists, "tensor '" + name + "' already exists (made by another server)");
+  AnswerNow(raw, cmd.req, "create", exists);
+  outcomes_.Record("create", name, exists, t0);
+}
+
+void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, int delta) {
+  auto t0 = Clock::now();
+  const char* op = OpName(cmd.op);
+  auto it = table_.find(cmd.name);
+  Status status = it == table_.end() ? MissingStatus(cmd.name) : Status::Ok();
+  if (!status.ok()) {
+    Fail(raw, cmd.req, op, status);
+    return outcomes_.Record(op, cmd.name, status, t0);
+  }
+  std::string head = ReplyHead(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
+  pipeline_.Queue(pipeline_.Make(
+      route_, raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
+      {std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"},
+      [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
+        RefcountCommitted(raw, req, name, op, t0, std::move(committed));
+      }));
+}
+
+void CommandApplier::RefcountCommitted(const std::string& raw, const std::string& req, const std::string& name,
+                                       const char* op, Clock::time_point t0, Result<CommitResult> committed) {
+  if (!committed.ok()) {
+    Refused(raw, req, op, committed.status());
+    return outcomes_.Record(op, name, committed.status(), t0);
+  }
+  if (committed->kind == CommitResult::kDup) {
+    return outcomes_.Record(op, name, Status::Ok(), t0, "repeated_req=" + req);
+  }
+  if (committed->kind == CommitResult::kOk) {
+    if (committed->refcount > 0) {
+      return outcomes_.Record(op, name, Status::Ok(), t0, "refcount=" + std::to_string(committed->refcount));
+    }
+    auto found = table_.find(name);
+    if (found == table_.end()) return outcomes_.Record(op, name, Status::Ok(), t0, "freed=0");
+    Entry entry = table_.Forget(found);
+    // The reply is out and the hash gone: the worker frees the memory while this thread goes on
+    // with the next commands.
+    devices_.Free(entry.record.device, entry.allocation,
+                  [outcomes = &outcomes_, op, name, t0, bytes = entry.record.bytes](const Status& freed) {
+                    outcomes->Record(op, name, freed, t0, "freed=" + std::to_string(bytes));
+                  });
+    return;
+  }
+  // The hash is gone or not ready (changed by hand): say which.
+  Status missing = MissingStatus(name);
+  AnswerNow(raw, req, op, missing);
+  outcomes_.Record(op, name, missing, t0);
+}
+
+void CommandApplier::ReapStackTensors() {
+  pipeline_.Drain();  // a delete on its way may already have removed one
+  for (const std::string& name : table_.DeadStackTensors()) {
+    auto t0 = Clock::now();
+    auto committed = pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kNone, "del", {}));
+    if (!committed.ok()) {
+      Log(LogLevel::kWarn, "reclaim of '" + name + "': " + committed.status().ToString());
+      continue;
+    }
+    auto found = table_.find(name);
+    if (found == table_.end()) continue;
+    Entry entry = table_.Forget(found);
+    Status freed = devices_.Free(entry.record.device, entry.allocation);
+    outcomes_.Record("reclaim", name, freed, t0,
+                     "owner_pid=" + std::to_string(entry.record.owner_pid) +
+                         " refcount=" + std::to_string(entry.record.refcount));
+  }
+}
+
+void CommandApplier::Fail(const std::string& raw, const std::string& req, const char* op, const Status& status) {
+  if (route_.socket()) {
+    intake_.Answer(route_, ErrorReply(req, op, status));
+    return;
+  }
+  pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {},
+                                 [this, raw](Result<CommitResult> r) {
+                                   if (!r.ok()) Unanswered(raw, r.status());
+                                 }));
+}
+
+void CommandApplier::AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status) {
+  if (route_.socket()) {
+    intake_.Answer(route_, ErrorReply(req, op, status));
+    return;
+  }
+  auto answered =
+      pipeline_.CommitNow(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {}));
+  if (!answered.ok()) Unanswered(raw, answered.status());
+}
+
+void CommandApplier::Unanswered(const std::string& raw, const Status& status) {
+  if (status.code() == ErrorCode::kRedisError && redis_.connected()) {
+    return MayPass(RedisWords(status)) ? ResumeLater() : Drop(raw, status);
+  }
+  Log(LogLevel::kError, "cannot write error reply: " + status.ToString());
+}
+
+void CommandApplier::Refused(const std::string& raw, const std::string& req, const char* op, const Status& status) {
+  if (status.code() != ErrorCode::kRedisError || !redis_.connected() || raw.empty()) return;
+  std::string words = RedisWords(status);
+  // A socket command is not kept to be tried again: its client hears Redis's words and decides
+  // (AnswerNow answers it on the socket).
+  if (!route_.socket() && MayPass(words)) return ResumeLater();
+  AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words));
+}
+
+void CommandApplier::ResumeLater() {
+  if (!resume_due_) resume_at_ = Clock::now() + std::chrono::seconds(1);
+  resume_due_ = true;
+}
+
+void CommandApplier::Drop(const std::string& raw, const Status& why) {
+  pipeline_.Drain();
+  auto removed = redis_.Command({"LREM", processing_key_, "-1", raw});
+  std::string what = "command " + raw.substr(0, 200) + " got no reply (" + why.message() + ")";
+  if (removed.ok()) return Log(LogLevel::kWarn, what + "; dropped");
+  Log(LogLevel::kError, what + " and cannot be dropped: " + removed.status().ToString());
+}
+
+}  // namespace mcd

@@ -1,0 +1,116 @@
+// Committing to Redis: every change a command makes (its hash, its reply, its removal from the
+// processing list) is one call of the commit script, so it happens whole or not at all. A batch's
+// commits go out pipelined, without waiting for their results, and a take of the next commands
+// (plain LMOVEs) can travel on the same connection ahead of them; results are read back in the
+// order sent (Drain) and handed to the server's `settle` callback. NOSCRIPT (Redis restarted or
+// flushed its scripts) is handled here, once for every caller. Main thread of the server only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+
+namespace mcd {
+
+// Where a command came from and its reply goes: the lifecycle list (conn 0), or a connection of
+// the command socket, whose commands are answered there and leave no reply in Redis.
+struct Route {
+  uint64_t conn = 0;
+  uint64_t token = 0;  // this command's, among those of the socket waiting for a reply
+  bool socket() const { return conn != 0; }
+};
+
+struct CommitResult {
+  enum Kind { kOk, kDup, kConflict } kind = kOk;
+  long long refcount = 0;  // after an "incr"
+};
+
+// The commit script's precondition on the tensor hash (lua_scripts.h).
+enum class Pre { kNone, kAbsent, kMine };
+
+// A commit waiting to be sent with the rest of its batch, and what to do with its result (run
+// after every result of the batch has been read, in order).
+struct Pending {
+  std::vector<std::string> args;
+  std::string name;  // the tensor it changes ("" for none)
+  std::function<void(Result<CommitResult>)> done;
+  Route route;
+  std::string req;  // a socket command's
+  // A socket command's success reply, which the commit does not write to Redis: `reply`, and
+  // for an "incr" the new refcount then tails[0] (still referenced) or tails[1] (freed).
+  std::string reply;
+  std::vector<std::string> tails;
+};
+
+class CommitPipeline {
+ public:
+  // Called for each commit whose result was read, in the order sent.
+  using Settle = std::function<void(Pending&, Result<CommitResult>)>;
+  CommitPipeline(RedisConnection& redis, const ServerOptions& opt, std::string instance, Settle settle);
+
+  // Loads the commit script (after connecting, and whenever Redis lost it).
+  Status LoadScript();
+  // A commit of `action` ("none", "hset", "del", "incr") on tensor `name` under `pre`, writing
+  // `reply` for command `raw` (the list's; "" for internal actions) routed by `route`.
+  Pending Make(const Route& route, const std::string& raw, const std::string& req, const std::string& name,
+               const std::string& reply, Pre pre, const char* action, const std::vector<std::string>& extra,
+               std::function<void(Result<CommitResult>)> done = nullptr) const;
+  // Plans a commit for the current batch; Flush sends the batch.
+  void Queue(Pending pending) { batch_.push_back(std::move(pending)); }
+  // Sends the batch's commits without waiting for them, then reads what was due before them.
+  void Flush();
+  // Reads the first `count` replies due (all by default), in order: settles the commits and
+  // keeps a take's answer (TakeReply). A full Drain must precede any other use of the
+  // connection and any decision that depends on a commit sent. A settle that uses the
+  // connection drains the rest first; those commits name other tensors (the server drains
+  // before handling a command that names one that is due).
+  void Drain(size_t count = SIZE_MAX);
+  // Runs one commit now, after draining what is due.
+  Result<CommitResult> CommitNow(Pending pending);
+  // True while a commit naming tensor `name` is sent and its result not yet read.
+  bool IsDue(const std::string& name) const;
+
+  // A busy server sends the next take before it handles the current batch, so that Redis
+  // answers it meanwhile: the server then waits for Redis only when Redis is slower than the
+  // handling. Plain LMOVEs into the processing list, `take size` of them (twice what the last
+  // take got, 2 to 64).
+  void SendTake();
+  // The answer of the take sent ahead, once Drain read it (the commands moved, oldest first).
+  std::optional<Result<RedisValue>> TakeReply();
+  bool take_read() const { return take_reply_.has_value(); }
+
+  // The success reply of a socket command whose commit went through, as the script would have
+  // written it.
+  static std::string SocketReply(const Pending& pending, const CommitResult& result);
+
+ private:
+  struct Due {  // a reply due on the connection: a commit's, or (take > 0) a take's LMOVEs
+    int take = 0;
+    Pending commit;
+  };
+  // Runs one commit on a connection with nothing due; after each NOSCRIPT loads the script and
+  // runs it again (a few times at most).
+  Result<CommitResult> RunCommit(Pending& pending);
+  Result<RedisValue> ReadTake(int moves);
+  static Result<CommitResult> ParseCommit(Result<RedisValue> reply);
+
+  RedisConnection& redis_;
+  const ServerOptions& opt_;
+  const std::string instance_;
+  const std::string processing_key_;
+  Settle settle_;
+  std::string commit_sha_;
+  std::vector<Pending> batch_;  // commits planned, not yet sent
+  std::deque<Due> due_;         // replies due on the connection, in the order sent
+  Status send_failed_;          // not ok: a send failed, so no reply will come
+  std::optional<Result<RedisValue>> take_reply_;
+  int take_size_ = 4;
+};
+
+}  // namespace mcd

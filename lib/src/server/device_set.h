@@ -1,0 +1,80 @@
+// The devices a server serves: host memory always, GPUs as asked, each with the GpuWorker that
+// runs every CUDA call for it and the allocator stack chosen for it (ready stock over slabs
+// over cudaMalloc, or ready stock over an IPC pool). Also the pool socket that hands the pools'
+// descriptors to clients. Main thread of the server, but for the byte counts and the heartbeat
+// texts, which the heartbeat thread reads.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "alloc/allocator.h"
+#include "ipc/fd_passing.h"
+#include "memcuda/gpu_worker.h"
+#include "memcuda/server.h"
+#include "server/tensor_table.h"
+
+namespace mcd {
+
+class DeviceSet {
+ public:
+  // Host memory (shm objects named "<shm_prefix><seq>") and the GPUs of `opt`; fails when a
+  // GPU asked for cannot be served.
+  static Result<std::unique_ptr<DeviceSet>> Open(const ServerOptions& opt, const std::string& shm_prefix);
+  ~DeviceSet() { Stop(); }
+  DeviceSet(const DeviceSet&) = delete;
+  DeviceSet& operator=(const DeviceSet&) = delete;
+
+  bool Serves(int device) const { return workers_.count(device) != 0; }
+  size_t gpu_count() const { return workers_.size() - 1; }  // host memory is always served
+  // "cpu,0,1": what a create may name, for errors and the heartbeat's devices.
+  const std::string& devices_text() const { return devices_text_; }
+  // "0:cuda_ipc,1:cuda_ipc,cpu:host_shm": the heartbeat's allocator.
+  const std::string& allocator_text() const { return allocator_text_; }
+
+  // Allocates on the device's worker and waits; then posts the ready stock's refill, so that it
+  // runs while the commit travels.
+  Result<Allocation> Allocate(int device, uint64_t bytes, bool zero);
+  // Frees an allocation on its device's worker and waits for it; with `then`, posts the free
+  // instead and `then` runs on the worker with the outcome (so it may only touch what is safe
+  // from another thread: the outcome log, the log).
+  Status Free(int device, const Allocation& allocation, std::function<void(const Status&)> then = nullptr);
+  // Frees every allocation held, one worker job per device: shutdown. Returns how many went.
+  size_t FreeAll(const std::map<int, std::vector<const Entry*>>& by_device);
+
+  // Serves the pools' descriptors on `path` to `policy`'s peers (several GPUs with pools).
+  Status StartPoolSocket(const std::string& path, const PeerPolicy& policy);
+  bool has_pool_socket() const { return pool_server_ != nullptr; }
+  // Closes the pool socket and stops the workers (their queued jobs run first). Idempotent.
+  void Stop();
+
+  // Heartbeat fields: "<device>:<value>,..." over the devices. PrimerText(kind): the hex of the
+  // primer of each device whose allocator is of `kind`; PoolFdText: this process's descriptor
+  // of each pool, which a client of the same user copies with pidfd_getfd.
+  std::string PrimerText(const std::string& kind) const;
+  std::string PoolFdText() const;
+  uint64_t ReadyBytes() const { return SumOver(&Allocator::ReadyBytes); }
+  uint64_t SlabBytes() const { return SumOver(&Allocator::SlabBytes); }
+  uint64_t SlabFreeBytes() const { return SumOver(&Allocator::SlabFreeBytes); }
+  // Bytes of the pools in use, asked of each pool's worker.
+  uint64_t PoolUsedBytes();
+  // Gives back the ready stock of sizes not created for a while (kReadyIdleMs).
+  void TrimReadyStock();
+
+ private:
+  DeviceSet() = default;
+  Status AddGpu(int device, const ServerOptions& opt);
+  std::string DeviceText(const std::function<std::string(const Allocator&)>& value_of) const;
+  uint64_t SumOver(uint64_t (Allocator::*bytes)() const noexcept) const;
+
+  std::map<int, std::unique_ptr<GpuWorker>> workers_;
+  std::map<int, std::unique_ptr<Allocator>> allocators_;
+  std::unique_ptr<FdServer> pool_server_;
+  std::string devices_text_ = "cpu";
+  std::string allocator_text_;
+};
+
+}  // namespace mcd

@@ -1,0 +1,168 @@
+#include "server/heartbeat.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/log.h"
+#include "common/process.h"
+#include "redis/lua_scripts.h"
+#include "server/recurring.h"
+
+namespace mcd {
+
+Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices, const TensorTable& table,
+                     const OutcomeLog& outcomes)
+    : opt_(opt), instance_(std::move(instance)), devices_(devices), table_(table), outcomes_(outcomes) {
+  started_ms_ = NowMs();
+  pid_start_ = ProcessStartTime(getpid());
+  pid_ino_ = PidfdInode(getpid());
+}
+
+Status Heartbeat::Claim(RedisConnection& conn) {
+  std::string replace;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto written = Write(conn, replace);
+    if (!written.ok()) {
+      return Status(written.status().code(), "cannot write the heartbeat: " + written.status().message());
+    }
+    if (!written->has_value()) {
+      owned_ = true;
+      return Status::Ok();
+    }
+    const Holder& holder = **written;
+    if (holder.pid != getpid() && ProcessAlive(holder.pid, 0)) {
+      return Status(ErrorCode::kAlreadyExists,
+                    "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " + holder.instance +
+                        ") already serves node '" + opt_.node + "' on " + opt_.redis_url.Redacted() +
+                        "; stop it or pick another --node");
+    }
+    replace = holder.instance;  // its process is gone: take over, unless another did meanwhile
+  }
+  return Status(ErrorCode::kUnavailable,
+                "the heartbeat of node '" + opt_.node + "' keeps changing hands: are other mcd-serve starting?");
+}
+
+Result<std::optional<Heartbeat::Holder>> Heartbeat::Write(RedisConnection& conn, const std::string& replace) {
+  std::vector<std::string> args = {"EVAL", kHeartbeatScript, "1", opt_.keys.Server(opt_.node),
+                                   instance_, replace, std::to_string(opt_.heartbeat_ttl_s),
+                                   "instance", instance_,
+                                   "pid", std::to_string(getpid()),
+                                   "pid_start", std::to_string(pid_start_),
+                                   "pid_ino", pid_ino_ != 0 ? std::to_string(pid_ino_) : "",
+                                   "node", opt_.node,
+                                   "devices", devices_.devices_text(),
+                                   "allocator", devices_.allocator_text(),
+                                   "pool_socket", pool_socket_,
+                                   "pool_fd", devices_.PoolFdText(),
+                                   "ipc_primer", devices_.PrimerText("cuda_ipc"),
+                                   "pool_primer", devices_.PrimerText("cuda_mempool"),
+                                   "command_socket", command_socket_,
+                                   "pool_used", std::to_string(pool_used_.load()),
+                                   "ready_bytes", std::to_string(devices_.ReadyBytes()),
+                                   "slab_bytes", std::to_string(devices_.SlabBytes()),
+                                   "slab_free_bytes", std::to_string(devices_.SlabFreeBytes()),
+                                   "started", std::to_string(started_ms_),
+                                   "queue", opt_.keys.queue,
+                                   "version", "1",
+                                   "tensors", std::to_string(table_.count()),
+                                   "commands_ok", std::to_string(outcomes_.ok())};
+  uint64_t failed = 0;
+  for (const auto& [code, n] : outcomes_.Errors()) {
+    failed += n;
+    args.push_back("errors_" + code);
+    args.push_back(std::to_string(n));
+  }
+  args.push_back("commands_failed");
+  args.push_back(std::to_string(failed));
+  std::vector<std::string_view> argv(args.begin(), args.end());
+  // An error reply (OOM under maxmemory, say) is a failure too, not only a lost connection.
+  MCD_ASSIGN_OR_RETURN(RedisValue reply, conn.CommandRaw(argv));
+  if (reply.type == RedisValue::Type::kError) return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
+  if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
+  if (reply.elements[0].str == "ok") return std::optional<Holder>();
+  if (reply.elements[0].str != "held" || reply.elements.size() != 3) {
+    return Status(ErrorCode::kUnexpectedReply, "heartbeat script answered '" + reply.elements[0].str + "'");
+  }
+  Holder holder;
+  holder.instance = reply.elements[1].str;
+  holder.pid = std::atoll(reply.elements[2].str.c_str());
+  return std::optional<Holder>(std::move(holder));
+}
+
+void Heartbeat::Start(std::function<void(RedisConnection&)> on_stop) {
+  thread_ = std::thread([this, on_stop = std::move(on_stop)] { Loop(on_stop); });
+}
+
+void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
+  RedisOptions ropt;
+  ropt.command_timeout_ms = 2000;
+  std::unique_ptr<RedisConnection> conn;
+  auto connect = [&] {
+    if (conn && conn->connected()) return true;
+    auto c = RedisConnection::Connect(opt_.redis_url, ropt);
+    if (c.ok()) conn = std::move(c).value();
+    return conn && conn->connected();
+  };
+  auto interval = std::chrono::milliseconds(std::max(200, opt_.heartbeat_ttl_s * 1000 / 4));
+  Recurring failed;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    lock.unlock();
+    if (devices_.has_pool_socket()) pool_used_ = devices_.PoolUsedBytes();
+    if (connect()) {
+      auto written = Write(*conn);
+      if (written.ok() && written->has_value()) {
+        // This server was not heard from for longer than the TTL (stopped, or its machine
+        // paused), and another one took the node over and removed this one's hashes as
+        // stale: stop serving, and leave the keys alone, which are the other one's now.
+        const Holder& holder = **written;
+        lock.lock();
+        node_lost_ = "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " + holder.instance +
+                     ") took node '" + opt_.node + "' over while this one was not heard from for " +
+                     "longer than its heartbeat TTL; this one stops and leaves that one's keys alone";
+        Log(LogLevel::kError, node_lost_);
+        stop_ = true;
+        break;
+      }
+      Status s = written.ok() ? Status::Ok() : written.status();
+      if (!s.ok() && failed.Again()) {
+        int n = failed.count();
+        Log(LogLevel::kWarn, "heartbeat: " + s.ToString() + (n > 1 ? " (" + std::to_string(n) + " failures in a row)" : ""));
+      } else if (s.ok() && failed.count() > 0) {
+        Log(LogLevel::kInfo, "heartbeat written again after " + std::to_string(failed.count()) + " failure(s)");
+        failed.Over();
+      }
+    }
+    lock.lock();
+    wake_.wait_for(lock, interval, [this] { return stop_.load(); });
+  }
+  lock.unlock();
+  if (connect()) on_stop(*conn);
+}
+
+void Heartbeat::RequestStop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Heartbeat::Stop() {
+  RequestStop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Heartbeat::node_lost() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return node_lost_;
+}
+
+void Heartbeat::Remove(RedisConnection& conn) {
+  if (!owned_ || !conn.connected()) return;
+  (void)conn.Command({"EVAL", kDeleteIfScript, "1", opt_.keys.Server(opt_.node), "instance", instance_});
+}
+
+}  // namespace mcd

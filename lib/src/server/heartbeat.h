@@ -1,0 +1,84 @@
+// The node's heartbeat (<prefix>:server:<node>): claimed at start (refused while another live
+// instance holds the node), then rewritten by a thread every TTL/4 with what clients read from
+// it (sockets, primers, pool descriptors) and the server's counters. Also where the server's
+// stop is signalled: the heartbeat thread is what notices a node taken over, and what wakes the
+// main connection's blocking take when the server stops.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+#include "server/device_set.h"
+#include "server/outcome_log.h"
+#include "server/tensor_table.h"
+
+namespace mcd {
+
+class Heartbeat {
+ public:
+  Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices, const TensorTable& table,
+            const OutcomeLog& outcomes);
+  ~Heartbeat() { Stop(); }
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // Named in the heartbeat from the next write on ("" for none). Before Start() only.
+  void set_pool_socket(std::string path) { pool_socket_ = std::move(path); }
+  void set_command_socket(std::string path) { command_socket_ = std::move(path); }
+
+  // Writes the heartbeat, taking the node over from an instance whose process is gone;
+  // kAlreadyExists while a live one holds it.
+  Status Claim(RedisConnection& conn);
+  // Starts the thread that rewrites it. `on_stop` runs on that thread once a stop is asked or
+  // the node was lost, with a connection to Redis: it wakes the main thread's blocking take.
+  void Start(std::function<void(RedisConnection&)> on_stop);
+  // Thread-safe; wakes the heartbeat thread at once.
+  void RequestStop();
+  bool stopping() const { return stop_.load(); }
+  // Asks for the stop and waits for the thread. Idempotent.
+  void Stop();
+  // Why the node was lost to another instance ("" when it was not).
+  std::string node_lost();
+  // Deletes the heartbeat if this instance still holds it: shutdown.
+  void Remove(RedisConnection& conn);
+  bool owned() const { return owned_; }
+
+ private:
+  struct Holder {  // another instance that holds the node
+    std::string instance;
+    int64_t pid = 0;
+  };
+  // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
+  // then nothing is written, and that instance is returned.
+  Result<std::optional<Holder>> Write(RedisConnection& conn, const std::string& replace = "");
+  void Loop(const std::function<void(RedisConnection&)>& on_stop);
+
+  const ServerOptions& opt_;
+  const std::string instance_;
+  DeviceSet& devices_;
+  const TensorTable& table_;
+  const OutcomeLog& outcomes_;
+  int64_t started_ms_ = 0;
+  uint64_t pid_start_ = 0;  // ProcessStartTime(getpid())
+  uint64_t pid_ino_ = 0;    // PidfdInode(getpid()), 0 without pidfs
+  std::string pool_socket_;
+  std::string command_socket_;
+  std::atomic<uint64_t> pool_used_{0};
+  bool owned_ = false;
+
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::string node_lost_;  // under mutex_
+  std::thread thread_;
+};
+
+}  // namespace mcd

@@ -1,0 +1,132 @@
+#include "server/intake.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "common/log.h"
+#include "common/spin.h"
+#include "memcuda/protocol.h"
+#include "server/replies.h"
+
+namespace mcd {
+
+Intake::Intake(RedisConnection& redis, const ServerOptions& opt)
+    : redis_(redis), opt_(opt), processing_key_(opt.keys.Processing(opt.node)) {}
+
+Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy) {
+  MCD_ASSIGN_OR_RETURN(socket_, CommandSocket::Listen(path, policy));
+  return Status::Ok();
+}
+
+Result<RedisValue> Intake::WaitForCommand() {
+  std::vector<std::string_view> take = {"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"};
+  if (!socket_) return redis_.Command(take);
+  // A socket client that just had its reply often sends its next command at once: look for it
+  // a little while before blocking, as a client polls for its reply.
+  if (last_from_socket_ && SpinUntil([this] {
+        CollectSocket();
+        return !socket_in_.empty();
+      })) {
+    return RedisValue{};
+  }
+  MCD_RETURN_IF_ERROR(redis_.Append(take));
+  MCD_RETURN_IF_ERROR(redis_.FlushOutput());
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back(pollfd{redis_.fd(), POLLIN, 0});
+    socket_->AddPollFds(fds);
+    int n = poll(fds.data(), fds.size(), redis_.timeout_ms());
+    if (n < 0 && errno == EINTR) continue;
+    // The take's answer, or no answer in time: ReadCommandReply reads it or says what is wrong.
+    if (n <= 0 || fds[0].revents != 0) break;
+    CollectSocket();
+    if (!socket_in_.empty()) return CallOffTake();
+  }
+  return redis_.ReadCommandReply("BLMOVE");
+}
+
+Result<RedisValue> Intake::CallOffTake() {
+  std::string id = std::to_string(client_id_.load());
+  // The UNBLOCK travels on another connection, so it may reach Redis before the BLMOVE does
+  // (then it answers 0): it is sent again until the take has answered, at most for a second,
+  // after which the BLMOVE answers by its own timeout.
+  for (int tries = 0; tries < 500; ++tries) {
+    if (!unblock_conn_ || !unblock_conn_->connected()) {
+      RedisOptions ropt;
+      ropt.command_timeout_ms = 2000;
+      auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
+      if (!conn.ok()) break;
+      unblock_conn_ = std::move(conn).value();
+    }
+    auto unblocked = unblock_conn_->Command({"CLIENT", "UNBLOCK", id});
+    if (!unblocked.ok() || unblocked->integer == 1) break;
+    pollfd p{redis_.fd(), POLLIN, 0};
+    if (redis_.ReplyBuffered() || poll(&p, 1, 2) != 0) break;
+  }
+  return redis_.ReadCommandReply("BLMOVE");
+}
+
+void Intake::CollectSocket() {
+  if (socket_) socket_->Collect(socket_in_, kMaxCommandBytes);
+}
+
+std::vector<Intake::Incoming> Intake::TakeSocketLines() {
+  std::vector<Incoming> out = std::move(socket_in_);
+  socket_in_.clear();
+  return out;
+}
+
+void Intake::RefuseSocketLines(const Status& why) {
+  for (const Incoming& in : socket_in_) Answer(NewRoute(in.conn), ErrorReply("", nullptr, why));
+  socket_in_.clear();
+}
+
+Route Intake::NewRoute(uint64_t conn) {
+  Route route{conn, next_token_++};
+  socket_waiting_.insert(route.token);
+  return route;
+}
+
+bool Intake::Answer(const Route& route, const std::string& reply) {
+  if (socket_waiting_.erase(route.token) == 0 || !socket_) return false;
+  return socket_->Send(route.conn, reply);
+}
+
+void Intake::CloseConnection(uint64_t conn) {
+  if (socket_) socket_->Close(conn);
+}
+
+void Intake::CloseSocket() {
+  socket_.reset();
+  socket_in_.clear();
+}
+
+void Intake::PauseAfterRefusedTake(const Status& status, const std::function<bool()>& stopping) {
+  if (take_refused_.Again()) {
+    std::string why = status.message();
+    while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
+    if (status.code() == ErrorCode::kUnexpectedReply) why += " (is '" + opt_.keys.queue + "' a list?)";
+    int tries = take_refused_.count();
+    Log(LogLevel::kError, "Redis refuses to hand out commands: " + why +
+                              (tries == 1 ? "; trying again" : "; still so after " + std::to_string(tries) + " tries"));
+  }
+  // 0.1 s, then twice as long each time, up to a second.
+  int pause_ms = 100 << std::min(take_refused_.count() - 1, 4);
+  for (int waited = 0; waited < std::min(pause_ms, 1000) && !stopping(); waited += 100) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Intake::TakeAccepted() {
+  if (take_refused_.count() == 0) return;
+  Log(LogLevel::kInfo, "Redis hands out commands again (refused " + std::to_string(take_refused_.count()) +
+                           " time(s) over " + std::to_string(take_refused_.Seconds()) + " s)");
+  take_refused_.Over();
+}
+
+}  // namespace mcd

@@ -1,0 +1,84 @@
+// Taking commands: from the lifecycle list (a blocking BLMOVE into the node's processing list
+// while idle; LMOVEs sent ahead by the commit pipeline while busy) and from the command socket,
+// whose commands are answered on their connection. Main thread of the server only, but for
+// set_client_id, which the heartbeat thread reads to wake a blocked take.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "ipc/command_socket.h"
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+#include "server/commit_pipeline.h"
+#include "server/recurring.h"
+
+namespace mcd {
+
+class Intake {
+ public:
+  using Incoming = CommandSocket::Incoming;  // conn 0: from the lifecycle list
+
+  Intake(RedisConnection& redis, const ServerOptions& opt);
+  // Listens on the command socket at `path` for `policy`'s peers.
+  Status ListenOnSocket(const std::string& path, const PeerPolicy& policy);
+  // "" without a command socket.
+  std::string socket_path() const { return socket_ ? socket_->path() : std::string(); }
+  // The main connection's CLIENT ID, for CallOffTake and the heartbeat's wake-up at stop.
+  void set_client_id(long long id) { client_id_ = id; }
+  long long client_id() const { return client_id_.load(); }
+
+  // Idle: waits for the next command, on the list (a BLMOVE, whose answer is returned) or on
+  // the command socket (its lines are kept for TakeSocketLines; the BLMOVE is then called off
+  // and what it answered, nil or a command moved meanwhile, returned all the same).
+  Result<RedisValue> WaitForCommand();
+  // Reads what the command socket has, without blocking.
+  void CollectSocket();
+  std::vector<Incoming> TakeSocketLines();
+  bool has_socket_lines() const { return !socket_in_.empty(); }
+  // Every socket command collected gets `why` as its error reply (Redis is out of reach).
+  void RefuseSocketLines(const Status& why);
+
+  // A route for a command of socket connection `conn`, waiting for its one reply.
+  Route NewRoute(uint64_t conn);
+  // Sends a reply to the socket command of `route`, once: false when it was answered already or
+  // its client is gone.
+  bool Answer(const Route& route, const std::string& reply);
+  bool Waiting(const Route& route) const { return socket_waiting_.count(route.token) != 0; }
+  void CloseConnection(uint64_t conn);
+  // Closes the socket; its clients see the connection close at once rather than wait out their
+  // timeout.
+  void CloseSocket();
+  // The last batch had socket commands: the next wait looks at the socket a while first.
+  void set_last_from_socket(bool from_socket) { last_from_socket_ = from_socket; }
+
+  // Redis answered the take with an error on a live connection (out of memory under maxmemory,
+  // a replica that became read-only, a queue key of the wrong type): says so, and waits before
+  // the next try, 0.1 s at first, then up to a second (less when `stopping` turns true).
+  void PauseAfterRefusedTake(const Status& status, const std::function<bool()>& stopping);
+  // The first take accepted after refused ones: says so.
+  void TakeAccepted();
+
+ private:
+  // Wakes the main connection's BLMOVE (CLIENT UNBLOCK from another connection) and returns its
+  // answer.
+  Result<RedisValue> CallOffTake();
+
+  RedisConnection& redis_;
+  const ServerOptions& opt_;
+  const std::string processing_key_;
+  std::unique_ptr<CommandSocket> socket_;
+  std::unique_ptr<RedisConnection> unblock_conn_;  // calls off the main connection's BLMOVE
+  std::atomic<long long> client_id_{0};
+  std::vector<Incoming> socket_in_;              // socket commands collected, not yet handled
+  std::unordered_set<uint64_t> socket_waiting_;  // tokens of socket commands not yet answered
+  uint64_t next_token_ = 1;
+  bool last_from_socket_ = false;
+  Recurring take_refused_;  // takes Redis refused in a row
+};
+
+}  // namespace mcd

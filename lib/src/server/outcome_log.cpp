@@ -1,0 +1,33 @@
+#include "server/outcome_log.h"
+
+#include "common/log.h"
+
+namespace mcd {
+
+void OutcomeLog::Record(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
+                        const std::string& extra) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+  if (status.ok()) {
+    ok_++;
+  } else {
+    errors_[static_cast<size_t>(status.code()) % kCodeCount]++;
+  }
+  LogLevel level = status.ok() ? LogLevel::kInfo : LogLevel::kWarn;
+  if (!LogEnabled(level)) return;
+  std::string line = std::string(op) + " name=" + (name.empty() ? "-" : name) + " outcome=" +
+                     (status.ok() ? "ok" : ErrorName(status.code())) + " us=" + std::to_string(us);
+  if (!extra.empty()) line += " " + extra;
+  if (!status.ok()) line += " reason=\"" + status.message() + "\"";
+  Log(level, line);
+}
+
+std::vector<std::pair<std::string, uint64_t>> OutcomeLog::Errors() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t c = 1; c < kCodeCount; ++c) {
+    uint64_t n = errors_[c].load();
+    if (n != 0) out.emplace_back(ErrorName(static_cast<int32_t>(c)), n);
+  }
+  return out;
+}
+
+}  // namespace mcd

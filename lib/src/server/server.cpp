@@ -1,0 +1,345 @@
+// The server's lifecycle: Start (devices, Redis, the node's claim, sockets, startup clean-up),
+// the serving loop, the reconnect after a lost Redis, and Shutdown. The parts it drives:
+//   intake.h          commands from the lifecycle list and the command socket
+//   applier.h         each command applied through the allocators, its reply routed back
+//   commit_pipeline.h every change committed to Redis by one script call, pipelined
+//   tensor_table.h    the tensors held, by name
+//   device_set.h      workers, allocators and the pool socket of each device
+//   heartbeat.h       the node's claim and heartbeat, and the stop signal
+//   startup.h         the clean-up after dead instances
+#include "memcuda/server.h"
+
+#include <grp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "common/log.h"
+#include "common/process.h"
+#include "common/runtime_dir.h"
+#include "redis/lua_scripts.h"
+#include "server/applier.h"
+#include "server/commit_pipeline.h"
+#include "server/device_set.h"
+#include "server/heartbeat.h"
+#include "server/intake.h"
+#include "server/outcome_log.h"
+#include "server/replies.h"
+#include "server/startup.h"
+#include "server/tensor_table.h"
+
+namespace mcd {
+
+using Clock = std::chrono::steady_clock;
+
+class Server::Impl {
+ public:
+  explicit Impl(ServerOptions options) : opt_(std::move(options)) {}
+  ~Impl() { Shutdown(); }
+
+  Status Start();
+  Status Run();
+  void RequestStop();
+  void Shutdown();
+
+  std::string instance_;
+  ServerOptions opt_;
+
+ private:
+  // After connecting (and reconnecting): the connection's id, for waking its blocking take, and
+  // the commit script.
+  Status Prepare();
+  bool stopping() const { return heartbeat_->stopping(); }
+  // The path given (--pool-socket, --command-socket), or one of this instance in the runtime
+  // folder: <kind>-<node>-<instance>.sock.
+  std::string SocketPath(const std::string& given, const char* kind) const;
+  // Who may use the server's sockets: its user, and the members of --pool-group.
+  Result<PeerPolicy> Peers() const;
+  Status OpenSockets();
+  // The take failed: Redis refused it (pause) or the connection is gone (reconnect with backoff).
+  void TakeFailed(const Status& status, int& backoff_ms);
+  // After a reconnect: creates whose commit got no answer are settled by what the hash says,
+  // tensors whose hash is gone are kept as orphans, and the processing list is resumed.
+  Status SettleAfterReconnect();
+  // Once a second at most, from the serving loop: the stack reaper and the ready stock's trim.
+  void Housekeeping();
+  // Deletes the hashes still this instance's own (pipelined), then frees every allocation.
+  size_t DeleteAndFreeAll();
+
+  std::string shm_prefix_;
+  std::unique_ptr<RedisConnection> redis_;
+  std::unique_ptr<DeviceSet> devices_;
+  TensorTable table_;
+  OutcomeLog outcomes_;
+  std::unique_ptr<Heartbeat> heartbeat_;
+  std::unique_ptr<Intake> intake_;
+  std::unique_ptr<CommitPipeline> pipeline_;
+  std::unique_ptr<CommandApplier> applier_;
+  Clock::time_point last_housekeeping_{};
+  bool shut_down_ = false;
+};
+
+Status Server::Impl::Start() {
+  if (opt_.node.empty()) opt_.node = HostName();
+  SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
+  SetLogTag("mcd-serve");
+  instance_ = RandomHex(8);
+  // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
+  char url_tag[16];
+  std::snprintf(url_tag, sizeof(url_tag), "%08zx", std::hash<std::string>{}(opt_.redis_url.Redacted()) & 0xffffffffu);
+  shm_prefix_ = ShmPrefix(opt_.keys.prefix, opt_.node + "-" + url_tag);
+
+  // Host memory is always served; GPUs as asked (all by default).
+  MCD_ASSIGN_OR_RETURN(devices_, DeviceSet::Open(opt_, shm_prefix_ + instance_ + "-"));
+  heartbeat_ = std::make_unique<Heartbeat>(opt_, instance_, *devices_, table_, outcomes_);
+  RedisOptions ropt;
+  ropt.command_timeout_ms = 10000;
+  MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
+  intake_ = std::make_unique<Intake>(*redis_, opt_);
+  pipeline_ = std::make_unique<CommitPipeline>(*redis_, opt_, instance_, [this](Pending& p, Result<CommitResult> r) {
+    applier_->Settle(p, std::move(r));
+  });
+  applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_, table_, *devices_,
+                                              outcomes_);
+  MCD_RETURN_IF_ERROR(Prepare());
+  MCD_RETURN_IF_ERROR(OpenSockets());
+  WarnIfRedisEvicts(*redis_);
+  MCD_RETURN_IF_ERROR(ReconcileNode(*redis_, opt_, instance_, shm_prefix_));
+  heartbeat_->Start([this](RedisConnection& conn) {
+    // Wakes the main connection out of its BLMOVE so that Run() returns at once.
+    (void)conn.Command({"CLIENT", "UNBLOCK", std::to_string(intake_->client_id())});
+  });
+  Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " + opt_.redis_url.Redacted() +
+                           ", queue '" + opt_.keys.queue + "', devices " + devices_->devices_text());
+  return Status::Ok();
+}
+
+Status Server::Impl::Prepare() {
+  MCD_ASSIGN_OR_RETURN(RedisValue id, redis_->Command({"CLIENT", "ID"}));
+  MCD_ASSIGN_OR_RETURN(long long client_id, AsInteger(id, "CLIENT ID"));
+  intake_->set_client_id(client_id);
+  return pipeline_->LoadScript();
+}
+
+Status Server::Impl::OpenSockets() {
+  // Claimed before the reconciliation, which removes what other instances of the node left, and
+  // before binding the pool socket, whose path (--pool-socket) a live server may be using.
+  bool pools = opt_.allocator == "pool" && devices_->gpu_count() > 0;
+  std::string pool_socket = pools ? SocketPath(opt_.pool_socket, "pool") : "";
+  heartbeat_->set_pool_socket(pool_socket);
+  MCD_RETURN_IF_ERROR(heartbeat_->Claim(*redis_));
+  if (pools) {
+    MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
+    MCD_RETURN_IF_ERROR(devices_->StartPoolSocket(pool_socket, policy));
+  }
+  if (opt_.command_socket == "none") return Status::Ok();
+  MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
+  MCD_RETURN_IF_ERROR(intake_->ListenOnSocket(SocketPath(opt_.command_socket, "cmd"), policy));
+  // The claim's heartbeat could not name the socket yet, and a client that reads a heartbeat
+  // without one sends through the queue for as long as it runs: name it now, before the server
+  // says it serves, not when the heartbeat thread first gets to it.
+  heartbeat_->set_command_socket(intake_->socket_path());
+  return heartbeat_->Claim(*redis_);
+}
+
+std::string Server::Impl::SocketPath(const std::string& given, const char* kind) const {
+  if (!given.empty()) return given;
+  std::string dir = RuntimeDir();
+  mkdir(dir.c_str(), 0700);
+  std::string node;
+  for (char c : opt_.node) node.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return dir + "/" + kind + "-" + node.substr(0, 40) + "-" + instance_ + ".sock";
+}
+
+Result<PeerPolicy> Server::Impl::Peers() const {
+  PeerPolicy policy;
+  policy.uid = geteuid();
+  if (!opt_.pool_group.empty()) {
+    group* g = getgrnam(opt_.pool_group.c_str());
+    if (g == nullptr) return Status(ErrorCode::kInvalidArgument, "no group named '" + opt_.pool_group + "'");
+    policy.group = g->gr_gid;
+  }
+  return policy;
+}
+
+// The serving loop. Busy (commands were waiting): the take sent ahead of the last batch has the
+// next ones. Otherwise a blocking wait for the next command (an idle server sleeps in BLMOVE: no
+// polling), which costs a lone command no extra round trip.
+Status Server::Impl::Run() {
+  MCD_RETURN_IF_ERROR(applier_->ResumeUnfinished());
+  int backoff_ms = 100;
+  bool busy = false;
+  while (!stopping()) {
+    Housekeeping();
+    Result<RedisValue> taken = RedisValue{};
+    if (busy) {
+      if (!pipeline_->take_read()) pipeline_->Drain();  // the take sent ahead is due
+      taken = std::move(*pipeline_->TakeReply());
+      busy = taken.ok() && !taken->elements.empty();
+    }
+    intake_->CollectSocket();
+    if (!busy && taken.ok() && !intake_->has_socket_lines()) {
+      pipeline_->Drain();  // before sleeping: the commits' results, and what the last batch freed is freed
+      if (applier_->ResumeDue()) {
+        applier_->ResumeNow();
+        continue;
+      }
+      auto t0 = Clock::now();
+      taken = intake_->WaitForCommand();
+      if (taken.ok() && !taken->is_nil()) {
+        // An answer faster than a context switch means the command was already waiting.
+        busy = Clock::now() - t0 < std::chrono::microseconds(60);
+        RedisValue one = std::move(taken.value());
+        taken = RedisValue{RedisValue::Type::kArray, 0, "", {std::move(one)}};
+      }
+    }
+    if (!taken.ok()) {
+      pipeline_->Drain();  // on this connection, before any reconnect: a lost one fails them all
+      busy = false;
+      TakeFailed(taken.status(), backoff_ms);
+      continue;
+    }
+    backoff_ms = 100;
+    intake_->TakeAccepted();
+    std::vector<Intake::Incoming> commands;
+    if (!taken->is_nil()) {  // nil: BLMOVE timeout, or CLIENT UNBLOCK
+      for (RedisValue& v : taken->elements) commands.push_back(Intake::Incoming{0, std::move(v.str), false});
+    }
+    bool from_socket = intake_->has_socket_lines();
+    for (Intake::Incoming& in : intake_->TakeSocketLines()) commands.push_back(std::move(in));
+    if (commands.empty()) continue;
+    // While commands come on the socket, the list is looked at with each batch, without blocking.
+    busy = busy || from_socket;
+    if (busy) pipeline_->SendTake();
+    applier_->ProcessBatch(std::move(commands));
+  }
+  pipeline_->Drain();
+  std::string lost = heartbeat_->node_lost();
+  if (!lost.empty()) return Status(ErrorCode::kAlreadyExists, lost);
+  return Status::Ok();
+}
+
+void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
+  ErrorCode code = status.code();
+  // Redis answered, with an error (OOM under maxmemory, a missing permission): the same error a
+  // commit it refused gives, whichever of the two commands met it first.
+  bool refused = (code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) && redis_->connected();
+  Status why = refused ? Status(code, "Redis refused the server's take of commands (" + status.message() +
+                                          "); nothing changed")
+                       : Status(ErrorCode::kUnavailable,
+                                "the server cannot reach Redis (" + status.message() + "); nothing changed");
+  // Commands on the socket are not kept waiting for Redis: their clients hear why now.
+  intake_->RefuseSocketLines(why);
+  if (stopping()) return;
+  if (refused) {
+    intake_->PauseAfterRefusedTake(status, [this] { return stopping(); });  // reconnecting would not help
+    return;
+  }
+  Log(LogLevel::kWarn, "Redis: " + status.ToString() + "; reconnecting");
+  std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+  backoff_ms = std::min(backoff_ms * 2, 5000);
+  if (redis_->Reconnect().ok() && Prepare().ok()) {
+    Log(LogLevel::kInfo, "Redis connection restored");
+    backoff_ms = 100;
+    Status settled = SettleAfterReconnect();
+    if (!settled.ok()) Log(LogLevel::kWarn, "after reconnecting: " + settled.ToString());
+  }
+}
+
+Status Server::Impl::SettleAfterReconnect() {
+  for (Entry& entry : table_.TakeUnsettled()) {
+    // Its allocation is its handle and offset: tensors carved from one slab share the handle.
+    MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner",
+                                                        "ipc_handle", "offset"}));
+    bool ran = f.elements.size() == 3 && f.elements[0].str == instance_ &&
+               f.elements[1].str == entry.record.ipc_handle && f.elements[2].str == std::to_string(entry.record.offset);
+    if (ran) {
+      table_.Keep(std::move(entry));
+    } else {
+      (void)devices_->Free(entry.record.device, entry.allocation);  // never published: nobody can have opened it
+    }
+  }
+  // Tensors whose hash is gone (a Redis restart without persistence, or a delete whose reply was
+  // lost): processes may still map them, so their memory is kept until shutdown.
+  std::vector<std::string> lost;
+  for (const auto& [name, entry] : table_.tensors()) {
+    MCD_ASSIGN_OR_RETURN(RedisValue owner, redis_->Command({"HGET", opt_.keys.Tensor(name), "owner"}));
+    if (owner.str != instance_) lost.push_back(name);
+  }
+  for (const std::string& name : lost) {
+    Log(LogLevel::kWarn, "tensor '" + name + "' lost its hash while Redis was away; its memory is kept until shutdown");
+    table_.Orphan(table_.Forget(table_.find(name)));
+  }
+  return applier_->ResumeUnfinished();
+}
+
+void Server::Impl::Housekeeping() {
+  auto now = Clock::now();
+  if (now - last_housekeeping_ < std::chrono::seconds(1)) return;
+  last_housekeeping_ = now;
+  applier_->ReapStackTensors();
+  devices_->TrimReadyStock();
+}
+
+void Server::Impl::RequestStop() {
+  if (heartbeat_) heartbeat_->RequestStop();
+}
+
+void Server::Impl::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (heartbeat_) heartbeat_->Stop();
+  if (pipeline_) pipeline_->Drain();
+  if (intake_) intake_->CloseSocket();
+  size_t total = table_.held();
+  size_t freed = DeleteAndFreeAll();
+  if (heartbeat_ && redis_) heartbeat_->Remove(*redis_);
+  if (devices_) devices_->Stop();
+  if (heartbeat_ && heartbeat_->owned()) {
+    Log(LogLevel::kInfo, "stopped: freed " + std::to_string(freed) + " of " + std::to_string(total) + " tensor(s)");
+  }
+}
+
+size_t Server::Impl::DeleteAndFreeAll() {
+  // Hashes first (pipelined: nobody can get a tensor any more), then the memory, one worker job
+  // per device rather than one per tensor.
+  if (redis_ && redis_->connected()) {
+    size_t pending = 0;
+    auto drain = [&] {
+      for (; pending > 0; --pending) (void)redis_->ReadReply();
+    };
+    // Only those still this instance's own: another instance that took the node over may have
+    // made tensors of the same names since.
+    for (const auto& [name, entry] : table_.tensors()) {
+      if (!redis_->Append({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_}).ok()) break;
+      if (++pending == 1000) drain();
+    }
+    drain();
+  }
+  size_t freed = devices_ ? devices_->FreeAll(table_.HeldByDevice()) : 0;
+  table_.Clear();
+  return freed;
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() = default;
+
+Result<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  Status started = impl->Start();
+  if (!started.ok()) return started;
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Status Server::Run() { return impl_->Run(); }
+void Server::RequestStop() { impl_->RequestStop(); }
+void Server::Shutdown() { impl_->Shutdown(); }
+const std::string& Server::instance_id() const { return impl_->instance_; }
+const std::string& Server::node() const { return impl_->opt_.node; }
+
+}  // namespace mcd

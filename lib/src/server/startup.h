@@ -1,0 +1,26 @@
+// What a server does once at start, before it serves: clean up after dead instances of its node.
+#pragma once
+
+#include <string>
+
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+
+namespace mcd {
+
+// Removes the hashes of node `opt.node` owned by an instance other than `instance` (their
+// memory died with their process, or is unlinked here for host shm), then every shm object named
+// under `shm_prefix` that no hash refers to. Logs what it removed and how many commands wait in
+// the processing list.
+Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
+                     const std::string& shm_prefix);
+
+// A Redis that evicts keys at its maxmemory (a cache's setting) may drop a tensor's hash while
+// its memory stays held, or the heartbeat of a live server: said at start. A Redis that hides
+// CONFIG (some managed ones) is taken as it is.
+void WarnIfRedisEvicts(RedisConnection& redis);
+
+// "/mcd-<prefix>-<node>-": the start of the names of this node's shm objects, safe as a file name.
+std::string ShmPrefix(const std::string& prefix, const std::string& node);
+
+}  // namespace mcd

@@ -1,0 +1,57 @@
+#include "server/tensor_table.h"
+
+#include "common/process.h"
+
+namespace mcd {
+
+void TensorTable::Keep(Entry entry) {
+  std::string name = entry.record.name;
+  if (entry.record.lifetime == Lifetime::kStack) {
+    stack_names_.insert(name);
+  } else {
+    stack_names_.erase(name);
+  }
+  tensors_[name] = std::move(entry);
+  count_ = tensors_.size();
+}
+
+Entry TensorTable::Forget(Map::iterator it) {
+  Entry entry = std::move(it->second);
+  stack_names_.erase(it->first);
+  tensors_.erase(it);
+  count_ = tensors_.size();
+  return entry;
+}
+
+std::vector<std::string> TensorTable::DeadStackTensors() const {
+  std::vector<std::string> dead;
+  for (const std::string& name : stack_names_) {
+    const TensorRecord& r = tensors_.at(name).record;
+    if (!ProcessAlive(r.owner_pid, r.owner_start)) dead.push_back(name);
+  }
+  return dead;
+}
+
+std::vector<Entry> TensorTable::TakeUnsettled() {
+  std::vector<Entry> out = std::move(unsettled_);
+  unsettled_.clear();
+  return out;
+}
+
+std::map<int, std::vector<const Entry*>> TensorTable::HeldByDevice() const {
+  std::map<int, std::vector<const Entry*>> by_device;
+  for (const auto& [name, entry] : tensors_) by_device[entry.record.device].push_back(&entry);
+  for (const Entry& entry : orphans_) by_device[entry.record.device].push_back(&entry);
+  for (const Entry& entry : unsettled_) by_device[entry.record.device].push_back(&entry);
+  return by_device;
+}
+
+void TensorTable::Clear() {
+  tensors_.clear();
+  stack_names_.clear();
+  orphans_.clear();
+  unsettled_.clear();
+  count_ = 0;
+}
+
+}  // namespace mcd

@@ -1,0 +1,59 @@
+// The tensors this server instance holds, by name, with the memory behind each. The refcount
+// lives in Redis only; this table says which allocation a name stands for, so that the server
+// can free it when the refcount reaches 0. Main thread of the server only.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "alloc/allocator.h"
+#include "memcuda/protocol.h"
+
+namespace mcd {
+
+struct Entry {
+  TensorRecord record;    // as created
+  Allocation allocation;
+  std::string json_head;  // RecordJsonHead(record): replies are assembled around it
+};
+
+class TensorTable {
+ public:
+  using Map = std::unordered_map<std::string, Entry>;
+
+  Map::iterator find(const std::string& name) { return tensors_.find(name); }
+  Map::iterator end() { return tensors_.end(); }
+  const Map& tensors() const { return tensors_; }
+  // Every tensor enters by Keep and leaves by Forget, which keep the stack index and the count
+  // (read by the heartbeat thread) with the map.
+  void Keep(Entry entry);
+  Entry Forget(Map::iterator it);
+  // The stack tensors whose owner process is gone.
+  std::vector<std::string> DeadStackTensors() const;
+  size_t count() const { return count_.load(); }
+
+  // Allocations whose hash vanished underneath (removed by hand, or lost with a Redis that
+  // restarted without persistence): processes may still map them, so they are freed at shutdown.
+  void Orphan(Entry entry) { orphans_.push_back(std::move(entry)); }
+  // Creates whose commit got no answer (the connection broke): settled after reconnecting.
+  void Unsettled(Entry entry) { unsettled_.push_back(std::move(entry)); }
+  std::vector<Entry> TakeUnsettled();
+
+  // Every allocation held (tensors, orphans, unsettled creates) by device, then Clear: shutdown.
+  std::map<int, std::vector<const Entry*>> HeldByDevice() const;
+  size_t held() const { return tensors_.size() + orphans_.size() + unsettled_.size(); }
+  void Clear();
+
+ private:
+  Map tensors_;
+  std::set<std::string> stack_names_;  // the stack tensors among them, for the reaper
+  std::atomic<size_t> count_{0};
+  std::vector<Entry> orphans_;
+  std::vector<Entry> unsettled_;
+};
+
+}  // namespace mcd
