@@ -127,10 +127,10 @@ TEST(Protocol, RecordHashAndJsonRoundTrip) {
   EXPECT_EQ(RecordFromHash("t", fields).status().code(), ErrorCode::kUnexpectedReply);
 }
 
-// The hand-built record JSON (and the server's reply head, the same without "refcount") must be
-// exactly what nlohmann writes for the same object, whatever the strings hold (quotes, control
-// characters, non-ASCII, invalid UTF-8) and for both lifetimes.
-TEST(Protocol, RecordJsonHeadIsTheRecordsJsonWithoutRefcount) {
+// The record's JSON, and the server's reply head (the same without "refcount", left open), are
+// valid JSON that a conforming parser reads back to the same values, whatever the strings hold
+// (quotes, control characters, non-ASCII; invalid UTF-8 comes out as U+FFFD), for both lifetimes.
+TEST(Protocol, RecordJsonIsValidJsonAndTheHeadIsItWithoutRefcount) {
   TensorRecord r;
   r.name = "a/b.c:d@e+f=g,h-i_0";
   r.dtype = DType::kBF16;
@@ -145,25 +145,65 @@ TEST(Protocol, RecordJsonHeadIsTheRecordsJsonWithoutRefcount) {
   r.ctime_ms = 1763800000123;
   r.owner = "0123456789abcdef";
   r.creator_pid = 4242;
-  for (const char* node : {"gpu-host-1", "q\"uote\\back", "tab\tnew\nline\x01", "\xc3\xa9t\xc3\xa9", "bad\xff\xfeutf8", "del\x7f"}) {
+  const std::pair<const char*, const char*> nodes[] = {
+      {"gpu-host-1", "gpu-host-1"}, {"q\"uote\\back", "q\"uote\\back"}, {"tab\tnew\nline\x01", "tab\tnew\nline\x01"},
+      {"\xc3\xa9t\xc3\xa9", "\xc3\xa9t\xc3\xa9"}, {"bad\xff\xfeutf8", "bad\xef\xbf\xbd\xef\xbf\xbdutf8"}, {"del\x7f", "del\x7f"}};
+  for (const auto& [node, read_back] : nodes) {
     for (Lifetime lifetime : {Lifetime::kHeap, Lifetime::kStack}) {
       r.node = node;
       r.lifetime = lifetime;
       r.owner_pid = lifetime == Lifetime::kStack ? 99 : 0;
       r.owner_start = lifetime == Lifetime::kStack ? 123456789 : 0;
       nlohmann::json doc = nlohmann::json::parse(RecordToJson(r));
-      EXPECT_EQ(RecordToJson(r), doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) << "node " << node;
-      doc.erase("refcount");
-      std::string expected = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      expected.pop_back();
-      EXPECT_EQ(RecordJsonHead(r), expected) << "node " << node;
+      EXPECT_EQ(doc["node"], read_back) << "node " << node;
+      EXPECT_EQ(doc["bytes"], r.bytes);
+      EXPECT_EQ(doc["refcount"], 3);
+      EXPECT_EQ(doc["shape"], nlohmann::json(r.shape));
+      EXPECT_EQ(doc.contains("owner_pid"), lifetime == Lifetime::kStack);
+      nlohmann::json head = nlohmann::json::parse(RecordJsonHead(r) + R"(,"refcount":3})");
+      EXPECT_EQ(head, doc) << "node " << node;
       auto back = RecordFromJson(RecordJsonHead(r) + R"(,"refcount":3})");
       ASSERT_TRUE(back.ok()) << back.status().ToString();
       EXPECT_EQ(back->ipc_handle, r.ipc_handle);
       EXPECT_EQ(back->owner_start, r.owner_start);
       EXPECT_EQ(back->bytes, r.bytes);
+      EXPECT_EQ(back->node, read_back);
     }
   }
+}
+
+// What the codec refuses or survives: a NUL byte inside the text (not its end), invalid UTF-8,
+// hostile nesting, numbers past 64 bits.
+TEST(Protocol, CommandCodecRefusesWhatIsNotOneJsonObject) {
+  std::string with_nul = std::string(R"({"op":"get","name":"a"})") + '\0' + "garbage";
+  EXPECT_EQ(ParseCommand(with_nul).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ParseCommand("{\"op\":\"get\",\"name\":\"\xff\"}").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(ParseCommand(std::string(4000, '[')).status().message().find("nests"), std::string::npos);
+  EXPECT_NE(ParseCommand(R"({"op":"get","name":"a","x":1,"x":2})").status().message().find("repeats"),
+            std::string::npos);
+  auto big = ParseCommand(R"({"op":"get","name":"a","pid":18446744073709551615})");
+  EXPECT_EQ(big.status().code(), ErrorCode::kTooLarge);
+  auto huge = ParseCommand(R"({"op":"get","name":"a","pid":1e999})");
+  EXPECT_EQ(huge.status().code(), ErrorCode::kInvalidArgument);
+  auto numeric_req = ParseCommand(R"({"op":"get","name":"a","req":17})");
+  ASSERT_TRUE(numeric_req.ok());
+  EXPECT_EQ(numeric_req->req, "17");
+}
+
+TEST(Protocol, ShapesAndRepliesReadBack) {
+  EXPECT_EQ(ShapeToJson({2, 3}), "[2,3]");
+  EXPECT_EQ(ShapeFromJson(" [ 2 , 3 ] ").value(), (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(ShapeFromJson("[2,3").ok());
+  EXPECT_FALSE(ShapeFromJson("[2.5]").ok());
+  EXPECT_FALSE(ShapeFromJson("[[2]]").ok());
+  Command create;
+  create.op = Op::kCreate;
+  create.name = "t";
+  create.dtype = DType::kF32;
+  create.shape = {4};
+  create.device = 0;
+  create.owner_start = 18446744073709551615ull;
+  EXPECT_EQ(nlohmann::json::parse(CommandToJson(create))["owner_start"], 18446744073709551615ull);
 }
 
 TEST(Protocol, DTypesAndShapes) {

@@ -3,7 +3,6 @@
 #include <optional>
 #include <vector>
 
-#include "protocol/protocol_json.h"
 
 namespace mcd {
 

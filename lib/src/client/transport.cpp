@@ -13,7 +13,7 @@
 #include "common/process.h"
 #include "common/spin.h"
 #include "ipc/unix_socket.h"
-#include "protocol/protocol_json.h"
+#include "protocol/json_codec.h"
 
 namespace mcd {
 
@@ -180,29 +180,6 @@ Result<TensorRecord> Transport::Unanswered(const Outgoing& out) {
                                          " s (the server is busy or the queue is long)" + fate);
 }
 
-Result<TensorRecord> Transport::ParseReply(const std::string& text) {
-  auto parsed = JsonReader::Parse(text, 3, "server reply");
-  if (!parsed.ok() || parsed->root().kind != JsonReader::Kind::kObject) {
-    return Status(ErrorCode::kUnexpectedReply, "server reply is not a JSON object");
-  }
-  const JsonReader& doc = parsed.value();
-  auto ok = doc.Find(doc.root_index(), "ok");
-  if (ok && doc.at(*ok).kind == JsonReader::Kind::kBool && doc.at(*ok).boolean) {
-    auto tensor = doc.Find(doc.root_index(), "tensor");
-    if (!tensor) return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
-    return RecordFromJsonNode(doc, *tensor);
-  }
-  std::string code = "internal";
-  std::string message = "the server gave no reason";
-  if (auto error = doc.Find(doc.root_index(), "error")) {
-    auto text_of = [&](const char* key, std::string& out) {
-      auto index = doc.Find(*error, key);
-      if (index && doc.at(*index).kind == JsonReader::Kind::kString) out = std::string(doc.at(*index).text);
-    };
-    text_of("code", code);
-    text_of("message", message);
-  }
-  return Status(ErrorCodeFromName(code).value_or(ErrorCode::kInternal), message);
-}
+Result<TensorRecord> Transport::ParseReply(const std::string& text) { return RecordFromReply(text); }
 
 }  // namespace mcd

@@ -3,15 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <nlohmann/json.hpp>
 
-#include "memcuda/gpu_worker.h"
-#include "protocol/json_reader.h"
-#include "protocol/protocol_json.h"
+#include "protocol/text.h"
 
 namespace mcd {
-
-using nlohmann::json;
 
 namespace {
 
@@ -42,31 +37,15 @@ constexpr std::array<Alias, 17> kAliases = {{
     {"b8", DType::kBool},     {"bool_", DType::kBool},
 }};
 
+}  // namespace
+
 bool IsNameChar(char c) {
   // Not strchr, which finds a NUL byte too (the string's own terminator).
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
          std::string_view("._:/@+=,-").find(c) != std::string_view::npos;
 }
 
-Status Invalid(const std::string& message) { return Status(ErrorCode::kInvalidArgument, message); }
-
-using JsonKind = JsonReader::Kind;
-
-// Reads an integer field that must be a JSON integer (not 2.5, not "2").
-Result<int64_t> IntField(const JsonReader::Node& value, const char* field) {
-  if (value.kind == JsonKind::kInt) return value.int_value;
-  if (value.kind == JsonKind::kUint) {
-    return Status(ErrorCode::kTooLarge, std::string("\"") + field + "\" is too large");
-  }
-  return Invalid(std::string("\"") + field + "\" must be an integer");
-}
-
-Result<std::string_view> StringField(const JsonReader::Node& value, const char* field) {
-  if (value.kind != JsonKind::kString) return Invalid(std::string("\"") + field + "\" must be a string");
-  return value.text;
-}
-
-std::string Printable(std::string_view text, size_t max = 40) {
+std::string Printable(std::string_view text, size_t max) {
   std::string out;
   for (char c : text.substr(0, max)) {
     out.push_back(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f ? c : '?');
@@ -75,7 +54,6 @@ std::string Printable(std::string_view text, size_t max = 40) {
   return out;
 }
 
-}  // namespace
 
 const char* DTypeName(DType dtype) noexcept { return kDTypes[static_cast<size_t>(dtype)].name; }
 size_t DTypeSize(DType dtype) noexcept { return kDTypes[static_cast<size_t>(dtype)].size; }
@@ -152,50 +130,6 @@ Result<uint64_t> ShapeBytes(const std::vector<int64_t>& shape, DType dtype) {
   return bytes;
 }
 
-std::string ShapeToJson(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i != 0) out += ",";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
-Result<std::vector<int64_t>> ShapeFromJson(std::string_view text) {
-  // "[2,3,4]": parsed by hand, since listings parse one per tensor (nlohmann is ~10x slower).
-  auto bad = [&] { return Invalid("shape \"" + Printable(text) + "\" is not a JSON array of integers"); };
-  size_t i = 0;
-  auto skip = [&] {
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) ++i;
-  };
-  skip();
-  if (i >= text.size() || text[i] != '[') return bad();
-  ++i;
-  std::vector<int64_t> out;
-  skip();
-  if (i < text.size() && text[i] == ']') return out;
-  for (;;) {
-    skip();
-    int64_t dim = 0;
-    auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + text.size(), dim);
-    if (ec != std::errc()) return bad();
-    i = static_cast<size_t>(ptr - text.data());
-    if (out.size() == kMaxDims * 4) return bad();
-    out.push_back(dim);
-    skip();
-    if (i < text.size() && text[i] == ',') {
-      ++i;
-      continue;
-    }
-    if (i < text.size() && text[i] == ']') break;
-    return bad();
-  }
-  ++i;
-  skip();
-  if (i != text.size()) return bad();
-  return out;
-}
-
 Result<std::vector<int64_t>> ParseShapeList(std::string_view text) {
   if (!text.empty() && text.front() == '[') return ShapeFromJson(text);
   std::vector<int64_t> out;
@@ -213,194 +147,6 @@ Result<std::vector<int64_t>> ParseShapeList(std::string_view text) {
     start = end + 1;
   }
   return out;
-}
-
-Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
-  if (raw.size() > kMaxCommandBytes) {
-    return Status(ErrorCode::kTooLarge, "command is " + std::to_string(raw.size()) +
-                                            " bytes; the limit is " +
-                                            std::to_string(kMaxCommandBytes));
-  }
-  MCD_ASSIGN_OR_RETURN(JsonReader doc, JsonReader::Parse(raw, kMaxJsonDepth, "command"));
-  if (doc.root().kind != JsonKind::kObject) return Invalid("command is not a JSON object");
-
-  // One pass over the members: each known field's value, and the first unknown field.
-  enum Field { kOp, kName, kReq, kNode, kPid, kDType, kShape, kDevice, kLifetime, kInit,
-               kOwnerPid, kOwnerStart, kBytes, kFieldCount };
-  static constexpr std::string_view kKnown[kFieldCount] = {
-      "op", "name", "req", "node", "pid", "dtype", "shape", "device", "lifetime", "init",
-      "owner_pid", "owner_start", "bytes"};
-  uint32_t at[kFieldCount] = {};  // index of each field's value node; 0 (the root) when absent
-  // A repeated key is refused below.
-  std::optional<std::string_view> unknown = doc.IndexMembers(doc.root_index(), kKnown, kFieldCount, at);
-
-  auto field = [&](Field f) -> const JsonReader::Node* { return at[f] != 0 ? &doc.at(at[f]) : nullptr; };
-
-  Command cmd;
-  // The request id first, so that every later error can be answered.
-  if (const JsonReader::Node* req = field(kReq)) {
-    if (req->kind == JsonKind::kString) {
-      cmd.req = std::string(req->text);
-    } else if (req->kind == JsonKind::kInt) {
-      cmd.req = std::to_string(req->int_value);
-    } else if (req->kind == JsonKind::kUint) {
-      cmd.req = std::to_string(req->uint_value);
-    } else {
-      return Invalid("\"req\" must be a string");
-    }
-    if (cmd.req.empty() || cmd.req.size() > 128) return Invalid("\"req\" must be 1 to 128 bytes");
-    for (char c : cmd.req) {
-      if (!IsNameChar(c)) return Invalid("\"req\" holds characters outside [A-Za-z0-9._:/@+=,-]");
-    }
-    if (req_out != nullptr) *req_out = cmd.req;
-  }
-  if (!doc.duplicate_key().empty()) {
-    return Invalid("command repeats the key \"" + doc.duplicate_key() + "\"");
-  }
-  if (unknown) return Invalid("unknown field \"" + Printable(*unknown) + "\"");
-
-  if (field(kOp) == nullptr) return Invalid("missing \"op\"");
-  MCD_ASSIGN_OR_RETURN(std::string_view op, StringField(*field(kOp), "op"));
-  if (op == "create") {
-    cmd.op = Op::kCreate;
-  } else if (op == "get") {
-    cmd.op = Op::kGet;
-  } else if (op == "delete") {
-    cmd.op = Op::kDelete;
-  } else {
-    return Invalid("unknown op \"" + Printable(op) + "\" (expected create, get or delete)");
-  }
-
-  if (field(kName) == nullptr) return Invalid("missing \"name\"");
-  MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*field(kName), "name"));
-  MCD_RETURN_IF_ERROR(ValidateName(name));
-  cmd.name = std::string(name);
-
-  if (field(kNode) != nullptr) {
-    MCD_ASSIGN_OR_RETURN(std::string_view node, StringField(*field(kNode), "node"));
-    if (node.empty() || node.size() > 255) return Invalid("\"node\" must be 1 to 255 bytes");
-    cmd.node = std::string(node);
-  }
-  if (field(kPid) != nullptr) {
-    MCD_ASSIGN_OR_RETURN(cmd.pid, IntField(*field(kPid), "pid"));
-    if (cmd.pid < 0) return Invalid("\"pid\" must not be negative");
-  }
-
-  if (cmd.op != Op::kCreate) {
-    for (int f = kDType; f < kFieldCount; ++f) {
-      if (at[f] != 0) {
-        return Invalid("\"" + std::string(kKnown[f]) + "\" is only valid for op \"create\"");
-      }
-    }
-    return cmd;
-  }
-
-  if (field(kDType) == nullptr) return Invalid("missing \"dtype\"");
-  MCD_ASSIGN_OR_RETURN(std::string_view dtype, StringField(*field(kDType), "dtype"));
-  auto parsed_dtype = ParseDType(dtype);
-  if (!parsed_dtype) {
-    return Invalid("unknown dtype \"" + Printable(dtype) + "\" (expected " + DTypeNames() + ")");
-  }
-  cmd.dtype = *parsed_dtype;
-
-  const JsonReader::Node* shape = field(kShape);
-  if (shape == nullptr) return Invalid("missing \"shape\"");
-  if (shape->kind != JsonKind::kArray) return Invalid("\"shape\" must be an array of integers");
-  if (shape->count > kMaxDims) {
-    return Invalid("shape has " + std::to_string(shape->count) + " dimensions; the limit is " +
-                   std::to_string(kMaxDims));
-  }
-  Status dims_ok;
-  doc.ForEachElement(at[kShape], [&](uint32_t index) {
-    if (!dims_ok.ok()) return;
-    const JsonReader::Node& dim = doc.at(index);
-    if (dim.kind == JsonKind::kFloat) {
-      dims_ok = Invalid("shape dimensions must be integers");
-      return;
-    }
-    auto value = IntField(dim, "shape");
-    if (!value.ok()) {
-      dims_ok = value.status();
-      return;
-    }
-    cmd.shape.push_back(value.value());
-  });
-  MCD_RETURN_IF_ERROR(dims_ok);
-  MCD_ASSIGN_OR_RETURN(cmd.bytes, ShapeBytes(cmd.shape, cmd.dtype));
-  if (const JsonReader::Node* bytes = field(kBytes)) {
-    // Optional cross-check written by some clients; it must agree with shape x dtype.
-    uint64_t stated = bytes->kind == JsonKind::kUint                           ? bytes->uint_value
-                      : bytes->kind == JsonKind::kInt && bytes->int_value >= 0 ? static_cast<uint64_t>(bytes->int_value)
-                                                                               : ~cmd.bytes;
-    if (stated != cmd.bytes) {
-      return Invalid("\"bytes\" does not match shape x dtype (" + std::to_string(cmd.bytes) + ")");
-    }
-  }
-
-  const JsonReader::Node* device = field(kDevice);
-  if (device == nullptr) return Invalid("missing \"device\"");
-  if (device->kind == JsonKind::kString) {
-    MCD_ASSIGN_OR_RETURN(cmd.device, ParseDevice(device->text));
-  } else {
-    MCD_ASSIGN_OR_RETURN(int64_t ordinal, IntField(*device, "device"));
-    if (ordinal < -1 || ordinal > 1023) {
-      return Invalid("device " + std::to_string(ordinal) + " is out of range");
-    }
-    cmd.device = static_cast<int>(ordinal);
-  }
-
-  if (field(kLifetime) != nullptr) {
-    MCD_ASSIGN_OR_RETURN(std::string_view lifetime, StringField(*field(kLifetime), "lifetime"));
-    if (lifetime == "heap") {
-      cmd.lifetime = Lifetime::kHeap;
-    } else if (lifetime == "stack") {
-      cmd.lifetime = Lifetime::kStack;
-    } else {
-      return Invalid("\"lifetime\" must be \"heap\" or \"stack\"");
-    }
-  }
-  if (field(kInit) != nullptr) {
-    MCD_ASSIGN_OR_RETURN(std::string_view init, StringField(*field(kInit), "init"));
-    if (init == "zero") {
-      cmd.zero_init = true;
-    } else if (init == "none") {
-      cmd.zero_init = false;
-    } else {
-      return Invalid("\"init\" must be \"zero\" or \"none\"");
-    }
-  }
-  if (field(kOwnerPid) != nullptr) {
-    MCD_ASSIGN_OR_RETURN(cmd.owner_pid, IntField(*field(kOwnerPid), "owner_pid"));
-    if (cmd.owner_pid <= 0) return Invalid("\"owner_pid\" must be positive");
-  }
-  if (field(kOwnerStart) != nullptr) {
-    MCD_ASSIGN_OR_RETURN(int64_t start, IntField(*field(kOwnerStart), "owner_start"));
-    if (start < 0) return Invalid("\"owner_start\" must not be negative");
-    cmd.owner_start = static_cast<uint64_t>(start);
-  }
-  if (cmd.lifetime == Lifetime::kStack && cmd.owner_pid == 0 && cmd.pid == 0) {
-    return Invalid("a stack tensor needs \"pid\" or \"owner_pid\": the process it is bound to");
-  }
-  return cmd;
-}
-
-std::string CommandToJson(const Command& cmd) {
-  json doc;
-  doc["op"] = OpName(cmd.op);
-  doc["name"] = cmd.name;
-  if (!cmd.req.empty()) doc["req"] = cmd.req;
-  if (cmd.node) doc["node"] = *cmd.node;
-  if (cmd.pid != 0) doc["pid"] = cmd.pid;
-  if (cmd.op == Op::kCreate) {
-    doc["dtype"] = DTypeName(cmd.dtype);
-    doc["shape"] = cmd.shape;
-    doc["device"] = cmd.device;
-    if (cmd.lifetime != Lifetime::kHeap) doc["lifetime"] = LifetimeName(cmd.lifetime);
-    if (!cmd.zero_init) doc["init"] = "none";
-    if (cmd.owner_pid != 0) doc["owner_pid"] = cmd.owner_pid;
-    if (cmd.owner_start != 0) doc["owner_start"] = cmd.owner_start;
-  }
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 const std::vector<std::string>& TensorFieldNames() {
@@ -497,170 +243,6 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   if ((value = get(kIpcHandle)) != nullptr) r.ipc_handle = *value;
   if ((value = get(kOwner)) != nullptr) r.owner = *value;
   if ((value = get(kLifetime)) != nullptr) r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
-  return r;
-}
-
-namespace {
-// Appends `text` as a JSON string, exactly as nlohmann's dump writes it (invalid UTF-8
-// replaced). Plain printable ASCII, which names, owners and handles are, is copied as is.
-void AppendJsonString(std::string& out, std::string_view text) {
-  bool plain = true;
-  for (char c : text) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
-      plain = false;
-      break;
-    }
-  }
-  if (!plain) {
-    out += json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
-    return;
-  }
-  out += '"';
-  out.append(text.data(), text.size());
-  out += '"';
-}
-
-// A record as a JSON object, by hand rather than through a json object and dump: the server
-// writes one per create, on its hot path, and `mcd-ls --json` one per tensor; this is ~5x
-// faster. Keys in the sorted order nlohmann's dump uses, so the text is what it would write (a
-// test holds it to that). Without the closing brace, and with "refcount" only when asked.
-void AppendRecordFields(std::string& out, const TensorRecord& r, bool with_refcount) {
-  out.reserve(out.size() + 340 + r.ipc_handle.size() * 2 + r.name.size() + r.node.size());
-  out += "{\"bytes\":";
-  out += std::to_string(r.bytes);
-  out += ",\"creator_pid\":";
-  out += std::to_string(r.creator_pid);
-  out += ",\"ctime\":";
-  out += std::to_string(r.ctime_ms);
-  out += ",\"device\":";
-  out += std::to_string(r.device);
-  out += ",\"dtype\":";
-  AppendJsonString(out, DTypeName(r.dtype));
-  out += ",\"ipc_handle_hex\":";
-  AppendJsonString(out, HexEncode(r.ipc_handle));
-  out += ",\"ipc_kind\":";
-  AppendJsonString(out, r.ipc_kind);
-  out += ",\"lifetime\":";
-  AppendJsonString(out, LifetimeName(r.lifetime));
-  out += ",\"name\":";
-  AppendJsonString(out, r.name);
-  out += ",\"node\":";
-  AppendJsonString(out, r.node);
-  out += ",\"offset\":";
-  out += std::to_string(r.offset);
-  out += ",\"owner\":";
-  AppendJsonString(out, r.owner);
-  if (r.lifetime == Lifetime::kStack) {
-    out += ",\"owner_pid\":";
-    out += std::to_string(r.owner_pid);
-    out += ",\"owner_start\":";
-    out += std::to_string(r.owner_start);
-  }
-  if (with_refcount) {
-    out += ",\"refcount\":";
-    out += std::to_string(r.refcount);
-  }
-  out += ",\"shape\":";
-  out += ShapeToJson(r.shape);
-  out += ",\"state\":";
-  AppendJsonString(out, r.state);
-}
-}  // namespace
-
-std::string RecordToJson(const TensorRecord& r) {
-  std::string out;
-  AppendRecordFields(out, r, true);
-  out += '}';
-  return out;
-}
-
-std::string RecordJsonHead(const TensorRecord& r) {
-  std::string out;
-  AppendRecordFields(out, r, false);
-  return out;
-}
-
-Result<TensorRecord> RecordFromJson(std::string_view text) {
-  auto doc = JsonReader::Parse(text, 2, "tensor record");
-  if (!doc.ok()) return Status(ErrorCode::kUnexpectedReply, doc.status().message());
-  return RecordFromJsonNode(doc.value(), doc->root_index());
-}
-
-Result<TensorRecord> RecordFromJsonNode(const JsonReader& doc, uint32_t object) {
-  if (doc.at(object).kind != JsonKind::kObject) {
-    return Status(ErrorCode::kUnexpectedReply, "tensor record is not a JSON object");
-  }
-  // One pass: each known key's value node (0, the root, when absent).
-  enum Field { kName, kDType, kShape, kDevice, kBytes, kIpcKind, kHandle, kOffset, kRefcount,
-               kState, kCtime, kNode, kOwner, kLifetime, kCreatorPid, kOwnerPid, kOwnerStart,
-               kFieldCount };
-  static constexpr std::string_view kKeys[kFieldCount] = {
-      "name", "dtype", "shape", "device", "bytes", "ipc_kind", "ipc_handle_hex", "offset",
-      "refcount", "state", "ctime", "node", "owner", "lifetime", "creator_pid", "owner_pid",
-      "owner_start"};
-  uint32_t at[kFieldCount] = {};
-  (void)doc.IndexMembers(object, kKeys, kFieldCount, at);  // fields of newer servers are skipped
-  auto malformed = [&](Field f, const char* why) {
-    return Status(ErrorCode::kUnexpectedReply,
-                  "malformed tensor record: \"" + std::string(kKeys[f]) + "\" " + why);
-  };
-  // Name, dtype, shape, device and bytes are required; the others default to what an old
-  // record lacks.
-  auto text = [&](Field f, std::string_view fallback) -> Result<std::string_view> {
-    if (at[f] == 0) return f <= kBytes ? Result<std::string_view>(malformed(f, "is missing")) : fallback;
-    if (doc.at(at[f]).kind != JsonKind::kString) return malformed(f, "is not a string");
-    return doc.at(at[f]).text;
-  };
-  auto integer = [&](Field f) -> Result<int64_t> {
-    if (at[f] == 0) return f <= kBytes ? Result<int64_t>(malformed(f, "is missing")) : int64_t{0};
-    if (doc.at(at[f]).kind != JsonKind::kInt) return malformed(f, "is not a 64-bit integer");
-    return doc.at(at[f]).int_value;
-  };
-  auto count = [&](Field f) -> Result<uint64_t> {
-    if (at[f] == 0) return f <= kBytes ? Result<uint64_t>(malformed(f, "is missing")) : uint64_t{0};
-    const JsonReader::Node& node = doc.at(at[f]);
-    if (node.kind == JsonKind::kUint) return node.uint_value;
-    if (node.kind == JsonKind::kInt && node.int_value >= 0) return static_cast<uint64_t>(node.int_value);
-    return malformed(f, "is not a non-negative integer");
-  };
-
-  TensorRecord r;
-  MCD_ASSIGN_OR_RETURN(std::string_view name, text(kName, ""));
-  r.name = std::string(name);
-  MCD_ASSIGN_OR_RETURN(std::string_view dtype_name, text(kDType, ""));
-  auto dtype = ParseDType(dtype_name);
-  if (!dtype) return Status(ErrorCode::kUnexpectedReply, "tensor record has an unknown dtype");
-  r.dtype = *dtype;
-  if (at[kShape] == 0 || doc.at(at[kShape]).kind != JsonKind::kArray) return malformed(kShape, "is not an array");
-  bool dims_ok = true;
-  doc.ForEachElement(at[kShape], [&](uint32_t index) {
-    dims_ok = dims_ok && doc.at(index).kind == JsonKind::kInt;
-    if (dims_ok) r.shape.push_back(doc.at(index).int_value);
-  });
-  if (!dims_ok) return malformed(kShape, "holds a value that is not an integer");
-  MCD_ASSIGN_OR_RETURN(int64_t device, integer(kDevice));
-  if (device < INT32_MIN || device > INT32_MAX) return malformed(kDevice, "is out of range");
-  r.device = static_cast<int>(device);
-  MCD_ASSIGN_OR_RETURN(r.bytes, count(kBytes));
-  MCD_ASSIGN_OR_RETURN(std::string_view ipc_kind, text(kIpcKind, ""));
-  r.ipc_kind = std::string(ipc_kind);
-  MCD_ASSIGN_OR_RETURN(std::string_view handle_hex, text(kHandle, ""));
-  MCD_ASSIGN_OR_RETURN(r.ipc_handle, HexDecode(handle_hex));
-  MCD_ASSIGN_OR_RETURN(r.offset, count(kOffset));
-  MCD_ASSIGN_OR_RETURN(r.refcount, integer(kRefcount));
-  MCD_ASSIGN_OR_RETURN(std::string_view state, text(kState, ""));
-  r.state = std::string(state);
-  MCD_ASSIGN_OR_RETURN(r.ctime_ms, integer(kCtime));
-  MCD_ASSIGN_OR_RETURN(std::string_view node, text(kNode, ""));
-  r.node = std::string(node);
-  MCD_ASSIGN_OR_RETURN(std::string_view owner, text(kOwner, ""));
-  r.owner = std::string(owner);
-  MCD_ASSIGN_OR_RETURN(std::string_view lifetime, text(kLifetime, "heap"));
-  r.lifetime = lifetime == "stack" ? Lifetime::kStack : Lifetime::kHeap;
-  MCD_ASSIGN_OR_RETURN(r.creator_pid, integer(kCreatorPid));
-  MCD_ASSIGN_OR_RETURN(r.owner_pid, integer(kOwnerPid));
-  MCD_ASSIGN_OR_RETURN(r.owner_start, count(kOwnerStart));
   return r;
 }
 

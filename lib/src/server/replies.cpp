@@ -1,23 +1,14 @@
 #include "server/replies.h"
 
-#include <nlohmann/json.hpp>
+#include "protocol/json_codec.h"
 
 namespace mcd {
 
 std::string ErrorReply(const std::string& req, const char* op, const Status& status) {
-  using nlohmann::json;
-  json doc = {{"ok", false}, {"error", {{"code", ErrorName(status.code())}, {"message", status.message()}}}};
-  if (!req.empty()) doc["req"] = req;
-  if (op != nullptr) doc["op"] = op;
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+  return ErrorReplyJson(req, op, status);
 }
 
-// req holds only name characters (ParseCommand checks it), so it needs no escaping.
-std::string ReplyHead(const std::string& req, Op op) {
-  std::string out = std::string(R"({"ok":true,"op":")") + OpName(op) + "\"";
-  if (!req.empty()) out += R"(,"req":")" + req + "\"";
-  return out + R"(,"tensor":)";
-}
+std::string ReplyHead(const std::string& req, Op op) { return ReplyHeadJson(req, op); }
 
 // "Redis EVALSHA: WRONGTYPE Operation ... script: <sha>, on @user_script:15." says more about
 // the script than a client needs.

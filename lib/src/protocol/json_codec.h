@@ -1,0 +1,24 @@
+// The one JSON codec of the protocol: commands, replies and records, read and written with
+// RapidJSON (Debian's rapidjson-dev, header-only). RapidJSON rather than nlohmann_json, which the
+// tools use for their own output: on the create path the server parses a command and writes a
+// record, and nlohmann's DOM costs several times more there (docs/design.md, "JSON codec").
+// Thread-safe: no state.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "memcuda/protocol.h"
+#include "memcuda/status.h"
+
+namespace mcd {
+
+// The server's reply line: the record of a success, the error's code and message otherwise
+// (kUnexpectedReply when it is not a reply).
+Result<TensorRecord> RecordFromReply(std::string_view text);
+// {"ok":false,"error":{"code":..,"message":..},"req":..,"op":..} (req and op when given).
+std::string ErrorReplyJson(const std::string& req, const char* op, const Status& status);
+// The start of a success reply, up to the tensor object: {"ok":true,"op":..,"req":..,"tensor":
+std::string ReplyHeadJson(const std::string& req, Op op);
+
+}  // namespace mcd
