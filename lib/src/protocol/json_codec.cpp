@@ -23,23 +23,29 @@ namespace rj = rapidjson;
 
 namespace {
 
-// A document whose nodes live in a buffer on the caller's stack: a command or a reply fits in
-// it, so reading one allocates nothing but the parser's own stack.
+using Pool = rj::MemoryPoolAllocator<>;
+// Nodes and the parser's stacks both in the pool.
+using Document = rj::GenericDocument<rj::UTF8<>, Pool, Pool>;
+using Reader = rj::GenericReader<rj::UTF8<>, rj::UTF8<>, Pool>;
+
+// A document whose nodes and parsing stacks live in a buffer on the caller's stack: a command or
+// a reply fits in it, so reading one allocates nothing (a larger text spills into the heap).
 class PooledDocument {
  public:
-  PooledDocument() : pool_(buffer_, sizeof(buffer_)), doc_(&pool_) {}
-  rj::Document& doc() { return doc_; }
+  PooledDocument() : pool_(buffer_, sizeof(buffer_)), doc_(&pool_, 256, &pool_) {}
+  Document& doc() { return doc_; }
+  Pool& pool() { return pool_; }
 
  private:
-  char buffer_[4096];
-  rj::MemoryPoolAllocator<> pool_;
-  rj::Document doc_;
+  char buffer_[8192];
+  Pool pool_;
+  Document doc_;
 };
 
 // Forwards the reader's events to the document, and stops at nesting deeper than `max_depth`.
 class DepthLimit {
  public:
-  DepthLimit(rj::Document& doc, int max_depth) : doc_(doc), max_depth_(max_depth) {}
+  DepthLimit(Document& doc, int max_depth) : doc_(doc), max_depth_(max_depth) {}
   bool Null() { return doc_.Null(); }
   bool Bool(bool b) { return doc_.Bool(b); }
   bool Int(int i) { return doc_.Int(i); }
@@ -65,21 +71,22 @@ class DepthLimit {
     --depth_;
     return true;
   }
-  rj::Document& doc_;
+  Document& doc_;
   int max_depth_;
   int depth_ = 0;
   bool too_deep_ = false;
 };
 
 // Parses `text` (not NUL-terminated; a NUL byte in it is an error, not its end) into `doc`.
-Status ParseJson(std::string_view text, int max_depth, const char* what, rj::Document& doc) {
+Status ParseJson(std::string_view text, int max_depth, const char* what, PooledDocument& pooled) {
+  Document& doc = pooled.doc();
   rj::ParseResult result;
   bool too_deep = false;
-  auto generate = [&](rj::Document& handler) {
+  auto generate = [&](Document& handler) {
     DepthLimit limit(handler, max_depth);
     rj::MemoryStream memory(text.data(), text.size());
     rj::EncodedInputStream<rj::UTF8<>, rj::MemoryStream> in(memory);
-    rj::Reader reader;
+    Reader reader(&pooled.pool(), 256);
     result = reader.Parse<rj::kParseIterativeFlag | rj::kParseValidateEncodingFlag>(in, limit);
     too_deep = limit.too_deep();
     // The reader takes a NUL byte for the end of its input: whatever follows one is refused here.
@@ -104,10 +111,6 @@ std::string_view Text(const rj::Value& value) { return {value.GetString(), value
 // `text` as valid UTF-8: each invalid sequence replaced by U+FFFD, so that what is written is
 // JSON whatever a hand-written hash or a Redis error held.
 std::string UnicodeSafe(std::string_view text) {
-  bool ascii = true;
-  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (ascii) return std::string(text);
-  std::string out;
   rj::MemoryStream memory(text.data(), text.size());
   rj::EncodedInputStream<rj::UTF8<>, rj::MemoryStream> in(memory);
   rj::GenericStringBuffer<rj::UTF8<>> valid;
@@ -124,9 +127,31 @@ std::string UnicodeSafe(std::string_view text) {
   return std::string(valid.GetString(), valid.GetSize());
 }
 
-using Writer = rj::Writer<rj::StringBuffer>;
+using Buffer = rj::GenericStringBuffer<rj::UTF8<>, Pool>;
+using Writer = rj::Writer<Buffer, rj::UTF8<>, rj::UTF8<>, Pool>;
+
+// A writer whose output and nesting stack live in a buffer on the caller's stack: writing a
+// command, a reply or a record allocates only the string it returns.
+class PooledWriter {
+ public:
+  PooledWriter() : pool_(buffer_, sizeof(buffer_)), out_(&pool_, 1024), writer_(out_, &pool_, 8) {}
+  Writer& w() { return writer_; }
+  std::string str() const { return std::string(out_.GetString(), out_.GetSize()); }
+
+ private:
+  char buffer_[4096];
+  Pool pool_;
+  Buffer out_;
+  Writer writer_;
+};
 
 void WriteString(Writer& w, std::string_view text) {
+  bool ascii = true;
+  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) {
+    w.String(text.data(), static_cast<rj::SizeType>(text.size()));
+    return;
+  }
   std::string safe = UnicodeSafe(text);
   w.String(safe.data(), static_cast<rj::SizeType>(safe.size()));
 }
@@ -318,8 +343,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
                                             std::to_string(kMaxCommandBytes));
   }
   PooledDocument pooled;
-  rj::Document& doc = pooled.doc();
-  MCD_RETURN_IF_ERROR(ParseJson(raw, kMaxJsonDepth, "command", doc));
+  Document& doc = pooled.doc();
+  MCD_RETURN_IF_ERROR(ParseJson(raw, kMaxJsonDepth, "command", pooled));
   if (!doc.IsObject()) return Invalid("command is not a JSON object");
   MemberIndex<kCommandFieldCount> m(doc, kCommandKeys);
 
@@ -367,8 +392,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
 }
 
 std::string CommandToJson(const Command& cmd) {
-  rj::StringBuffer out;
-  Writer w(out);
+  PooledWriter pooled;
+  Writer& w = pooled.w();
   w.StartObject();
   WriteKeyString(w, "op", OpName(cmd.op));
   WriteKeyString(w, "name", cmd.name);
@@ -396,20 +421,20 @@ std::string CommandToJson(const Command& cmd) {
     }
   }
   w.EndObject();
-  return std::string(out.GetString(), out.GetSize());
+  return pooled.str();
 }
 
 std::string ShapeToJson(const std::vector<int64_t>& shape) {
-  rj::StringBuffer out;
-  Writer w(out);
+  PooledWriter pooled;
+  Writer& w = pooled.w();
   WriteShape(w, shape);
-  return std::string(out.GetString(), out.GetSize());
+  return pooled.str();
 }
 
 Result<std::vector<int64_t>> ShapeFromJson(std::string_view text) {
   PooledDocument pooled;
-  rj::Document& doc = pooled.doc();
-  Status parsed = ParseJson(text, 1, "shape", doc);
+  Document& doc = pooled.doc();
+  Status parsed = ParseJson(text, 1, "shape", pooled);
   std::vector<int64_t> out;
   bool ok = parsed.ok() && doc.IsArray() && doc.Size() <= kMaxDims * 4;
   for (size_t i = 0; ok && i < doc.Size(); ++i) {
@@ -421,18 +446,18 @@ Result<std::vector<int64_t>> ShapeFromJson(std::string_view text) {
 }
 
 std::string RecordToJson(const TensorRecord& r) {
-  rj::StringBuffer out;
-  Writer w(out);
+  PooledWriter pooled;
+  Writer& w = pooled.w();
   WriteRecordFields(w, r, true);
   w.EndObject();
-  return std::string(out.GetString(), out.GetSize());
+  return pooled.str();
 }
 
 std::string RecordJsonHead(const TensorRecord& r) {
-  rj::StringBuffer out;
-  Writer w(out);
+  PooledWriter pooled;
+  Writer& w = pooled.w();
   WriteRecordFields(w, r, false);
-  return std::string(out.GetString(), out.GetSize());  // the object stays open
+  return pooled.str();  // the object stays open
 }
 
 namespace {
@@ -503,15 +528,15 @@ Result<TensorRecord> RecordFromObject(const rj::Value& object) {
 
 Result<TensorRecord> RecordFromJson(std::string_view text) {
   PooledDocument pooled;
-  Status parsed = ParseJson(text, 2, "tensor record", pooled.doc());
+  Status parsed = ParseJson(text, 2, "tensor record", pooled);
   if (!parsed.ok()) return Status(ErrorCode::kUnexpectedReply, parsed.message());
   return RecordFromObject(pooled.doc());
 }
 
 Result<TensorRecord> RecordFromReply(std::string_view text) {
   PooledDocument pooled;
-  rj::Document& doc = pooled.doc();
-  if (!ParseJson(text, 3, "server reply", doc).ok() || !doc.IsObject()) {
+  Document& doc = pooled.doc();
+  if (!ParseJson(text, 3, "server reply", pooled).ok() || !doc.IsObject()) {
     return Status(ErrorCode::kUnexpectedReply, "server reply is not a JSON object");
   }
   auto ok = doc.FindMember("ok");
@@ -535,8 +560,8 @@ Result<TensorRecord> RecordFromReply(std::string_view text) {
 }
 
 std::string ErrorReplyJson(const std::string& req, const char* op, const Status& status) {
-  rj::StringBuffer out;
-  Writer w(out);
+  PooledWriter pooled;
+  Writer& w = pooled.w();
   w.StartObject();
   w.Key("ok");
   w.Bool(false);
@@ -548,12 +573,12 @@ std::string ErrorReplyJson(const std::string& req, const char* op, const Status&
   if (!req.empty()) WriteKeyString(w, "req", req);
   if (op != nullptr) WriteKeyString(w, "op", op);
   w.EndObject();
-  return std::string(out.GetString(), out.GetSize());
+  return pooled.str();
 }
 
 std::string ReplyHeadJson(const std::string& req, Op op) {
-  rj::StringBuffer out;
-  Writer w(out);
+  PooledWriter pooled;
+  Writer& w = pooled.w();
   w.StartObject();
   w.Key("ok");
   w.Bool(true);
@@ -562,7 +587,7 @@ std::string ReplyHeadJson(const std::string& req, Op op) {
   w.Key("tensor");
   // Left open at the tensor, whose ':' the writer would put before the next value: the caller
   // appends the record and the closing braces.
-  return std::string(out.GetString(), out.GetSize()) + ":";
+  return pooled.str() + ":";
 }
 
 }  // namespace mcd
