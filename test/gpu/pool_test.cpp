@@ -36,14 +36,13 @@ void DenyDescriptorCopies() {
   }
 }
 
-// Imports the pool whose descriptor `fd` is (and closes it) into this process, on device 0.
-cudaError_t ImportPoolHere(int fd, cudaMemPool_t* pool) {
+// Imports the pool whose descriptor `fd` is into this process, on device 0.
+cudaError_t ImportPoolHere(const UniqueFd& fd, cudaMemPool_t* pool) {
   cudaError_t err = cudaSetDevice(0);
   if (err == cudaSuccess) {
-    err = cudaMemPoolImportFromShareableHandle(pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+    err = cudaMemPoolImportFromShareableHandle(pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
                                                cudaMemHandleTypePosixFileDescriptor, 0);
   }
-  close(fd);
   return err;
 }
 

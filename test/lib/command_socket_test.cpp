@@ -26,13 +26,13 @@ class CommandSocketTest : public ::testing::Test {
     ASSERT_TRUE(socket.ok()) << socket.status().ToString();
     socket_ = std::move(socket).value();
   }
-  int Connect() {
+  UniqueFd Connect() {
     auto fd = ConnectUnix(path_, 2000, "command socket");
     EXPECT_TRUE(fd.ok()) << fd.status().ToString();
-    return fd.ok() ? fd.value() : -1;
+    return fd.ok() ? std::move(fd).value() : UniqueFd();
   }
-  static void Write(int fd, const std::string& text) {
-    ASSERT_EQ(send(fd, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+  static void Write(const UniqueFd& fd, const std::string& text) {
+    ASSERT_EQ(send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
   }
   // Collects until `count` lines came or a second passed.
   std::vector<CommandSocket::Incoming> CollectLines(size_t count, size_t max_line = 4096) {
@@ -44,10 +44,10 @@ class CommandSocketTest : public ::testing::Test {
     }
     return out;
   }
-  static std::string ReadLine(int fd) {
+  static std::string ReadLine(const UniqueFd& fd) {
     std::string line;
     char c = 0;
-    while (recv(fd, &c, 1, 0) == 1 && c != '\n') line.push_back(c);
+    while (recv(fd.get(), &c, 1, 0) == 1 && c != '\n') line.push_back(c);
     return line;
   }
 
@@ -57,8 +57,8 @@ class CommandSocketTest : public ::testing::Test {
 };
 
 TEST_F(CommandSocketTest, LinesComeWholeAndInOrderAndRepliesGoBackToTheirConnection) {
-  int a = Connect();
-  int b = Connect();
+  UniqueFd a = Connect();
+  UniqueFd b = Connect();
   Write(a, "{\"op\":\"cre");
   auto none = CollectLines(1);
   EXPECT_TRUE(none.empty()) << "half a line was handed out";
@@ -83,14 +83,14 @@ TEST_F(CommandSocketTest, LinesComeWholeAndInOrderAndRepliesGoBackToTheirConnect
   EXPECT_TRUE(socket_->Send(conn_a, "for a"));
   EXPECT_EQ(ReadLine(a), "for a");
   EXPECT_EQ(ReadLine(b), "for b");
-  close(a);
-  close(b);
+  a.reset();
+  b.reset();
 }
 
 TEST_F(CommandSocketTest, AClientThatClosedTakesItsLinesWithItAndIsForgotten) {
-  int a = Connect();
+  UniqueFd a = Connect();
   Write(a, "{\"given\":\"up\"}\n");
-  close(a);
+  a.reset();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::vector<CommandSocket::Incoming> out;
   socket_->Collect(out, 4096);
@@ -102,7 +102,7 @@ TEST_F(CommandSocketTest, AClientThatClosedTakesItsLinesWithItAndIsForgotten) {
 // The same for a connection accepted earlier: its command and its close come in one read
 // pass, and the close must be seen although the command came in a short read.
 TEST_F(CommandSocketTest, AKnownClientThatSentAndClosedIsSeenGoneBeforeItsLineIsHandedOut) {
-  int a = Connect();
+  UniqueFd a = Connect();
   std::vector<CommandSocket::Incoming> out;
   for (int i = 0; i < 50 && socket_->connections() == 0; ++i) {
     socket_->Collect(out, 4096);
@@ -110,7 +110,7 @@ TEST_F(CommandSocketTest, AKnownClientThatSentAndClosedIsSeenGoneBeforeItsLineIs
   }
   ASSERT_EQ(socket_->connections(), 1u);
   Write(a, "{\"given\":\"up\"}\n");
-  close(a);
+  a.reset();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   socket_->Collect(out, 4096);
   EXPECT_TRUE(out.empty()) << "a command of a client that had closed was handed out: " << out[0].line;
@@ -118,7 +118,7 @@ TEST_F(CommandSocketTest, AKnownClientThatSentAndClosedIsSeenGoneBeforeItsLineIs
 }
 
 TEST_F(CommandSocketTest, ALineOverTheLimitIsCutOffAndNothingAfterItIsRead) {
-  int a = Connect();
+  UniqueFd a = Connect();
   Write(a, "{\"ok\":1}\n" + std::string(300, 'x') + "\n{\"after\":1}\n");
   auto lines = CollectLines(2, 100);
   ASSERT_EQ(lines.size(), 2u);
@@ -131,7 +131,7 @@ TEST_F(CommandSocketTest, ALineOverTheLimitIsCutOffAndNothingAfterItIsRead) {
   socket_->Close(lines[1].conn);
   EXPECT_EQ(socket_->connections(), 0u);
   EXPECT_FALSE(socket_->Send(lines[1].conn, "late"));
-  close(a);
+  a.reset();
 }
 
 TEST_F(CommandSocketTest, TheSocketIsTheUsersAloneAndGoesWithTheServer) {

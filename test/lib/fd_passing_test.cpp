@@ -62,11 +62,10 @@ TEST_F(FdPassing, AllowedPeerReceivesAWorkingDescriptor) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   auto fd = FetchFd(path_, 3, 2000);
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
-  EXPECT_NE(fd.value(), pipe_[0]);  // a new descriptor for the same pipe
+  EXPECT_NE(fd.value().get(), pipe_[0]);  // a new descriptor for the same pipe
   char buf[4] = {};
-  ASSERT_EQ(read(fd.value(), buf, 4), 4);
+  ASSERT_EQ(read(fd.value().get(), buf, 4), 4);
   EXPECT_EQ(std::string(buf, 4), "pool");
-  close(fd.value());
   EXPECT_EQ(FetchFd(path_, 5, 2000).status().code(), ErrorCode::kNoDevice);
 }
 
@@ -134,17 +133,16 @@ class FdOfProcess : public ::testing::Test {
   }
   void TearDown() override { Stop(); }
   // Pins `pid` as `who` and copies its descriptor `fd`, as a client does in two steps.
-  static Result<int> CopyFdOfProcess(pid_t pid, const ProcessIdentity& who, int fd) {
+  static Result<UniqueFd> CopyFdOfProcess(pid_t pid, const ProcessIdentity& who, int fd) {
     MCD_ASSIGN_OR_RETURN(auto pinned, PinnedProcess::Open(pid, who));
     return pinned->CopyFd(fd);
   }
-  // A copy of the child's pipe: "pool" comes out of it, and it is close-on-exec. Closes it.
-  static void ExpectThePipe(int copy) {
+  // A copy of the child's pipe: "pool" comes out of it, and it is close-on-exec.
+  static void ExpectThePipe(const UniqueFd& copy) {
     char buf[4] = {};
-    EXPECT_EQ(read(copy, buf, 4), 4);
+    EXPECT_EQ(read(copy.get(), buf, 4), 4);
     EXPECT_EQ(std::string(buf, 4), "pool");
-    EXPECT_NE(fcntl(copy, F_GETFD) & FD_CLOEXEC, 0);
-    close(copy);
+    EXPECT_NE(fcntl(copy.get(), F_GETFD) & FD_CLOEXEC, 0);
   }
   void Stop() {
     if (child_ <= 0) return;

@@ -30,6 +30,7 @@
 #include "memcuda/polling.h"
 #include "memcuda/private_redis.h"
 #include "memcuda/server.h"
+#include "memcuda/unique_fd.h"
 
 namespace {
 
@@ -153,17 +154,25 @@ struct Child {
   FILE* from = nullptr;  // child's stdout
 };
 
+// A pipe's two ends, each with its owner.
+bool Pipe(UniqueFd& read_end, UniqueFd& write_end) {
+  int ends[2];
+  if (pipe2(ends, O_CLOEXEC) != 0) return false;
+  read_end.reset(ends[0]);
+  write_end.reset(ends[1]);
+  return true;
+}
+
 Child SpawnChild(const std::vector<std::string>& args) {
-  int in[2], out[2];
-  if (pipe(in) != 0 || pipe(out) != 0) return {};
+  UniqueFd child_in, to_child, from_child, child_out;
+  if (!Pipe(child_in, to_child) || !Pipe(from_child, child_out)) return {};
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     DieWithParent(parent);
-    dup2(in[0], STDIN_FILENO);
-    dup2(out[1], STDOUT_FILENO);
-    close(in[1]);
-    close(out[0]);
+    // dup2 clears close-on-exec on the copies; the originals close at exec.
+    dup2(child_in.get(), STDIN_FILENO);
+    dup2(child_out.get(), STDOUT_FILENO);
     std::vector<char*> argv;
     std::string exe = SelfExe();
     argv.push_back(exe.data());
@@ -172,9 +181,8 @@ Child SpawnChild(const std::vector<std::string>& args) {
     execv(exe.c_str(), argv.data());
     _exit(127);
   }
-  close(in[0]);
-  close(out[1]);
-  return Child{pid, fdopen(in[1], "w"), fdopen(out[0], "r")};
+  // The FILE streams own the parent's ends from here.
+  return Child{pid, fdopen(to_child.release(), "w"), fdopen(from_child.release(), "r")};
 }
 
 // One whole line, however long: a throughput client sends every latency it measured on one

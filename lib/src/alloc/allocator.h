@@ -11,6 +11,7 @@
 
 #include <functional>
 
+#include "memcuda/unique_fd.h"
 #include "memcuda/gpu_worker.h"
 #include "memcuda/protocol.h"
 #include "memcuda/status.h"
@@ -128,9 +129,8 @@ using PoolImporter = std::function<Result<cudaMemPool_t>(DeviceContext&)>;
 Result<void*> OpenMapping(DeviceContext& ctx, const TensorRecord& record,
                           const PoolImporter& import_pool);
 Status CloseMapping(DeviceContext& ctx, const TensorRecord& record, void* ptr);
-// Imports a pool from its shareable descriptor (closed here) and enables access from the
-// context's device.
-Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, int fd);
+// Imports a pool from its shareable descriptor and enables access from the context's device.
+Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, UniqueFd fd);
 
 // The per-kind halves of OpenMapping/CloseMapping.
 Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset);

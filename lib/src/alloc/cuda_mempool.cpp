@@ -10,6 +10,7 @@
 #include <string>
 
 #include "alloc/allocator.h"
+#include "memcuda/unique_fd.h"
 #include "gpu/cuda_check.h"
 
 namespace mcd {
@@ -50,11 +51,10 @@ class CudaMempoolAllocator final : public Allocator {
       cudaMemPoolTrimTo(pool_, 0);
       cudaMemPoolDestroy(pool_);
       pool_ = nullptr;
-      int exported = fd_.exchange(-1);
-      if (exported >= 0) close(exported);
+      UniqueFd exported(fd_.exchange(-1));  // closed here
     });
     // The primer: a process's first cudaMemPoolImportPointer costs ~50-70 us more than later ones
-    // (docs/benchmarks.md, change 24), which a client pays while its first Get waits on Redis by
+    // (docs/design.md, "Primers"), which a client pays while its first Get waits on Redis by
     // importing this pointer along with the pool (MappingRegistry::PrefetchPool).
     void* primer = nullptr;
     uint64_t used_before = PoolUsedBytes(ctx);
@@ -162,16 +162,12 @@ std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config) {
   return std::make_unique<CudaMempoolAllocator>(config);
 }
 
-Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, int fd) {
-  Status ready = ctx.EnsureGpu();
-  if (!ready.ok()) {
-    close(fd);
-    return ready;
-  }
+Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, UniqueFd fd) {
+  MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
   cudaMemPool_t pool = nullptr;
+  // The import does not take the descriptor: it is closed when `fd` goes.
   cudaError_t err = cudaMemPoolImportFromShareableHandle(
-      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)), cudaMemHandleTypePosixFileDescriptor, 0);
-  close(fd);
+      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())), cudaMemHandleTypePosixFileDescriptor, 0);
   if (err != cudaSuccess) return CudaStatus(err, "cudaMemPoolImportFromShareableHandle");
   // An imported pool inherits no access settings: grant this process's device. Its resident
   // device always has access, and some drivers refuse to set it again: not an error then.

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "alloc/allocator.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 namespace {
@@ -38,16 +39,14 @@ class HostShmAllocator final : public Allocator {
       }
     }
     std::string name = prefix_ + std::to_string(seq_.fetch_add(1) + 1);
-    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0) return Status(ErrorCode::kIoError, Errno("shm_open(" + name + ")", errno));
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
+    if (!fd) return Status(ErrorCode::kIoError, Errno("shm_open(" + name + ")", errno));
+    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
       int err = errno;
-      close(fd);
       shm_unlink(name.c_str());
       return Status(err == ENOSPC || err == EFBIG ? ErrorCode::kOutOfMemory : ErrorCode::kIoError,
                     Errno("ftruncate(" + name + ")", err));
     }
-    close(fd);
     Allocation a;
     a.bytes = bytes;
     a.ipc_kind = kind();
@@ -90,20 +89,18 @@ int RemoveHostShmObjects(const std::string& name_prefix) {
 }
 
 Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset) {
-  int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
+  UniqueFd fd(shm_open(name.c_str(), O_RDWR, 0));
+  if (!fd) {
     return Status(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
                   Errno("shm_open(" + name + ")", errno));
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < offset + bytes) {
-    close(fd);
+  if (fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < offset + bytes) {
     return Status(ErrorCode::kUnexpectedReply, "shared-memory object " + name +
                                                    " is smaller than the tensor it should hold");
   }
-  void* base = mmap(nullptr, offset + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = mmap(nullptr, offset + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   int err = errno;
-  close(fd);
   if (base == MAP_FAILED) return Status(ErrorCode::kIoError, Errno("mmap(" + name + ")", err));
   return static_cast<void*>(static_cast<char*>(base) + offset);
 }

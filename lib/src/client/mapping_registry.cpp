@@ -149,12 +149,12 @@ Result<cudaMemPool_t> MappingRegistry::ImportPoolOf(DeviceContext& ctx, const st
   // heartbeat was read: the socket then serves the new one.
   if (source.server) {
     if (auto copied = source.server->CopyFd(source.fd); copied.ok()) {
-      if (auto pool = ImportPool(ctx, copied.value()); pool.ok()) imported = pool.value();
+      if (auto pool = ImportPool(ctx, std::move(copied).value()); pool.ok()) imported = pool.value();
     }
   }
   if (!imported) {
-    MCD_ASSIGN_OR_RETURN(int fd, FetchFd(source.socket, device, 5000));
-    MCD_ASSIGN_OR_RETURN(imported, ImportPool(ctx, fd));
+    MCD_ASSIGN_OR_RETURN(UniqueFd fd, FetchFd(source.socket, device, 5000));
+    MCD_ASSIGN_OR_RETURN(imported, ImportPool(ctx, std::move(fd)));
   }
   cudaMemPool_t pool = *imported;
   std::lock_guard<std::mutex> lock(mutex_);

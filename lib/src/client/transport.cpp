@@ -59,7 +59,7 @@ Result<TensorRecord> Transport::Request(Command cmd) {
 }
 
 bool Transport::SocketReady() {
-  if (cmd_fd_ >= 0) return true;
+  if (cmd_fd_) return true;
   if (!opt_.command_socket || !server_.known()) return false;
   std::string path = server_.field("command_socket");
   if (path.empty() || path == socket_refused_) return false;
@@ -68,20 +68,19 @@ bool Transport::SocketReady() {
     socket_refused_ = path;  // not this one again: the queue serves this process
     return false;
   }
-  cmd_fd_ = fd.value();
+  cmd_fd_ = std::move(fd).value();
   return true;
 }
 
 void Transport::CloseSocket() {
-  if (cmd_fd_ >= 0) close(cmd_fd_);
-  cmd_fd_ = -1;
+  cmd_fd_.reset();
 }
 
 std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out) {
   std::string line = out.body + "\n";
   size_t sent = 0;
   while (sent < line.size()) {
-    ssize_t n = send(cmd_fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    ssize_t n = send(cmd_fd_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       CloseSocket();
@@ -95,7 +94,7 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
   }
   std::string what = std::string("the ") + OpName(out.cmd.op) + " of '" + out.cmd.name + "'";
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
-  pollfd p{cmd_fd_, POLLIN, 0};
+  pollfd p{cmd_fd_.get(), POLLIN, 0};
   // Readable already when the spin saw the reply come: then no second poll before the recv.
   bool readable = SpinUntil([&] { return poll(&p, 1, 0) != 0; });
   char buf[4096];
@@ -121,7 +120,7 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
                                                                   out.cmd.name + "' within " + out.wait +
                                                                   " s (the server is busy or stopped)" + fate));
     }
-    ssize_t n = recv(cmd_fd_, buf, sizeof(buf), 0);
+    ssize_t n = recv(cmd_fd_.get(), buf, sizeof(buf), 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) {
       CloseSocket();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "client/server_view.h"
+#include "memcuda/unique_fd.h"
 #include "memcuda/client.h"
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
@@ -28,7 +29,6 @@ class Transport {
   };
 
   Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server);
-  ~Transport() { CloseSocket(); }
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
@@ -65,7 +65,7 @@ class Transport {
   ServerView& server_;
   std::string req_base_;  // <node>-<pid>-<random>: a req is this and a sequence number
   uint64_t seq_ = 0;
-  int cmd_fd_ = -1;             // connection to the server's command socket, when open
+  UniqueFd cmd_fd_;             // connection to the server's command socket, when open
   std::string socket_buf_;      // what came on it past the last reply line
   std::string socket_refused_;  // a command socket that could not be connected to
 };

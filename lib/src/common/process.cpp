@@ -1,5 +1,7 @@
 #include "common/process.h"
 
+#include "memcuda/unique_fd.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -25,11 +27,10 @@ uint64_t ProcessStartTime(int64_t pid) {
   // kernel has no pidfs (PinnedProcess::Open), and a process's first ifstream took ~0.5 ms and
   // its first snprintf ~0.1 ms on the build machine.
   std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return 0;
   char stat[1024];
-  ssize_t n = read(fd, stat, sizeof(stat) - 1);
-  close(fd);
+  ssize_t n = read(fd.get(), stat, sizeof(stat) - 1);
   if (n <= 0) return 0;
   stat[n] = '\0';
   // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
@@ -48,12 +49,12 @@ int PidfdOpen(int64_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, sta
 
 uint64_t PidfdInode(int64_t pid) {
   constexpr long kPidfsMagic = 0x50494446;  // PID_FS_MAGIC; Debian 12's kernel headers lack it
-  int pidfd = PidfdOpen(pid);
-  if (pidfd < 0) return 0;
+  UniqueFd pidfd(PidfdOpen(pid));
+  if (!pidfd) return 0;
   struct statfs fs {};
   struct stat st {};
-  bool pidfs = fstatfs(pidfd, &fs) == 0 && static_cast<long>(fs.f_type) == kPidfsMagic && fstat(pidfd, &st) == 0;
-  close(pidfd);
+  bool pidfs = fstatfs(pidfd.get(), &fs) == 0 && static_cast<long>(fs.f_type) == kPidfsMagic &&
+               fstat(pidfd.get(), &st) == 0;
   return pidfs ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 

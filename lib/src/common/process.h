@@ -10,7 +10,8 @@ namespace mcd {
 // Start time of `pid` in clock ticks since boot (/proc/<pid>/stat field 22); 0 when it is gone.
 uint64_t ProcessStartTime(int64_t pid);
 // pidfd_open(pid, 0) as a raw system call (its glibc wrapper is newer than some glibc that runs
-// this library): a descriptor that names the process, -1 with errno set when it cannot.
+// this library): a descriptor that names the process, -1 with errno set when it cannot. The
+// caller owns it (wrap it in a UniqueFd).
 int PidfdOpen(int64_t pid);
 // The inode number of a pidfd of `pid` where pidfds live in pidfs (64-bit Linux 6.9 on): one
 // number per process, never reused while the machine runs, the same from every PID namespace.

@@ -14,41 +14,36 @@ namespace mcd {
 Result<std::unique_ptr<CommandSocket>> CommandSocket::Listen(const std::string& path, PeerPolicy policy) {
   std::unique_ptr<CommandSocket> socket(new CommandSocket());
   MCD_ASSIGN_OR_RETURN(socket->listen_fd_, ListenUnix(path, policy, 256));
-  fcntl(socket->listen_fd_, F_SETFL, fcntl(socket->listen_fd_, F_GETFL) | O_NONBLOCK);  // Accept never waits
+  fcntl(socket->listen_fd_.get(), F_SETFL, fcntl(socket->listen_fd_.get(), F_GETFL) | O_NONBLOCK);  // Accept never waits
   socket->path_ = path;
   socket->policy_ = policy;
   return socket;
 }
 
 CommandSocket::~CommandSocket() {
-  for (auto& [id, conn] : conns_) close(conn.fd);
-  if (listen_fd_ >= 0) {
-    close(listen_fd_);
-    unlink(path_.c_str());
-  }
+  if (listen_fd_) unlink(path_.c_str());
 }
 
 void CommandSocket::AddPollFds(std::vector<pollfd>& fds, std::vector<uint64_t>* ids) const {
-  fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+  fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
   for (const auto& [id, conn] : conns_) {
     if (conn.cut) continue;
     // POLLRDHUP: a client that closed after sending is seen closing along with its bytes.
-    fds.push_back(pollfd{conn.fd, POLLIN | POLLRDHUP, 0});
+    fds.push_back(pollfd{conn.fd.get(), POLLIN | POLLRDHUP, 0});
     if (ids != nullptr) ids->push_back(id);
   }
 }
 
 void CommandSocket::Accept() {
   for (;;) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // EAGAIN: none left (or a transient failure: the client sees a refusal)
+    UniqueFd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd) return;  // EAGAIN: none left (or a transient failure: the client sees a refusal)
     std::string who;
-    if (!PeerAllowed(fd, policy_, who)) {
+    if (!PeerAllowed(fd.get(), policy_, who)) {
       Log(LogLevel::kWarn, "command socket: refused " + who + " (not the server's user or group)");
-      close(fd);
       continue;
     }
-    conns_[next_id_++] = Conn{fd, {}};
+    conns_[next_id_++] = Conn{std::move(fd), {}};
   }
 }
 
@@ -73,7 +68,7 @@ void CommandSocket::Collect(std::vector<Incoming>& out, size_t max_line) {
     // close seen here (POLLRDHUP), before its command is handed out.
     bool closing = (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
     for (;;) {
-      ssize_t n = recv(conn.fd, buf, sizeof(buf), 0);
+      ssize_t n = recv(conn.fd.get(), buf, sizeof(buf), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) {
@@ -119,7 +114,7 @@ bool CommandSocket::Send(uint64_t conn, std::string_view line) {
   text.push_back('\n');
   size_t sent = 0;
   while (sent < text.size()) {
-    ssize_t n = send(it->second.fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    ssize_t n = send(it->second.fd.get(), text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       // Gone, or its receive buffer full of replies it never read (EAGAIN): cut it off.
@@ -134,7 +129,6 @@ bool CommandSocket::Send(uint64_t conn, std::string_view line) {
 void CommandSocket::Close(uint64_t conn) {
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;
-  close(it->second.fd);
   conns_.erase(it);
 }
 

@@ -54,13 +54,13 @@ class CommandSocket {
   void Accept();
 
   struct Conn {
-    int fd = -1;
+    UniqueFd fd;
     std::string pending;  // bytes of a line not complete yet
     bool cut = false;     // sent an overlong line: read no more
   };
   std::string path_;
   PeerPolicy policy_;
-  int listen_fd_ = -1;
+  UniqueFd listen_fd_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Conn> conns_;
 };

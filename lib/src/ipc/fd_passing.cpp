@@ -33,39 +33,38 @@ Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, PeerP
   server->policy_ = policy;
   server->fd_for_ = std::move(fd_for);
   MCD_ASSIGN_OR_RETURN(server->listen_fd_, ListenUnix(path, policy, 64));
-  if (pipe2(server->wake_pipe_, O_CLOEXEC) != 0) return Errno(ErrorCode::kIoError, "pipe");
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC) != 0) return Errno(ErrorCode::kIoError, "pipe");
+  server->wake_read_.reset(wake[0]);
+  server->wake_write_.reset(wake[1]);
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }
 
 FdServer::~FdServer() {
-  if (wake_pipe_[1] >= 0) {
+  if (wake_write_) {
     char byte = 0;
-    (void)!write(wake_pipe_[1], &byte, 1);
+    (void)!write(wake_write_.get(), &byte, 1);
   }
   if (thread_.joinable()) thread_.join();
-  for (int fd : {listen_fd_, wake_pipe_[0], wake_pipe_[1]}) {
-    if (fd >= 0) close(fd);
-  }
   if (!path_.empty()) unlink(path_.c_str());
 }
 
 void FdServer::Loop() {
   for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       return;
     }
     if (fds[1].revents != 0) return;
     if ((fds[0].revents & POLLIN) == 0) continue;
-    int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
+    UniqueFd conn(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn) continue;
     timeval tv{2, 0};  // a silent peer cannot hold the thread
-    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    Serve(conn);
-    close(conn);
+    setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(conn.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    Serve(conn.get());
   }
 }
 
@@ -98,15 +97,11 @@ void FdServer::Serve(int conn) {
   (void)sendmsg(conn, &msg, MSG_NOSIGNAL);
 }
 
-Result<int> FetchFd(const std::string& path, int device, int timeout_ms) {
-  MCD_ASSIGN_OR_RETURN(int conn, ConnectUnix(path, timeout_ms, "pool socket"));
-  auto fail = [&](Status status) {
-    close(conn);
-    return status;
-  };
+Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms) {
+  MCD_ASSIGN_OR_RETURN(UniqueFd conn, ConnectUnix(path, timeout_ms, "pool socket"));
   int32_t request = device;
-  if (send(conn, &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
-    return fail(Errno(ErrorCode::kIoError, "send to pool socket"));
+  if (send(conn.get(), &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
+    return Errno(ErrorCode::kIoError, "send to pool socket");
   }
   int32_t code = -1;
   msghdr msg{};
@@ -116,24 +111,25 @@ Result<int> FetchFd(const std::string& path, int device, int timeout_ms) {
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
-  ssize_t got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+  ssize_t got = recvmsg(conn.get(), &msg, MSG_CMSG_CLOEXEC);
   if (got != static_cast<ssize_t>(sizeof(code))) {
-    return fail(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
-                    ? Status(ErrorCode::kTimeout, "pool socket " + path + " did not answer")
-                    : Status(ErrorCode::kIoError, "pool socket " + path + " closed the connection"));
+    return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+               ? Status(ErrorCode::kTimeout, "pool socket " + path + " did not answer")
+               : Status(ErrorCode::kIoError, "pool socket " + path + " closed the connection");
   }
   if (code != 0) {
-    return fail(Status(static_cast<ErrorCode>(code),
-                       code == static_cast<int32_t>(ErrorCode::kPermissionDenied)
-                           ? "the pool socket " + path + " refuses this process (not the server's user or group)"
-                           : "the server has no pool for device " + std::to_string(device)));
+    return Status(static_cast<ErrorCode>(code),
+                  code == static_cast<int32_t>(ErrorCode::kPermissionDenied)
+                      ? "the pool socket " + path + " refuses this process (not the server's user or group)"
+                      : "the server has no pool for device " + std::to_string(device));
   }
-  int fd = -1;
+  UniqueFd fd;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    int received = -1;
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&received, CMSG_DATA(c), sizeof(int));
+    if (received >= 0) fd.reset(received);
   }
-  close(conn);
-  if (fd < 0) return Status(ErrorCode::kIoError, "pool socket " + path + " sent no descriptor");
+  if (!fd) return Status(ErrorCode::kIoError, "pool socket " + path + " sent no descriptor");
   return fd;
 }
 
@@ -141,8 +137,8 @@ Result<std::unique_ptr<PinnedProcess>> PinnedProcess::Open(int64_t pid, const Pr
   if (pid <= 0 || (who.pidfd_ino == 0 && who.start_time == 0)) {
     return Status(ErrorCode::kInvalidArgument, "no process to pin");
   }
-  int pidfd = PidfdOpen(pid);
-  if (pidfd < 0) {
+  UniqueFd pidfd(PidfdOpen(pid));
+  if (!pidfd) {
     return errno == ESRCH ? Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is gone")
                           : Errno(ErrorCode::kUnavailable, "pidfd_open of process " + std::to_string(pid));
   }
@@ -150,22 +146,19 @@ Result<std::unique_ptr<PinnedProcess>> PinnedProcess::Open(int64_t pid, const Pr
   // 30-70 us in a fresh process on the H100 hosts. The check follows the open, which pins the
   // process: a pid reused before the open fails it, one reused after never reaches the pidfd.
   struct stat st {};
-  bool same = who.pidfd_ino != 0 ? fstat(pidfd, &st) == 0 && static_cast<uint64_t>(st.st_ino) == who.pidfd_ino
+  bool same = who.pidfd_ino != 0 ? fstat(pidfd.get(), &st) == 0 && static_cast<uint64_t>(st.st_ino) == who.pidfd_ino
                                  : ProcessStartTime(pid) == who.start_time;
   if (!same) {
-    close(pidfd);
     return Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is not the one named");
   }
-  return std::unique_ptr<PinnedProcess>(new PinnedProcess(pidfd, pid));
+  return std::unique_ptr<PinnedProcess>(new PinnedProcess(std::move(pidfd), pid));
 }
 
-PinnedProcess::~PinnedProcess() { close(pidfd_); }
-
-Result<int> PinnedProcess::CopyFd(int fd) const {
+Result<UniqueFd> PinnedProcess::CopyFd(int fd) const {
   if (fd < 0) return Status(ErrorCode::kInvalidArgument, "no descriptor to copy");
   // A raw system call, as PidfdOpen. The copy is close-on-exec.
-  int copy = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd_, fd, 0));
-  if (copy >= 0) return copy;
+  UniqueFd copy(static_cast<int>(syscall(SYS_pidfd_getfd, pidfd_.get(), fd, 0)));
+  if (copy) return copy;
   int error = errno;
   if (error == ESRCH) return Status(ErrorCode::kNotFound, "process " + std::to_string(pid_) + " has exited");
   return Status(error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,

@@ -13,6 +13,7 @@
 
 #include "memcuda/status.h"
 #include "common/process.h"
+#include "memcuda/unique_fd.h"
 #include "ipc/unix_socket.h"
 
 namespace mcd {
@@ -38,14 +39,14 @@ class FdServer {
   std::string path_;
   PeerPolicy policy_;
   FdFor fd_for_;
-  int listen_fd_ = -1;
-  int wake_pipe_[2] = {-1, -1};
+  UniqueFd listen_fd_;
+  UniqueFd wake_read_, wake_write_;  // a byte on the pipe stops the thread
   std::thread thread_;
 };
 
-// Fetches the descriptor for `device` from the FdServer at `path`. The caller owns the result.
+// Fetches the descriptor for `device` from the FdServer at `path`.
 // kPermissionDenied when the server refuses this process, kUnavailable when nobody listens.
-Result<int> FetchFd(const std::string& path, int device, int timeout_ms);
+Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms);
 
 // A process pinned by a pidfd and checked once to be the one `who` names, so that copying its
 // descriptors (pidfd_getfd) later costs that one system call: a client pins its server when it
@@ -56,7 +57,6 @@ class PinnedProcess {
   // kInvalidArgument without a pid or an identity, kNotFound when `pid` is gone or is not the
   // process `who` names (another PID namespace, say), kUnavailable on a kernel before 5.3.
   static Result<std::unique_ptr<PinnedProcess>> Open(int64_t pid, const ProcessIdentity& who);
-  ~PinnedProcess();
   PinnedProcess(const PinnedProcess&) = delete;
   PinnedProcess& operator=(const PinnedProcess&) = delete;
   int64_t pid() const { return pid_; }
@@ -64,14 +64,14 @@ class PinnedProcess {
   // Copies descriptor `fd` of the process into this one, close-on-exec, without that process
   // taking part: it need not be scheduled, so no wake-up of a sleeping thread is paid. Only
   // where the kernel would let this process trace it (the same user, no stricter Yama
-  // ptrace_scope, no LSM veto). The caller owns the result. kNotFound when the process has
+  // ptrace_scope, no LSM veto). kNotFound when the process has
   // exited, kPermissionDenied when the kernel refuses, kUnavailable otherwise (a kernel before
   // 5.6, `fd` not open there).
-  Result<int> CopyFd(int fd) const;
+  Result<UniqueFd> CopyFd(int fd) const;
 
  private:
-  PinnedProcess(int pidfd, int64_t pid) : pidfd_(pidfd), pid_(pid) {}
-  int pidfd_;
+  PinnedProcess(UniqueFd pidfd, int64_t pid) : pidfd_(std::move(pidfd)), pid_(pid) {}
+  UniqueFd pidfd_;
   int64_t pid_;
 };
 

@@ -29,17 +29,13 @@ Result<sockaddr_un> Address(const std::string& path) {
 
 }  // namespace
 
-Result<int> ListenUnix(const std::string& path, const PeerPolicy& policy, int backlog) {
+Result<UniqueFd> ListenUnix(const std::string& path, const PeerPolicy& policy, int backlog) {
   MCD_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Errno(ErrorCode::kIoError, "socket");
-  auto fail = [fd](Status status) {
-    close(fd);
-    return status;
-  };
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return Errno(ErrorCode::kIoError, "socket");
   unlink(path.c_str());
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return fail(Errno(ErrorCode::kIoError, "bind " + path));
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Errno(ErrorCode::kIoError, "bind " + path);
   }
   // Connecting needs write permission on the file, so this keeps other users out before the
   // credential check, which is the real gate.
@@ -48,12 +44,12 @@ Result<int> ListenUnix(const std::string& path, const PeerPolicy& policy, int ba
   if (grouped && chown(path.c_str(), static_cast<uid_t>(-1), policy.group) != 0) {
     Status status = Errno(ErrorCode::kPermissionDenied, "chown " + path);
     unlink(path.c_str());
-    return fail(status);
+    return status;
   }
-  if (listen(fd, backlog) != 0) {
+  if (listen(fd.get(), backlog) != 0) {
     Status status = Errno(ErrorCode::kIoError, "listen " + path);
     unlink(path.c_str());
-    return fail(status);
+    return status;
   }
   return fd;
 }
@@ -85,18 +81,16 @@ bool PeerAllowed(int conn, const PeerPolicy& policy, std::string& who) {
   return allowed;
 }
 
-Result<int> ConnectUnix(const std::string& path, int timeout_ms, const std::string& what) {
+Result<UniqueFd> ConnectUnix(const std::string& path, int timeout_ms, const std::string& what) {
   MCD_ASSIGN_OR_RETURN(sockaddr_un addr, Address(path));
-  int conn = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (conn < 0) return Errno(ErrorCode::kIoError, "socket");
+  UniqueFd conn(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!conn) return Errno(ErrorCode::kIoError, "socket");
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  if (connect(conn, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    Status status = Errno(errno == EACCES ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
-                          "connect to " + what + " " + path);
-    close(conn);
-    return status;
+  setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(conn.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  if (connect(conn.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Errno(errno == EACCES ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
+                 "connect to " + what + " " + path);
   }
   return conn;
 }

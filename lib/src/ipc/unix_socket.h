@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "memcuda/unique_fd.h"
 #include "memcuda/status.h"
 
 namespace mcd {
@@ -19,7 +20,7 @@ struct PeerPolicy {
 
 // Binds and listens on `path` (an old file there is replaced), readable and writable by the
 // user only, or by the user and `policy.group`. Returns the listening descriptor (close-on-exec).
-Result<int> ListenUnix(const std::string& path, const PeerPolicy& policy, int backlog);
+Result<UniqueFd> ListenUnix(const std::string& path, const PeerPolicy& policy, int backlog);
 
 // True when the peer of connection `conn` is allowed by `policy` (SO_PEERCRED); `who` says who
 // it is ("pid P uid U"), for the log.
@@ -28,6 +29,6 @@ bool PeerAllowed(int conn, const PeerPolicy& policy, std::string& who);
 // Connects to the socket at `path`, with `timeout_ms` as the send and receive timeout.
 // kPermissionDenied when the socket refuses this user, kUnavailable when nobody listens there.
 // `what` names the socket in errors ("pool socket").
-Result<int> ConnectUnix(const std::string& path, int timeout_ms, const std::string& what);
+Result<UniqueFd> ConnectUnix(const std::string& path, int timeout_ms, const std::string& what);
 
 }  // namespace mcd

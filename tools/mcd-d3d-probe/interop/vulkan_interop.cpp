@@ -19,6 +19,7 @@
 #include "interop/interop_steps.h"
 #include "interop/pattern.h"
 #include "interop/interop.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 namespace {
@@ -218,8 +219,10 @@ class VulkanProbe {
     VkMemoryGetFdInfoKHR get{VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR};
     get.memory = shared_memory_;
     get.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
-    VkResult r = vk_.GetMemoryFdKHR(device_, &get, &memory_fd_);
+    int raw = -1;
+    VkResult r = vk_.GetMemoryFdKHR(device_, &get, &raw);
     if (r != VK_SUCCESS) return "vkGetMemoryFdKHR: " + VkName(r);
+    memory_fd_.reset(raw);
     steps_.Detail(std::to_string(bytes_) + " bytes (allocation " + std::to_string(shared_size_) + "), opaque fd");
     return "";
   }
@@ -227,12 +230,12 @@ class VulkanProbe {
   std::string ImportMemory() {
     cudaExternalMemoryHandleDesc desc{};
     desc.type = cudaExternalMemoryHandleTypeOpaqueFd;
-    desc.handle.fd = memory_fd_;
+    desc.handle.fd = memory_fd_.get();
     desc.size = shared_size_;
     desc.flags = cudaExternalMemoryDedicated;
     cudaError_t err = cudaImportExternalMemory(&cuda_memory_, &desc);
     if (err != cudaSuccess) return std::string("cudaImportExternalMemory: ") + cudaGetErrorName(err);
-    memory_fd_ = -1;  // owned by CUDA now
+    (void)memory_fd_.release();  // owned by CUDA now
     cudaExternalMemoryBufferDesc buffer{};
     buffer.offset = 0;
     buffer.size = bytes_;
@@ -251,16 +254,15 @@ class VulkanProbe {
     VkSemaphoreGetFdInfoKHR get{VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR};
     get.semaphore = sem;
     get.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
-    int fd = -1;
-    if ((r = vk_.GetSemaphoreFdKHR(device_, &get, &fd)) != VK_SUCCESS) return "vkGetSemaphoreFdKHR: " + VkName(r);
+    int raw = -1;
+    if ((r = vk_.GetSemaphoreFdKHR(device_, &get, &raw)) != VK_SUCCESS) return "vkGetSemaphoreFdKHR: " + VkName(r);
+    UniqueFd fd(raw);
     cudaExternalSemaphoreHandleDesc desc{};
     desc.type = cudaExternalSemaphoreHandleTypeOpaqueFd;
-    desc.handle.fd = fd;
+    desc.handle.fd = fd.get();
     cudaError_t err = cudaImportExternalSemaphore(&cuda_sem, &desc);
-    if (err != cudaSuccess) {
-      close(fd);
-      return std::string("cudaImportExternalSemaphore: ") + cudaGetErrorName(err);
-    }
+    if (err != cudaSuccess) return std::string("cudaImportExternalSemaphore: ") + cudaGetErrorName(err);
+    (void)fd.release();  // owned by CUDA now
     return "";
   }
 
@@ -357,8 +359,7 @@ class VulkanProbe {
     cuda_ptr_ = nullptr;
     if (cuda_memory_) check(cudaDestroyExternalMemory(cuda_memory_), "cudaDestroyExternalMemory");
     cuda_memory_ = nullptr;
-    if (memory_fd_ >= 0) close(memory_fd_);
-    memory_fd_ = -1;
+    memory_fd_.reset();
     if (device_) {
       vk_.DeviceWaitIdle(device_);
       if (cuda_done_) vk_.DestroySemaphore(device_, cuda_done_, nullptr);
@@ -399,7 +400,7 @@ class VulkanProbe {
   VkBuffer shared_ = VK_NULL_HANDLE, staging_ = VK_NULL_HANDLE;
   VkDeviceMemory shared_memory_ = VK_NULL_HANDLE, staging_memory_ = VK_NULL_HANDLE;
   VkDeviceSize shared_size_ = 0;
-  int memory_fd_ = -1;
+  UniqueFd memory_fd_;  // until CUDA imports it
   VkSemaphore cuda_done_ = VK_NULL_HANDLE, vulkan_done_ = VK_NULL_HANDLE;
   cudaExternalMemory_t cuda_memory_ = nullptr;
   void* cuda_ptr_ = nullptr;
