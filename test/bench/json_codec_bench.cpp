@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   r.shape = {256, 1024};
   r.device = 0;
   r.bytes = 1 << 20;
-  r.ipc_kind = "cuda_ipc";
+  r.ipc_kind = mcd::IpcKind::kCudaIpc;
   r.ipc_handle = std::string(64, '\x5a');
   r.refcount = 1;
   r.state = "ready";
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     json doc = {{"bytes", r.bytes},       {"creator_pid", r.creator_pid},
                 {"ctime", r.ctime_ms},    {"device", r.device},
                 {"dtype", "f32"},         {"ipc_handle_hex", mcd::HexEncode(r.ipc_handle)},
-                {"ipc_kind", r.ipc_kind}, {"lifetime", "heap"},
+                {"ipc_kind", "cuda_ipc"}, {"lifetime", "heap"},
                 {"name", r.name},         {"node", r.node},
                 {"offset", r.offset},     {"owner", r.owner},
                 {"shape", r.shape},       {"state", r.state}};

@@ -106,7 +106,7 @@ TEST(Protocol, RecordHashAndJsonRoundTrip) {
   r.shape = {3, 7};
   r.device = 1;
   r.bytes = 42;
-  r.ipc_kind = "cuda_ipc";
+  r.ipc_kind = IpcKind::kCudaIpc;
   r.ipc_handle = std::string("\0\x01\xfe\xff", 4);
   r.refcount = 3;
   r.state = "ready";
@@ -137,7 +137,7 @@ TEST(Protocol, RecordJsonIsValidJsonAndTheHeadIsItWithoutRefcount) {
   r.shape = {2, 3, 262144};
   r.device = 7;
   r.bytes = 18446744073709551615ull;
-  r.ipc_kind = "cuda_mempool";
+  r.ipc_kind = IpcKind::kCudaMempool;
   r.ipc_handle = std::string("\0\x01\xfe\xff\\\"", 6);
   r.offset = 4096;
   r.refcount = 3;

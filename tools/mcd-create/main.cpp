@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     const TensorRecord& r = record.value();
     std::cout << "created " << r.name << " " << DTypeName(r.dtype) << "[" << tools::ShapeText(r.shape)
               << "] on " << (r.device == kHostDevice ? "cpu" : "device " + std::to_string(r.device))
-              << " (" << tools::HumanBytes(r.bytes) << ", " << r.ipc_kind << ")\n";
+              << " (" << tools::HumanBytes(r.bytes) << ", " << IpcKindName(r.ipc_kind) << ")\n";
   }
   return 0;
 }

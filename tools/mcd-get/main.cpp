@@ -19,7 +19,7 @@ void PrintRecord(const mcd::TensorRecord& r) {
             << "refcount:  " << r.refcount << "\n"
             << "state:     " << r.state << "\n"
             << "lifetime:  " << LifetimeName(r.lifetime) << "\n"
-            << "ipc_kind:  " << r.ipc_kind << "\n"
+            << "ipc_kind:  " << IpcKindName(r.ipc_kind) << "\n"
             << "node:      " << r.node << "\n"
             << "owner:     " << r.owner << "\n";
 }

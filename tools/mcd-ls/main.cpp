@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
                       std::to_string(r.refcount), r.state, tools::HumanAge(now - r.ctime_ms), r.node});
       if (long_format) {
         int64_t pid = r.lifetime == Lifetime::kStack ? r.owner_pid : r.creator_pid;
-        rows.back().insert(rows.back().end(), {LifetimeName(r.lifetime), r.ipc_kind, std::to_string(pid)});
+        rows.back().insert(rows.back().end(), {LifetimeName(r.lifetime), IpcKindName(r.ipc_kind), std::to_string(pid)});
       }
     }
     out = tools::FormatTable(rows, tools::TerminalWidth(), 0);

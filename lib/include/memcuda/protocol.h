@@ -47,6 +47,14 @@ MCD_API const char* OpName(Op op) noexcept;
 enum class Lifetime { kHeap, kStack };
 MCD_API const char* LifetimeName(Lifetime lifetime) noexcept;
 
+// How a tensor's memory is shared, as its hash names it (ipc_kind): a POSIX shared-memory object
+// (host_shm), a cudaIpcMemHandle (cuda_ipc), or a pointer exported from an IPC-capable pool
+// (cuda_mempool). kUnknown: a kind this build does not know (a newer server's), shown as "?"
+// and refused when opened. The names are mapped in one place (IpcKindName, ParseIpcKind).
+enum class IpcKind { kUnknown, kHostShm, kCudaIpc, kCudaMempool };
+MCD_API const char* IpcKindName(IpcKind kind) noexcept;
+MCD_API IpcKind ParseIpcKind(std::string_view name) noexcept;
+
 // One command from the lifecycle list, validated.
 struct MCD_API Command {
   Op op = Op::kCreate;
@@ -80,7 +88,7 @@ struct MCD_API TensorRecord {
   std::vector<int64_t> shape;
   int device = 0;
   uint64_t bytes = 0;
-  std::string ipc_kind;    // cuda_ipc | cuda_mempool | host_shm
+  IpcKind ipc_kind = IpcKind::kUnknown;
   std::string ipc_handle;  // raw bytes (64 for CUDA kinds, the shm name for host_shm)
   uint64_t offset = 0;
   int64_t refcount = 0;

@@ -21,7 +21,7 @@ namespace mcd {
 struct Allocation {
   void* ptr = nullptr;
   uint64_t bytes = 0;
-  std::string ipc_kind;
+  IpcKind ipc_kind = IpcKind::kUnknown;
   std::string ipc_handle;  // raw bytes as stored in the hash
   uint64_t offset = 0;
 };
@@ -30,7 +30,7 @@ struct Allocation {
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  virtual const char* kind() const noexcept = 0;
+  virtual IpcKind kind() const noexcept = 0;
   // Allocates `bytes`, zeroed when `zero` (the stream is synchronized before returning, so the
   // memory is ready to publish). kOutOfMemory names requested and available bytes.
   virtual Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) = 0;
@@ -111,9 +111,9 @@ void UnlinkHostShm(const std::string& shm_name);
 // The fixed-size CUDA export `T` held in a hash's raw `ipc_handle` bytes, or kUnexpectedReply
 // when the size is wrong (a hash written by something else).
 template <typename T>
-Result<T> HandleFromBytes(const std::string& bytes, const char* ipc_kind) {
+Result<T> HandleFromBytes(const std::string& bytes, IpcKind ipc_kind) {
   if (bytes.size() != sizeof(T)) {
-    return Status(ErrorCode::kUnexpectedReply, std::string(ipc_kind) + " handle is " +
+    return Status(ErrorCode::kUnexpectedReply, std::string(IpcKindName(ipc_kind)) + " handle is " +
                                                    std::to_string(bytes.size()) + " bytes, not " +
                                                    std::to_string(sizeof(T)));
   }

@@ -47,7 +47,7 @@ class CudaIpcAllocator final : public Allocator {
   explicit CudaIpcAllocator(uint64_t max_slab_bytes)
       : slabs_(max_slab_bytes, SlabBackend{MallocExported, [](const SlabMemory& m) { cudaFree(m.base); }}) {}
 
-  const char* kind() const noexcept override { return "cuda_ipc"; }
+  IpcKind kind() const noexcept override { return IpcKind::kCudaIpc; }
 
   // Allocates the primer (once): a server that cannot is told so at start.
   Status Init(DeviceContext& ctx) override {
@@ -144,7 +144,7 @@ Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool ze
 }
 
 Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& ipc_handle, uint64_t offset) {
-  MCD_ASSIGN_OR_RETURN(auto handle, HandleFromBytes<cudaIpcMemHandle_t>(ipc_handle, "cuda_ipc"));
+  MCD_ASSIGN_OR_RETURN(auto handle, HandleFromBytes<cudaIpcMemHandle_t>(ipc_handle, IpcKind::kCudaIpc));
   MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
   void* base = nullptr;
   MCD_CUDA_RETURN(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));

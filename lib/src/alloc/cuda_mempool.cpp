@@ -19,7 +19,7 @@ namespace {
 class CudaMempoolAllocator final : public Allocator {
  public:
   explicit CudaMempoolAllocator(PoolConfig config) : config_(config) {}
-  const char* kind() const noexcept override { return "cuda_mempool"; }
+  IpcKind kind() const noexcept override { return IpcKind::kCudaMempool; }
   int pool_fd() const noexcept override { return fd_; }
 
   Status Init(DeviceContext& ctx) override {
@@ -181,7 +181,7 @@ Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, UniqueFd fd) {
 
 Result<void*> OpenPoolPointer(DeviceContext& ctx, cudaMemPool_t pool, const std::string& handle,
                               uint64_t offset) {
-  MCD_ASSIGN_OR_RETURN(auto data, HandleFromBytes<cudaMemPoolPtrExportData>(handle, "cuda_mempool"));
+  MCD_ASSIGN_OR_RETURN(auto data, HandleFromBytes<cudaMemPoolPtrExportData>(handle, IpcKind::kCudaMempool));
   MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
   void* base = nullptr;
   MCD_CUDA_RETURN(cudaMemPoolImportPointer(&base, pool, &data));

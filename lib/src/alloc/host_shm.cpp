@@ -24,7 +24,7 @@ std::string Errno(const std::string& call, int err) {
 class HostShmAllocator final : public Allocator {
  public:
   explicit HostShmAllocator(std::string name_prefix) : prefix_(std::move(name_prefix)) {}
-  const char* kind() const noexcept override { return "host_shm"; }
+  IpcKind kind() const noexcept override { return IpcKind::kHostShm; }
 
   Result<Allocation> Allocate(DeviceContext&, uint64_t bytes, bool /*zero*/) override {
     // A new object is all zero pages, so "init: zero" costs nothing here. Check the space first:

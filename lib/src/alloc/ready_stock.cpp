@@ -21,7 +21,7 @@ class ReadyStock final : public Allocator {
   ReadyStock(std::unique_ptr<Allocator> inner, uint64_t max_bytes)
       : inner_(std::move(inner)), max_bytes_(max_bytes), max_block_(max_bytes / 4) {}
 
-  const char* kind() const noexcept override { return inner_->kind(); }
+  IpcKind kind() const noexcept override { return inner_->kind(); }
   int pool_fd() const noexcept override { return inner_->pool_fd(); }
   std::string primer() const override { return inner_->primer(); }
   uint64_t SlabBytes() const noexcept override { return inner_->SlabBytes(); }

@@ -103,13 +103,13 @@ class MappingRegistry {
   };
   // A tensor: carved tensors share their slab's handle and differ in offset.
   static std::string Key(const TensorRecord& r) {
-    return r.owner + "/" + r.ipc_kind + "/" + std::to_string(r.offset) + "/" + r.ipc_handle;
+    return r.owner + "/" + IpcKindName(r.ipc_kind) + "/" + std::to_string(r.offset) + "/" + r.ipc_handle;
   }
   // The allocation a tensor lies in, for the kinds whose open maps all of it (the driver maps a
   // whole cuda_ipc allocation or pool pointer; a host tensor maps only its own bytes): "" else.
   static std::string BaseKey(const TensorRecord& r) {
-    if (r.ipc_kind != "cuda_ipc" && r.ipc_kind != "cuda_mempool") return "";
-    return r.owner + "/" + r.ipc_kind + "/" + std::to_string(r.device) + "/" + r.ipc_handle;
+    if (r.ipc_kind != IpcKind::kCudaIpc && r.ipc_kind != IpcKind::kCudaMempool) return "";
+    return r.owner + "/" + IpcKindName(r.ipc_kind) + "/" + std::to_string(r.device) + "/" + r.ipc_handle;
   }
 
   // The pointer of a tensor already open here (one more open), or of one in an allocation

@@ -69,7 +69,7 @@ void ServerView::Adopt(std::map<std::string, std::string> info) {
   bool pool_socket = !hb["pool_socket"].empty();
   // "0:cuda_mempool,1:cuda_mempool,cpu:host_shm"
   for (const auto& [device, kind] : DeviceItems(hb["allocator"])) {
-    if (kind == "cuda_mempool" && pool_socket) {
+    if (ParseIpcKind(kind) == IpcKind::kCudaMempool && pool_socket) {
       pool_prefetch_.push_back({device, PoolSourceFrom(device), std::move(pool_primers[device])});
     }
   }

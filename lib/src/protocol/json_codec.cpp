@@ -181,7 +181,7 @@ void WriteRecordFields(Writer& w, const TensorRecord& r, bool with_refcount) {
   w.Int(r.device);
   WriteKeyString(w, "dtype", DTypeName(r.dtype));
   WriteKeyString(w, "ipc_handle_hex", HexEncode(r.ipc_handle));
-  WriteKeyString(w, "ipc_kind", r.ipc_kind);
+  WriteKeyString(w, "ipc_kind", IpcKindName(r.ipc_kind));
   WriteKeyString(w, "lifetime", LifetimeName(r.lifetime));
   WriteKeyString(w, "name", r.name);
   WriteKeyString(w, "node", r.node);
@@ -507,7 +507,8 @@ Result<TensorRecord> RecordFromObject(const rj::Value& object) {
   if (device < INT32_MIN || device > INT32_MAX) return malformed(kRDevice, "is out of range");
   r.device = static_cast<int>(device);
   MCD_ASSIGN_OR_RETURN(r.bytes, count(kRBytes));
-  MCD_ASSIGN_OR_RETURN(r.ipc_kind, text(kRIpcKind, ""));
+  MCD_ASSIGN_OR_RETURN(std::string ipc_kind, text(kRIpcKind, ""));
+  r.ipc_kind = ParseIpcKind(ipc_kind);
   MCD_ASSIGN_OR_RETURN(std::string handle_hex, text(kRHandle, ""));
   MCD_ASSIGN_OR_RETURN(r.ipc_handle, HexDecode(handle_hex));
   MCD_ASSIGN_OR_RETURN(r.offset, count(kROffset));

@@ -96,6 +96,23 @@ const char* LifetimeName(Lifetime lifetime) noexcept {
   return lifetime == Lifetime::kStack ? "stack" : "heap";
 }
 
+const char* IpcKindName(IpcKind kind) noexcept {
+  switch (kind) {
+    case IpcKind::kHostShm: return "host_shm";
+    case IpcKind::kCudaIpc: return "cuda_ipc";
+    case IpcKind::kCudaMempool: return "cuda_mempool";
+    case IpcKind::kUnknown: break;
+  }
+  return "?";
+}
+
+IpcKind ParseIpcKind(std::string_view name) noexcept {
+  for (IpcKind kind : {IpcKind::kHostShm, IpcKind::kCudaIpc, IpcKind::kCudaMempool}) {
+    if (name == IpcKindName(kind)) return kind;
+  }
+  return IpcKind::kUnknown;
+}
+
 Status ValidateName(std::string_view name) {
   if (name.empty()) return Invalid("tensor name is empty");
   if (name.size() > kMaxNameLength) {
@@ -163,7 +180,7 @@ std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& 
           {"node", r.node},
           {"device", std::to_string(r.device)},
           {"bytes", std::to_string(r.bytes)},
-          {"ipc_kind", r.ipc_kind},
+          {"ipc_kind", IpcKindName(r.ipc_kind)},
           {"ipc_handle", r.ipc_handle},
           {"offset", std::to_string(r.offset)},
           {"refcount", std::to_string(r.refcount)},
@@ -239,7 +256,7 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   MCD_RETURN_IF_ERROR(number(kOwnerPid, "owner_pid", r.owner_pid));
   MCD_RETURN_IF_ERROR(number(kOwnerStart, "owner_start", r.owner_start));
   if ((value = get(kNode)) != nullptr) r.node = *value;
-  if ((value = get(kIpcKind)) != nullptr) r.ipc_kind = *value;
+  if ((value = get(kIpcKind)) != nullptr) r.ipc_kind = ParseIpcKind(*value);
   if ((value = get(kIpcHandle)) != nullptr) r.ipc_handle = *value;
   if ((value = get(kOwner)) != nullptr) r.owner = *value;
   if ((value = get(kLifetime)) != nullptr) r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;

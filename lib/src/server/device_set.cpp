@@ -40,10 +40,10 @@ Status DeviceSet::AddGpu(int d, const ServerOptions& opt) {
   allocator = WithReadyStock(std::move(allocator), opt.ready_max_bytes);
   Status ready = worker->Call([&](DeviceContext& ctx) { return allocator->Init(ctx); });
   if (!ready.ok()) {
-    return Status(ready.code(), "cannot set up the " + std::string(allocator->kind()) + " allocator of device " +
+    return Status(ready.code(), "cannot set up the " + std::string(IpcKindName(allocator->kind())) + " allocator of device " +
                                     std::to_string(d) + ": " + ready.message());
   }
-  allocator_text_ += std::string(allocator_text_.empty() ? "" : ",") + std::to_string(d) + ":" + allocator->kind();
+  allocator_text_ += std::string(allocator_text_.empty() ? "" : ",") + std::to_string(d) + ":" + IpcKindName(allocator->kind());
   workers_[d] = std::move(worker);
   allocators_[d] = std::move(allocator);
   devices_text_ += "," + std::to_string(d);
@@ -133,7 +133,7 @@ std::string DeviceSet::DeviceText(const std::function<std::string(const Allocato
   return text;
 }
 
-std::string DeviceSet::PrimerText(const std::string& kind) const {
+std::string DeviceSet::PrimerText(IpcKind kind) const {
   return DeviceText([&](const Allocator& a) { return a.kind() == kind ? HexEncode(a.primer()) : std::string(); });
 }
 

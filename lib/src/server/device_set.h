@@ -54,7 +54,7 @@ class DeviceSet {
   // Heartbeat fields: "<device>:<value>,..." over the devices. PrimerText(kind): the hex of the
   // primer of each device whose allocator is of `kind`; PoolFdText: this process's descriptor
   // of each pool, which a client of the same user copies with pidfd_getfd.
-  std::string PrimerText(const std::string& kind) const;
+  std::string PrimerText(IpcKind kind) const;
   std::string PoolFdText() const;
   uint64_t ReadyBytes() const { return SumOver(&Allocator::ReadyBytes); }
   uint64_t SlabBytes() const { return SumOver(&Allocator::SlabBytes); }

@@ -23,7 +23,7 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
       stale.emplace_back(key.str, std::move(f));
     }
     for (const auto& [key, f] : stale) {
-      if (f.elements[2].str == "host_shm") UnlinkHostShm(f.elements[3].str);
+      if (ParseIpcKind(f.elements[2].str) == IpcKind::kHostShm) UnlinkHostShm(f.elements[3].str);
       MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());
       Log(LogLevel::kInfo,
           "removed stale tensor '" + opt.keys.NameFromTensorKey(key) + "' of dead instance " + f.elements[1].str);
