@@ -7,6 +7,10 @@
 #  else
 #    define MCD_API __declspec(dllimport)
 #  endif
+#elif defined(__cplusplus)
+// The standard attribute form, so that it combines with [[nodiscard]] in one declaration
+// (`class [[nodiscard]] MCD_API Status`), which GCC refuses for __attribute__.
+#  define MCD_API [[gnu::visibility("default")]]
 #else
-#  define MCD_API __attribute__((visibility("default")))
+#  define MCD_API __attribute__((visibility("default")))  // the C ABI's header, from C
 #endif

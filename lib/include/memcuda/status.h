@@ -52,7 +52,7 @@ MCD_API int ExitCodeFor(ErrorCode code) noexcept;
 
 // A code and its detail message. Cheap to copy when ok.
 // (Not [[nodiscard]]: GCC 12 refuses the attribute next to the visibility attribute.)
-class MCD_API Status {
+class [[nodiscard]] MCD_API Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}

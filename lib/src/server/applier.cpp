@@ -274,8 +274,8 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
     if (found == table_.end()) return outcomes_.Record(op, name, Status::Ok(), t0, "freed=0");
     Entry entry = table_.Forget(found);
     // The reply is out and the hash gone: the worker frees the memory while this thread goes on
-    // with the next commands.
-    devices_.Free(entry.record.device, entry.allocation,
+    // with the next commands. The outcome, a failed post included, reaches the callback.
+    (void)devices_.Free(entry.record.device, entry.allocation,
                   [outcomes = &outcomes_, op, name, t0, bytes = entry.record.bytes](const Status& freed) {
                     outcomes->Record(op, name, freed, t0, "freed=" + std::to_string(bytes));
                   });
