@@ -11,10 +11,24 @@
 #include "memcuda/private_redis.h"
 #include "memcuda/server.h"
 
-int main(int argc, char** argv) {
-  using namespace mcd;
-  CLI::App app{"mcd-serve: own GPU and host memory for named tensors and serve the Redis command list"};
-  tools::SetupApp(app);
+namespace mcd {
+namespace {
+
+// The flags as given, before they are checked and turned into ServerOptions.
+struct ServeFlags {
+  tools::CommonFlags common;
+  std::string devices = "all";
+  bool spawn_redis = false;
+  std::string redis_server = "redis-server";
+  int heartbeat_ttl = 5;
+  int req_ttl = 60;
+  std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
+  std::string ready_max = "64MiB", slab_max = "32MiB";
+  bool quiet = false;
+  bool verbose = false;
+};
+
+void AddFlags(CLI::App& app, ServeFlags& f) {
   app.footer(std::string(
                  "Examples:\n"
                  "  mcd-serve --spawn-redis            # private Redis on a Unix socket, all GPUs\n"
@@ -22,147 +36,141 @@ int main(int argc, char** argv) {
                  "  mcd-serve --devices cpu            # host memory only\n"
                  "  mcd-serve --allocator pool --pool-max 40GiB\n\n") +
              tools::kEnvironmentFooter);
-  tools::CommonFlags flags;
-  tools::AddConnectionFlags(app, flags);
-  std::string devices = "all";
-  bool spawn_redis = false;
-  std::string redis_server = "redis-server";
-  int heartbeat_ttl = 5;
-  bool quiet = false;
-  bool verbose = false;
-  app.add_option("--devices", devices, "GPUs to serve: all, cpu (host only) or a list like 0,1")
+  tools::AddConnectionFlags(app, f.common);
+  app.add_option("--devices", f.devices, "GPUs to serve: all, cpu (host only) or a list like 0,1")
       ->capture_default_str();
-  app.add_flag("--spawn-redis", spawn_redis,
-               "Start a private redis-server on a Unix socket in the runtime folder");
-  app.add_option("--redis-server", redis_server, "redis-server binary for --spawn-redis")
-      ->capture_default_str();
-  app.add_option("--heartbeat-ttl", heartbeat_ttl, "Seconds a heartbeat stays valid")
+  app.add_flag("--spawn-redis", f.spawn_redis, "Start a private redis-server on a Unix socket in the runtime folder");
+  app.add_option("--redis-server", f.redis_server, "redis-server binary for --spawn-redis")->capture_default_str();
+  app.add_option("--heartbeat-ttl", f.heartbeat_ttl, "Seconds a heartbeat stays valid")
       ->check(CLI::Range(2, 3600))
       ->capture_default_str();
-  int req_ttl = 60;
-  app.add_option("--req-ttl", req_ttl,
+  app.add_option("--req-ttl", f.req_ttl,
                  "Seconds a command's first reply is kept, so that a repeat of its req gets it "
                  "instead of being applied again")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
-  std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket,
-      ready_max = "64MiB", slab_max = "32MiB";
-  app.add_option("--allocator", allocator,
+  app.add_option("--allocator", f.allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
                  "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
       ->check(CLI::IsMember({"cuda", "pool"}))
       ->capture_default_str();
-  app.add_option("--pool-max", pool_max, "Pool size limit per device: a size (40GiB) or a percentage (50%)");
-  app.add_option("--pool-release-threshold", pool_release, "Bytes the pool keeps cached when idle (default: all)");
-  app.add_option("--pool-group", pool_group,
+  app.add_option("--pool-max", f.pool_max, "Pool size limit per device: a size (40GiB) or a percentage (50%)");
+  app.add_option("--pool-release-threshold", f.pool_release, "Bytes the pool keeps cached when idle (default: all)");
+  app.add_option("--pool-group", f.pool_group,
                  "Group whose members may import the pool and use the command socket (default: same user only)");
-  app.add_option("--pool-socket", pool_socket, "Unix socket serving the pool's descriptor (default: in the runtime folder)");
-  app.add_option("--command-socket", command_socket,
+  app.add_option("--pool-socket", f.pool_socket, "Unix socket serving the pool's descriptor (default: in the runtime folder)");
+  app.add_option("--command-socket", f.command_socket,
                  "Unix socket on which local clients send commands straight to the server, past the "
                  "queue (default: in the runtime folder; none: only the queue)");
-  app.add_option("--ready-max", ready_max,
+  app.add_option("--ready-max", f.ready_max,
                  "GPU memory per device kept as zeroed blocks of recently created sizes, so that "
                  "creates of those sizes wait for no allocation (0: none)")
       ->capture_default_str();
-  app.add_option("--slab-max", slab_max,
+  app.add_option("--slab-max", f.slab_max,
                  "With --allocator cuda: the largest slab small tensors are carved from, so that a "
                  "process opening many of them opens few allocations (0: every tensor alone)")
       ->capture_default_str();
-  app.add_flag("-q,--quiet", quiet, "Log warnings and errors only");
-  app.add_flag("-v,--verbose", verbose, "Log debug detail");
-  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  app.add_flag("-q,--quiet", f.quiet, "Log warnings and errors only");
+  app.add_flag("-v,--verbose", f.verbose, "Log debug detail");
+}
 
-  // Signals go to one thread (sigwait), which asks the server to stop; every other thread,
-  // including the workers, inherits the blocked mask.
+// The sizes of the flags (--pool-max, --pool-release-threshold, --ready-max, --slab-max).
+Status ParseSizes(const ServeFlags& f, ServerOptions& options) {
+  if (!f.pool_max.empty()) {
+    if (f.pool_max.back() == '%') {
+      double percent = std::atof(f.pool_max.c_str());
+      if (percent <= 0 || percent > 100) {
+        return Status(ErrorCode::kInvalidArgument, "--pool-max percentage must be in (0, 100]");
+      }
+      options.pool_max_fraction = percent / 100.0;
+    } else {
+      MCD_ASSIGN_OR_RETURN(options.pool_max_bytes, tools::ParseSize(f.pool_max));
+    }
+  }
+  if (!f.pool_release.empty()) {
+    MCD_ASSIGN_OR_RETURN(options.pool_release_threshold, tools::ParseSize(f.pool_release));
+  }
+  MCD_ASSIGN_OR_RETURN(options.ready_max_bytes, tools::ParseSize(f.ready_max));
+  MCD_ASSIGN_OR_RETURN(options.ipc_slab_max_bytes, tools::ParseSize(f.slab_max));
+  return Status::Ok();
+}
+
+Result<ServerOptions> MakeOptions(const ServeFlags& f) {
+  ServerOptions options;
+  options.keys.prefix = f.common.prefix;
+  options.keys.queue = f.common.queue;
+  options.node = f.common.node;
+  options.heartbeat_ttl_s = f.heartbeat_ttl;
+  options.done_ttl_s = f.req_ttl;
+  options.log_level = f.quiet ? 1 : f.verbose ? 3 : 2;
+  options.allocator = f.allocator;
+  options.pool_group = f.pool_group;
+  options.pool_socket = f.pool_socket;
+  options.command_socket = f.command_socket;
+  MCD_RETURN_IF_ERROR(ParseSizes(f, options));
+  if (f.devices != "all") {
+    options.all_devices = false;
+    if (f.devices != "cpu") {
+      for (const std::string& part : tools::SplitList(f.devices)) {
+        MCD_ASSIGN_OR_RETURN(int device, ParseDevice(part));
+        if (device != kHostDevice) options.devices.push_back(device);
+      }
+    }
+  }
+  if (f.spawn_redis && !f.common.redis_url.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "--spawn-redis and --redis-url exclude each other");
+  }
+  if (!f.spawn_redis) {
+    MCD_ASSIGN_OR_RETURN(options.redis_url, ResolveRedisUrl(f.common.redis_url));
+  }
+  return options;
+}
+
+// Serves until SIGTERM or SIGINT. Signals go to one thread (sigwait), which asks the server to
+// stop; every other thread, the workers included, inherits the blocked mask.
+Status Serve(const ServerOptions& options) {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  ServerOptions options;
-  options.keys.prefix = flags.prefix;
-  options.keys.queue = flags.queue;
-  options.node = flags.node;
-  options.heartbeat_ttl_s = heartbeat_ttl;
-  options.done_ttl_s = req_ttl;
-  options.log_level = quiet ? 1 : verbose ? 3 : 2;
-  options.allocator = allocator;
-  options.pool_group = pool_group;
-  options.pool_socket = pool_socket;
-  options.command_socket = command_socket;
-  if (!pool_max.empty()) {
-    if (pool_max.back() == '%') {
-      double percent = std::atof(pool_max.c_str());
-      if (percent <= 0 || percent > 100) {
-        return tools::Fail("mcd-serve", Status(ErrorCode::kInvalidArgument, "--pool-max percentage must be in (0, 100]"));
-      }
-      options.pool_max_fraction = percent / 100.0;
-    } else {
-      auto bytes = tools::ParseSize(pool_max);
-      if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
-      options.pool_max_bytes = bytes.value();
-    }
-  }
-  if (!pool_release.empty()) {
-    auto bytes = tools::ParseSize(pool_release);
-    if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
-    options.pool_release_threshold = bytes.value();
-  }
-  {
-    auto bytes = tools::ParseSize(ready_max);
-    if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
-    options.ready_max_bytes = bytes.value();
-  }
-  {
-    auto bytes = tools::ParseSize(slab_max);
-    if (!bytes.ok()) return tools::Fail("mcd-serve", bytes.status());
-    options.ipc_slab_max_bytes = bytes.value();
-  }
-  if (devices == "cpu") {
-    options.all_devices = false;
-  } else if (devices != "all") {
-    options.all_devices = false;
-    for (const std::string& part : tools::SplitList(devices)) {
-      auto device = ParseDevice(part);
-      if (!device.ok()) return tools::Fail("mcd-serve", device.status());
-      if (device.value() != kHostDevice) options.devices.push_back(device.value());
-    }
-  }
-
-  std::unique_ptr<PrivateRedis> private_redis;
-  if (spawn_redis) {
-    if (!flags.redis_url.empty()) {
-      return tools::Fail("mcd-serve", Status(ErrorCode::kInvalidArgument,
-                                             "--spawn-redis and --redis-url exclude each other"));
-    }
-    auto started = PrivateRedis::Start(redis_server);
-    if (!started.ok()) return tools::Fail("mcd-serve", started.status());
-    private_redis = std::move(started).value();
-    options.redis_url = private_redis->url();
-    std::cerr << "mcd-serve: private Redis at " << options.redis_url.Redacted()
-              << " (found by the other tools with no flag)\n";
-  } else {
-    auto url = ResolveRedisUrl(flags.redis_url);
-    if (!url.ok()) return tools::Fail("mcd-serve", url.status());
-    options.redis_url = url.value();
-  }
-
-  auto server = Server::Start(options);
-  if (!server.ok()) return tools::Fail("mcd-serve", server.status());
-
-  std::thread signal_thread([&stop_signals, srv = server.value().get()] {
+  MCD_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Start(options));
+  std::thread signal_thread([&stop_signals, srv = server.get()] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
     srv->RequestStop();
   });
-  Status ran = server.value()->Run();
-  server.value()->Shutdown();
+  Status ran = server->Run();
+  server->Shutdown();
   // Wake the signal thread if Run() ended without a signal.
   pthread_kill(signal_thread.native_handle(), SIGTERM);
   signal_thread.join();
-  server.value().reset();
+  return ran;
+}
+
+}  // namespace
+}  // namespace mcd
+
+int main(int argc, char** argv) {
+  using namespace mcd;
+  CLI::App app{"mcd-serve: own GPU and host memory for named tensors and serve the Redis command list"};
+  tools::SetupApp(app);
+  ServeFlags flags;
+  AddFlags(app, flags);
+  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  auto options = MakeOptions(flags);
+  if (!options.ok()) return tools::Fail("mcd-serve", options.status());
+  std::unique_ptr<PrivateRedis> private_redis;
+  if (flags.spawn_redis) {
+    auto started = PrivateRedis::Start(flags.redis_server);
+    if (!started.ok()) return tools::Fail("mcd-serve", started.status());
+    private_redis = std::move(started).value();
+    options->redis_url = private_redis->url();
+    std::cerr << "mcd-serve: private Redis at " << options->redis_url.Redacted()
+              << " (found by the other tools with no flag)\n";
+  }
+  Status served = Serve(options.value());
   private_redis.reset();
-  if (!ran.ok()) return tools::Fail("mcd-serve", ran);
+  if (!served.ok()) return tools::Fail("mcd-serve", served);
   return 0;
 }
