@@ -1,5 +1,5 @@
-// What a process pays to open cuda_ipc tensors that share one allocation (a slab, change 29 in
-// docs/benchmarks.md) against tensors of their own, with nothing of memcuda in the way.
+// What a process pays to open cuda_ipc tensors that share one allocation (a slab,
+// docs/design.md) against tensors of their own, with nothing of memcuda in the way.
 //
 // The parent allocates on device 0 one 16 MiB slab and 16 allocations of 1 MiB, and exports a
 // cudaIpcMemHandle of each. It then starts three fresh processes of itself with the handles on

@@ -1,4 +1,4 @@
-// What a process pays to give back pool pointers it imported (docs/benchmarks.md, change 37):
+// What a process pays to give back pool pointers it imported (ClosePoolPointer's cudaFree):
 // the first one, and those after it, by the way they are freed.
 //
 // The parent makes an IPC-capable pool on device 0, allocates eight 1 MiB blocks from it and

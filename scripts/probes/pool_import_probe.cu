@@ -1,5 +1,5 @@
 // What a fresh process pays the CUDA driver to open a tensor of an IPC memory pool, step by step,
-// with nothing of memcuda in the way (docs/benchmarks.md, change 24).
+// with nothing of memcuda in the way (the pool's primer, docs/design.md).
 //
 // The parent makes an IPC-capable pool on device 0 (first growing it to RESERVE bytes and giving
 // them back to the pool, to see whether the pool's size matters), allocates 1 MiB from it and

@@ -1,5 +1,5 @@
-// Where the cost of a fresh process's first cudaMemPoolImportPointer goes (docs/benchmarks.md,
-// change 24): once per process, or per chunk of the pool?
+// Where the cost of a fresh process's first cudaMemPoolImportPointer goes (the pool's primer,
+// docs/design.md): once per process, or per chunk of the pool?
 //
 // The parent makes an IPC-capable pool on device 0 and allocates from it: A (1 MiB), a 256 MiB
 // spacer, B (1 MiB, so in another chunk than A) and C (1 MiB, right after B), and exports the

@@ -192,8 +192,7 @@ Status ClosePoolPointer(DeviceContext& ctx, void* ptr, uint64_t offset) {
   MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
   // An importer frees its import before the exporter frees the allocation (refcount order).
   // cudaFree, not cudaFreeAsync: a process's first cudaFreeAsync of an imported pointer takes
-  // 7-13 ms in the call itself, cudaFree 3-4 us (scripts/probes/pool_free_probe.cu,
-  // docs/benchmarks.md change 37).
+  // 7-13 ms in the call itself, cudaFree 3-4 us (scripts/probes/pool_free_probe.cu).
   MCD_CUDA_RETURN(cudaFree(static_cast<char*>(ptr) - offset));
   return Status::Ok();
 }

@@ -6,7 +6,7 @@
 // against 2-3 us for a new allocation on the H100 host, scripts/probes/ipc_reopen_probe.cu).
 // Carving also takes cudaMalloc, cudaIpcGetMemHandle and cudaFree (~50 us for 1 MiB) off the
 // creates and deletes of small tensors and the refills of the ready stock. Measured: a faster
-// share and a higher create+delete rate (docs/benchmarks.md, change 29).
+// share and a higher create+delete rate (docs/design.md, "Fast paths and knobs").
 //
 // Rules, chosen to bound the memory a slab may hold that no tensor uses:
 // - A size is rounded up to its class: a multiple of 512 bytes, and at most a quarter above the
