@@ -19,20 +19,21 @@ CommandApplier::CommandApplier(const ServerOptions& opt, std::string instance, R
       intake_(intake),
       table_(table),
       devices_(devices),
-      outcomes_(outcomes) {}
+      outcomes_(outcomes),
+      responder_(opt, redis, pipeline, intake) {}
 
 void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
   std::vector<std::string> touched;
   bool from_socket = false;
   for (Intake::Incoming& in : commands) {
-    route_ = Route{};
+    responder_.set_route(Route{});
     if (in.conn != 0) {
       from_socket = true;
-      route_ = intake_.NewRoute(in.conn);
+      responder_.set_route(intake_.NewRoute(in.conn));
       if (in.overlong) {
         Status status(ErrorCode::kTooLarge, "command line is over the limit of " + std::to_string(kMaxCommandBytes) +
                                                 " bytes; the connection is closed");
-        intake_.Answer(route_, ErrorReply("", nullptr, status));
+        intake_.Answer(responder_.route(), ErrorReply("", nullptr, status));
         outcomes_.Record("invalid", "", status, Clock::now(), "via=socket");
         intake_.CloseConnection(in.conn);
         continue;
@@ -54,27 +55,28 @@ void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
     Handle(raw, parsed, req);
   }
   intake_.set_last_from_socket(from_socket);
-  route_ = Route{};
+  responder_.set_route(Route{});
   pipeline_.Flush();
 }
 
 void CommandApplier::Settle(Pending& pending, Result<CommitResult> result) {
-  Route previous = route_;
-  route_ = pending.route;  // where the result's handling answers
-  bool socket = route_.socket();
+  Route previous = responder_.route();
+  responder_.set_route(pending.route);  // where the result's handling answers
+  const Route& route = pending.route;
+  bool socket = route.socket();
   if (socket && result.ok() && result->kind == CommitResult::kOk) {
-    intake_.Answer(route_, CommitPipeline::SocketReply(pending, *result));
+    intake_.Answer(route, CommitPipeline::SocketReply(pending, *result));
   }
   Status failed = result.ok() ? Status::Ok() : result.status();
   if (pending.done) pending.done(std::move(result));
-  if (socket && intake_.Waiting(route_)) {
+  if (socket && intake_.Waiting(route)) {
     // Not answered by the handling: the commit got no answer from Redis (the connection broke).
     Status unknown(failed.ok() ? ErrorCode::kInternal : failed.code(),
                    "the server lost Redis before the change was confirmed, so it may or may not have "
                    "taken effect: check with mcd-ls before repeating it (" + failed.message() + ")");
-    intake_.Answer(route_, ErrorReply(pending.req, nullptr, unknown));
+    intake_.Answer(route, ErrorReply(pending.req, nullptr, unknown));
   }
-  route_ = previous;
+  responder_.set_route(previous);
 }
 
 Status CommandApplier::ResumeUnfinished() {
@@ -92,19 +94,17 @@ Status CommandApplier::ResumeUnfinished() {
 
 void CommandApplier::ResumeNow() {
   // Nothing is due and no take is out: the processing list holds only the left commands.
-  resume_due_ = false;
+  responder_.BeginResume();
   Status resumed = ResumeUnfinished();
   if (!resumed.ok()) Log(LogLevel::kWarn, "resuming commands: " + resumed.ToString());
   pipeline_.Drain();
-  // Still refused: the next round waits longer, up to 10 s.
-  resume_rounds_ = resume_due_ ? resume_rounds_ + 1 : 0;
-  resume_at_ = Clock::now() + std::chrono::seconds(std::min(10, 1 << std::min(resume_rounds_, 4)));
+  responder_.EndResume();
 }
 
 void CommandApplier::Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req) {
   auto t0 = Clock::now();
   if (!parsed.ok()) {
-    Fail(raw, req, nullptr, parsed.status());
+    responder_.Fail(raw, req, nullptr, parsed.status());
     outcomes_.Record("invalid", "", parsed.status(), t0);
     return;
   }
@@ -112,7 +112,7 @@ void CommandApplier::Handle(const std::string& raw, const Result<Command>& parse
   if (cmd.node && *cmd.node != opt_.node) {
     Status status(ErrorCode::kWrongNode,
                   "command is for node '" + *cmd.node + "' but this server serves '" + opt_.node + "'");
-    Fail(raw, req, OpName(cmd.op), status);
+    responder_.Fail(raw, req, OpName(cmd.op), status);
     outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
     return;
   }
@@ -173,7 +173,7 @@ TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
 void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
   auto t0 = Clock::now();
   auto fail = [&](const Status& status) {
-    Fail(raw, cmd.req, "create", status);
+    responder_.Fail(raw, cmd.req, "create", status);
     outcomes_.Record("create", cmd.name, status, t0);
   };
   if (table_.find(cmd.name) != table_.end()) {
@@ -205,7 +205,7 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
     fields.push_back(std::move(value));
   }
   std::string reply = ReplyHead(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
-  pipeline_.Queue(pipeline_.Make(route_, raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
+  pipeline_.Queue(pipeline_.Make(responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
                                  [this, raw, cmd, t0, entry = std::move(entry)](Result<CommitResult> committed) mutable {
                                    CreateCommitted(raw, cmd, std::move(entry), t0, std::move(committed));
                                  }));
@@ -228,14 +228,14 @@ void CommandApplier::CreateCommitted(const std::string& raw, const Command& cmd,
   Status freed = devices_.Free(entry.record.device, entry.allocation);
   if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
   if (!committed.ok()) {
-    Refused(raw, cmd.req, "create", committed.status());
+    responder_.Refused(raw, cmd.req, "create", committed.status());
     return outcomes_.Record("create", name, committed.status(), t0);
   }
   if (committed->kind == CommitResult::kDup) {
     return outcomes_.Record("create", name, Status::Ok(), t0, "repeated_req=" + cmd.req);
   }
   Status exists(ErrorCode::kAlreadyExists, "tensor '" + name + "' already exists (made by another server)");
-  AnswerNow(raw, cmd.req, "create", exists);
+  responder_.AnswerNow(raw, cmd.req, "create", exists);
   outcomes_.Record("create", name, exists, t0);
 }
 
@@ -245,12 +245,12 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
   auto it = table_.find(cmd.name);
   Status status = it == table_.end() ? MissingStatus(cmd.name) : Status::Ok();
   if (!status.ok()) {
-    Fail(raw, cmd.req, op, status);
+    responder_.Fail(raw, cmd.req, op, status);
     return outcomes_.Record(op, cmd.name, status, t0);
   }
   std::string head = ReplyHead(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
   pipeline_.Queue(pipeline_.Make(
-      route_, raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
+      responder_.route(), raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
       {std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"},
       [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
         RefcountCommitted(raw, req, name, op, t0, std::move(committed));
@@ -260,7 +260,7 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
 void CommandApplier::RefcountCommitted(const std::string& raw, const std::string& req, const std::string& name,
                                        const char* op, Clock::time_point t0, Result<CommitResult> committed) {
   if (!committed.ok()) {
-    Refused(raw, req, op, committed.status());
+    responder_.Refused(raw, req, op, committed.status());
     return outcomes_.Record(op, name, committed.status(), t0);
   }
   if (committed->kind == CommitResult::kDup) {
@@ -283,7 +283,7 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
   }
   // The hash is gone or not ready (changed by hand): say which.
   Status missing = MissingStatus(name);
-  AnswerNow(raw, req, op, missing);
+  responder_.AnswerNow(raw, req, op, missing);
   outcomes_.Record(op, name, missing, t0);
 }
 
@@ -304,56 +304,6 @@ void CommandApplier::ReapStackTensors() {
                      "owner_pid=" + std::to_string(entry.record.owner_pid) +
                          " refcount=" + std::to_string(entry.record.refcount));
   }
-}
-
-void CommandApplier::Fail(const std::string& raw, const std::string& req, const char* op, const Status& status) {
-  if (route_.socket()) {
-    intake_.Answer(route_, ErrorReply(req, op, status));
-    return;
-  }
-  pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {},
-                                 [this, raw](Result<CommitResult> r) {
-                                   if (!r.ok()) Unanswered(raw, r.status());
-                                 }));
-}
-
-void CommandApplier::AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status) {
-  if (route_.socket()) {
-    intake_.Answer(route_, ErrorReply(req, op, status));
-    return;
-  }
-  auto answered =
-      pipeline_.CommitNow(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {}));
-  if (!answered.ok()) Unanswered(raw, answered.status());
-}
-
-void CommandApplier::Unanswered(const std::string& raw, const Status& status) {
-  if (status.code() == ErrorCode::kRedisError && redis_.connected()) {
-    return MayPass(RedisWords(status)) ? ResumeLater() : Drop(raw, status);
-  }
-  Log(LogLevel::kError, "cannot write error reply: " + status.ToString());
-}
-
-void CommandApplier::Refused(const std::string& raw, const std::string& req, const char* op, const Status& status) {
-  if (status.code() != ErrorCode::kRedisError || !redis_.connected() || raw.empty()) return;
-  std::string words = RedisWords(status);
-  // A socket command is not kept to be tried again: its client hears Redis's words and decides
-  // (AnswerNow answers it on the socket).
-  if (!route_.socket() && MayPass(words)) return ResumeLater();
-  AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words));
-}
-
-void CommandApplier::ResumeLater() {
-  if (!resume_due_) resume_at_ = Clock::now() + std::chrono::seconds(1);
-  resume_due_ = true;
-}
-
-void CommandApplier::Drop(const std::string& raw, const Status& why) {
-  pipeline_.Drain();
-  auto removed = redis_.Command({"LREM", processing_key_, "-1", raw});
-  std::string what = "command " + raw.substr(0, 200) + " got no reply (" + why.message() + ")";
-  if (removed.ok()) return Log(LogLevel::kWarn, what + "; dropped");
-  Log(LogLevel::kError, what + " and cannot be dropped: " + removed.status().ToString());
 }
 
 }  // namespace mcd

@@ -1,8 +1,7 @@
 // Applying commands: each command of a batch is checked, its memory allocated or freed through
 // the device's allocator, and its effect queued as one commit (commit_pipeline.h); its reply goes
-// back on the route it came by. Also the stack reaper (a stack tensor goes when its owner
-// process dies) and the resume of commands that Redis refused for a moment. Main thread of the
-// server only.
+// back on the route it came by (responder.h). Also the stack reaper (a stack tensor goes when
+// its owner process dies). Main thread of the server only.
 #pragma once
 
 #include <chrono>
@@ -16,6 +15,7 @@
 #include "server/device_set.h"
 #include "server/intake.h"
 #include "server/outcome_log.h"
+#include "server/responder.h"
 #include "server/tensor_table.h"
 
 namespace mcd {
@@ -40,7 +40,7 @@ class CommandApplier {
   // Commands left in the processing list by a refusal that may pass are resumed from there once
   // nothing is in flight: a second after the refusal, then after 2, 4, 8 and 10 s while they keep
   // being refused. ResumeDue: that time has come; ResumeNow: resume them, with nothing in flight.
-  bool ResumeDue() const { return resume_due_ && Clock::now() >= resume_at_; }
+  bool ResumeDue() const { return responder_.ResumeDue(); }
   void ResumeNow();
   // Deletes the stack tensors whose owner process is gone, and frees their memory.
   void ReapStackTensors();
@@ -60,25 +60,6 @@ class CommandApplier {
   Status MissingStatus(const std::string& name);
   TensorRecord NewRecord(const Command& cmd) const;
 
-  // Error replies. Fail: queued with the batch (on the socket: sent at once). AnswerNow: written
-  // now, and the command leaves the processing list.
-  void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
-  void AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status);
-  // After a commit that Redis answered with an error (a key of the wrong type, Redis out of
-  // memory under maxmemory): nothing of it was applied. The client gets an error reply; if Redis
-  // refuses that too, the command still leaves the processing list (Drop), so that it is neither
-  // run again after a reconnect nor waited for. An error that may pass (Redis busy with a
-  // script, loading, a missing ACL permission) leaves the command in the list instead, to be
-  // resumed (ResumeLater). Only on a live connection: after a lost one, the commands left in the
-  // list are resumed after reconnecting.
-  void Refused(const std::string& raw, const std::string& req, const char* op, const Status& status);
-  // An error reply that could not be written: logged; on a live connection the command is
-  // dropped all the same, or resumed later when the refusal may pass.
-  void Unanswered(const std::string& raw, const Status& status);
-  // Removes a command from the processing list without a reply (LREM needs no memory, so it
-  // works when Redis refuses writes for lack of it).
-  void Drop(const std::string& raw, const Status& why);
-  void ResumeLater();
 
   const ServerOptions& opt_;
   const std::string instance_;
@@ -89,12 +70,7 @@ class CommandApplier {
   TensorTable& table_;
   DeviceSet& devices_;
   OutcomeLog& outcomes_;
-  // The route of the command being handled, or whose commit's result is being acted on: where
-  // Fail, AnswerNow and Refused answer, and how commits are made. Conn 0 (the list) otherwise.
-  Route route_;
-  bool resume_due_ = false;
-  Clock::time_point resume_at_{};
-  int resume_rounds_ = 0;  // resumes in a row that left commands behind again
+  Responder responder_;  // the route of the command at hand, error replies, the resume
 };
 
 }  // namespace mcd

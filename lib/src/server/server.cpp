@@ -1,7 +1,8 @@
 // The server's lifecycle: Start (devices, Redis, the node's claim, sockets, startup clean-up),
 // the serving loop, the reconnect after a lost Redis, and Shutdown. The parts it drives:
 //   intake.h          commands from the lifecycle list and the command socket
-//   applier.h         each command applied through the allocators, its reply routed back
+//   applier.h         each command applied through the allocators
+//   responder.h       replies on the command's route, and Redis's refusals
 //   commit_pipeline.h every change committed to Redis by one script call, pipelined
 //   tensor_table.h    the tensors held, by name
 //   device_set.h      workers, allocators and the pool socket of each device
