@@ -24,8 +24,9 @@ struct CUstream_st;  // cudaStream_t without pulling CUDA headers into every cli
 
 namespace mcd {
 
-// The seed's IpcContext: GPU state owned by one worker thread. Only ever touched from jobs
-// running on that worker; never stored or used elsewhere.
+// GPU state owned by one worker thread: its device's context, its stream, and what must be
+// released with them. Only ever touched from jobs running on that worker; never stored or used
+// elsewhere.
 class MCD_API DeviceContext {
  public:
   explicit DeviceContext(int device) : device_(device) {}
@@ -49,7 +50,7 @@ class MCD_API DeviceContext {
   // register theirs: unregister interop, release caches). Worker thread only.
   void AddResetHook(std::function<void()> hook) { reset_hooks_.push_back(std::move(hook)); }
 
-  // Releases everything in the seed's order: drain the stream, run the hooks (interop
+  // Releases everything in one order: drain the stream, run the hooks (interop
   // registrations, allocator caches, graphics resources), destroy the stream. Idempotent.
   void Reset() noexcept;
 
@@ -85,7 +86,7 @@ class MCD_API GpuWorker {
   // reports its own outcome. Jobs still run in FIFO order with those of Call().
   Status Post(std::function<Status(DeviceContext&)> job);
 
-  // The seed's primitive: runs `fn` on the worker thread and returns its int32_t code
+  // Runs `fn` on the worker thread and returns its int32_t code
   // (an ErrorCode value). Same rules as Call().
   int32_t SubmitAndWait(std::function<int32_t()> fn);
 

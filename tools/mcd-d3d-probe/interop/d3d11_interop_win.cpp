@@ -1,8 +1,8 @@
-// Windows: the worker-owned D3D11 <-> CUDA lifecycle of the design. On the GpuWorker's thread:
+// Windows: a D3D11 <-> CUDA lifecycle owned by a GPU worker. On the GpuWorker's thread:
 // a D3D11 device on the adapter whose LUID is the CUDA device's, a shareable texture exported as
 // an NT handle, imported into CUDA as external memory and mapped as an array; a kernel writes it,
 // D3D11 reads it back through a staging texture and every byte is checked; then the release in
-// the seed's order (CUDA interop, CUDA caches, D3D resources).
+// DeviceContext::Reset's order (CUDA interop, CUDA caches, D3D resources).
 //
 // Compiled on Windows only; Linux CI checks its syntax with mingw-w64. It has not run on a GPU.
 #if defined(_WIN32)

@@ -1,7 +1,7 @@
-// Graphics <-> CUDA interop lifecycles owned by a GpuWorker (the seed's IpcContext role):
+// Graphics <-> CUDA interop lifecycles owned by a GpuWorker (its DeviceContext):
 // D3D11 on Windows, Vulkan external memory on Linux. Each probe creates the graphics resource,
 // imports it into CUDA, moves data both ways with verification, and releases everything in the
-// seed's order (CUDA interop registrations, CUDA caches, then graphics resources). Used by
+// worker's release order (CUDA interop registrations, CUDA caches, then graphics resources). Used by
 // mcd-d3d-probe(1).
 #pragma once
 

@@ -3,7 +3,8 @@
 // (cudaImportExternalMemory, cudaExternalMemoryGetMappedBuffer, cudaImportExternalSemaphore),
 // writes the buffer for Vulkan to read back and reads what Vulkan wrote, with every byte checked
 // and the semaphores ordering the two queues. All of it runs as one job on the GpuWorker, whose
-// thread owns the CUDA stream and the Vulkan objects; the release follows the seed's order.
+// thread owns the CUDA stream and the Vulkan objects; the release follows
+// DeviceContext::Reset's order.
 //
 // The loader is opened at run time: machines without Vulkan get "unavailable", not a failed start.
 #define VK_NO_PROTOTYPES
