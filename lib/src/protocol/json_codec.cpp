@@ -145,10 +145,16 @@ class PooledWriter {
   Writer writer_;
 };
 
+// True when every byte is below 0x80. Or-ing them all, without an early exit, lets the compiler
+// check many bytes at a time: names, handles and owners are short ASCII.
+bool IsAscii(std::string_view text) {
+  unsigned char any = 0;
+  for (char c : text) any = static_cast<unsigned char>(any | static_cast<unsigned char>(c));
+  return any < 0x80;
+}
+
 void WriteString(Writer& w, std::string_view text) {
-  bool ascii = true;
-  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (ascii) {
+  if (IsAscii(text)) {
     w.String(text.data(), static_cast<rj::SizeType>(text.size()));
     return;
   }
