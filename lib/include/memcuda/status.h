@@ -50,8 +50,8 @@ MCD_API std::optional<ErrorCode> ErrorCodeFromName(const std::string& name) noex
 // 76 unexpected Redis reply.
 MCD_API int ExitCodeFor(ErrorCode code) noexcept;
 
-// A code and its detail message. Cheap to copy when ok.
-// (Not [[nodiscard]]: GCC 12 refuses the attribute next to the visibility attribute.)
+// A code and its detail message. Cheap to copy when ok. [[nodiscard]]: a Status nobody reads is
+// an error nobody handles; discard one on purpose with a (void) cast and a comment saying why.
 class [[nodiscard]] MCD_API Status {
  public:
   Status() = default;
