@@ -1,0 +1,70 @@
+-- Commit: applies one command's effect, writes its reply and removes it from the processing
+-- list, all at once, so no reader sees half a change and no command is applied twice.
+--
+-- KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key
+-- ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
+-- oldest commands are and commits happen oldest first; "" for internal actions and commands
+-- that came on the command socket, whose LREM then finds nothing, or an empty command that a
+-- client pushed, which is junk either way)
+-- ARGV[2] reply JSON (for "incr": the part before the new refcount)
+-- ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
+-- ARGV[5] "1" when the command has a req (reply + first-result are written)
+-- ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7])
+-- ARGV[7] owner
+-- ARGV[8] action: "none" | "hset" (pairs from ARGV[9]) | "del" | "incr" (below)
+-- incr (needs "mine"): ARGV[9] delta, ARGV[10] reply tail while referenced, ARGV[11] reply tail
+-- when freed; at refcount <= 0 the hash is deleted (the caller then frees the memory).
+-- Returns {"ok"} | {"ok", refcount} (incr) | {"dup", first_reply} | {"conflict"}.
+--
+-- Redis does not undo a script's writes when a later command of it fails, so the reply is
+-- written first: a write that Redis refuses (out of memory under maxmemory, a reply key of
+-- another type) then fails the commit before anything has changed, and once one write has gone
+-- through Redis lets the others through too.
+if ARGV[5] == '1' then
+  local first = redis.call('GET', KEYS[4])
+  if first then
+    redis.call('RPUSH', KEYS[3], first)
+    redis.call('EXPIRE', KEYS[3], ARGV[3])
+    redis.call('LREM', KEYS[2], -1, ARGV[1])
+    return {'dup', first}
+  end
+end
+local pre = ARGV[6]
+local refcount
+if pre == 'absent' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {'conflict'} end
+elseif pre == 'mine' then
+  local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount')
+  if f[1] ~= 'ready' or f[2] ~= ARGV[7] then return {'conflict'} end
+  refcount = 0  -- a missing field counts as 0, and one that is not a number is refused, as HINCRBY does
+  if f[3] then
+    refcount = tonumber(f[3])
+    if not refcount then return redis.error_reply('ERR hash value is not an integer') end
+  end
+end
+local action = ARGV[8]
+local reply = ARGV[2]
+local result = {'ok'}
+if action == 'incr' then
+  local n = refcount + tonumber(ARGV[9])
+  if n <= 0 then
+    reply = reply .. '0' .. ARGV[11]
+  else
+    reply = reply .. n .. ARGV[10]
+  end
+  result = {'ok', n}
+end
+if ARGV[5] == '1' then
+  redis.call('RPUSH', KEYS[3], reply)
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+  redis.call('SET', KEYS[4], reply, 'EX', ARGV[4])
+end
+if action == 'hset' then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+elseif action == 'del' or (action == 'incr' and result[2] <= 0) then
+  redis.call('DEL', KEYS[1])
+elseif action == 'incr' then
+  redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[9])
+end
+redis.call('LREM', KEYS[2], -1, ARGV[1])
+return result

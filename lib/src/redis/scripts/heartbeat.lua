@@ -1,0 +1,25 @@
+-- The node's heartbeat, written by one server instance only: the first write claims the node,
+-- so two servers started at once for one node cannot both serve it, and a server that was not
+-- heard from for longer than the TTL finds, when it wakes, that another one took the node over.
+--
+-- KEYS[1] the heartbeat hash
+-- ARGV[1] this instance, ARGV[2] an instance it may replace (one whose process is gone; "" for
+-- none), ARGV[3] TTL (s), ARGV[4..] field/value pairs to write (instance among them).
+-- Returns {"ok"} | {"held", instance, pid}: another instance holds the node.
+--
+-- The HSET is the first write, so that Redis out of memory refuses the heartbeat (a script's
+-- later writes are let through); the fields of a replaced instance are removed after it.
+local holder = redis.call('HGET', KEYS[1], 'instance')
+if holder and holder ~= ARGV[1] and holder ~= ARGV[2] then
+  return {'held', holder, redis.call('HGET', KEYS[1], 'pid') or ''}
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+if holder ~= ARGV[1] then
+  local written = {}
+  for i = 4, #ARGV, 2 do written[ARGV[i]] = true end
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if not written[field] then redis.call('HDEL', KEYS[1], field) end
+  end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return {'ok'}
