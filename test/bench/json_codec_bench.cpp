@@ -17,7 +17,8 @@ double MicrosPerCall(int n, Work&& work) {
   for (int i = 0; i < n / 10; ++i) work();  // warm caches and the allocator
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) work();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+         n;
 }
 
 }  // namespace
@@ -60,10 +61,11 @@ int main(int argc, char** argv) {
                 {"shape", r.shape},       {"state", r.state}};
     sink = sink + doc.dump(-1, ' ', false, json::error_handler_t::replace).size();
   });
-  std::printf("{\"iterations\":%d,\"codec_parse_us\":%.3f,\"codec_write_us\":%.3f,"
-              "\"nlohmann_parse_us\":%.3f,\"nlohmann_write_us\":%.3f,\"codec_per_create_us\":%.3f,"
-              "\"nlohmann_per_create_us\":%.3f}\n",
-              n, codec_parse, codec_write, nlohmann_parse, nlohmann_write, codec_parse + codec_write,
-              nlohmann_parse + nlohmann_write);
+  std::printf(
+      "{\"iterations\":%d,\"codec_parse_us\":%.3f,\"codec_write_us\":%.3f,"
+      "\"nlohmann_parse_us\":%.3f,\"nlohmann_write_us\":%.3f,\"codec_per_create_us\":%.3f,"
+      "\"nlohmann_per_create_us\":%.3f}\n",
+      n, codec_parse, codec_write, nlohmann_parse, nlohmann_write, codec_parse + codec_write,
+      nlohmann_parse + nlohmann_write);
   return sink == 42 ? 1 : 0;
 }

@@ -1,8 +1,8 @@
 #include "bench.h"
 
 #include "children.h"
-#include "report.h"
 #include "memcuda/polling.h"
+#include "report.h"
 
 namespace mcd::bench {
 
@@ -52,7 +52,8 @@ class Bench {
     auto info = client_->ServerInfo();
     if (!info.ok() || info->count("pid") == 0) return {-1, -1};
     const std::string pid = info->at("pid");
-    return {ProcCpuSeconds("/proc/" + pid + "/stat"), ProcCpuSeconds("/proc/" + pid + "/task/" + pid + "/stat")};
+    return {ProcCpuSeconds("/proc/" + pid + "/stat"),
+            ProcCpuSeconds("/proc/" + pid + "/task/" + pid + "/stat")};
   }
 
   // Every row of one allocator on one device; then whatever of the run's tensors is still there
@@ -62,9 +63,11 @@ class Bench {
     client_.reset();
     auto removed = RemoveLeftovers();
     if (!removed.ok()) {
-      std::cerr << "mcd-bench: warning: cannot give back the run's tensors: " << removed.status().ToString() << "\n";
+      std::cerr << "mcd-bench: warning: cannot give back the run's tensors: "
+                << removed.status().ToString() << "\n";
     } else if (removed.value() > 0 && ran.ok() && !Stopping()) {
-      std::cerr << "mcd-bench: warning: the run left " << removed.value() << " tensor(s); given back now\n";
+      std::cerr << "mcd-bench: warning: the run left " << removed.value()
+                << " tensor(s); given back now\n";
     }
     return ran;
   }
@@ -72,7 +75,8 @@ class Bench {
   // The rows in order; a stop signal ends the run before the next one.
   Status Rows(const std::string& kind, int device) {
     MCD_ASSIGN_OR_RETURN(client_, Connect(flags_));
-    if (!client_->Warmup(device).ok()) return Status(ErrorCode::kNoDevice, "cannot use device " + DeviceName(device));
+    if (!client_->Warmup(device).ok())
+      return Status(ErrorCode::kNoDevice, "cannot use device " + DeviceName(device));
     if (device != kHostDevice) cudaSetDevice(device);
     std::vector<std::function<Status()>> rows;
     for (uint64_t bytes : opt_.sizes) {
@@ -81,8 +85,10 @@ class Bench {
       rows.push_back([=] { return Share(kind, device, bytes); });
     }
     const uint64_t churn_bytes = 1 << 20;
-    for (int clients : opt_.clients) rows.push_back([=] { return Throughput(kind, device, churn_bytes, clients); });
-    rows.push_back([=] { return Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30)); });
+    for (int clients : opt_.clients)
+      rows.push_back([=] { return Throughput(kind, device, churn_bytes, clients); });
+    rows.push_back(
+        [=] { return Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30)); });
     for (const auto& row : rows) {
       if (Stopping()) return StoppedBySignal();
       MCD_RETURN_IF_ERROR(row());
@@ -107,7 +113,9 @@ class Bench {
     return left.size();
   }
 
-  json Record(const json& config) const { return RecordOf(rows_, floor_us_, redis_version_, config); }
+  json Record(const json& config) const {
+    return RecordOf(rows_, floor_us_, redis_version_, config);
+  }
 
  private:
   // Rows that keep their tensors alive until the end stay under kLiveBudget bytes.
@@ -146,7 +154,8 @@ class Bench {
 
   Status Lifecycle(const std::string& kind, int device, uint64_t bytes) {
     Say("create/get/delete " + kind + " " + tools::HumanBytes(bytes));
-    Row create{"create", kind, device, bytes, {}, 0, ""}, get{"get_warm", kind, device, bytes, {}, 0, "get + map, mapping cached in this process"},
+    Row create{"create", kind, device, bytes, {}, 0, ""},
+        get{"get_warm", kind, device, bytes, {}, 0, "get + map, mapping cached in this process"},
         del{"delete", kind, device, bytes, {}, 0, ""};
     std::vector<std::string> names;
     Timed(create, [&](int i) {
@@ -165,7 +174,7 @@ class Bench {
     }
     for (const auto& n : names) {
       MCD_RETURN_IF_ERROR(client_->Release(n).status());  // the get's reference
-      MCD_RETURN_IF_ERROR(client_->Close(n));            // the Open: unmapped now
+      MCD_RETURN_IF_ERROR(client_->Close(n));             // the Open: unmapped now
     }
     for (const auto& n : names) {
       auto t0 = Clock::now();
@@ -180,25 +189,35 @@ class Bench {
   }
 
   Status FirstGet(const std::string& kind, int device, uint64_t bytes) {
-    Row row{"get_first", kind, device, bytes, {}, 0, "get + map in a fresh process, right after its Client::Warmup"};
+    Row row{"get_first",
+            kind,
+            device,
+            bytes,
+            {},
+            0,
+            "get + map in a fresh process, right after its Client::Warmup"};
     for (int i = 0; i < opt_.fresh; ++i) {
       if (Stopping()) return StoppedBySignal();
-      Say("first get in a fresh process " + kind + " " + tools::HumanBytes(bytes) + " " + std::to_string(i));
+      Say("first get in a fresh process " + kind + " " + tools::HumanBytes(bytes) + " " +
+          std::to_string(i));
       std::string name = Name("first", i);
       MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
-      Child child = SpawnChild(ChildArgs({"--child", "first-get", "--child-device", DeviceName(device), "--child-name", name}));
+      Child child = SpawnChild(ChildArgs(
+          {"--child", "first-get", "--child-device", DeviceName(device), "--child-name", name}));
       std::string line = ReadLine(child.from);
       int rc = WaitChild(child);
       MCD_RETURN_IF_ERROR(client_->Release(name).status());
       std::istringstream parts(line);
       double get_us = 0, connect_us = 0;
       if (rc != 0 || !(parts >> get_us >> connect_us)) {
-        return Status(ErrorCode::kInternal, "first-get child failed (exit " + std::to_string(rc) + ")");
+        return Status(ErrorCode::kInternal,
+                      "first-get child failed (exit " + std::to_string(rc) + ")");
       }
       row.us.push_back(get_us);
       row.connect_us.push_back(connect_us);
     }
-    row.note += "; its Client::Connect before, median " + Whole(Percentile(row.connect_us, 0.5)) + " us";
+    row.note +=
+        "; its Client::Connect before, median " + Whole(Percentile(row.connect_us, 0.5)) + " us";
     rows_.push_back(std::move(row));
     return Status::Ok();
   }
@@ -206,8 +225,10 @@ class Bench {
   Status Share(const std::string& kind, int device, uint64_t bytes) {
     Say("share end to end " + kind + " " + tools::HumanBytes(bytes));
     Row row{"share", kind, device, bytes, {}, 0, "create in A, get+map+touch in B, ack to A"};
-    Child consumer = SpawnChild(ChildArgs({"--child", "share", "--child-device", DeviceName(device)}));
-    if (ReadLine(consumer.from) != "ready") return Status(ErrorCode::kInternal, "share consumer did not start");
+    Child consumer =
+        SpawnChild(ChildArgs({"--child", "share", "--child-device", DeviceName(device)}));
+    if (ReadLine(consumer.from) != "ready")
+      return Status(ErrorCode::kInternal, "share consumer did not start");
     Status failed;
     Timed(row, [&](int i) -> Status {
       std::string name = Name("share", i);
@@ -220,15 +241,16 @@ class Bench {
       std::istringstream parts(ack);
       std::string ok;
       double get_us = 0, touch_us = 0;
-      if (!(parts >> ok >> get_us >> touch_us) || ok != "ok") return Status(ErrorCode::kInternal, "consumer: " + ack);
+      if (!(parts >> ok >> get_us >> touch_us) || ok != "ok")
+        return Status(ErrorCode::kInternal, "consumer: " + ack);
       row.create_us.push_back(create_us);
       row.get_us.push_back(get_us);
       row.touch_us.push_back(touch_us);
       return Status::Ok();
     });
     auto median = [](const std::vector<double>& us) { return Whole(Percentile(us, 0.5)); };
-    row.note += "; medians: create " + median(row.create_us) + " us, get+map " + median(row.get_us) + " us, touch " +
-                median(row.touch_us) + " us";
+    row.note += "; medians: create " + median(row.create_us) + " us, get+map " +
+                median(row.get_us) + " us, touch " + median(row.touch_us) + " us";
     // Cleanup of every shared tensor, outside the row's time: the consumer's reference (its
     // release timed apart, for the note: the process's first unmap may cost more), then the
     // creator's.
@@ -239,13 +261,14 @@ class Bench {
       std::istringstream done(ReadLine(consumer.from));
       std::string word;
       double us = 0;
-      if (!(done >> word >> us) || word != "done") return Status(ErrorCode::kInternal, "consumer: " + done.str());
+      if (!(done >> word >> us) || word != "done")
+        return Status(ErrorCode::kInternal, "consumer: " + done.str());
       row.release_us.push_back(us);
       MCD_RETURN_IF_ERROR(client_->Release(name).status());
     }
     if (!row.release_us.empty()) {
-      row.note += "; B's release (unmap + reference): first " + Whole(row.release_us.front()) + " us, median " +
-                  Whole(Percentile(row.release_us, 0.5)) + " us";
+      row.note += "; B's release (unmap + reference): first " + Whole(row.release_us.front()) +
+                  " us, median " + Whole(Percentile(row.release_us, 0.5)) + " us";
     }
     WaitChild(consumer);
     rows_.push_back(std::move(row));
@@ -260,12 +283,17 @@ class Bench {
     auto [server0, thread0] = ServerCpuSeconds();
     auto t0 = Clock::now();
     for (int c = 0; c < clients; ++c) {
-      children.push_back(SpawnChild(ChildArgs({"--child", "churn", "--child-device", DeviceName(device),
-                                               "--child-bytes", std::to_string(bytes),
-                                               "--child-seconds", std::to_string(seconds),
-                                               "--child-id", std::to_string(c)})));
+      children.push_back(
+          SpawnChild(ChildArgs({"--child", "churn", "--child-device", DeviceName(device),
+                                "--child-bytes", std::to_string(bytes), "--child-seconds",
+                                std::to_string(seconds), "--child-id", std::to_string(c)})));
     }
-    Row row{"create+delete_x" + std::to_string(clients), kind, device, bytes, {}, 0,
+    Row row{"create+delete_x" + std::to_string(clients),
+            kind,
+            device,
+            bytes,
+            {},
+            0,
             std::to_string(clients) + (clients == 1 ? " client process" : " client processes") +
                 ", create+delete pairs"};
     for (Child& child : children) {
@@ -279,8 +307,9 @@ class Bench {
       }
       if (WaitChild(child) != 0) return Status(ErrorCode::kInternal, "a throughput client failed");
       if (read != pairs || pairs == 0) {
-        return Status(ErrorCode::kInternal, "a throughput client reported " + std::to_string(pairs) +
-                                                " pairs but " + std::to_string(read) + " latencies");
+        return Status(ErrorCode::kInternal, "a throughput client reported " +
+                                                std::to_string(pairs) + " pairs but " +
+                                                std::to_string(read) + " latencies");
       }
     }
     double wall = Us(t0, Clock::now()) / 1e6;
@@ -290,18 +319,18 @@ class Bench {
     if (cpu0 >= 0 && cpu1 >= cpu0 && !row.us.empty()) {
       // Which of Redis and the server bounds the rate: Redis's CPU per pair, and how busy it was.
       row.redis_cpu_us = (cpu1 - cpu0) * 1e6 / static_cast<double>(row.us.size());
-      row.note += "; Redis CPU " + Whole(row.redis_cpu_us) + " us per pair, " + Whole((cpu1 - cpu0) * 100 / wall) +
-                  "% busy";
+      row.note += "; Redis CPU " + Whole(row.redis_cpu_us) + " us per pair, " +
+                  Whole((cpu1 - cpu0) * 100 / wall) + "% busy";
     }
-    if (server0 >= 0 && server1 >= server0 && thread0 >= 0 && thread1 >= thread0 && !row.us.empty()) {
+    if (server0 >= 0 && server1 >= server0 && thread0 >= 0 && thread1 >= thread0 &&
+        !row.us.empty()) {
       row.server_cpu_us = (server1 - server0) * 1e6 / static_cast<double>(row.us.size());
       row.server_thread_busy = (thread1 - thread0) / wall;
-      row.note += "; server CPU " + Whole(row.server_cpu_us) +
-                  " us per pair, its command thread " +
+      row.note += "; server CPU " + Whole(row.server_cpu_us) + " us per pair, its command thread " +
                   Whole(row.server_thread_busy * 100) + "% busy";
     }
-    row.note += "; p99 of the create " + Whole(Percentile(row.create_us, 0.99)) + " us, of the delete " +
-                Whole(Percentile(row.delete_us, 0.99)) + " us";
+    row.note += "; p99 of the create " + Whole(Percentile(row.create_us, 0.99)) +
+                " us, of the delete " + Whole(Percentile(row.delete_us, 0.99)) + " us";
     rows_.push_back(std::move(row));
     return Status::Ok();
   }
@@ -379,8 +408,8 @@ class Bench {
     std::vector<std::string> args = extra;
     if (!flags_.redis_url.empty()) args.insert(args.end(), {"--redis-url", flags_.redis_url});
     if (!flags_.node.empty()) args.insert(args.end(), {"--node", flags_.node});
-    args.insert(args.end(), {"--prefix", flags_.prefix, "--queue", flags_.queue,
-                             "--timeout-ms", std::to_string(flags_.timeout_ms)});
+    args.insert(args.end(), {"--prefix", flags_.prefix, "--queue", flags_.queue, "--timeout-ms",
+                             std::to_string(flags_.timeout_ms)});
     return args;
   }
 
@@ -395,8 +424,8 @@ class Bench {
 
 }  // namespace
 
-Result<json> MeasureAllocator(const Options& opt, const tools::CommonFlags& flags, const std::string& kind,
-                              int device, const json& config) {
+Result<json> MeasureAllocator(const Options& opt, const tools::CommonFlags& flags,
+                              const std::string& kind, int device, const json& config) {
   Bench one(opt, flags);
   MCD_RETURN_IF_ERROR(one.RedisFloor());
   Status ran = one.Allocator(kind, device);

@@ -12,7 +12,7 @@ namespace mcd::bench {
 // Measures every row of allocator `kind` on `device` against the server `flags` name, and
 // returns the JSON record ({"config":..,"floor_us":..,"rows":[..]}). A stop signal ends it with
 // kStopped after the run's tensors were given back.
-Result<json> MeasureAllocator(const Options& opt, const tools::CommonFlags& flags, const std::string& kind,
-                              int device, const json& config);
+Result<json> MeasureAllocator(const Options& opt, const tools::CommonFlags& flags,
+                              const std::string& kind, int device, const json& config);
 
 }  // namespace mcd::bench

@@ -31,7 +31,6 @@
 
 namespace mcd::bench {
 
-
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -43,8 +42,8 @@ struct Row {
   std::string row, allocator;
   int device = 0;
   uint64_t bytes = 0;
-  std::vector<double> us;    // one latency per operation
-  double ops_per_s = 0;      // set for throughput rows; otherwise 1e6 / mean
+  std::vector<double> us;  // one latency per operation
+  double ops_per_s = 0;    // set for throughput rows; otherwise 1e6 / mean
   std::string note;
   double redis_cpu_us = -1;  // throughput rows: Redis's CPU time per operation (< 0: unknown)
   // Throughput rows: the server's CPU time per operation, and the share of the wall time its
@@ -79,7 +78,8 @@ inline std::string NvidiaDriverVersion() {
   if (!std::getline(file, line)) return "";
   std::istringstream words(line);
   for (std::string word; words >> word;) {
-    if (word.find('.') != std::string::npos && word.find_first_not_of("0123456789.") == std::string::npos) {
+    if (word.find('.') != std::string::npos &&
+        word.find_first_not_of("0123456789.") == std::string::npos) {
       return word;
     }
   }
@@ -115,7 +115,9 @@ inline void CatchStopSignals() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
 }
 inline Status StoppedBySignal() {
-  const char* name = g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+  const char* name = g_stop_signal == SIGINT    ? "SIGINT"
+                     : g_stop_signal == SIGTERM ? "SIGTERM"
+                                                : "SIGHUP";
   return Status(ErrorCode::kStopped, std::string("stopped by ") + name);
 }
 
@@ -129,6 +131,5 @@ inline bool Progress() { return isatty(STDERR_FILENO) == 1; }
 inline void Say(const std::string& text) {
   if (Progress()) std::cerr << "\r\033[K" << text << std::flush;
 }
-
 
 }  // namespace mcd::bench

@@ -6,8 +6,6 @@ namespace mcd::bench {
 
 namespace {
 
-
-
 // A pipe's two ends, each with its owner.
 bool Pipe(UniqueFd& read_end, UniqueFd& write_end) {
   int ends[2];
@@ -170,7 +168,8 @@ int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string
 
 // Throughput client: create + delete pairs for `seconds`; prints how many, then each pair's
 // create and delete latencies, on one line.
-int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds, int id) {
+int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds,
+               int id) {
   auto client = ConnectOrDie(flags);
   CreateSpec spec;
   spec.dtype = DType::kU8;
@@ -185,7 +184,8 @@ int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, doub
     auto t0 = Clock::now();
     auto created = client->Create(spec);
     auto t1 = Clock::now();
-    auto released = created.ok() ? client->Release(spec.name) : Result<TensorRecord>(created.status());
+    auto released =
+        created.ok() ? client->Release(spec.name) : Result<TensorRecord>(created.status());
     if (!released.ok()) return tools::Fail("mcd-bench", released.status());
     out << " " << Us(t0, t1) << " " << Us(t1, Clock::now());
   }

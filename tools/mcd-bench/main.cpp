@@ -25,10 +25,13 @@ struct BenchFlags {
 };
 
 void AddFlags(CLI::App& app, BenchFlags& f) {
-  app.footer(std::string("Examples:\n"
-                         "  mcd-bench --self-serve                      # private Redis + servers, every allocator\n"
-                         "  mcd-bench --sizes 4KiB,1MiB --json > run.json  # against the live mcd-serve\n\n") +
-             tools::kEnvironmentFooter);
+  app.footer(
+      std::string(
+          "Examples:\n"
+          "  mcd-bench --self-serve                      # private Redis + servers, every "
+          "allocator\n"
+          "  mcd-bench --sizes 4KiB,1MiB --json > run.json  # against the live mcd-serve\n\n") +
+      tools::kEnvironmentFooter);
   Options& opt = f.opt;
   tools::AddConnectionFlags(app, opt.flags);
   app.add_option("--timeout-ms", opt.flags.timeout_ms, "Per request")->capture_default_str();
@@ -45,7 +48,8 @@ void AddFlags(CLI::App& app, BenchFlags& f) {
   app.add_option("--fresh", opt.fresh, "Fresh processes for the first-get row")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
-  app.add_flag("--self-serve", opt.self_serve, "Start a private Redis and an mcd-serve per allocator");
+  app.add_flag("--self-serve", opt.self_serve,
+               "Start a private Redis and an mcd-serve per allocator");
   app.add_option("--serve-args", f.serve_args,
                  "With --self-serve: more arguments for each mcd-serve it starts, split at spaces "
                  "(\"--slab-max 0\", say)");
@@ -64,7 +68,8 @@ int RunChild(const BenchFlags& f) {
   int device = ParseDevice(f.child_device).value();
   if (f.child == "share") return ChildShare(f.opt.flags, device);
   if (f.child == "first-get") return ChildFirstGet(f.opt.flags, device, f.child_name);
-  if (f.child == "churn") return ChildChurn(f.opt.flags, device, f.child_bytes, f.child_seconds, f.child_id);
+  if (f.child == "churn")
+    return ChildChurn(f.opt.flags, device, f.child_bytes, f.child_seconds, f.child_id);
   return 64;
 }
 
@@ -82,9 +87,9 @@ Status ParseLists(BenchFlags& f) {
     char* end = nullptr;
     long n = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || n < 1 || n > kMaxClients) {
-      return Status(ErrorCode::kInvalidArgument, "--clients '" + f.clients + "': give counts from 1 to " +
-                                                     std::to_string(kMaxClients) +
-                                                     ", separated by commas (e.g. 1,2,4,8)");
+      return Status(ErrorCode::kInvalidArgument,
+                    "--clients '" + f.clients + "': give counts from 1 to " +
+                        std::to_string(kMaxClients) + ", separated by commas (e.g. 1,2,4,8)");
     }
     opt.clients.push_back(static_cast<int>(n));
   }
@@ -99,9 +104,17 @@ Status ParseLists(BenchFlags& f) {
 // The run's configuration, as the record states it: what was asked, the GPU and its driver, the
 // polling budget, and how commands reach the server.
 json Config(const Options& opt, int gpus) {
-  json config = {{"sizes", opt.sizes}, {"iterations", opt.iterations}, {"max_seconds", opt.max_seconds},
-                 {"clients", opt.clients}, {"fresh", opt.fresh}, {"self_serve", opt.self_serve},
-                 {"host", [] { char h[256] = {}; gethostname(h, 255); return std::string(h); }()}};
+  json config = {{"sizes", opt.sizes},
+                 {"iterations", opt.iterations},
+                 {"max_seconds", opt.max_seconds},
+                 {"clients", opt.clients},
+                 {"fresh", opt.fresh},
+                 {"self_serve", opt.self_serve},
+                 {"host", [] {
+                    char h[256] = {};
+                    gethostname(h, 255);
+                    return std::string(h);
+                  }()}};
   if (gpus > 0) {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
@@ -111,7 +124,8 @@ json Config(const Options& opt, int gpus) {
     config["gpu"] = prop.name;
     config["cuda_driver"] = driver;
     config["cuda_runtime"] = runtime;
-    if (std::string version = NvidiaDriverVersion(); !version.empty()) config["nvidia_driver"] = version;
+    if (std::string version = NvidiaDriverVersion(); !version.empty())
+      config["nvidia_driver"] = version;
   }
   config["spin_us"] = SpinMicros();
   if (!opt.serve_args.empty()) config["serve_args"] = opt.serve_args;
@@ -124,7 +138,9 @@ using Plan = std::vector<std::pair<std::string, int>>;  // allocator kind, devic
 // The allocators to measure: with --self-serve every one this machine has, else those of the
 // live server; --only narrows either.
 Result<Plan> MakePlan(Options& opt, SelfServe& self, int gpus) {
-  auto wanted = [&](const std::string& kind) { return opt.only.empty() || opt.only.find(kind) != std::string::npos; };
+  auto wanted = [&](const std::string& kind) {
+    return opt.only.empty() || opt.only.find(kind) != std::string::npos;
+  };
   Plan plan;
   if (opt.self_serve) {
     MCD_RETURN_IF_ERROR(self.StartRedis());
@@ -136,7 +152,8 @@ Result<Plan> MakePlan(Options& opt, SelfServe& self, int gpus) {
     auto info = client->ServerInfo();
     std::string allocators = info.ok() ? info.value()["allocator"] : "";
     auto served = [&](const char* item) { return allocators.find(item) != std::string::npos; };
-    if (gpus > 0 && served("0:cuda_mempool") && wanted("cuda_mempool")) plan.emplace_back("cuda_mempool", 0);
+    if (gpus > 0 && served("0:cuda_mempool") && wanted("cuda_mempool"))
+      plan.emplace_back("cuda_mempool", 0);
     if (gpus > 0 && served("0:cuda_ipc") && wanted("cuda_ipc")) plan.emplace_back("cuda_ipc", 0);
   }
   if (wanted("host_shm")) plan.emplace_back("host_shm", kHostDevice);
@@ -154,7 +171,8 @@ Result<json> RunPlan(const Options& opt, const Plan& plan, SelfServe& self, cons
       run_flags.node = "bench-" + kind + "-" + std::to_string(getpid());
       self.StopServer();
       MCD_RETURN_IF_ERROR(self.StartServer(kind == "cuda_mempool" ? "pool" : "cuda",
-                                           device == kHostDevice ? "cpu" : "0", run_flags.node, opt.serve_args));
+                                           device == kHostDevice ? "cpu" : "0", run_flags.node,
+                                           opt.serve_args));
     }
     MCD_ASSIGN_OR_RETURN(json part, MeasureAllocator(opt, run_flags, kind, device, config));
     if (merged.is_null()) {

@@ -15,14 +15,21 @@ std::string Fixed(double v, int digits) {
 }  // namespace
 
 json RecordOf(const std::vector<Row>& measured, double floor_us, const std::string& redis_version,
-             const json& config) {
+              const json& config) {
   json rows = json::array();
   for (const Row& r : measured) {
     double median = Percentile(r.us, 0.5);
-    double mean = r.us.empty() ? 0 : std::accumulate(r.us.begin(), r.us.end(), 0.0) / static_cast<double>(r.us.size());
-    json row = {{"row", r.row}, {"allocator", r.allocator}, {"device", DeviceName(r.device)},
-                {"bytes", r.bytes}, {"n", r.us.size()}, {"median_us", median},
-                {"p90_us", Percentile(r.us, 0.9)}, {"p99_us", Percentile(r.us, 0.99)},
+    double mean = r.us.empty() ? 0
+                               : std::accumulate(r.us.begin(), r.us.end(), 0.0) /
+                                     static_cast<double>(r.us.size());
+    json row = {{"row", r.row},
+                {"allocator", r.allocator},
+                {"device", DeviceName(r.device)},
+                {"bytes", r.bytes},
+                {"n", r.us.size()},
+                {"median_us", median},
+                {"p90_us", Percentile(r.us, 0.9)},
+                {"p99_us", Percentile(r.us, 0.99)},
                 {"max_us", r.us.empty() ? 0.0 : *std::max_element(r.us.begin(), r.us.end())},
                 {"ops_per_s", r.ops_per_s > 0 ? r.ops_per_s : (mean > 0 ? 1e6 / mean : 0)},
                 {"x_floor", floor_us > 0 ? median / floor_us : 0}};
@@ -49,21 +56,24 @@ json RecordOf(const std::vector<Row>& measured, double floor_us, const std::stri
   }
   json with_redis = config;
   if (!redis_version.empty()) with_redis["redis_version"] = redis_version;
-  return {{"tool", "mcd-bench"}, {"version", MCD_VERSION}, {"config", with_redis}, {"rows", rows},
+  return {{"tool", "mcd-bench"},
+          {"version", MCD_VERSION},
+          {"config", with_redis},
+          {"rows", rows},
           {"floor_us", floor_us}};
 }
 
 void PrintTable(const json& record) {
-  std::vector<std::vector<std::string>> rows = {
-      {"ROW", "ALLOCATOR", "SIZE", "N", "MEDIAN_US", "P90_US", "P99_US", "OPS/S", "X_FLOOR", "NOTE"}};
+  std::vector<std::vector<std::string>> rows = {{"ROW", "ALLOCATOR", "SIZE", "N", "MEDIAN_US",
+                                                 "P90_US", "P99_US", "OPS/S", "X_FLOOR", "NOTE"}};
   for (const json& r : record["rows"]) {
-    rows.push_back({r["row"], r["allocator"], r["bytes"].get<uint64_t>() ? tools::HumanBytes(r["bytes"]) : "-",
-                    std::to_string(r["n"].get<size_t>()), Fixed(r["median_us"], 1), Fixed(r["p90_us"], 1),
-                    Fixed(r["p99_us"], 1), Fixed(r["ops_per_s"], 0), Fixed(r["x_floor"], 1),
-                    r.value("note", "")});
+    rows.push_back({r["row"], r["allocator"],
+                    r["bytes"].get<uint64_t>() ? tools::HumanBytes(r["bytes"]) : "-",
+                    std::to_string(r["n"].get<size_t>()), Fixed(r["median_us"], 1),
+                    Fixed(r["p90_us"], 1), Fixed(r["p99_us"], 1), Fixed(r["ops_per_s"], 0),
+                    Fixed(r["x_floor"], 1), r.value("note", "")});
   }
   std::cout << tools::FormatTable(rows, 0, 0);
 }
-
 
 }  // namespace mcd::bench

@@ -59,15 +59,17 @@ struct SelfServe {
     RemoveFoldersOfKilledRuns(root);
     std::string tmpl = root + "/mcd-bench-" + std::to_string(getpid()) + "-XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr) {
-      return Status(ErrorCode::kIoError, "cannot make a folder " + tmpl + ": " + std::strerror(errno));
+      return Status(ErrorCode::kIoError,
+                    "cannot make a folder " + tmpl + ": " + std::strerror(errno));
     }
     dir = tmpl;
-    MCD_ASSIGN_OR_RETURN(redis, PrivateRedis::Start("redis-server", dir, /*stop_with_caller=*/true));
+    MCD_ASSIGN_OR_RETURN(redis,
+                         PrivateRedis::Start("redis-server", dir, /*stop_with_caller=*/true));
     return Status::Ok();
   }
   std::string Url() const { return redis->url().Redacted(); }
-  Status StartServer(const std::string& allocator, const std::string& devices, const std::string& node,
-                     const std::vector<std::string>& extra) {
+  Status StartServer(const std::string& allocator, const std::string& devices,
+                     const std::string& node, const std::vector<std::string>& extra) {
     std::string serve = SelfExe();
     serve = serve.substr(0, serve.rfind('/') + 1) + "mcd-serve";
     pid_t parent = getpid();
@@ -75,10 +77,11 @@ struct SelfServe {
     if (server == 0) {
       DieWithParent(parent);
       setpgid(0, 0);  // a Ctrl-C reaches the bench, which stops its server after its last row
-      int log = open((dir + "/serve-" + allocator + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int log =
+          open((dir + "/serve-" + allocator + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       dup2(log, STDERR_FILENO);
-      std::vector<std::string> args = {serve,    "--redis-url", Url(),     "--devices", devices,
-                                       "--node", node,          "--allocator", allocator, "-q"};
+      std::vector<std::string> args = {serve,    "--redis-url", Url(),         "--devices", devices,
+                                       "--node", node,          "--allocator", allocator,   "-q"};
       args.insert(args.end(), extra.begin(), extra.end());
       std::vector<char*> argv;
       for (std::string& arg : args) argv.push_back(arg.data());

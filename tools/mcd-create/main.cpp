@@ -18,7 +18,8 @@ struct CreateFlags {
 void AddFlags(CLI::App& app, CreateFlags& f) {
   app.footer(std::string("Examples:\n"
                          "  mcd-create weights --dtype f32 --shape 1024,1024 --device 0\n"
-                         "  mcd-create scratch --dtype u8 --shape 4096 --device cpu --lifetime stack --owner-pid $$\n"
+                         "  mcd-create scratch --dtype u8 --shape 4096 --device cpu --lifetime "
+                         "stack --owner-pid $$\n"
                          "  mcd-create table --from table.npy --device 0\n\n") +
              tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
@@ -26,14 +27,17 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
   app.add_option("--dtype", f.dtype, DTypeNames());
   app.add_option("--shape", f.shape, "Dimensions, e.g. 2,3,4");
   app.add_option("--device", f.device, "GPU ordinal or cpu")->capture_default_str();
-  app.add_option("--lifetime", f.lifetime, "heap (until refcount 0) or stack (until the owner exits)")
+  app.add_option("--lifetime", f.lifetime,
+                 "heap (until refcount 0) or stack (until the owner exits)")
       ->check(CLI::IsMember({"heap", "stack"}))
       ->capture_default_str();
-  app.add_option("--owner-pid", f.owner_pid, "Stack tensors: the process they are bound to (default: this tool's parent)");
+  app.add_option("--owner-pid", f.owner_pid,
+                 "Stack tensors: the process they are bound to (default: this tool's parent)");
   app.add_option("--init", f.init, "zero, or none to skip zeroing")
       ->check(CLI::IsMember({"zero", "none"}))
       ->capture_default_str();
-  app.add_option("--from", f.from, "Load a NumPy .npy file (its dtype and shape) into the new tensor");
+  app.add_option("--from", f.from,
+                 "Load a NumPy .npy file (its dtype and shape) into the new tensor");
 }
 
 // The create the flags ask for; with --from, `npy` holds the file's contents.
@@ -42,17 +46,21 @@ Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
   spec.name = f.name;
   if (!f.from.empty()) {
     if (!f.dtype.empty() || !f.shape.empty()) {
-      return Status(ErrorCode::kInvalidArgument, "--from takes dtype and shape from the file; drop --dtype/--shape");
+      return Status(ErrorCode::kInvalidArgument,
+                    "--from takes dtype and shape from the file; drop --dtype/--shape");
     }
     MCD_ASSIGN_OR_RETURN(npy, tools::ReadNpy(f.from));
     spec.dtype = npy.dtype;
     spec.shape = npy.shape;
   } else {
     if (f.dtype.empty() || f.shape.empty()) {
-      return Status(ErrorCode::kInvalidArgument, "--dtype and --shape are required (or --from FILE.npy)");
+      return Status(ErrorCode::kInvalidArgument,
+                    "--dtype and --shape are required (or --from FILE.npy)");
     }
     auto dtype = ParseDType(f.dtype);
-    if (!dtype) return Status(ErrorCode::kInvalidArgument, "unknown dtype '" + f.dtype + "' (expected " + DTypeNames() + ")");
+    if (!dtype)
+      return Status(ErrorCode::kInvalidArgument,
+                    "unknown dtype '" + f.dtype + "' (expected " + DTypeNames() + ")");
     spec.dtype = *dtype;
     MCD_ASSIGN_OR_RETURN(spec.shape, ParseShapeList(f.shape));
   }
@@ -71,13 +79,15 @@ Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
 
 // Creates the tensor and, with --from, fills it; a tensor whose contents could not be written is
 // released again rather than left behind.
-Result<TensorRecord> Create(const CreateFlags& f, const CreateSpec& spec, const tools::NpyArray& npy) {
+Result<TensorRecord> Create(const CreateFlags& f, const CreateSpec& spec,
+                            const tools::NpyArray& npy) {
   MCD_ASSIGN_OR_RETURN(ClientOptions options, tools::MakeClientOptions(f.common, true));
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   MCD_ASSIGN_OR_RETURN(TensorRecord record, client->Create(spec));
   if (f.from.empty()) return record;
   auto view = client->Open(f.name);
-  Status copied = view.ok() ? client->CopyFromHost(view.value(), npy.data.data(), npy.data.size()) : view.status();
+  Status copied = view.ok() ? client->CopyFromHost(view.value(), npy.data.data(), npy.data.size())
+                            : view.status();
   (void)client->Close(f.name);
   if (!copied.ok()) {
     (void)client->Release(f.name);
@@ -91,7 +101,8 @@ Result<TensorRecord> Create(const CreateFlags& f, const CreateSpec& spec, const 
 
 int main(int argc, char** argv) {
   using namespace mcd;
-  CLI::App app{"mcd-create: create a named tensor (GPU memory shared through CUDA IPC, or host memory)"};
+  CLI::App app{
+      "mcd-create: create a named tensor (GPU memory shared through CUDA IPC, or host memory)"};
   tools::SetupApp(app);
   CreateFlags flags;
   AddFlags(app, flags);
@@ -105,9 +116,10 @@ int main(int argc, char** argv) {
   if (flags.common.json) {
     std::cout << RecordToJson(r) << "\n";
   } else if (!flags.common.quiet) {
-    std::cout << "created " << r.name << " " << DTypeName(r.dtype) << "[" << tools::ShapeText(r.shape)
-              << "] on " << (r.device == kHostDevice ? "cpu" : "device " + std::to_string(r.device))
-              << " (" << tools::HumanBytes(r.bytes) << ", " << IpcKindName(r.ipc_kind) << ")\n";
+    std::cout << "created " << r.name << " " << DTypeName(r.dtype) << "["
+              << tools::ShapeText(r.shape) << "] on "
+              << (r.device == kHostDevice ? "cpu" : "device " + std::to_string(r.device)) << " ("
+              << tools::HumanBytes(r.bytes) << ", " << IpcKindName(r.ipc_kind) << ")\n";
   }
   return 0;
 }

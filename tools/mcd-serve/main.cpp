@@ -39,8 +39,10 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
   tools::AddConnectionFlags(app, f.common);
   app.add_option("--devices", f.devices, "GPUs to serve: all, cpu (host only) or a list like 0,1")
       ->capture_default_str();
-  app.add_flag("--spawn-redis", f.spawn_redis, "Start a private redis-server on a Unix socket in the runtime folder");
-  app.add_option("--redis-server", f.redis_server, "redis-server binary for --spawn-redis")->capture_default_str();
+  app.add_flag("--spawn-redis", f.spawn_redis,
+               "Start a private redis-server on a Unix socket in the runtime folder");
+  app.add_option("--redis-server", f.redis_server, "redis-server binary for --spawn-redis")
+      ->capture_default_str();
   app.add_option("--heartbeat-ttl", f.heartbeat_ttl, "Seconds a heartbeat stays valid")
       ->check(CLI::Range(2, 3600))
       ->capture_default_str();
@@ -54,14 +56,19 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
                  "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
       ->check(CLI::IsMember({"cuda", "pool"}))
       ->capture_default_str();
-  app.add_option("--pool-max", f.pool_max, "Pool size limit per device: a size (40GiB) or a percentage (50%)");
-  app.add_option("--pool-release-threshold", f.pool_release, "Bytes the pool keeps cached when idle (default: all)");
+  app.add_option("--pool-max", f.pool_max,
+                 "Pool size limit per device: a size (40GiB) or a percentage (50%)");
+  app.add_option("--pool-release-threshold", f.pool_release,
+                 "Bytes the pool keeps cached when idle (default: all)");
   app.add_option("--pool-group", f.pool_group,
-                 "Group whose members may import the pool and use the command socket (default: same user only)");
-  app.add_option("--pool-socket", f.pool_socket, "Unix socket serving the pool's descriptor (default: in the runtime folder)");
-  app.add_option("--command-socket", f.command_socket,
-                 "Unix socket on which local clients send commands straight to the server, past the "
-                 "queue (default: in the runtime folder; none: only the queue)");
+                 "Group whose members may import the pool and use the command socket (default: "
+                 "same user only)");
+  app.add_option("--pool-socket", f.pool_socket,
+                 "Unix socket serving the pool's descriptor (default: in the runtime folder)");
+  app.add_option(
+      "--command-socket", f.command_socket,
+      "Unix socket on which local clients send commands straight to the server, past the "
+      "queue (default: in the runtime folder; none: only the queue)");
   app.add_option("--ready-max", f.ready_max,
                  "GPU memory per device kept as zeroed blocks of recently created sizes, so that "
                  "creates of those sizes wait for no allocation (0: none)")
@@ -153,7 +160,8 @@ Status Serve(const ServerOptions& options) {
 
 int main(int argc, char** argv) {
   using namespace mcd;
-  CLI::App app{"mcd-serve: own GPU and host memory for named tensors and serve the Redis command list"};
+  CLI::App app{
+      "mcd-serve: own GPU and host memory for named tensors and serve the Redis command list"};
   tools::SetupApp(app);
   ServeFlags flags;
   AddFlags(app, flags);

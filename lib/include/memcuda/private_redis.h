@@ -22,9 +22,9 @@ class MCD_API PrivateRedis {
   // `stop_with_caller`: the server gets SIGTERM when the calling thread ends, the process dying
   // however it dies included: for mcd-bench, whose Redis holds nothing worth keeping. mcd-serve's
   // outlives a crash of the server, so that the next one finds and cleans what it left.
-  static Result<std::unique_ptr<PrivateRedis>> Start(const std::string& redis_server = "redis-server",
-                                                     const std::string& dir = "",
-                                                     bool stop_with_caller = false);
+  static Result<std::unique_ptr<PrivateRedis>> Start(
+      const std::string& redis_server = "redis-server", const std::string& dir = "",
+      bool stop_with_caller = false);
   ~PrivateRedis();  // stops the server and removes its socket
   PrivateRedis(const PrivateRedis&) = delete;
   PrivateRedis& operator=(const PrivateRedis&) = delete;

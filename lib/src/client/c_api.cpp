@@ -1,11 +1,10 @@
 // The C ABI over mcd::Client. No exception crosses this boundary.
-#include "memcuda/memcuda.h"
-
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "memcuda/client.h"
+#include "memcuda/memcuda.h"
 
 struct mcd_client {
   std::unique_ptr<mcd::Client> client;
@@ -91,7 +90,9 @@ int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {
     auto parsed = mcd::ParseDType(dtype != nullptr ? dtype : "");
-    if (!parsed) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "unknown dtype (expected " + mcd::DTypeNames() + ")"));
+    if (!parsed)
+      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                                 "unknown dtype (expected " + mcd::DTypeNames() + ")"));
     if (shape == nullptr || ndim <= 0 || ndim > MCD_MAX_DIMS) {
       return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "shape needs 1 to 8 dims"));
     }
@@ -117,8 +118,12 @@ static int32_t Map(mcd_client* c, const char* name, mcd_tensor* out, bool take_r
   });
 }
 
-int32_t mcd_get(mcd_client* c, const char* name, mcd_tensor* out) { return Map(c, name, out, true); }
-int32_t mcd_open(mcd_client* c, const char* name, mcd_tensor* out) { return Map(c, name, out, false); }
+int32_t mcd_get(mcd_client* c, const char* name, mcd_tensor* out) {
+  return Map(c, name, out, true);
+}
+int32_t mcd_open(mcd_client* c, const char* name, mcd_tensor* out) {
+  return Map(c, name, out, false);
+}
 
 int32_t mcd_release(mcd_client* c, const char* name) {
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
@@ -153,10 +158,12 @@ int32_t mcd_list_json(mcd_client* c, const char* glob, char** json_out) {
     auto records = c->client->List(glob != nullptr ? glob : "*");
     if (!records.ok()) return Fail(c, records.status());
     std::string json = "[";
-    for (const auto& r : records.value()) json += (json.size() > 1 ? "," : "") + mcd::RecordToJson(r);
+    for (const auto& r : records.value())
+      json += (json.size() > 1 ? "," : "") + mcd::RecordToJson(r);
     json += "]";
     *json_out = static_cast<char*>(std::malloc(json.size() + 1));
-    if (*json_out == nullptr) return Fail(c, mcd::Status(mcd::ErrorCode::kInternal, "out of host memory"));
+    if (*json_out == nullptr)
+      return Fail(c, mcd::Status(mcd::ErrorCode::kInternal, "out of host memory"));
     std::memcpy(*json_out, json.c_str(), json.size() + 1);
     return MCD_OK;
   });

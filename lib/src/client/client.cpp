@@ -82,7 +82,8 @@ class Client::Impl {
   Result<TensorRecord> Release(const std::string& name) {
     auto seen = seen_refcount_.find(name);
     bool last = seen != seen_refcount_.end() && seen->second <= 1;
-    Result<TensorRecord> released = last ? transport_->Request(DeleteCommand(name)) : script_->Release(name);
+    Result<TensorRecord> released =
+        last ? transport_->Request(DeleteCommand(name)) : script_->Release(name);
     Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
     return released;
   }
@@ -111,7 +112,8 @@ class Client::Impl {
     return RecordFromHmget(name, reply);
   }
 
-  Result<std::vector<TensorRecord>> List(const std::string& glob, std::vector<std::string>* unreadable) {
+  Result<std::vector<TensorRecord>> List(const std::string& glob,
+                                         std::vector<std::string>* unreadable) {
     // The names first (SCAN, sorted, deduplicated), then their fields with pipelined HMGETs in
     // windows: while this process parses one window, Redis already answers the next.
     MCD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListNames(glob));
@@ -131,17 +133,21 @@ class Client::Impl {
     out.reserve(names.size());
     size_t sent = 0;
     for (size_t read = 0; read < names.size(); ++read) {
-      while (sent < names.size() && sent < read + 2 * kWindow) MCD_RETURN_IF_ERROR(append(names[sent++]));
+      while (sent < names.size() && sent < read + 2 * kWindow)
+        MCD_RETURN_IF_ERROR(append(names[sent++]));
       MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->ReadReply());
       if (reply.type != RedisValue::Type::kArray) {
-        bool wrong_type = reply.type == RedisValue::Type::kError && reply.str.rfind("WRONGTYPE", 0) == 0;
-        if (unreadable) unreadable->push_back(names[read] + ": " + (wrong_type ? "not a hash" : reply.str));
+        bool wrong_type =
+            reply.type == RedisValue::Type::kError && reply.str.rfind("WRONGTYPE", 0) == 0;
+        if (unreadable)
+          unreadable->push_back(names[read] + ": " + (wrong_type ? "not a hash" : reply.str));
         continue;
       }
       auto record = RecordFromHmget(names[read], reply);
       if (record.ok()) {
         out.push_back(std::move(record).value());
-      } else if (record.status().code() != ErrorCode::kNotFound && unreadable) {  // not deleted meanwhile
+      } else if (record.status().code() != ErrorCode::kNotFound &&
+                 unreadable) {  // not deleted meanwhile
         unreadable->push_back(names[read] + ": " + record.status().message());
       }
     }
@@ -150,13 +156,14 @@ class Client::Impl {
 
   Result<std::vector<std::string>> ListNames(const std::string& glob) {
     std::vector<std::string> out;
-    Status scanned = redis_->Scan(opt_.keys.TensorPattern(glob), 5000, [&](const std::vector<RedisValue>& keys) {
-      for (const RedisValue& key : keys) {
-        std::string name = opt_.keys.NameFromTensorKey(key.str);
-        if (!name.empty()) out.push_back(std::move(name));
-      }
-      return Status::Ok();
-    });
+    Status scanned =
+        redis_->Scan(opt_.keys.TensorPattern(glob), 5000, [&](const std::vector<RedisValue>& keys) {
+          for (const RedisValue& key : keys) {
+            std::string name = opt_.keys.NameFromTensorKey(key.str);
+            if (!name.empty()) out.push_back(std::move(name));
+          }
+          return Status::Ok();
+        });
     MCD_RETURN_IF_ERROR(scanned);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());  // SCAN may repeat a key
@@ -227,7 +234,8 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
   }
-  MCD_ASSIGN_OR_RETURN(void* ptr, MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf()));
+  MCD_ASSIGN_OR_RETURN(void* ptr,
+                       MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf()));
   return TensorView{record, ptr};
 }
 
@@ -238,7 +246,9 @@ Result<TensorRecord> Client::Release(const std::string& name) {
   return ReleaseReference(name);
 }
 
-Result<TensorRecord> Client::ReleaseReference(const std::string& name) { return impl_->Release(name); }
+Result<TensorRecord> Client::ReleaseReference(const std::string& name) {
+  return impl_->Release(name);
+}
 
 Status Client::Close(const std::string& name) {
   auto record = MappingRegistry::Get().FindByName(name);
@@ -260,7 +270,8 @@ Status ValidateGlob(const std::string& glob) {
 }
 }  // namespace
 
-Result<std::vector<TensorRecord>> Client::List(const std::string& glob, std::vector<std::string>* unreadable) {
+Result<std::vector<TensorRecord>> Client::List(const std::string& glob,
+                                               std::vector<std::string>* unreadable) {
   MCD_RETURN_IF_ERROR(ValidateGlob(glob));
   return impl_->List(glob, unreadable);
 }
@@ -292,7 +303,8 @@ Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes) 
 
 Status Client::Warmup(int device) {
   if (device == kHostDevice) return Status::Ok();
-  return MappingRegistry::Get().Worker(device).Call([](DeviceContext& ctx) { return ctx.EnsureGpu(); });
+  return MappingRegistry::Get().Worker(device).Call(
+      [](DeviceContext& ctx) { return ctx.EnsureGpu(); });
 }
 
 Status Client::CopyToHost(const TensorView& view, void* dst, uint64_t bytes) {

@@ -38,7 +38,8 @@ Result<void*> MappingRegistry::Open(const TensorRecord& r, const SourceOf& sourc
   return *known;
 }
 
-void MappingRegistry::PrefetchPool(const std::string& owner, int device, PoolSource source, std::string primer) {
+void MappingRegistry::PrefetchPool(const std::string& owner, int device, PoolSource source,
+                                   std::string primer) {
   std::string key = PoolKey(owner, device);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -103,7 +104,8 @@ Status MappingRegistry::Close(const TensorRecord& r) {
       bases_.erase(base);
     }
   }
-  return RunMappingJob(r.device, [&](DeviceContext& ctx) { return CloseMapping(ctx, opener, opener_ptr); });
+  return RunMappingJob(r.device,
+                       [&](DeviceContext& ctx) { return CloseMapping(ctx, opener, opener_ptr); });
 }
 
 std::optional<TensorRecord> MappingRegistry::FindByName(const std::string& name) {
@@ -117,7 +119,8 @@ std::optional<TensorRecord> MappingRegistry::FindByName(const std::string& name)
 MappingRegistry::~MappingRegistry() {
   // Each allocation once: through its base where tensors share one, else per tensor.
   auto close = [this](const TensorRecord& record, void* ptr) {
-    (void)RunMappingJob(record.device, [&](DeviceContext& ctx) { return CloseMapping(ctx, record, ptr); });
+    (void)RunMappingJob(record.device,
+                        [&](DeviceContext& ctx) { return CloseMapping(ctx, record, ptr); });
   };
   for (auto& [key, base] : bases_) close(base.opener, base.opener_ptr);
   for (auto& [key, mapping] : maps_) {
@@ -126,7 +129,9 @@ MappingRegistry::~MappingRegistry() {
   for (auto& [device, worker] : workers_) worker->Stop();
 }
 
-std::optional<void*> MappingRegistry::ReuseLocked(const std::string& key, const std::string& base_key, const TensorRecord& r) {
+std::optional<void*> MappingRegistry::ReuseLocked(const std::string& key,
+                                                  const std::string& base_key,
+                                                  const TensorRecord& r) {
   auto it = maps_.find(key);
   if (it != maps_.end()) {
     it->second.opens++;
@@ -142,14 +147,15 @@ std::optional<void*> MappingRegistry::ReuseLocked(const std::string& key, const 
   return ptr;
 }
 
-Result<cudaMemPool_t> MappingRegistry::ImportPoolOf(DeviceContext& ctx, const std::string& owner, int device,
-                                                    const PoolSource& source) {
+Result<cudaMemPool_t> MappingRegistry::ImportPoolOf(DeviceContext& ctx, const std::string& owner,
+                                                    int device, const PoolSource& source) {
   std::optional<cudaMemPool_t> imported;
   // The copy is not the pool's descriptor only if the server replaced its pool since the
   // heartbeat was read: the socket then serves the new one.
   if (source.server) {
     if (auto copied = source.server->CopyFd(source.fd); copied.ok()) {
-      if (auto pool = ImportPool(ctx, std::move(copied).value()); pool.ok()) imported = pool.value();
+      if (auto pool = ImportPool(ctx, std::move(copied).value()); pool.ok())
+        imported = pool.value();
     }
   }
   if (!imported) {

@@ -103,19 +103,24 @@ class MappingRegistry {
   };
   // A tensor: carved tensors share their slab's handle and differ in offset.
   static std::string Key(const TensorRecord& r) {
-    return r.owner + "/" + IpcKindName(r.ipc_kind) + "/" + std::to_string(r.offset) + "/" + r.ipc_handle;
+    return r.owner + "/" + IpcKindName(r.ipc_kind) + "/" + std::to_string(r.offset) + "/" +
+           r.ipc_handle;
   }
   // The allocation a tensor lies in, for the kinds whose open maps all of it (the driver maps a
   // whole cuda_ipc allocation or pool pointer; a host tensor maps only its own bytes): "" else.
   static std::string BaseKey(const TensorRecord& r) {
     if (r.ipc_kind != IpcKind::kCudaIpc && r.ipc_kind != IpcKind::kCudaMempool) return "";
-    return r.owner + "/" + IpcKindName(r.ipc_kind) + "/" + std::to_string(r.device) + "/" + r.ipc_handle;
+    return r.owner + "/" + IpcKindName(r.ipc_kind) + "/" + std::to_string(r.device) + "/" +
+           r.ipc_handle;
   }
 
   // The pointer of a tensor already open here (one more open), or of one in an allocation
   // already mapped here (no driver call, no hop to the worker); nullopt when neither.
-  std::optional<void*> ReuseLocked(const std::string& key, const std::string& base_key, const TensorRecord& r);
-  static std::string PoolKey(const std::string& owner, int device) { return owner + "/" + std::to_string(device); }
+  std::optional<void*> ReuseLocked(const std::string& key, const std::string& base_key,
+                                   const TensorRecord& r);
+  static std::string PoolKey(const std::string& owner, int device) {
+    return owner + "/" + std::to_string(device);
+  }
 
   std::optional<cudaMemPool_t> FindPool(const std::string& owner, int device) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -131,10 +136,10 @@ class MappingRegistry {
   std::mutex mutex_;
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
   std::map<std::string, Mapping> maps_;
-  std::map<std::string, Base> bases_;  // by BaseKey
+  std::map<std::string, Base> bases_;           // by BaseKey
   std::map<std::string, cudaMemPool_t> pools_;  // imported pools by "<owner>/<device>"
-  std::set<std::string> prefetching_;  // pool imports posted and not yet run
-  std::set<int> primed_;               // devices whose PrefetchIpc was posted
+  std::set<std::string> prefetching_;           // pool imports posted and not yet run
+  std::set<int> primed_;                        // devices whose PrefetchIpc was posted
 };
 
 }  // namespace mcd

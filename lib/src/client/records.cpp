@@ -3,7 +3,6 @@
 #include <optional>
 #include <vector>
 
-
 namespace mcd {
 
 Result<TensorRecord> RecordFromHmget(const std::string& name, RedisValue& reply) {

@@ -40,8 +40,9 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retr
   Transport::Outgoing out = transport_.Prepare(DeleteCommand(name));
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
-  std::vector<std::string_view> argv = {"EVALSHA", sha_, "4", key, server, opt_.keys.queue,
-                                        out.reply_key, "-1", opt_.node, out.body, kMarkerTtl};
+  std::vector<std::string_view> argv = {"EVALSHA",       sha_,          "4",  key,       server,
+                                        opt_.keys.queue, out.reply_key, "-1", opt_.node, out.body,
+                                        kMarkerTtl};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   MCD_RETURN_IF_ERROR(redis_.Append(argv));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
@@ -72,14 +73,15 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue
   std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
   if (kind == "ok" && reply.elements.size() == 2) return RecordFromHmget(name, reply.elements[1]);
   if (kind == "missing") return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
-  if (kind == "not_ready") return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
+  if (kind == "not_ready")
+    return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
   if (kind == "wrong_node") {
-    return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + detail +
-                                             "', not '" + opt_.node + "'");
+    return Status(ErrorCode::kWrongNode,
+                  "tensor '" + name + "' lives on node '" + detail + "', not '" + opt_.node + "'");
   }
   if (kind == "gone") {
-    return Status(ErrorCode::kUnavailable, "the mcd-serve instance that owns tensor '" + name +
-                                               "' is not running");
+    return Status(ErrorCode::kUnavailable,
+                  "the mcd-serve instance that owns tensor '" + name + "' is not running");
   }
   return Status(ErrorCode::kUnexpectedReply, "reference script answered '" + kind + "'");
 }

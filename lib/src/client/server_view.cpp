@@ -15,17 +15,18 @@ Result<std::map<std::string, std::string>> ServerView::Read() {
 
 Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& all) {
   if (all.type == RedisValue::Type::kError) {
-    return Status(ErrorCode::kRedisError, "HGETALL " + opt_.keys.Server(opt_.node) + ": " + all.str);
+    return Status(ErrorCode::kRedisError,
+                  "HGETALL " + opt_.keys.Server(opt_.node) + ": " + all.str);
   }
   std::map<std::string, std::string> fields;
   for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
     fields[all.elements[i].str] = all.elements[i + 1].str;
   }
   if (fields.empty()) {
-    return Status(ErrorCode::kUnavailable,
-                  "no mcd-serve is running for node '" + opt_.node + "' (no heartbeat at " +
-                      opt_.keys.Server(opt_.node) + " on " + opt_.redis_url.Redacted() +
-                      "); start one with mcd-serve");
+    return Status(ErrorCode::kUnavailable, "no mcd-serve is running for node '" + opt_.node +
+                                               "' (no heartbeat at " + opt_.keys.Server(opt_.node) +
+                                               " on " + opt_.redis_url.Redacted() +
+                                               "); start one with mcd-serve");
   }
   return fields;
 }
@@ -85,8 +86,8 @@ MappingRegistry::SourceOf ServerView::PoolSourceOf() {
     }
     auto& info = info_;
     if (info["instance"] != owner) {
-      return Status(ErrorCode::kUnavailable, "the server instance " + owner +
-                                                 " that owns this tensor is gone");
+      return Status(ErrorCode::kUnavailable,
+                    "the server instance " + owner + " that owns this tensor is gone");
     }
     if (info["pool_socket"].empty()) {
       return Status(ErrorCode::kUnavailable, "the server publishes no pool socket");
@@ -110,9 +111,11 @@ void ServerView::PrefetchImports() {
   prefetched_ = true;
   const std::string& instance = info_["instance"];
   for (auto& pool : pool_prefetch_) {
-    MappingRegistry::Get().PrefetchPool(instance, pool.device, std::move(pool.source), std::move(pool.primer));
+    MappingRegistry::Get().PrefetchPool(instance, pool.device, std::move(pool.source),
+                                        std::move(pool.primer));
   }
-  for (auto& [device, handle] : ipc_prefetch_) MappingRegistry::Get().PrefetchIpc(device, std::move(handle));
+  for (auto& [device, handle] : ipc_prefetch_)
+    MappingRegistry::Get().PrefetchIpc(device, std::move(handle));
   pool_prefetch_.clear();
   ipc_prefetch_.clear();
 }
@@ -128,7 +131,8 @@ std::vector<std::pair<int, std::string>> ServerView::DeviceItems(const std::stri
     int device = 0;
     if (colon != std::string_view::npos) {
       auto [ptr, ec] = std::from_chars(item.data(), item.data() + colon, device);
-      if (ec == std::errc() && ptr == item.data() + colon) items.emplace_back(device, std::string(item.substr(colon + 1)));
+      if (ec == std::errc() && ptr == item.data() + colon)
+        items.emplace_back(device, std::string(item.substr(colon + 1)));
     }
     start = end + 1;
   }

@@ -72,9 +72,7 @@ bool Transport::SocketReady() {
   return true;
 }
 
-void Transport::CloseSocket() {
-  cmd_fd_.reset();
-}
+void Transport::CloseSocket() { cmd_fd_.reset(); }
 
 std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out) {
   std::string line = out.body + "\n";
@@ -86,9 +84,10 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
       CloseSocket();
       (void)RefreshServer();
       if (sent == 0) return std::nullopt;
-      return Result<TensorRecord>(Status(ErrorCode::kUnavailable, "the server's command socket broke while the " +
-                                                                       std::string(OpName(out.cmd.op)) + " of '" +
-                                                                       out.cmd.name + "' was being sent"));
+      return Result<TensorRecord>(
+          Status(ErrorCode::kUnavailable, "the server's command socket broke while the " +
+                                              std::string(OpName(out.cmd.op)) + " of '" +
+                                              out.cmd.name + "' was being sent"));
     }
     sent += static_cast<size_t>(n);
   }
@@ -105,7 +104,8 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
       socket_buf_.erase(0, newline + 1);
       return ParseReply(reply);
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     int ready = readable ? 1 : poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
     readable = false;
     if (ready < 0 && errno == EINTR) continue;
@@ -113,22 +113,26 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
       // Closing the connection withdraws the command from a server that has not read it yet.
       CloseSocket();
       auto info = RefreshServer();
-      std::string fate = "; " + what + " was withdrawn: a server that had not begun it drops it, "
+      std::string fate = "; " + what +
+                         " was withdrawn: a server that had not begun it drops it, "
                          "but one that had may still finish it: check before repeating it";
-      if (!info.ok()) return Result<TensorRecord>(Status(info.status().code(), info.status().message() + fate));
-      return Result<TensorRecord>(Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
-                                                                  out.cmd.name + "' within " + out.wait +
-                                                                  " s (the server is busy or stopped)" + fate));
+      if (!info.ok())
+        return Result<TensorRecord>(Status(info.status().code(), info.status().message() + fate));
+      return Result<TensorRecord>(
+          Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
+                                          out.cmd.name + "' within " + out.wait +
+                                          " s (the server is busy or stopped)" + fate));
     }
     ssize_t n = recv(cmd_fd_.get(), buf, sizeof(buf), 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) {
       CloseSocket();
       (void)RefreshServer();
-      return Result<TensorRecord>(Status(ErrorCode::kUnavailable,
-                                         "the server closed its command socket before answering " + what +
-                                             " (it stopped or failed), so it may or may not have taken effect: "
-                                             "check before repeating it"));
+      return Result<TensorRecord>(
+          Status(ErrorCode::kUnavailable,
+                 "the server closed its command socket before answering " + what +
+                     " (it stopped or failed), so it may or may not have taken effect: "
+                     "check before repeating it"));
     }
     socket_buf_.append(buf, static_cast<size_t>(n));
   }
@@ -179,6 +183,8 @@ Result<TensorRecord> Transport::Unanswered(const Outgoing& out) {
                                          " s (the server is busy or the queue is long)" + fate);
 }
 
-Result<TensorRecord> Transport::ParseReply(const std::string& text) { return RecordFromReply(text); }
+Result<TensorRecord> Transport::ParseReply(const std::string& text) {
+  return RecordFromReply(text);
+}
 
 }  // namespace mcd

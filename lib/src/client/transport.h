@@ -11,10 +11,10 @@
 #include <string>
 
 #include "client/server_view.h"
-#include "memcuda/unique_fd.h"
 #include "memcuda/client.h"
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 

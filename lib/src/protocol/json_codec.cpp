@@ -53,8 +53,12 @@ class DepthLimit {
   bool Int64(int64_t i) { return doc_.Int64(i); }
   bool Uint64(uint64_t u) { return doc_.Uint64(u); }
   bool Double(double d) { return doc_.Double(d); }
-  bool RawNumber(const char* str, rj::SizeType length, bool copy) { return doc_.RawNumber(str, length, copy); }
-  bool String(const char* str, rj::SizeType length, bool copy) { return doc_.String(str, length, copy); }
+  bool RawNumber(const char* str, rj::SizeType length, bool copy) {
+    return doc_.RawNumber(str, length, copy);
+  }
+  bool String(const char* str, rj::SizeType length, bool copy) {
+    return doc_.String(str, length, copy);
+  }
   bool Key(const char* str, rj::SizeType length, bool copy) { return doc_.Key(str, length, copy); }
   bool StartObject() { return Enter() && doc_.StartObject(); }
   bool EndObject(rj::SizeType members) { return Leave() && doc_.EndObject(members); }
@@ -97,16 +101,20 @@ Status ParseJson(std::string_view text, int max_depth, const char* what, PooledD
   };
   doc.Populate(generate);
   if (too_deep) {
-    return Invalid(std::string(what) + " nests deeper than " + std::to_string(max_depth) + " levels");
+    return Invalid(std::string(what) + " nests deeper than " + std::to_string(max_depth) +
+                   " levels");
   }
   if (result.IsError()) {
-    return Invalid(std::string(what) + " is not valid JSON (byte " + std::to_string(result.Offset()) + ": " +
-                   rj::GetParseError_En(result.Code()) + ")");
+    return Invalid(std::string(what) + " is not valid JSON (byte " +
+                   std::to_string(result.Offset()) + ": " + rj::GetParseError_En(result.Code()) +
+                   ")");
   }
   return Status::Ok();
 }
 
-std::string_view Text(const rj::Value& value) { return {value.GetString(), value.GetStringLength()}; }
+std::string_view Text(const rj::Value& value) {
+  return {value.GetString(), value.GetStringLength()};
+}
 
 // `text` as valid UTF-8: each invalid sequence replaced by U+FFFD, so that what is written is
 // JSON whatever a hand-written hash or a Redis error held.
@@ -212,7 +220,8 @@ void WriteRecordFields(Writer& w, const TensorRecord& r, bool with_refcount) {
 // Reads an integer field that must be a JSON integer (not 2.5, not "2").
 Result<int64_t> IntField(const rj::Value& value, const char* field) {
   if (value.IsInt64()) return value.GetInt64();
-  if (value.IsUint64()) return Status(ErrorCode::kTooLarge, std::string("\"") + field + "\" is too large");
+  if (value.IsUint64())
+    return Status(ErrorCode::kTooLarge, std::string("\"") + field + "\" is too large");
   return Invalid(std::string("\"") + field + "\" must be an integer");
 }
 
@@ -222,11 +231,25 @@ Result<std::string_view> StringField(const rj::Value& value, const char* field) 
 }
 
 // The fields a command may have, in the order ParseCommand reads them.
-enum CommandField { kOp, kName, kReq, kNode, kPid, kDType, kShape, kDevice, kLifetime, kInit, kOwnerPid,
-                    kOwnerStart, kBytes, kCommandFieldCount };
+enum CommandField {
+  kOp,
+  kName,
+  kReq,
+  kNode,
+  kPid,
+  kDType,
+  kShape,
+  kDevice,
+  kLifetime,
+  kInit,
+  kOwnerPid,
+  kOwnerStart,
+  kBytes,
+  kCommandFieldCount
+};
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
-    "op", "name", "req", "node", "pid", "dtype", "shape", "device", "lifetime", "init", "owner_pid",
-    "owner_start", "bytes"};
+    "op",     "name",     "req",  "node",      "pid",         "dtype", "shape",
+    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes"};
 
 // Indexes an object's members by `keys`: each known key's value (nullptr when absent), the first
 // unknown key and the first repeated one.
@@ -296,7 +319,8 @@ Status ParseDeviceField(const rj::Value* device, Command& cmd) {
     return Status::Ok();
   }
   MCD_ASSIGN_OR_RETURN(int64_t ordinal, IntField(*device, "device"));
-  if (ordinal < -1 || ordinal > 1023) return Invalid("device " + std::to_string(ordinal) + " is out of range");
+  if (ordinal < -1 || ordinal > 1023)
+    return Invalid("device " + std::to_string(ordinal) + " is out of range");
   cmd.device = static_cast<int>(ordinal);
   return Status::Ok();
 }
@@ -306,19 +330,22 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
   if (m.at[kDType] == nullptr) return Invalid("missing \"dtype\"");
   MCD_ASSIGN_OR_RETURN(std::string_view dtype, StringField(*m.at[kDType], "dtype"));
   auto parsed_dtype = ParseDType(dtype);
-  if (!parsed_dtype) return Invalid("unknown dtype \"" + Printable(dtype) + "\" (expected " + DTypeNames() + ")");
+  if (!parsed_dtype)
+    return Invalid("unknown dtype \"" + Printable(dtype) + "\" (expected " + DTypeNames() + ")");
   cmd.dtype = *parsed_dtype;
   MCD_RETURN_IF_ERROR(ParseShape(m.at[kShape], cmd));
   MCD_ASSIGN_OR_RETURN(cmd.bytes, ShapeBytes(cmd.shape, cmd.dtype));
   if (const rj::Value* bytes = m.at[kBytes]) {
     // Optional cross-check written by some clients; it must agree with shape x dtype.
     uint64_t stated = bytes->IsUint64() ? bytes->GetUint64() : ~cmd.bytes;
-    if (stated != cmd.bytes) return Invalid("\"bytes\" does not match shape x dtype (" + std::to_string(cmd.bytes) + ")");
+    if (stated != cmd.bytes)
+      return Invalid("\"bytes\" does not match shape x dtype (" + std::to_string(cmd.bytes) + ")");
   }
   MCD_RETURN_IF_ERROR(ParseDeviceField(m.at[kDevice], cmd));
   if (m.at[kLifetime] != nullptr) {
     MCD_ASSIGN_OR_RETURN(std::string_view lifetime, StringField(*m.at[kLifetime], "lifetime"));
-    if (lifetime != "heap" && lifetime != "stack") return Invalid("\"lifetime\" must be \"heap\" or \"stack\"");
+    if (lifetime != "heap" && lifetime != "stack")
+      return Invalid("\"lifetime\" must be \"heap\" or \"stack\"");
     cmd.lifetime = lifetime == "stack" ? Lifetime::kStack : Lifetime::kHeap;
   }
   if (m.at[kInit] != nullptr) {
@@ -345,7 +372,8 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
 
 Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   if (raw.size() > kMaxCommandBytes) {
-    return Status(ErrorCode::kTooLarge, "command is " + std::to_string(raw.size()) + " bytes; the limit is " +
+    return Status(ErrorCode::kTooLarge, "command is " + std::to_string(raw.size()) +
+                                            " bytes; the limit is " +
                                             std::to_string(kMaxCommandBytes));
   }
   PooledDocument pooled;
@@ -360,7 +388,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     MCD_RETURN_IF_ERROR(ParseRequestId(*m.at[kReq], cmd));
     if (req_out != nullptr) *req_out = cmd.req;
   }
-  if (!m.repeated.empty()) return Invalid("command repeats the key \"" + Printable(m.repeated) + "\"");
+  if (!m.repeated.empty())
+    return Invalid("command repeats the key \"" + Printable(m.repeated) + "\"");
   if (m.has_unknown) return Invalid("unknown field \"" + Printable(m.unknown) + "\"");
 
   if (m.at[kOp] == nullptr) return Invalid("missing \"op\"");
@@ -392,7 +421,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     return cmd;
   }
   for (int f = kDType; f < kCommandFieldCount; ++f) {
-    if (m.at[f] != nullptr) return Invalid("\"" + std::string(kCommandKeys[f]) + "\" is only valid for op \"create\"");
+    if (m.at[f] != nullptr)
+      return Invalid("\"" + std::string(kCommandKeys[f]) + "\" is only valid for op \"create\"");
   }
   return cmd;
 }
@@ -468,33 +498,56 @@ std::string RecordJsonHead(const TensorRecord& r) {
 
 namespace {
 
-enum RecordField { kRName, kRDType, kRShape, kRDevice, kRBytes, kRIpcKind, kRHandle, kROffset, kRRefcount,
-                   kRState, kRCtime, kRNode, kROwner, kRLifetime, kRCreatorPid, kROwnerPid, kROwnerStart,
-                   kRecordFieldCount };
+enum RecordField {
+  kRName,
+  kRDType,
+  kRShape,
+  kRDevice,
+  kRBytes,
+  kRIpcKind,
+  kRHandle,
+  kROffset,
+  kRRefcount,
+  kRState,
+  kRCtime,
+  kRNode,
+  kROwner,
+  kRLifetime,
+  kRCreatorPid,
+  kROwnerPid,
+  kROwnerStart,
+  kRecordFieldCount
+};
 constexpr std::string_view kRecordKeys[kRecordFieldCount] = {
-    "name", "dtype", "shape", "device", "bytes", "ipc_kind", "ipc_handle_hex", "offset", "refcount",
-    "state", "ctime", "node", "owner", "lifetime", "creator_pid", "owner_pid", "owner_start"};
+    "name",           "dtype",    "shape",       "device",    "bytes",      "ipc_kind",
+    "ipc_handle_hex", "offset",   "refcount",    "state",     "ctime",      "node",
+    "owner",          "lifetime", "creator_pid", "owner_pid", "owner_start"};
 
 // A record object as RecordToJson writes it. Name, dtype, shape, device and bytes are required;
 // the others default to what an old record lacks; keys of newer writers are skipped.
 Result<TensorRecord> RecordFromObject(const rj::Value& object) {
-  if (!object.IsObject()) return Status(ErrorCode::kUnexpectedReply, "tensor record is not a JSON object");
+  if (!object.IsObject())
+    return Status(ErrorCode::kUnexpectedReply, "tensor record is not a JSON object");
   MemberIndex<kRecordFieldCount> m(object, kRecordKeys);
   auto malformed = [&](RecordField f, const char* why) {
-    return Status(ErrorCode::kUnexpectedReply, "malformed tensor record: \"" + std::string(kRecordKeys[f]) + "\" " + why);
+    return Status(ErrorCode::kUnexpectedReply,
+                  "malformed tensor record: \"" + std::string(kRecordKeys[f]) + "\" " + why);
   };
   auto text = [&](RecordField f, std::string_view fallback) -> Result<std::string> {
-    if (m.at[f] == nullptr) return f <= kRBytes ? Result<std::string>(malformed(f, "is missing")) : std::string(fallback);
+    if (m.at[f] == nullptr)
+      return f <= kRBytes ? Result<std::string>(malformed(f, "is missing")) : std::string(fallback);
     if (!m.at[f]->IsString()) return malformed(f, "is not a string");
     return std::string(Text(*m.at[f]));
   };
   auto integer = [&](RecordField f) -> Result<int64_t> {
-    if (m.at[f] == nullptr) return f <= kRBytes ? Result<int64_t>(malformed(f, "is missing")) : int64_t{0};
+    if (m.at[f] == nullptr)
+      return f <= kRBytes ? Result<int64_t>(malformed(f, "is missing")) : int64_t{0};
     if (!m.at[f]->IsInt64()) return malformed(f, "is not a 64-bit integer");
     return m.at[f]->GetInt64();
   };
   auto count = [&](RecordField f) -> Result<uint64_t> {
-    if (m.at[f] == nullptr) return f <= kRBytes ? Result<uint64_t>(malformed(f, "is missing")) : uint64_t{0};
+    if (m.at[f] == nullptr)
+      return f <= kRBytes ? Result<uint64_t>(malformed(f, "is missing")) : uint64_t{0};
     if (!m.at[f]->IsUint64()) return malformed(f, "is not a non-negative integer");
     return m.at[f]->GetUint64();
   };
@@ -504,7 +557,8 @@ Result<TensorRecord> RecordFromObject(const rj::Value& object) {
   auto dtype = ParseDType(dtype_name);
   if (!dtype) return Status(ErrorCode::kUnexpectedReply, "tensor record has an unknown dtype");
   r.dtype = *dtype;
-  if (m.at[kRShape] == nullptr || !m.at[kRShape]->IsArray()) return malformed(kRShape, "is not an array");
+  if (m.at[kRShape] == nullptr || !m.at[kRShape]->IsArray())
+    return malformed(kRShape, "is not an array");
   for (const rj::Value& dim : m.at[kRShape]->GetArray()) {
     if (!dim.IsInt64()) return malformed(kRShape, "holds a value that is not an integer");
     r.shape.push_back(dim.GetInt64());
@@ -549,7 +603,8 @@ Result<TensorRecord> RecordFromReply(std::string_view text) {
   auto ok = doc.FindMember("ok");
   if (ok != doc.MemberEnd() && ok->value.IsBool() && ok->value.GetBool()) {
     auto tensor = doc.FindMember("tensor");
-    if (tensor == doc.MemberEnd()) return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
+    if (tensor == doc.MemberEnd())
+      return Status(ErrorCode::kUnexpectedReply, "reply has no tensor");
     return RecordFromObject(tensor->value);
   }
   std::string code = "internal";
@@ -558,7 +613,8 @@ Result<TensorRecord> RecordFromReply(std::string_view text) {
   if (error != doc.MemberEnd() && error->value.IsObject()) {
     auto text_of = [&](const char* key, std::string& out) {
       auto member = error->value.FindMember(key);
-      if (member != error->value.MemberEnd() && member->value.IsString()) out = std::string(Text(member->value));
+      if (member != error->value.MemberEnd() && member->value.IsString())
+        out = std::string(Text(member->value));
     };
     text_of("code", code);
     text_of("message", message);

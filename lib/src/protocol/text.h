@@ -13,6 +13,8 @@ bool IsNameChar(char c);
 // At most `max` characters of `text`, with anything outside printable ASCII shown as '?': safe
 // to quote in an error message.
 std::string Printable(std::string_view text, size_t max = 40);
-inline Status Invalid(const std::string& message) { return Status(ErrorCode::kInvalidArgument, message); }
+inline Status Invalid(const std::string& message) {
+  return Status(ErrorCode::kInvalidArgument, message);
+}
 
 }  // namespace mcd

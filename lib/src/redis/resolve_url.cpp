@@ -17,7 +17,8 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
   if (text.empty()) {
     std::string socket = PrivateRedisSocketPath();
     struct stat st {};
-    text = (stat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ? "unix://" + socket : "redis://127.0.0.1:6379";
+    text = (stat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ? "unix://" + socket
+                                                                    : "redis://127.0.0.1:6379";
   }
   MCD_ASSIGN_OR_RETURN(RedisUrl url, RedisUrl::Parse(text));
   if (url.password.empty()) {

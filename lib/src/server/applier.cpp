@@ -8,9 +8,9 @@
 
 namespace mcd {
 
-CommandApplier::CommandApplier(const ServerOptions& opt, std::string instance, RedisConnection& redis,
-                               CommitPipeline& pipeline, Intake& intake, TensorTable& table, DeviceSet& devices,
-                               OutcomeLog& outcomes)
+CommandApplier::CommandApplier(const ServerOptions& opt, std::string instance,
+                               RedisConnection& redis, CommitPipeline& pipeline, Intake& intake,
+                               TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes)
     : opt_(opt),
       instance_(std::move(instance)),
       processing_key_(opt.keys.Processing(opt.node)),
@@ -31,7 +31,8 @@ void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
       from_socket = true;
       responder_.set_route(intake_.NewRoute(in.conn));
       if (in.overlong) {
-        Status status(ErrorCode::kTooLarge, "command line is over the limit of " + std::to_string(kMaxCommandBytes) +
+        Status status(ErrorCode::kTooLarge, "command line is over the limit of " +
+                                                std::to_string(kMaxCommandBytes) +
                                                 " bytes; the connection is closed");
         intake_.Answer(responder_.route(), ErrorReply("", nullptr, status));
         outcomes_.Record("invalid", "", status, Clock::now(), "via=socket");
@@ -71,9 +72,11 @@ void CommandApplier::Settle(Pending& pending, Result<CommitResult> result) {
   if (pending.done) pending.done(std::move(result));
   if (socket && intake_.Waiting(route)) {
     // Not answered by the handling: the commit got no answer from Redis (the connection broke).
-    Status unknown(failed.ok() ? ErrorCode::kInternal : failed.code(),
-                   "the server lost Redis before the change was confirmed, so it may or may not have "
-                   "taken effect: check with mcd-ls before repeating it (" + failed.message() + ")");
+    Status unknown(
+        failed.ok() ? ErrorCode::kInternal : failed.code(),
+        "the server lost Redis before the change was confirmed, so it may or may not have "
+        "taken effect: check with mcd-ls before repeating it (" +
+            failed.message() + ")");
     intake_.Answer(route, ErrorReply(pending.req, nullptr, unknown));
   }
   responder_.set_route(previous);
@@ -87,7 +90,8 @@ Status CommandApplier::ResumeUnfinished() {
   for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) {
     commands.push_back(Intake::Incoming{0, std::move(it->str), false});
   }
-  if (!commands.empty()) Log(LogLevel::kInfo, "resuming " + std::to_string(commands.size()) + " unfinished command(s)");
+  if (!commands.empty())
+    Log(LogLevel::kInfo, "resuming " + std::to_string(commands.size()) + " unfinished command(s)");
   ProcessBatch(std::move(commands));
   return Status::Ok();
 }
@@ -101,7 +105,8 @@ void CommandApplier::ResumeNow() {
   responder_.EndResume();
 }
 
-void CommandApplier::Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req) {
+void CommandApplier::Handle(const std::string& raw, const Result<Command>& parsed,
+                            const std::string& req) {
   auto t0 = Clock::now();
   if (!parsed.ok()) {
     responder_.Fail(raw, req, nullptr, parsed.status());
@@ -110,16 +115,22 @@ void CommandApplier::Handle(const std::string& raw, const Result<Command>& parse
   }
   const Command& cmd = parsed.value();
   if (cmd.node && *cmd.node != opt_.node) {
-    Status status(ErrorCode::kWrongNode,
-                  "command is for node '" + *cmd.node + "' but this server serves '" + opt_.node + "'");
+    Status status(ErrorCode::kWrongNode, "command is for node '" + *cmd.node +
+                                             "' but this server serves '" + opt_.node + "'");
     responder_.Fail(raw, req, OpName(cmd.op), status);
     outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
     return;
   }
   switch (cmd.op) {
-    case Op::kCreate: HandleCreate(raw, cmd); break;
-    case Op::kGet: HandleRefcount(raw, cmd, +1); break;
-    case Op::kDelete: HandleRefcount(raw, cmd, -1); break;
+    case Op::kCreate:
+      HandleCreate(raw, cmd);
+      break;
+    case Op::kGet:
+      HandleRefcount(raw, cmd, +1);
+      break;
+    case Op::kDelete:
+      HandleRefcount(raw, cmd, -1);
+      break;
   }
 }
 
@@ -132,10 +143,12 @@ Status CommandApplier::MissingStatus(const std::string& name) {
     const std::string& node = fields->elements[0].str;
     const std::string& state = fields->elements[1].str;
     if (node != opt_.node) {
-      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + node + "', not '" + opt_.node + "'");
+      return Status(ErrorCode::kWrongNode,
+                    "tensor '" + name + "' lives on node '" + node + "', not '" + opt_.node + "'");
     }
     if (state != "ready") {
-      return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + (state.empty() ? "not ready" : state));
+      return Status(ErrorCode::kNotReady,
+                    "tensor '" + name + "' is " + (state.empty() ? "not ready" : state));
     }
     return Status(ErrorCode::kUnavailable, "tensor '" + name + "' belongs to server instance '" +
                                                fields->elements[2].str + "', which is gone");
@@ -165,7 +178,8 @@ TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
   record.creator_pid = cmd.pid;
   if (cmd.lifetime == Lifetime::kStack) {
     record.owner_pid = cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid;
-    record.owner_start = cmd.owner_start != 0 ? cmd.owner_start : ProcessStartTime(record.owner_pid);
+    record.owner_start =
+        cmd.owner_start != 0 ? cmd.owner_start : ProcessStartTime(record.owner_pid);
   }
   return record;
 }
@@ -184,13 +198,15 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
     }
   }
   if (!devices_.Serves(cmd.device)) {
-    return fail(Status(ErrorCode::kNoDevice, "device " + DeviceName(cmd.device) + " is not served here (devices: " +
-                                                 devices_.devices_text() + ")"));
+    return fail(Status(ErrorCode::kNoDevice,
+                       "device " + DeviceName(cmd.device) +
+                           " is not served here (devices: " + devices_.devices_text() + ")"));
   }
   TensorRecord record = NewRecord(cmd);
   if (cmd.lifetime == Lifetime::kStack && !ProcessAlive(record.owner_pid, record.owner_start)) {
-    return fail(Status(ErrorCode::kInvalidArgument,
-                       "owner process " + std::to_string(record.owner_pid) + " of stack tensor is not running"));
+    return fail(Status(
+        ErrorCode::kInvalidArgument,
+        "owner process " + std::to_string(record.owner_pid) + " of stack tensor is not running"));
   }
   auto allocation = devices_.Allocate(cmd.device, cmd.bytes, cmd.zero_init);
   if (!allocation.ok()) return fail(allocation.status());
@@ -205,14 +221,15 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
     fields.push_back(std::move(value));
   }
   std::string reply = ReplyHead(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
-  pipeline_.Queue(pipeline_.Make(responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
-                                 [this, raw, cmd, t0, entry = std::move(entry)](Result<CommitResult> committed) mutable {
-                                   CreateCommitted(raw, cmd, std::move(entry), t0, std::move(committed));
-                                 }));
+  pipeline_.Queue(pipeline_.Make(
+      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
+      [this, raw, cmd, t0, entry = std::move(entry)](Result<CommitResult> committed) mutable {
+        CreateCommitted(raw, cmd, std::move(entry), t0, std::move(committed));
+      }));
 }
 
-void CommandApplier::CreateCommitted(const std::string& raw, const Command& cmd, Entry entry, Clock::time_point t0,
-                                     Result<CommitResult> committed) {
+void CommandApplier::CreateCommitted(const std::string& raw, const Command& cmd, Entry entry,
+                                     Clock::time_point t0, Result<CommitResult> committed) {
   const std::string& name = cmd.name;
   if (committed.ok() && committed->kind == CommitResult::kOk) {
     table_.Keep(std::move(entry));
@@ -234,7 +251,8 @@ void CommandApplier::CreateCommitted(const std::string& raw, const Command& cmd,
   if (committed->kind == CommitResult::kDup) {
     return outcomes_.Record("create", name, Status::Ok(), t0, "repeated_req=" + cmd.req);
   }
-  Status exists(ErrorCode::kAlreadyExists, "tensor '" + name + "' already exists (made by another server)");
+  Status exists(ErrorCode::kAlreadyExists,
+                "tensor '" + name + "' already exists (made by another server)");
   responder_.AnswerNow(raw, cmd.req, "create", exists);
   outcomes_.Record("create", name, exists, t0);
 }
@@ -257,8 +275,9 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
       }));
 }
 
-void CommandApplier::RefcountCommitted(const std::string& raw, const std::string& req, const std::string& name,
-                                       const char* op, Clock::time_point t0, Result<CommitResult> committed) {
+void CommandApplier::RefcountCommitted(const std::string& raw, const std::string& req,
+                                       const std::string& name, const char* op,
+                                       Clock::time_point t0, Result<CommitResult> committed) {
   if (!committed.ok()) {
     responder_.Refused(raw, req, op, committed.status());
     return outcomes_.Record(op, name, committed.status(), t0);
@@ -268,17 +287,19 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
   }
   if (committed->kind == CommitResult::kOk) {
     if (committed->refcount > 0) {
-      return outcomes_.Record(op, name, Status::Ok(), t0, "refcount=" + std::to_string(committed->refcount));
+      return outcomes_.Record(op, name, Status::Ok(), t0,
+                              "refcount=" + std::to_string(committed->refcount));
     }
     auto found = table_.find(name);
     if (found == table_.end()) return outcomes_.Record(op, name, Status::Ok(), t0, "freed=0");
     Entry entry = table_.Forget(found);
     // The reply is out and the hash gone: the worker frees the memory while this thread goes on
     // with the next commands. The outcome, a failed post included, reaches the callback.
-    (void)devices_.Free(entry.record.device, entry.allocation,
-                  [outcomes = &outcomes_, op, name, t0, bytes = entry.record.bytes](const Status& freed) {
-                    outcomes->Record(op, name, freed, t0, "freed=" + std::to_string(bytes));
-                  });
+    (void)devices_.Free(
+        entry.record.device, entry.allocation,
+        [outcomes = &outcomes_, op, name, t0, bytes = entry.record.bytes](const Status& freed) {
+          outcomes->Record(op, name, freed, t0, "freed=" + std::to_string(bytes));
+        });
     return;
   }
   // The hash is gone or not ready (changed by hand): say which.
@@ -291,7 +312,8 @@ void CommandApplier::ReapStackTensors() {
   pipeline_.Drain();  // a delete on its way may already have removed one
   for (const std::string& name : table_.DeadStackTensors()) {
     auto t0 = Clock::now();
-    auto committed = pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kNone, "del", {}));
+    auto committed =
+        pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kNone, "del", {}));
     if (!committed.ok()) {
       Log(LogLevel::kWarn, "reclaim of '" + name + "': " + committed.status().ToString());
       continue;

@@ -20,12 +20,12 @@
 
 namespace mcd {
 
-
 class CommandApplier {
  public:
   using Clock = std::chrono::steady_clock;
-  CommandApplier(const ServerOptions& opt, std::string instance, RedisConnection& redis, CommitPipeline& pipeline,
-                 Intake& intake, TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
+  CommandApplier(const ServerOptions& opt, std::string instance, RedisConnection& redis,
+                 CommitPipeline& pipeline, Intake& intake, TensorTable& table, DeviceSet& devices,
+                 OutcomeLog& outcomes);
 
   // Plans the batch's commands in order and sends their commits pipelined. A command naming a
   // tensor that an earlier one of the batch touched, or whose commit is still on its way, waits
@@ -49,17 +49,16 @@ class CommandApplier {
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
   void HandleCreate(const std::string& raw, const Command& cmd);
   // The create's commit went through, or not: keep, settle later, or free and answer.
-  void CreateCommitted(const std::string& raw, const Command& cmd, Entry entry, Clock::time_point t0,
-                       Result<CommitResult> committed);
+  void CreateCommitted(const std::string& raw, const Command& cmd, Entry entry,
+                       Clock::time_point t0, Result<CommitResult> committed);
   // get (delta +1) and delete (-1): refcount changed in Redis; at 0 the hash goes (in the
   // script) before the memory.
   void HandleRefcount(const std::string& raw, const Command& cmd, int delta);
-  void RefcountCommitted(const std::string& raw, const std::string& req, const std::string& name, const char* op,
-                         Clock::time_point t0, Result<CommitResult> committed);
+  void RefcountCommitted(const std::string& raw, const std::string& req, const std::string& name,
+                         const char* op, Clock::time_point t0, Result<CommitResult> committed);
   // Why `name` cannot be used here: on another node, not ready, of a dead instance, or absent.
   Status MissingStatus(const std::string& name);
   TensorRecord NewRecord(const Command& cmd) const;
-
 
   const ServerOptions& opt_;
   const std::string instance_;

@@ -7,7 +7,8 @@
 
 namespace mcd {
 
-CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt, std::string instance, Settle settle)
+CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt,
+                               std::string instance, Settle settle)
     : redis_(redis),
       opt_(opt),
       instance_(std::move(instance)),
@@ -21,8 +22,8 @@ Status CommitPipeline::LoadScript() {
 }
 
 Pending CommitPipeline::Make(const Route& route, const std::string& raw, const std::string& req,
-                             const std::string& name, const std::string& reply, Pre pre, const char* action,
-                             const std::vector<std::string>& extra,
+                             const std::string& name, const std::string& reply, Pre pre,
+                             const char* action, const std::vector<std::string>& extra,
                              std::function<void(Result<CommitResult>)> done) const {
   Pending p;
   p.route = route;
@@ -32,11 +33,23 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   // client never sends the command again) and has nothing to take off the processing list.
   bool socket = route.socket();
   bool incr = std::string_view(action) == "incr";
-  p.args = {"EVALSHA", commit_sha_, "4", opt_.keys.Tensor(name.empty() ? "-" : name), processing_key_,
-            socket || req.empty() ? "-" : opt_.keys.Reply(req), socket || req.empty() ? "-" : opt_.keys.Done(req),
-            socket ? "" : raw, socket ? "" : reply, std::to_string(opt_.reply_ttl_s),
-            std::to_string(opt_.done_ttl_s), socket || req.empty() ? "0" : "1",
-            pre == Pre::kNone ? "none" : pre == Pre::kAbsent ? "absent" : "mine", instance_, action};
+  p.args = {"EVALSHA",
+            commit_sha_,
+            "4",
+            opt_.keys.Tensor(name.empty() ? "-" : name),
+            processing_key_,
+            socket || req.empty() ? "-" : opt_.keys.Reply(req),
+            socket || req.empty() ? "-" : opt_.keys.Done(req),
+            socket ? "" : raw,
+            socket ? "" : reply,
+            std::to_string(opt_.reply_ttl_s),
+            std::to_string(opt_.done_ttl_s),
+            socket || req.empty() ? "0" : "1",
+            pre == Pre::kNone     ? "none"
+            : pre == Pre::kAbsent ? "absent"
+                                  : "mine",
+            instance_,
+            action};
   p.args.insert(p.args.end(), extra.begin(), extra.end());
   if (socket) {
     p.req = req;
@@ -69,7 +82,8 @@ void CommitPipeline::Flush() {
 }
 
 bool CommitPipeline::IsDue(const std::string& name) const {
-  return std::any_of(due_.begin(), due_.end(), [&](const Due& d) { return d.take == 0 && d.commit.name == name; });
+  return std::any_of(due_.begin(), due_.end(),
+                     [&](const Due& d) { return d.take == 0 && d.commit.name == name; });
 }
 
 void CommitPipeline::SendTake() {
@@ -123,7 +137,8 @@ void CommitPipeline::Drain(size_t count) {
         take_reply_ = ReadTake(d.take);
         continue;
       }
-      Result<RedisValue> reply = send_failed_.ok() ? redis_.ReadReply() : Result<RedisValue>(send_failed_);
+      Result<RedisValue> reply =
+          send_failed_.ok() ? redis_.ReadReply() : Result<RedisValue>(send_failed_);
       results.push_back(ParseCommit(std::move(reply)));
       if (!results.back().ok() && IsNoScript(results.back().status().message())) reload = true;
       sent.push_back(std::move(d.commit));
@@ -136,10 +151,12 @@ void CommitPipeline::Drain(size_t count) {
     // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so load them and run them again.
     Status loaded = LoadScript();
     Log(loaded.ok() ? LogLevel::kInfo : LogLevel::kWarn,
-        loaded.ok() ? "Redis had lost the server's scripts (SCRIPT FLUSH?): loaded them again"
-                    : "Redis had lost the server's scripts and loading them failed: " + loaded.ToString());
+        loaded.ok()
+            ? "Redis had lost the server's scripts (SCRIPT FLUSH?): loaded them again"
+            : "Redis had lost the server's scripts and loading them failed: " + loaded.ToString());
     for (size_t i = 0; i < sent.size(); ++i) {
-      if (!results[i].ok() && IsNoScript(results[i].status().message())) results[i] = RunCommit(sent[i]);
+      if (!results[i].ok() && IsNoScript(results[i].status().message()))
+        results[i] = RunCommit(sent[i]);
     }
   }
   for (size_t i = 0; i < sent.size(); ++i) settle_(sent[i], std::move(results[i]));
@@ -162,7 +179,8 @@ Result<CommitResult> CommitPipeline::RunCommit(Pending& pending) {
   // it again. Bounded, so that a Redis that keeps flushing cannot hold the server here.
   for (int attempt = 1;; ++attempt) {
     std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
-    Result<CommitResult> result = ParseCommit(redis_.CommandRaw(argv));  // errors read as pipelined ones
+    Result<CommitResult> result =
+        ParseCommit(redis_.CommandRaw(argv));  // errors read as pipelined ones
     if (result.ok() || !IsNoScript(result.status().message()) || attempt == 8) return result;
     MCD_RETURN_IF_ERROR(LoadScript());
     pending.args[1] = commit_sha_;
@@ -173,11 +191,14 @@ Result<CommitResult> CommitPipeline::ParseCommit(Result<RedisValue> result) {
   if (!result.ok()) return result.status();
   // A pipelined reply comes as a value even when it is an error (NOSCRIPT after SCRIPT FLUSH):
   // keep its text, which decides whether the script is loaded again.
-  if (result->type == RedisValue::Type::kError) return Status(ErrorCode::kRedisError, "Redis EVALSHA: " + result->str);
+  if (result->type == RedisValue::Type::kError)
+    return Status(ErrorCode::kRedisError, "Redis EVALSHA: " + result->str);
   if (result->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "commit script reply");
   const std::string& kind = result->elements[0].str;
   CommitResult out;
-  out.kind = kind == "ok" ? CommitResult::kOk : kind == "dup" ? CommitResult::kDup : CommitResult::kConflict;
+  out.kind = kind == "ok"    ? CommitResult::kOk
+             : kind == "dup" ? CommitResult::kDup
+                             : CommitResult::kConflict;
   if (result->elements.size() > 1 && result->elements[1].type == RedisValue::Type::kInteger) {
     out.refcount = result->elements[1].integer;
   }

@@ -52,14 +52,16 @@ class CommitPipeline {
  public:
   // Called for each commit whose result was read, in the order sent.
   using Settle = std::function<void(Pending&, Result<CommitResult>)>;
-  CommitPipeline(RedisConnection& redis, const ServerOptions& opt, std::string instance, Settle settle);
+  CommitPipeline(RedisConnection& redis, const ServerOptions& opt, std::string instance,
+                 Settle settle);
 
   // Loads the commit script (after connecting, and whenever Redis lost it).
   Status LoadScript();
   // A commit of `action` ("none", "hset", "del", "incr") on tensor `name` under `pre`, writing
   // `reply` for command `raw` (the list's; "" for internal actions) routed by `route`.
-  Pending Make(const Route& route, const std::string& raw, const std::string& req, const std::string& name,
-               const std::string& reply, Pre pre, const char* action, const std::vector<std::string>& extra,
+  Pending Make(const Route& route, const std::string& raw, const std::string& req,
+               const std::string& name, const std::string& reply, Pre pre, const char* action,
+               const std::vector<std::string>& extra,
                std::function<void(Result<CommitResult>)> done = nullptr) const;
   // Plans a commit for the current batch; Flush sends the batch.
   void Queue(Pending pending) { batch_.push_back(std::move(pending)); }

@@ -6,7 +6,8 @@
 
 namespace mcd {
 
-Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const ServerOptions& opt, const std::string& shm_prefix) {
+Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const ServerOptions& opt,
+                                                   const std::string& shm_prefix) {
   std::unique_ptr<DeviceSet> set(new DeviceSet());
   set->workers_[kHostDevice] = std::make_unique<GpuWorker>(kHostDevice);
   set->allocators_[kHostDevice] = MakeHostShmAllocator(shm_prefix);
@@ -25,7 +26,8 @@ Status DeviceSet::AddGpu(int d, const ServerOptions& opt) {
   auto worker = std::make_unique<GpuWorker>(d);
   Status bound = worker->Call([](DeviceContext& ctx) { return ctx.EnsureGpu(); });
   if (!bound.ok()) {
-    return Status(bound.code(), "cannot serve device " + std::to_string(d) + ": " + bound.message());
+    return Status(bound.code(),
+                  "cannot serve device " + std::to_string(d) + ": " + bound.message());
   }
   std::unique_ptr<Allocator> allocator;
   if (opt.allocator == "pool") {
@@ -40,10 +42,12 @@ Status DeviceSet::AddGpu(int d, const ServerOptions& opt) {
   allocator = WithReadyStock(std::move(allocator), opt.ready_max_bytes);
   Status ready = worker->Call([&](DeviceContext& ctx) { return allocator->Init(ctx); });
   if (!ready.ok()) {
-    return Status(ready.code(), "cannot set up the " + std::string(IpcKindName(allocator->kind())) + " allocator of device " +
-                                    std::to_string(d) + ": " + ready.message());
+    return Status(ready.code(), "cannot set up the " + std::string(IpcKindName(allocator->kind())) +
+                                    " allocator of device " + std::to_string(d) + ": " +
+                                    ready.message());
   }
-  allocator_text_ += std::string(allocator_text_.empty() ? "" : ",") + std::to_string(d) + ":" + IpcKindName(allocator->kind());
+  allocator_text_ += std::string(allocator_text_.empty() ? "" : ",") + std::to_string(d) + ":" +
+                     IpcKindName(allocator->kind());
   workers_[d] = std::move(worker);
   allocators_[d] = std::move(allocator);
   devices_text_ += "," + std::to_string(d);
@@ -74,7 +78,8 @@ Result<Allocation> DeviceSet::Allocate(int device, uint64_t bytes, bool zero) {
   return allocation;
 }
 
-Status DeviceSet::Free(int device, const Allocation& allocation, std::function<void(const Status&)> then) {
+Status DeviceSet::Free(int device, const Allocation& allocation,
+                       std::function<void(const Status&)> then) {
   auto worker = workers_.find(device);
   auto allocator = allocators_.find(device);
   if (worker == workers_.end() || allocator == allocators_.end()) {
@@ -117,13 +122,14 @@ size_t DeviceSet::FreeAll(const std::map<int, std::vector<const Entry*>>& by_dev
 Status DeviceSet::StartPoolSocket(const std::string& path, const PeerPolicy& policy) {
   // The descriptors stay owned by the allocators; the socket hands out duplicates.
   MCD_ASSIGN_OR_RETURN(pool_server_, FdServer::Start(path, policy, [this](int device) {
-    auto it = allocators_.find(device);
-    return it == allocators_.end() ? -1 : it->second->pool_fd();
-  }));
+                         auto it = allocators_.find(device);
+                         return it == allocators_.end() ? -1 : it->second->pool_fd();
+                       }));
   return Status::Ok();
 }
 
-std::string DeviceSet::DeviceText(const std::function<std::string(const Allocator&)>& value_of) const {
+std::string DeviceSet::DeviceText(
+    const std::function<std::string(const Allocator&)>& value_of) const {
   std::string text;
   for (const auto& [device, allocator] : allocators_) {
     std::string value = value_of(*allocator);
@@ -134,7 +140,8 @@ std::string DeviceSet::DeviceText(const std::function<std::string(const Allocato
 }
 
 std::string DeviceSet::PrimerText(IpcKind kind) const {
-  return DeviceText([&](const Allocator& a) { return a.kind() == kind ? HexEncode(a.primer()) : std::string(); });
+  return DeviceText(
+      [&](const Allocator& a) { return a.kind() == kind ? HexEncode(a.primer()) : std::string(); });
 }
 
 std::string DeviceSet::PoolFdText() const {

@@ -23,7 +23,8 @@ class DeviceSet {
  public:
   // Host memory (shm objects named "<shm_prefix><seq>") and the GPUs of `opt`; fails when a
   // GPU asked for cannot be served.
-  static Result<std::unique_ptr<DeviceSet>> Open(const ServerOptions& opt, const std::string& shm_prefix);
+  static Result<std::unique_ptr<DeviceSet>> Open(const ServerOptions& opt,
+                                                 const std::string& shm_prefix);
   ~DeviceSet() { Stop(); }
   DeviceSet(const DeviceSet&) = delete;
   DeviceSet& operator=(const DeviceSet&) = delete;
@@ -41,7 +42,8 @@ class DeviceSet {
   // Frees an allocation on its device's worker and waits for it; with `then`, posts the free
   // instead and `then` runs on the worker with the outcome (so it may only touch what is safe
   // from another thread: the outcome log, the log).
-  Status Free(int device, const Allocation& allocation, std::function<void(const Status&)> then = nullptr);
+  Status Free(int device, const Allocation& allocation,
+              std::function<void(const Status&)> then = nullptr);
   // Frees every allocation held, one worker job per device: shutdown. Returns how many went.
   size_t FreeAll(const std::map<int, std::vector<const Entry*>>& by_device);
 

@@ -12,9 +12,13 @@
 
 namespace mcd {
 
-Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices, const TensorTable& table,
-                     const OutcomeLog& outcomes)
-    : opt_(opt), instance_(std::move(instance)), devices_(devices), table_(table), outcomes_(outcomes) {
+Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices,
+                     const TensorTable& table, const OutcomeLog& outcomes)
+    : opt_(opt),
+      instance_(std::move(instance)),
+      devices_(devices),
+      table_(table),
+      outcomes_(outcomes) {
   started_ms_ = NowMs();
   pid_start_ = ProcessStartTime(getpid());
   pid_ino_ = PidfdInode(getpid());
@@ -25,7 +29,8 @@ Status Heartbeat::Claim(RedisConnection& conn) {
   for (int attempt = 0; attempt < 4; ++attempt) {
     auto written = Write(conn, replace);
     if (!written.ok()) {
-      return Status(written.status().code(), "cannot write the heartbeat: " + written.status().message());
+      return Status(written.status().code(),
+                    "cannot write the heartbeat: " + written.status().message());
     }
     if (!written->has_value()) {
       owned_ = true;
@@ -34,40 +39,68 @@ Status Heartbeat::Claim(RedisConnection& conn) {
     const Holder& holder = **written;
     if (holder.pid != getpid() && ProcessAlive(holder.pid, 0)) {
       return Status(ErrorCode::kAlreadyExists,
-                    "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " + holder.instance +
-                        ") already serves node '" + opt_.node + "' on " + opt_.redis_url.Redacted() +
-                        "; stop it or pick another --node");
+                    "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
+                        holder.instance + ") already serves node '" + opt_.node + "' on " +
+                        opt_.redis_url.Redacted() + "; stop it or pick another --node");
     }
     replace = holder.instance;  // its process is gone: take over, unless another did meanwhile
   }
   return Status(ErrorCode::kUnavailable,
-                "the heartbeat of node '" + opt_.node + "' keeps changing hands: are other mcd-serve starting?");
+                "the heartbeat of node '" + opt_.node +
+                    "' keeps changing hands: are other mcd-serve starting?");
 }
 
-Result<std::optional<Heartbeat::Holder>> Heartbeat::Write(RedisConnection& conn, const std::string& replace) {
-  std::vector<std::string> args = {"EVAL", kHeartbeatScript, "1", opt_.keys.Server(opt_.node),
-                                   instance_, replace, std::to_string(opt_.heartbeat_ttl_s),
-                                   "instance", instance_,
-                                   "pid", std::to_string(getpid()),
-                                   "pid_start", std::to_string(pid_start_),
-                                   "pid_ino", pid_ino_ != 0 ? std::to_string(pid_ino_) : "",
-                                   "node", opt_.node,
-                                   "devices", devices_.devices_text(),
-                                   "allocator", devices_.allocator_text(),
-                                   "pool_socket", pool_socket_,
-                                   "pool_fd", devices_.PoolFdText(),
-                                   "ipc_primer", devices_.PrimerText(IpcKind::kCudaIpc),
-                                   "pool_primer", devices_.PrimerText(IpcKind::kCudaMempool),
-                                   "command_socket", command_socket_,
-                                   "pool_used", std::to_string(pool_used_.load()),
-                                   "ready_bytes", std::to_string(devices_.ReadyBytes()),
-                                   "slab_bytes", std::to_string(devices_.SlabBytes()),
-                                   "slab_free_bytes", std::to_string(devices_.SlabFreeBytes()),
-                                   "started", std::to_string(started_ms_),
-                                   "queue", opt_.keys.queue,
-                                   "version", "1",
-                                   "tensors", std::to_string(table_.count()),
-                                   "commands_ok", std::to_string(outcomes_.ok())};
+Result<std::optional<Heartbeat::Holder>> Heartbeat::Write(RedisConnection& conn,
+                                                          const std::string& replace) {
+  std::vector<std::string> args = {"EVAL",
+                                   kHeartbeatScript,
+                                   "1",
+                                   opt_.keys.Server(opt_.node),
+                                   instance_,
+                                   replace,
+                                   std::to_string(opt_.heartbeat_ttl_s),
+                                   "instance",
+                                   instance_,
+                                   "pid",
+                                   std::to_string(getpid()),
+                                   "pid_start",
+                                   std::to_string(pid_start_),
+                                   "pid_ino",
+                                   pid_ino_ != 0 ? std::to_string(pid_ino_) : "",
+                                   "node",
+                                   opt_.node,
+                                   "devices",
+                                   devices_.devices_text(),
+                                   "allocator",
+                                   devices_.allocator_text(),
+                                   "pool_socket",
+                                   pool_socket_,
+                                   "pool_fd",
+                                   devices_.PoolFdText(),
+                                   "ipc_primer",
+                                   devices_.PrimerText(IpcKind::kCudaIpc),
+                                   "pool_primer",
+                                   devices_.PrimerText(IpcKind::kCudaMempool),
+                                   "command_socket",
+                                   command_socket_,
+                                   "pool_used",
+                                   std::to_string(pool_used_.load()),
+                                   "ready_bytes",
+                                   std::to_string(devices_.ReadyBytes()),
+                                   "slab_bytes",
+                                   std::to_string(devices_.SlabBytes()),
+                                   "slab_free_bytes",
+                                   std::to_string(devices_.SlabFreeBytes()),
+                                   "started",
+                                   std::to_string(started_ms_),
+                                   "queue",
+                                   opt_.keys.queue,
+                                   "version",
+                                   "1",
+                                   "tensors",
+                                   std::to_string(table_.count()),
+                                   "commands_ok",
+                                   std::to_string(outcomes_.ok())};
   uint64_t failed = 0;
   for (const auto& [code, n] : outcomes_.Errors()) {
     failed += n;
@@ -79,11 +112,13 @@ Result<std::optional<Heartbeat::Holder>> Heartbeat::Write(RedisConnection& conn,
   std::vector<std::string_view> argv(args.begin(), args.end());
   // An error reply (OOM under maxmemory, say) is a failure too, not only a lost connection.
   MCD_ASSIGN_OR_RETURN(RedisValue reply, conn.CommandRaw(argv));
-  if (reply.type == RedisValue::Type::kError) return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
+  if (reply.type == RedisValue::Type::kError)
+    return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
   if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
   if (reply.elements[0].str == "ok") return std::optional<Holder>();
   if (reply.elements[0].str != "held" || reply.elements.size() != 3) {
-    return Status(ErrorCode::kUnexpectedReply, "heartbeat script answered '" + reply.elements[0].str + "'");
+    return Status(ErrorCode::kUnexpectedReply,
+                  "heartbeat script answered '" + reply.elements[0].str + "'");
   }
   Holder holder;
   holder.instance = reply.elements[1].str;
@@ -119,9 +154,11 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         // stale: stop serving, and leave the keys alone, which are the other one's now.
         const Holder& holder = **written;
         lock.lock();
-        node_lost_ = "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " + holder.instance +
-                     ") took node '" + opt_.node + "' over while this one was not heard from for " +
-                     "longer than its heartbeat TTL; this one stops and leaves that one's keys alone";
+        node_lost_ =
+            "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
+            holder.instance + ") took node '" + opt_.node +
+            "' over while this one was not heard from for " +
+            "longer than its heartbeat TTL; this one stops and leaves that one's keys alone";
         Log(LogLevel::kError, node_lost_);
         stop_ = true;
         break;
@@ -129,9 +166,11 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
       Status s = written.ok() ? Status::Ok() : written.status();
       if (!s.ok() && failed.Again()) {
         int n = failed.count();
-        Log(LogLevel::kWarn, "heartbeat: " + s.ToString() + (n > 1 ? " (" + std::to_string(n) + " failures in a row)" : ""));
+        Log(LogLevel::kWarn, "heartbeat: " + s.ToString() +
+                                 (n > 1 ? " (" + std::to_string(n) + " failures in a row)" : ""));
       } else if (s.ok() && failed.count() > 0) {
-        Log(LogLevel::kInfo, "heartbeat written again after " + std::to_string(failed.count()) + " failure(s)");
+        Log(LogLevel::kInfo,
+            "heartbeat written again after " + std::to_string(failed.count()) + " failure(s)");
         failed.Over();
       }
     }
@@ -162,7 +201,8 @@ std::string Heartbeat::node_lost() {
 
 void Heartbeat::Remove(RedisConnection& conn) {
   if (!owned_ || !conn.connected()) return;
-  (void)conn.Command({"EVAL", kDeleteIfScript, "1", opt_.keys.Server(opt_.node), "instance", instance_});
+  (void)conn.Command(
+      {"EVAL", kDeleteIfScript, "1", opt_.keys.Server(opt_.node), "instance", instance_});
 }
 
 }  // namespace mcd

@@ -24,8 +24,8 @@ namespace mcd {
 
 class Heartbeat {
  public:
-  Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices, const TensorTable& table,
-            const OutcomeLog& outcomes);
+  Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices,
+            const TensorTable& table, const OutcomeLog& outcomes);
   ~Heartbeat() { Stop(); }
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;

@@ -23,7 +23,8 @@ Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy)
 }
 
 Result<RedisValue> Intake::WaitForCommand() {
-  std::vector<std::string_view> take = {"BLMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT", "1"};
+  std::vector<std::string_view> take = {"BLMOVE", opt_.keys.queue, processing_key_,
+                                        "RIGHT",  "LEFT",          "1"};
   if (!socket_) return redis_.Command(take);
   // A socket client that just had its reply often sends its next command at once: look for it
   // a little while before blocking, as a client polls for its reply.
@@ -110,10 +111,13 @@ void Intake::PauseAfterRefusedTake(const Status& status, const std::function<boo
   if (take_refused_.Again()) {
     std::string why = status.message();
     while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
-    if (status.code() == ErrorCode::kUnexpectedReply) why += " (is '" + opt_.keys.queue + "' a list?)";
+    if (status.code() == ErrorCode::kUnexpectedReply)
+      why += " (is '" + opt_.keys.queue + "' a list?)";
     int tries = take_refused_.count();
-    Log(LogLevel::kError, "Redis refuses to hand out commands: " + why +
-                              (tries == 1 ? "; trying again" : "; still so after " + std::to_string(tries) + " tries"));
+    Log(LogLevel::kError,
+        "Redis refuses to hand out commands: " + why +
+            (tries == 1 ? "; trying again"
+                        : "; still so after " + std::to_string(tries) + " tries"));
   }
   // 0.1 s, then twice as long each time, up to a second.
   int pause_ms = 100 << std::min(take_refused_.count() - 1, 4);
@@ -124,8 +128,9 @@ void Intake::PauseAfterRefusedTake(const Status& status, const std::function<boo
 
 void Intake::TakeAccepted() {
   if (take_refused_.count() == 0) return;
-  Log(LogLevel::kInfo, "Redis hands out commands again (refused " + std::to_string(take_refused_.count()) +
-                           " time(s) over " + std::to_string(take_refused_.Seconds()) + " s)");
+  Log(LogLevel::kInfo, "Redis hands out commands again (refused " +
+                           std::to_string(take_refused_.count()) + " time(s) over " +
+                           std::to_string(take_refused_.Seconds()) + " s)");
   take_refused_.Over();
 }
 

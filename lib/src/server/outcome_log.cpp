@@ -4,8 +4,8 @@
 
 namespace mcd {
 
-void OutcomeLog::Record(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
-                        const std::string& extra) {
+void OutcomeLog::Record(const char* op, const std::string& name, const Status& status,
+                        Clock::time_point t0, const std::string& extra) {
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
   if (status.ok()) {
     ok_++;
@@ -14,8 +14,9 @@ void OutcomeLog::Record(const char* op, const std::string& name, const Status& s
   }
   LogLevel level = status.ok() ? LogLevel::kInfo : LogLevel::kWarn;
   if (!LogEnabled(level)) return;
-  std::string line = std::string(op) + " name=" + (name.empty() ? "-" : name) + " outcome=" +
-                     (status.ok() ? "ok" : ErrorName(status.code())) + " us=" + std::to_string(us);
+  std::string line = std::string(op) + " name=" + (name.empty() ? "-" : name) +
+                     " outcome=" + (status.ok() ? "ok" : ErrorName(status.code())) +
+                     " us=" + std::to_string(us);
   if (!extra.empty()) line += " " + extra;
   if (!status.ok()) line += " reason=\"" + status.message() + "\"";
   Log(level, line);

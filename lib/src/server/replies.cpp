@@ -20,7 +20,8 @@ std::string RedisWords(const Status& status) {
 }
 
 bool MayPass(const std::string& words) {
-  for (const char* passing : {"BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "READONLY", "NOSCRIPT", "NOPERM"}) {
+  for (const char* passing :
+       {"BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "READONLY", "NOSCRIPT", "NOPERM"}) {
     if (words.rfind(passing, 0) == 0) return true;
   }
   return false;

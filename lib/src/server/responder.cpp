@@ -7,27 +7,34 @@
 
 namespace mcd {
 
-Responder::Responder(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline, Intake& intake)
-    : opt_(opt), processing_key_(opt.keys.Processing(opt.node)), redis_(redis), pipeline_(pipeline), intake_(intake) {}
+Responder::Responder(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
+                     Intake& intake)
+    : opt_(opt),
+      processing_key_(opt.keys.Processing(opt.node)),
+      redis_(redis),
+      pipeline_(pipeline),
+      intake_(intake) {}
 
-void Responder::Fail(const std::string& raw, const std::string& req, const char* op, const Status& status) {
+void Responder::Fail(const std::string& raw, const std::string& req, const char* op,
+                     const Status& status) {
   if (route_.socket()) {
     intake_.Answer(route_, ErrorReply(req, op, status));
     return;
   }
-  pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {},
-                                 [this, raw](Result<CommitResult> r) {
+  pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone,
+                                 "none", {}, [this, raw](Result<CommitResult> r) {
                                    if (!r.ok()) Unanswered(raw, r.status());
                                  }));
 }
 
-void Responder::AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status) {
+void Responder::AnswerNow(const std::string& raw, const std::string& req, const char* op,
+                          const Status& status) {
   if (route_.socket()) {
     intake_.Answer(route_, ErrorReply(req, op, status));
     return;
   }
-  auto answered =
-      pipeline_.CommitNow(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {}));
+  auto answered = pipeline_.CommitNow(
+      pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {}));
   if (!answered.ok()) Unanswered(raw, answered.status());
 }
 
@@ -38,7 +45,8 @@ void Responder::Unanswered(const std::string& raw, const Status& status) {
   Log(LogLevel::kError, "cannot write error reply: " + status.ToString());
 }
 
-void Responder::Refused(const std::string& raw, const std::string& req, const char* op, const Status& status) {
+void Responder::Refused(const std::string& raw, const std::string& req, const char* op,
+                        const Status& status) {
   if (status.code() != ErrorCode::kRedisError || !redis_.connected() || raw.empty()) return;
   std::string words = RedisWords(status);
   // A socket command is not kept to be tried again: its client hears Redis's words and decides

@@ -17,7 +17,8 @@ namespace mcd {
 class Responder {
  public:
   using Clock = std::chrono::steady_clock;
-  Responder(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline, Intake& intake);
+  Responder(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
+            Intake& intake);
 
   // The route of the command being handled, or whose commit's result is being acted on: where
   // the replies below go, and how commits are made. Conn 0 (the list) otherwise.
@@ -27,7 +28,8 @@ class Responder {
   // Error replies. Fail: queued with the batch (on the socket: sent at once). AnswerNow: written
   // now, and the command leaves the processing list.
   void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
-  void AnswerNow(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  void AnswerNow(const std::string& raw, const std::string& req, const char* op,
+                 const Status& status);
   // After a commit that Redis answered with an error (a key of the wrong type, Redis out of
   // memory under maxmemory): nothing of it was applied. The client gets an error reply; if Redis
   // refuses that too, the command still leaves the processing list (Drop), so that it is neither
@@ -35,7 +37,8 @@ class Responder {
   // script, loading, a missing ACL permission) leaves the command in the list instead, to be
   // resumed. Only on a live connection: after a lost one, the commands left in the list are
   // resumed after reconnecting.
-  void Refused(const std::string& raw, const std::string& req, const char* op, const Status& status);
+  void Refused(const std::string& raw, const std::string& req, const char* op,
+               const Status& status);
 
   // Commands left in the processing list by a refusal that may pass are resumed from there once
   // nothing is in flight: a second after the refusal, then after 2, 4, 8 and 10 s while they keep

@@ -92,7 +92,8 @@ Status Server::Impl::Start() {
   instance_ = RandomHex(8);
   // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
   char url_tag[16];
-  std::snprintf(url_tag, sizeof(url_tag), "%08zx", std::hash<std::string>{}(opt_.redis_url.Redacted()) & 0xffffffffu);
+  std::snprintf(url_tag, sizeof(url_tag), "%08zx",
+                std::hash<std::string>{}(opt_.redis_url.Redacted()) & 0xffffffffu);
   shm_prefix_ = ShmPrefix(opt_.keys.prefix, opt_.node + "-" + url_tag);
 
   // Host memory is always served; GPUs as asked (all by default).
@@ -102,11 +103,11 @@ Status Server::Impl::Start() {
   ropt.command_timeout_ms = 10000;
   MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
   intake_ = std::make_unique<Intake>(*redis_, opt_);
-  pipeline_ = std::make_unique<CommitPipeline>(*redis_, opt_, instance_, [this](Pending& p, Result<CommitResult> r) {
-    applier_->Settle(p, std::move(r));
-  });
-  applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_, table_, *devices_,
-                                              outcomes_);
+  pipeline_ = std::make_unique<CommitPipeline>(
+      *redis_, opt_, instance_,
+      [this](Pending& p, Result<CommitResult> r) { applier_->Settle(p, std::move(r)); });
+  applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_,
+                                              table_, *devices_, outcomes_);
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(*redis_);
@@ -115,8 +116,9 @@ Status Server::Impl::Start() {
     // Wakes the main connection out of its BLMOVE so that Run() returns at once.
     (void)conn.Command({"CLIENT", "UNBLOCK", std::to_string(intake_->client_id())});
   });
-  Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " + opt_.redis_url.Redacted() +
-                           ", queue '" + opt_.keys.queue + "', devices " + devices_->devices_text());
+  Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
+                           opt_.redis_url.Redacted() + ", queue '" + opt_.keys.queue +
+                           "', devices " + devices_->devices_text());
   return Status::Ok();
 }
 
@@ -162,7 +164,8 @@ Result<PeerPolicy> Server::Impl::Peers() const {
   policy.uid = geteuid();
   if (!opt_.pool_group.empty()) {
     group* g = getgrnam(opt_.pool_group.c_str());
-    if (g == nullptr) return Status(ErrorCode::kInvalidArgument, "no group named '" + opt_.pool_group + "'");
+    if (g == nullptr)
+      return Status(ErrorCode::kInvalidArgument, "no group named '" + opt_.pool_group + "'");
     policy.group = g->gr_gid;
   }
   return policy;
@@ -185,7 +188,8 @@ Status Server::Impl::Run() {
     }
     intake_->CollectSocket();
     if (!busy && taken.ok() && !intake_->has_socket_lines()) {
-      pipeline_->Drain();  // before sleeping: the commits' results, and what the last batch freed is freed
+      pipeline_->Drain();  // before sleeping: the commits' results, and what the last batch freed
+                           // is freed
       if (applier_->ResumeDue()) {
         applier_->ResumeNow();
         continue;
@@ -209,7 +213,8 @@ Status Server::Impl::Run() {
     intake_->TakeAccepted();
     std::vector<Intake::Incoming> commands;
     if (!taken->is_nil()) {  // nil: BLMOVE timeout, or CLIENT UNBLOCK
-      for (RedisValue& v : taken->elements) commands.push_back(Intake::Incoming{0, std::move(v.str), false});
+      for (RedisValue& v : taken->elements)
+        commands.push_back(Intake::Incoming{0, std::move(v.str), false});
     }
     bool from_socket = intake_->has_socket_lines();
     for (Intake::Incoming& in : intake_->TakeSocketLines()) commands.push_back(std::move(in));
@@ -229,16 +234,19 @@ void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
   ErrorCode code = status.code();
   // Redis answered, with an error (OOM under maxmemory, a missing permission): the same error a
   // commit it refused gives, whichever of the two commands met it first.
-  bool refused = (code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) && redis_->connected();
-  Status why = refused ? Status(code, "Redis refused the server's take of commands (" + status.message() +
-                                          "); nothing changed")
-                       : Status(ErrorCode::kUnavailable,
-                                "the server cannot reach Redis (" + status.message() + "); nothing changed");
+  bool refused = (code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) &&
+                 redis_->connected();
+  Status why = refused
+                   ? Status(code, "Redis refused the server's take of commands (" +
+                                      status.message() + "); nothing changed")
+                   : Status(ErrorCode::kUnavailable, "the server cannot reach Redis (" +
+                                                         status.message() + "); nothing changed");
   // Commands on the socket are not kept waiting for Redis: their clients hear why now.
   intake_->RefuseSocketLines(why);
   if (stopping()) return;
   if (refused) {
-    intake_->PauseAfterRefusedTake(status, [this] { return stopping(); });  // reconnecting would not help
+    intake_->PauseAfterRefusedTake(status,
+                                   [this] { return stopping(); });  // reconnecting would not help
     return;
   }
   Log(LogLevel::kWarn, "Redis: " + status.ToString() + "; reconnecting");
@@ -255,25 +263,31 @@ void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
 Status Server::Impl::SettleAfterReconnect() {
   for (Entry& entry : table_.TakeUnsettled()) {
     // Its allocation is its handle and offset: tensors carved from one slab share the handle.
-    MCD_ASSIGN_OR_RETURN(RedisValue f, redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner",
-                                                        "ipc_handle", "offset"}));
+    MCD_ASSIGN_OR_RETURN(RedisValue f,
+                         redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner",
+                                          "ipc_handle", "offset"}));
     bool ran = f.elements.size() == 3 && f.elements[0].str == instance_ &&
-               f.elements[1].str == entry.record.ipc_handle && f.elements[2].str == std::to_string(entry.record.offset);
+               f.elements[1].str == entry.record.ipc_handle &&
+               f.elements[2].str == std::to_string(entry.record.offset);
     if (ran) {
       table_.Keep(std::move(entry));
     } else {
-      (void)devices_->Free(entry.record.device, entry.allocation);  // never published: nobody can have opened it
+      (void)devices_->Free(entry.record.device,
+                           entry.allocation);  // never published: nobody can have opened it
     }
   }
   // Tensors whose hash is gone (a Redis restart without persistence, or a delete whose reply was
   // lost): processes may still map them, so their memory is kept until shutdown.
   std::vector<std::string> lost;
   for (const auto& [name, entry] : table_.tensors()) {
-    MCD_ASSIGN_OR_RETURN(RedisValue owner, redis_->Command({"HGET", opt_.keys.Tensor(name), "owner"}));
+    MCD_ASSIGN_OR_RETURN(RedisValue owner,
+                         redis_->Command({"HGET", opt_.keys.Tensor(name), "owner"}));
     if (owner.str != instance_) lost.push_back(name);
   }
   for (const std::string& name : lost) {
-    Log(LogLevel::kWarn, "tensor '" + name + "' lost its hash while Redis was away; its memory is kept until shutdown");
+    Log(LogLevel::kWarn,
+        "tensor '" + name +
+            "' lost its hash while Redis was away; its memory is kept until shutdown");
     table_.Orphan(table_.Forget(table_.find(name)));
   }
   return applier_->ResumeUnfinished();
@@ -302,7 +316,8 @@ void Server::Impl::Shutdown() {
   if (heartbeat_ && redis_) heartbeat_->Remove(*redis_);
   if (devices_) devices_->Stop();
   if (heartbeat_ && heartbeat_->owned()) {
-    Log(LogLevel::kInfo, "stopped: freed " + std::to_string(freed) + " of " + std::to_string(total) + " tensor(s)");
+    Log(LogLevel::kInfo,
+        "stopped: freed " + std::to_string(freed) + " of " + std::to_string(total) + " tensor(s)");
   }
 }
 
@@ -317,7 +332,10 @@ size_t Server::Impl::DeleteAndFreeAll() {
     // Only those still this instance's own: another instance that took the node over may have
     // made tensors of the same names since.
     for (const auto& [name, entry] : table_.tensors()) {
-      if (!redis_->Append({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_}).ok()) break;
+      if (!redis_
+               ->Append({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_})
+               .ok())
+        break;
       if (++pending == 1000) drain();
     }
     drain();

@@ -11,41 +11,47 @@ namespace mcd {
 Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
                      const std::string& shm_prefix) {
   int removed = 0;
-  Status scanned = redis.Scan(opt.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
-    for (const RedisValue& key : keys) {
-      MCD_RETURN_IF_ERROR(redis.Append({"HMGET", key.str, "node", "owner", "ipc_kind", "ipc_handle"}));
-    }
-    std::vector<std::pair<std::string, RedisValue>> stale;
-    for (const RedisValue& key : keys) {
-      MCD_ASSIGN_OR_RETURN(RedisValue f, redis.ReadReply());
-      if (f.elements.size() != 4 || f.elements[0].str != opt.node) continue;
-      if (f.elements[1].str == instance) continue;
-      stale.emplace_back(key.str, std::move(f));
-    }
-    for (const auto& [key, f] : stale) {
-      if (ParseIpcKind(f.elements[2].str) == IpcKind::kHostShm) UnlinkHostShm(f.elements[3].str);
-      MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());
-      Log(LogLevel::kInfo,
-          "removed stale tensor '" + opt.keys.NameFromTensorKey(key) + "' of dead instance " + f.elements[1].str);
-      ++removed;
-    }
-    return Status::Ok();
-  });
+  Status scanned = redis.Scan(
+      opt.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
+        for (const RedisValue& key : keys) {
+          MCD_RETURN_IF_ERROR(
+              redis.Append({"HMGET", key.str, "node", "owner", "ipc_kind", "ipc_handle"}));
+        }
+        std::vector<std::pair<std::string, RedisValue>> stale;
+        for (const RedisValue& key : keys) {
+          MCD_ASSIGN_OR_RETURN(RedisValue f, redis.ReadReply());
+          if (f.elements.size() != 4 || f.elements[0].str != opt.node) continue;
+          if (f.elements[1].str == instance) continue;
+          stale.emplace_back(key.str, std::move(f));
+        }
+        for (const auto& [key, f] : stale) {
+          if (ParseIpcKind(f.elements[2].str) == IpcKind::kHostShm)
+            UnlinkHostShm(f.elements[3].str);
+          MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());
+          Log(LogLevel::kInfo, "removed stale tensor '" + opt.keys.NameFromTensorKey(key) +
+                                   "' of dead instance " + f.elements[1].str);
+          ++removed;
+        }
+        return Status::Ok();
+      });
   MCD_RETURN_IF_ERROR(scanned);
   int shm_removed = RemoveHostShmObjects(shm_prefix);
   MCD_ASSIGN_OR_RETURN(RedisValue pending, redis.Command({"LLEN", opt.keys.Processing(opt.node)}));
-  Log(LogLevel::kInfo, "startup: removed " + std::to_string(removed) + " stale tensor(s) of dead instances, " +
-                           std::to_string(shm_removed) + " orphaned shm object(s); " +
-                           std::to_string(pending.integer) + " unfinished command(s) to resume");
+  Log(LogLevel::kInfo, "startup: removed " + std::to_string(removed) +
+                           " stale tensor(s) of dead instances, " + std::to_string(shm_removed) +
+                           " orphaned shm object(s); " + std::to_string(pending.integer) +
+                           " unfinished command(s) to resume");
   return Status::Ok();
 }
 
 void WarnIfRedisEvicts(RedisConnection& redis) {
   auto policy = redis.Command({"CONFIG", "GET", "maxmemory-policy"});
-  if (!policy.ok() || policy->elements.size() != 2 || policy->elements[1].str == "noeviction") return;
+  if (!policy.ok() || policy->elements.size() != 2 || policy->elements[1].str == "noeviction")
+    return;
   auto limit = redis.Command({"CONFIG", "GET", "maxmemory"});
   std::string bytes = limit.ok() && limit->elements.size() == 2 ? limit->elements[1].str : "?";
-  Log(LogLevel::kWarn, "Redis's maxmemory-policy is '" + policy->elements[1].str + "': at its maxmemory (" +
+  Log(LogLevel::kWarn, "Redis's maxmemory-policy is '" + policy->elements[1].str +
+                           "': at its maxmemory (" +
                            (bytes == "0" ? "none set now" : bytes + " bytes") +
                            ") it evicts keys, and a tensor whose hash it evicts is lost to every "
                            "client while its memory stays held; set maxmemory-policy noeviction");
@@ -54,8 +60,8 @@ void WarnIfRedisEvicts(RedisConnection& redis) {
 std::string ShmPrefix(const std::string& prefix, const std::string& node) {
   std::string out = "/mcd-";
   for (char c : prefix + "-" + node) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-              c == '.';
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
     out.push_back(ok ? c : '_');
     if (out.size() > 100) break;
   }

@@ -16,7 +16,7 @@
 namespace mcd {
 
 struct Entry {
-  TensorRecord record;    // as created
+  TensorRecord record;  // as created
   Allocation allocation;
   std::string json_head;  // RecordJsonHead(record): replies are assembled around it
 };
