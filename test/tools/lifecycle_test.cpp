@@ -1231,7 +1231,26 @@ TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
   // the outcome: wait for the log line rather than read the count between the hash and the free.
   EXPECT_TRUE(test::WaitFor([&] { return ServeLog().find("reclaim name=tmp outcome=ok") != std::string::npos; },
                             2000)) << ServeLog();
+  // The log says how many references the tensor still had: the creator's and mcd-get's.
+  std::string log = ServeLog();
+  std::string line = log.substr(log.find("reclaim name=tmp"));
+  line = line.substr(0, line.find('\n'));
+  EXPECT_NE(line.find("refcount=2"), std::string::npos) << line;
   EXPECT_EQ(ShmCount(), 1u);
+}
+
+// An owner that has exited but is not reaped yet (a zombie: its parent has not waited for it)
+// holds nothing: its stack tensors go as they would after the reap.
+TEST_F(Lifecycle, AZombieOwnersStackTensorsAreReclaimed) {
+  test::Background owner({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
+  ASSERT_EQ(Tool("mcd-create", {"z", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack",
+                                "--owner-pid", std::to_string(owner.pid())}).exit_code, 0);
+  ASSERT_EQ(kill(owner.pid(), SIGKILL), 0);  // not waited for: it stays a zombie of this test
+  ASSERT_TRUE(test::WaitFor([&] { return !test::Running(owner.pid()); }, 2000));
+  EXPECT_TRUE(test::WaitFor([&] { return HashField("z", "state").empty(); }, 5000)) << ServeLog();
+  EXPECT_TRUE(test::WaitFor([&] { return ServeLog().find("reclaim name=z outcome=ok") != std::string::npos; },
+                            2000)) << ServeLog();
+  EXPECT_EQ(ShmCount(), 0u);
 }
 
 // A name that a stack tensor had is free for a heap tensor as soon as the stack tensor is gone,

@@ -23,7 +23,8 @@ struct ProcessIdentity {
   uint64_t pidfd_ino = 0;
   uint64_t start_time = 0;
 };
-// True when `pid` runs and (when start_time != 0) started at `start_time`.
+// True when `pid` runs and (when start_time != 0) started at `start_time`. A zombie (exited,
+// not yet reaped by its parent) does not run.
 bool ProcessAlive(int64_t pid, uint64_t start_time);
 std::string HostName();
 int64_t NowMs();  // wall clock, ms since the Unix epoch

@@ -312,8 +312,10 @@ void CommandApplier::ReapStackTensors() {
   pipeline_.Drain();  // a delete on its way may already have removed one
   for (const std::string& name : table_.DeadStackTensors()) {
     auto t0 = Clock::now();
+    // "mine": only the hash this instance wrote goes, and the commit says how many references
+    // it still had.
     auto committed =
-        pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kNone, "del", {}));
+        pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "del", {}));
     if (!committed.ok()) {
       Log(LogLevel::kWarn, "reclaim of '" + name + "': " + committed.status().ToString());
       continue;
@@ -321,10 +323,17 @@ void CommandApplier::ReapStackTensors() {
     auto found = table_.find(name);
     if (found == table_.end()) continue;
     Entry entry = table_.Forget(found);
+    if (committed->kind != CommitResult::kOk) {
+      // The hash is gone or another's (changed by hand): a process may still map the memory.
+      Log(LogLevel::kWarn, "the hash of stack tensor '" + name +
+                               "' is not this server's any more; its memory is kept until shutdown");
+      table_.Orphan(std::move(entry));
+      continue;
+    }
     Status freed = devices_.Free(entry.record.device, entry.allocation);
     outcomes_.Record("reclaim", name, freed, t0,
                      "owner_pid=" + std::to_string(entry.record.owner_pid) +
-                         " refcount=" + std::to_string(entry.record.refcount));
+                         " refcount=" + std::to_string(committed->refcount));
   }
 }
 

@@ -14,7 +14,8 @@
 -- ARGV[8] action: "none" | "hset" (pairs from ARGV[9]) | "del" | "incr" (below)
 -- incr (needs "mine"): ARGV[9] delta, ARGV[10] reply tail while referenced, ARGV[11] reply tail
 -- when freed; at refcount <= 0 the hash is deleted (the caller then frees the memory).
--- Returns {"ok"} | {"ok", refcount} (incr) | {"dup", first_reply} | {"conflict"}.
+-- Returns {"ok"} | {"ok", refcount} (incr: the count after; del under "mine": the count it had) |
+-- {"dup", first_reply} | {"conflict"}.
 --
 -- Redis does not undo a script's writes when a later command of it fails, so the reply is
 -- written first: a write that Redis refuses (out of memory under maxmemory, a reply key of
@@ -53,6 +54,8 @@ if action == 'incr' then
     reply = reply .. n .. ARGV[10]
   end
   result = {'ok', n}
+elseif action == 'del' and refcount then
+  result = {'ok', refcount}
 end
 if ARGV[5] == '1' then
   redis.call('RPUSH', KEYS[3], reply)
