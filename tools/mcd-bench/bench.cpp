@@ -61,7 +61,7 @@ class Bench {
   Status Allocator(const std::string& kind, int device) {
     Status ran = Rows(kind, device);
     client_.reset();
-    auto removed = RemoveLeftovers();
+    auto removed = GiveBackRunTensors(flags_);
     if (!removed.ok()) {
       std::cerr << "mcd-bench: warning: cannot give back the run's tensors: "
                 << removed.status().ToString() << "\n";
@@ -94,23 +94,6 @@ class Bench {
       MCD_RETURN_IF_ERROR(row());
     }
     return Status::Ok();
-  }
-
-  // Gives back every reference still held on a tensor of this run, on a connection of its own
-  // (a row that failed may have left its own mid-request). Returns how many tensors it found:
-  // none after rows that all went through.
-  Result<size_t> RemoveLeftovers() {
-    MCD_ASSIGN_OR_RETURN(auto client, Connect(flags_));
-    MCD_ASSIGN_OR_RETURN(auto left, client->List(TensorPrefix(getpid()) + "*"));
-    for (const TensorRecord& tensor : left) {
-      for (int64_t held = std::max<int64_t>(tensor.refcount, 1); held > 0; --held) {
-        auto released = client->ReleaseReference(tensor.name);
-        if (released.status().code() == ErrorCode::kNotFound) break;
-        MCD_RETURN_IF_ERROR(released.status());
-        if (released->refcount <= 0) break;
-      }
-    }
-    return left.size();
   }
 
   json Record(const json& config) const {

@@ -193,4 +193,21 @@ int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, doub
   return 0;
 }
 
+// Gives back every reference still held on a tensor of this run, on a connection of its own
+// (a row that failed may have left its own mid-request). Returns how many tensors it found:
+// none after rows that all went through.
+Result<size_t> GiveBackRunTensors(const tools::CommonFlags& flags) {
+  MCD_ASSIGN_OR_RETURN(auto client, Connect(flags));
+  MCD_ASSIGN_OR_RETURN(auto left, client->List(TensorPrefix(getpid()) + "*"));
+  for (const TensorRecord& tensor : left) {
+    for (int64_t held = std::max<int64_t>(tensor.refcount, 1); held > 0; --held) {
+      auto released = client->ReleaseReference(tensor.name);
+      if (released.status().code() == ErrorCode::kNotFound) break;
+      MCD_RETURN_IF_ERROR(released.status());
+      if (released->refcount <= 0) break;
+    }
+  }
+  return left.size();
+}
+
 }  // namespace mcd::bench

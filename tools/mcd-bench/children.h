@@ -37,6 +37,9 @@ Status Touch(const TensorView& view);
 Result<std::unique_ptr<Client>> Connect(const tools::CommonFlags& flags);
 // User + system CPU seconds in a /proc/<pid>[/task/<tid>]/stat file; negative when unreadable.
 double ProcCpuSeconds(const std::string& stat_path);
+// Gives back every reference still held on a tensor of this run (TensorPrefix), on a connection
+// of its own. Returns how many tensors it found: none after rows that all went through.
+Result<size_t> GiveBackRunTensors(const tools::CommonFlags& flags);
 // For the child processes, which have nothing to clean up.
 std::unique_ptr<Client> ConnectOrDie(const tools::CommonFlags& flags);
 
