@@ -1,8 +1,10 @@
 // The one JSON codec of the protocol: commands, replies and records, read and written with
-// RapidJSON (Debian's rapidjson-dev, header-only). RapidJSON rather than nlohmann_json, which the
-// tools use for their own output: on the create path the server parses a command and writes a
-// record, and nlohmann's DOM costs several times more there (docs/design.md, "JSON codec").
-// Thread-safe: no state.
+// RapidJSON (Debian's rapidjson-dev, header-only). json_support.h says how; command_json.cpp and
+// record_json.cpp hold the rest of the codec, whose entry points for users (ParseCommand,
+// CommandToJson, RecordToJson, ...) are declared in memcuda/protocol.h; these three are the
+// server's and the client's own. RapidJSON rather than nlohmann_json, which the tools use for
+// their reports: on the create path the server parses a command and writes a record, and
+// nlohmann costs several times more there (docs/design.md, "The JSON codec"). Thread-safe.
 #pragma once
 
 #include <string>

@@ -1,0 +1,245 @@
+// The protocol's commands as JSON: ParseCommand, CommandToJson, and shapes.
+#include "protocol/json_codec.h"
+#include "protocol/json_support.h"
+#include "protocol/text.h"
+
+namespace mcd {
+
+namespace {
+
+// Reads an integer field that must be a JSON integer (not 2.5, not "2").
+Result<int64_t> IntField(const rj::Value& value, const char* field) {
+  if (value.IsInt64()) return value.GetInt64();
+  if (value.IsUint64())
+    return Status(ErrorCode::kTooLarge, std::string("\"") + field + "\" is too large");
+  return Invalid(std::string("\"") + field + "\" must be an integer");
+}
+
+Result<std::string_view> StringField(const rj::Value& value, const char* field) {
+  if (!value.IsString()) return Invalid(std::string("\"") + field + "\" must be a string");
+  return Text(value);
+}
+
+// The fields a command may have, in the order ParseCommand reads them.
+enum CommandField {
+  kOp,
+  kName,
+  kReq,
+  kNode,
+  kPid,
+  kDType,
+  kShape,
+  kDevice,
+  kLifetime,
+  kInit,
+  kOwnerPid,
+  kOwnerStart,
+  kBytes,
+  kCommandFieldCount
+};
+constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
+    "op",     "name",     "req",  "node",      "pid",         "dtype", "shape",
+    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes"};
+
+Status ParseRequestId(const rj::Value& req, Command& cmd) {
+  if (req.IsString()) {
+    cmd.req = std::string(Text(req));
+  } else if (req.IsInt64()) {
+    cmd.req = std::to_string(req.GetInt64());
+  } else if (req.IsUint64()) {
+    cmd.req = std::to_string(req.GetUint64());
+  } else {
+    return Invalid("\"req\" must be a string");
+  }
+  if (cmd.req.empty() || cmd.req.size() > 128) return Invalid("\"req\" must be 1 to 128 bytes");
+  for (char c : cmd.req) {
+    if (!IsNameChar(c)) return Invalid("\"req\" holds characters outside [A-Za-z0-9._:/@+=,-]");
+  }
+  return Status::Ok();
+}
+
+Status ParseShape(const rj::Value* shape, Command& cmd) {
+  if (shape == nullptr) return Invalid("missing \"shape\"");
+  if (!shape->IsArray()) return Invalid("\"shape\" must be an array of integers");
+  if (shape->Size() > kMaxDims) {
+    return Invalid("shape has " + std::to_string(shape->Size()) + " dimensions; the limit is " +
+                   std::to_string(kMaxDims));
+  }
+  for (const rj::Value& dim : shape->GetArray()) {
+    if (dim.IsDouble()) return Invalid("shape dimensions must be integers");
+    MCD_ASSIGN_OR_RETURN(int64_t value, IntField(dim, "shape"));
+    cmd.shape.push_back(value);
+  }
+  return Status::Ok();
+}
+
+Status ParseDeviceField(const rj::Value* device, Command& cmd) {
+  if (device == nullptr) return Invalid("missing \"device\"");
+  if (device->IsString()) {
+    MCD_ASSIGN_OR_RETURN(cmd.device, ParseDevice(Text(*device)));
+    return Status::Ok();
+  }
+  MCD_ASSIGN_OR_RETURN(int64_t ordinal, IntField(*device, "device"));
+  if (ordinal < -1 || ordinal > 1023)
+    return Invalid("device " + std::to_string(ordinal) + " is out of range");
+  cmd.device = static_cast<int>(ordinal);
+  return Status::Ok();
+}
+
+// A create's own fields (dtype, shape, device, lifetime, init, owner, bytes).
+Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd) {
+  if (m.at[kDType] == nullptr) return Invalid("missing \"dtype\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view dtype, StringField(*m.at[kDType], "dtype"));
+  auto parsed_dtype = ParseDType(dtype);
+  if (!parsed_dtype)
+    return Invalid("unknown dtype \"" + Printable(dtype) + "\" (expected " + DTypeNames() + ")");
+  cmd.dtype = *parsed_dtype;
+  MCD_RETURN_IF_ERROR(ParseShape(m.at[kShape], cmd));
+  MCD_ASSIGN_OR_RETURN(cmd.bytes, ShapeBytes(cmd.shape, cmd.dtype));
+  if (const rj::Value* bytes = m.at[kBytes]) {
+    // Optional cross-check written by some clients; it must agree with shape x dtype.
+    uint64_t stated = bytes->IsUint64() ? bytes->GetUint64() : ~cmd.bytes;
+    if (stated != cmd.bytes)
+      return Invalid("\"bytes\" does not match shape x dtype (" + std::to_string(cmd.bytes) + ")");
+  }
+  MCD_RETURN_IF_ERROR(ParseDeviceField(m.at[kDevice], cmd));
+  if (m.at[kLifetime] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(std::string_view lifetime, StringField(*m.at[kLifetime], "lifetime"));
+    if (lifetime != "heap" && lifetime != "stack")
+      return Invalid("\"lifetime\" must be \"heap\" or \"stack\"");
+    cmd.lifetime = lifetime == "stack" ? Lifetime::kStack : Lifetime::kHeap;
+  }
+  if (m.at[kInit] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(std::string_view init, StringField(*m.at[kInit], "init"));
+    if (init != "zero" && init != "none") return Invalid("\"init\" must be \"zero\" or \"none\"");
+    cmd.zero_init = init == "zero";
+  }
+  if (m.at[kOwnerPid] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(cmd.owner_pid, IntField(*m.at[kOwnerPid], "owner_pid"));
+    if (cmd.owner_pid <= 0) return Invalid("\"owner_pid\" must be positive");
+  }
+  if (m.at[kOwnerStart] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(int64_t start, IntField(*m.at[kOwnerStart], "owner_start"));
+    if (start < 0) return Invalid("\"owner_start\" must not be negative");
+    cmd.owner_start = static_cast<uint64_t>(start);
+  }
+  if (cmd.lifetime == Lifetime::kStack && cmd.owner_pid == 0 && cmd.pid == 0) {
+    return Invalid("a stack tensor needs \"pid\" or \"owner_pid\": the process it is bound to");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
+  if (raw.size() > kMaxCommandBytes) {
+    return Status(ErrorCode::kTooLarge, "command is " + std::to_string(raw.size()) +
+                                            " bytes; the limit is " +
+                                            std::to_string(kMaxCommandBytes));
+  }
+  PooledDocument pooled;
+  Document& doc = pooled.doc();
+  MCD_RETURN_IF_ERROR(ParseJson(raw, kMaxJsonDepth, "command", pooled));
+  if (!doc.IsObject()) return Invalid("command is not a JSON object");
+  MemberIndex<kCommandFieldCount> m(doc, kCommandKeys);
+
+  Command cmd;
+  // The request id first, so that every later error can be answered.
+  if (m.at[kReq] != nullptr) {
+    MCD_RETURN_IF_ERROR(ParseRequestId(*m.at[kReq], cmd));
+    if (req_out != nullptr) *req_out = cmd.req;
+  }
+  if (!m.repeated.empty())
+    return Invalid("command repeats the key \"" + Printable(m.repeated) + "\"");
+  if (m.has_unknown) return Invalid("unknown field \"" + Printable(m.unknown) + "\"");
+
+  if (m.at[kOp] == nullptr) return Invalid("missing \"op\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view op, StringField(*m.at[kOp], "op"));
+  if (op == "create") {
+    cmd.op = Op::kCreate;
+  } else if (op == "get") {
+    cmd.op = Op::kGet;
+  } else if (op == "delete") {
+    cmd.op = Op::kDelete;
+  } else {
+    return Invalid("unknown op \"" + Printable(op) + "\" (expected create, get or delete)");
+  }
+  if (m.at[kName] == nullptr) return Invalid("missing \"name\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*m.at[kName], "name"));
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  cmd.name = std::string(name);
+  if (m.at[kNode] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(std::string_view node, StringField(*m.at[kNode], "node"));
+    if (node.empty() || node.size() > 255) return Invalid("\"node\" must be 1 to 255 bytes");
+    cmd.node = std::string(node);
+  }
+  if (m.at[kPid] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(cmd.pid, IntField(*m.at[kPid], "pid"));
+    if (cmd.pid < 0) return Invalid("\"pid\" must not be negative");
+  }
+  if (cmd.op == Op::kCreate) {
+    MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
+    return cmd;
+  }
+  for (int f = kDType; f < kCommandFieldCount; ++f) {
+    if (m.at[f] != nullptr)
+      return Invalid("\"" + std::string(kCommandKeys[f]) + "\" is only valid for op \"create\"");
+  }
+  return cmd;
+}
+
+std::string CommandToJson(const Command& cmd) {
+  PooledWriter pooled;
+  Writer& w = pooled.w();
+  w.StartObject();
+  WriteKeyString(w, "op", OpName(cmd.op));
+  WriteKeyString(w, "name", cmd.name);
+  if (!cmd.req.empty()) WriteKeyString(w, "req", cmd.req);
+  if (cmd.node) WriteKeyString(w, "node", *cmd.node);
+  if (cmd.pid != 0) {
+    w.Key("pid");
+    w.Int64(cmd.pid);
+  }
+  if (cmd.op == Op::kCreate) {
+    WriteKeyString(w, "dtype", DTypeName(cmd.dtype));
+    w.Key("shape");
+    WriteShape(w, cmd.shape);
+    w.Key("device");
+    w.Int(cmd.device);
+    if (cmd.lifetime != Lifetime::kHeap) WriteKeyString(w, "lifetime", LifetimeName(cmd.lifetime));
+    if (!cmd.zero_init) WriteKeyString(w, "init", "none");
+    if (cmd.owner_pid != 0) {
+      w.Key("owner_pid");
+      w.Int64(cmd.owner_pid);
+    }
+    if (cmd.owner_start != 0) {
+      w.Key("owner_start");
+      w.Uint64(cmd.owner_start);
+    }
+  }
+  w.EndObject();
+  return pooled.str();
+}
+
+std::string ShapeToJson(const std::vector<int64_t>& shape) {
+  PooledWriter pooled;
+  Writer& w = pooled.w();
+  WriteShape(w, shape);
+  return pooled.str();
+}
+
+Result<std::vector<int64_t>> ShapeFromJson(std::string_view text) {
+  PooledDocument pooled;
+  Document& doc = pooled.doc();
+  Status parsed = ParseJson(text, 1, "shape", pooled);
+  std::vector<int64_t> out;
+  bool ok = parsed.ok() && doc.IsArray() && doc.Size() <= kMaxDims * 4;
+  for (size_t i = 0; ok && i < doc.Size(); ++i) {
+    ok = doc[static_cast<rj::SizeType>(i)].IsInt64();
+    if (ok) out.push_back(doc[static_cast<rj::SizeType>(i)].GetInt64());
+  }
+  if (!ok) return Invalid("shape \"" + Printable(text) + "\" is not a JSON array of integers");
+  return out;
+}
+
+}  // namespace mcd
