@@ -102,7 +102,7 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
     if (newline != std::string::npos) {
       std::string reply = socket_buf_.substr(0, newline);
       socket_buf_.erase(0, newline + 1);
-      return ParseReply(reply);
+      return RecordFromReply(reply);
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -161,7 +161,7 @@ Result<TensorRecord> Transport::ServerReply(const Outgoing& out, Result<RedisVal
     return Status(ErrorCode::kRedisError, "BLPOP: " + popped->str);
   }
   if (popped->is_nil() || popped->elements.size() != 2) return Unanswered(out);
-  return ParseReply(popped->elements[1].str);
+  return RecordFromReply(popped->elements[1].str);
 }
 
 Result<TensorRecord> Transport::Unanswered(const Outgoing& out) {
@@ -169,7 +169,7 @@ Result<TensorRecord> Transport::Unanswered(const Outgoing& out) {
   MCD_RETURN_IF_ERROR(redis_.Append({"LPOP", out.reply_key}));
   auto removed = redis_.ReadReply();
   auto late = redis_.ReadReply();
-  if (late.ok() && late->type == RedisValue::Type::kString) return ParseReply(late->str);
+  if (late.ok() && late->type == RedisValue::Type::kString) return RecordFromReply(late->str);
   if (!removed.ok()) return removed.status();
   bool withdrawn = removed->type == RedisValue::Type::kInteger && removed->integer == 1;
   std::string what = std::string("the ") + OpName(out.cmd.op) + " of '" + out.cmd.name + "'";
@@ -181,10 +181,6 @@ Result<TensorRecord> Transport::Unanswered(const Outgoing& out) {
   return Status(ErrorCode::kTimeout, std::string("no reply to ") + OpName(out.cmd.op) + " '" +
                                          out.cmd.name + "' within " + out.wait +
                                          " s (the server is busy or the queue is long)" + fate);
-}
-
-Result<TensorRecord> Transport::ParseReply(const std::string& text) {
-  return RecordFromReply(text);
 }
 
 }  // namespace mcd

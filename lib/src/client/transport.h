@@ -39,8 +39,6 @@ class Transport {
   Result<TensorRecord> Request(Command cmd);
   // The server's reply to `out`, as its BLPOP returned it.
   Result<TensorRecord> ServerReply(const Outgoing& out, Result<RedisValue> popped);
-  // A reply line of the server: the record of a success, the error's code and message otherwise.
-  static Result<TensorRecord> ParseReply(const std::string& text);
 
  private:
   // True when a connection to the server's command socket is open, or could be opened now.

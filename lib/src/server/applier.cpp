@@ -4,7 +4,7 @@
 
 #include "common/log.h"
 #include "common/process.h"
-#include "server/replies.h"
+#include "protocol/json_codec.h"
 
 namespace mcd {
 
@@ -34,7 +34,7 @@ void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
         Status status(ErrorCode::kTooLarge, "command line is over the limit of " +
                                                 std::to_string(kMaxCommandBytes) +
                                                 " bytes; the connection is closed");
-        intake_.Answer(responder_.route(), ErrorReply("", nullptr, status));
+        intake_.Answer(responder_.route(), ErrorReplyJson("", nullptr, status));
         outcomes_.Record("invalid", "", status, Clock::now(), "via=socket");
         intake_.CloseConnection(in.conn);
         continue;
@@ -77,7 +77,7 @@ void CommandApplier::Settle(Pending& pending, Result<CommitResult> result) {
         "the server lost Redis before the change was confirmed, so it may or may not have "
         "taken effect: check with mcd-ls before repeating it (" +
             failed.message() + ")");
-    intake_.Answer(route, ErrorReply(pending.req, nullptr, unknown));
+    intake_.Answer(route, ErrorReplyJson(pending.req, nullptr, unknown));
   }
   responder_.set_route(previous);
 }
@@ -220,21 +220,23 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
     fields.push_back(field);
     fields.push_back(std::move(value));
   }
-  std::string reply = ReplyHead(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
+  std::string reply = ReplyHeadJson(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
-      [this, raw, cmd, t0, entry = std::move(entry)](Result<CommitResult> committed) mutable {
-        CreateCommitted(raw, cmd, std::move(entry), t0, std::move(committed));
+      [this, raw, req = cmd.req, t0,
+       entry = std::move(entry)](Result<CommitResult> committed) mutable {
+        CreateCommitted(raw, req, std::move(entry), t0, std::move(committed));
       }));
 }
 
-void CommandApplier::CreateCommitted(const std::string& raw, const Command& cmd, Entry entry,
+void CommandApplier::CreateCommitted(const std::string& raw, const std::string& req, Entry entry,
                                      Clock::time_point t0, Result<CommitResult> committed) {
-  const std::string& name = cmd.name;
+  const std::string name = entry.record.name;  // a copy: the entry may move into the table
   if (committed.ok() && committed->kind == CommitResult::kOk) {
+    std::string detail = "device=" + DeviceName(entry.record.device) +
+                         " bytes=" + std::to_string(entry.record.bytes);
     table_.Keep(std::move(entry));
-    outcomes_.Record("create", name, Status::Ok(), t0,
-                     "device=" + DeviceName(cmd.device) + " bytes=" + std::to_string(cmd.bytes));
+    outcomes_.Record("create", name, Status::Ok(), t0, detail);
     return;
   }
   if (!committed.ok() && !redis_.connected()) {
@@ -245,15 +247,15 @@ void CommandApplier::CreateCommitted(const std::string& raw, const Command& cmd,
   Status freed = devices_.Free(entry.record.device, entry.allocation);
   if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
   if (!committed.ok()) {
-    responder_.Refused(raw, cmd.req, "create", committed.status());
+    responder_.Refused(raw, req, "create", committed.status());
     return outcomes_.Record("create", name, committed.status(), t0);
   }
   if (committed->kind == CommitResult::kDup) {
-    return outcomes_.Record("create", name, Status::Ok(), t0, "repeated_req=" + cmd.req);
+    return outcomes_.Record("create", name, Status::Ok(), t0, "repeated_req=" + req);
   }
   Status exists(ErrorCode::kAlreadyExists,
                 "tensor '" + name + "' already exists (made by another server)");
-  responder_.AnswerNow(raw, cmd.req, "create", exists);
+  responder_.AnswerNow(raw, req, "create", exists);
   outcomes_.Record("create", name, exists, t0);
 }
 
@@ -266,7 +268,7 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
     responder_.Fail(raw, cmd.req, op, status);
     return outcomes_.Record(op, cmd.name, status, t0);
   }
-  std::string head = ReplyHead(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
+  std::string head = ReplyHeadJson(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
       {std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"},
@@ -325,8 +327,9 @@ void CommandApplier::ReapStackTensors() {
     Entry entry = table_.Forget(found);
     if (committed->kind != CommitResult::kOk) {
       // The hash is gone or another's (changed by hand): a process may still map the memory.
-      Log(LogLevel::kWarn, "the hash of stack tensor '" + name +
-                               "' is not this server's any more; its memory is kept until shutdown");
+      Log(LogLevel::kWarn,
+          "the hash of stack tensor '" + name +
+              "' is not this server's any more; its memory is kept until shutdown");
       table_.Orphan(std::move(entry));
       continue;
     }

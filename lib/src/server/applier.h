@@ -49,7 +49,7 @@ class CommandApplier {
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
   void HandleCreate(const std::string& raw, const Command& cmd);
   // The create's commit went through, or not: keep, settle later, or free and answer.
-  void CreateCommitted(const std::string& raw, const Command& cmd, Entry entry,
+  void CreateCommitted(const std::string& raw, const std::string& req, Entry entry,
                        Clock::time_point t0, Result<CommitResult> committed);
   // get (delta +1) and delete (-1): refcount changed in Redis; at 0 the hash goes (in the
   // script) before the memory.

@@ -10,7 +10,7 @@
 #include "common/log.h"
 #include "common/spin.h"
 #include "memcuda/protocol.h"
-#include "server/replies.h"
+#include "protocol/json_codec.h"
 
 namespace mcd {
 
@@ -83,7 +83,7 @@ std::vector<Intake::Incoming> Intake::TakeSocketLines() {
 }
 
 void Intake::RefuseSocketLines(const Status& why) {
-  for (const Incoming& in : socket_in_) Answer(NewRoute(in.conn), ErrorReply("", nullptr, why));
+  for (const Incoming& in : socket_in_) Answer(NewRoute(in.conn), ErrorReplyJson("", nullptr, why));
   socket_in_.clear();
 }
 

@@ -1,14 +1,6 @@
 #include "server/replies.h"
 
-#include "protocol/json_codec.h"
-
 namespace mcd {
-
-std::string ErrorReply(const std::string& req, const char* op, const Status& status) {
-  return ErrorReplyJson(req, op, status);
-}
-
-std::string ReplyHead(const std::string& req, Op op) { return ReplyHeadJson(req, op); }
 
 // "Redis EVALSHA: WRONGTYPE Operation ... script: <sha>, on @user_script:15." says more about
 // the script than a client needs.

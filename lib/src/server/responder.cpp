@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "protocol/json_codec.h"
 #include "server/replies.h"
 
 namespace mcd {
@@ -18,10 +19,10 @@ Responder::Responder(const ServerOptions& opt, RedisConnection& redis, CommitPip
 void Responder::Fail(const std::string& raw, const std::string& req, const char* op,
                      const Status& status) {
   if (route_.socket()) {
-    intake_.Answer(route_, ErrorReply(req, op, status));
+    intake_.Answer(route_, ErrorReplyJson(req, op, status));
     return;
   }
-  pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone,
+  pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReplyJson(req, op, status), Pre::kNone,
                                  "none", {}, [this, raw](Result<CommitResult> r) {
                                    if (!r.ok()) Unanswered(raw, r.status());
                                  }));
@@ -30,11 +31,11 @@ void Responder::Fail(const std::string& raw, const std::string& req, const char*
 void Responder::AnswerNow(const std::string& raw, const std::string& req, const char* op,
                           const Status& status) {
   if (route_.socket()) {
-    intake_.Answer(route_, ErrorReply(req, op, status));
+    intake_.Answer(route_, ErrorReplyJson(req, op, status));
     return;
   }
-  auto answered = pipeline_.CommitNow(
-      pipeline_.Make(route_, raw, req, "", ErrorReply(req, op, status), Pre::kNone, "none", {}));
+  auto answered = pipeline_.CommitNow(pipeline_.Make(
+      route_, raw, req, "", ErrorReplyJson(req, op, status), Pre::kNone, "none", {}));
   if (!answered.ok()) Unanswered(raw, answered.status());
 }
 

@@ -30,7 +30,6 @@
 #include "server/heartbeat.h"
 #include "server/intake.h"
 #include "server/outcome_log.h"
-#include "server/replies.h"
 #include "server/startup.h"
 #include "server/tensor_table.h"
 
