@@ -23,8 +23,6 @@ std::string SelfExe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "mcd-bench";
 }
 
-// Every tensor a run makes, its children's too, is named bench.<the bench's pid>.<row>.<i>, so
-// that what a failed or stopped row leaves can be found and given back.
 std::string TensorPrefix(pid_t bench) { return "bench." + std::to_string(bench) + "."; }
 std::string TensorName(pid_t bench, const std::string& row, int i) {
   return TensorPrefix(bench) + row + "." + std::to_string(i);
@@ -52,8 +50,6 @@ Child SpawnChild(const std::vector<std::string>& args) {
   return Child{pid, fdopen(to_child.release(), "w"), fdopen(from_child.release(), "r")};
 }
 
-// One whole line, however long: a throughput client sends every latency it measured on one
-// line (8 bytes or so each, so tens of kilobytes).
 std::string ReadLine(FILE* f) {
   char* buf = nullptr;
   size_t capacity = 0;
@@ -72,7 +68,6 @@ int WaitChild(Child& c) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 70;
 }
 
-// Reads one element through the mapping: proves the memory is reachable from this process.
 Status Touch(const TensorView& view) {
   if (view.record.device == kHostDevice) {
     volatile const char* p = static_cast<const char*>(view.data);
@@ -89,7 +84,6 @@ Result<std::unique_ptr<Client>> Connect(const tools::CommonFlags& flags) {
   return Client::Connect(options);
 }
 
-// User + system CPU seconds in a /proc/<pid>[/task/<tid>]/stat file; negative when unreadable.
 double ProcCpuSeconds(const std::string& stat_path) {
   std::ifstream in(stat_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -104,15 +98,12 @@ double ProcCpuSeconds(const std::string& stat_path) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-// For the child processes, which have nothing to clean up.
 std::unique_ptr<Client> ConnectOrDie(const tools::CommonFlags& flags) {
   auto client = Connect(flags);
   if (!client.ok()) std::exit(tools::Fail("mcd-bench", client.status()));
   return std::move(client).value();
 }
 
-// Consumer of the share row: for each name on stdin, get + map + touch, answer "ok GET_US
-// TOUCH_US"; on "release NAME" unmap it and give the reference back, and answer "done US".
 int ChildShare(const tools::CommonFlags& flags, int device) {
   auto client = ConnectOrDie(flags);
   if (!client->Warmup(device).ok()) return 69;
@@ -146,8 +137,6 @@ int ChildShare(const tools::CommonFlags& flags, int device) {
   return 0;
 }
 
-// A fresh process: connect and warm the CUDA context, then time the first Get + touch. Prints
-// the get's time and the connect's.
 int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string& name) {
   auto connecting = Clock::now();
   auto client = ConnectOrDie(flags);
@@ -166,8 +155,6 @@ int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string
   return client->Release(name).ok() ? 0 : 70;
 }
 
-// Throughput client: create + delete pairs for `seconds`; prints how many, then each pair's
-// create and delete latencies, on one line.
 int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds,
                int id) {
   auto client = ConnectOrDie(flags);
