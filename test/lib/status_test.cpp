@@ -10,7 +10,7 @@ TEST(Status, NamesAreStableAndRoundTrip) {
   EXPECT_STREQ(ErrorName(ErrorCode::kNotFound), "not_found");
   EXPECT_STREQ(ErrorName(ErrorCode::kOutOfMemory), "out_of_memory");
   EXPECT_STREQ(ErrorName(static_cast<int32_t>(9999)), "unknown");
-  for (int32_t code = 0; code <= static_cast<int32_t>(ErrorCode::kUnsupported); ++code) {
+  for (int32_t code = 0; code <= static_cast<int32_t>(ErrorCode::kNotHeld); ++code) {
     auto back = ErrorCodeFromName(ErrorName(code));
     ASSERT_TRUE(back.has_value()) << code;
     EXPECT_EQ(static_cast<int32_t>(*back), code);
@@ -26,6 +26,8 @@ TEST(Status, ExitCodesFollowTheTable) {
   EXPECT_EQ(ExitCodeFor(ErrorCode::kInternal), 70);
   EXPECT_EQ(ExitCodeFor(ErrorCode::kIoError), 74);
   EXPECT_EQ(ExitCodeFor(ErrorCode::kTimeout), 75);
+  EXPECT_EQ(ExitCodeFor(ErrorCode::kTryAgain), 75);
+  EXPECT_EQ(ExitCodeFor(ErrorCode::kNotHeld), 1);
   EXPECT_EQ(ExitCodeFor(ErrorCode::kUnexpectedReply), 76);
 }
 

@@ -2,6 +2,8 @@
 // header-only and is compiled once per tool.
 #pragma once
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "tool_common.h"
@@ -14,9 +16,9 @@ inline constexpr const char* kEnvironmentFooter =
     "  MCD_REDIS_PASSWORD  password when the URL has none (then REDISCLI_AUTH); never printed\n"
     "  Without either, the private Redis of `mcd-serve --spawn-redis` is used when it runs,\n"
     "  else redis://127.0.0.1:6379.\n"
-    "Exit codes: 0 ok, 1 not found / already exists, 64 usage, 69 unavailable (Redis, server,\n"
-    "  GPU or memory), 70 internal, 74 I/O, 75 timeout or not ready (try again),\n"
-    "  76 unexpected Redis reply.";
+    "Exit codes: 0 ok, 1 not found / already exists / not held, 64 usage, 69 unavailable\n"
+    "  (Redis, server, GPU or memory), 70 internal, 74 I/O, 75 timeout, not ready, or Redis\n"
+    "  loading or restarting (try again), 76 unexpected Redis reply.";
 
 inline void AddConnectionFlags(CLI::App& app, CommonFlags& flags) {
   app.add_option("--redis-url", flags.redis_url,
@@ -34,6 +36,29 @@ inline void AddCommonFlags(CLI::App& app, CommonFlags& flags) {
       ->capture_default_str();
   app.add_flag("--json", flags.json, "Print JSON (stable keys) instead of text");
   app.add_flag("-q,--quiet", flags.quiet, "Print nothing on success");
+}
+
+// --owner-pid and --detached of the tools that take (mcd-get) or give back (mcd-rm) references:
+// they exit at once, so a reference is bound to the shell or script that ran them by default.
+struct HolderFlags {
+  int64_t owner_pid = 0;
+  bool detached = false;
+};
+
+inline void AddHolderFlags(CLI::App& app, HolderFlags& flags, const char* verb,
+                           const char* detached_help) {
+  app.add_option("--owner-pid", flags.owner_pid,
+                 std::string("The process whose reference to ") + verb +
+                     " (default: this tool's parent, the shell or script that runs it); the "
+                     "server gives back a dead process's references")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--detached", flags.detached, detached_help)->excludes("--owner-pid");
+}
+
+// ClientOptions::holder_pid for the flags.
+inline int64_t HolderPid(const HolderFlags& flags) {
+  if (flags.detached) return kNoHolder;
+  return flags.owner_pid != 0 ? flags.owner_pid : static_cast<int64_t>(getppid());
 }
 
 // Parses argv; on --help/--version prints and returns 0, on a usage error prints the reason

@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
                          "  mcd-get weights                 # refcount+1, print the record\n"
                          "  mcd-get weights --no-ref --print 8\n"
                          "  mcd-get weights --no-ref -o weights.npy\n"
-                         "Each reference taken must be given back with mcd-rm.\n\n") +
+                         "  mcd-get weights --detached      # a reference that outlives the shell\n"
+                         "A reference is the calling shell's (or --owner-pid's): mcd-rm from it\n"
+                         "gives it back, and the server does when that process exits.\n\n") +
              tools::kEnvironmentFooter);
   tools::CommonFlags flags;
   tools::AddCommonFlags(app, flags);
@@ -47,6 +49,10 @@ int main(int argc, char** argv) {
   uint64_t print_count = 0;
   app.add_option("NAME", name, "Tensor name")->required();
   app.add_flag("--no-ref", no_ref, "Read without taking a reference (refcount unchanged)");
+  tools::HolderFlags holder;
+  tools::AddHolderFlags(app, holder, "take",
+                        "Take a reference bound to no process: it lives until an mcd-rm gives "
+                        "it back");
   app.add_option("-o,--output", output, "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
   app.add_option("--print", print_count, "Print the first N values");
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
@@ -57,6 +63,7 @@ int main(int argc, char** argv) {
 
   auto options = tools::MakeClientOptions(flags, !no_ref);
   if (!options.ok()) return tools::Fail(tool, options.status());
+  options->holder_pid = tools::HolderPid(holder);
   auto client = Client::Connect(options.value());
   if (!client.ok()) return tools::Fail(tool, client.status());
   auto view = no_ref ? client.value()->Open(name) : client.value()->Get(name);

@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
   std::string glob = "*";
   bool long_format = false, names_only = false, no_headers = false, json = false;
   app.add_option("GLOB", glob, "Only names matching this Redis glob")->capture_default_str();
-  app.add_flag("-l,--long", long_format, "More columns: lifetime, ipc kind, owner pid, exact bytes");
+  app.add_flag("-l,--long", long_format,
+               "More columns: lifetime, ipc kind, owner pid, exact bytes, and the processes that "
+               "hold references (PID:COUNT)");
   app.add_flag("-q,--quiet", names_only, "Names only, one per line (for xargs mcd-rm)");
   app.add_flag("--no-headers", no_headers, "Leave out the header line");
   app.add_flag("--json", json, "A JSON array of records");
@@ -37,7 +39,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::string> unreadable;
-  auto records = client.value()->List(glob, &unreadable);
+  auto records = client.value()->List(glob, &unreadable, long_format || json);
   if (!records.ok()) return tools::Fail(tool, records.status());
   if (!unreadable.empty()) {
     // On stderr, so the table and the JSON stay what scripts expect; -q lists these names too.
@@ -55,7 +57,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::string>> rows;
     if (!no_headers) {
       rows.push_back({"NAME", "DTYPE", "SHAPE", "DEVICE", "BYTES", "REFS", "STATE", "AGE", "NODE"});
-      if (long_format) rows.back().insert(rows.back().end(), {"LIFETIME", "IPC", "PID"});
+      if (long_format) rows.back().insert(rows.back().end(), {"LIFETIME", "IPC", "PID", "HOLDERS"});
     }
     int64_t now = tools::NowMs();
     for (const TensorRecord& r : records.value()) {
@@ -64,7 +66,11 @@ int main(int argc, char** argv) {
                       std::to_string(r.refcount), r.state, tools::HumanAge(now - r.ctime_ms), r.node});
       if (long_format) {
         int64_t pid = r.lifetime == Lifetime::kStack ? r.owner_pid : r.creator_pid;
-        rows.back().insert(rows.back().end(), {LifetimeName(r.lifetime), IpcKindName(r.ipc_kind), std::to_string(pid)});
+        std::string holders;
+        for (const Holder& h : r.holders)
+          holders += (holders.empty() ? "" : ",") + std::to_string(h.pid) + ":" + std::to_string(h.refs);
+        rows.back().insert(rows.back().end(), {LifetimeName(r.lifetime), IpcKindName(r.ipc_kind), std::to_string(pid),
+                                               holders.empty() ? "-" : holders});
       }
     }
     out = tools::FormatTable(rows, tools::TerminalWidth(), 0);

@@ -1,4 +1,5 @@
-// mcd-rm: give back one reference to each named tensor (the delete step). See mcd-rm(1).
+// mcd-rm: give back one reference to each named tensor (the delete step): the calling
+// process's own when it holds one, else one bound to no process. See mcd-rm(1).
 #include <iostream>
 
 #include "flags.h"
@@ -8,7 +9,7 @@ int main(int argc, char** argv) {
   CLI::App app{"mcd-rm: drop one reference per tensor; a tensor is freed when its refcount reaches 0"};
   tools::SetupApp(app);
   app.footer(std::string("Examples:\n"
-                         "  mcd-rm weights\n"
+                         "  mcd-rm weights                  # the shell's reference, else an unbound one\n"
                          "  mcd-ls -q 'tmp.*' | xargs -r mcd-rm --ignore-missing\n\n") +
              tools::kEnvironmentFooter);
   tools::CommonFlags flags;
@@ -17,11 +18,16 @@ int main(int argc, char** argv) {
   bool ignore_missing = false;
   app.add_option("NAME", names, "Tensor names")->required();
   app.add_flag("--ignore-missing", ignore_missing, "A name that does not exist is not an error");
+  tools::HolderFlags holder;
+  tools::AddHolderFlags(app, holder, "give back",
+                        "Give back only a reference bound to no process (mcd-get --detached, a "
+                        "creator's)");
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
   const char* tool = "mcd-rm";
 
   auto options = tools::MakeClientOptions(flags, true);
   if (!options.ok()) return tools::Fail(tool, options.status());
+  options->holder_pid = tools::HolderPid(holder);
   auto client = Client::Connect(options.value());
   if (!client.ok()) return tools::Fail(tool, client.status());
   int exit_code = 0;

@@ -32,7 +32,14 @@ struct MCD_API ClientOptions {
   // names one this process may use, past the queue (memcuda(7)); otherwise, or with this off,
   // through the queue. MCD_VIA_QUEUE=1 in the environment turns it off.
   bool command_socket = true;
+  // Whose the references this client takes (Get) and gives back (Release) are: this process
+  // (0, the default), the process of that pid (mcd-get binds them to its caller), or nobody
+  // (kNoHolder). When a holder dies, its server gives its references back within about a
+  // second; a reference bound to nobody lives until it is given back.
+  int64_t holder_pid = 0;
 };
+
+inline constexpr int64_t kNoHolder = -1;
 
 // Whether MCD_VIA_QUEUE in the environment (set, not empty, not "0") sends this process's
 // commands through the queue, whatever ClientOptions::command_socket says.
@@ -84,8 +91,10 @@ class MCD_API Client {
   // Every tensor whose name matches `glob` (SCAN, never KEYS), sorted by name. Keys under the
   // tensor prefix that hold no readable tensor (a hash written by hand without its fields, a key
   // of another type) are left out; with `unreadable`, each is added there as "name: why".
+  // With `holders`, each record's holders are read too (a whole hash per tensor).
   Result<std::vector<TensorRecord>> List(const std::string& glob = "*",
-                                         std::vector<std::string>* unreadable = nullptr);
+                                         std::vector<std::string>* unreadable = nullptr,
+                                         bool holders = false);
   // Only the names (SCAN alone), sorted.
   Result<std::vector<std::string>> ListNames(const std::string& glob = "*");
 

@@ -25,6 +25,10 @@ struct MCD_API KeySpace {
   std::string Done(std::string_view req) const;        // <prefix>:req:<req>, the first result
   std::string Server(std::string_view node) const;     // <prefix>:server:<node>, the heartbeat
   std::string Processing(std::string_view node) const; // <prefix>:processing:<node>
+  // <prefix>:holders:<node>, a set: the processes of the node that hold references ("PID:START").
+  std::string Holders(std::string_view node) const;
+  // <prefix>:held:<node>:<holder>, a set: the tensor keys whose references `holder` holds.
+  std::string Held(std::string_view node, std::string_view holder) const;
 };
 
 }  // namespace mcd

@@ -69,7 +69,9 @@ struct MCD_API Command {
   uint64_t bytes = 0;              // derived from shape and dtype
   Lifetime lifetime = Lifetime::kHeap;
   bool zero_init = true;           // "init":"zero" (default) or "none"
-  int64_t owner_pid = 0;           // stack tensors: the process they are bound to (0 = pid)
+  // create of a stack tensor: the process it is bound to (0 = pid). get and delete: the
+  // process the reference is bound to (its holder; 0 = bound to nobody).
+  int64_t owner_pid = 0;
   uint64_t owner_start = 0;        // its start time (clock ticks since boot), 0 = look it up
 };
 
@@ -80,6 +82,17 @@ struct MCD_API Command {
 MCD_API Result<Command> ParseCommand(std::string_view raw, std::string* req_out = nullptr);
 // The JSON text of a command, as clients push it.
 MCD_API std::string CommandToJson(const Command& command);
+
+// A process that holds references to a tensor: its pid and start time (clock ticks since boot),
+// named "PID:START" in Redis (man memcuda(7)).
+struct MCD_API Holder {
+  int64_t pid = 0;
+  uint64_t start = 0;
+  int64_t refs = 0;
+};
+MCD_API std::string HolderId(int64_t pid, uint64_t start);
+// pid and start of "PID:START"; nullopt when `id` is not one.
+MCD_API std::optional<Holder> ParseHolderId(std::string_view id);
 
 // The tensor hash, as stored and as shown to users.
 struct MCD_API TensorRecord {
@@ -100,6 +113,9 @@ struct MCD_API TensorRecord {
   int64_t creator_pid = 0;
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
+  // The processes that hold references, with how many each (the hash's holder:PID:START
+  // fields); the rest of refcount is bound to nobody. Read by RecordFromHash only.
+  std::vector<Holder> holders;
 };
 
 // Hash field names in the order HashFields() writes them; HMGET-able.

@@ -37,6 +37,8 @@ enum class ErrorCode : int32_t {
   kWrongNode = 18,        // the command names another node
   kTooLarge = 19,         // payload, shape or size over a limit
   kUnsupported = 20,      // feature not available on this build/host
+  kTryAgain = 21,         // Redis is loading, busy, failing over or restarting: try again soon
+  kNotHeld = 22,          // a release by a process that holds none of the tensor's references
 };
 
 // Stable snake_case name of a code ("not_found"); "unknown" for values outside the enum.

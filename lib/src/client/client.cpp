@@ -7,6 +7,7 @@
 #include "memcuda/client.h"
 
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -44,7 +45,8 @@ class Client::Impl {
     MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
     server_ = std::make_unique<ServerView>(*redis_, opt_);
     transport_ = std::make_unique<Transport>(*redis_, opt_, *server_);
-    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_);
+    MCD_ASSIGN_OR_RETURN(holder_, ResolveHolder(opt_.holder_pid));
+    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_);
     if (!opt_.require_server) return Status::Ok();
     // The heartbeat check and the reference script's loading share one round trip, so that a
     // fresh process's first Get is a single EVALSHA.
@@ -83,7 +85,7 @@ class Client::Impl {
     auto seen = seen_refcount_.find(name);
     bool last = seen != seen_refcount_.end() && seen->second <= 1;
     Result<TensorRecord> released =
-        last ? transport_->Request(DeleteCommand(name)) : script_->Release(name);
+        last ? transport_->Request(DeleteCommand(name, holder_)) : script_->Release(name);
     Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
     return released;
   }
@@ -113,15 +115,18 @@ class Client::Impl {
   }
 
   Result<std::vector<TensorRecord>> List(const std::string& glob,
-                                         std::vector<std::string>* unreadable) {
-    // The names first (SCAN, sorted, deduplicated), then their fields with pipelined HMGETs in
-    // windows: while this process parses one window, Redis already answers the next.
+                                         std::vector<std::string>* unreadable, bool holders) {
+    // The names first (SCAN, sorted, deduplicated), then their fields with pipelined HMGETs (or,
+    // for the holders too, HGETALLs) in windows: while this process parses one window, Redis
+    // already answers the next.
     MCD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListNames(glob));
     const auto& fields = TensorFieldNames();
     std::string fields_resp;  // the same for every key
-    for (const std::string& field : fields) RespArg(fields_resp, field);
-    std::string head = RespCommand(2 + fields.size());
-    RespArg(head, "HMGET");
+    if (!holders) {
+      for (const std::string& field : fields) RespArg(fields_resp, field);
+    }
+    std::string head = RespCommand(holders ? 2 : 2 + fields.size());
+    RespArg(head, holders ? "HGETALL" : "HMGET");
     auto append = [&](const std::string& name) {
       std::string resp = head;
       RespArg(resp, opt_.keys.Tensor(name));
@@ -143,7 +148,8 @@ class Client::Impl {
           unreadable->push_back(names[read] + ": " + (wrong_type ? "not a hash" : reply.str));
         continue;
       }
-      auto record = RecordFromHmget(names[read], reply);
+      auto record = holders ? RecordFromHgetall(names[read], reply)
+                            : RecordFromHmget(names[read], reply);
       if (record.ok()) {
         out.push_back(std::move(record).value());
       } else if (record.status().code() != ErrorCode::kNotFound &&
@@ -170,7 +176,22 @@ class Client::Impl {
     return out;
   }
 
+  // The holder that ClientOptions::holder_pid names, with its start time.
+  static Result<std::optional<Holder>> ResolveHolder(int64_t pid) {
+    if (pid == kNoHolder) return std::optional<Holder>();
+    if (pid < 0) return Status(ErrorCode::kInvalidArgument, "holder pid must be positive");
+    Holder holder;
+    holder.pid = pid == 0 ? static_cast<int64_t>(getpid()) : pid;
+    holder.start = ProcessStartTime(holder.pid);
+    if (holder.start == 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "holder process " + std::to_string(holder.pid) + " is not running");
+    }
+    return std::optional<Holder>(holder);
+  }
+
   ClientOptions opt_;
+  std::optional<Holder> holder_;
   std::unique_ptr<RedisConnection> redis_;
   std::unique_ptr<ServerView> server_;
   std::unique_ptr<Transport> transport_;
@@ -271,9 +292,10 @@ Status ValidateGlob(const std::string& glob) {
 }  // namespace
 
 Result<std::vector<TensorRecord>> Client::List(const std::string& glob,
-                                               std::vector<std::string>* unreadable) {
+                                               std::vector<std::string>* unreadable,
+                                               bool holders) {
   MCD_RETURN_IF_ERROR(ValidateGlob(glob));
-  return impl_->List(glob, unreadable);
+  return impl_->List(glob, unreadable, holders);
 }
 
 Result<std::vector<std::string>> Client::ListNames(const std::string& glob) {

@@ -1,5 +1,6 @@
 #include "client/records.h"
 
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -20,10 +21,22 @@ Result<TensorRecord> RecordFromHmget(const std::string& name, RedisValue& reply)
   return RecordFromFields(name, values);
 }
 
-Command DeleteCommand(const std::string& name) {
+Result<TensorRecord> RecordFromHgetall(const std::string& name, const RedisValue& reply) {
+  if (reply.elements.empty()) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+  std::map<std::string, std::string> fields;
+  for (size_t i = 0; i + 1 < reply.elements.size(); i += 2)
+    fields[reply.elements[i].str] = reply.elements[i + 1].str;
+  return RecordFromHash(name, fields);
+}
+
+Command DeleteCommand(const std::string& name, const std::optional<Holder>& holder) {
   Command cmd;
   cmd.op = Op::kDelete;
   cmd.name = name;
+  if (holder) {
+    cmd.owner_pid = holder->pid;
+    cmd.owner_start = holder->start;
+  }
   return cmd;
 }
 

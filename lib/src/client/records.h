@@ -11,8 +11,11 @@ namespace mcd {
 // kNotFound when every field is nil (no such hash); kUnexpectedReply when the reply has the
 // wrong shape; a field's own error when one cannot be read.
 Result<TensorRecord> RecordFromHmget(const std::string& name, RedisValue& reply);
+// The same from an HGETALL, holders included.
+Result<TensorRecord> RecordFromHgetall(const std::string& name, const RedisValue& reply);
 
-// A delete command of `name` (its req, node and pid are added by Transport::Prepare).
-Command DeleteCommand(const std::string& name);
+// A delete command of `name` giving back a reference of `holder` (or, without one or when it
+// holds none, one bound to nobody); its req, node and pid are added by Transport::Prepare.
+Command DeleteCommand(const std::string& name, const std::optional<Holder>& holder);
 
 }  // namespace mcd

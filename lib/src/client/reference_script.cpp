@@ -1,6 +1,7 @@
 #include "client/reference_script.h"
 
 #include "client/records.h"
+#include "protocol/not_held.h"
 #include "redis/lua_scripts.h"
 
 namespace mcd {
@@ -11,6 +12,16 @@ namespace {
 constexpr const char* kMarkerTtl = "60";
 }  // namespace
 
+ReferenceScript::ReferenceScript(RedisConnection& redis, const ClientOptions& opt,
+                                 Transport& transport, std::optional<Holder> holder)
+    : redis_(redis),
+      opt_(opt),
+      transport_(transport),
+      holder_(holder),
+      holder_id_(holder ? HolderId(holder->pid, holder->start) : ""),
+      holders_key_(opt.keys.Holders(opt.node)),
+      held_key_(holder ? opt.keys.Held(opt.node, holder_id_) : "-") {}
+
 Status ReferenceScript::Load() {
   MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefScript}));
   MCD_ASSIGN_OR_RETURN(sha_, AsString(sha, "SCRIPT LOAD"));
@@ -20,7 +31,9 @@ Status ReferenceScript::Load() {
 Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
-  std::vector<std::string_view> argv = {"EVALSHA", sha_, "2", key, server, "1", opt_.node, "", ""};
+  std::vector<std::string_view> argv = {"EVALSHA",  sha_,      "4",        key, server,
+                                        holders_key_, held_key_, "1", opt_.node, holder_id_,
+                                        "",           ""};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   auto reply = redis_.Command(argv);
   if (!reply.ok() && IsNoScript(reply.status().message())) {
@@ -37,12 +50,13 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
 
 Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retried) {
   if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
-  Transport::Outgoing out = transport_.Prepare(DeleteCommand(name));
+  Transport::Outgoing out = transport_.Prepare(DeleteCommand(name, holder_));
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
-  std::vector<std::string_view> argv = {"EVALSHA",       sha_,          "4",  key,       server,
-                                        opt_.keys.queue, out.reply_key, "-1", opt_.node, out.body,
-                                        kMarkerTtl};
+  std::vector<std::string_view> argv = {
+      "EVALSHA",     sha_, "6",       key,         server,     holders_key_,
+      held_key_,     opt_.keys.queue, out.reply_key, "-1",    opt_.node, holder_id_,
+      out.body,      kMarkerTtl};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   MCD_RETURN_IF_ERROR(redis_.Append(argv));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
@@ -78,6 +92,9 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue
   if (kind == "wrong_node") {
     return Status(ErrorCode::kWrongNode,
                   "tensor '" + name + "' lives on node '" + detail + "', not '" + opt_.node + "'");
+  }
+  if (kind == "not_held") {
+    return NotHeldStatus(name);
   }
   if (kind == "gone") {
     return Status(ErrorCode::kUnavailable,

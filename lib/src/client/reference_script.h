@@ -4,6 +4,7 @@
 // delete command instead, from inside the script. Used by one Client, so by one thread at a time.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "client/transport.h"
@@ -14,8 +15,9 @@ namespace mcd {
 
 class ReferenceScript {
  public:
-  ReferenceScript(RedisConnection& redis, const ClientOptions& opt, Transport& transport)
-      : redis_(redis), opt_(opt), transport_(transport) {}
+  // References are taken and given back for `holder` (none: bound to nobody).
+  ReferenceScript(RedisConnection& redis, const ClientOptions& opt, Transport& transport,
+                  std::optional<Holder> holder);
   // The script's SHA, when the caller loaded it already (Client::Connect, in the heartbeat's
   // round trip).
   void set_sha(std::string sha) { sha_ = std::move(sha); }
@@ -35,6 +37,10 @@ class ReferenceScript {
   RedisConnection& redis_;
   const ClientOptions& opt_;
   Transport& transport_;
+  const std::optional<Holder> holder_;
+  const std::string holder_id_;    // "PID:START", "" for none
+  const std::string holders_key_;  // the node's set of holders
+  const std::string held_key_;     // the holder's set of tensors, "-" for none
   std::string sha_ = kNotLoaded;
 };
 

@@ -13,7 +13,7 @@ struct CodeInfo {
 };
 
 // The single table: name and exit code of every code. Keep in code order.
-constexpr std::array<CodeInfo, 21> kCodes = {{
+constexpr std::array<CodeInfo, 23> kCodes = {{
     {ErrorCode::kOk, "ok", 0},
     {ErrorCode::kInvalidArgument, "invalid_argument", 64},
     {ErrorCode::kNotFound, "not_found", 1},
@@ -35,6 +35,8 @@ constexpr std::array<CodeInfo, 21> kCodes = {{
     {ErrorCode::kWrongNode, "wrong_node", 64},
     {ErrorCode::kTooLarge, "too_large", 64},
     {ErrorCode::kUnsupported, "unsupported", 69},
+    {ErrorCode::kTryAgain, "try_again", 75},
+    {ErrorCode::kNotHeld, "not_held", 1},
 }};
 
 const CodeInfo* Find(int32_t value) noexcept {

@@ -41,6 +41,21 @@ constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
     "op",     "name",     "req",  "node",      "pid",         "dtype", "shape",
     "device", "lifetime", "init", "owner_pid", "owner_start", "bytes"};
 
+// owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
+// is bound to.
+Status ParseOwner(const MemberIndex<kCommandFieldCount>& m, Command& cmd) {
+  if (m.at[kOwnerPid] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(cmd.owner_pid, IntField(*m.at[kOwnerPid], "owner_pid"));
+    if (cmd.owner_pid <= 0) return Invalid("\"owner_pid\" must be positive");
+  }
+  if (m.at[kOwnerStart] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(int64_t start, IntField(*m.at[kOwnerStart], "owner_start"));
+    if (start < 0) return Invalid("\"owner_start\" must not be negative");
+    cmd.owner_start = static_cast<uint64_t>(start);
+  }
+  return Status::Ok();
+}
+
 Status ParseRequestId(const rj::Value& req, Command& cmd) {
   if (req.IsString()) {
     cmd.req = std::string(Text(req));
@@ -114,15 +129,6 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
     if (init != "zero" && init != "none") return Invalid("\"init\" must be \"zero\" or \"none\"");
     cmd.zero_init = init == "zero";
   }
-  if (m.at[kOwnerPid] != nullptr) {
-    MCD_ASSIGN_OR_RETURN(cmd.owner_pid, IntField(*m.at[kOwnerPid], "owner_pid"));
-    if (cmd.owner_pid <= 0) return Invalid("\"owner_pid\" must be positive");
-  }
-  if (m.at[kOwnerStart] != nullptr) {
-    MCD_ASSIGN_OR_RETURN(int64_t start, IntField(*m.at[kOwnerStart], "owner_start"));
-    if (start < 0) return Invalid("\"owner_start\" must not be negative");
-    cmd.owner_start = static_cast<uint64_t>(start);
-  }
   if (cmd.lifetime == Lifetime::kStack && cmd.owner_pid == 0 && cmd.pid == 0) {
     return Invalid("a stack tensor needs \"pid\" or \"owner_pid\": the process it is bound to");
   }
@@ -177,11 +183,13 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     MCD_ASSIGN_OR_RETURN(cmd.pid, IntField(*m.at[kPid], "pid"));
     if (cmd.pid < 0) return Invalid("\"pid\" must not be negative");
   }
+  MCD_RETURN_IF_ERROR(ParseOwner(m, cmd));
   if (cmd.op == Op::kCreate) {
     MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
     return cmd;
   }
   for (int f = kDType; f < kCommandFieldCount; ++f) {
+    if (f == kOwnerPid || f == kOwnerStart) continue;
     if (m.at[f] != nullptr)
       return Invalid("\"" + std::string(kCommandKeys[f]) + "\" is only valid for op \"create\"");
   }
@@ -208,14 +216,14 @@ std::string CommandToJson(const Command& cmd) {
     w.Int(cmd.device);
     if (cmd.lifetime != Lifetime::kHeap) WriteKeyString(w, "lifetime", LifetimeName(cmd.lifetime));
     if (!cmd.zero_init) WriteKeyString(w, "init", "none");
-    if (cmd.owner_pid != 0) {
-      w.Key("owner_pid");
-      w.Int64(cmd.owner_pid);
-    }
-    if (cmd.owner_start != 0) {
-      w.Key("owner_start");
-      w.Uint64(cmd.owner_start);
-    }
+  }
+  if (cmd.owner_pid != 0) {
+    w.Key("owner_pid");
+    w.Int64(cmd.owner_pid);
+  }
+  if (cmd.owner_start != 0) {
+    w.Key("owner_start");
+    w.Uint64(cmd.owner_start);
   }
   w.EndObject();
   return pooled.str();

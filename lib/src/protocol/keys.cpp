@@ -30,4 +30,11 @@ std::string KeySpace::Processing(std::string_view node) const {
   return prefix + ":processing:" + std::string(node);
 }
 
+std::string KeySpace::Holders(std::string_view node) const {
+  return prefix + ":holders:" + std::string(node);
+}
+std::string KeySpace::Held(std::string_view node, std::string_view holder) const {
+  return prefix + ":held:" + std::string(node) + ":" + std::string(holder);
+}
+
 }  // namespace mcd

@@ -207,7 +207,31 @@ Result<TensorRecord> RecordFromHash(const std::string& name,
     auto it = fields.find(field);
     values.push_back(it == fields.end() ? std::nullopt : std::optional<std::string>(it->second));
   }
-  return RecordFromFields(name, values);
+  MCD_ASSIGN_OR_RETURN(TensorRecord record, RecordFromFields(name, values));
+  for (auto it = fields.lower_bound("holder:"); it != fields.end(); ++it) {
+    if (it->first.rfind("holder:", 0) != 0) break;
+    std::optional<Holder> holder = ParseHolderId(std::string_view(it->first).substr(7));
+    if (!holder || !ParseNumber(it->second, holder->refs)) {
+      return Status(ErrorCode::kUnexpectedReply,
+                    "tensor hash of '" + name + "' has a malformed \"" + it->first + "\"");
+    }
+    record.holders.push_back(*holder);
+  }
+  return record;
+}
+
+std::string HolderId(int64_t pid, uint64_t start) {
+  return std::to_string(pid) + ":" + std::to_string(start);
+}
+
+std::optional<Holder> ParseHolderId(std::string_view id) {
+  size_t colon = id.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  Holder holder;
+  std::string pid(id.substr(0, colon)), start(id.substr(colon + 1));
+  if (!ParseNumber(pid, holder.pid) || !ParseNumber(start, holder.start) || holder.pid <= 0)
+    return std::nullopt;
+  return holder;
 }
 
 Result<TensorRecord> RecordFromFields(const std::string& name,

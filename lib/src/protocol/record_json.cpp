@@ -20,6 +20,21 @@ void WriteRecordFields(Writer& w, const TensorRecord& r, bool with_refcount) {
   w.Key("device");
   w.Int(r.device);
   WriteKeyString(w, "dtype", DTypeName(r.dtype));
+  if (!r.holders.empty()) {  // only where read (RecordFromHash)
+    w.Key("holders");
+    w.StartArray();
+    for (const Holder& h : r.holders) {
+      w.StartObject();
+      w.Key("pid");
+      w.Int64(h.pid);
+      w.Key("refs");
+      w.Int64(h.refs);
+      w.Key("start");
+      w.Uint64(h.start);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   WriteKeyString(w, "ipc_handle_hex", HexEncode(r.ipc_handle));
   WriteKeyString(w, "ipc_kind", IpcKindName(r.ipc_kind));
   WriteKeyString(w, "lifetime", LifetimeName(r.lifetime));

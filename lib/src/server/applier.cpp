@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "protocol/json_codec.h"
+#include "protocol/not_held.h"
 
 namespace mcd {
 
@@ -162,6 +163,18 @@ Status CommandApplier::MissingStatus(const std::string& name) {
   return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
 }
 
+Result<std::string> CommandApplier::HolderOf(const Command& cmd) const {
+  if (cmd.owner_pid == 0) return std::string();  // bound to nobody
+  uint64_t start = cmd.owner_start != 0 ? cmd.owner_start : ProcessStartTime(cmd.owner_pid);
+  // A get for a holder that is gone would be given back at once; a delete may still give back
+  // one of its references (by its start time).
+  if (start == 0 || (cmd.op == Op::kGet && !ProcessAlive(cmd.owner_pid, start))) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "owner process " + std::to_string(cmd.owner_pid) + " is not running");
+  }
+  return HolderId(cmd.owner_pid, start);
+}
+
 TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
   TensorRecord record;
   record.name = cmd.name;
@@ -268,10 +281,16 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
     responder_.Fail(raw, cmd.req, op, status);
     return outcomes_.Record(op, cmd.name, status, t0);
   }
+  auto holder = HolderOf(cmd);
+  if (!holder.ok()) {
+    responder_.Fail(raw, cmd.req, op, holder.status());
+    return outcomes_.Record(op, cmd.name, holder.status(), t0);
+  }
   std::string head = ReplyHeadJson(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
-      {std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"},
+      {holder.value(), std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})",
+       R"(},"freed":true})"},
       [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
         RefcountCommitted(raw, req, name, op, t0, std::move(committed));
       }));
@@ -286,6 +305,11 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
   }
   if (committed->kind == CommitResult::kDup) {
     return outcomes_.Record(op, name, Status::Ok(), t0, "repeated_req=" + req);
+  }
+  if (committed->kind == CommitResult::kNotHeld) {
+    Status not_held = NotHeldStatus(name);
+    responder_.AnswerNow(raw, req, op, not_held);
+    return outcomes_.Record(op, name, not_held, t0);
   }
   if (committed->kind == CommitResult::kOk) {
     if (committed->refcount > 0) {
@@ -308,36 +332,6 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
   Status missing = MissingStatus(name);
   responder_.AnswerNow(raw, req, op, missing);
   outcomes_.Record(op, name, missing, t0);
-}
-
-void CommandApplier::ReapStackTensors() {
-  pipeline_.Drain();  // a delete on its way may already have removed one
-  for (const std::string& name : table_.DeadStackTensors()) {
-    auto t0 = Clock::now();
-    // "mine": only the hash this instance wrote goes, and the commit says how many references
-    // it still had.
-    auto committed =
-        pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "del", {}));
-    if (!committed.ok()) {
-      Log(LogLevel::kWarn, "reclaim of '" + name + "': " + committed.status().ToString());
-      continue;
-    }
-    auto found = table_.find(name);
-    if (found == table_.end()) continue;
-    Entry entry = table_.Forget(found);
-    if (committed->kind != CommitResult::kOk) {
-      // The hash is gone or another's (changed by hand): a process may still map the memory.
-      Log(LogLevel::kWarn,
-          "the hash of stack tensor '" + name +
-              "' is not this server's any more; its memory is kept until shutdown");
-      table_.Orphan(std::move(entry));
-      continue;
-    }
-    Status freed = devices_.Free(entry.record.device, entry.allocation);
-    outcomes_.Record("reclaim", name, freed, t0,
-                     "owner_pid=" + std::to_string(entry.record.owner_pid) +
-                         " refcount=" + std::to_string(committed->refcount));
-  }
 }
 
 }  // namespace mcd

@@ -1,7 +1,6 @@
 // Applying commands: each command of a batch is checked, its memory allocated or freed through
 // the device's allocator, and its effect queued as one commit (commit_pipeline.h); its reply goes
-// back on the route it came by (responder.h). Also the stack reaper (a stack tensor goes when
-// its owner process dies). Main thread of the server only.
+// back on the route it came by (responder.h). Main thread of the server only.
 #pragma once
 
 #include <chrono>
@@ -42,8 +41,6 @@ class CommandApplier {
   // being refused. ResumeDue: that time has come; ResumeNow: resume them, with nothing in flight.
   bool ResumeDue() const { return responder_.ResumeDue(); }
   void ResumeNow();
-  // Deletes the stack tensors whose owner process is gone, and frees their memory.
-  void ReapStackTensors();
 
  private:
   void Handle(const std::string& raw, const Result<Command>& parsed, const std::string& req);
@@ -59,6 +56,8 @@ class CommandApplier {
   // Why `name` cannot be used here: on another node, not ready, of a dead instance, or absent.
   Status MissingStatus(const std::string& name);
   TensorRecord NewRecord(const Command& cmd) const;
+  // The holder ("PID:START") a get or delete names with owner_pid, "" for none.
+  Result<std::string> HolderOf(const Command& cmd) const;
 
   const ServerOptions& opt_;
   const std::string instance_;

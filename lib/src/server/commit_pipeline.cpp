@@ -13,6 +13,7 @@ CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt,
       opt_(opt),
       instance_(std::move(instance)),
       processing_key_(opt.keys.Processing(opt.node)),
+      holders_key_(opt.keys.Holders(opt.node)),
       settle_(std::move(settle)) {}
 
 Status CommitPipeline::LoadScript() {
@@ -33,13 +34,17 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   // client never sends the command again) and has nothing to take off the processing list.
   bool socket = route.socket();
   bool incr = std::string_view(action) == "incr";
+  bool holds = incr || std::string_view(action) == "unhold";
+  const std::string holder = holds ? extra.at(0) : "";
   p.args = {"EVALSHA",
             commit_sha_,
-            "4",
+            "6",
             opt_.keys.Tensor(name.empty() ? "-" : name),
             processing_key_,
             socket || req.empty() ? "-" : opt_.keys.Reply(req),
             socket || req.empty() ? "-" : opt_.keys.Done(req),
+            holders_key_,
+            holder.empty() ? "-" : opt_.keys.Held(opt_.node, holder),
             socket ? "" : raw,
             socket ? "" : reply,
             std::to_string(opt_.reply_ttl_s),
@@ -56,7 +61,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
     p.reply = reply;
     if (incr) {
       // The script assembles no reply, so the tails stay here (SocketReply) and travel empty.
-      p.tails = {extra.at(1), extra.at(2)};
+      p.tails = {extra.at(2), extra.at(3)};
       p.args[p.args.size() - 2].clear();
       p.args[p.args.size() - 1].clear();
     }
@@ -196,9 +201,10 @@ Result<CommitResult> CommitPipeline::ParseCommit(Result<RedisValue> result) {
   if (result->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "commit script reply");
   const std::string& kind = result->elements[0].str;
   CommitResult out;
-  out.kind = kind == "ok"    ? CommitResult::kOk
-             : kind == "dup" ? CommitResult::kDup
-                             : CommitResult::kConflict;
+  out.kind = kind == "ok"         ? CommitResult::kOk
+             : kind == "dup"      ? CommitResult::kDup
+             : kind == "not_held" ? CommitResult::kNotHeld
+                                  : CommitResult::kConflict;
   if (result->elements.size() > 1 && result->elements[1].type == RedisValue::Type::kInteger) {
     out.refcount = result->elements[1].integer;
   }

@@ -27,8 +27,10 @@ struct Route {
 };
 
 struct CommitResult {
-  enum Kind { kOk, kDup, kConflict } kind = kOk;
-  long long refcount = 0;  // after an "incr"
+  // kNotHeld: a delete by a holder that holds none, of a tensor whose references are all other
+  // processes' (commit.lua).
+  enum Kind { kOk, kDup, kConflict, kNotHeld } kind = kOk;
+  long long refcount = 0;  // after an "incr" or "unhold"
 };
 
 // The commit script's precondition on the tensor hash (lua_scripts.h).
@@ -57,8 +59,9 @@ class CommitPipeline {
 
   // Loads the commit script (after connecting, and whenever Redis lost it).
   Status LoadScript();
-  // A commit of `action` ("none", "hset", "del", "incr") on tensor `name` under `pre`, writing
-  // `reply` for command `raw` (the list's; "" for internal actions) routed by `route`.
+  // A commit of `action` ("none", "hset", "del", "incr", "unhold") on tensor `name` under
+  // `pre`, writing `reply` for command `raw` (the list's; "" for internal actions) routed by
+  // `route`. For "incr" and "unhold", extra[0] is the holder ("" for none).
   Pending Make(const Route& route, const std::string& raw, const std::string& req,
                const std::string& name, const std::string& reply, Pre pre, const char* action,
                const std::vector<std::string>& extra,
@@ -106,6 +109,7 @@ class CommitPipeline {
   const ServerOptions& opt_;
   const std::string instance_;
   const std::string processing_key_;
+  const std::string holders_key_;
   Settle settle_;
   std::string commit_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent

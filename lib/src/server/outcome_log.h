@@ -26,7 +26,7 @@ class OutcomeLog {
   std::vector<std::pair<std::string, uint64_t>> Errors() const;
 
  private:
-  static constexpr size_t kCodeCount = static_cast<size_t>(ErrorCode::kUnsupported) + 1;
+  static constexpr size_t kCodeCount = static_cast<size_t>(ErrorCode::kNotHeld) + 1;
   std::atomic<uint64_t> ok_{0};
   std::array<std::atomic<uint64_t>, kCodeCount> errors_{};
 };

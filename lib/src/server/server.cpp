@@ -2,6 +2,7 @@
 // the serving loop, the reconnect after a lost Redis, and Shutdown. The parts it drives:
 //   intake.h          commands from the lifecycle list and the command socket
 //   applier.h         each command applied through the allocators
+//   reaper.h          what dead processes held: stack tensors, references
 //   responder.h       replies on the command's route, and Redis's refusals
 //   commit_pipeline.h every change committed to Redis by one script call, pipelined
 //   tensor_table.h    the tensors held, by name
@@ -30,6 +31,7 @@
 #include "server/heartbeat.h"
 #include "server/intake.h"
 #include "server/outcome_log.h"
+#include "server/reaper.h"
 #include "server/startup.h"
 #include "server/tensor_table.h"
 
@@ -66,7 +68,7 @@ class Server::Impl {
   // After a reconnect: creates whose commit got no answer are settled by what the hash says,
   // tensors whose hash is gone are kept as orphans, and the processing list is resumed.
   Status SettleAfterReconnect();
-  // Once a second at most, from the serving loop: the stack reaper and the ready stock's trim.
+  // Once a second at most, from the serving loop: the reaper and the ready stock's trim.
   void Housekeeping();
   // Deletes the hashes still this instance's own (pipelined), then frees every allocation.
   size_t DeleteAndFreeAll();
@@ -80,6 +82,7 @@ class Server::Impl {
   std::unique_ptr<Intake> intake_;
   std::unique_ptr<CommitPipeline> pipeline_;
   std::unique_ptr<CommandApplier> applier_;
+  std::unique_ptr<Reaper> reaper_;
   Clock::time_point last_housekeeping_{};
   bool shut_down_ = false;
 };
@@ -107,6 +110,7 @@ Status Server::Impl::Start() {
       [this](Pending& p, Result<CommitResult> r) { applier_->Settle(p, std::move(r)); });
   applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_,
                                               table_, *devices_, outcomes_);
+  reaper_ = std::make_unique<Reaper>(opt_, *redis_, *pipeline_, table_, *devices_, outcomes_);
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(*redis_);
@@ -296,7 +300,8 @@ void Server::Impl::Housekeeping() {
   auto now = Clock::now();
   if (now - last_housekeeping_ < std::chrono::seconds(1)) return;
   last_housekeeping_ = now;
-  applier_->ReapStackTensors();
+  reaper_->ReapStackTensors();
+  reaper_->ReapDeadHolders();
   devices_->TrimReadyStock();
 }
 

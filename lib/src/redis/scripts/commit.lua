@@ -1,7 +1,9 @@
 -- Commit: applies one command's effect, writes its reply and removes it from the processing
 -- list, all at once, so no reader sees half a change and no command is applied twice.
 --
--- KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key
+-- KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key,
+-- KEYS[5] the node's set of holders, KEYS[6] the holder's set of tensors (holders.lua; "-" for
+-- actions without a holder)
 -- ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
 -- oldest commands are and commits happen oldest first; "" for internal actions and commands
 -- that came on the command socket, whose LREM then finds nothing, or an empty command that a
@@ -11,11 +13,15 @@
 -- ARGV[5] "1" when the command has a req (reply + first-result are written)
 -- ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7])
 -- ARGV[7] owner
--- ARGV[8] action: "none" | "hset" (pairs from ARGV[9]) | "del" | "incr" (below)
--- incr (needs "mine"): ARGV[9] delta, ARGV[10] reply tail while referenced, ARGV[11] reply tail
--- when freed; at refcount <= 0 the hash is deleted (the caller then frees the memory).
--- Returns {"ok"} | {"ok", refcount} (incr: the count after; del under "mine": the count it had) |
--- {"dup", first_reply} | {"conflict"}.
+-- ARGV[8] action: "none" | "hset" (pairs from ARGV[9]) | "del" | "incr" | "unhold" (below)
+-- incr (needs "mine"): ARGV[9] the holder ("PID:START", or "" for a reference bound to nobody),
+-- ARGV[10] delta, ARGV[11] reply tail while referenced, ARGV[12] reply tail when freed. A get
+-- takes a reference of the holder; a delete gives back the holder's own if it holds one, else
+-- one bound to nobody, and answers "not_held" when every reference is another process's.
+-- unhold (needs "mine"): ARGV[9] a holder that died: every reference it held is given back.
+-- After incr and unhold, at refcount <= 0 the hash is deleted (the caller then frees the memory).
+-- Returns {"ok"} | {"ok", refcount} (incr, unhold: the count after; del under "mine": the count
+-- it had) | {"dup", first_reply} | {"conflict"} | {"not_held"}.
 --
 -- Redis does not undo a script's writes when a later command of it fails, so the reply is
 -- written first: a write that Redis refuses (out of memory under maxmemory, a reply key of
@@ -46,14 +52,28 @@ end
 local action = ARGV[8]
 local reply = ARGV[2]
 local result = {'ok'}
+local holder = ''
+local own = 0  -- how many of the holder's references the change gives back (-) or takes (+)
 if action == 'incr' then
-  local n = refcount + tonumber(ARGV[9])
+  holder = ARGV[9]
+  local delta = tonumber(ARGV[10])
+  own = delta
+  if delta < 0 then
+    local which = mcd_releasable(KEYS[1], holder, refcount)
+    if not which then return {'not_held'} end
+    if which ~= 'own' then own = 0 end
+  end
+  local n = refcount + delta
   if n <= 0 then
-    reply = reply .. '0' .. ARGV[11]
+    reply = reply .. '0' .. ARGV[12]
   else
-    reply = reply .. n .. ARGV[10]
+    reply = reply .. n .. ARGV[11]
   end
   result = {'ok', n}
+elseif action == 'unhold' then
+  holder = ARGV[9]
+  own = -mcd_held_by(KEYS[1], holder)
+  result = {'ok', refcount + own}
 elseif action == 'del' and refcount then
   result = {'ok', refcount}
 end
@@ -64,10 +84,19 @@ if ARGV[5] == '1' then
 end
 if action == 'hset' then
   redis.call('HSET', KEYS[1], unpack(ARGV, 9))
-elseif action == 'del' or (action == 'incr' and result[2] <= 0) then
+elseif action == 'del' or ((action == 'incr' or action == 'unhold') and result[2] <= 0) then
   redis.call('DEL', KEYS[1])
-elseif action == 'incr' then
-  redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[9])
+  if holder ~= '' then mcd_unlist(KEYS[1], KEYS[5], KEYS[6], holder) end
+elseif action == 'incr' or action == 'unhold' then
+  redis.call('HINCRBY', KEYS[1], 'refcount', result[2] - refcount)
+  if holder ~= '' and own ~= 0 then
+    if action == 'unhold' then
+      redis.call('HDEL', KEYS[1], 'holder:' .. holder)
+      mcd_unlist(KEYS[1], KEYS[5], KEYS[6], holder)
+    else
+      mcd_hold(KEYS[1], KEYS[5], KEYS[6], holder, own)
+    end
+  end
 end
 redis.call('LREM', KEYS[2], -1, ARGV[1])
 return result

@@ -1,0 +1,92 @@
+#include "server/reaper.h"
+
+#include "common/log.h"
+#include "common/process.h"
+
+namespace mcd {
+
+Reaper::Reaper(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
+               TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes)
+    : opt_(opt),
+      holders_key_(opt.keys.Holders(opt.node)),
+      redis_(redis),
+      pipeline_(pipeline),
+      table_(table),
+      devices_(devices),
+      outcomes_(outcomes) {}
+
+void Reaper::ReapStackTensors() {
+  pipeline_.Drain();  // a delete on its way may already have removed one
+  for (const std::string& name : table_.DeadStackTensors()) {
+    auto t0 = OutcomeLog::Clock::now();
+    auto found = table_.find(name);
+    std::string owner = "owner_pid=" + std::to_string(found->second.record.owner_pid);
+    // "mine": only the hash this instance wrote goes, and the commit says how many references
+    // it still had.
+    auto committed =
+        pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "del", {}));
+    Reclaimed("reclaim", name, std::move(committed), t0, owner);
+  }
+}
+
+void Reaper::ReapDeadHolders() {
+  pipeline_.Drain();
+  auto holders = redis_.Command({"SMEMBERS", holders_key_});
+  if (!holders.ok()) {
+    Log(LogLevel::kWarn, "reading the node's holders: " + holders.status().ToString());
+    return;
+  }
+  for (const RedisValue& id : holders->elements) {
+    std::optional<Holder> holder = ParseHolderId(id.str);
+    if (holder && ProcessAlive(holder->pid, holder->start)) continue;
+    Status given = GiveBackAll(id.str);
+    if (!given.ok()) Log(LogLevel::kWarn, "references of " + id.str + ": " + given.ToString());
+  }
+}
+
+Status Reaper::GiveBackAll(const std::string& holder) {
+  std::string held_key = opt_.keys.Held(opt_.node, holder);
+  MCD_ASSIGN_OR_RETURN(RedisValue held, redis_.Command({"SMEMBERS", held_key}));
+  for (const RedisValue& key : held.elements) {
+    std::string name = opt_.keys.NameFromTensorKey(key.str);
+    if (table_.find(name) == table_.end()) continue;  // gone already (deleted, reclaimed)
+    auto t0 = OutcomeLog::Clock::now();
+    // "mine": a hash this instance wrote; the script gives back what the hash says the holder
+    // holds (none when it was given back meanwhile), and its set loses the tensor.
+    auto committed = pipeline_.CommitNow(
+        pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "unhold", {holder}));
+    if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
+      outcomes_.Record("release_dead", name, Status::Ok(), t0,
+                       "holder=" + holder + " refcount=" + std::to_string(committed->refcount));
+      continue;
+    }
+    Reclaimed("release_dead", name, std::move(committed), t0, "holder=" + holder);
+  }
+  // What is left names tensors of other instances or that are gone: the holder is done.
+  MCD_RETURN_IF_ERROR(redis_.Command({"DEL", held_key}).status());
+  return redis_.Command({"SREM", holders_key_, holder}).status();
+}
+
+void Reaper::Reclaimed(const char* what, const std::string& name, Result<CommitResult> committed,
+                       OutcomeLog::Clock::time_point t0, const std::string& detail) {
+  if (!committed.ok()) {
+    Log(LogLevel::kWarn, std::string(what) + " of '" + name + "': " + committed.status().ToString());
+    return;
+  }
+  auto found = table_.find(name);
+  if (found == table_.end()) return;
+  if (committed->kind != CommitResult::kOk) {
+    // The hash is gone or another's (changed by hand): a process may still map the memory.
+    Log(LogLevel::kWarn, "the hash of tensor '" + name +
+                             "' is not this server's any more; its memory is kept until shutdown");
+    table_.Orphan(table_.Forget(found));
+    return;
+  }
+  Entry entry = table_.Forget(found);
+  Status freed = devices_.Free(entry.record.device, entry.allocation);
+  outcomes_.Record(what, name, freed, t0,
+                   detail + " refcount=" + std::to_string(committed->refcount) +
+                       " freed=" + std::to_string(entry.record.bytes));
+}
+
+}  // namespace mcd

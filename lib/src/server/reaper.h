@@ -1,0 +1,44 @@
+// Giving back what dead processes held, once a second from the serving loop: stack tensors whose
+// owner process is gone, and the references of holders that died (holders.lua). A tensor that
+// reaches refcount 0 this way is freed exactly as by a delete. Main thread of the server only.
+#pragma once
+
+#include <string>
+
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+#include "server/commit_pipeline.h"
+#include "server/device_set.h"
+#include "server/outcome_log.h"
+#include "server/tensor_table.h"
+
+namespace mcd {
+
+class Reaper {
+ public:
+  Reaper(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
+         TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
+
+  // Deletes the stack tensors whose owner process is gone, and frees their memory.
+  void ReapStackTensors();
+  // Gives back every reference of the node's holders that are gone.
+  void ReapDeadHolders();
+
+ private:
+  // Every reference `holder` had; its set of tensors goes, and it leaves the node's set.
+  Status GiveBackAll(const std::string& holder);
+  // After a reclaim's commit: frees the tensor when `committed` says its hash went, keeps its
+  // memory as an orphan when the hash is not this server's any more.
+  void Reclaimed(const char* what, const std::string& name, Result<CommitResult> committed,
+                 OutcomeLog::Clock::time_point t0, const std::string& detail);
+
+  const ServerOptions& opt_;
+  const std::string holders_key_;
+  RedisConnection& redis_;
+  CommitPipeline& pipeline_;
+  TensorTable& table_;
+  DeviceSet& devices_;
+  OutcomeLog& outcomes_;
+};
+
+}  // namespace mcd

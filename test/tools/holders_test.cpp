@@ -1,0 +1,147 @@
+// References bound to the processes that hold them: a holder that dies has its references given
+// back by the server of its node within about a second, freeing a tensor that reaches 0.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "lifecycle_fixture.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+class Holders : public Lifecycle {
+ protected:
+  // A process of hold_client holding one reference to each of `names`, running once it said so.
+  std::unique_ptr<test::Background> Hold(const std::vector<std::string>& names, const std::string& log) {
+    std::vector<std::string> argv = {std::string(MCD_TEST_BIN_DIR) + "/hold_client", redis_.url(), node_};
+    argv.insert(argv.end(), names.begin(), names.end());
+    std::string path = dir_.path() + "/" + log;
+    auto holder = std::make_unique<test::Background>(argv, Env(), path);
+    EXPECT_TRUE(test::WaitFor([&] { return test::ReadFile(path).find("held") != std::string::npos; }, 10000))
+        << test::ReadFile(path);
+    return holder;
+  }
+  void Create(const std::string& name) {
+    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "u8", "--shape", "16", "--device", "cpu", "-q"}).exit_code, 0);
+  }
+  std::string Holder(pid_t pid) { return "holder:" + std::to_string(pid) + ":" + std::to_string(StartOf(pid)); }
+  static uint64_t StartOf(pid_t pid) {
+    // /proc/PID/stat field 22, after the command name's closing parenthesis.
+    std::string stat = test::ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    size_t at = stat.rfind(')');
+    std::istringstream rest(stat.substr(at + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && rest >> field; ++i) {
+    }
+    return std::stoull(field);
+  }
+  long long SetSize(const std::string& key) { return redis_.Connect()->Command({"SCARD", key})->integer; }
+};
+
+TEST_F(Holders, ADeadProgramsReferencesAreGivenBackWithinASecondOrTwo) {
+  Create("a");
+  Create("b");
+  auto holder = Hold({"a", "b", "b"}, "hold.log");
+  pid_t pid = holder->pid();
+  std::string field = Holder(pid), id = field.substr(7);
+  EXPECT_EQ(HashField("a", "refcount"), "2");
+  EXPECT_EQ(HashField("b", "refcount"), "3");
+  EXPECT_EQ(HashField("b", field), "2");
+  EXPECT_EQ(SetSize(keys_.Held(node_, id)), 2);
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 1);
+  auto ls = Tool("mcd-ls", {"-l"});
+  EXPECT_NE(ls.out.find(std::to_string(pid) + ":2"), std::string::npos) << ls.out;
+
+  holder->Stop(SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("b", "refcount") == "1" && HashField("a", "refcount") == "1"; },
+                            3000))
+      << ServeLog();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2500));
+  EXPECT_EQ(HashField("b", field), "");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_EQ(SetSize(keys_.Held(node_, id)), 0);
+  EXPECT_NE(ServeLog().find("release_dead name=b outcome=ok"), std::string::npos) << ServeLog();
+  // The creators' references are bound to nobody: the tensors live on until removed.
+  EXPECT_EQ(ShmCount(), 2u);
+  EXPECT_EQ(Tool("mcd-rm", {"a", "b"}).out, "a: freed\nb: freed\n");
+}
+
+TEST_F(Holders, AHeapTensorWhoseHoldersAllDiedIsFreed) {
+  Create("t");
+  auto first = Hold({"t"}, "first.log");
+  auto second = Hold({"t"}, "second.log");
+  // The creator's reference goes; two processes hold the rest.
+  EXPECT_EQ(Tool("mcd-rm", {"t", "--detached"}).out, "t: refcount 2\n");
+  first->Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("t", "refcount") == "1"; }, 3000)) << ServeLog();
+  EXPECT_EQ(ShmCount(), 1u);
+  second->Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return TensorKeys().empty(); }, 3000)) << ServeLog();
+  EXPECT_TRUE(ShmFreedSoon());
+  EXPECT_NE(ServeLog().find("release_dead name=t outcome=ok"), std::string::npos) << ServeLog();
+  EXPECT_NE(ServeLog().find("refcount=0 freed=16"), std::string::npos) << ServeLog();
+}
+
+// mcd-get binds its reference to the shell that ran it; mcd-rm from that shell gives it back.
+TEST_F(Holders, AShellsReferencesGoWithTheShellAndDetachedOnesStay) {
+  Create("s");
+  std::string get = test::ToolPath("mcd-get") + " s -q --node " + node_;
+  std::string script = get + " && " + get + " --detached && echo held && exec sleep 60";
+  test::Background shell({"/bin/sh", "-c", script}, Env(), dir_.path() + "/shell.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "held\n"; }, 10000));
+  EXPECT_EQ(HashField("s", "refcount"), "3");
+  EXPECT_EQ(HashField("s", Holder(shell.pid())), "1");
+  shell.Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("s", "refcount") == "2"; }, 3000)) << ServeLog();
+  // Left: the creator's and the detached one, bound to nobody.
+  EXPECT_EQ(Tool("mcd-rm", {"s"}).out, "s: refcount 1\n");
+  EXPECT_EQ(Tool("mcd-rm", {"s"}).out, "s: freed\n");
+}
+
+// A release gives back the caller's own reference, else one bound to nobody; never another
+// process's, which that process still maps and will give back itself.
+TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {
+  Create("r");
+  auto holder = Hold({"r"}, "hold.log");
+  EXPECT_EQ(Tool("mcd-rm", {"r"}).out, "r: refcount 1\n");  // the creator's
+  for (const char* via_queue : {"0", "1"}) {
+    auto rm = test::Run({test::ToolPath("mcd-rm"), "r", "--node", node_},
+                        {{"MCD_REDIS_URL", redis_.url()}, {"MCD_VIA_QUEUE", via_queue}});
+    EXPECT_EQ(rm.exit_code, 1) << via_queue;
+    EXPECT_NE(rm.err.find("held by another process"), std::string::npos) << rm.err;
+    EXPECT_NE(rm.err.find("(not_held)"), std::string::npos) << rm.err;
+  }
+  // The same through the server (the last reference goes there): a raw delete for a holder.
+  json refused = Raw(R"({"op":"delete","name":"r","req":"d1","owner_pid":)" + std::to_string(getpid()) + "}", "d1");
+  EXPECT_EQ(refused["error"]["code"], "not_held") << refused.dump();
+  EXPECT_EQ(HashField("r", "refcount"), "1");
+  // As the holder's, it goes.
+  json given = Raw(R"({"op":"delete","name":"r","req":"d2","owner_pid":)" + std::to_string(holder->pid()) + "}", "d2");
+  EXPECT_EQ(given["ok"], true) << given.dump();
+  EXPECT_EQ(given["freed"], true) << given.dump();
+  EXPECT_TRUE(ShmFreedSoon());
+}
+
+// Raw commands: a get with owner_pid is bound to that process; one without is bound to nobody,
+// as the seed protocol has it; a get for a process that is not running is refused.
+TEST_F(Holders, RawCommandsAreBoundOnlyWhenTheyNameAnOwner) {
+  Create("q");
+  test::Background sleeper({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
+  std::string owner = std::to_string(sleeper.pid());
+  EXPECT_EQ(Raw(R"({"op":"get","name":"q","req":"g1","owner_pid":)" + owner + "}", "g1")["ok"], true);
+  EXPECT_EQ(Raw(R"({"op":"get","name":"q","req":"g2"})", "g2")["ok"], true);
+  EXPECT_EQ(HashField("q", "refcount"), "3");
+  json dead = Raw(R"({"op":"get","name":"q","req":"g3","owner_pid":999999999})", "g3");
+  EXPECT_EQ(dead["error"]["code"], "invalid_argument") << dead.dump();
+  sleeper.Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("q", "refcount") == "2"; }, 3000)) << ServeLog();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(HashField("q", "refcount"), "2");  // the anonymous one stays
+}
+
+}  // namespace
+}  // namespace mcd
