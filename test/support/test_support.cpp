@@ -104,13 +104,15 @@ RedisServer::RedisServer(RedisServerOptions options) {
   Launch();
 }
 
-void RedisServer::Restart() {
+void RedisServer::Restart(const std::vector<std::string>& args) {
   Kill();
-  Launch();
+  Launch(args);
 }
 
-void RedisServer::Launch() {
-  pid_ = Spawn({"redis-server", conf_}, {}, -1, -1);
+void RedisServer::Launch(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"redis-server", conf_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_ = Spawn(argv, {}, -1, -1);
   bool up = WaitFor([&] { return RedisConnection::Connect(parsed_url()).ok() ||
                                  RedisConnection::Connect(parsed_url()).status().code() == ErrorCode::kAuthFailed; },
                     10000);

@@ -39,11 +39,14 @@ class RedisServer {
   RedisUrl parsed_url() const;
   pid_t pid() const { return pid_; }
   void Kill();     // SIGKILL now
-  void Restart();  // SIGKILL, then start again on the same socket or port (data is lost)
+  // SIGKILL, then start again on the same socket or port: the data is lost unless the config
+  // keeps it (an "appendonly yes" line in `extra`). `args` are added to the command line (e.g.
+  // "--key-load-delay", "20": a slow load, which Redis answers with LOADING until it is over).
+  void Restart(const std::vector<std::string>& args = {});
   std::unique_ptr<RedisConnection> Connect() const;
 
  private:
-  void Launch();
+  void Launch(const std::vector<std::string>& args = {});
 
   TempDir dir_;
   pid_t pid_ = -1;

@@ -930,18 +930,23 @@ TEST_F(Lifecycle, RestartRemovesWhatADeadInstanceLeft) {
   EXPECT_NE(ServeLog().find("removed 2 stale tensor(s)"), std::string::npos) << ServeLog();
 }
 
-TEST_F(Lifecycle, KeepsServingAcrossARedisRestart) {
+// A Redis restarted without persistence lost every hash: the server, the authority on what it
+// holds, puts back those of its tensors, which live on and are removed as any other.
+TEST_F(Lifecycle, KeepsServingAcrossARedisRestartAndPutsBackLostHashes) {
   ASSERT_EQ(Tool("mcd-create", {"before", "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code, 0);
   redis_.Restart();  // no persistence: every hash and the heartbeat are gone
   ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << ServeLog();
   auto created = Tool("mcd-create", {"after", "--dtype", "f32", "--shape", "16", "--device", "cpu"});
   ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
-  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "after\n");
-  EXPECT_EQ(Tool("mcd-get", {"after", "--print", "2", "-q"}).exit_code, 0);
-  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("lost its hash") != std::string::npos; }, 5000)) << ServeLog();
-  // "before" lost its hash but may still be mapped somewhere: kept until shutdown, then freed
-  // (TearDown checks that no shm object is left).
+  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("'before' lost its hash with Redis; put it back") != std::string::npos; },
+                            5000)) << ServeLog();
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "after\nbefore\n");
+  EXPECT_EQ(HashField("before", "refcount"), "1");
+  EXPECT_EQ(Tool("mcd-get", {"before", "--print", "2", "-q", "--detached"}).exit_code, 0);
   EXPECT_EQ(ShmCount(), 2u);
+  EXPECT_EQ(Tool("mcd-rm", {"before"}).out, "before: refcount 1\n");
+  EXPECT_EQ(Tool("mcd-rm", {"before"}).out, "before: freed\n");
+  EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 1; }, 2000));
 }
 
 TEST_F(Lifecycle, AServerWarnsOfARedisThatEvictsKeys) {

@@ -134,6 +134,11 @@ class MCD_API RedisConnection {
 };
 
 // Convenience accessors that turn wrong reply types into kUnexpectedReply.
+// The status of Redis's error reply `reply` to `command`: kTryAgain for the states that pass
+// (LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN), with what to do; kUnexpectedReply for
+// WRONGTYPE; kAuthFailed for NOAUTH and WRONGPASS; kRedisError for the rest.
+MCD_API Status RedisErrorStatus(std::string_view command, std::string_view reply);
+
 MCD_API Result<long long> AsInteger(const RedisValue& value, std::string_view what);
 MCD_API Result<std::string> AsString(const RedisValue& value, std::string_view what);
 // The value of `field` in an INFO reply ("field:value" lines), or "" when it is not there.

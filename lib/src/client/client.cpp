@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
@@ -32,20 +35,39 @@ bool CommandsViaQueue() {
 
 class Client::Impl {
  public:
+  using Clock = std::chrono::steady_clock;
+
   explicit Impl(ClientOptions options) : opt_(std::move(options)) {
     if (CommandsViaQueue()) opt_.command_socket = false;
   }
 
+  // Connects, trying again within the timeout while Redis refuses connections or says it is
+  // loading (a restart): a tool started while Redis restarts waits for it.
   Status Connect() {
     if (opt_.node.empty()) opt_.node = HostName();
+    MCD_ASSIGN_OR_RETURN(holder_, ResolveHolder(opt_.holder_pid));
+    auto deadline = Clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+    for (int pause_ms = 20;; pause_ms = std::min(pause_ms * 2, 200)) {
+      Status connected = ConnectOnce();
+      bool passes = connected.code() == ErrorCode::kTryAgain ||
+                    (connected.code() == ErrorCode::kUnavailable && !redis_);
+      if (connected.ok() || !passes ||
+          Clock::now() + std::chrono::milliseconds(pause_ms) > deadline) {
+        return connected;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    }
+  }
+
+  Status ConnectOnce() {
     // One socket timeout for everything, with room for a request's BLPOP (which waits
     // timeout_ms itself): no timeout switching on every request.
     RedisOptions ropt;
     ropt.command_timeout_ms = opt_.timeout_ms + 2000;
+    redis_.reset();
     MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
     server_ = std::make_unique<ServerView>(*redis_, opt_);
     transport_ = std::make_unique<Transport>(*redis_, opt_, *server_);
-    MCD_ASSIGN_OR_RETURN(holder_, ResolveHolder(opt_.holder_pid));
     script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_);
     if (!opt_.require_server) return Status::Ok();
     // The heartbeat check and the reference script's loading share one round trip, so that a
@@ -61,9 +83,46 @@ class Client::Impl {
     return Status::Ok();
   }
 
+  // Runs `op` again while Redis answers that it is loading, busy or failing over (kTryAgain:
+  // it did not run), and, where `repeatable`, while the connection is lost or refused (Redis
+  // restarting), until the timeout. A lost connection that does not come back in time is
+  // kTryAgain; one lost by an op that is not repeatable leaves its outcome unknown.
+  template <typename T>
+  Result<T> Retrying(const char* what, bool repeatable, const std::function<Result<T>()>& op) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+    for (int pause_ms = 20;; pause_ms = std::min(pause_ms * 2, 200)) {
+      // A connection lost before the op was sent is reconnected first (refused: still lost).
+      Status failed = redis_->connected() ? Status::Ok() : redis_->Reconnect();
+      bool sent = failed.ok();
+      if (sent) {
+        Result<T> result = op();
+        if (result.ok()) return result;
+        failed = result.status();
+      }
+      bool lost = !redis_->connected();
+      if (lost && sent && !repeatable && failed.code() != ErrorCode::kTryAgain) {
+        return Status(ErrorCode::kUnavailable,
+                      std::string("Redis went away during the ") + what +
+                          ", which may or may not have taken effect: check with mcd-ls before "
+                          "repeating it (" + failed.message() + ")");
+      }
+      if (failed.code() != ErrorCode::kTryAgain && !lost) return failed;
+      if (Clock::now() + std::chrono::milliseconds(pause_ms) > deadline) {
+        if (failed.code() == ErrorCode::kTryAgain) return failed;
+        return Status(ErrorCode::kTryAgain,
+                      "Redis at " + opt_.redis_url.Redacted() + " did not come back within " +
+                          std::to_string(opt_.timeout_ms) + " ms (restarting?): try again (" +
+                          failed.message() + ")");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    }
+  }
+
   // get: refcount+1 in Redis by one script, no server hop (no memory changes hands).
+  // Repeated after a lost connection: at worst this process then holds one more reference,
+  // given back when it exits.
   Result<TensorRecord> DirectGet(const std::string& name) {
-    auto record = script_->Get(name);
+    auto record = Retrying<TensorRecord>("get", true, [&] { return script_->Get(name); });
     if (record.ok()) Saw(name, record->refcount);
     return record;
   }
@@ -71,7 +130,7 @@ class Client::Impl {
   // create: the command through the server; the tensor is then one this client tracks (Saw).
   Result<TensorRecord> Create(Command cmd) {
     std::string name = cmd.name;
-    auto created = transport_->Request(std::move(cmd));
+    auto created = Retrying<TensorRecord>("create", false, [&] { return transport_->Request(cmd); });
     if (created.ok() && seen_refcount_.size() < kSeenMax) seen_refcount_[name] = created->refcount;
     return created;
   }
@@ -84,8 +143,9 @@ class Client::Impl {
   Result<TensorRecord> Release(const std::string& name) {
     auto seen = seen_refcount_.find(name);
     bool last = seen != seen_refcount_.end() && seen->second <= 1;
-    Result<TensorRecord> released =
-        last ? transport_->Request(DeleteCommand(name, holder_)) : script_->Release(name);
+    Result<TensorRecord> released = Retrying<TensorRecord>("release", false, [&] {
+      return last ? transport_->Request(DeleteCommand(name, holder_)) : script_->Release(name);
+    });
     Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
     return released;
   }
@@ -110,16 +170,26 @@ class Client::Impl {
     std::string key = opt_.keys.Tensor(name);
     argv.push_back(key);
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
-    MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->Command(argv));
-    return RecordFromHmget(name, reply);
+    return Retrying<TensorRecord>("read", true, [&]() -> Result<TensorRecord> {
+      MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->Command(argv));
+      return RecordFromHmget(name, reply);
+    });
   }
 
   Result<std::vector<TensorRecord>> List(const std::string& glob,
                                          std::vector<std::string>* unreadable, bool holders) {
+    return Retrying<std::vector<TensorRecord>>("listing", true, [&] {
+      if (unreadable) unreadable->clear();
+      return ListOnce(glob, unreadable, holders);
+    });
+  }
+
+  Result<std::vector<TensorRecord>> ListOnce(const std::string& glob,
+                                             std::vector<std::string>* unreadable, bool holders) {
     // The names first (SCAN, sorted, deduplicated), then their fields with pipelined HMGETs (or,
     // for the holders too, HGETALLs) in windows: while this process parses one window, Redis
     // already answers the next.
-    MCD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListNames(glob));
+    MCD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListNamesOnce(glob));
     const auto& fields = TensorFieldNames();
     std::string fields_resp;  // the same for every key
     if (!holders) {
@@ -161,6 +231,11 @@ class Client::Impl {
   }
 
   Result<std::vector<std::string>> ListNames(const std::string& glob) {
+    return Retrying<std::vector<std::string>>("listing", true,
+                                              [&] { return ListNamesOnce(glob); });
+  }
+
+  Result<std::vector<std::string>> ListNamesOnce(const std::string& glob) {
     std::vector<std::string> out;
     Status scanned =
         redis_->Scan(opt_.keys.TensorPattern(glob), 5000, [&](const std::vector<RedisValue>& keys) {

@@ -68,7 +68,7 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retr
     std::string error = script->str;
     MCD_RETURN_IF_ERROR(redis_.Reconnect());
     if (retried || !IsNoScript(error)) {
-      return Status(ErrorCode::kRedisError, "reference script: " + error);
+      return RedisErrorStatus("EVALSHA (reference script)", error);
     }
     MCD_RETURN_IF_ERROR(Load());
     return Release(name, true);

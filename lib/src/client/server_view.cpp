@@ -15,8 +15,7 @@ Result<std::map<std::string, std::string>> ServerView::Read() {
 
 Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& all) {
   if (all.type == RedisValue::Type::kError) {
-    return Status(ErrorCode::kRedisError,
-                  "HGETALL " + opt_.keys.Server(opt_.node) + ": " + all.str);
+    return RedisErrorStatus("HGETALL " + opt_.keys.Server(opt_.node), all.str);
   }
   std::map<std::string, std::string> fields;
   for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {

@@ -150,7 +150,7 @@ Result<TensorRecord> Transport::QueueRequest(const Outgoing& out) {
   auto popped = redis_.ReadReply();
   if (!pushed.ok()) return pushed.status();
   if (pushed->type == RedisValue::Type::kError) {
-    return Status(ErrorCode::kRedisError, "LPUSH " + opt_.keys.queue + ": " + pushed->str);
+    return RedisErrorStatus("LPUSH " + opt_.keys.queue, pushed->str);
   }
   return ServerReply(out, std::move(popped));
 }
@@ -158,7 +158,7 @@ Result<TensorRecord> Transport::QueueRequest(const Outgoing& out) {
 Result<TensorRecord> Transport::ServerReply(const Outgoing& out, Result<RedisValue> popped) {
   if (!popped.ok()) return popped.status();
   if (popped->type == RedisValue::Type::kError) {
-    return Status(ErrorCode::kRedisError, "BLPOP: " + popped->str);
+    return RedisErrorStatus("BLPOP", popped->str);
   }
   if (popped->is_nil() || popped->elements.size() != 2) return Unanswered(out);
   return RecordFromReply(popped->elements[1].str);

@@ -328,17 +328,23 @@ Result<RedisValue> RedisConnection::Command(const std::vector<std::string_view>&
 
 Result<RedisValue> RedisConnection::ReadCommandReply(std::string_view command) {
   MCD_ASSIGN_OR_RETURN(RedisValue value, ReadReply());
-  if (value.type == RedisValue::Type::kError) {
-    std::string name(command);
-    if (value.str.rfind("WRONGTYPE", 0) == 0) {
-      return Status(ErrorCode::kUnexpectedReply, "Redis " + name + ": " + value.str);
-    }
-    if (value.str.rfind("NOAUTH", 0) == 0 || value.str.rfind("WRONGPASS", 0) == 0) {
-      return Status(ErrorCode::kAuthFailed, "Redis " + name + ": " + value.str);
-    }
-    return Status(ErrorCode::kRedisError, "Redis " + name + ": " + value.str);
-  }
+  if (value.type == RedisValue::Type::kError) return RedisErrorStatus(command, value.str);
   return value;
+}
+
+Status RedisErrorStatus(std::string_view command, std::string_view reply) {
+  std::string text = "Redis " + std::string(command) + ": " + std::string(reply);
+  auto starts = [&](std::string_view word) { return reply.substr(0, word.size()) == word; };
+  if (starts("WRONGTYPE")) return Status(ErrorCode::kUnexpectedReply, text);
+  if (starts("NOAUTH") || starts("WRONGPASS")) return Status(ErrorCode::kAuthFailed, text);
+  for (std::string_view passing : {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"}) {
+    if (starts(passing)) {
+      return Status(ErrorCode::kTryAgain,
+                    text + " (Redis is loading its data, busy or failing over; nothing changed: "
+                           "try again in a moment)");
+    }
+  }
+  return Status(ErrorCode::kRedisError, text);
 }
 
 Status RedisConnection::Scan(std::string_view pattern, int count,

@@ -300,6 +300,8 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
                                        const std::string& name, const char* op,
                                        Clock::time_point t0, Result<CommitResult> committed) {
   if (!committed.ok()) {
+    // The connection broke: the commit may have removed the hash. Decided after reconnecting.
+    if (!redis_.connected() && std::string_view(op) == "delete") table_.MaybeDeleted(name);
     responder_.Refused(raw, req, op, committed.status());
     return outcomes_.Record(op, name, committed.status(), t0);
   }

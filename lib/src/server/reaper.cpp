@@ -71,6 +71,7 @@ void Reaper::Reclaimed(const char* what, const std::string& name, Result<CommitR
                        OutcomeLog::Clock::time_point t0, const std::string& detail) {
   if (!committed.ok()) {
     Log(LogLevel::kWarn, std::string(what) + " of '" + name + "': " + committed.status().ToString());
+    if (!redis_.connected()) table_.MaybeDeleted(name);  // decided after reconnecting
     return;
   }
   auto found = table_.find(name);

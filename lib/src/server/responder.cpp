@@ -40,7 +40,7 @@ void Responder::AnswerNow(const std::string& raw, const std::string& req, const 
 }
 
 void Responder::Unanswered(const std::string& raw, const Status& status) {
-  if (status.code() == ErrorCode::kRedisError && redis_.connected()) {
+  if (RefusedByRedis(status) && redis_.connected()) {
     return MayPass(RedisWords(status)) ? ResumeLater() : Drop(raw, status);
   }
   Log(LogLevel::kError, "cannot write error reply: " + status.ToString());
@@ -48,12 +48,16 @@ void Responder::Unanswered(const std::string& raw, const Status& status) {
 
 void Responder::Refused(const std::string& raw, const std::string& req, const char* op,
                         const Status& status) {
-  if (status.code() != ErrorCode::kRedisError || !redis_.connected() || raw.empty()) return;
+  if (!RefusedByRedis(status) || !redis_.connected() || raw.empty()) return;
   std::string words = RedisWords(status);
   // A socket command is not kept to be tried again: its client hears Redis's words and decides
-  // (AnswerNow answers it on the socket).
-  if (!route_.socket() && MayPass(words)) return ResumeLater();
-  AnswerNow(raw, req, op, Status(ErrorCode::kRedisError, "Redis refused the change: " + words));
+  // (AnswerNow answers it on the socket), told to try again when the refusal may pass.
+  bool passes = MayPass(words);
+  if (!route_.socket() && passes) return ResumeLater();
+  AnswerNow(raw, req, op,
+            Status(passes ? ErrorCode::kTryAgain : ErrorCode::kRedisError,
+                   "Redis refused the change: " + words +
+                       (passes ? " (nothing changed: try again in a moment)" : "")));
 }
 
 void Responder::ResumeLater() {

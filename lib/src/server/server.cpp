@@ -19,6 +19,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
@@ -32,6 +33,7 @@
 #include "server/intake.h"
 #include "server/outcome_log.h"
 #include "server/reaper.h"
+#include "server/replies.h"
 #include "server/startup.h"
 #include "server/tensor_table.h"
 
@@ -65,9 +67,15 @@ class Server::Impl {
   Status OpenSockets();
   // The take failed: Redis refused it (pause) or the connection is gone (reconnect with backoff).
   void TakeFailed(const Status& status, int& backoff_ms);
-  // After a reconnect: creates whose commit got no answer are settled by what the hash says,
-  // tensors whose hash is gone are kept as orphans, and the processing list is resumed.
+  // After a reconnect, before serving again: the script loaded (Prepare) and what the lost
+  // connection left open settled (SettleAfterReconnect). False while Redis refuses (loading).
+  bool Resettled();
+  // Creates whose commit got no answer are kept or freed by what the hash says, tensors whose
+  // removal got no answer are freed when their hash is gone, tensors whose hash Redis lost are
+  // put back, and the processing list is resumed.
   Status SettleAfterReconnect();
+  // Writes the hash of a tensor held here that Redis lost.
+  Status Republish(const Entry& entry);
   // Once a second at most, from the serving loop: the reaper and the ready stock's trim.
   void Housekeeping();
   // Deletes the hashes still this instance's own (pipelined), then frees every allocation.
@@ -85,6 +93,8 @@ class Server::Impl {
   std::unique_ptr<Reaper> reaper_;
   Clock::time_point last_housekeeping_{};
   bool shut_down_ = false;
+  bool resettle_ = false;  // reconnected: Resettled() is due
+  int resettle_waits_ = 0;
 };
 
 Status Server::Impl::Start() {
@@ -182,6 +192,7 @@ Status Server::Impl::Run() {
   int backoff_ms = 100;
   bool busy = false;
   while (!stopping()) {
+    if (!Resettled()) continue;
     Housekeeping();
     Result<RedisValue> taken = RedisValue{};
     if (busy) {
@@ -237,7 +248,7 @@ void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
   ErrorCode code = status.code();
   // Redis answered, with an error (OOM under maxmemory, a missing permission): the same error a
   // commit it refused gives, whichever of the two commands met it first.
-  bool refused = (code == ErrorCode::kUnexpectedReply || code == ErrorCode::kRedisError) &&
+  bool refused = (code == ErrorCode::kUnexpectedReply || RefusedByRedis(status)) &&
                  redis_->connected();
   Status why = refused
                    ? Status(code, "Redis refused the server's take of commands (" +
@@ -255,23 +266,47 @@ void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
   Log(LogLevel::kWarn, "Redis: " + status.ToString() + "; reconnecting");
   std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
   backoff_ms = std::min(backoff_ms * 2, 5000);
-  if (redis_->Reconnect().ok() && Prepare().ok()) {
+  if (redis_->Reconnect().ok()) {
     Log(LogLevel::kInfo, "Redis connection restored");
     backoff_ms = 100;
-    Status settled = SettleAfterReconnect();
-    if (!settled.ok()) Log(LogLevel::kWarn, "after reconnecting: " + settled.ToString());
+    resettle_ = true;
   }
 }
 
+bool Server::Impl::Resettled() {
+  if (!resettle_) return true;
+  // A Redis that restarts answers LOADING until its data is back: nothing is served (socket
+  // clients hear why) until the server has settled what the lost connection left open.
+  Status settled = redis_->connected() ? Prepare() : redis_->Reconnect();
+  if (settled.ok() && redis_->connected()) settled = SettleAfterReconnect();
+  if (settled.ok() && redis_->connected()) {
+    resettle_ = false;
+    resettle_waits_ = 0;
+    return true;
+  }
+  if (resettle_waits_++ % 50 == 0) {
+    Log(LogLevel::kWarn, "after reconnecting: " + settled.ToString() + "; trying again");
+  }
+  intake_->CollectSocket();
+  intake_->RefuseSocketLines(Status(ErrorCode::kTryAgain,
+                                    "the server is settling after Redis came back (" +
+                                        settled.message() + "): try again in a moment"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return false;
+}
+
 Status Server::Impl::SettleAfterReconnect() {
+  auto owner_of = [&](const std::string& name) -> Result<RedisValue> {
+    return redis_->Command({"HMGET", opt_.keys.Tensor(name), "owner", "ipc_handle", "offset"});
+  };
   for (Entry& entry : table_.TakeUnsettled()) {
     // Its allocation is its handle and offset: tensors carved from one slab share the handle.
-    MCD_ASSIGN_OR_RETURN(RedisValue f,
-                         redis_->Command({"HMGET", opt_.keys.Tensor(entry.record.name), "owner",
-                                          "ipc_handle", "offset"}));
+    MCD_ASSIGN_OR_RETURN(RedisValue f, owner_of(entry.record.name));
     bool ran = f.elements.size() == 3 && f.elements[0].str == instance_ &&
                f.elements[1].str == entry.record.ipc_handle &&
                f.elements[2].str == std::to_string(entry.record.offset);
+    Log(LogLevel::kInfo, "create of '" + entry.record.name + "' whose outcome was unknown: " +
+                             (ran ? "it went through; kept" : "it did not; freed"));
     if (ran) {
       table_.Keep(std::move(entry));
     } else {
@@ -279,8 +314,7 @@ Status Server::Impl::SettleAfterReconnect() {
                            entry.allocation);  // never published: nobody can have opened it
     }
   }
-  // Tensors whose hash is gone (a Redis restart without persistence, or a delete whose reply was
-  // lost): processes may still map them, so their memory is kept until shutdown.
+  std::set<std::string> maybe_deleted = table_.TakeMaybeDeleted();
   std::vector<std::string> lost;
   for (const auto& [name, entry] : table_.tensors()) {
     MCD_ASSIGN_OR_RETURN(RedisValue owner,
@@ -288,12 +322,46 @@ Status Server::Impl::SettleAfterReconnect() {
     if (owner.str != instance_) lost.push_back(name);
   }
   for (const std::string& name : lost) {
-    Log(LogLevel::kWarn,
-        "tensor '" + name +
-            "' lost its hash while Redis was away; its memory is kept until shutdown");
-    table_.Orphan(table_.Forget(table_.find(name)));
+    auto found = table_.find(name);
+    if (maybe_deleted.count(name) != 0) {
+      // Its last delete (or reclaim) went through before the connection broke.
+      Entry entry = table_.Forget(found);
+      Log(LogLevel::kInfo, "tensor '" + name + "' was removed just before Redis went away; freed");
+      (void)devices_->Free(entry.record.device, entry.allocation);
+      continue;
+    }
+    Status republished = Republish(found->second);
+    if (republished.ok()) continue;
+    if (!redis_->connected()) return republished;
+    // Another instance's hash has the name now, or Redis refuses: processes may still map the
+    // memory, so it is kept until shutdown.
+    Log(LogLevel::kWarn, "tensor '" + name + "' lost its hash and cannot have it back (" +
+                             republished.ToString() + "); its memory is kept until shutdown");
+    table_.Orphan(table_.Forget(found));
   }
   return applier_->ResumeUnfinished();
+}
+
+Status Server::Impl::Republish(const Entry& entry) {
+  // The server is the authority on what it holds: a tensor whose hash Redis lost (a restart
+  // without persistence, a failover to a replica that missed writes) is put back as created,
+  // with the one reference that is bound to nobody; the references taken before the loss are
+  // not known any more.
+  std::vector<std::string> fields;
+  for (auto& [field, value] : HashFields(entry.record)) {
+    fields.push_back(field);
+    fields.push_back(std::move(value));
+  }
+  MCD_ASSIGN_OR_RETURN(CommitResult committed,
+                       pipeline_->CommitNow(pipeline_->Make(Route{}, "", "", entry.record.name, "",
+                                                            Pre::kAbsent, "hset", fields)));
+  if (committed.kind != CommitResult::kOk) {
+    return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
+  }
+  Log(LogLevel::kWarn, "tensor '" + entry.record.name +
+                           "' lost its hash with Redis; put it back (refcount 1: references "
+                           "taken before the loss are not known)");
+  return Status::Ok();
 }
 
 void Server::Impl::Housekeeping() {

@@ -51,6 +51,7 @@ void TensorTable::Clear() {
   stack_names_.clear();
   orphans_.clear();
   unsettled_.clear();
+  maybe_deleted_.clear();
   count_ = 0;
 }
 

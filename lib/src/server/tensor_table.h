@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "alloc/allocator.h"
@@ -42,6 +43,11 @@ class TensorTable {
   // Creates whose commit got no answer (the connection broke): settled after reconnecting.
   void Unsettled(Entry entry) { unsettled_.push_back(std::move(entry)); }
   std::vector<Entry> TakeUnsettled();
+  // Tensors held here whose removing commit (a last delete, a reclaim) got no answer: after
+  // reconnecting, a missing hash means the commit went through and the memory is freed, where
+  // any other missing hash is put back (Redis lost it).
+  void MaybeDeleted(const std::string& name) { maybe_deleted_.insert(name); }
+  std::set<std::string> TakeMaybeDeleted() { return std::exchange(maybe_deleted_, {}); }
 
   // Every allocation held (tensors, orphans, unsettled creates) by device, then Clear: shutdown.
   std::map<int, std::vector<const Entry*>> HeldByDevice() const;
@@ -54,6 +60,7 @@ class TensorTable {
   std::atomic<size_t> count_{0};
   std::vector<Entry> orphans_;
   std::vector<Entry> unsettled_;
+  std::set<std::string> maybe_deleted_;
 };
 
 }  // namespace mcd
