@@ -15,6 +15,7 @@
 
 #include "memcuda/client.h"
 #include "memcuda/keys.h"
+#include "memcuda/private_redis.h"
 #include "lifecycle_fixture.h"
 #include "test_support.h"
 
@@ -1196,6 +1197,52 @@ TEST_F(SpawnRedis, TheRedisOfAKilledServerIsAdoptedByTheNextAndStopsWithIt) {
   EXPECT_TRUE(test::WaitFor([&] { return !test::Running(redis_pid); }, 5000)) << "the adopted Redis still runs";
   EXPECT_NE(access(socket.c_str(), F_OK), 0);
   if (test::Running(redis_pid)) kill(redis_pid, SIGKILL);
+}
+
+}  // namespace
+}  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// The private Redis is supervised: killed, it is reaped (no zombie) and started again, and the
+// server puts back the hashes of the tensors it holds; one that keeps dying stops the server
+// with a non-zero exit and the reason.
+TEST_F(SpawnRedis, ADeadPrivateRedisIsRestartedAndOneThatKeepsDyingStopsTheServer) {
+  std::string node = "sup" + std::to_string(getpid());
+  std::string log = runtime.path() + "/serve.log";
+  test::Background server({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node}, env, log);
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(log).find("serving node") != std::string::npos; }, 10000))
+      << test::ReadFile(log);
+  ASSERT_EQ(test::Run({test::ToolPath("mcd-create"), "kept", "--dtype", "u8", "--shape", "3", "--device", "cpu",
+                       "--node", node}, env).exit_code, 0);
+  auto redis_pid = [&]() -> pid_t {
+    auto children = test::ChildrenOf(server.pid());
+    return children.size() == 1 ? children[0] : -1;
+  };
+  pid_t first = redis_pid();
+  ASSERT_GT(first, 0);
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(log).find("the private Redis died; restarted it") != std::string::npos; }, 5000))
+      << test::ReadFile(log);
+  EXPECT_NE(redis_pid(), first);
+  // Back with the tensor: the server put its hash back.
+  EXPECT_TRUE(test::WaitFor([&] { return test::Run({test::ToolPath("mcd-ls"), "-q"}, env).out == "kept\n"; }, 10000))
+      << test::ReadFile(log);
+  EXPECT_EQ(test::Run({test::ToolPath("mcd-rm"), "kept", "--node", node}, env).out, "kept: freed\n");
+
+  for (size_t i = 0; i < PrivateRedis::kMaxRestartsPerMinute; ++i) {
+    // Each time once it was started again.
+    ASSERT_TRUE(test::WaitFor([&] { return Count(test::ReadFile(log), "restarted it") == i + 1; }, 5000))
+        << test::ReadFile(log);
+    pid_t now = redis_pid();
+    ASSERT_GT(now, 0);
+    kill(now, SIGKILL);
+  }
+  EXPECT_EQ(server.Stop(0, 20), 69) << test::ReadFile(log);
+  EXPECT_NE(test::ReadFile(log).find("death within a minute: not restarting it"), std::string::npos)
+      << test::ReadFile(log);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // of the lifecycle list. See mcd-serve(1).
 #include <signal.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -134,8 +135,10 @@ Result<ServerOptions> MakeOptions(const ServeFlags& f) {
 }
 
 // Serves until SIGTERM or SIGINT. Signals go to one thread (sigwait), which asks the server to
-// stop; every other thread, the workers included, inherits the blocked mask.
-Status Serve(const ServerOptions& options) {
+// stop; every other thread, the workers included, inherits the blocked mask. A private Redis is
+// watched by a thread of its own: restarted when it dies (the server puts its tensors' hashes
+// back), or the server stops with the reason when it cannot be.
+Status Serve(const ServerOptions& options, PrivateRedis* private_redis) {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
@@ -147,12 +150,31 @@ Status Serve(const ServerOptions& options) {
     sigwait(&stop_signals, &signal_number);
     srv->RequestStop();
   });
+  std::atomic<bool> serving{true};
+  Status redis_lost;
+  std::thread redis_watch([&] {
+    while (private_redis != nullptr && serving.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      auto restarted = private_redis->KeepRunning();
+      if (!restarted.ok()) {
+        redis_lost = restarted.status();
+        server->RequestStop();
+        return;
+      }
+      if (restarted.value()) {
+        std::cerr << "mcd-serve: the private Redis died; restarted it at "
+                  << private_redis->url().Redacted() << "\n";
+      }
+    }
+  });
   Status ran = server->Run();
+  serving = false;
+  redis_watch.join();
   server->Shutdown();
   // Wake the signal thread if Run() ended without a signal.
   pthread_kill(signal_thread.native_handle(), SIGTERM);
   signal_thread.join();
-  return ran;
+  return redis_lost.ok() ? ran : redis_lost;
 }
 
 }  // namespace
@@ -177,7 +199,7 @@ int main(int argc, char** argv) {
     std::cerr << "mcd-serve: private Redis at " << options->redis_url.Redacted()
               << " (found by the other tools with no flag)\n";
   }
-  Status served = Serve(options.value());
+  Status served = Serve(options.value(), private_redis.get());
   private_redis.reset();
   if (!served.ok()) return tools::Fail("mcd-serve", served);
   return 0;

@@ -2,6 +2,8 @@
 // two tools start one: `mcd-serve --spawn-redis` and mcd-bench (a throwaway one per run).
 #pragma once
 
+#include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -29,13 +31,25 @@ class MCD_API PrivateRedis {
   PrivateRedis(const PrivateRedis&) = delete;
   PrivateRedis& operator=(const PrivateRedis&) = delete;
   const RedisUrl& url() const noexcept { return url_; }
+  // The supervision of a Redis this process started or adopted: when it has died, reaps it (no
+  // zombie) and starts it again, empty, on the same socket. True when it was restarted; an
+  // error when it cannot be, or died more than kMaxRestartsPerMinute times in a minute. One
+  // used as it is (its owner runs) is not this process's to restart.
+  Result<bool> KeepRunning();
+  static constexpr size_t kMaxRestartsPerMinute = 5;
 
  private:
   PrivateRedis() = default;
+  Status Spawn();  // starts redis_server_ on url_ and waits until it answers
   int pid_ = -1;
   bool adopted_ = false;  // pid_ is not a child of this process
+  uint64_t adopted_start_ = 0;
   RedisUrl url_;
   std::string owner_file_;  // who runs it (see private_redis.cpp)
+  std::string redis_server_;  // "" for one used as it is
+  std::string dir_;
+  bool stop_with_caller_ = false;
+  std::deque<std::chrono::steady_clock::time_point> deaths_;  // within the last minute
 };
 
 }  // namespace mcd

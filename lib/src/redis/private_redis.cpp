@@ -46,6 +46,8 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
   std::unique_ptr<PrivateRedis> out(new PrivateRedis());
   out->url_ = url;
   out->owner_file_ = dir + "/redis.owner";
+  out->dir_ = dir;
+  out->stop_with_caller_ = stop_with_caller;
   // One already answering there is reused: the heartbeat still keeps a second live server of a
   // node away. One whose owner is gone (a killed mcd-serve: this Redis outlives it on purpose,
   // so that the next server finds and cleans what it left) is adopted, and stops with this
@@ -57,16 +59,25 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
       WriteOwner(out->owner_file_);
       out->pid_ = static_cast<int>(pid);
       out->adopted_ = true;
+      out->adopted_start_ = ProcessStartTime(pid);
+      out->redis_server_ = redis_server;  // restarted, should it die
     }
     return out;
   }
+  out->redis_server_ = redis_server;
+  MCD_RETURN_IF_ERROR(out->Spawn());
+  return out;
+}
+
+Status PrivateRedis::Spawn() {
+  std::string socket = url_.path;
   unlink(socket.c_str());
-  std::string log_file = dir + "/redis.log";
+  std::string log_file = dir_ + "/redis.log";
   pid_t caller = getpid();
   pid_t pid = fork();
   if (pid < 0) return Status(ErrorCode::kInternal, std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
-    if (stop_with_caller) {
+    if (stop_with_caller_) {
       prctl(PR_SET_PDEATHSIG, SIGTERM);  // kept across exec
       if (getppid() != caller) _exit(1);
     }
@@ -77,25 +88,55 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
     sigprocmask(SIG_SETMASK, &none, nullptr);
     signal(SIGPIPE, SIG_DFL);
     setsid();  // not killed by the terminal's Ctrl-C before mcd-serve has cleaned up
-    execlp(redis_server.c_str(), redis_server.c_str(), "--port", "0", "--unixsocket",
+    execlp(redis_server_.c_str(), redis_server_.c_str(), "--port", "0", "--unixsocket",
            socket.c_str(), "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-           "--dir", dir.c_str(), "--logfile", log_file.c_str(), "--daemonize", "no",
+           "--dir", dir_.c_str(), "--logfile", log_file.c_str(), "--daemonize", "no",
            static_cast<char*>(nullptr));
     _exit(127);
   }
-  out->pid_ = pid;
-  WriteOwner(out->owner_file_);
+  pid_ = pid;
+  adopted_ = false;
+  WriteOwner(owner_file_);
   for (int i = 0; i < 100; ++i) {
-    if (RedisConnection::Connect(url).ok()) return out;
+    if (RedisConnection::Connect(url_).ok()) return Status::Ok();
     int wstatus = 0;
     if (waitpid(pid, &wstatus, WNOHANG) == pid) {
-      out->pid_ = -1;
-      return Status(ErrorCode::kUnavailable, "cannot start " + redis_server +
+      pid_ = -1;
+      return Status(ErrorCode::kUnavailable, "cannot start " + redis_server_ +
                                                  " (is redis-server installed?); see " + log_file);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return Status(ErrorCode::kTimeout, redis_server + " did not answer on " + socket + " within 5 s");
+  return Status(ErrorCode::kTimeout,
+                redis_server_ + " did not answer on " + socket + " within 5 s");
+}
+
+Result<bool> PrivateRedis::KeepRunning() {
+  if (pid_ <= 0 || redis_server_.empty()) return false;  // another's, used as it is
+  int wstatus = 0;
+  bool gone = adopted_ ? !ProcessAlive(pid_, adopted_start_)
+                       : waitpid(pid_, &wstatus, WNOHANG) == pid_;  // reaped: no zombie
+  if (!gone) return false;
+  std::string how = adopted_ ? "exited"
+                    : WIFSIGNALED(wstatus) ? "was killed by signal " + std::to_string(WTERMSIG(wstatus))
+                                           : "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+  pid_ = -1;
+  // Started again at once; a start that fails counts as one more death.
+  for (;;) {
+    auto now = std::chrono::steady_clock::now();
+    while (!deaths_.empty() && now - deaths_.front() > std::chrono::minutes(1)) deaths_.pop_front();
+    deaths_.push_back(now);
+    if (deaths_.size() > kMaxRestartsPerMinute) {
+      return Status(ErrorCode::kUnavailable,
+                    "the private Redis " + how + ", its " + std::to_string(deaths_.size()) +
+                        "th death within a minute: not restarting it (see " + dir_ +
+                        "/redis.log)");
+    }
+    Status spawned = Spawn();
+    if (spawned.ok()) break;
+    how = "could not be started again (" + spawned.message() + ")";
+  }
+  return true;
 }
 
 PrivateRedis::~PrivateRedis() {

@@ -296,6 +296,13 @@ bool Server::Impl::Resettled() {
 }
 
 Status Server::Impl::SettleAfterReconnect() {
+  // The heartbeat first, in case Redis lost it: clients look for it before anything else.
+  Status claimed = heartbeat_->Claim(*redis_);
+  if (claimed.code() == ErrorCode::kAlreadyExists) {
+    Log(LogLevel::kError, "after reconnecting: " + claimed.message());
+    RequestStop();  // another instance serves the node now
+  }
+  MCD_RETURN_IF_ERROR(claimed);
   auto owner_of = [&](const std::string& name) -> Result<RedisValue> {
     return redis_->Command({"HMGET", opt_.keys.Tensor(name), "owner", "ipc_handle", "offset"});
   };
