@@ -3,6 +3,7 @@
 //   intake.h          commands from the lifecycle list and the command socket
 //   applier.h         each command applied through the allocators
 //   reaper.h          what dead processes held: stack tensors, references
+//   resettle.h        what a lost Redis connection left open, settled after the reconnect
 //   responder.h       replies on the command's route, and Redis's refusals
 //   commit_pipeline.h every change committed to Redis by one script call, pipelined
 //   tensor_table.h    the tensors held, by name
@@ -19,7 +20,6 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <set>
 #include <thread>
 
 #include "common/log.h"
@@ -34,6 +34,7 @@
 #include "server/outcome_log.h"
 #include "server/reaper.h"
 #include "server/replies.h"
+#include "server/resettle.h"
 #include "server/startup.h"
 #include "server/tensor_table.h"
 
@@ -68,14 +69,8 @@ class Server::Impl {
   // The take failed: Redis refused it (pause) or the connection is gone (reconnect with backoff).
   void TakeFailed(const Status& status, int& backoff_ms);
   // After a reconnect, before serving again: the script loaded (Prepare) and what the lost
-  // connection left open settled (SettleAfterReconnect). False while Redis refuses (loading).
+  // connection left open settled (resettle.h). False while Redis refuses (loading).
   bool Resettled();
-  // Creates whose commit got no answer are kept or freed by what the hash says, tensors whose
-  // removal got no answer are freed when their hash is gone, tensors whose hash Redis lost are
-  // put back, and the processing list is resumed.
-  Status SettleAfterReconnect();
-  // Writes the hash of a tensor held here that Redis lost.
-  Status Republish(const Entry& entry);
   // Once a second at most, from the serving loop: the reaper and the ready stock's trim.
   void Housekeeping();
   // Deletes the hashes still this instance's own (pipelined), then frees every allocation.
@@ -91,6 +86,7 @@ class Server::Impl {
   std::unique_ptr<CommitPipeline> pipeline_;
   std::unique_ptr<CommandApplier> applier_;
   std::unique_ptr<Reaper> reaper_;
+  std::unique_ptr<Resettle> resettler_;
   Clock::time_point last_housekeeping_{};
   bool shut_down_ = false;
   bool resettle_ = false;  // reconnected: Resettled() is due
@@ -121,6 +117,8 @@ Status Server::Impl::Start() {
   applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_,
                                               table_, *devices_, outcomes_);
   reaper_ = std::make_unique<Reaper>(opt_, *redis_, *pipeline_, table_, *devices_, outcomes_);
+  resettler_ = std::make_unique<Resettle>(opt_, instance_, *redis_, *pipeline_, table_, *devices_,
+                                         *heartbeat_, *applier_, [this] { RequestStop(); });
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(*redis_);
@@ -278,7 +276,7 @@ bool Server::Impl::Resettled() {
   // A Redis that restarts answers LOADING until its data is back: nothing is served (socket
   // clients hear why) until the server has settled what the lost connection left open.
   Status settled = redis_->connected() ? Prepare() : redis_->Reconnect();
-  if (settled.ok() && redis_->connected()) settled = SettleAfterReconnect();
+  if (settled.ok() && redis_->connected()) settled = resettler_->Settle();
   if (settled.ok() && redis_->connected()) {
     resettle_ = false;
     resettle_waits_ = 0;
@@ -293,82 +291,6 @@ bool Server::Impl::Resettled() {
                                         settled.message() + "): try again in a moment"));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return false;
-}
-
-Status Server::Impl::SettleAfterReconnect() {
-  // The heartbeat first, in case Redis lost it: clients look for it before anything else.
-  Status claimed = heartbeat_->Claim(*redis_);
-  if (claimed.code() == ErrorCode::kAlreadyExists) {
-    Log(LogLevel::kError, "after reconnecting: " + claimed.message());
-    RequestStop();  // another instance serves the node now
-  }
-  MCD_RETURN_IF_ERROR(claimed);
-  auto owner_of = [&](const std::string& name) -> Result<RedisValue> {
-    return redis_->Command({"HMGET", opt_.keys.Tensor(name), "owner", "ipc_handle", "offset"});
-  };
-  for (Entry& entry : table_.TakeUnsettled()) {
-    // Its allocation is its handle and offset: tensors carved from one slab share the handle.
-    MCD_ASSIGN_OR_RETURN(RedisValue f, owner_of(entry.record.name));
-    bool ran = f.elements.size() == 3 && f.elements[0].str == instance_ &&
-               f.elements[1].str == entry.record.ipc_handle &&
-               f.elements[2].str == std::to_string(entry.record.offset);
-    Log(LogLevel::kInfo, "create of '" + entry.record.name + "' whose outcome was unknown: " +
-                             (ran ? "it went through; kept" : "it did not; freed"));
-    if (ran) {
-      table_.Keep(std::move(entry));
-    } else {
-      (void)devices_->Free(entry.record.device,
-                           entry.allocation);  // never published: nobody can have opened it
-    }
-  }
-  std::set<std::string> maybe_deleted = table_.TakeMaybeDeleted();
-  std::vector<std::string> lost;
-  for (const auto& [name, entry] : table_.tensors()) {
-    MCD_ASSIGN_OR_RETURN(RedisValue owner,
-                         redis_->Command({"HGET", opt_.keys.Tensor(name), "owner"}));
-    if (owner.str != instance_) lost.push_back(name);
-  }
-  for (const std::string& name : lost) {
-    auto found = table_.find(name);
-    if (maybe_deleted.count(name) != 0) {
-      // Its last delete (or reclaim) went through before the connection broke.
-      Entry entry = table_.Forget(found);
-      Log(LogLevel::kInfo, "tensor '" + name + "' was removed just before Redis went away; freed");
-      (void)devices_->Free(entry.record.device, entry.allocation);
-      continue;
-    }
-    Status republished = Republish(found->second);
-    if (republished.ok()) continue;
-    if (!redis_->connected()) return republished;
-    // Another instance's hash has the name now, or Redis refuses: processes may still map the
-    // memory, so it is kept until shutdown.
-    Log(LogLevel::kWarn, "tensor '" + name + "' lost its hash and cannot have it back (" +
-                             republished.ToString() + "); its memory is kept until shutdown");
-    table_.Orphan(table_.Forget(found));
-  }
-  return applier_->ResumeUnfinished();
-}
-
-Status Server::Impl::Republish(const Entry& entry) {
-  // The server is the authority on what it holds: a tensor whose hash Redis lost (a restart
-  // without persistence, a failover to a replica that missed writes) is put back as created,
-  // with the one reference that is bound to nobody; the references taken before the loss are
-  // not known any more.
-  std::vector<std::string> fields;
-  for (auto& [field, value] : HashFields(entry.record)) {
-    fields.push_back(field);
-    fields.push_back(std::move(value));
-  }
-  MCD_ASSIGN_OR_RETURN(CommitResult committed,
-                       pipeline_->CommitNow(pipeline_->Make(Route{}, "", "", entry.record.name, "",
-                                                            Pre::kAbsent, "hset", fields)));
-  if (committed.kind != CommitResult::kOk) {
-    return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
-  }
-  Log(LogLevel::kWarn, "tensor '" + entry.record.name +
-                           "' lost its hash with Redis; put it back (refcount 1: references "
-                           "taken before the loss are not known)");
-  return Status::Ok();
 }
 
 void Server::Impl::Housekeeping() {

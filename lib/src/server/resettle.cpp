@@ -1,0 +1,127 @@
+#include "server/resettle.h"
+
+#include <set>
+
+#include "common/log.h"
+#include "redis/lua_scripts.h"
+
+namespace mcd {
+
+Resettle::Resettle(const ServerOptions& opt, std::string instance, RedisConnection& redis,
+                   CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices,
+                   Heartbeat& heartbeat, CommandApplier& applier, std::function<void()> stop)
+    : opt_(opt),
+      instance_(std::move(instance)),
+      redis_(redis),
+      pipeline_(pipeline),
+      table_(table),
+      devices_(devices),
+      heartbeat_(heartbeat),
+      applier_(applier),
+      stop_(std::move(stop)) {}
+
+Status Resettle::Settle() {
+  // The heartbeat first, in case Redis lost it: clients look for it before anything else.
+  Status claimed = heartbeat_.Claim(redis_);
+  if (claimed.code() == ErrorCode::kAlreadyExists) {
+    Log(LogLevel::kError, "after reconnecting: " + claimed.message());
+    stop_();  // another instance serves the node now
+  }
+  MCD_RETURN_IF_ERROR(claimed);
+  auto owner_of = [&](const std::string& name) -> Result<RedisValue> {
+    return redis_.Command({"HMGET", opt_.keys.Tensor(name), "owner", "ipc_handle", "offset"});
+  };
+  for (Entry& entry : table_.TakeUnsettled()) {
+    // Its allocation is its handle and offset: tensors carved from one slab share the handle.
+    MCD_ASSIGN_OR_RETURN(RedisValue f, owner_of(entry.record.name));
+    bool ran = f.elements.size() == 3 && f.elements[0].str == instance_ &&
+               f.elements[1].str == entry.record.ipc_handle &&
+               f.elements[2].str == std::to_string(entry.record.offset);
+    Log(LogLevel::kInfo, "create of '" + entry.record.name + "' whose outcome was unknown: " +
+                             (ran ? "it went through; kept" : "it did not; freed"));
+    if (ran) {
+      table_.Keep(std::move(entry));
+    } else {
+      (void)devices_.Free(entry.record.device,
+                           entry.allocation);  // never published: nobody can have opened it
+    }
+  }
+  std::set<std::string> maybe_deleted = table_.TakeMaybeDeleted();
+  std::vector<std::string> lost;
+  for (const auto& [name, entry] : table_.tensors()) {
+    MCD_ASSIGN_OR_RETURN(RedisValue owner,
+                         redis_.Command({"HGET", opt_.keys.Tensor(name), "owner"}));
+    if (owner.str != instance_) lost.push_back(name);
+  }
+  for (const std::string& name : lost) {
+    auto found = table_.find(name);
+    if (maybe_deleted.count(name) != 0) {
+      // Its last delete (or reclaim) went through before the connection broke.
+      Entry entry = table_.Forget(found);
+      Log(LogLevel::kInfo, "tensor '" + name + "' was removed just before Redis went away; freed");
+      (void)devices_.Free(entry.record.device, entry.allocation);
+      continue;
+    }
+    Status republished = Republish(found->second);
+    if (republished.ok()) continue;
+    if (!redis_.connected()) return republished;
+    // Another instance's hash has the name now, or Redis refuses: processes may still map the
+    // memory, so it is kept until shutdown.
+    Log(LogLevel::kWarn, "tensor '" + name + "' lost its hash and cannot have it back (" +
+                             republished.ToString() + "); its memory is kept until shutdown");
+    table_.Orphan(table_.Forget(found));
+  }
+  MCD_RETURN_IF_ERROR(RemovePhantoms());
+  return applier_.ResumeUnfinished();
+}
+
+Status Resettle::Republish(const Entry& entry) {
+  // The server is the authority on what it holds: a tensor whose hash Redis lost (a restart
+  // without persistence, a failover to a replica that missed writes) is put back as created,
+  // with the one reference that is bound to nobody; the references taken before the loss are
+  // not known any more.
+  std::vector<std::string> fields;
+  for (auto& [field, value] : HashFields(entry.record)) {
+    fields.push_back(field);
+    fields.push_back(std::move(value));
+  }
+  MCD_ASSIGN_OR_RETURN(CommitResult committed,
+                       pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", entry.record.name, "",
+                                                            Pre::kAbsent, "hset", fields)));
+  if (committed.kind != CommitResult::kOk) {
+    return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
+  }
+  Log(LogLevel::kWarn, "tensor '" + entry.record.name +
+                           "' lost its hash with Redis; put it back (refcount 1: references "
+                           "taken before the loss are not known)");
+  return Status::Ok();
+}
+
+Status Resettle::RemovePhantoms() {
+  std::vector<std::string> phantoms;
+  MCD_RETURN_IF_ERROR(redis_.Scan(
+      opt_.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
+        for (const RedisValue& key : keys)
+          MCD_RETURN_IF_ERROR(redis_.Append({"HMGET", key.str, "node", "owner"}));
+        for (const RedisValue& key : keys) {
+          MCD_ASSIGN_OR_RETURN(RedisValue f, redis_.ReadReply());
+          if (f.elements.size() != 2 || f.elements[0].str != opt_.node ||
+              f.elements[1].str != instance_)
+            continue;
+          std::string name = opt_.keys.NameFromTensorKey(key.str);
+          if (table_.find(name) == table_.end()) phantoms.push_back(name);
+        }
+        return Status::Ok();
+      }));
+  for (const std::string& name : phantoms) {
+    MCD_RETURN_IF_ERROR(
+        redis_.Command({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_})
+            .status());
+    Log(LogLevel::kWarn, "removed the hash of tensor '" + name +
+                             "', which Redis brought back after it was removed (its memory is "
+                             "freed already)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace mcd

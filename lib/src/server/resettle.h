@@ -1,0 +1,51 @@
+// What a lost Redis connection leaves open, settled after the reconnect and before the server
+// serves again: creates and removals whose commit got no answer, hashes Redis lost (a restart
+// without persistence, a failover to a replica that missed writes) and hashes it brought back
+// after they were removed (an AOF that lost its last second), the heartbeat, and the commands
+// the server had taken. Main thread of the server only.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+#include "server/applier.h"
+#include "server/commit_pipeline.h"
+#include "server/device_set.h"
+#include "server/heartbeat.h"
+#include "server/tensor_table.h"
+
+namespace mcd {
+
+class Resettle {
+ public:
+  Resettle(const ServerOptions& opt, std::string instance, RedisConnection& redis,
+           CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices, Heartbeat& heartbeat,
+           CommandApplier& applier, std::function<void()> stop);
+
+  // In order: the heartbeat (another instance holding the node now stops this one), creates of
+  // unknown outcome kept or freed by what their hash says, tensors whose removal had no answer
+  // freed when their hash is gone, other lost hashes put back, hashes of this instance that
+  // name nothing it holds removed, and the processing list resumed.
+  Status Settle();
+
+ private:
+  // The server is the authority on what it holds: a tensor whose hash Redis lost is put back.
+  Status Republish(const Entry& entry);
+  // Hashes of this instance for tensors it no longer holds, which a Redis restarted from an AOF
+  // that missed their removal brings back: deleted, so that nobody opens freed memory.
+  Status RemovePhantoms();
+
+  const ServerOptions& opt_;
+  const std::string instance_;
+  RedisConnection& redis_;
+  CommitPipeline& pipeline_;
+  TensorTable& table_;
+  DeviceSet& devices_;
+  Heartbeat& heartbeat_;
+  CommandApplier& applier_;
+  std::function<void()> stop_;
+};
+
+}  // namespace mcd
