@@ -16,7 +16,7 @@ class Holders : public Lifecycle {
  protected:
   // A process of hold_client holding one reference to each of `names`, running once it said so.
   std::unique_ptr<test::Background> Hold(const std::vector<std::string>& names, const std::string& log) {
-    std::vector<std::string> argv = {std::string(MCD_TEST_BIN_DIR) + "/hold_client", redis_.url(), node_};
+    std::vector<std::string> argv = {test::ToolPath("hold_client"), redis_.url(), node_};
     argv.insert(argv.end(), names.begin(), names.end());
     std::string path = dir_.path() + "/" + log;
     auto holder = std::make_unique<test::Background>(argv, Env(), path);

@@ -41,8 +41,8 @@ class Client::Impl {
     if (CommandsViaQueue()) opt_.command_socket = false;
   }
 
-  // Connects, trying again within the timeout while Redis refuses connections or says it is
-  // loading (a restart): a tool started while Redis restarts waits for it.
+  // Connects, trying again within the timeout while Redis refuses connections, drops them or
+  // says it is loading (a restart): a tool started while Redis restarts waits for it.
   Status Connect() {
     if (opt_.node.empty()) opt_.node = HostName();
     MCD_ASSIGN_OR_RETURN(holder_, ResolveHolder(opt_.holder_pid));
@@ -50,7 +50,7 @@ class Client::Impl {
     for (int pause_ms = 20;; pause_ms = std::min(pause_ms * 2, 200)) {
       Status connected = ConnectOnce();
       bool passes = connected.code() == ErrorCode::kTryAgain ||
-                    (connected.code() == ErrorCode::kUnavailable && !redis_);
+                    (connected.code() == ErrorCode::kUnavailable && (!redis_ || !redis_->connected()));
       if (connected.ok() || !passes ||
           Clock::now() + std::chrono::milliseconds(pause_ms) > deadline) {
         return connected;

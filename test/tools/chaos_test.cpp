@@ -1,0 +1,236 @@
+// Chaos under load: eight shell clients run create, get, release, release through the real
+// tools while mcd-serve is SIGKILLed, Redis restarts (empty, from its AOF, from a slow AOF load)
+// and clients and their tools are SIGKILLed mid-command. Afterwards, with every client gone,
+// what Redis says must be exactly what the server holds. MCD_CHAOS_DEVICE picks the device of
+// the tensors ("cpu" by default; a GPU ordinal on a GPU host).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "lifecycle_fixture.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+constexpr int kClients = 8;
+constexpr int kTimeoutMs = 3000;
+
+class Chaos : public Lifecycle {
+ protected:
+  std::string device_ = std::getenv("MCD_CHAOS_DEVICE") ? std::getenv("MCD_CHAOS_DEVICE") : "cpu";
+
+  // One client: a shell that runs the four steps on names of its own until told to stop, and
+  // logs "<tool> <exit code> <start s> <end s>" for each command. The shell holds the
+  // references its mcd-get takes.
+  std::string WriteClientScript() {
+    std::string path = dir_.path() + "/client.sh";
+    std::ofstream out(path);
+    out << "id=$1; i=0\n"
+        << "run() { t0=$EPOCHREALTIME; \"$@\" --node " << node_ << " --timeout-ms " << kTimeoutMs
+        << " -q 2>>" << dir_.path() << "/client$id.err; rc=$?; echo \"${1##*/} $rc $t0 $EPOCHREALTIME\" >> "
+        << dir_.path() << "/client$id.log; }\n"
+        << "while [ ! -e " << dir_.path() << "/stop ]; do\n"
+        << "  n=c$id.$i; i=$((i+1))\n"
+        << "  run " << test::ToolPath("mcd-create") << " $n --dtype u8 --shape 4096 --device " << device_ << "\n"
+        << "  run " << test::ToolPath("mcd-get") << " $n\n"
+        << "  run " << test::ToolPath("mcd-rm") << " $n\n"
+        << "  run " << test::ToolPath("mcd-rm") << " $n\n"
+        << "done\n";
+    return path;
+  }
+
+  void StartClient(int id) {
+    clients_[id] = std::make_unique<test::Background>(
+        std::vector<std::string>{"/bin/bash", script_, std::to_string(id)}, Env(),
+        dir_.path() + "/client" + std::to_string(id) + ".out");
+  }
+
+  // SIGKILLs a tool that a client is running, mid-command.
+  bool KillATool(std::mt19937& rng) {
+    for (int tries = 0; tries < 20; ++tries) {
+      int id = static_cast<int>(rng() % kClients);
+      auto tools = test::ChildrenOf(clients_[id]->pid());
+      if (!tools.empty() && tools[0] > 0 && kill(tools[0], SIGKILL) == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  void RestartRedis(const std::vector<std::string>& args) {
+    redis_.Restart(args);
+  }
+
+  std::unique_ptr<test::Background> clients_[kClients];
+  std::string script_;
+};
+
+TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
+  script_ = WriteClientScript();
+  for (int id = 0; id < kClients; ++id) StartClient(id);
+  std::mt19937 rng(12345);
+  std::map<std::string, int> faults;
+  auto load = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  auto kill_tools = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      faults["tool SIGKILLed mid-command"] += KillATool(rng) ? 1 : 0;
+      load(100 + static_cast<int>(rng() % 200));
+    }
+  };
+  auto kill_server = [&] {
+    ASSERT_EQ(server_->Stop(SIGKILL), -SIGKILL);
+    ++faults["mcd-serve SIGKILLed"];
+    load(300);
+    StartServer();
+  };
+  auto kill_client = [&] {
+    int id = static_cast<int>(rng() % kClients);
+    clients_[id]->Stop(SIGKILL);  // its tool, if any, runs on to its end
+    ++faults["client shell SIGKILLed (a holder)"];
+    StartClient(id);
+  };
+  bool aof = false;
+  auto restart_redis = [&](const char* how) {
+    std::string kind = how;
+    if (kind != "empty" && !aof) {
+      auto conn = redis_.Connect();
+      ASSERT_TRUE(conn->Command({"EVAL", "for i = 1, 50000 do redis.call('SET', 'filler:' .. i, 'x') end", "0"}).ok());
+      ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendonly", "yes"}).ok());
+      ASSERT_TRUE(test::WaitFor([&] {
+        auto info = conn->Command({"INFO", "persistence"});
+        return info.ok() && InfoField(info->str, "aof_rewrite_in_progress") == "0" &&
+               InfoField(info->str, "aof_rewrite_scheduled") == "0";
+      }, 20000));
+      aof = true;
+    }
+    if (kind == "empty") {
+      RestartRedis({});
+      aof = false;
+    } else if (kind == "aof") {
+      RestartRedis({"--appendonly", "yes"});
+    } else {
+      RestartRedis({"--appendonly", "yes", "--key-load-delay", "20", "--loading-process-events-interval-bytes", "1024"});
+    }
+    ++faults["Redis restarted (" + kind + ")"];
+  };
+
+  load(2000);
+  for (int round = 0; round < 2; ++round) {
+    kill_tools(6);
+    kill_server();
+    kill_tools(4);
+    restart_redis("empty");
+    load(1500);
+    kill_client();
+    restart_redis("aof");
+    load(1500);
+    kill_tools(4);
+    kill_server();
+    load(1000);
+    restart_redis("slow AOF load");
+    load(1500);
+    kill_client();
+    kill_tools(4);
+    restart_redis("empty");
+    load(1500);
+  }
+  load(2000);
+
+  // Every client stops after its current command; the reaper then gives back what they held.
+  std::ofstream(dir_.path() + "/stop").close();
+  for (auto& client : clients_) EXPECT_EQ(client->Stop(0, 60), 0);
+  std::map<std::string, std::map<int, int>> codes;  // tool -> exit code -> commands
+  int commands = 0, late = 0;
+  double slowest = 0;
+  for (int id = 0; id < kClients; ++id) {
+    std::istringstream log(test::ReadFile(dir_.path() + "/client" + std::to_string(id) + ".log"));
+    std::string tool;
+    int rc = 0;
+    double t0 = 0, t1 = 0;
+    while (log >> tool >> rc >> t0 >> t1) {
+      ++commands;
+      ++codes[tool][rc];
+      if (rc == 128 + SIGKILL) continue;  // killed by the test
+      EXPECT_TRUE(rc == 0 || rc == 1 || rc == 69 || rc == 75) << tool << " exited " << rc;
+      slowest = std::max(slowest, t1 - t0);
+      // The timeout bounds the wait for Redis and for the reply; starting the tool and
+      // connecting come on top.
+      if (t1 - t0 > kTimeoutMs / 1000.0 + 1) ++late;
+    }
+  }
+  EXPECT_EQ(late, 0) << "commands past their timeout plus a second; slowest " << slowest << " s";
+  std::map<std::string, int> errors;  // what the failed commands said, by its first words
+  for (int id = 0; id < kClients; ++id) {
+    std::istringstream err(test::ReadFile(dir_.path() + "/client" + std::to_string(id) + ".err"));
+    for (std::string line; std::getline(err, line);) {
+      // "<tool>: error: <message> (<code>)": the code and the message's first three words.
+      size_t at = line.find("error: "), code = line.rfind(" (");
+      if (at == std::string::npos || code == std::string::npos) continue;
+      std::istringstream words(line.substr(at + 7));
+      std::string head, word;
+      for (int i = 0; i < 3 && words >> word; ++i) head += word + " ";
+      ++errors[line.substr(code + 1) + " " + head + "..."];
+    }
+  }
+  for (const auto& [what, n] : errors) std::cout << "  " << n << " x " << what << "\n";
+  ASSERT_GT(codes["mcd-create"][0], 100) << "too little load to say anything";
+
+  // Quiescence: the reaper has had its second, the heartbeat its beat.
+  ASSERT_TRUE(test::WaitFor([&] { return redis_.Connect()->Command({"SCARD", keys_.Holders(node_)})->integer == 0; },
+                            5000))
+      << ServeLog();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto conn = redis_.Connect();
+  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+  EXPECT_EQ(conn->Command({"LLEN", keys_.queue})->integer, 0);
+  std::string instance = conn->Command({"HGET", keys_.Server(node_), "instance"})->str;
+  std::set<std::string> handles;
+  size_t hashes = 0;
+  for (const std::string& key : TensorKeys()) {
+    ++hashes;
+    auto all = conn->Command({"HGETALL", key});
+    std::map<std::string, std::string> f;
+    for (size_t i = 0; i + 1 < all->elements.size(); i += 2) f[all->elements[i].str] = all->elements[i + 1].str;
+    EXPECT_EQ(f["state"], "ready") << key;
+    EXPECT_EQ(f["owner"], instance) << key;
+    // Every holder is gone: only the creator's reference, bound to nobody, can be left.
+    EXPECT_EQ(f["refcount"], "1") << key;
+    for (const auto& [field, value] : f) EXPECT_NE(field.rfind("holder:", 0), 0u) << key << " " << field;
+    handles.insert(f["ipc_handle"]);
+  }
+  EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes)) << ServeLog();
+  if (device_ == "cpu") {
+    std::set<std::string> objects;
+    for (const std::string& name : test::ShmObjects("mcd-mcd-" + node_)) objects.insert("/" + name);
+    EXPECT_EQ(objects, handles);
+  }
+
+  std::string summary = "chaos: " + std::to_string(commands) + " commands on device " + device_ + ";";
+  for (const auto& [what, n] : faults) summary += " " + std::to_string(n) + " x " + what + ";";
+  for (const auto& [tool, by_code] : codes) {
+    summary += " " + tool + ":";
+    for (const auto& [rc, n] : by_code) summary += " " + std::to_string(rc) + "=" + std::to_string(n);
+    summary += ";";
+  }
+  summary += " tensors left " + std::to_string(hashes) + ", slowest command " + std::to_string(slowest) + " s";
+  std::cout << summary << "\n";
+  RecordProperty("summary", summary);
+
+  // What is left goes with the creators' references: nothing may remain.
+  for (const std::string& key : TensorKeys()) {
+    std::string name = keys_.NameFromTensorKey(key);
+    EXPECT_EQ(Tool("mcd-rm", {name, "--detached", "-q"}).exit_code, 0) << name;
+  }
+  EXPECT_TRUE(TensorKeys().empty());
+  if (device_ == "cpu") EXPECT_TRUE(ShmFreedSoon());
+  EXPECT_EQ(conn->Command({"KEYS", keys_.prefix + ":held:*"})->elements.size(), 0u);
+}
+
+}  // namespace
+}  // namespace mcd
