@@ -24,6 +24,7 @@ constexpr int kTimeoutMs = 3000;
 
 class Chaos : public Lifecycle {
  protected:
+  Chaos() { devices_ = device_; }
   std::string device_ = std::getenv("MCD_CHAOS_DEVICE") ? std::getenv("MCD_CHAOS_DEVICE") : "cpu";
 
   // One client: a shell that runs the four steps on names of its own until told to stop, and
@@ -37,7 +38,7 @@ class Chaos : public Lifecycle {
         << " -q 2>>" << dir_.path() << "/client$id.err; rc=$?; echo \"${1##*/} $rc $t0 $EPOCHREALTIME\" >> "
         << dir_.path() << "/client$id.log; }\n"
         << "while [ ! -e " << dir_.path() << "/stop ]; do\n"
-        << "  n=c$id.$i; i=$((i+1))\n"
+        << "  n=c$id.$$.$i; i=$((i+1))\n"
         << "  run " << test::ToolPath("mcd-create") << " $n --dtype u8 --shape 4096 --device " << device_ << "\n"
         << "  run " << test::ToolPath("mcd-get") << " $n\n"
         << "  run " << test::ToolPath("mcd-rm") << " $n\n"
@@ -67,11 +68,28 @@ class Chaos : public Lifecycle {
     redis_.Restart(args);
   }
 
+  // GPU memory of process `pid` in MiB, as nvidia-smi sees it; -1 when it has none.
+  static long long GpuMiB(pid_t pid) {
+    auto smi = test::Run({"/bin/sh", "-c", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits"});
+    std::istringstream lines(smi.out);
+    for (std::string line; std::getline(lines, line);) {
+      size_t comma = line.find(',');
+      if (comma != std::string::npos && std::atoll(line.c_str()) == pid) return std::atoll(line.c_str() + comma + 1);
+    }
+    return -1;
+  }
+  // The server's GPU memory right after its start, before any tensor.
+  void NoteGpuBaseline() {
+    if (device_ != "cpu") baseline_mib_ = GpuMiB(server_->pid());
+  }
+  long long baseline_mib_ = -1;
+
   std::unique_ptr<test::Background> clients_[kClients];
   std::string script_;
 };
 
 TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
+  NoteGpuBaseline();
   script_ = WriteClientScript();
   for (int id = 0; id < kClients; ++id) StartClient(id);
   std::mt19937 rng(12345);
@@ -88,6 +106,7 @@ TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
     ++faults["mcd-serve SIGKILLed"];
     load(300);
     StartServer();
+    NoteGpuBaseline();
   };
   auto kill_client = [&] {
     int id = static_cast<int>(rng() % kClients);
@@ -202,6 +221,7 @@ TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
     // Every holder is gone: only the creator's reference, bound to nobody, can be left.
     EXPECT_EQ(f["refcount"], "1") << key;
     for (const auto& [field, value] : f) EXPECT_NE(field.rfind("holder:", 0), 0u) << key << " " << field;
+    EXPECT_TRUE(f["bound"].empty() || f["bound"] == "0") << key << " bound " << f["bound"];
     handles.insert(f["ipc_handle"]);
   }
   EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes)) << ServeLog();
@@ -228,7 +248,19 @@ TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
     EXPECT_EQ(Tool("mcd-rm", {name, "--detached", "-q"}).exit_code, 0) << name;
   }
   EXPECT_TRUE(TensorKeys().empty());
-  if (device_ == "cpu") EXPECT_TRUE(ShmFreedSoon());
+  if (device_ == "cpu") {
+    EXPECT_TRUE(ShmFreedSoon());
+  } else {
+    // The server's GPU memory is back to what it had at its start, give or take the slabs and
+    // the ready stock it keeps for the next creates (its heartbeat says how much).
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    auto beat = conn->Command({"HMGET", keys_.Server(node_), "slab_bytes", "ready_bytes"});
+    long long kept_mib = (std::atoll(beat->elements[0].str.c_str()) + std::atoll(beat->elements[1].str.c_str())) >> 20;
+    long long now_mib = GpuMiB(server_->pid());
+    std::cout << "chaos: server GPU memory " << baseline_mib_ << " MiB at its start, " << now_mib
+              << " MiB after the clean-up, of which " << kept_mib << " MiB slabs and ready stock\n";
+    EXPECT_LE(now_mib, baseline_mib_ + kept_mib + 64);
+  }
   EXPECT_EQ(conn->Command({"KEYS", keys_.prefix + ":held:*"})->elements.size(), 0u);
 }
 

@@ -46,7 +46,7 @@ class Lifecycle : public ::testing::Test {
   }
 
   void StartServer(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_,
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", devices_, "--node", node_,
                                      "--heartbeat-ttl", "3"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     size_t started = Count(ServeLog(), "serving node");
@@ -191,6 +191,7 @@ class Lifecycle : public ::testing::Test {
   // sending the answer, so a moment may pass before the object disappears.
   bool ShmFreedSoon() { return test::WaitFor([&] { return ShmCount() == 0; }, 2000); }
 
+  std::string devices_ = "cpu";  // mcd-serve --devices
   bool via_queue_ = false;  // the tools and clients of this test use the queue, not the command socket
   test::TempDir dir_;
   test::RedisServer redis_;

@@ -114,7 +114,8 @@ struct MCD_API TensorRecord {
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
   // The processes that hold references, with how many each (the hash's holder:PID:START
-  // fields); the rest of refcount is bound to nobody. Read by RecordFromHash only.
+  // fields that are not 0); the rest of refcount is bound to nobody. Read by RecordFromHash
+  // only.
   std::vector<Holder> holders;
 };
 

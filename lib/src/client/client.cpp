@@ -251,6 +251,18 @@ class Client::Impl {
     return out;
   }
 
+  // A mapping that failed because the server that exported it died (its heartbeat outlives it
+  // by up to its TTL, and the driver then calls the handle invalid) is kUnavailable, as for
+  // any tensor of a server that is gone, not a CUDA error.
+  Status WhyNotOpened(const Status& failed) const {
+    if (failed.code() != ErrorCode::kCudaError) return failed;
+    int64_t pid = std::atoll(server_->field("pid").c_str());
+    if (pid <= 0 || ProcessAlive(pid, 0)) return failed;
+    return Status(ErrorCode::kUnavailable,
+                  "the mcd-serve that owns the tensor (pid " + std::to_string(pid) +
+                      ") has died; its tensors are gone (" + failed.message() + ")");
+  }
+
   // The holder that ClientOptions::holder_pid names, with its start time.
   static Result<std::optional<Holder>> ResolveHolder(int64_t pid) {
     if (pid == kNoHolder) return std::optional<Holder>();
@@ -319,7 +331,7 @@ Result<TensorView> Client::Get(const std::string& name) {
   auto ptr = MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf());
   if (!ptr.ok()) {
     (void)ReleaseReference(name);  // nobody in this process holds it: give it back
-    return ptr.status();
+    return impl_->WhyNotOpened(ptr.status());
   }
   return TensorView{record, ptr.value()};
 }

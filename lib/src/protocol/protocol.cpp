@@ -215,7 +215,7 @@ Result<TensorRecord> RecordFromHash(const std::string& name,
       return Status(ErrorCode::kUnexpectedReply,
                     "tensor hash of '" + name + "' has a malformed \"" + it->first + "\"");
     }
-    record.holders.push_back(*holder);
+    if (holder->refs != 0) record.holders.push_back(*holder);  // 0: gave them back
   }
   return record;
 }

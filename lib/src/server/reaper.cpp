@@ -47,21 +47,27 @@ void Reaper::ReapDeadHolders() {
 Status Reaper::GiveBackAll(const std::string& holder) {
   std::string held_key = opt_.keys.Held(opt_.node, holder);
   MCD_ASSIGN_OR_RETURN(RedisValue held, redis_.Command({"SMEMBERS", held_key}));
+  // One commit per tensor, pipelined: a holder may have touched thousands.
   for (const RedisValue& key : held.elements) {
     std::string name = opt_.keys.NameFromTensorKey(key.str);
     if (table_.find(name) == table_.end()) continue;  // gone already (deleted, reclaimed)
     auto t0 = OutcomeLog::Clock::now();
     // "mine": a hash this instance wrote; the script gives back what the hash says the holder
-    // holds (none when it was given back meanwhile), and its set loses the tensor.
-    auto committed = pipeline_.CommitNow(
-        pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "unhold", {holder}));
-    if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
-      outcomes_.Record("release_dead", name, Status::Ok(), t0,
-                       "holder=" + holder + " refcount=" + std::to_string(committed->refcount));
-      continue;
-    }
-    Reclaimed("release_dead", name, std::move(committed), t0, "holder=" + holder);
+    // holds (none when it gave them back itself).
+    pipeline_.Queue(pipeline_.Make(
+        Route{}, "", "", name, "", Pre::kMine, "unhold", {holder},
+        [this, name, holder, t0](Result<CommitResult> committed) {
+          if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
+            return outcomes_.Record("release_dead", name, Status::Ok(), t0,
+                                    "holder=" + holder +
+                                        " refcount=" + std::to_string(committed->refcount));
+          }
+          Reclaimed("release_dead", name, std::move(committed), t0, "holder=" + holder);
+        }));
   }
+  pipeline_.Flush();
+  pipeline_.Drain();
+  if (!redis_.connected()) return Status(ErrorCode::kUnavailable, "Redis went away");
   // What is left names tensors of other instances or that are gone: the holder is done.
   MCD_RETURN_IF_ERROR(redis_.Command({"DEL", held_key}).status());
   return redis_.Command({"SREM", holders_key_, holder}).status();

@@ -86,13 +86,11 @@ if action == 'hset' then
   redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 elseif action == 'del' or ((action == 'incr' or action == 'unhold') and result[2] <= 0) then
   redis.call('DEL', KEYS[1])
-  if holder ~= '' then mcd_unlist(KEYS[1], KEYS[5], KEYS[6], holder) end
 elseif action == 'incr' or action == 'unhold' then
   redis.call('HINCRBY', KEYS[1], 'refcount', result[2] - refcount)
   if holder ~= '' and own ~= 0 then
     if action == 'unhold' then
-      redis.call('HDEL', KEYS[1], 'holder:' .. holder)
-      mcd_unlist(KEYS[1], KEYS[5], KEYS[6], holder)
+      mcd_unhold_all(KEYS[1], KEYS[5], KEYS[6], holder, -own)
     else
       mcd_hold(KEYS[1], KEYS[5], KEYS[6], holder, own)
     end
