@@ -134,4 +134,24 @@ TEST(Redis, ServerKilledMidCommandThenReconnect) {
 }
 
 }  // namespace
+namespace {
+
+// Redis's states that pass are "try again" (exit 75) with what to do; the rest keep their codes.
+TEST(RedisErrors, StatesThatPassAreTryAgain) {
+  for (const char* reply : {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script",
+                            "MASTERDOWN Link with MASTER is down", "TRYAGAIN Multiple keys request during rehashing",
+                            "CLUSTERDOWN The cluster is down"}) {
+    Status status = RedisErrorStatus("GET", reply);
+    EXPECT_EQ(status.code(), ErrorCode::kTryAgain) << reply;
+    EXPECT_EQ(ExitCodeFor(status.code()), 75);
+    EXPECT_NE(status.message().find("try again"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find(reply), std::string::npos) << status.message();
+  }
+  EXPECT_EQ(RedisErrorStatus("GET", "WRONGTYPE Operation against a key").code(), ErrorCode::kUnexpectedReply);
+  EXPECT_EQ(RedisErrorStatus("AUTH", "WRONGPASS invalid username-password").code(), ErrorCode::kAuthFailed);
+  EXPECT_EQ(RedisErrorStatus("SET", "OOM command not allowed").code(), ErrorCode::kRedisError);
+  EXPECT_EQ(RedisErrorStatus("SET", "LOADINGX not a state").code(), ErrorCode::kRedisError);
+}
+
+}  // namespace
 }  // namespace mcd

@@ -879,9 +879,12 @@ TEST_F(Lifecycle, ToolExitCodes) {
                           "--device", "cpu", "--node", "stuck", "--queue", "stuck-queue",
                           "--timeout-ms", "300"}, Env());
   EXPECT_EQ(stuck.exit_code, 75) << stuck.err;
-  // Redis unreachable: 69.
-  auto down = test::Run({test::ToolPath("mcd-ls"), "--redis-url", "unix:///nonexistent.sock"});
-  EXPECT_EQ(down.exit_code, 69);
+  // Redis unreachable: waited for within the timeout (it may be restarting), then 75.
+  auto down = test::Run({test::ToolPath("mcd-get"), "a", "--no-ref", "--timeout-ms", "300", "--redis-url",
+                         "unix:///nonexistent.sock"});
+  EXPECT_EQ(down.exit_code, 75) << down.err;
+  EXPECT_NE(down.err.find("not running, or restarting"), std::string::npos) << down.err;
+  EXPECT_NE(down.err.find("is Redis running?"), std::string::npos) << down.err;
 }
 
 TEST_F(Lifecycle, ConcurrentClientsKeepExactCounts) {

@@ -20,6 +20,8 @@ class RedisRestart : public Lifecycle {
     ASSERT_TRUE(conn->Command({"EVAL", "for i = 1, tonumber(ARGV[1]) do redis.call('SET', 'filler:' .. i, 'x') end",
                                "0", std::to_string(keys)})
                     .ok());
+    // Every write on disk before its reply, so that what the test wrote is there after a SIGKILL.
+    ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendfsync", "always"}).ok());
     ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendonly", "yes"}).ok());
     ASSERT_TRUE(test::WaitFor(
         [&] {
@@ -31,7 +33,8 @@ class RedisRestart : public Lifecycle {
   }
   // Events are served every 1 KiB loaded, not every 2 MiB: a loading Redis answers at once.
   void RestartLoadingSlowly() {
-    redis_.Restart({"--appendonly", "yes", "--key-load-delay", "20", "--loading-process-events-interval-bytes", "1024"});
+    redis_.Restart({"--appendonly", "yes", "--appendfsync", "always", "--key-load-delay", "20",
+                    "--loading-process-events-interval-bytes", "1024"});
   }
   // Whether Redis answers LOADING. A connection made as the load starts may be served only once
   // it is over: each look is a fresh connection with a short timeout.
@@ -114,6 +117,30 @@ TEST_F(RedisRestart, ACreateWhoseCommitWasLostIsFreedAfterTheReconnect) {
   EXPECT_EQ(HashField("lost", "state"), "");
   ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 5000));
   EXPECT_EQ(Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0) << ServeLog();
+}
+
+// A Redis restarted from an AOF that lost its last second may bring back the hash of a tensor
+// the server has freed: after the reconnect, a hash of this instance that names nothing it holds
+// is removed, and one it holds that Redis lost is put back.
+TEST_F(RedisRestart, AfterAReconnectPhantomHashesGoAndLostOnesComeBack) {
+  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  auto kept = conn->Command({"HGETALL", keys_.Tensor("kept")});
+  std::vector<std::string> ghost = {"HSET", keys_.Tensor("ghost")};
+  for (auto& e : kept->elements) ghost.push_back(e.str);
+  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(ghost.begin(), ghost.end())).ok());
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("lost")}).ok());
+  // Every connection but this one dropped: the server reconnects and settles.
+  ASSERT_TRUE(conn->Command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}).ok());
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("ghost", "state").empty() && HashField("lost", "state") == "ready"; },
+                            10000))
+      << ServeLog();
+  std::string log = ServeLog();
+  EXPECT_NE(log.find("removed the hash of tensor 'ghost', which Redis brought back"), std::string::npos) << log;
+  EXPECT_NE(log.find("tensor 'lost' lost its hash with Redis; put it back"), std::string::npos) << log;
+  EXPECT_EQ(HashField("kept", "refcount"), "1");
+  EXPECT_EQ(ShmCount(), 2u);
 }
 
 }  // namespace

@@ -51,9 +51,13 @@ class Client::Impl {
       Status connected = ConnectOnce();
       bool passes = connected.code() == ErrorCode::kTryAgain ||
                     (connected.code() == ErrorCode::kUnavailable && (!redis_ || !redis_->connected()));
-      if (connected.ok() || !passes ||
-          Clock::now() + std::chrono::milliseconds(pause_ms) > deadline) {
-        return connected;
+      if (connected.ok() || !passes) return connected;
+      if (Clock::now() + std::chrono::milliseconds(pause_ms) > deadline) {
+        if (connected.code() == ErrorCode::kTryAgain) return connected;
+        return Status(ErrorCode::kTryAgain,
+                      "Redis did not answer within " + std::to_string(opt_.timeout_ms) +
+                          " ms (not running, or restarting): try again once it is up (" +
+                          connected.message() + ")");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     }

@@ -334,7 +334,11 @@ Result<RedisValue> RedisConnection::ReadCommandReply(std::string_view command) {
 
 Status RedisErrorStatus(std::string_view command, std::string_view reply) {
   std::string text = "Redis " + std::string(command) + ": " + std::string(reply);
-  auto starts = [&](std::string_view word) { return reply.substr(0, word.size()) == word; };
+  // Redis's error replies start with a word in capitals, then a space.
+  auto starts = [&](std::string_view word) {
+    return reply.substr(0, word.size()) == word &&
+           (reply.size() == word.size() || reply[word.size()] == ' ');
+  };
   if (starts("WRONGTYPE")) return Status(ErrorCode::kUnexpectedReply, text);
   if (starts("NOAUTH") || starts("WRONGPASS")) return Status(ErrorCode::kAuthFailed, text);
   for (std::string_view passing : {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"}) {
