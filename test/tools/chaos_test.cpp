@@ -25,6 +25,10 @@ constexpr int kTimeoutMs = 3000;
 class Chaos : public Lifecycle {
  protected:
   Chaos() { devices_ = device_; }
+  void SetUp() override {
+    if (device_ != "cpu" && !test::HasCudaDevice()) GTEST_SKIP() << "no CUDA device for MCD_CHAOS_DEVICE=" << device_;
+    Lifecycle::SetUp();
+  }
   std::string device_ = std::getenv("MCD_CHAOS_DEVICE") ? std::getenv("MCD_CHAOS_DEVICE") : "cpu";
 
   // One client: a shell that runs the four steps on names of its own until told to stop, and
