@@ -99,7 +99,7 @@ Status Resettle::Republish(const Entry& entry) {
 
 Status Resettle::RemovePhantoms() {
   std::vector<std::string> phantoms;
-  MCD_RETURN_IF_ERROR(redis_.Scan(
+  Status scanned = redis_.Scan(
       opt_.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
         for (const RedisValue& key : keys)
           MCD_RETURN_IF_ERROR(redis_.Append({"HMGET", key.str, "node", "owner"}));
@@ -112,7 +112,8 @@ Status Resettle::RemovePhantoms() {
           if (table_.find(name) == table_.end()) phantoms.push_back(name);
         }
         return Status::Ok();
-      }));
+      });
+  MCD_RETURN_IF_ERROR(scanned);
   for (const std::string& name : phantoms) {
     MCD_RETURN_IF_ERROR(
         redis_.Command({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_})
