@@ -229,6 +229,8 @@ TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
     handles.insert(f["ipc_handle"]);
   }
   EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes)) << ServeLog();
+  // The reaper gave back every dead holder's references without an error.
+  EXPECT_EQ(ServeLog().find("release_dead of"), std::string::npos) << ServeLog();
   if (device_ == "cpu") {
     std::set<std::string> objects;
     for (const std::string& name : test::ShmObjects("mcd-mcd-" + node_)) objects.insert("/" + name);

@@ -70,6 +70,25 @@ TEST_F(Holders, ADeadProgramsReferencesAreGivenBackWithinASecondOrTwo) {
   EXPECT_EQ(Tool("mcd-rm", {"a", "b"}).out, "a: freed\nb: freed\n");
 }
 
+// A process that gave back what it took leaves its field at 0 while it lives (its next take is
+// cheaper); once it is gone, the field goes too.
+TEST_F(Holders, AGoneHolderLeavesNoTraceInTheHash) {
+  Create("z");
+  std::string script = test::ToolPath("mcd-get") + " z -q --node " + node_ + " && " + test::ToolPath("mcd-rm") +
+                       " z -q --node " + node_ + " && echo done && exec sleep 60";
+  test::Background shell({"/bin/sh", "-c", script}, Env(), dir_.path() + "/shell.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "done\n"; }, 10000));
+  std::string field = Holder(shell.pid());
+  EXPECT_EQ(HashField("z", field), "0");
+  EXPECT_EQ(HashField("z", "refcount"), "1");
+  EXPECT_EQ(Tool("mcd-ls", {"-l"}).out.find(std::to_string(shell.pid()) + ":"), std::string::npos);
+  shell.Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("z", field).empty(); }, 3000)) << ServeLog();
+  EXPECT_EQ(HashField("z", "refcount"), "1");
+  EXPECT_EQ(HashField("z", "bound"), "0");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+}
+
 TEST_F(Holders, AHeapTensorWhoseHoldersAllDiedIsFreed) {
   Create("t");
   auto first = Hold({"t"}, "first.log");

@@ -86,15 +86,12 @@ if action == 'hset' then
   redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 elseif action == 'del' or ((action == 'incr' or action == 'unhold') and result[2] <= 0) then
   redis.call('DEL', KEYS[1])
-elseif action == 'incr' or action == 'unhold' then
-  redis.call('HINCRBY', KEYS[1], 'refcount', result[2] - refcount)
-  if holder ~= '' and own ~= 0 then
-    if action == 'unhold' then
-      mcd_unhold_all(KEYS[1], KEYS[5], KEYS[6], holder, -own)
-    else
-      mcd_hold(KEYS[1], KEYS[5], KEYS[6], holder, own)
-    end
-  end
+elseif action == 'unhold' then
+  redis.call('HINCRBY', KEYS[1], 'refcount', result[2] - refcount)  -- never "-0", which Redis refuses
+  mcd_unhold_all(KEYS[1], holder, refcount - result[2])  -- its field goes, at 0 too
+elseif action == 'incr' then
+  redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[10])
+  if holder ~= '' and own ~= 0 then mcd_hold(KEYS[1], KEYS[5], KEYS[6], holder, own) end
 end
 redis.call('LREM', KEYS[2], -1, ARGV[1])
 return result

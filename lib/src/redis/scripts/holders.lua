@@ -27,10 +27,10 @@ local function mcd_held_by(tensor, holder)
   return tonumber(redis.call('HGET', tensor, 'holder:' .. holder) or '0') or 0
 end
 
--- Gives back every reference of `holder` (one that died); the refcount is the caller's.
-local function mcd_unhold_all(tensor, index, held, holder, count)
+-- Forgets `holder` (one that died), which held `count` references; the refcount is the caller's.
+local function mcd_unhold_all(tensor, holder, count)
   redis.call('HDEL', tensor, 'holder:' .. holder)
-  redis.call('HINCRBY', tensor, 'bound', -count)
+  if count ~= 0 then redis.call('HINCRBY', tensor, 'bound', -count) end
 end
 
 -- Which reference a release by `holder` ("" for none) gives back: 'own' when it holds one,
