@@ -68,9 +68,6 @@ class Chaos : public Lifecycle {
     return false;
   }
 
-  void RestartRedis(const std::vector<std::string>& args) {
-    redis_.Restart(args);
-  }
 
   // GPU memory of process `pid` in MiB, as nvidia-smi sees it; -1 when it has none.
   static long long GpuMiB(pid_t pid) {
@@ -88,40 +85,31 @@ class Chaos : public Lifecycle {
   }
   long long baseline_mib_ = -1;
 
-  std::unique_ptr<test::Background> clients_[kClients];
-  std::string script_;
-};
-
-TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
-  NoteGpuBaseline();
-  script_ = WriteClientScript();
-  for (int id = 0; id < kClients; ++id) StartClient(id);
-  std::mt19937 rng(12345);
-  std::map<std::string, int> faults;
-  auto load = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
-  auto kill_tools = [&](int n) {
+  // The faults, in the order of the schedule below, counted by kind in faults_.
+  void Load(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+  void KillTools(int n) {
     for (int i = 0; i < n; ++i) {
-      faults["tool SIGKILLed mid-command"] += KillATool(rng) ? 1 : 0;
-      load(100 + static_cast<int>(rng() % 200));
+      faults_["tool SIGKILLed mid-command"] += KillATool(rng_) ? 1 : 0;
+      Load(100 + static_cast<int>(rng_() % 200));
     }
-  };
-  auto kill_server = [&] {
+  }
+  void KillServer() {
     ASSERT_EQ(server_->Stop(SIGKILL), -SIGKILL);
-    ++faults["mcd-serve SIGKILLed"];
-    load(300);
+    ++faults_["mcd-serve SIGKILLed"];
+    Load(300);
     StartServer();
     NoteGpuBaseline();
-  };
-  auto kill_client = [&] {
-    int id = static_cast<int>(rng() % kClients);
+  }
+  void KillClient() {
+    int id = static_cast<int>(rng_() % kClients);
     clients_[id]->Stop(SIGKILL);  // its tool, if any, runs on to its end
-    ++faults["client shell SIGKILLed (a holder)"];
+    ++faults_["client shell SIGKILLed (a holder)"];
     StartClient(id);
-  };
-  bool aof = false;
-  auto restart_redis = [&](const char* how) {
-    std::string kind = how;
-    if (kind != "empty" && !aof) {
+  }
+  // "empty", "aof" or "slow AOF load"; the AOF is turned on (with filler keys to load) the first
+  // time it is needed after an empty restart.
+  void RestartRedis(const std::string& kind) {
+    if (kind != "empty" && !aof_) {
       auto conn = redis_.Connect();
       ASSERT_TRUE(conn->Command({"EVAL", "for i = 1, 50000 do redis.call('SET', 'filler:' .. i, 'x') end", "0"}).ok());
       ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendonly", "yes"}).ok());
@@ -130,135 +118,139 @@ TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
         return info.ok() && InfoField(info->str, "aof_rewrite_in_progress") == "0" &&
                InfoField(info->str, "aof_rewrite_scheduled") == "0";
       }, 20000));
-      aof = true;
+      aof_ = true;
     }
     if (kind == "empty") {
-      RestartRedis({});
-      aof = false;
+      redis_.Restart();
+      aof_ = false;
     } else if (kind == "aof") {
-      RestartRedis({"--appendonly", "yes"});
+      redis_.Restart({"--appendonly", "yes"});
     } else {
-      RestartRedis({"--appendonly", "yes", "--key-load-delay", "20", "--loading-process-events-interval-bytes", "1024"});
+      redis_.Restart({"--appendonly", "yes", "--key-load-delay", "20", "--loading-process-events-interval-bytes", "1024"});
     }
-    ++faults["Redis restarted (" + kind + ")"];
-  };
-
-  load(2000);
-  for (int round = 0; round < 2; ++round) {
-    kill_tools(6);
-    kill_server();
-    kill_tools(4);
-    restart_redis("empty");
-    load(1500);
-    kill_client();
-    restart_redis("aof");
-    load(1500);
-    kill_tools(4);
-    kill_server();
-    load(1000);
-    restart_redis("slow AOF load");
-    load(1500);
-    kill_client();
-    kill_tools(4);
-    restart_redis("empty");
-    load(1500);
+    ++faults_["Redis restarted (" + kind + ")"];
   }
-  load(2000);
-
-  // Every client stops after its current command; the reaper then gives back what they held.
-  std::ofstream(dir_.path() + "/stop").close();
-  for (auto& client : clients_) EXPECT_EQ(client->Stop(0, 60), 0);
-  std::map<std::string, std::map<int, int>> codes;  // tool -> exit code -> commands
-  int commands = 0, late = 0;
-  double slowest = 0;
-  for (int id = 0; id < kClients; ++id) {
-    std::istringstream log(test::ReadFile(dir_.path() + "/client" + std::to_string(id) + ".log"));
-    std::string tool;
-    int rc = 0;
-    double t0 = 0, t1 = 0;
-    while (log >> tool >> rc >> t0 >> t1) {
-      ++commands;
-      ++codes[tool][rc];
-      if (rc == 128 + SIGKILL) continue;  // killed by the test
-      EXPECT_TRUE(rc == 0 || rc == 1 || rc == 69 || rc == 75) << tool << " exited " << rc;
-      slowest = std::max(slowest, t1 - t0);
-      // The timeout bounds the wait for Redis and for the reply; starting the tool and
-      // connecting come on top.
-      if (t1 - t0 > kTimeoutMs / 1000.0 + 1) ++late;
+  void RunFaults() {
+    Load(2000);
+    for (int round = 0; round < 2; ++round) {
+      KillTools(6);
+      KillServer();
+      KillTools(4);
+      RestartRedis("empty");
+      Load(1500);
+      KillClient();
+      RestartRedis("aof");
+      Load(1500);
+      KillTools(4);
+      KillServer();
+      Load(1000);
+      RestartRedis("slow AOF load");
+      Load(1500);
+      KillClient();
+      KillTools(4);
+      RestartRedis("empty");
+      Load(1500);
     }
+    Load(2000);
   }
-  EXPECT_EQ(late, 0) << "commands past their timeout plus a second; slowest " << slowest << " s";
-  std::map<std::string, int> errors;  // what the failed commands said, by its first words
-  for (int id = 0; id < kClients; ++id) {
-    std::istringstream err(test::ReadFile(dir_.path() + "/client" + std::to_string(id) + ".err"));
-    for (std::string line; std::getline(err, line);) {
-      // "<tool>: error: <message> (<code>)": the code and the message's first three words.
-      size_t at = line.find("error: "), code = line.rfind(" (");
-      if (at == std::string::npos || code == std::string::npos) continue;
-      std::istringstream words(line.substr(at + 7));
-      std::string head, word;
-      for (int i = 0; i < 3 && words >> word; ++i) head += word + " ";
-      ++errors[line.substr(code + 1) + " " + head + "..."];
+
+  // Every command's exit code is in the documented set and none outlived its timeout by more
+  // than a second (starting the tool and connecting come on top of the timeout).
+  void CheckCommands() {
+    for (int id = 0; id < kClients; ++id) {
+      std::istringstream log(test::ReadFile(dir_.path() + "/client" + std::to_string(id) + ".log"));
+      std::string tool;
+      int rc = 0;
+      double t0 = 0, t1 = 0;
+      while (log >> tool >> rc >> t0 >> t1) {
+        ++commands_;
+        ++codes_[tool][rc];
+        if (rc == 128 + SIGKILL) continue;  // killed by the test
+        EXPECT_TRUE(rc == 0 || rc == 1 || rc == 69 || rc == 75) << tool << " exited " << rc;
+        slowest_ = std::max(slowest_, t1 - t0);
+        if (t1 - t0 > kTimeoutMs / 1000.0 + 1) ++late_;
+      }
     }
-  }
-  for (const auto& [what, n] : errors) std::cout << "  " << n << " x " << what << "\n";
-  ASSERT_GT(codes["mcd-create"][0], 100) << "too little load to say anything";
-
-  // Quiescence: the reaper has had its second, the heartbeat its beat.
-  ASSERT_TRUE(test::WaitFor([&] { return redis_.Connect()->Command({"SCARD", keys_.Holders(node_)})->integer == 0; },
-                            5000))
-      << ServeLog();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  auto conn = redis_.Connect();
-  EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
-  EXPECT_EQ(conn->Command({"LLEN", keys_.queue})->integer, 0);
-  std::string instance = conn->Command({"HGET", keys_.Server(node_), "instance"})->str;
-  std::set<std::string> handles;
-  size_t hashes = 0;
-  for (const std::string& key : TensorKeys()) {
-    ++hashes;
-    auto all = conn->Command({"HGETALL", key});
-    std::map<std::string, std::string> f;
-    for (size_t i = 0; i + 1 < all->elements.size(); i += 2) f[all->elements[i].str] = all->elements[i + 1].str;
-    EXPECT_EQ(f["state"], "ready") << key;
-    EXPECT_EQ(f["owner"], instance) << key;
-    // Every holder is gone: only the creator's reference, bound to nobody, can be left.
-    EXPECT_EQ(f["refcount"], "1") << key;
-    for (const auto& [field, value] : f) EXPECT_NE(field.rfind("holder:", 0), 0u) << key << " " << field;
-    EXPECT_TRUE(f["bound"].empty() || f["bound"] == "0") << key << " bound " << f["bound"];
-    handles.insert(f["ipc_handle"]);
-  }
-  EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes)) << ServeLog();
-  // The reaper gave back every dead holder's references without an error.
-  EXPECT_EQ(ServeLog().find("release_dead of"), std::string::npos) << ServeLog();
-  if (device_ == "cpu") {
-    std::set<std::string> objects;
-    for (const std::string& name : test::ShmObjects("mcd-mcd-" + node_)) objects.insert("/" + name);
-    EXPECT_EQ(objects, handles);
+    EXPECT_EQ(late_, 0) << "commands past their timeout plus a second; slowest " << slowest_ << " s";
+    std::map<std::string, int> errors;  // what the failed commands said, by their first words
+    for (int id = 0; id < kClients; ++id) {
+      std::istringstream err(test::ReadFile(dir_.path() + "/client" + std::to_string(id) + ".err"));
+      for (std::string line; std::getline(err, line);) {
+        // "<tool>: error: <message> (<code>)": the code and the message's first three words.
+        size_t at = line.find("error: "), code = line.rfind(" (");
+        if (at == std::string::npos || code == std::string::npos) continue;
+        std::istringstream words(line.substr(at + 7));
+        std::string head, word;
+        for (int i = 0; i < 3 && words >> word; ++i) head += word + " ";
+        ++errors[line.substr(code + 1) + " " + head + "..."];
+      }
+    }
+    for (const auto& [what, n] : errors) std::cout << "  " << n << " x " << what << "\n";
   }
 
-  std::string summary = "chaos: " + std::to_string(commands) + " commands on device " + device_ + ";";
-  for (const auto& [what, n] : faults) summary += " " + std::to_string(n) + " x " + what + ";";
-  for (const auto& [tool, by_code] : codes) {
-    summary += " " + tool + ":";
-    for (const auto& [rc, n] : by_code) summary += " " + std::to_string(rc) + "=" + std::to_string(n);
-    summary += ";";
+  // With every client gone: the lists are empty, every hash is ready, this instance's, at
+  // refcount 1 with no holder, the server counts as many tensors, and (host) the shm objects are
+  // exactly those the hashes name. Returns the number of hashes.
+  size_t CheckQuiescentState() {
+    auto conn = redis_.Connect();
+    EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
+    EXPECT_EQ(conn->Command({"LLEN", keys_.queue})->integer, 0);
+    std::string instance = conn->Command({"HGET", keys_.Server(node_), "instance"})->str;
+    std::set<std::string> handles;
+    size_t hashes = 0;
+    for (const std::string& key : TensorKeys()) {
+      ++hashes;
+      auto all = conn->Command({"HGETALL", key});
+      std::map<std::string, std::string> f;
+      for (size_t i = 0; i + 1 < all->elements.size(); i += 2) f[all->elements[i].str] = all->elements[i + 1].str;
+      EXPECT_EQ(f["state"], "ready") << key;
+      EXPECT_EQ(f["owner"], instance) << key;
+      // Every holder is gone: only the creator's reference, bound to nobody, can be left.
+      EXPECT_EQ(f["refcount"], "1") << key;
+      for (const auto& [field, value] : f) EXPECT_NE(field.rfind("holder:", 0), 0u) << key << " " << field;
+      EXPECT_TRUE(f["bound"].empty() || f["bound"] == "0") << key << " bound " << f["bound"];
+      handles.insert(f["ipc_handle"]);
+    }
+    EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes)) << ServeLog();
+    // The reaper gave back every dead holder's references without an error.
+    EXPECT_EQ(ServeLog().find("release_dead of"), std::string::npos) << ServeLog();
+    if (device_ == "cpu") {
+      std::set<std::string> objects;
+      for (const std::string& name : test::ShmObjects("mcd-mcd-" + node_)) objects.insert("/" + name);
+      EXPECT_EQ(objects, handles);
+    }
+    return hashes;
   }
-  summary += " tensors left " + std::to_string(hashes) + ", slowest command " + std::to_string(slowest) + " s";
-  std::cout << summary << "\n";
-  RecordProperty("summary", summary);
 
-  // What is left goes with the creators' references: nothing may remain.
-  for (const std::string& key : TensorKeys()) {
-    std::string name = keys_.NameFromTensorKey(key);
-    EXPECT_EQ(Tool("mcd-rm", {name, "--detached", "-q"}).exit_code, 0) << name;
+  void PrintSummary(size_t hashes) {
+    std::string summary = "chaos: " + std::to_string(commands_) + " commands on device " + device_ + ";";
+    for (const auto& [what, n] : faults_) summary += " " + std::to_string(n) + " x " + what + ";";
+    for (const auto& [tool, by_code] : codes_) {
+      summary += " " + tool + ":";
+      for (const auto& [rc, n] : by_code) summary += " " + std::to_string(rc) + "=" + std::to_string(n);
+      summary += ";";
+    }
+    summary += " tensors left " + std::to_string(hashes) + ", slowest command " + std::to_string(slowest_) + " s";
+    std::cout << summary << "\n";
+    RecordProperty("summary", summary);
   }
-  EXPECT_TRUE(TensorKeys().empty());
-  if (device_ == "cpu") {
-    EXPECT_TRUE(ShmFreedSoon());
-  } else {
-    // The server's GPU memory is back to what it had at its start, give or take the slabs and
-    // the ready stock it keeps for the next creates (its heartbeat says how much).
+
+  // What is left goes with the creators' references, and then nothing may remain: no hash, no
+  // shm object, no holder set, and (GPU) the server's memory back at its level at start.
+  void RemoveEverythingLeft() {
+    for (const std::string& key : TensorKeys()) {
+      std::string name = keys_.NameFromTensorKey(key);
+      EXPECT_EQ(Tool("mcd-rm", {name, "--detached", "-q"}).exit_code, 0) << name;
+    }
+    EXPECT_TRUE(TensorKeys().empty());
+    auto conn = redis_.Connect();
+    EXPECT_EQ(conn->Command({"KEYS", keys_.prefix + ":held:*"})->elements.size(), 0u);
+    if (device_ == "cpu") {
+      EXPECT_TRUE(ShmFreedSoon());
+      return;
+    }
+    // Give or take the slabs and the ready stock the server keeps for the next creates (its
+    // heartbeat says how much).
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     auto beat = conn->Command({"HMGET", keys_.Server(node_), "slab_bytes", "ready_bytes"});
     long long kept_mib = (std::atoll(beat->elements[0].str.c_str()) + std::atoll(beat->elements[1].str.c_str())) >> 20;
@@ -267,7 +259,34 @@ TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
               << " MiB after the clean-up, of which " << kept_mib << " MiB slabs and ready stock\n";
     EXPECT_LE(now_mib, baseline_mib_ + kept_mib + 64);
   }
-  EXPECT_EQ(conn->Command({"KEYS", keys_.prefix + ":held:*"})->elements.size(), 0u);
+
+  std::unique_ptr<test::Background> clients_[kClients];
+  std::string script_;
+  std::mt19937 rng_{12345};
+  bool aof_ = false;
+  std::map<std::string, int> faults_;
+  std::map<std::string, std::map<int, int>> codes_;  // tool -> exit code -> commands
+  int commands_ = 0, late_ = 0;
+  double slowest_ = 0;
+};
+
+TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
+  NoteGpuBaseline();
+  script_ = WriteClientScript();
+  for (int id = 0; id < kClients; ++id) StartClient(id);
+  RunFaults();
+  // Every client stops after its current command; the reaper then gives back what they held.
+  std::ofstream(dir_.path() + "/stop").close();
+  for (auto& client : clients_) EXPECT_EQ(client->Stop(0, 60), 0);
+  CheckCommands();
+  ASSERT_GT(codes_["mcd-create"][0], 100) << "too little load to say anything";
+  // Quiescence: the reaper has had its second, the heartbeat its beat.
+  ASSERT_TRUE(test::WaitFor([&] { return redis_.Connect()->Command({"SCARD", keys_.Holders(node_)})->integer == 0; },
+                            5000))
+      << ServeLog();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  PrintSummary(CheckQuiescentState());
+  RemoveEverythingLeft();
 }
 
 }  // namespace
