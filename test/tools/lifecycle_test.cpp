@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -1246,6 +1247,46 @@ TEST_F(SpawnRedis, ADeadPrivateRedisIsRestartedAndOneThatKeepsDyingStopsTheServe
   EXPECT_EQ(server.Stop(0, 20), 69) << test::ReadFile(log);
   EXPECT_NE(test::ReadFile(log).find("death within a minute: not restarting it"), std::string::npos)
       << test::ReadFile(log);
+}
+
+}  // namespace
+}  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// A runtime folder that another user made, or that others may enter, is never used: neither by
+// mcd-serve for its sockets and Redis, nor by a tool looking for the private Redis's socket.
+TEST_F(SpawnRedis, ARuntimeFolderOfAnotherUserOrOpenToOthersIsRefused) {
+  std::string dir = runtime.path() + "/memcuda";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  auto server = test::Run({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", "refused"}, env, 20);
+  EXPECT_EQ(server.exit_code, 69) << server.err;
+  EXPECT_NE(server.err.find("is open to other users (mode 0777, not 0700)"), std::string::npos) << server.err;
+  EXPECT_NE(server.err.find("(permission_denied)"), std::string::npos) << server.err;
+  EXPECT_NE(access(socket.c_str(), F_OK), 0) << "a Redis was started in the open folder";
+
+  // A socket planted there: the tools refuse it rather than talk to whoever listens on it.
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+  auto ls = test::Run({test::ToolPath("mcd-ls")}, env);
+  close(fd);
+  EXPECT_EQ(ls.exit_code, 69) << ls.err;
+  EXPECT_NE(ls.err.find("another user could see and steer what is in it"), std::string::npos) << ls.err;
+
+  if (geteuid() == 0) {  // only root can give the folder away to test the owner check
+    ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
+    ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
+    auto given_away =
+        test::Run({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", "refused"}, env, 20);
+    EXPECT_EQ(given_away.exit_code, 69) << given_away.err;
+    EXPECT_NE(given_away.err.find("belongs to uid 65534, not to this user"), std::string::npos) << given_away.err;
+    ASSERT_EQ(chown(dir.c_str(), 0, 0), 0);
+  }
 }
 
 }  // namespace

@@ -35,8 +35,10 @@ bool OwnerAlive(const std::string& path) {
 Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& redis_server,
                                                           const std::string& folder,
                                                           bool stop_with_caller) {
-  std::string dir = folder.empty() ? RuntimeDir() : folder;
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  std::string dir = folder;
+  if (dir.empty()) {
+    MCD_ASSIGN_OR_RETURN(dir, OwnRuntimeDir());
+  } else if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status(ErrorCode::kIoError, "mkdir " + dir + ": " + std::strerror(errno));
   }
   std::string socket = dir + "/redis.sock";

@@ -15,10 +15,13 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
     if (value != nullptr && value[0] != '\0') text = value;
   }
   if (text.empty()) {
+    // The private Redis's socket, when there is one, and only in a runtime folder of this
+    // user's own: one that another user made would hand this user's tensors to that user.
     std::string socket = PrivateRedisSocketPath();
     struct stat st {};
-    text = (stat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ? "unix://" + socket
-                                                                    : "redis://127.0.0.1:6379";
+    bool present = lstat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+    if (present) MCD_RETURN_IF_ERROR(CheckOwnFolder(RuntimeDir()));
+    text = present ? "unix://" + socket : "redis://127.0.0.1:6379";
   }
   MCD_ASSIGN_OR_RETURN(RedisUrl url, RedisUrl::Parse(text));
   if (url.password.empty()) {

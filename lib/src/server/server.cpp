@@ -62,7 +62,7 @@ class Server::Impl {
   bool stopping() const { return heartbeat_->stopping(); }
   // The path given (--pool-socket, --command-socket), or one of this instance in the runtime
   // folder: <kind>-<node>-<instance>.sock.
-  std::string SocketPath(const std::string& given, const char* kind) const;
+  Result<std::string> SocketPath(const std::string& given, const char* kind) const;
   // Who may use the server's sockets: its user, and the members of --pool-group.
   Result<PeerPolicy> Peers() const;
   Status OpenSockets();
@@ -144,7 +144,10 @@ Status Server::Impl::OpenSockets() {
   // Claimed before the reconciliation, which removes what other instances of the node left, and
   // before binding the pool socket, whose path (--pool-socket) a live server may be using.
   bool pools = opt_.allocator == "pool" && devices_->gpu_count() > 0;
-  std::string pool_socket = pools ? SocketPath(opt_.pool_socket, "pool") : "";
+  std::string pool_socket;
+  if (pools) {
+    MCD_ASSIGN_OR_RETURN(pool_socket, SocketPath(opt_.pool_socket, "pool"));
+  }
   heartbeat_->set_pool_socket(pool_socket);
   MCD_RETURN_IF_ERROR(heartbeat_->Claim(*redis_));
   if (pools) {
@@ -153,7 +156,8 @@ Status Server::Impl::OpenSockets() {
   }
   if (opt_.command_socket == "none") return Status::Ok();
   MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
-  MCD_RETURN_IF_ERROR(intake_->ListenOnSocket(SocketPath(opt_.command_socket, "cmd"), policy));
+  MCD_ASSIGN_OR_RETURN(std::string command_socket, SocketPath(opt_.command_socket, "cmd"));
+  MCD_RETURN_IF_ERROR(intake_->ListenOnSocket(command_socket, policy));
   // The claim's heartbeat could not name the socket yet, and a client that reads a heartbeat
   // without one sends through the queue for as long as it runs: name it now, before the server
   // says it serves, not when the heartbeat thread first gets to it.
@@ -161,10 +165,9 @@ Status Server::Impl::OpenSockets() {
   return heartbeat_->Claim(*redis_);
 }
 
-std::string Server::Impl::SocketPath(const std::string& given, const char* kind) const {
+Result<std::string> Server::Impl::SocketPath(const std::string& given, const char* kind) const {
   if (!given.empty()) return given;
-  std::string dir = RuntimeDir();
-  mkdir(dir.c_str(), 0700);
+  MCD_ASSIGN_OR_RETURN(std::string dir, OwnRuntimeDir());
   std::string node;
   for (char c : opt_.node) node.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   return dir + "/" + kind + "-" + node.substr(0, 40) + "-" + instance_ + ".sock";
