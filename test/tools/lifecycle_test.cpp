@@ -1291,3 +1291,34 @@ TEST_F(SpawnRedis, ARuntimeFolderOfAnotherUserOrOpenToOthersIsRefused) {
 
 }  // namespace
 }  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// A .npy header is checked against the file before anything is allocated: a 150-byte file that
+// claims gigabytes is refused at once, by the tool, with nothing created.
+TEST_F(Lifecycle, ANpyFileThatClaimsMoreThanItHoldsIsRefusedBeforeAnyAllocation) {
+  auto write = [&](const std::string& shape) {
+    std::string path = dir_.path() + "/claims.npy";
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + ",), }";
+    header += std::string(64 - (10 + header.size() + 1) % 64, ' ') + "\n";
+    std::ofstream out(path, std::ios::binary);
+    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size()) << '\x00' << header;
+    out << std::string(16, '\0');
+    return path;
+  };
+  for (const char* shape : {"1073741824", "8589934592", "4611686018427387904"}) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto created = Tool("mcd-create", {"big", "--from", write(shape), "--device", "cpu"});
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << shape;
+    EXPECT_TRUE(created.exit_code == 74 || created.exit_code == 64) << shape << ": " << created.exit_code << " " << created.err;
+    EXPECT_TRUE(created.err.find("fewer than the") != std::string::npos ||
+                created.err.find("too_large") != std::string::npos)
+        << shape << ": " << created.err;
+  }
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_EQ(ShmCount(), 0u);
+}
+
+}  // namespace
+}  // namespace mcd

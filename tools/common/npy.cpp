@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <new>
 
 namespace mcd::tools {
 namespace {
@@ -96,7 +97,22 @@ Result<NpyArray> ReadNpy(const std::string& path) {
   }
   if (out.shape.empty()) out.shape.push_back(1);  // a 0-d array holds one element
   MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
-  out.data.resize(bytes);
+  // What the header claims is checked against the file before anything is allocated: a small
+  // file must not make this process (or the server) set aside gigabytes.
+  std::streamoff data_at = in.tellg();
+  in.seekg(0, std::ios::end);
+  std::streamoff file_size = in.tellg();
+  in.seekg(data_at);
+  uint64_t held = file_size > data_at ? static_cast<uint64_t>(file_size - data_at) : 0;
+  if (held < bytes) {
+    return Status(ErrorCode::kIoError, path + ": holds " + std::to_string(held) + " data bytes, fewer than the " +
+                                           std::to_string(bytes) + " its header promises");
+  }
+  try {
+    out.data.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfMemory, path + ": not enough memory to read its " + std::to_string(bytes) + " bytes");
+  }
   if (!in.read(out.data.data(), static_cast<std::streamsize>(bytes))) {
     return Status(ErrorCode::kIoError, path + ": holds fewer than the " + std::to_string(bytes) +
                                            " data bytes its header promises");
