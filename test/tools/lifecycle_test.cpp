@@ -1,7 +1,9 @@
 // Whole lifecycles through the real binaries, a real mcd-serve and a real redis-server, on host
 // memory (device cpu), so they run on machines without a GPU.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1318,6 +1320,35 @@ TEST_F(Lifecycle, ANpyFileThatClaimsMoreThanItHoldsIsRefusedBeforeAnyAllocation)
   }
   EXPECT_TRUE(TensorKeys().empty());
   EXPECT_EQ(ShmCount(), 0u);
+}
+
+}  // namespace
+}  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// A stale hash planted in Redis cannot make a starting server unlink a shared-memory object
+// that no server of its node made: the hash goes, the object stays.
+TEST_F(Lifecycle, AStaleHashCannotMakeTheServerUnlinkAnotherObject) {
+  std::string victim = "/victim-" + std::to_string(getpid());
+  int fd = shm_open(victim.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  ASSERT_TRUE(redis_.Connect()
+                  ->Command({"HSET", keys_.Tensor("planted"), "node", node_, "owner", "deadbeefdeadbeef", "ipc_kind",
+                             "host_shm", "ipc_handle", victim, "state", "ready", "refcount", "1"})
+                  .ok());
+  StartServer();
+  EXPECT_EQ(HashField("planted", "state"), "");  // a dead instance's hash: removed
+  EXPECT_NE(ServeLog().find("names the shared-memory object '" + victim + "', which no server of this node made"),
+            std::string::npos)
+      << ServeLog();
+  fd = shm_open(victim.c_str(), O_RDWR, 0);
+  EXPECT_GE(fd, 0) << "the server unlinked " << victim;
+  if (fd >= 0) close(fd);
+  shm_unlink(victim.c_str());
 }
 
 }  // namespace

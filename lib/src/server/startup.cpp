@@ -5,6 +5,7 @@
 
 #include "alloc/allocator.h"
 #include "common/log.h"
+#include "protocol/text.h"
 
 namespace mcd {
 
@@ -25,8 +26,18 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
           stale.emplace_back(key.str, std::move(f));
         }
         for (const auto& [key, f] : stale) {
-          if (ParseIpcKind(f.elements[2].str) == IpcKind::kHostShm)
-            UnlinkHostShm(f.elements[3].str);
+          // Only an object a server of this node made: the name comes from Redis, where
+          // anyone who can write could plant one naming another user's file.
+          const std::string& shm = f.elements[3].str;
+          if (ParseIpcKind(f.elements[2].str) == IpcKind::kHostShm) {
+            if (shm.rfind(shm_prefix, 0) == 0 && shm.find('/', 1) == std::string::npos) {
+              UnlinkHostShm(shm);
+            } else {
+              Log(LogLevel::kWarn, "stale tensor '" + opt.keys.NameFromTensorKey(key) +
+                                       "' names the shared-memory object '" + Printable(shm) +
+                                       "', which no server of this node made; left alone");
+            }
+          }
           MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());
           Log(LogLevel::kInfo, "removed stale tensor '" + opt.keys.NameFromTensorKey(key) +
                                    "' of dead instance " + f.elements[1].str);
