@@ -1353,3 +1353,38 @@ TEST_F(Lifecycle, AStaleHashCannotMakeTheServerUnlinkAnotherObject) {
 
 }  // namespace
 }  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// Host objects have names nobody can guess ahead: another user who makes the names a server
+// would use next does not make its creates fail.
+TEST_F(Lifecycle, HostObjectNamesCannotBeTakenAhead) {
+  ASSERT_EQ(Tool("mcd-create", {"first", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"}).exit_code, 0);
+  std::string handle = HashField("first", "ipc_handle");
+  ASSERT_GT(handle.size(), 20u);
+  std::string suffix = handle.substr(handle.size() - 17);
+  EXPECT_EQ(suffix[0], '-') << handle;
+  EXPECT_EQ(suffix.find_first_not_of("0123456789abcdef", 1), std::string::npos) << handle;
+  // What a user who read this name would make ahead: the next sequence numbers, bare and with
+  // the same suffix.
+  std::string base = handle.substr(0, handle.size() - 17);
+  base.erase(base.rfind('-') + 1);
+  std::vector<std::string> planted;
+  for (int seq = 2; seq < 12; ++seq) {
+    for (const std::string& name : {base + std::to_string(seq), base + std::to_string(seq) + suffix}) {
+      int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      ASSERT_GE(fd, 0) << name;
+      close(fd);
+      planted.push_back(name);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    auto created = Tool("mcd-create", {"next" + std::to_string(i), "--dtype", "u8", "--shape", "4", "--device", "cpu"});
+    EXPECT_EQ(created.exit_code, 0) << created.err;
+  }
+  for (const std::string& name : planted) shm_unlink(name.c_str());
+}
+
+}  // namespace
+}  // namespace mcd
