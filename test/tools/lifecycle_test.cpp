@@ -1388,3 +1388,28 @@ TEST_F(Lifecycle, HostObjectNamesCannotBeTakenAhead) {
 
 }  // namespace
 }  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// A password given in --redis-url is not left for other local users to read in the process's
+// command line while it runs.
+TEST(RedisPassword, IsHiddenFromTheCommandLineOnceParsed) {
+  test::RedisServer redis(test::RedisServerOptions{true, {"requirepass s3cret-pw"}});
+  std::string url = redis.url();  // redis://127.0.0.1:PORT
+  std::string with_password = "redis://:s3cret-pw@" + url.substr(std::string("redis://").size());
+  test::TempDir dir;
+  test::Background server({test::ToolPath("mcd-serve"), "--redis-url", with_password, "--devices", "cpu", "--node",
+                           "pw" + std::to_string(getpid())},
+                          {{"XDG_RUNTIME_DIR", dir.path()}}, dir.path() + "/serve.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir.path() + "/serve.log").find("serving node") != std::string::npos; },
+                            10000))
+      << test::ReadFile(dir.path() + "/serve.log");
+  std::string cmdline = test::ReadFile("/proc/" + std::to_string(server.pid()) + "/cmdline");
+  EXPECT_EQ(cmdline.find("s3cret-pw"), std::string::npos) << cmdline;
+  EXPECT_NE(cmdline.find("redis://:*********@"), std::string::npos) << cmdline;
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace mcd

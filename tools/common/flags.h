@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstring>
 
 #include "tool_common.h"
 
@@ -61,11 +62,28 @@ inline int64_t HolderPid(const HolderFlags& flags) {
   return flags.owner_pid != 0 ? flags.owner_pid : static_cast<int64_t>(getppid());
 }
 
+// Overwrites, in place, the password of every Redis URL among the arguments once they are
+// parsed, so that other local users do not read it in ps or /proc/PID/cmdline for as long as the
+// tool runs (MCD_REDIS_PASSWORD or REDISCLI_AUTH keep it out of the command line altogether).
+inline void HidePasswordsInArgv(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* arg = argv[i];
+    char* scheme = std::strstr(arg, "://");
+    if (scheme == nullptr) continue;
+    char* start = scheme + 3;
+    char* at = std::strchr(start, '@');
+    char* colon = std::strchr(start, ':');
+    if (at == nullptr || colon == nullptr || colon > at) continue;  // no user:password@
+    for (char* c = colon + 1; c < at; ++c) *c = '*';
+  }
+}
+
 // Parses argv; on --help/--version prints and returns 0, on a usage error prints the reason
 // and returns 64. Returns -1 when the tool should go on.
 inline int ParseArgs(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
+    HidePasswordsInArgv(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
