@@ -278,8 +278,10 @@ bool Server::Impl::Resettled() {
   if (!resettle_) return true;
   // A Redis that restarts answers LOADING until its data is back: nothing is served (socket
   // clients hear why) until the server has settled what the lost connection left open.
-  Status settled = redis_->connected() ? Prepare() : redis_->Reconnect();
-  if (settled.ok() && redis_->connected()) settled = resettler_->Settle();
+  // Prepare again on every try: a connection lost meanwhile is a new one, with another id.
+  Status settled = redis_->connected() ? Status::Ok() : redis_->Reconnect();
+  if (settled.ok()) settled = Prepare();
+  if (settled.ok()) settled = resettler_->Settle();
   if (settled.ok() && redis_->connected()) {
     resettle_ = false;
     resettle_waits_ = 0;
