@@ -11,10 +11,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "client/mapping_registry.h"
@@ -33,10 +33,30 @@ bool CommandsViaQueue() {
   return via_queue != nullptr && *via_queue != '\0' && std::strcmp(via_queue, "0") != 0;
 }
 
-class Client::Impl {
+namespace {
+
+// Pauses between tries within a timeout: 20 ms, doubling up to 200 ms. Wait() sleeps and says
+// whether there is time for another try.
+class Backoff {
  public:
   using Clock = std::chrono::steady_clock;
+  explicit Backoff(int timeout_ms) : deadline_(Clock::now() + std::chrono::milliseconds(timeout_ms)) {}
+  bool Wait() {
+    if (Clock::now() + std::chrono::milliseconds(pause_ms_) > deadline_) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
+    pause_ms_ = std::min(pause_ms_ * 2, 200);
+    return true;
+  }
 
+ private:
+  Clock::time_point deadline_;
+  int pause_ms_ = 20;
+};
+
+}  // namespace
+
+class Client::Impl {
+ public:
   explicit Impl(ClientOptions options) : opt_(std::move(options)) {
     if (CommandsViaQueue()) opt_.command_socket = false;
   }
@@ -46,20 +66,19 @@ class Client::Impl {
   Status Connect() {
     if (opt_.node.empty()) opt_.node = HostName();
     MCD_ASSIGN_OR_RETURN(holder_, ResolveHolder(opt_.holder_pid));
-    auto deadline = Clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
-    for (int pause_ms = 20;; pause_ms = std::min(pause_ms * 2, 200)) {
+    Backoff backoff(opt_.timeout_ms);
+    for (;;) {
       Status connected = ConnectOnce();
       bool passes = connected.code() == ErrorCode::kTryAgain ||
                     (connected.code() == ErrorCode::kUnavailable && (!redis_ || !redis_->connected()));
       if (connected.ok() || !passes) return connected;
-      if (Clock::now() + std::chrono::milliseconds(pause_ms) > deadline) {
+      if (!backoff.Wait()) {
         if (connected.code() == ErrorCode::kTryAgain) return connected;
         return Status(ErrorCode::kTryAgain,
                       "Redis did not answer within " + std::to_string(opt_.timeout_ms) +
                           " ms (not running, or restarting): try again once it is up (" +
                           connected.message() + ")");
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     }
   }
 
@@ -90,16 +109,17 @@ class Client::Impl {
   // Runs `op` again while Redis answers that it is loading, busy or failing over (kTryAgain:
   // it did not run), and, where `repeatable`, while the connection is lost or refused (Redis
   // restarting), until the timeout. A lost connection that does not come back in time is
-  // kTryAgain; one lost by an op that is not repeatable leaves its outcome unknown.
-  template <typename T>
-  Result<T> Retrying(const char* what, bool repeatable, const std::function<Result<T>()>& op) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
-    for (int pause_ms = 20;; pause_ms = std::min(pause_ms * 2, 200)) {
+  // kTryAgain; one lost by an op that is not repeatable leaves its outcome unknown. A template,
+  // not a std::function: it wraps every get and release.
+  template <typename Op>
+  auto Retrying(const char* what, bool repeatable, Op op) -> decltype(op()) {
+    Backoff backoff(opt_.timeout_ms);
+    for (;;) {
       // A connection lost before the op was sent is reconnected first (refused: still lost).
       Status failed = redis_->connected() ? Status::Ok() : redis_->Reconnect();
       bool sent = failed.ok();
       if (sent) {
-        Result<T> result = op();
+        auto result = op();
         if (result.ok()) return result;
         failed = result.status();
       }
@@ -111,14 +131,13 @@ class Client::Impl {
                           "repeating it (" + failed.message() + ")");
       }
       if (failed.code() != ErrorCode::kTryAgain && !lost) return failed;
-      if (Clock::now() + std::chrono::milliseconds(pause_ms) > deadline) {
+      if (!backoff.Wait()) {
         if (failed.code() == ErrorCode::kTryAgain) return failed;
         return Status(ErrorCode::kTryAgain,
                       "Redis at " + opt_.redis_url.Redacted() + " did not come back within " +
                           std::to_string(opt_.timeout_ms) + " ms (restarting?): try again (" +
                           failed.message() + ")");
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     }
   }
 
@@ -126,7 +145,7 @@ class Client::Impl {
   // Repeated after a lost connection: at worst this process then holds one more reference,
   // given back when it exits.
   Result<TensorRecord> DirectGet(const std::string& name) {
-    auto record = Retrying<TensorRecord>("get", true, [&] { return script_->Get(name); });
+    auto record = Retrying("get", true, [&] { return script_->Get(name); });
     if (record.ok()) Saw(name, record->refcount);
     return record;
   }
@@ -134,7 +153,7 @@ class Client::Impl {
   // create: the command through the server; the tensor is then one this client tracks (Saw).
   Result<TensorRecord> Create(Command cmd) {
     std::string name = cmd.name;
-    auto created = Retrying<TensorRecord>("create", false, [&] { return transport_->Request(cmd); });
+    auto created = Retrying("create", false, [&] { return transport_->Request(cmd); });
     if (created.ok() && seen_refcount_.size() < kSeenMax) seen_refcount_[name] = created->refcount;
     return created;
   }
@@ -147,7 +166,7 @@ class Client::Impl {
   Result<TensorRecord> Release(const std::string& name) {
     auto seen = seen_refcount_.find(name);
     bool last = seen != seen_refcount_.end() && seen->second <= 1;
-    Result<TensorRecord> released = Retrying<TensorRecord>("release", false, [&] {
+    Result<TensorRecord> released = Retrying("release", false, [&] {
       return last ? transport_->Request(DeleteCommand(name, holder_)) : script_->Release(name);
     });
     Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
@@ -174,7 +193,7 @@ class Client::Impl {
     std::string key = opt_.keys.Tensor(name);
     argv.push_back(key);
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
-    return Retrying<TensorRecord>("read", true, [&]() -> Result<TensorRecord> {
+    return Retrying("read", true, [&]() -> Result<TensorRecord> {
       MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->Command(argv));
       return RecordFromHmget(name, reply);
     });
@@ -182,7 +201,7 @@ class Client::Impl {
 
   Result<std::vector<TensorRecord>> List(const std::string& glob,
                                          std::vector<std::string>* unreadable, bool holders) {
-    return Retrying<std::vector<TensorRecord>>("listing", true, [&] {
+    return Retrying("listing", true, [&] {
       if (unreadable) unreadable->clear();
       return ListOnce(glob, unreadable, holders);
     });
@@ -235,8 +254,7 @@ class Client::Impl {
   }
 
   Result<std::vector<std::string>> ListNames(const std::string& glob) {
-    return Retrying<std::vector<std::string>>("listing", true,
-                                              [&] { return ListNamesOnce(glob); });
+    return Retrying("listing", true, [&] { return ListNamesOnce(glob); });
   }
 
   Result<std::vector<std::string>> ListNamesOnce(const std::string& glob) {
