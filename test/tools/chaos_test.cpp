@@ -200,9 +200,7 @@ class Chaos : public Lifecycle {
     size_t hashes = 0;
     for (const std::string& key : TensorKeys()) {
       ++hashes;
-      auto all = conn->Command({"HGETALL", key});
-      std::map<std::string, std::string> f;
-      for (size_t i = 0; i + 1 < all->elements.size(); i += 2) f[all->elements[i].str] = all->elements[i + 1].str;
+      std::map<std::string, std::string> f = FieldMap(conn->Command({"HGETALL", key}).value());
       EXPECT_EQ(f["state"], "ready") << key;
       EXPECT_EQ(f["owner"], instance) << key;
       // Every holder is gone: only the creator's reference, bound to nobody, can be left.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -138,6 +139,9 @@ class MCD_API RedisConnection {
 // (LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN), with what to do; kUnexpectedReply for
 // WRONGTYPE; kAuthFailed for NOAUTH and WRONGPASS; kRedisError for the rest.
 MCD_API Status RedisErrorStatus(std::string_view command, std::string_view reply);
+
+// The field/value pairs of an HGETALL reply as a map (empty for a missing hash).
+MCD_API std::map<std::string, std::string> FieldMap(const RedisValue& hgetall);
 
 MCD_API Result<long long> AsInteger(const RedisValue& value, std::string_view what);
 MCD_API Result<std::string> AsString(const RedisValue& value, std::string_view what);

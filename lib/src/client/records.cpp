@@ -1,6 +1,5 @@
 #include "client/records.h"
 
-#include <map>
 #include <optional>
 #include <vector>
 
@@ -23,10 +22,7 @@ Result<TensorRecord> RecordFromHmget(const std::string& name, RedisValue& reply)
 
 Result<TensorRecord> RecordFromHgetall(const std::string& name, const RedisValue& reply) {
   if (reply.elements.empty()) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
-  std::map<std::string, std::string> fields;
-  for (size_t i = 0; i + 1 < reply.elements.size(); i += 2)
-    fields[reply.elements[i].str] = reply.elements[i + 1].str;
-  return RecordFromHash(name, fields);
+  return RecordFromHash(name, FieldMap(reply));
 }
 
 Command DeleteCommand(const std::string& name, const std::optional<Holder>& holder) {

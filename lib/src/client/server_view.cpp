@@ -17,10 +17,7 @@ Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& a
   if (all.type == RedisValue::Type::kError) {
     return RedisErrorStatus("HGETALL " + opt_.keys.Server(opt_.node), all.str);
   }
-  std::map<std::string, std::string> fields;
-  for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
-    fields[all.elements[i].str] = all.elements[i + 1].str;
-  }
+  std::map<std::string, std::string> fields = FieldMap(all);
   if (fields.empty()) {
     return Status(ErrorCode::kUnavailable, "no mcd-serve is running for node '" + opt_.node +
                                                "' (no heartbeat at " + opt_.keys.Server(opt_.node) +

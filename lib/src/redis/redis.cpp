@@ -364,6 +364,13 @@ Status RedisConnection::Scan(std::string_view pattern, int count,
   return Status::Ok();
 }
 
+std::map<std::string, std::string> FieldMap(const RedisValue& hgetall) {
+  std::map<std::string, std::string> fields;
+  for (size_t i = 0; i + 1 < hgetall.elements.size(); i += 2)
+    fields[hgetall.elements[i].str] = hgetall.elements[i + 1].str;
+  return fields;
+}
+
 Result<long long> AsInteger(const RedisValue& value, std::string_view what) {
   if (value.type == RedisValue::Type::kInteger) return value.integer;
   if (value.type == RedisValue::Type::kString || value.type == RedisValue::Type::kStatus) {
