@@ -36,7 +36,7 @@ Status Heartbeat::Claim(RedisConnection& conn) {
       owned_ = true;
       return Status::Ok();
     }
-    const Holder& holder = **written;
+    const NodeHolder& holder = **written;
     if (holder.pid != getpid() && ProcessAlive(holder.pid, 0)) {
       return Status(ErrorCode::kAlreadyExists,
                     "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
@@ -50,7 +50,7 @@ Status Heartbeat::Claim(RedisConnection& conn) {
                     "' keeps changing hands: are other mcd-serve starting?");
 }
 
-Result<std::optional<Heartbeat::Holder>> Heartbeat::Write(RedisConnection& conn,
+Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& conn,
                                                           const std::string& replace) {
   std::vector<std::string> args = {"EVAL",
                                    kHeartbeatScript,
@@ -115,15 +115,15 @@ Result<std::optional<Heartbeat::Holder>> Heartbeat::Write(RedisConnection& conn,
   if (reply.type == RedisValue::Type::kError)
     return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
   if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
-  if (reply.elements[0].str == "ok") return std::optional<Holder>();
+  if (reply.elements[0].str == "ok") return std::optional<NodeHolder>();
   if (reply.elements[0].str != "held" || reply.elements.size() != 3) {
     return Status(ErrorCode::kUnexpectedReply,
                   "heartbeat script answered '" + reply.elements[0].str + "'");
   }
-  Holder holder;
+  NodeHolder holder;
   holder.instance = reply.elements[1].str;
   holder.pid = std::atoll(reply.elements[2].str.c_str());
-  return std::optional<Holder>(std::move(holder));
+  return std::optional<NodeHolder>(std::move(holder));
 }
 
 void Heartbeat::Start(std::function<void(RedisConnection&)> on_stop) {
@@ -152,7 +152,7 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         // This server was not heard from for longer than the TTL (stopped, or its machine
         // paused), and another one took the node over and removed this one's hashes as
         // stale: stop serving, and leave the keys alone, which are the other one's now.
-        const Holder& holder = **written;
+        const NodeHolder& holder = **written;
         lock.lock();
         node_lost_ =
             "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +

@@ -52,13 +52,13 @@ class Heartbeat {
   bool owned() const { return owned_; }
 
  private:
-  struct Holder {  // another instance that holds the node
+  struct NodeHolder {  // another instance that holds the node (not a reference holder)
     std::string instance;
     int64_t pid = 0;
   };
   // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
   // then nothing is written, and that instance is returned.
-  Result<std::optional<Holder>> Write(RedisConnection& conn, const std::string& replace = "");
+  Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");
   void Loop(const std::function<void(RedisConnection&)>& on_stop);
 
   const ServerOptions& opt_;
