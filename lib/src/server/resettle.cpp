@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "redis/lua_scripts.h"
+#include "server/startup.h"
 
 namespace mcd {
 
@@ -99,20 +100,11 @@ Status Resettle::Republish(const Entry& entry) {
 
 Status Resettle::RemovePhantoms() {
   std::vector<std::string> phantoms;
-  Status scanned = redis_.Scan(
-      opt_.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
-        for (const RedisValue& key : keys)
-          MCD_RETURN_IF_ERROR(redis_.Append({"HMGET", key.str, "node", "owner"}));
-        for (const RedisValue& key : keys) {
-          MCD_ASSIGN_OR_RETURN(RedisValue f, redis_.ReadReply());
-          if (f.elements.size() != 2 || f.elements[0].str != opt_.node ||
-              f.elements[1].str != instance_)
-            continue;
-          std::string name = opt_.keys.NameFromTensorKey(key.str);
-          if (table_.find(name) == table_.end()) phantoms.push_back(name);
-        }
-        return Status::Ok();
-      });
+  Status scanned = ScanNodeHashes(redis_, opt_, {}, [&](const std::string& key, RedisValue& f) {
+    std::string name = opt_.keys.NameFromTensorKey(key);
+    if (f.elements[0].str == instance_ && table_.find(name) == table_.end()) phantoms.push_back(name);
+    return Status::Ok();
+  });
   MCD_RETURN_IF_ERROR(scanned);
   for (const std::string& name : phantoms) {
     MCD_RETURN_IF_ERROR(

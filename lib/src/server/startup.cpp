@@ -9,40 +9,55 @@
 
 namespace mcd {
 
+Status ScanNodeHashes(RedisConnection& redis, const ServerOptions& opt,
+                      const std::vector<std::string>& fields,
+                      const std::function<Status(const std::string& key, RedisValue& values)>& on_hash) {
+  std::vector<std::string> command = {"HMGET", "", "node", "owner"};
+  command.insert(command.end(), fields.begin(), fields.end());
+  return redis.Scan(
+      opt.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
+        for (const RedisValue& key : keys) {
+          command[1] = key.str;
+          MCD_RETURN_IF_ERROR(redis.Append(std::vector<std::string_view>(command.begin(), command.end())));
+        }
+        // Every reply is read before any is handled: a handler may send commands of its own.
+        std::vector<RedisValue> replies;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          MCD_ASSIGN_OR_RETURN(RedisValue f, redis.ReadReply());
+          replies.push_back(std::move(f));
+        }
+        for (size_t i = 0; i < keys.size(); ++i) {
+          RedisValue& f = replies[i];
+          if (f.elements.size() != command.size() - 2 || f.elements[0].str != opt.node) continue;
+          f.elements.erase(f.elements.begin());  // "owner", then `fields`
+          MCD_RETURN_IF_ERROR(on_hash(keys[i].str, f));
+        }
+        return Status::Ok();
+      });
+}
+
 Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
                      const std::string& shm_prefix) {
   int removed = 0;
-  Status scanned = redis.Scan(
-      opt.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
-        for (const RedisValue& key : keys) {
-          MCD_RETURN_IF_ERROR(
-              redis.Append({"HMGET", key.str, "node", "owner", "ipc_kind", "ipc_handle"}));
-        }
-        std::vector<std::pair<std::string, RedisValue>> stale;
-        for (const RedisValue& key : keys) {
-          MCD_ASSIGN_OR_RETURN(RedisValue f, redis.ReadReply());
-          if (f.elements.size() != 4 || f.elements[0].str != opt.node) continue;
-          if (f.elements[1].str == instance) continue;
-          stale.emplace_back(key.str, std::move(f));
-        }
-        for (const auto& [key, f] : stale) {
-          // Only an object a server of this node made: the name comes from Redis, where
-          // anyone who can write could plant one naming another user's file.
-          const std::string& shm = f.elements[3].str;
-          if (ParseIpcKind(f.elements[2].str) == IpcKind::kHostShm) {
-            if (shm.rfind(shm_prefix, 0) == 0 && shm.find('/', 1) == std::string::npos) {
-              UnlinkHostShm(shm);
-            } else {
-              Log(LogLevel::kWarn, "stale tensor '" + opt.keys.NameFromTensorKey(key) +
-                                       "' names the shared-memory object '" + Printable(shm) +
-                                       "', which no server of this node made; left alone");
-            }
+  Status scanned = ScanNodeHashes(
+      redis, opt, {"ipc_kind", "ipc_handle"}, [&](const std::string& key, RedisValue& f) -> Status {
+        if (f.elements[0].str == instance) return Status::Ok();
+        // Only an object a server of this node made: the name comes from Redis, where anyone
+        // who can write could plant one naming another user's file.
+        const std::string& shm = f.elements[2].str;
+        if (ParseIpcKind(f.elements[1].str) == IpcKind::kHostShm) {
+          if (shm.rfind(shm_prefix, 0) == 0 && shm.find('/', 1) == std::string::npos) {
+            UnlinkHostShm(shm);
+          } else {
+            Log(LogLevel::kWarn, "stale tensor '" + opt.keys.NameFromTensorKey(key) +
+                                     "' names the shared-memory object '" + Printable(shm) +
+                                     "', which no server of this node made; left alone");
           }
-          MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());
-          Log(LogLevel::kInfo, "removed stale tensor '" + opt.keys.NameFromTensorKey(key) +
-                                   "' of dead instance " + f.elements[1].str);
-          ++removed;
         }
+        MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());
+        Log(LogLevel::kInfo, "removed stale tensor '" + opt.keys.NameFromTensorKey(key) +
+                                 "' of dead instance " + f.elements[0].str);
+        ++removed;
         return Status::Ok();
       });
   MCD_RETURN_IF_ERROR(scanned);

@@ -1,12 +1,20 @@
 // What a server does once at start, before it serves: clean up after dead instances of its node.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
 
 namespace mcd {
+
+// Every tensor hash of node `opt.node` (SCAN, with the fields read by pipelined HMGETs in
+// pages): `on_hash` gets its key and the values of "owner" then of `fields`, in that order.
+Status ScanNodeHashes(RedisConnection& redis, const ServerOptions& opt,
+                      const std::vector<std::string>& fields,
+                      const std::function<Status(const std::string& key, RedisValue& values)>& on_hash);
 
 // Removes the hashes of node `opt.node` owned by an instance other than `instance` (their
 // memory died with their process, or is unlinked here for host shm), then every shm object named
