@@ -173,7 +173,7 @@ TEST_F(PoolTest, AWarmedUpProcessImportsThePoolAndItsPrimerDuringItsFirstGet) {
   ExpectAWarmedUpFirstGetMapsItsTensor();
 
   // The primer is a live pointer of the pool: it imports here, a process other than the server.
-  auto fd = FetchFd(Heartbeat("pool_socket"), 0, 2000);
+  auto fd = FetchFd(Heartbeat("pool_socket"), 0, 2000, 0);
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   cudaMemPool_t pool = nullptr;
   ASSERT_EQ(ImportPoolHere(fd.value(), &pool), cudaSuccess);

@@ -3,6 +3,8 @@
 #include "ipc/command_socket.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,7 +24,7 @@ class CommandSocketTest : public ::testing::Test {
     path_ = dir_.path() + "/cmd.sock";
     PeerPolicy policy;
     policy.uid = geteuid();
-    auto socket = CommandSocket::Listen(path_, policy);
+    auto socket = CommandSocket::Listen(path_, policy, kBound, "REFUSED");
     ASSERT_TRUE(socket.ok()) << socket.status().ToString();
     socket_ = std::move(socket).value();
   }
@@ -44,6 +46,15 @@ class CommandSocketTest : public ::testing::Test {
     }
     return out;
   }
+  // Lets the socket accept and read for 50 ms; returns what came.
+  std::vector<CommandSocket::Incoming> Pump() {
+    std::vector<CommandSocket::Incoming> out;
+    for (int i = 0; i < 25; ++i) {
+      socket_->Collect(out, 4096);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return out;
+  }
   static std::string ReadLine(const UniqueFd& fd) {
     std::string line;
     char c = 0;
@@ -51,6 +62,7 @@ class CommandSocketTest : public ::testing::Test {
     return line;
   }
 
+  static constexpr size_t kBound = 4;
   test::TempDir dir_;
   std::string path_;
   std::unique_ptr<CommandSocket> socket_;
@@ -153,6 +165,80 @@ TEST_F(CommandSocketTest, TheSocketIsTheUsersAloneAndGoesWithTheServer) {
   }
   socket_.reset();
   EXPECT_NE(access(path_.c_str(), F_OK), 0) << "the socket file outlived the server";
+}
+
+// Idle connections cannot take the socket from others: past the bound a new one is told so at
+// once (its client then uses the queue), and one closing makes room again.
+TEST_F(CommandSocketTest, PastTheBoundANewConnectionIsRefusedAtOnceAndRoomComesBack) {
+  std::vector<UniqueFd> idle;
+  for (size_t i = 0; i < kBound; ++i) idle.push_back(Connect());
+  Pump();
+  ASSERT_EQ(socket_->connections(), kBound);
+  UniqueFd extra = Connect();
+  Pump();
+  EXPECT_EQ(ReadLine(extra), "REFUSED");
+  char c = 0;
+  EXPECT_EQ(recv(extra.get(), &c, 1, 0), 0) << "the refused connection stays open";
+  EXPECT_EQ(socket_->connections(), kBound);
+  idle.pop_back();  // one leaves...
+  Pump();
+  UniqueFd next = Connect();  // ...and the next is served
+  Write(next, "after\n");
+  auto lines = CollectLines(1);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].line, "after");
+}
+
+// Out of descriptors, a waiting connection is taken with the reserve descriptor and turned away,
+// not left pending (which kept the listening socket readable and the server spinning).
+TEST(CommandSocketLimits, OutOfDescriptorsAConnectionIsTurnedAwayNotLeftPending) {
+  test::TempDir dir;
+  std::string path = dir.path() + "/cmd.sock";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    PeerPolicy policy;
+    policy.uid = geteuid();
+    auto socket = CommandSocket::Listen(path, policy, 1000, "REFUSED");
+    if (!socket.ok()) _exit(2);
+    // Room for two more descriptors: the third connection meets EMFILE.
+    int top = dup(0);
+    close(top);
+    rlimit files{static_cast<rlim_t>(top + 2), static_cast<rlim_t>(top + 2)};
+    if (setrlimit(RLIMIT_NOFILE, &files) != 0) _exit(3);
+    if (write(ready[1], "r", 1) != 1) _exit(4);
+    std::vector<CommandSocket::Incoming> out;
+    for (int i = 0; i < 300; ++i) {
+      (*socket)->Collect(out, 4096);
+      usleep(2000);
+    }
+    _exit((*socket)->connections() <= 2 ? 0 : 5);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  std::vector<UniqueFd> conns;
+  int refused = 0;
+  for (int i = 0; i < 6; ++i) {
+    auto fd = ConnectUnix(path, 1000, "command socket");
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    conns.push_back(std::move(fd).value());
+  }
+  for (const UniqueFd& fd : conns) {
+    pollfd p{fd.get(), POLLIN, 0};
+    if (poll(&p, 1, 300) == 1) {
+      std::string line;
+      char c = 0;
+      while (recv(fd.get(), &c, 1, 0) == 1 && c != '\n') line.push_back(c);
+      EXPECT_EQ(line, "REFUSED");
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 4) << "connections past the descriptors were left pending";
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <vector>
 
@@ -39,7 +40,7 @@ class FdPassing : public ::testing::Test {
     if (pid == 0) {
       setgroups(0, nullptr);
       if (setgid(gid) != 0 || setuid(uid) != 0) _exit(100);
-      auto fd = FetchFd(path_, 3, 2000);
+      auto fd = FetchFd(path_, 3, 2000, getppid());  // the server runs in the parent
       _exit(fd.ok() ? 0 : static_cast<int>(fd.status().code()));
     }
     int status = 0;
@@ -60,13 +61,13 @@ TEST_F(FdPassing, AllowedPeerReceivesAWorkingDescriptor) {
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  auto fd = FetchFd(path_, 3, 2000);
+  auto fd = FetchFd(path_, 3, 2000, getpid());
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   EXPECT_NE(fd.value().get(), pipe_[0]);  // a new descriptor for the same pipe
   char buf[4] = {};
   ASSERT_EQ(read(fd.value().get(), buf, 4), 4);
   EXPECT_EQ(std::string(buf, 4), "pool");
-  EXPECT_EQ(FetchFd(path_, 5, 2000).status().code(), ErrorCode::kNoDevice);
+  EXPECT_EQ(FetchFd(path_, 5, 2000, getpid()).status().code(), ErrorCode::kNoDevice);
 }
 
 TEST_F(FdPassing, OtherUsersAreRefusedUnlessInTheGroup) {
@@ -95,8 +96,39 @@ TEST_F(FdPassing, OtherUsersAreRefusedUnlessInTheGroup) {
   EXPECT_EQ(FetchAs(nobody, allowed_gid + 1), static_cast<int>(ErrorCode::kPermissionDenied));
 }
 
+// Peers that connect and say nothing delay nobody: the socket serves its peers side by side
+// (it served one at a time, and 5 idle peers made a client time out).
+TEST_F(FdPassing, IdlePeersDoNotDelayOthers) {
+  PeerPolicy policy;
+  policy.uid = geteuid();
+  auto server = Start(policy);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 5; ++i) {
+    auto fd = ConnectUnix(path_, 2000, "pool socket");
+    ASSERT_TRUE(fd.ok());
+    idle.push_back(std::move(fd).value());
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto fd = FetchFd(path_, 3, 2000, getpid());
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+}
+
+// The client checks who serves the socket: a server process other than the one the heartbeat
+// names is refused before anything is asked of it.
+TEST_F(FdPassing, APeerThatIsNotTheNamedServerIsRefused) {
+  PeerPolicy policy;
+  policy.uid = geteuid();
+  auto server = Start(policy);
+  ASSERT_TRUE(server.ok());
+  auto fd = FetchFd(path_, 3, 2000, 1);
+  EXPECT_EQ(fd.status().code(), ErrorCode::kPermissionDenied);
+  EXPECT_NE(fd.status().message().find("not by the server process"), std::string::npos) << fd.status().message();
+}
+
 TEST_F(FdPassing, NobodyListening) {
-  EXPECT_EQ(FetchFd(path_, 0, 500).status().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(FetchFd(path_, 0, 500, getpid()).status().code(), ErrorCode::kUnavailable);
 }
 
 // A child process that holds a pipe with "pool" in it (twice), as a server holds its pool's

@@ -31,6 +31,8 @@ inline size_t Count(const std::string& text, const std::string& what) {
 
 class Lifecycle : public ::testing::Test {
  protected:
+  explicit Lifecycle(test::RedisServerOptions redis = {}) : redis_(std::move(redis)) {}
+
   void SetUp() override {
     node_ = "t" + std::to_string(getpid()) + "-" + std::to_string(counter_++);
     StartServer();

@@ -14,7 +14,9 @@ namespace mcd::tools {
 inline constexpr const char* kEnvironmentFooter =
     "Environment:\n"
     "  MCD_REDIS_URL       Redis URL when --redis-url is not given (then REDIS_URL)\n"
-    "  MCD_REDIS_PASSWORD  password when the URL has none (then REDISCLI_AUTH); never printed\n"
+    "  MCD_REDIS_PASSWORD  password when the URL has none (then MCD_REDIS_PASSWORD_FILE, a\n"
+    "                      file holding it, then REDISCLI_AUTH); never printed\n"
+    "  MCD_TRUSTED_USERS   users besides this one and root whose server this tool may use\n"
     "  Without either, the private Redis of `mcd-serve --spawn-redis` is used when it runs,\n"
     "  else redis://127.0.0.1:6379.\n"
     "Exit codes: 0 ok, 1 not found / already exists / not held, 64 usage, 69 unavailable\n"
@@ -64,8 +66,10 @@ inline int64_t HolderPid(const HolderFlags& flags) {
 
 // Overwrites, in place, the password of every Redis URL among the arguments once they are
 // parsed, so that other local users do not read it in ps or /proc/PID/cmdline for as long as the
-// tool runs (MCD_REDIS_PASSWORD or REDISCLI_AUTH keep it out of the command line altogether).
-inline void HidePasswordsInArgv(int argc, char** argv) {
+// tool runs (MCD_REDIS_PASSWORD, MCD_REDIS_PASSWORD_FILE or REDISCLI_AUTH keep it out of the
+// command line altogether). True when there was one.
+inline bool HidePasswordsInArgv(int argc, char** argv) {
+  bool hidden = false;
   for (int i = 1; i < argc; ++i) {
     char* arg = argv[i];
     char* scheme = std::strstr(arg, "://");
@@ -75,7 +79,15 @@ inline void HidePasswordsInArgv(int argc, char** argv) {
     char* colon = std::strchr(start, ':');
     if (at == nullptr || colon == nullptr || colon > at) continue;  // no user:password@
     for (char* c = colon + 1; c < at; ++c) *c = '*';
+    hidden = hidden || at > colon + 1;
   }
+  return hidden;
+}
+
+// The tool's name as its messages begin: argv[0] without its folder.
+inline std::string ToolName(const char* argv0) {
+  const char* slash = std::strrchr(argv0, '/');
+  return slash != nullptr ? slash + 1 : argv0;
 }
 
 // Parses argv; on --help/--version prints and returns 0, on a usage error prints the reason
@@ -83,7 +95,12 @@ inline void HidePasswordsInArgv(int argc, char** argv) {
 inline int ParseArgs(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
-    HidePasswordsInArgv(argc, argv);
+    if (HidePasswordsInArgv(argc, argv)) {
+      // As redis-cli warns of -a: the command line is public until the tool hides it.
+      std::cerr << ToolName(argv[0])
+                << ": warning: a password on the command line may be seen by other local users; "
+                   "use MCD_REDIS_PASSWORD or MCD_REDIS_PASSWORD_FILE instead\n";
+    }
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -91,7 +108,7 @@ inline int ParseArgs(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << app.get_name() << ": error: " << e.what() << "\n"
+    std::cerr << ToolName(argv[0]) << ": error: " << e.what() << "\n"
               << "Run with --help for more information.\n";
     return 64;
   }

@@ -102,11 +102,14 @@ inline constexpr int kReadyPerSize = 4;
 inline constexpr int64_t kReadyIdleMs = 2000;
 std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, uint64_t max_bytes);
 
-// Removes host shm objects whose names start with `name_prefix` (left by a dead instance).
-// Returns how many were removed.
+// Removes host shm objects of this user whose names start with `name_prefix` (left by a dead
+// instance). Returns how many were removed.
 int RemoveHostShmObjects(const std::string& name_prefix);
 // Unlinks one host shm object by name; missing objects are not an error.
 void UnlinkHostShm(const std::string& shm_name);
+// True when the host shm object `shm_name` exists and belongs to this process's user: the only
+// objects a server removes on the word of a hash, which anyone with Redis credentials can write.
+bool HostShmIsOwn(const std::string& shm_name);
 
 // The fixed-size CUDA export `T` held in a hash's raw `ipc_handle` bytes, or kUnexpectedReply
 // when the size is wrong (a hash written by something else).

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "alloc/allocator.h"
+#include "common/trust.h"
 #include "memcuda/unique_fd.h"
 
 namespace mcd {
@@ -95,6 +96,12 @@ std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix) {
 
 void UnlinkHostShm(const std::string& shm_name) { shm_unlink(shm_name.c_str()); }
 
+bool HostShmIsOwn(const std::string& shm_name) {
+  struct stat st {};
+  return lstat(("/dev/shm" + shm_name).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         st.st_uid == geteuid();
+}
+
 int RemoveHostShmObjects(const std::string& name_prefix) {
   // Linux keeps POSIX shm objects as files in /dev/shm, named without the leading '/'.
   std::string file_prefix = name_prefix.substr(name_prefix.rfind('/') + 1);
@@ -103,7 +110,8 @@ int RemoveHostShmObjects(const std::string& name_prefix) {
   int removed = 0;
   while (dirent* entry = readdir(dir)) {
     std::string file = entry->d_name;
-    if (file.rfind(file_prefix, 0) == 0 && shm_unlink(("/" + file).c_str()) == 0) ++removed;
+    if (file.rfind(file_prefix, 0) != 0 || !HostShmIsOwn("/" + file)) continue;
+    if (shm_unlink(("/" + file).c_str()) == 0) ++removed;
   }
   closedir(dir);
   return removed;
@@ -115,6 +123,9 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
     return Status(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
                   Errno("shm_open(" + name + ")", errno));
   }
+  // A hash names the object, and anyone with Redis credentials can write a hash: what this
+  // process then writes must not land in another user's object.
+  MCD_RETURN_IF_ERROR(CheckOwner(fd.get(), "shared-memory object " + name));
   struct stat st {};
   if (fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < offset + bytes) {
     return Status(ErrorCode::kUnexpectedReply, "shared-memory object " + name +

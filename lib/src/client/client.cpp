@@ -229,11 +229,18 @@ class Client::Impl {
     constexpr size_t kWindow = 1000;
     std::vector<TensorRecord> out;
     out.reserve(names.size());
+    Status refused = Status::Ok();
     size_t sent = 0;
     for (size_t read = 0; read < names.size(); ++read) {
       while (sent < names.size() && sent < read + 2 * kWindow)
         MCD_RETURN_IF_ERROR(append(names[sent++]));
       MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->ReadReply());
+      if (reply.type == RedisValue::Type::kError && refused.ok()) {
+        // Not this key's fault but this user's: the whole listing fails (once every reply
+        // sent is read), rather than show a partial one.
+        Status status = RedisErrorStatus(holders ? "HGETALL" : "HMGET", reply.str);
+        if (status.code() == ErrorCode::kPermissionDenied) refused = status;
+      }
       if (reply.type != RedisValue::Type::kArray) {
         bool wrong_type =
             reply.type == RedisValue::Type::kError && reply.str.rfind("WRONGTYPE", 0) == 0;
@@ -250,6 +257,7 @@ class Client::Impl {
         unreadable->push_back(names[read] + ": " + record.status().message());
       }
     }
+    if (!refused.ok()) return refused;
     return out;
   }
 

@@ -159,7 +159,7 @@ Result<cudaMemPool_t> MappingRegistry::ImportPoolOf(DeviceContext& ctx, const st
     }
   }
   if (!imported) {
-    MCD_ASSIGN_OR_RETURN(UniqueFd fd, FetchFd(source.socket, device, 5000));
+    MCD_ASSIGN_OR_RETURN(UniqueFd fd, FetchFd(source.socket, device, 5000, source.server_pid));
     MCD_ASSIGN_OR_RETURN(imported, ImportPool(ctx, std::move(fd)));
   }
   cudaMemPool_t pool = *imported;

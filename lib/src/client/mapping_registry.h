@@ -29,6 +29,7 @@ struct PoolSource {
   std::string socket;                           // pool_socket
   std::shared_ptr<const PinnedProcess> server;  // pid, pid_ino, pid_start; null: the socket only
   int fd = -1;                                  // the device's item of pool_fd
+  int64_t server_pid = 0;                       // the heartbeat's pid: the socket's peer
 };
 
 // Process-wide: one worker per device for this process's CUDA calls, and the mappings it has

@@ -20,7 +20,7 @@ ReferenceScript::ReferenceScript(RedisConnection& redis, const ClientOptions& op
       holder_(holder),
       holder_id_(holder ? HolderId(holder->pid, holder->start) : ""),
       holders_key_(opt.keys.Holders(opt.node)),
-      held_key_(holder ? opt.keys.Held(opt.node, holder_id_) : "-") {}
+      held_key_(holder ? opt.keys.Held(opt.node, holder_id_) : opt.keys.Unused()) {}
 
 Status ReferenceScript::Load() {
   MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefScript}));

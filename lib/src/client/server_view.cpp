@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "common/trust.h"
 #include "ipc/fd_passing.h"
 #include "memcuda/protocol.h"
 
@@ -46,8 +47,12 @@ void ServerView::Adopt(std::map<std::string, std::string> info) {
     ProcessIdentity who{std::strtoull(hb["pid_ino"].c_str(), nullptr, 10),
                         std::strtoull(hb["pid_start"].c_str(), nullptr, 10)};
     // Not pinned (another PID namespace, a kernel before 5.3): the pool socket serves.
-    auto pinned = PinnedProcess::Open(std::strtoll(hb["pid"].c_str(), nullptr, 10), who);
-    if (pinned.ok()) server_pin_ = std::move(pinned).value();
+    int64_t pid = std::strtoll(hb["pid"].c_str(), nullptr, 10);
+    auto pinned = PinnedProcess::Open(pid, who);
+    // Pinned, the process is the one named; its descriptors are used only if it is a trusted
+    // user's (root could copy them from anyone's). Otherwise the pool socket, which checks.
+    if (pinned.ok() && CheckProcessOwner(pid, "the node's server").ok())
+      server_pin_ = std::move(pinned).value();
   }
   // Read again after the first Get (a refresh, or a Get on the worker thread meeting a new
   // server instance): the prefetch is done, only the pin is of use.
@@ -96,6 +101,7 @@ PoolSource ServerView::PoolSourceFrom(int device) {
   PoolSource source;
   source.socket = info_["pool_socket"];
   source.server = server_pin_;
+  source.server_pid = std::strtoll(info_["pid"].c_str(), nullptr, 10);
   for (const auto& [d, fd] : DeviceItems(info_["pool_fd"])) {
     if (d == device) source.fd = std::atoi(fd.c_str());
   }

@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/process.h"
+#include "common/trust.h"
 #include "common/spin.h"
 #include "ipc/unix_socket.h"
 #include "protocol/json_codec.h"
@@ -29,7 +31,8 @@ std::string FormatSeconds(int ms) {
 
 Transport::Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server)
     : redis_(redis), opt_(opt), server_(server) {
-  req_base_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-" + RandomHex(4);
+  // 128 random bits: a reply key nobody can write ahead of the request (memcuda(7), TRUST).
+  req_base_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-" + RandomHex(16);
   for (char& c : req_base_) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
   }
@@ -49,7 +52,8 @@ Transport::Outgoing Transport::Prepare(Command cmd) {
 
 Result<TensorRecord> Transport::Request(Command cmd) {
   Outgoing out = Prepare(std::move(cmd));
-  if (SocketReady()) {
+  MCD_ASSIGN_OR_RETURN(bool socket, SocketReady());
+  if (socket) {
     auto sent = SocketRequest(out);
     if (sent.has_value()) return std::move(*sent);
     // Not delivered (the server went away since): the queue, where a server that took the
@@ -58,7 +62,7 @@ Result<TensorRecord> Transport::Request(Command cmd) {
   return QueueRequest(out);
 }
 
-bool Transport::SocketReady() {
+Result<bool> Transport::SocketReady() {
   if (cmd_fd_) return true;
   if (!opt_.command_socket || !server_.known()) return false;
   std::string path = server_.field("command_socket");
@@ -68,6 +72,10 @@ bool Transport::SocketReady() {
     socket_refused_ = path;  // not this one again: the queue serves this process
     return false;
   }
+  // A command carries what it creates or frees, and its reply names the memory this process
+  // then writes: only the heartbeat's own server, of a trusted user, gets it.
+  int64_t pid = std::strtoll(server_.field("pid").c_str(), nullptr, 10);
+  MCD_RETURN_IF_ERROR(CheckServerPeer(fd->get(), pid, "the command socket " + path));
   cmd_fd_ = std::move(fd).value();
   return true;
 }
@@ -102,6 +110,13 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
     if (newline != std::string::npos) {
       std::string reply = socket_buf_.substr(0, newline);
       socket_buf_.erase(0, newline + 1);
+      // Every answer to a command names its req. One that does not is the server's refusal of
+      // a command it did not apply (at its limit of connections, or cut off from Redis): the
+      // queue takes it instead.
+      if (reply.find("\"req\":\"" + out.cmd.req + "\"") == std::string::npos) {
+        CloseSocket();
+        return std::nullopt;
+      }
       return RecordFromReply(reply);
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -41,8 +41,9 @@ class Transport {
   Result<TensorRecord> ServerReply(const Outgoing& out, Result<RedisValue> popped);
 
  private:
-  // True when a connection to the server's command socket is open, or could be opened now.
-  bool SocketReady();
+  // True when a connection to the server's command socket is open, or could be opened now;
+  // kPermissionDenied when the socket is not served by the heartbeat's server of a trusted user.
+  Result<bool> SocketReady();
   void CloseSocket();
   // One command on the socket. nullopt when it could not be sent (the server closed the
   // connection before): then nothing reached it.

@@ -11,8 +11,12 @@
 
 namespace mcd {
 
-Result<std::unique_ptr<CommandSocket>> CommandSocket::Listen(const std::string& path, PeerPolicy policy) {
+Result<std::unique_ptr<CommandSocket>> CommandSocket::Listen(const std::string& path, PeerPolicy policy,
+                                                             size_t max_connections, std::string refusal) {
   std::unique_ptr<CommandSocket> socket(new CommandSocket());
+  socket->max_connections_ = max_connections;
+  socket->refusal_ = std::move(refusal) + "\n";
+  socket->reserve_fd_.reset(open("/dev/null", O_RDONLY | O_CLOEXEC));
   MCD_ASSIGN_OR_RETURN(socket->listen_fd_, ListenUnix(path, policy, 256));
   fcntl(socket->listen_fd_.get(), F_SETFL, fcntl(socket->listen_fd_.get(), F_GETFL) | O_NONBLOCK);  // Accept never waits
   socket->path_ = path;
@@ -37,13 +41,43 @@ void CommandSocket::AddPollFds(std::vector<pollfd>& fds, std::vector<uint64_t>* 
 void CommandSocket::Accept() {
   for (;;) {
     UniqueFd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd && (errno == EMFILE || errno == ENFILE) && reserve_fd_) {
+      // Out of descriptors, the pending connection would keep the listening socket readable
+      // and the serving loop spinning: the reserve makes room to take it and turn it away.
+      reserve_fd_.reset();
+      // (accept4 takes a descriptor before it looks for a connection: EMFILE says nothing of
+      // whether one waits. This second try does.)
+      fd.reset(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      bool waited = static_cast<bool>(fd);
+      if (waited) Refuse(std::move(fd), "out of file descriptors");
+      reserve_fd_.reset(open("/dev/null", O_RDONLY | O_CLOEXEC));
+      if (waited) continue;
+      return;
+    }
     if (!fd) return;  // EAGAIN: none left (or a transient failure: the client sees a refusal)
     std::string who;
     if (!PeerAllowed(fd.get(), policy_, who)) {
       Log(LogLevel::kWarn, "command socket: refused " + who + " (not the server's user or group)");
       continue;
     }
+    if (conns_.size() >= max_connections_) {
+      Refuse(std::move(fd), std::to_string(max_connections_) + " connections open, the limit");
+      continue;
+    }
+    if (refused_ > 0) {
+      Log(LogLevel::kInfo, "command socket: serving new connections again after refusing " +
+                               std::to_string(refused_));
+      refused_ = 0;
+    }
     conns_[next_id_++] = Conn{std::move(fd), {}};
+  }
+}
+
+void CommandSocket::Refuse(UniqueFd fd, const std::string& why) {
+  (void)send(fd.get(), refusal_.data(), refusal_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (refused_++ == 0) {
+    Log(LogLevel::kWarn, "command socket: turning new connections away (" + why +
+                             "); their clients use the queue");
   }
 }
 

@@ -28,7 +28,11 @@ class CommandSocket {
     bool overlong = false;  // the line ran past the limit: `line` holds its start only
   };
 
-  static Result<std::unique_ptr<CommandSocket>> Listen(const std::string& path, PeerPolicy policy);
+  // At most `max_connections` are served at once; one more is sent `refusal` (a reply line
+  // with no req, which a client takes as "use the queue") and closed. So are connections that
+  // come when the process is out of descriptors, so that they are not left pending.
+  static Result<std::unique_ptr<CommandSocket>> Listen(const std::string& path, PeerPolicy policy,
+                                                       size_t max_connections, std::string refusal);
   ~CommandSocket();  // closes every connection and removes the socket
   CommandSocket(const CommandSocket&) = delete;
   CommandSocket& operator=(const CommandSocket&) = delete;
@@ -52,6 +56,8 @@ class CommandSocket {
  private:
   CommandSocket() = default;
   void Accept();
+  // Sends the refusal to `fd` and logs it, once per burst.
+  void Refuse(UniqueFd fd, const std::string& why);
 
   struct Conn {
     UniqueFd fd;
@@ -61,6 +67,10 @@ class CommandSocket {
   std::string path_;
   PeerPolicy policy_;
   UniqueFd listen_fd_;
+  UniqueFd reserve_fd_;  // given up for a moment to accept and refuse when out of descriptors
+  size_t max_connections_ = 0;
+  std::string refusal_;
+  uint64_t refused_ = 0;  // connections refused since the last one served
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Conn> conns_;
 };

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/process.h"
+#include "common/trust.h"
 
 namespace mcd {
 namespace {
@@ -33,6 +34,8 @@ Result<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, PeerP
   server->policy_ = policy;
   server->fd_for_ = std::move(fd_for);
   MCD_ASSIGN_OR_RETURN(server->listen_fd_, ListenUnix(path, policy, 64));
+  int flags = fcntl(server->listen_fd_.get(), F_GETFL);
+  fcntl(server->listen_fd_.get(), F_SETFL, flags | O_NONBLOCK);  // the accept loop never waits
   int wake[2];
   if (pipe2(wake, O_CLOEXEC) != 0) return Errno(ErrorCode::kIoError, "pipe");
   server->wake_read_.reset(wake[0]);
@@ -51,25 +54,48 @@ FdServer::~FdServer() {
 }
 
 void FdServer::Loop() {
+  // Peers are served side by side: a connection waits in `waiting` for its 4-byte request, so a
+  // peer that connects and says nothing delays nobody, and is dropped after kRequestWaitMs.
+  struct Waiting {
+    UniqueFd fd;
+    int64_t since_ms;
+  };
+  std::vector<Waiting> waiting;
+  std::vector<pollfd> fds;
   for (;;) {
-    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    fds.assign({{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}});
+    for (const Waiting& w : waiting) fds.push_back(pollfd{w.fd.get(), POLLIN, 0});
+    int timeout = waiting.empty() ? -1 : 100;
+    if (poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       return;
     }
     if (fds[1].revents != 0) return;
+    int64_t now = SteadyMs();
+    std::vector<Waiting> still;
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (fds[i + 2].revents != 0) {
+        Serve(waiting[i].fd.get());
+      } else if (now - waiting[i].since_ms < kRequestWaitMs) {
+        still.push_back(std::move(waiting[i]));
+      }
+    }
+    waiting = std::move(still);
     if ((fds[0].revents & POLLIN) == 0) continue;
-    UniqueFd conn(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!conn) continue;
-    timeval tv{2, 0};  // a silent peer cannot hold the thread
-    setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(conn.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    Serve(conn.get());
+    for (;;) {
+      UniqueFd conn(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!conn) break;
+      // Past the bound, a peer is turned away at once (it sees the connection closed) rather
+      // than let idle connections use up the server's descriptors.
+      if (waiting.size() >= kMaxWaiting) continue;
+      waiting.push_back(Waiting{std::move(conn), now});
+    }
   }
 }
 
 void FdServer::Serve(int conn) {
   int32_t device = 0;
+  // Four bytes, sent in one write by FetchFd: here when poll said the socket is readable.
   if (recv(conn, &device, sizeof(device), MSG_WAITALL) != static_cast<ssize_t>(sizeof(device))) return;
   std::string who;
   int32_t code = 0;
@@ -94,11 +120,12 @@ void FdServer::Serve(int conn) {
     cmsg->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
   }
-  (void)sendmsg(conn, &msg, MSG_NOSIGNAL);
+  (void)sendmsg(conn, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms) {
+Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms, int64_t server_pid) {
   MCD_ASSIGN_OR_RETURN(UniqueFd conn, ConnectUnix(path, timeout_ms, "pool socket"));
+  MCD_RETURN_IF_ERROR(CheckServerPeer(conn.get(), server_pid, "the pool socket " + path));
   int32_t request = device;
   if (send(conn.get(), &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
     return Errno(ErrorCode::kIoError, "send to pool socket");

@@ -18,12 +18,15 @@
 
 namespace mcd {
 
-// Serves `fd_for(device)` (a descriptor it keeps owning; sent as a duplicate) to allowed peers.
-// One request per connection: the client sends an int32 device, the server answers an int32
-// error code and, when it is 0, the descriptor.
+// Serves `fd_for(device)` (a descriptor it keeps owning; sent as a duplicate) to allowed peers,
+// on a thread of its own. One request per connection: the client sends an int32 device, the
+// server answers an int32 error code and, when it is 0, the descriptor. Up to kMaxWaiting
+// connections wait for their request at once, each at most kRequestWaitMs.
 class FdServer {
  public:
   using FdFor = std::function<int(int device)>;  // -1 when the device has no pool
+  static constexpr size_t kMaxWaiting = 128;
+  static constexpr int64_t kRequestWaitMs = 2000;
   static Result<std::unique_ptr<FdServer>> Start(const std::string& path, PeerPolicy policy,
                                                  FdFor fd_for);
   ~FdServer();  // stops the thread and removes the socket
@@ -44,9 +47,10 @@ class FdServer {
   std::thread thread_;
 };
 
-// Fetches the descriptor for `device` from the FdServer at `path`.
-// kPermissionDenied when the server refuses this process, kUnavailable when nobody listens.
-Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms);
+// Fetches the descriptor for `device` from the FdServer at `path`, once the socket's peer is
+// found to be process `server_pid` of a trusted user (CheckServerPeer). kPermissionDenied when
+// the server refuses this process or is not trusted, kUnavailable when nobody listens.
+Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms, int64_t server_pid);
 
 // A process pinned by a pidfd and checked once to be the one `who` names, so that copying its
 // descriptors (pidfd_getfd) later costs that one system call: a client pins its server when it

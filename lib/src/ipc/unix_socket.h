@@ -11,8 +11,8 @@
 
 namespace mcd {
 
-// Who may use a socket of the server: processes of the same user, plus members of `group` when
-// set.
+// Who may use a socket of the server: processes of the same user and root, plus members of
+// `group` when set.
 struct PeerPolicy {
   uid_t uid = 0;
   gid_t group = static_cast<gid_t>(-1);  // -1: no group

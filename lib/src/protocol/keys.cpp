@@ -37,4 +37,6 @@ std::string KeySpace::Held(std::string_view node, std::string_view holder) const
   return prefix + ":held:" + std::string(node) + ":" + std::string(holder);
 }
 
+std::string KeySpace::Unused() const { return prefix + ":-"; }
+
 }  // namespace mcd

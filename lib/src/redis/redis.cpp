@@ -341,6 +341,13 @@ Status RedisErrorStatus(std::string_view command, std::string_view reply) {
   };
   if (starts("WRONGTYPE")) return Status(ErrorCode::kUnexpectedReply, text);
   if (starts("NOAUTH") || starts("WRONGPASS")) return Status(ErrorCode::kAuthFailed, text);
+  // Also inside a script's error ("ERR ... NOPERM ..."), as Redis words it for a key a
+  // script touches.
+  if (starts("NOPERM") || reply.find("NOPERM") != std::string_view::npos) {
+    return Status(ErrorCode::kPermissionDenied,
+                  text + " (this Redis user's ACL does not cover these keys or commands: check "
+                         "its key patterns against --prefix and --queue)");
+  }
   for (std::string_view passing : {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"}) {
     if (starts(passing)) {
       return Status(ErrorCode::kTryAgain,

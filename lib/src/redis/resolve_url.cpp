@@ -1,11 +1,29 @@
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 
 #include "common/runtime_dir.h"
 #include "memcuda/redis.h"
 
 namespace mcd {
+namespace {
+
+// The first line of `path` (a file such as a systemd credential or a Docker secret).
+Result<std::string> PasswordFromFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "MCD_REDIS_PASSWORD_FILE: cannot read " + path + ": " + std::strerror(errno));
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
+}
+
+}  // namespace
 
 Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
   std::string text = flag_value;
@@ -24,14 +42,15 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
     text = present ? "unix://" + socket : "redis://127.0.0.1:6379";
   }
   MCD_ASSIGN_OR_RETURN(RedisUrl url, RedisUrl::Parse(text));
-  if (url.password.empty()) {
-    for (const char* var : {"MCD_REDIS_PASSWORD", "REDISCLI_AUTH"}) {
-      const char* value = std::getenv(var);
-      if (value != nullptr && value[0] != '\0') {
-        url.password = value;
-        break;
-      }
-    }
+  if (!url.password.empty()) return url;
+  const char* value = std::getenv("MCD_REDIS_PASSWORD");
+  const char* file = std::getenv("MCD_REDIS_PASSWORD_FILE");
+  if (value != nullptr && value[0] != '\0') {
+    url.password = value;
+  } else if (file != nullptr && file[0] != '\0') {
+    MCD_ASSIGN_OR_RETURN(url.password, PasswordFromFile(file));
+  } else if ((value = std::getenv("REDISCLI_AUTH")) != nullptr) {
+    url.password = value;
   }
   return url;
 }

@@ -37,7 +37,12 @@ Status Heartbeat::Claim(RedisConnection& conn) {
       return Status::Ok();
     }
     const NodeHolder& holder = **written;
-    if (holder.pid != getpid() && ProcessAlive(holder.pid, 0)) {
+    std::string stale = holder.pid == getpid() ? "" : Stale(holder);
+    if (!stale.empty()) {
+      Log(LogLevel::kWarn, "the heartbeat of node '" + opt_.node + "' (instance " +
+                               holder.instance + ") " + stale + ": taking the node over");
+    }
+    if (holder.pid != getpid() && stale.empty()) {
       return Status(ErrorCode::kAlreadyExists,
                     "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
                         holder.instance + ") already serves node '" + opt_.node + "' on " +
@@ -116,14 +121,27 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
     return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
   if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
   if (reply.elements[0].str == "ok") return std::optional<NodeHolder>();
-  if (reply.elements[0].str != "held" || reply.elements.size() != 3) {
+  if (reply.elements[0].str != "held" || reply.elements.size() != 5) {
     return Status(ErrorCode::kUnexpectedReply,
                   "heartbeat script answered '" + reply.elements[0].str + "'");
   }
   NodeHolder holder;
   holder.instance = reply.elements[1].str;
   holder.pid = std::atoll(reply.elements[2].str.c_str());
+  holder.pid_start = std::strtoull(reply.elements[3].str.c_str(), nullptr, 10);
+  holder.expires = reply.elements[4].integer != -1;
   return std::optional<NodeHolder>(std::move(holder));
+}
+
+std::string Heartbeat::Stale(const NodeHolder& holder) {
+  if (!holder.expires) return "has no expiry, which a server's heartbeat always has";
+  if (holder.pid <= 0) return "names no process";
+  if (!ProcessAlive(holder.pid, holder.pid_start)) {
+    return "names pid " + std::to_string(holder.pid) +
+           (holder.pid_start != 0 ? " started at " + std::to_string(holder.pid_start) : "") +
+           ", which is not running";
+  }
+  return "";
 }
 
 void Heartbeat::Start(std::function<void(RedisConnection&)> on_stop) {

@@ -55,7 +55,12 @@ class Heartbeat {
   struct NodeHolder {  // another instance that holds the node (not a reference holder)
     std::string instance;
     int64_t pid = 0;
+    uint64_t pid_start = 0;  // 0: not given
+    bool expires = true;     // false: its hash has no TTL, which every server's write sets
   };
+  // Why `holder` cannot be a live server ("" when it may be): a heartbeat anyone may have
+  // written to Redis must not keep the node from being served.
+  static std::string Stale(const NodeHolder& holder);
   // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
   // then nothing is written, and that instance is returned.
   Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");

@@ -1,6 +1,7 @@
 #include "server/intake.h"
 
 #include <poll.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +19,23 @@ Intake::Intake(RedisConnection& redis, const ServerOptions& opt)
     : redis_(redis), opt_(opt), processing_key_(opt.keys.Processing(opt.node)) {}
 
 Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy) {
-  MCD_ASSIGN_OR_RETURN(socket_, CommandSocket::Listen(path, policy));
+  // As Redis does for its clients: the soft limit on descriptors raised to the hard one, and a
+  // quarter of it for command-socket connections (the rest: Redis, CUDA, shared memory, the
+  // pool socket). Clients past the bound are told to use the queue.
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  if (files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, 1 << 20);
+    setrlimit(RLIMIT_NOFILE, &files);
+    getrlimit(RLIMIT_NOFILE, &files);
+  }
+  size_t bound = std::clamp<size_t>(static_cast<size_t>(files.rlim_cur / 4), 4, kMaxSocketConnections);
+  Status refused(ErrorCode::kUnavailable,
+                 "the server's command socket is at its limit of " + std::to_string(bound) +
+                     " connections; send through the queue");
+  MCD_ASSIGN_OR_RETURN(socket_, CommandSocket::Listen(path, policy, bound,
+                                                      ErrorReplyJson("", nullptr, refused)));
+  Log(LogLevel::kDebug, "command socket: at most " + std::to_string(bound) + " connections");
   return Status::Ok();
 }
 

@@ -24,7 +24,9 @@ class Intake {
   using Incoming = CommandSocket::Incoming;  // conn 0: from the lifecycle list
 
   Intake(RedisConnection& redis, const ServerOptions& opt);
-  // Listens on the command socket at `path` for `policy`'s peers.
+  static constexpr size_t kMaxSocketConnections = 1024;
+  // Listens on the command socket at `path` for `policy`'s peers, at most a quarter of the
+  // descriptor limit (raised to its hard limit first) or kMaxSocketConnections at once.
   Status ListenOnSocket(const std::string& path, const PeerPolicy& policy);
   // "" without a command socket.
   std::string socket_path() const { return socket_ ? socket_->path() : std::string(); }

@@ -14,10 +14,11 @@ std::string RedisWords(const Status& status);
 // A refusal that may pass: Redis busy with another script, loading, failing over, without the
 // scripts for a moment, or an ACL being changed.
 bool MayPass(const std::string& words);
-// Redis answered a command of the server's with an error (it did not run): kRedisError, or
-// kTryAgain for the states that pass.
+// Redis answered a command of the server's with an error (it did not run): kRedisError,
+// kTryAgain for the states that pass, kPermissionDenied for its ACL (NOPERM).
 inline bool RefusedByRedis(const Status& status) {
-  return status.code() == ErrorCode::kRedisError || status.code() == ErrorCode::kTryAgain;
+  return status.code() == ErrorCode::kRedisError || status.code() == ErrorCode::kTryAgain ||
+         status.code() == ErrorCode::kPermissionDenied;
 }
 
 }  // namespace mcd

@@ -1,5 +1,7 @@
 #include "server/startup.h"
 
+#include <unistd.h>
+
 #include <utility>
 #include <vector>
 
@@ -46,12 +48,14 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
         // who can write could plant one naming another user's file.
         const std::string& shm = f.elements[2].str;
         if (ParseIpcKind(f.elements[1].str) == IpcKind::kHostShm) {
-          if (shm.rfind(shm_prefix, 0) == 0 && shm.find('/', 1) == std::string::npos) {
+          bool ours = shm.rfind(shm_prefix, 0) == 0 && shm.find('/', 1) == std::string::npos;
+          if (ours && HostShmIsOwn(shm)) {
             UnlinkHostShm(shm);
-          } else {
+          } else if (!ours || access(("/dev/shm" + shm).c_str(), F_OK) == 0) {
             Log(LogLevel::kWarn, "stale tensor '" + opt.keys.NameFromTensorKey(key) +
                                      "' names the shared-memory object '" + Printable(shm) +
-                                     "', which no server of this node made; left alone");
+                                     "', which no server of this node made (" +
+                                     (ours ? "another user's" : "not its naming") + "); left alone");
           }
         }
         MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());

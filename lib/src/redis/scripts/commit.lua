@@ -2,7 +2,7 @@
 -- list, all at once, so no reader sees half a change and no command is applied twice.
 --
 -- KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key,
--- KEYS[5] the node's set of holders, KEYS[6] the holder's set of tensors (holders.lua; "-" for
+-- KEYS[5] the node's set of holders, KEYS[6] the holder's set of tensors (holders.lua; <prefix>:- for
 -- actions without a holder)
 -- ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
 -- oldest commands are and commits happen oldest first; "" for internal actions and commands

@@ -5,13 +5,15 @@
 -- KEYS[1] the heartbeat hash
 -- ARGV[1] this instance, ARGV[2] an instance it may replace (one whose process is gone; "" for
 -- none), ARGV[3] TTL (s), ARGV[4..] field/value pairs to write (instance among them).
--- Returns {"ok"} | {"held", instance, pid}: another instance holds the node.
+-- Returns {"ok"} | {"held", instance, pid, pid_start, pttl}: another instance holds the node
+-- (pttl -1: the hash has no expiry, so no server wrote it).
 --
 -- The HSET is the first write, so that Redis out of memory refuses the heartbeat (a script's
 -- later writes are let through); the fields of a replaced instance are removed after it.
 local holder = redis.call('HGET', KEYS[1], 'instance')
 if holder and holder ~= ARGV[1] and holder ~= ARGV[2] then
-  return {'held', holder, redis.call('HGET', KEYS[1], 'pid') or ''}
+  return {'held', holder, redis.call('HGET', KEYS[1], 'pid') or '',
+          redis.call('HGET', KEYS[1], 'pid_start') or '', redis.call('PTTL', KEYS[1])}
 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 4))
 if holder ~= ARGV[1] then

@@ -1,0 +1,118 @@
+#include "common/trust.h"
+
+#include <pwd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace mcd {
+namespace {
+
+// MCD_TRUSTED_USERS as uids. Read on every check, not once: a check is rare (a connection, a
+// first open) and a test or a long-lived program may change the environment.
+Result<std::vector<uid_t>> ExtraTrusted() {
+  std::vector<uid_t> uids;
+  const char* env = std::getenv("MCD_TRUSTED_USERS");
+  if (env == nullptr) return uids;
+  std::stringstream list(env);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    if (item.empty()) continue;
+    char* end = nullptr;
+    unsigned long number = std::strtoul(item.c_str(), &end, 10);
+    if (*end == '\0' && number <= 0xfffffffeul) {
+      uids.push_back(static_cast<uid_t>(number));
+      continue;
+    }
+    passwd* user = getpwnam(item.c_str());
+    if (user == nullptr) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "MCD_TRUSTED_USERS names '" + item + "', which is no user of this machine");
+    }
+    uids.push_back(user->pw_uid);
+  }
+  return uids;
+}
+
+std::string UserName(uid_t uid) {
+  passwd* user = getpwuid(uid);
+  return user != nullptr ? std::string(user->pw_name) + " (uid " + std::to_string(uid) + ")"
+                         : "uid " + std::to_string(uid);
+}
+
+Status Untrusted(const std::string& what, uid_t owner) {
+  return Status(ErrorCode::kPermissionDenied,
+                what + " belongs to " + UserName(owner) +
+                    ", a user this process does not trust: the heartbeat or hash that named "
+                    "it may have been written by someone else. Set MCD_TRUSTED_USERS to the "
+                    "server's user if that user runs mcd-serve for you");
+}
+
+// The process's pid in its own PID namespace (the last NSpid of /proc/<pid>/status), which is
+// what a server in a container writes in its heartbeat; `pid` itself where the kernel shows no
+// NSpid line.
+int64_t InnermostPid(int64_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::stringstream fields(line.substr(6));
+    int64_t value = pid;
+    int64_t last = pid;
+    while (fields >> value) last = value;
+    return last;
+  }
+  return pid;
+}
+
+}  // namespace
+
+Result<bool> TrustedUid(uid_t uid) {
+  if (uid == geteuid() || uid == 0) return true;
+  MCD_ASSIGN_OR_RETURN(std::vector<uid_t> extra, ExtraTrusted());
+  for (uid_t trusted : extra) {
+    if (trusted == uid) return true;
+  }
+  return false;
+}
+
+Status CheckServerPeer(int conn, int64_t server_pid, const std::string& what) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return Status(ErrorCode::kIoError, "SO_PEERCRED of " + what + ": " + std::strerror(errno));
+  }
+  MCD_ASSIGN_OR_RETURN(bool trusted, TrustedUid(cred.uid));
+  if (!trusted) return Untrusted(what + ", served by pid " + std::to_string(cred.pid) + ",", cred.uid);
+  // pid 0: the peer lives in a PID namespace this process cannot see into (a server outside
+  // this container); its user was checked, which is what the kernel lets this side know.
+  if (server_pid == 0 || cred.pid == 0 || cred.pid == server_pid) return Status::Ok();
+  if (InnermostPid(cred.pid) == server_pid) return Status::Ok();
+  return Status(ErrorCode::kPermissionDenied,
+                what + " is served by pid " + std::to_string(cred.pid) +
+                    ", not by the server process the node's heartbeat names (pid " +
+                    std::to_string(server_pid) + "): the heartbeat is stale or forged");
+}
+
+Status CheckOwner(int fd, const std::string& what) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return Status(ErrorCode::kIoError, "fstat of " + what + ": " + std::strerror(errno));
+  MCD_ASSIGN_OR_RETURN(bool trusted, TrustedUid(st.st_uid));
+  return trusted ? Status::Ok() : Untrusted(what, st.st_uid);
+}
+
+Status CheckProcessOwner(int64_t pid, const std::string& what) {
+  struct stat st {};
+  if (stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0)
+    return Status(ErrorCode::kNotFound, what + " (pid " + std::to_string(pid) + ") is gone");
+  MCD_ASSIGN_OR_RETURN(bool trusted, TrustedUid(st.st_uid));
+  return trusted ? Status::Ok() : Untrusted(what + " (pid " + std::to_string(pid) + ")", st.st_uid);
+}
+
+}  // namespace mcd

@@ -1,0 +1,467 @@
+// The trust model (memcuda(7), TRUST), tried as its attackers would: a second local user, and
+// anyone who can write to Redis. Each test is the attack that found a hole, against the fix
+// that closes it. The tests that act as another user need root (as CI runs them) to become
+// uid 65534; they are reported skipped otherwise.
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "lifecycle_fixture.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+constexpr uid_t kOtherUser = 65534;  // nobody
+
+#define NEEDS_ROOT() \
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user"
+
+// In a forked child, before anything else: become the other user, a member of `groups` only.
+std::function<void()> AsOtherUser(std::vector<gid_t> groups = {}) {
+  return [groups] {
+    if (setgroups(groups.size(), groups.data()) != 0 || setgid(kOtherUser) != 0 ||
+        setuid(kOtherUser) != 0) {
+      _exit(126);
+    }
+  };
+}
+
+test::RedisServerOptions TcpRedis(std::vector<std::string> extra = {}) {
+  test::RedisServerOptions options;
+  options.tcp = true;  // the other user cannot enter the folder of a Unix socket
+  options.extra = std::move(extra);
+  return options;
+}
+
+// A .npy file of 16 bytes of u8 that spell a secret.
+std::string WriteSecretNpy(const std::string& path) {
+  std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (16,), }";
+  header += std::string(64 - (10 + header.size() + 1) % 64, ' ') + "\n";
+  std::ofstream out(path, std::ios::binary);
+  out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size()) << '\x00' << header
+      << "SECRET-SECRET-16";
+  return path;
+}
+
+class Trust : public Lifecycle {
+ protected:
+  explicit Trust(std::vector<std::string> redis_config = {}) : Lifecycle(TcpRedis(std::move(redis_config))) {}
+
+  void SetUp() override {
+    Lifecycle::SetUp();
+    chmod(open_.path().c_str(), 0777);  // where the other user may put things
+  }
+
+  // A heartbeat for `node` written by hand, with the TTL a server's heartbeat has.
+  void PlantHeartbeat(const std::string& node, const std::vector<std::string>& fields) {
+    std::vector<std::string> args = {"HSET", keys_.Server(node), "node", node, "queue", keys_.queue};
+    args.insert(args.end(), fields.begin(), fields.end());
+    auto conn = redis_.Connect();
+    ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+    ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node), "60"}).ok());
+  }
+
+  std::string OurCommandSocket() {
+    return redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
+  }
+
+  test::TempDir open_;
+};
+
+// Another user's Unix socket, named by a forged heartbeat: the victim's create stops before it
+// sends a byte (the attacker's server used to receive the file), whoever runs the socket.
+TEST_F(Trust, AForgedHeartbeatCannotPointAClientAtAnotherUsersSocket) {
+  NEEDS_ROOT();
+  std::string evil = open_.path() + "/evil.sock";
+  std::string captured = open_.path() + "/captured";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t attacker = fork();
+  if (attacker == 0) {
+    AsOtherUser()();
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, evil.c_str(), sizeof(addr.sun_path) - 1);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 8) != 0) _exit(2);
+    chmod(evil.c_str(), 0777);
+    (void)!write(ready[1], "r", 1);
+    std::ofstream out(captured, std::ios::binary);
+    for (;;) {  // keeps whatever comes, until killed
+      int conn = accept(fd, nullptr, nullptr);
+      char buf[4096];
+      for (ssize_t n; (n = read(conn, buf, sizeof(buf))) > 0;) out.write(buf, n), out.flush();
+      close(conn);
+    }
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  std::string forged = node_ + "-forged";
+  PlantHeartbeat(forged, {"instance", "evil", "pid", std::to_string(attacker), "command_socket", evil});
+  std::string secret = WriteSecretNpy(dir_.path() + "/secret.npy");
+  auto created = test::Run({test::ToolPath("mcd-create"), "s", "--from", secret, "--device", "cpu",
+                            "--node", forged, "--timeout-ms", "2000"},
+                           Env());
+  kill(attacker, SIGKILL);
+  waitpid(attacker, nullptr, 0);
+  EXPECT_EQ(created.exit_code, 69) << created.err;
+  EXPECT_NE(created.err.find("uid 65534"), std::string::npos) << created.err;
+  EXPECT_NE(created.err.find("MCD_TRUSTED_USERS"), std::string::npos) << created.err;
+  EXPECT_EQ(test::ReadFile(captured), "") << "the attacker's socket received the command";
+}
+
+// A forged heartbeat naming a real server's socket under another pid: refused as stale or
+// forged, so a client cannot be sent to a server that is not the node's.
+TEST_F(Trust, AHeartbeatWhoseProcessIsNotTheSocketsServerIsRefused) {
+  std::string forged = node_ + "-forged";
+  PlantHeartbeat(forged, {"instance", "old", "pid", "1", "command_socket", OurCommandSocket()});
+  auto created = test::Run({test::ToolPath("mcd-create"), "x", "--dtype", "u8", "--shape", "4",
+                            "--device", "cpu", "--node", forged},
+                           Env());
+  EXPECT_EQ(created.exit_code, 69) << created.err;
+  EXPECT_NE(created.err.find("not by the server process the node's heartbeat names (pid 1)"), std::string::npos)
+      << created.err;
+  EXPECT_TRUE(TensorKeys().empty());
+}
+
+// A hash rewritten to name another user's shared-memory object: the client refuses to map it,
+// so it neither reads what that user planted nor writes into it.
+TEST_F(Trust, AHashCannotSendAClientIntoAnotherUsersSharedMemory) {
+  NEEDS_ROOT();
+  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "16", "--device", "cpu", "-q"}).exit_code, 0);
+  std::string evil = "/evil-" + std::to_string(getpid());
+  pid_t attacker = fork();
+  if (attacker == 0) {
+    AsOtherUser()();
+    int fd = shm_open(evil.c_str(), O_CREAT | O_RDWR, 0666);
+    _exit(fd >= 0 && ftruncate(fd, 4096) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(attacker, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string real = HashField("t", "ipc_handle");
+  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("t"), "ipc_handle", evil}).ok());
+  auto got = Tool("mcd-get", {"t", "-o", dir_.path() + "/out.npy", "--detached"});
+  EXPECT_EQ(got.exit_code, 69) << got.err;
+  EXPECT_NE(got.err.find("shared-memory object " + evil + " belongs to"), std::string::npos) << got.err;
+  EXPECT_NE(got.err.find("uid 65534"), std::string::npos) << got.err;
+  shm_unlink(evil.c_str());
+  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("t"), "ipc_handle", real}).ok());
+}
+
+// The server's sockets serve its user, root and the members of --pool-group; the Redis ACL has
+// no say there. A member of the group creates through the socket; another user's tool cannot
+// connect to it (and, with no queue that a server reads, gets nothing done).
+TEST_F(Trust, TheCommandSocketServesTheServersUserRootAndItsGroupOnly) {
+  NEEDS_ROOT();
+  group* users = getgrnam("users");
+  ASSERT_NE(users, nullptr) << "Debian has a group 'users'";
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  std::string socket = open_.path() + "/cmd.sock";
+  StartServer({"--pool-group", "users", "--command-socket", socket});
+  struct stat st {};
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, users->gr_gid);
+  auto create_as = [&](const std::string& name, std::vector<gid_t> groups) {
+    // A queue no server reads: only the socket can get the create done.
+    return test::Run({test::ToolPath("mcd-create"), name, "--dtype", "u8", "--shape", "4", "--device", "cpu",
+                      "--node", node_, "--queue", "nowhere", "--timeout-ms", "1500"},
+                     Env(), 30, AsOtherUser(groups));
+  };
+  auto member = create_as("by-member", {users->gr_gid});
+  EXPECT_EQ(member.exit_code, 0) << member.err;
+  auto stranger = create_as("by-stranger", {});
+  EXPECT_EQ(stranger.exit_code, 75) << stranger.err;
+  EXPECT_EQ(HashField("by-member", "state"), "ready");
+  EXPECT_EQ(HashField("by-stranger", "state"), "");
+  ASSERT_TRUE(redis_.Connect()->Command({"DEL", "nowhere"}).ok());
+  ASSERT_EQ(Tool("mcd-rm", {"by-member", "--detached"}).exit_code, 0);
+}
+
+// A heartbeat anyone wrote to Redis cannot keep a node from being served: one without the TTL
+// that every server's write sets, or one naming a process that does not run as named.
+TEST_F(Trust, AHeartbeatPlantedInRedisDoesNotKeepTheNodeFromBeingServed) {
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted", "pid", "1"}).ok());
+  StartServer();
+  EXPECT_NE(ServeLog().find("(instance planted) has no expiry"), std::string::npos) << ServeLog();
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted2", "pid", "1", "pid_start", "7"}).ok());
+  ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "600"}).ok());
+  StartServer();
+  EXPECT_NE(ServeLog().find("(instance planted2) names pid 1 started at 7, which is not running"), std::string::npos)
+      << ServeLog();
+  // A live server's heartbeat still keeps a second one out.
+  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 30);
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
+}
+
+// A reply key cannot be written ahead of the request: a req carries 128 random bits, new for
+// every process.
+TEST_F(Trust, RequestIdsCannotBeGuessedAhead) {
+  via_queue_ = true;
+  kill(server_->pid(), SIGSTOP);  // the command stays in the queue to be read
+  std::vector<std::string> reqs;
+  for (int i = 0; i < 2; ++i) {
+    test::Background tool({test::ToolPath("mcd-create"), "g" + std::to_string(i), "--dtype", "u8", "--shape", "4",
+                           "--device", "cpu", "--node", node_, "--timeout-ms", "3000"},
+                          Env(), dir_.path() + "/tool.log");
+    std::string body;
+    ASSERT_TRUE(test::WaitFor([&] {
+      // In the queue, or in the processing list when the server's take was blocked in Redis
+      // as it stopped.
+      for (const std::string& list : {keys_.queue, keys_.Processing(node_)}) {
+        auto queued = redis_.Connect()->Command({"LINDEX", list, "0"});
+        body = queued.ok() && !queued->is_nil() ? queued->str : "";
+        if (!body.empty()) return true;
+      }
+      return false;
+    }, 3000)) << test::ReadFile(dir_.path() + "/tool.log");
+    ASSERT_FALSE(body.empty()) << test::ReadFile(dir_.path() + "/tool.log");
+    reqs.push_back(json::parse(body)["req"].get<std::string>());
+    EXPECT_EQ(tool.Stop(SIGKILL), -SIGKILL);
+    ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.queue, keys_.Processing(node_)}).ok());
+  }
+  kill(server_->pid(), SIGCONT);
+  std::regex form(".*-[0-9]+-([0-9a-f]{32})-1");
+  std::smatch first, second;
+  ASSERT_TRUE(std::regex_match(reqs[0], first, form)) << reqs[0];
+  ASSERT_TRUE(std::regex_match(reqs[1], second, form)) << reqs[1];
+  EXPECT_NE(first[1].str(), second[1].str());
+}
+
+// Idle connections cannot take the server from others: under a limit of 64 descriptors, 100
+// connections that say nothing leave creates working (those past the socket's bound go through
+// the queue) and the server idle, not spinning on connections it cannot take.
+TEST_F(Trust, IdleConnectionsCannotStopTheServerNorMakeItSpin) {
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  std::vector<std::string> argv = {"prlimit", "--nofile=64:64", "--", test::ToolPath("mcd-serve"), "--devices", "cpu",
+                                   "--node", node_, "--heartbeat-ttl", "3"};
+  size_t started = Count(ServeLog(), "serving node");
+  server_ = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/serve.log");
+  ASSERT_TRUE(test::WaitFor([&] { return Count(ServeLog(), "serving node") > started; }, 10000)) << ServeLog();
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(ConnectCommandSocket());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto cpu_ticks = [&] {
+    std::ifstream stat("/proc/" + std::to_string(server_->pid()) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    std::istringstream fields(text.substr(text.rfind(')') + 2));
+    std::string f;
+    long ticks = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i) {
+      if (i == 14 || i == 15) ticks += std::stol(f);  // utime, stime
+    }
+    return ticks;
+  };
+  long before = cpu_ticks();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(cpu_ticks() - before, sysconf(_SC_CLK_TCK) / 5) << "the server spins with idle connections open";
+  for (int i = 0; i < 3; ++i) {
+    auto created = Tool("mcd-create", {"c" + std::to_string(i), "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"});
+    EXPECT_EQ(created.exit_code, 0) << created.err << ServeLog();
+  }
+  EXPECT_NE(ServeLog().find("command socket: turning new connections away"), std::string::npos) << ServeLog();
+  for (int fd : idle) close(fd);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Tool("mcd-rm", {"c" + std::to_string(i), "--detached"}).exit_code, 0);
+}
+
+// Tenants of one Redis kept apart by ACL users with their own key prefixes: alice's server and
+// tools work with her user alone; bob's credentials neither see nor change her tensors, and are
+// told why.
+class Tenants : public Trust {
+ protected:
+  // The ACL of docs/design.md's shared deployment: each tenant's keys, and every command but
+  // the dangerous ones, less the one the server needs to wake its own blocked take.
+  Tenants()
+      : Trust({"user alice on >alice-pw ~alice:* resetchannels -@all +@all -@dangerous +client|unblock",
+               "user bob on >bob-pw ~bob:* resetchannels -@all +@all -@dangerous +client|unblock"}) {}
+
+  std::string UrlOf(const std::string& userinfo) const {
+    return "redis://" + userinfo + "@" + redis_.url().substr(std::strlen("redis://"));
+  }
+  std::vector<std::string> TenantFlags(const std::string& tenant) const {
+    return {"--prefix", tenant, "--queue", tenant + ":lifecycle", "--node", node_ + "-" + tenant};
+  }
+  test::ProcessResult As(const std::map<std::string, std::string>& env, const std::string& tool,
+                         std::vector<std::string> args, const std::string& tenant = "alice") {
+    std::vector<std::string> argv = {test::ToolPath(tool)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    for (const std::string& flag : TenantFlags(tenant)) argv.push_back(flag);
+    return test::Run(argv, env);
+  }
+};
+
+TEST_F(Tenants, AnAclUserConfinedToItsPrefixCannotSeeInsideNorChangeAnotherTenant) {
+  // Alice's password from a file, as a service manager hands out credentials.
+  std::string password_file = dir_.path() + "/alice.pw";
+  std::ofstream(password_file) << "alice-pw\n";
+  std::map<std::string, std::string> alice = {{"MCD_REDIS_URL", UrlOf("alice:")},  // a user, no password
+                                              {"MCD_REDIS_PASSWORD_FILE", password_file}};
+  std::vector<std::string> serve = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--heartbeat-ttl", "3"};
+  for (const std::string& flag : TenantFlags("alice")) serve.push_back(flag);
+  test::Background server(serve, alice, dir_.path() + "/alice-serve.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/alice-serve.log").find("serving node") !=
+                                         std::string::npos; }, 10000))
+      << test::ReadFile(dir_.path() + "/alice-serve.log");
+  auto created = As(alice, "mcd-create", {"a1", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"});
+  ASSERT_EQ(created.exit_code, 0) << created.err << test::ReadFile(dir_.path() + "/alice-serve.log");
+  auto got = As(alice, "mcd-get", {"a1", "--detached", "--json"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(json::parse(got.out)["refcount"], 2);
+  auto listed = As(alice, "mcd-ls", {"--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(json::parse(listed.out).size(), 1u);
+
+  // Bob, with his own credentials on the command line, aimed at alice's keys.
+  std::map<std::string, std::string> bob = {{"MCD_REDIS_URL", ""}};
+  std::string bob_url = UrlOf("bob:bob-pw");
+  for (const char* tool : {"mcd-ls", "mcd-rm", "mcd-get"}) {
+    std::vector<std::string> args = {"--redis-url", bob_url};
+    if (std::string(tool) != "mcd-ls") args.insert(args.begin(), "a1");
+    auto refused = As(bob, tool, args);
+    EXPECT_EQ(refused.exit_code, 69) << tool << ": " << refused.err;
+    EXPECT_NE(refused.err.find("NOPERM"), std::string::npos) << tool << ": " << refused.err;
+    EXPECT_NE(refused.err.find("warning: a password on the command line"), std::string::npos) << refused.err;
+  }
+  // Nor can he push onto her queue.
+  auto as_bob = RedisConnection::Connect(RedisUrl::Parse(bob_url).value(), RedisOptions{});
+  ASSERT_TRUE(as_bob.ok()) << as_bob.status().ToString();
+  auto pushed = (*as_bob)->Command({"LPUSH", "alice:lifecycle", R"({"op":"delete","name":"a1"})"});
+  EXPECT_EQ(pushed.status().code(), ErrorCode::kPermissionDenied) << pushed.status().ToString();
+  // In his own prefix, he sees nothing of hers.
+  auto own = As(bob, "mcd-ls", {"--redis-url", bob_url, "--json"}, "bob");
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_EQ(json::parse(own.out).size(), 0u);
+  // Hers is untouched.
+  got = As(alice, "mcd-ls", {"--json"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(json::parse(got.out)[0]["refcount"], 2);
+  EXPECT_EQ(As(alice, "mcd-rm", {"a1", "--detached"}).exit_code, 0);
+  EXPECT_EQ(As(alice, "mcd-rm", {"a1", "--detached"}).exit_code, 0);
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << test::ReadFile(dir_.path() + "/alice-serve.log");
+}
+
+// A .npy header is checked against the file before anything is allocated: a 150-byte file that
+// claims gigabytes is refused at once, by the tool, with nothing created.
+TEST_F(Trust, ANpyFileThatClaimsMoreThanItHoldsIsRefusedBeforeAnyAllocation) {
+  auto write = [&](const std::string& shape) {
+    std::string path = dir_.path() + "/claims.npy";
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + ",), }";
+    header += std::string(64 - (10 + header.size() + 1) % 64, ' ') + "\n";
+    std::ofstream out(path, std::ios::binary);
+    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size()) << '\x00' << header;
+    out << std::string(16, '\0');
+    return path;
+  };
+  for (const char* shape : {"1073741824", "8589934592", "4611686018427387904"}) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto created = Tool("mcd-create", {"big", "--from", write(shape), "--device", "cpu"});
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << shape;
+    EXPECT_TRUE(created.exit_code == 74 || created.exit_code == 64) << shape << ": " << created.exit_code << " " << created.err;
+    EXPECT_TRUE(created.err.find("fewer than the") != std::string::npos ||
+                created.err.find("too_large") != std::string::npos)
+        << shape << ": " << created.err;
+  }
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_EQ(ShmCount(), 0u);
+}
+
+
+
+// A stale hash planted in Redis cannot make a starting server unlink a shared-memory object
+// that no server of its node made: the hash goes, the object stays.
+TEST_F(Trust, AStaleHashCannotMakeTheServerUnlinkAnotherObject) {
+  std::string victim = "/victim-" + std::to_string(getpid());
+  int fd = shm_open(victim.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  ASSERT_TRUE(redis_.Connect()
+                  ->Command({"HSET", keys_.Tensor("planted"), "node", node_, "owner", "deadbeefdeadbeef", "ipc_kind",
+                             "host_shm", "ipc_handle", victim, "state", "ready", "refcount", "1"})
+                  .ok());
+  StartServer();
+  EXPECT_EQ(HashField("planted", "state"), "");  // a dead instance's hash: removed
+  EXPECT_NE(ServeLog().find("names the shared-memory object '" + victim + "', which no server of this node made"),
+            std::string::npos)
+      << ServeLog();
+  fd = shm_open(victim.c_str(), O_RDWR, 0);
+  EXPECT_GE(fd, 0) << "the server unlinked " << victim;
+  if (fd >= 0) close(fd);
+  shm_unlink(victim.c_str());
+}
+
+
+
+// Host objects have names nobody can guess ahead: another user who makes the names a server
+// would use next does not make its creates fail.
+TEST_F(Trust, HostObjectNamesCannotBeTakenAhead) {
+  ASSERT_EQ(Tool("mcd-create", {"first", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"}).exit_code, 0);
+  std::string handle = HashField("first", "ipc_handle");
+  ASSERT_GT(handle.size(), 20u);
+  std::string suffix = handle.substr(handle.size() - 17);
+  EXPECT_EQ(suffix[0], '-') << handle;
+  EXPECT_EQ(suffix.find_first_not_of("0123456789abcdef", 1), std::string::npos) << handle;
+  // What a user who read this name would make ahead: the next sequence numbers, bare and with
+  // the same suffix.
+  std::string base = handle.substr(0, handle.size() - 17);
+  base.erase(base.rfind('-') + 1);
+  std::vector<std::string> planted;
+  for (int seq = 2; seq < 12; ++seq) {
+    for (const std::string& name : {base + std::to_string(seq), base + std::to_string(seq) + suffix}) {
+      int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      ASSERT_GE(fd, 0) << name;
+      close(fd);
+      planted.push_back(name);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    auto created = Tool("mcd-create", {"next" + std::to_string(i), "--dtype", "u8", "--shape", "4", "--device", "cpu"});
+    EXPECT_EQ(created.exit_code, 0) << created.err;
+  }
+  for (const std::string& name : planted) shm_unlink(name.c_str());
+}
+
+
+
+// A password given in --redis-url is not left for other local users to read in the process's
+// command line while it runs.
+TEST(RedisPassword, IsHiddenFromTheCommandLineOnceParsed) {
+  test::RedisServer redis(test::RedisServerOptions{true, {"requirepass s3cret-pw"}});
+  std::string url = redis.url();  // redis://127.0.0.1:PORT
+  std::string with_password = "redis://:s3cret-pw@" + url.substr(std::string("redis://").size());
+  test::TempDir dir;
+  test::Background server({test::ToolPath("mcd-serve"), "--redis-url", with_password, "--devices", "cpu", "--node",
+                           "pw" + std::to_string(getpid())},
+                          {{"XDG_RUNTIME_DIR", dir.path()}}, dir.path() + "/serve.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir.path() + "/serve.log").find("serving node") != std::string::npos; },
+                            10000))
+      << test::ReadFile(dir.path() + "/serve.log");
+  std::string cmdline = test::ReadFile("/proc/" + std::to_string(server.pid()) + "/cmdline");
+  EXPECT_EQ(cmdline.find("s3cret-pw"), std::string::npos) << cmdline;
+  EXPECT_NE(cmdline.find("redis://:*********@"), std::string::npos) << cmdline;
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace mcd
