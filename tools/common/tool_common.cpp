@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <new>
 
 namespace mcd::tools {
 
@@ -15,6 +16,16 @@ int Fail(const char* tool, const Status& status) {
   std::cerr << tool << ": error: " << status.message() << " (" << ErrorName(status.code())
             << ")\n";
   return ExitCodeFor(status.code());
+}
+
+int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const std::bad_alloc&) {
+    return Fail(tool, Status(ErrorCode::kOutOfMemory, "out of host memory"));
+  } catch (const std::exception& e) {
+    return Fail(tool, Status(ErrorCode::kInternal, std::string("unexpected failure: ") + e.what()));
+  }
 }
 
 Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server) {

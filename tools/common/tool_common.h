@@ -25,6 +25,11 @@ struct CommonFlags {
 // Prints "<tool>: error: <message>" on stderr and returns the exit code of the table.
 int Fail(const char* tool, const Status& status);
 
+// Runs a tool's body, so that no failure leaves it outside the exit-code table: an exception
+// that escapes (std::bad_alloc, a library's own) is reported through Fail, as out_of_memory or
+// internal, instead of an abort (134).
+int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv);
+
 // Client options from the flags (URL resolution included).
 Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server);
 

@@ -187,7 +187,7 @@ Result<json> RunPlan(const Options& opt, const Plan& plan, SelfServe& self, cons
 }  // namespace
 }  // namespace mcd::bench
 
-int main(int argc, char** argv) {
+static int ToolMain(int argc, char** argv) {
   using namespace mcd;
   using namespace mcd::bench;
   CLI::App app{"mcd-bench: measure memcuda's lifecycle latencies, throughput and bandwidth"};
@@ -218,4 +218,8 @@ int main(int argc, char** argv) {
     PrintTable(record.value());
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return mcd::tools::Guarded("mcd-bench", ToolMain, argc, argv);
 }

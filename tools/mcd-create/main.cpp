@@ -99,7 +99,7 @@ Result<TensorRecord> Create(const CreateFlags& f, const CreateSpec& spec,
 }  // namespace
 }  // namespace mcd
 
-int main(int argc, char** argv) {
+static int ToolMain(int argc, char** argv) {
   using namespace mcd;
   CLI::App app{
       "mcd-create: create a named tensor (GPU memory shared through CUDA IPC, or host memory)"};
@@ -122,4 +122,8 @@ int main(int argc, char** argv) {
               << tools::HumanBytes(r.bytes) << ", " << IpcKindName(r.ipc_kind) << ")\n";
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return mcd::tools::Guarded("mcd-create", ToolMain, argc, argv);
 }

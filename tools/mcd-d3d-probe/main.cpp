@@ -37,7 +37,7 @@ void Print(const mcd::InteropReport& r) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int ToolMain(int argc, char** argv) {
   using namespace mcd;
   CLI::App app{"mcd-d3d-probe: check the GPU worker's graphics <-> CUDA interop on this machine"};
   tools::SetupApp(app);
@@ -101,4 +101,8 @@ int main(int argc, char** argv) {
   }
   if (failed) return 70;
   return any ? 0 : 69;
+}
+
+int main(int argc, char** argv) {
+  return mcd::tools::Guarded("mcd-d3d-probe", ToolMain, argc, argv);
 }

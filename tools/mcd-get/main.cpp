@@ -30,7 +30,7 @@ bool EndsWith(const std::string& text, const std::string& suffix) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int ToolMain(int argc, char** argv) {
   using namespace mcd;
   CLI::App app{"mcd-get: take a reference to a tensor and open it in this process"};
   tools::SetupApp(app);
@@ -115,4 +115,8 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return mcd::tools::Guarded("mcd-get", ToolMain, argc, argv);
 }

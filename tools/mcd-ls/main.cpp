@@ -3,7 +3,7 @@
 
 #include "flags.h"
 
-int main(int argc, char** argv) {
+static int ToolMain(int argc, char** argv) {
   using namespace mcd;
   CLI::App app{"mcd-ls: list named tensors"};
   tools::SetupApp(app);
@@ -77,4 +77,8 @@ int main(int argc, char** argv) {
   }
   std::cout << out;
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return mcd::tools::Guarded("mcd-ls", ToolMain, argc, argv);
 }

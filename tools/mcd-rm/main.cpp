@@ -4,7 +4,7 @@
 
 #include "flags.h"
 
-int main(int argc, char** argv) {
+static int ToolMain(int argc, char** argv) {
   using namespace mcd;
   CLI::App app{"mcd-rm: drop one reference per tensor; a tensor is freed when its refcount reaches 0"};
   tools::SetupApp(app);
@@ -51,4 +51,8 @@ int main(int argc, char** argv) {
   }
   if (flags.json) std::cout << json << "]\n";
   return exit_code;
+}
+
+int main(int argc, char** argv) {
+  return mcd::tools::Guarded("mcd-rm", ToolMain, argc, argv);
 }

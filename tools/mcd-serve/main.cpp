@@ -180,7 +180,7 @@ Status Serve(const ServerOptions& options, PrivateRedis* private_redis) {
 }  // namespace
 }  // namespace mcd
 
-int main(int argc, char** argv) {
+static int ToolMain(int argc, char** argv) {
   using namespace mcd;
   CLI::App app{
       "mcd-serve: own GPU and host memory for named tensors and serve the Redis command list"};
@@ -203,4 +203,8 @@ int main(int argc, char** argv) {
   private_redis.reset();
   if (!served.ok()) return tools::Fail("mcd-serve", served);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return mcd::tools::Guarded("mcd-serve", ToolMain, argc, argv);
 }
