@@ -1,4 +1,5 @@
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -57,7 +58,14 @@ Result<std::unique_ptr<PrivateRedis>> PrivateRedis::Start(const std::string& red
   if (auto running = RedisConnection::Connect(url); running.ok()) {
     auto info = running.value()->Command({"INFO", "server"});
     int64_t pid = info.ok() ? std::atoll(InfoField(info->str, "process_id").c_str()) : 0;
-    if (pid > 0 && !OwnerAlive(out->owner_file_)) {
+    // The pid INFO gives is only believed, and later signalled, when the kernel says it is the
+    // process at the other end of the socket, running as this user: a Redis that another
+    // user started could otherwise name any process of this user's.
+    ucred peer{};
+    socklen_t len = sizeof(peer);
+    bool ours = getsockopt(running.value()->fd(), SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 &&
+                peer.pid == pid && peer.uid == geteuid();
+    if (pid > 0 && ours && !OwnerAlive(out->owner_file_)) {
       WriteOwner(out->owner_file_);
       out->pid_ = static_cast<int>(pid);
       out->adopted_ = true;
