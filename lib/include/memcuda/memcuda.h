@@ -3,7 +3,13 @@
  *
  * Conventions: every function returns an int32_t code (0 = MCD_OK; names from mcd_error_name);
  * the detail of the last failure on a client is mcd_last_error(client). A client is used by one
- * thread at a time. Strings passed in are borrowed; strings handed out are freed with mcd_free. */
+ * thread at a time. Strings passed in are borrowed; strings handed out are freed with mcd_free.
+ *
+ * Stability: within one MCD_ABI_VERSION (mcd_abi_version() at run time), functions are only
+ * added, never removed or changed; error codes keep their values and names; mcd_tensor keeps its
+ * layout; option structs start with their own size and grow only at the end, so a program built
+ * against an older header passes a smaller struct and gets the defaults for the rest. The JSON
+ * of mcd_list_json and mcd_stat_json only gains keys. */
 #ifndef MEMCUDA_MEMCUDA_H_
 #define MEMCUDA_MEMCUDA_H_
 
@@ -44,6 +50,11 @@ enum {
 
 #define MCD_DEVICE_CPU (-1)
 #define MCD_MAX_DIMS 8
+#define MCD_ABI_VERSION 1
+
+/* The library's version ("0.1.0") and ABI version, of the library loaded, not of this header. */
+MCD_API const char* mcd_version(void);
+MCD_API int32_t mcd_abi_version(void);
 
 typedef struct mcd_client mcd_client;
 
@@ -72,6 +83,22 @@ MCD_API void mcd_disconnect(mcd_client* client);
 /* Creates a zeroed heap tensor (refcount 1). `out` may be NULL. */
 MCD_API int32_t mcd_create(mcd_client* client, const char* name, const char* dtype,
                            const int64_t* shape, int32_t ndim, int32_t device, mcd_tensor* out);
+enum { MCD_LIFETIME_HEAP = 0, MCD_LIFETIME_STACK = 1 };
+
+/* Options of mcd_create_ex; zero-initialise, then set `size` to sizeof(mcd_create_options). */
+typedef struct mcd_create_options {
+  uint32_t size;      /* sizeof(mcd_create_options) as the caller was built */
+  int32_t lifetime;   /* MCD_LIFETIME_HEAP (lives until its last reference is given back) or
+                         MCD_LIFETIME_STACK (also freed when its owner process exits) */
+  int32_t no_init;    /* 0: zeroed; 1: contents left as they come (faster for large tensors) */
+  int32_t reserved;
+  int64_t owner_pid;  /* stack tensors: the process it is bound to (0: the caller) */
+} mcd_create_options;
+
+/* mcd_create with options (NULL: the defaults, as mcd_create). */
+MCD_API int32_t mcd_create_ex(mcd_client* client, const char* name, const char* dtype,
+                              const int64_t* shape, int32_t ndim, int32_t device,
+                              const mcd_create_options* options, mcd_tensor* out);
 /* Takes a reference (refcount+1) and maps the tensor into this process. */
 MCD_API int32_t mcd_get(mcd_client* client, const char* name, mcd_tensor* out);
 /* Maps the tensor without taking a reference. */
@@ -81,6 +108,17 @@ MCD_API int32_t mcd_open(mcd_client* client, const char* name, mcd_tensor* out);
 MCD_API int32_t mcd_release(mcd_client* client, const char* name);
 /* Unmaps without touching the refcount. */
 MCD_API int32_t mcd_close(mcd_client* client, const char* name);
+/* Gives one reference back (refcount-1; freed at 0) and leaves this process's mapping alone:
+ * for a process that still uses the memory through another reference of its own. */
+MCD_API int32_t mcd_release_reference(mcd_client* client, const char* name);
+/* Copies `bytes` (at most the tensor's) between the tensor and host memory, mapping the tensor
+ * here if it is not (no reference taken). Any device: a GPU tensor is copied by this process's
+ * worker for that device, and the copy is complete on return. */
+MCD_API int32_t mcd_copy_to_host(mcd_client* client, const char* name, void* dst, uint64_t bytes);
+MCD_API int32_t mcd_copy_from_host(mcd_client* client, const char* name, const void* src,
+                                   uint64_t bytes);
+/* The whole record as a JSON object (the keys of mcd-ls --json). Free *json_out with mcd_free. */
+MCD_API int32_t mcd_stat_json(mcd_client* client, const char* name, char** json_out);
 /* Reads the record; data is NULL. */
 MCD_API int32_t mcd_stat(mcd_client* client, const char* name, mcd_tensor* out);
 /* A JSON array of the records whose names match `glob` (NULL: all). Free *json_out with mcd_free. */

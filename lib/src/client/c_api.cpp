@@ -1,4 +1,6 @@
 // The C ABI over mcd::Client. No exception crosses this boundary.
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -40,6 +42,14 @@ void Fill(const mcd::TensorRecord& r, void* data, mcd_tensor* out) {
   out->bytes = r.bytes;
   out->refcount = r.refcount;
   out->data = data;
+}
+
+// A string handed out, freed by the caller with mcd_free.
+int32_t CopyOut(mcd_client* c, const std::string& text, char** out) {
+  *out = static_cast<char*>(std::malloc(text.size() + 1));
+  if (*out == nullptr) return Fail(c, mcd::Status(mcd::ErrorCode::kOutOfMemory, "out of host memory"));
+  std::memcpy(*out, text.c_str(), text.size() + 1);
+  return MCD_OK;
 }
 
 template <typename Fn>
@@ -85,9 +95,31 @@ int32_t mcd_connect(const char* redis_url, const char* node, int32_t timeout_ms,
 
 void mcd_disconnect(mcd_client* client) { delete client; }
 
+const char* mcd_version(void) { return MCD_VERSION; }
+int32_t mcd_abi_version(void) { return MCD_ABI_VERSION; }
+
 int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
                    int32_t ndim, int32_t device, mcd_tensor* out) {
+  return mcd_create_ex(c, name, dtype, shape, ndim, device, nullptr, out);
+}
+
+int32_t mcd_create_ex(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
+                      int32_t ndim, int32_t device, const mcd_create_options* options,
+                      mcd_tensor* out) {
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  // The caller's struct may be older (smaller) than this library's: what it lacks is default.
+  mcd_create_options opt{};
+  if (options != nullptr) {
+    if (options->size < offsetof(mcd_create_options, lifetime) + sizeof(int32_t)) {
+      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                                 "mcd_create_options.size is not set (sizeof(mcd_create_options))"));
+    }
+    std::memcpy(&opt, options, std::min<size_t>(options->size, sizeof(opt)));
+  }
+  if (opt.lifetime != MCD_LIFETIME_HEAP && opt.lifetime != MCD_LIFETIME_STACK) {
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                               "lifetime must be MCD_LIFETIME_HEAP or MCD_LIFETIME_STACK"));
+  }
   return Guard(c, [&]() -> int32_t {
     auto parsed = mcd::ParseDType(dtype != nullptr ? dtype : "");
     if (!parsed)
@@ -101,6 +133,9 @@ int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int
     spec.dtype = *parsed;
     spec.shape.assign(shape, shape + ndim);
     spec.device = device;
+    spec.lifetime = opt.lifetime == MCD_LIFETIME_STACK ? mcd::Lifetime::kStack : mcd::Lifetime::kHeap;
+    spec.zero_init = opt.no_init == 0;
+    spec.owner_pid = opt.owner_pid;
     auto record = c->client->Create(spec);
     if (!record.ok()) return Fail(c, record.status());
     Fill(record.value(), nullptr, out);
@@ -141,6 +176,55 @@ int32_t mcd_close(mcd_client* c, const char* name) {
   });
 }
 
+int32_t mcd_release_reference(mcd_client* c, const char* name) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto record = c->client->ReleaseReference(name);
+    return record.ok() ? MCD_OK : Fail(c, record.status());
+  });
+}
+
+static int32_t CopyHost(mcd_client* c, const char* name, void* dst, const void* src,
+                        uint64_t bytes) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto view = c->client->Open(name);
+    if (!view.ok()) return Fail(c, view.status());
+    if (bytes > view->record.bytes) {
+      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                                 std::to_string(bytes) + " bytes asked of a tensor of " +
+                                     std::to_string(view->record.bytes)));
+    }
+    mcd::Status copied = dst != nullptr ? c->client->CopyToHost(*view, dst, bytes)
+                                        : c->client->CopyFromHost(*view, src, bytes);
+    mcd::Status closed = c->client->Close(name);  // the Open's, not another holder's mapping
+    if (!copied.ok()) return Fail(c, copied);
+    return closed.ok() ? MCD_OK : Fail(c, closed);
+  });
+}
+
+int32_t mcd_copy_to_host(mcd_client* c, const char* name, void* dst, uint64_t bytes) {
+  if (dst == nullptr && bytes > 0) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "dst is NULL"));
+  static char none;
+  return CopyHost(c, name, dst != nullptr ? dst : &none, nullptr, bytes);
+}
+
+int32_t mcd_copy_from_host(mcd_client* c, const char* name, const void* src, uint64_t bytes) {
+  if (src == nullptr && bytes > 0) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "src is NULL"));
+  return CopyHost(c, name, nullptr, src, bytes);
+}
+
+int32_t mcd_stat_json(mcd_client* c, const char* name, char** json_out) {
+  if (json_out != nullptr) *json_out = nullptr;
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  if (json_out == nullptr) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "json_out is NULL"));
+  return Guard(c, [&]() -> int32_t {
+    auto record = c->client->Stat(name);
+    if (!record.ok()) return Fail(c, record.status());
+    return CopyOut(c, mcd::RecordToJson(record.value()), json_out);
+  });
+}
+
 int32_t mcd_stat(mcd_client* c, const char* name, mcd_tensor* out) {
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {
@@ -161,11 +245,7 @@ int32_t mcd_list_json(mcd_client* c, const char* glob, char** json_out) {
     for (const auto& r : records.value())
       json += (json.size() > 1 ? "," : "") + mcd::RecordToJson(r);
     json += "]";
-    *json_out = static_cast<char*>(std::malloc(json.size() + 1));
-    if (*json_out == nullptr)
-      return Fail(c, mcd::Status(mcd::ErrorCode::kInternal, "out of host memory"));
-    std::memcpy(*json_out, json.c_str(), json.size() + 1);
-    return MCD_OK;
+    return CopyOut(c, json, json_out);
   });
 }
 

@@ -1,0 +1,317 @@
+"""memcuda for Python: named tensors that live in mcd-serve, opened in place as NumPy, PyTorch,
+CuPy and JAX arrays.
+
+    import memcuda, torch
+    mc = memcuda.connect()                         # MCD_REDIS_URL, the private Redis, ...
+    t = mc.create("weights", (1024, 1024), "f32")  # on GPU 0, zeroed; device="cpu" for host memory
+    torch.from_dlpack(t).normal_()                 # written in place
+    w = mc.get("weights")                          # in any other process of the machine
+    x = torch.from_dlpack(w)                       # the same memory, no copy
+
+A Tensor holds one reference to the named tensor for this process, and its mapping. It gives
+both back when the last array that views the memory is garbage-collected, or at release() (or
+the end of a `with` block) if none does by then; an array that still views the memory after
+release() keeps it mapped until it goes, so a view can never outlive its memory. See
+docs/python.md.
+"""
+
+import ctypes
+import json
+import os
+import threading
+import weakref
+
+from . import _dlpack
+from ._dtypes import DTYPES, dtype_name
+from ._lib import DEVICE_CPU, CreateOptions, Tensor as _CTensor, lib as _clib, take_string
+from .errors import *  # noqa: F401,F403  (the exception classes are part of the API)
+from .errors import MemcudaError, Released, error_for
+
+__all__ = ["connect", "Client", "Tensor", "version", "MemcudaError", "Released"] + [
+    name for name in dir() if name[:1].isupper() and name not in ("CreateOptions",)]
+__version__ = "0.1.0"
+
+
+def version():
+    """The version of the libmemcuda this package runs on."""
+    return _clib.mcd_version().decode()
+
+
+def connect(redis_url=None, node=None, timeout=5.0):
+    """A client of the node's mcd-serve. `redis_url` as the tools take it (None: MCD_REDIS_URL,
+    REDIS_URL, the private Redis of `mcd-serve --spawn-redis`, else redis://127.0.0.1:6379; the
+    password may come from MCD_REDIS_PASSWORD or MCD_REDIS_PASSWORD_FILE); `node` None: the host
+    name; `timeout` in seconds, per request."""
+    return Client(redis_url, node, timeout)
+
+
+class Client:
+    """One connection to Redis and the node's server. Thread-safe: calls are serialised."""
+
+    def __init__(self, redis_url=None, node=None, timeout=5.0):
+        handle = ctypes.c_void_p()
+        rc = _clib.mcd_connect(_bytes(redis_url), _bytes(node), int(timeout * 1000),
+                              ctypes.byref(handle))
+        if rc != 0:
+            raise error_for(rc, _clib.mcd_last_error(None).decode())
+        self._handle = handle
+        self._lock = threading.RLock()
+
+    # -- the lifecycle -----------------------------------------------------------------------
+
+    def create(self, name, shape, dtype="f32", device=0, lifetime="heap", init="zero",
+               owner_pid=None):
+        """Creates tensor `name` and returns it, to be opened here on first use. `device`: a GPU
+        ordinal or "cpu"; `lifetime`: "heap" (lives until its last reference is given back: see
+        rm) or "stack" (also freed when `owner_pid`, default this process, exits); `init`:
+        "zero" or "none". The creator's reference is bound to no process, as mcd-create's: the
+        tensor outlives this process until rm() (a heap tensor)."""
+        shape = _shape(shape)
+        options = CreateOptions()
+        options.size = ctypes.sizeof(CreateOptions)
+        if lifetime not in ("heap", "stack"):
+            raise ValueError("lifetime must be 'heap' or 'stack', not %r" % (lifetime,))
+        if init not in ("zero", "none"):
+            raise ValueError("init must be 'zero' or 'none', not %r" % (init,))
+        options.lifetime = 1 if lifetime == "stack" else 0
+        options.no_init = 1 if init == "none" else 0
+        options.owner_pid = int(owner_pid or 0)
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        out = _CTensor()
+        self._call(_clib.mcd_create_ex, _bytes(name), dtype_name(dtype).encode(), dims,
+                   len(shape), _device(device), ctypes.byref(options), ctypes.byref(out))
+        return Tensor(self, None, out)
+
+    def get(self, name):
+        """Takes a reference to tensor `name` for this process and opens it here."""
+        out = _CTensor()
+        self._call(_clib.mcd_get, _bytes(name), ctypes.byref(out))
+        return Tensor(self, _Mapping(self, out), out)
+
+    def stat(self, name):
+        """The tensor's record as a dict (the keys of `mcd-ls --json`)."""
+        text = ctypes.c_void_p()
+        self._call(_clib.mcd_stat_json, _bytes(name), ctypes.byref(text))
+        return json.loads(take_string(text))
+
+    def ls(self, glob="*"):
+        """The records of the tensors whose names match `glob`, sorted by name."""
+        text = ctypes.c_void_p()
+        self._call(_clib.mcd_list_json, _bytes(glob), ctypes.byref(text))
+        return json.loads(take_string(text))
+
+    def rm(self, name):
+        """Gives one reference to tensor `name` back, as mcd-rm does: this process's own if it
+        holds one, else one bound to no process (the creator's); the tensor is freed at 0.
+        Arrays of this process that view it stay valid: each Tensor holds a reference of its
+        own."""
+        self._call(_clib.mcd_release_reference, _bytes(name))
+
+    def close(self):
+        """Nothing to do at once: the connection closes when the client and every Tensor of it
+        are gone (a Tensor keeps the connection its release needs)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle and _clib is not None:  # not during the interpreter's teardown of modules
+            _clib.mcd_disconnect(handle)
+            self._handle = None
+
+    # -- calls into libmemcuda ---------------------------------------------------------------
+
+    def _call(self, fn, *args):
+        with self._lock:
+            rc = fn(self._handle, *args)
+            error = None if rc == 0 else _clib.mcd_last_error(self._handle).decode()
+        if rc != 0:
+            raise error_for(rc, error)
+
+    def _give_back(self, name):
+        """A Tensor's reference and mapping, given back when its last view went. Called from a
+        finalizer, so maybe by the garbage collector of a thread that holds the lock already:
+        the lock is re-entrant, and that thread is then between two calls into libmemcuda
+        (which never calls back into Python), where a third one is safe."""
+        with self._lock:
+            if self._handle:
+                _clib.mcd_release(self._handle, name)
+
+
+class _Mapping:
+    """One reference to a tensor and its mapping in this process, given back when this object
+    is garbage-collected: it is held by the Tensor until release(), and by every array exported
+    from it (a DLPack capsule's deleter drops its hold)."""
+
+    def __init__(self, client, record):
+        self.client = client  # a mapping keeps its client, which gives it back
+        self.name = record.name.decode()
+        self.dtype = record.dtype.decode()
+        self.device = record.device
+        self.shape = tuple(record.shape[i] for i in range(record.ndim))
+        self.nbytes = record.bytes
+        self.data = record.data
+        weakref.finalize(self, client._give_back, self.name.encode())
+
+
+class Tensor:
+    """A named tensor opened in this process. Exports __dlpack__/__dlpack_device__ (GPU and
+    host), __cuda_array_interface__ (version 3, GPU) and __array_interface__ (host), all views of
+    the same memory, never copies."""
+
+    def __init__(self, client, mapping, record):
+        self._client = client
+        self._mapping = mapping  # None until first use for a Tensor from create()
+        self.name = record.name.decode()
+        self.dtype = record.dtype.decode()
+        self.shape = tuple(record.shape[i] for i in range(record.ndim))
+        self.nbytes = record.bytes
+        self.device = "cpu" if record.device == DEVICE_CPU else record.device
+        self._released = False
+        self._interface_exported = False
+
+    def __repr__(self):
+        state = "released" if self.released else "open"
+        return "memcuda.Tensor(%r, shape=%r, dtype=%r, device=%r, %s)" % (
+            self.name, self.shape, self.dtype, self.device, state)
+
+    @property
+    def released(self):
+        return self._released
+
+    @property
+    def data_ptr(self):
+        """The address of the memory in this process (a device pointer on a GPU)."""
+        return self._live().data
+
+    def release(self):
+        """Gives this Tensor's reference back and unmaps the memory, at once when no array
+        exported from it views the memory any more, else when the last such array is
+        garbage-collected: a view stays usable until then. Arrays made through
+        __cuda_array_interface__ (cupy.asarray) hold this Tensor itself, so after one of those
+        the reference goes with this object. Exports nothing after. Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        # An array made through __cuda_array_interface__ holds this object itself: the mapping
+        # then goes with it, not before.
+        if not self._interface_exported:
+            self._mapping = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    # -- copies through host memory --------------------------------------------------------
+
+    def tobytes(self):
+        """A copy of the tensor's bytes in host memory."""
+        buf = ctypes.create_string_buffer(self.nbytes)
+        self._client._call(_clib.mcd_copy_to_host, self.name.encode(), buf, self.nbytes)
+        return buf.raw
+
+    def write(self, data):
+        """Copies `data` (any object with the buffer protocol, at most the tensor's size, e.g. a
+        NumPy array or bytes) into the tensor, from its start."""
+        view = memoryview(data).cast("B")
+        if view.nbytes > self.nbytes:
+            raise ValueError("%d bytes do not fit tensor %r of %d bytes" % (view.nbytes, self.name, self.nbytes))
+        src = (ctypes.c_char * view.nbytes).from_buffer_copy(view) if view.readonly else \
+            (ctypes.c_char * view.nbytes).from_buffer(view)
+        self._client._call(_clib.mcd_copy_from_host, self.name.encode(), src, view.nbytes)
+
+    # -- zero-copy exports -----------------------------------------------------------------
+
+    def __dlpack_device__(self):
+        if self.device == "cpu":
+            return (_dlpack.KDL_CPU, 0)
+        return (_dlpack.KDL_CUDA, self.device)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of the memory. `stream` is accepted and needs no synchronisation:
+        this process has queued no work on the memory, and the process that wrote it finished
+        its work before handing the tensor over (memcuda(7), SYNCHRONIZATION)."""
+        mapping = self._live()
+        if copy:
+            raise BufferError("memcuda exports views only (copy=True asked); use tobytes()")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("tensor %r is on %r, not on %r" % (self.name, self.device, dl_device))
+        device_type, device_id = self.__dlpack_device__()
+        return _dlpack.capsule(mapping.data, device_type, device_id, self.shape,
+                               DTYPES[self.dtype][2], mapping)
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.device == "cpu":
+            raise AttributeError("tensor %r is in host memory: use __array_interface__" % self.name)
+        return self._interface(stream=True)
+
+    @property
+    def __array_interface__(self):
+        if self.device != "cpu":
+            raise AttributeError("tensor %r is on GPU %d: use __cuda_array_interface__ or DLPack"
+                                 % (self.name, self.device))
+        return self._interface(stream=False)
+
+    def _interface(self, stream):
+        mapping = self._live()
+        typestr = DTYPES[self.dtype][1]
+        if typestr is None:
+            raise TypeError("the array interfaces have no %s; use DLPack (torch.from_dlpack)"
+                            % self.dtype)
+        interface = {"shape": self.shape, "typestr": typestr, "strides": None, "version": 3}
+        if stream:
+            # CuPy and Numba keep the object they read this from (this Tensor) as the owner of
+            # the memory: the mapping then lives as long as this object (see release()).
+            self._interface_exported = True
+            interface["data"] = (mapping.data, False)
+            interface["stream"] = None  # no synchronisation needed (see __dlpack__)
+        else:
+            # NumPy takes a buffer object as the array's base: one that holds the mapping, so
+            # that the array keeps exactly what it views alive, not this Tensor.
+            buffer = (ctypes.c_char * self.nbytes).from_address(mapping.data)
+            buffer._owner = mapping
+            interface["data"] = buffer
+        return interface
+
+    def _live(self):
+        if self._released:
+            raise Released("tensor %r was released: get it again" % self.name)
+        if self._mapping is None:
+            self._mapping = self._open_created()
+        return self._mapping
+
+    def _open_created(self):
+        """The first use of a Tensor from create(): its own reference and mapping, taken now
+        rather than in create(), so that a producer that only hands a tensor over pays for no
+        mapping of its own (a create then costs one request)."""
+        out = _CTensor()
+        self._client._call(_clib.mcd_get, self.name.encode(), ctypes.byref(out))
+        return _Mapping(self._client, out)
+
+
+def _bytes(text):
+    return None if text is None else str(text).encode()
+
+
+def _shape(shape):
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(d) for d in shape)
+    if not 1 <= len(shape) <= 8:
+        raise ValueError("shape needs 1 to 8 dimensions, not %d" % len(shape))
+    return shape
+
+
+def _device(device):
+    if device in ("cpu", DEVICE_CPU):
+        return DEVICE_CPU
+    if isinstance(device, str) and device.startswith("cuda"):
+        return int(device.partition(":")[2] or 0)
+    return int(device)

@@ -1,0 +1,93 @@
+"""DLPack capsules made in pure Python (ctypes), to the DLPack 0.8 ABI that every consumer
+reads (PyTorch, CuPy, JAX, NumPy >= 1.22): a DLManagedTensor whose deleter drops the owner
+object that keeps the memory mapped, in a capsule named "dltensor" whose destructor calls the
+deleter when no consumer took it."""
+
+import ctypes
+
+KDL_CPU = 1
+KDL_CUDA = 2
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _Deleter),
+]
+
+_api = ctypes.pythonapi
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+# Every DLManagedTensor handed out and not yet deleted, by its address: the ctypes objects it is
+# made of, and the owner that keeps the memory mapped. The deleter removes it.
+_live = {}
+
+
+@_Deleter
+def _delete(managed):
+    _live.pop(ctypes.addressof(managed.contents), None)
+
+
+# The capsule's destructor gets the capsule as it is being freed: a raw pointer, never a
+# py_object (which would take a new reference to a dying object).
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule):
+    if _api.PyCapsule_IsValid(capsule, b"dltensor"):  # not consumed: nobody will call the deleter
+        address = _api.PyCapsule_GetPointer(capsule, b"dltensor")
+        _live.pop(address, None)
+
+
+def capsule(data, device_type, device_id, shape, dl_dtype, owner):
+    """A "dltensor" capsule over `data` (a compact row-major array of `shape`), keeping `owner`
+    alive until the consumer's array goes."""
+    managed = DLManagedTensor()
+    dims = (ctypes.c_int64 * len(shape))(*shape)
+    t = managed.dl_tensor
+    t.data = data
+    t.device = DLDevice(device_type, device_id)
+    t.ndim = len(shape)
+    t.dtype = DLDataType(dl_dtype[0], dl_dtype[1], 1)
+    t.shape = dims
+    t.strides = None  # compact row-major
+    t.byte_offset = 0
+    managed.manager_ctx = None
+    managed.deleter = _delete
+    address = ctypes.addressof(managed)
+    _live[address] = (managed, dims, owner)
+    return _api.PyCapsule_New(address, b"dltensor",
+                              ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+
+
+def live_count():
+    """DLManagedTensors handed out whose consumer has not deleted them yet (for tests)."""
+    return len(_live)

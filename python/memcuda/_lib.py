@@ -1,0 +1,115 @@
+"""libmemcuda's C ABI (memcuda.h) through ctypes: finding the library and declaring its calls."""
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+
+MAX_DIMS = 8
+DEVICE_CPU = -1
+ABI_VERSION = 1
+
+
+class Tensor(ctypes.Structure):
+    """struct mcd_tensor."""
+
+    _fields_ = [
+        ("name", ctypes.c_char * 201),
+        ("dtype", ctypes.c_char * 8),
+        ("device", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("bytes", ctypes.c_uint64),
+        ("refcount", ctypes.c_int64),
+        ("data", ctypes.c_void_p),
+    ]
+
+
+class CreateOptions(ctypes.Structure):
+    """struct mcd_create_options."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("lifetime", ctypes.c_int32),
+        ("no_init", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("owner_pid", ctypes.c_int64),
+    ]
+
+
+def _candidates():
+    """Where libmemcuda may be, most specific first."""
+    explicit = os.environ.get("MEMCUDA_LIBRARY")
+    if explicit:
+        yield explicit
+        return
+    # Beside the tools on PATH, as `cmake --install` lays them out (PREFIX/bin, PREFIX/lib).
+    serve = shutil.which("mcd-serve")
+    if serve:
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(serve)))
+        for libdir in ("lib", "lib64", os.path.join("lib", "x86_64-linux-gnu")):
+            yield os.path.join(prefix, libdir, "libmemcuda.so")
+    found = ctypes.util.find_library("memcuda")
+    if found:
+        yield found
+    for prefix in ("/usr/local", "/usr"):
+        yield os.path.join(prefix, "lib", "libmemcuda.so")
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError(
+        "memcuda: libmemcuda not found (tried: %s); install memcuda, put mcd-serve on PATH, "
+        "or set MEMCUDA_LIBRARY to the library's path" % ", ".join(tried) or "nothing")
+
+
+lib = _load()
+
+
+def _declare(name, restype, *argtypes):
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+
+
+_client = ctypes.c_void_p
+_i32, _i64, _u64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64
+_str = ctypes.c_char_p
+_declare("mcd_version", _str)
+_declare("mcd_abi_version", _i32)
+_declare("mcd_connect", _i32, _str, _str, _i32, ctypes.POINTER(_client))
+_declare("mcd_disconnect", None, _client)
+_declare("mcd_create_ex", _i32, _client, _str, _str, ctypes.POINTER(_i64), _i32, _i32,
+         ctypes.POINTER(CreateOptions), ctypes.POINTER(Tensor))
+_declare("mcd_get", _i32, _client, _str, ctypes.POINTER(Tensor))
+_declare("mcd_open", _i32, _client, _str, ctypes.POINTER(Tensor))
+_declare("mcd_release", _i32, _client, _str)
+_declare("mcd_release_reference", _i32, _client, _str)
+_declare("mcd_close", _i32, _client, _str)
+_declare("mcd_copy_to_host", _i32, _client, _str, ctypes.c_void_p, _u64)
+_declare("mcd_copy_from_host", _i32, _client, _str, ctypes.c_void_p, _u64)
+_declare("mcd_stat_json", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p))
+_declare("mcd_list_json", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p))
+_declare("mcd_free", None, ctypes.c_void_p)
+_declare("mcd_error_name", _str, _i32)
+_declare("mcd_last_error", _str, _client)
+
+if lib.mcd_abi_version() != ABI_VERSION:
+    raise ImportError("memcuda: libmemcuda has ABI %d, this package speaks ABI %d"
+                      % (lib.mcd_abi_version(), ABI_VERSION))
+
+
+def take_string(pointer):
+    """A string the library handed out, freed."""
+    try:
+        return ctypes.string_at(pointer.value).decode()
+    finally:
+        lib.mcd_free(pointer)

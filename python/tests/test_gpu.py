@@ -1,0 +1,108 @@
+"""The memcuda package on a GPU host: tensors made by the tools, viewed in place by PyTorch and
+CuPy, changed by their kernels, read back by the tools; every reference given back and the GPU
+memory with it. Skipped (and reported so) without a GPU or PyTorch."""
+
+import gc
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import memcuda  # noqa: E402
+from conftest import Node  # noqa: E402
+
+
+def gpu_used_mib():
+    free, total = torch.cuda.mem_get_info(0)
+    return (total - free) // (1 << 20)
+
+
+@pytest.fixture
+def gpu():
+    torch.zeros(1, device="cuda:0")  # this process's context exists before the first reading
+    # No ready stock and no slabs: what the server allocates for a tensor is freed with it.
+    n = Node("0", "--ready-max", "0", "--slab-max", "0")
+    os.environ["MCD_REDIS_URL"] = n.url
+    yield n
+    assert n.stop() == 0, n.serve_log()
+
+
+def made_by_the_tools(gpu, tmp_path, name):
+    x = np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)  # 1 MiB
+    src = tmp_path / (name + ".npy")
+    np.save(src, x)
+    gpu.run("mcd-create", name, "--from", str(src), "--device", "0")
+    return x
+
+
+def read_back_by_the_tools(gpu, tmp_path, name):
+    out = tmp_path / (name + "-out.npy")
+    gpu.run("mcd-get", name, "-o", str(out), "--detached")
+    gpu.run("mcd-rm", name, "--detached")  # mcd-get's reference
+    return np.load(out)
+
+
+def test_torch_changes_a_tools_tensor_in_place(gpu, tmp_path):
+    mc = memcuda.connect(node=gpu.node)
+    before = gpu_used_mib()
+    x = made_by_the_tools(gpu, tmp_path, "w")
+    with mc.get("w") as t:
+        assert t.device == 0 and t.shape == (256, 1024)
+        view = torch.from_dlpack(t)
+        assert view.device == torch.device("cuda", 0) and view.dtype == torch.float32
+        assert view.data_ptr() == t.data_ptr  # the same memory, not a copy
+        assert torch.equal(view.cpu(), torch.from_numpy(x))
+        view.mul_(2)
+        torch.cuda.synchronize()
+    view += 1  # a view outlives the with block: still mapped, its reference still held
+    torch.cuda.synchronize()
+    assert mc.stat("w")["refcount"] == 2
+    del view
+    gc.collect()
+    assert mc.stat("w")["refcount"] == 1
+    assert np.array_equal(read_back_by_the_tools(gpu, tmp_path, "w"), 2 * x + 1)
+    assert mc.stat("w")["refcount"] == 1
+    gpu.run("mcd-rm", "w", "--detached")
+    assert mc.ls() == []
+    assert gpu_used_mib() <= before, "GPU memory not given back"
+
+
+def test_cupy_changes_a_tools_tensor_in_place(gpu, tmp_path):
+    cupy = pytest.importorskip("cupy")
+    mc = memcuda.connect(node=gpu.node)
+    before = gpu_used_mib()
+    x = made_by_the_tools(gpu, tmp_path, "c")
+    t = mc.get("c")
+    by_dlpack = cupy.from_dlpack(t)
+    by_interface = cupy.asarray(t)  # __cuda_array_interface__
+    assert by_dlpack.data.ptr == by_interface.data.ptr == t.data_ptr
+    by_dlpack += 1
+    by_interface *= 3
+    cupy.cuda.Device(0).synchronize()
+    assert mc.stat("c")["refcount"] == 2
+    t.release()
+    del by_dlpack, by_interface, t
+    gc.collect()
+    assert mc.stat("c")["refcount"] == 1
+    assert np.array_equal(read_back_by_the_tools(gpu, tmp_path, "c"), (x + 1) * 3)
+    gpu.run("mcd-rm", "c", "--detached")
+    assert mc.ls() == []
+    assert gpu_used_mib() <= before, "GPU memory not given back"
+
+
+def test_a_tensor_created_here_is_seen_by_another_process(gpu):
+    mc = memcuda.connect(node=gpu.node)
+    t = mc.create("p", (4, 4), "bf16", device=0)
+    torch.from_dlpack(t).fill_(1.5)
+    torch.cuda.synchronize()
+    code = ("import torch; t = mc.get('p'); v = torch.from_dlpack(t); "
+            "assert v.dtype == torch.bfloat16 and float(v.sum()) == 24.0, v")
+    gpu.python(code)
+    t.release()
+    gc.collect()
+    mc.rm("p")
+    assert mc.ls() == []

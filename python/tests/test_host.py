@@ -1,0 +1,222 @@
+"""The memcuda package against a real mcd-serve, on host tensors (any machine)."""
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import memcuda
+from memcuda import _dlpack, _lib
+
+
+def refcount(mc, name):
+    return mc.stat(name)["refcount"]
+
+
+def test_create_get_release_rm_keep_exact_refcounts(mc):
+    t = mc.create("a", (2, 3), "f32", device="cpu")
+    assert (t.name, t.shape, t.dtype, t.device) == ("a", (2, 3), "f32", "cpu")
+    assert refcount(mc, "a") == 1  # the creator's; this Tensor takes its own on first use
+    assert t.data_ptr
+    assert refcount(mc, "a") == 2
+    u = mc.get("a")
+    assert refcount(mc, "a") == 3
+    u.release()
+    u.release()  # idempotent
+    assert refcount(mc, "a") == 2
+    t.release()
+    assert refcount(mc, "a") == 1
+    unused = mc.create("b", 1, "u8", device="cpu")
+    unused.release()  # never used here: nothing of its own to give back
+    assert refcount(mc, "b") == 1
+    mc.rm("b")
+    assert [r["name"] for r in mc.ls()] == ["a"]
+    assert mc.ls("b*") == []
+    mc.rm("a")
+    assert mc.ls() == []
+
+
+def test_numpy_views_the_memory_in_place_across_processes(node, mc):
+    t = mc.create("shared", (4,), "i32", device="cpu")
+    a = np.asarray(t)
+    assert a.dtype == np.int32 and a.shape == (4,) and not a.any()  # zeroed
+    a[:] = [1, 2, 3, 4]
+    # Another process sees the bytes and writes back into the same memory.
+    node.python("w = np.asarray(mc.get('shared')); assert list(w) == [1, 2, 3, 4]; w *= 10")
+    assert list(a) == [10, 20, 30, 40]
+    assert np.frombuffer(t.tobytes(), dtype=np.int32).tolist() == [10, 20, 30, 40]
+    del a
+    t.release()
+    mc.rm("shared")
+
+
+def test_a_view_outlives_release_and_its_reference_goes_with_it(mc):
+    t = mc.create("v", (8,), "f64", device="cpu")
+    a = np.asarray(t)
+    d = np.from_dlpack(t)
+    t.release()
+    assert refcount(mc, "v") == 2  # the views still hold this process's reference
+    a[:] = 2.5  # still mapped: no crash
+    assert d.sum() == 20.0
+    with pytest.raises(memcuda.Released):
+        np.asarray(t)
+    with pytest.raises(memcuda.Released):
+        t.__dlpack__()
+    del a
+    assert refcount(mc, "v") == 2
+    del d
+    gc.collect()
+    assert refcount(mc, "v") == 1
+    mc.rm("v")
+
+
+def test_a_with_block_gives_the_reference_back(mc):
+    mc.create("w", 16, "u8", device="cpu").release()
+    with mc.get("w") as t:
+        np.asarray(t)[:] = 7
+        assert refcount(mc, "w") == 2
+    assert refcount(mc, "w") == 1
+    with mc.get("w") as t:
+        assert t.tobytes() == bytes([7]) * 16
+    mc.rm("w")
+
+
+def test_a_dlpack_capsule_nobody_consumed_gives_its_hold_back(mc):
+    t = mc.create("c", 4, "f32", device="cpu")
+    before = _dlpack.live_count()
+    capsule = t.__dlpack__()
+    assert _dlpack.live_count() == before + 1
+    del capsule
+    assert _dlpack.live_count() == before
+    assert t.__dlpack_device__() == (_dlpack.KDL_CPU, 0)
+    t.release()
+    assert refcount(mc, "c") == 1
+    mc.rm("c")
+
+
+def test_host_copies_both_ways(mc):
+    t = mc.create("h", (3,), "u16", device="cpu", init="none")
+    t.write(np.array([5, 6, 7], dtype=np.uint16))
+    assert np.frombuffer(t.tobytes(), dtype=np.uint16).tolist() == [5, 6, 7]
+    t.write(b"\x01\x00")  # a prefix
+    assert np.asarray(t).tolist() == [1, 6, 7]
+    with pytest.raises(ValueError):
+        t.write(bytes(7))
+    t.release()
+    mc.rm("h")
+
+
+def test_errors_carry_the_tools_stable_names(mc):
+    with pytest.raises(memcuda.NotFound) as missing:
+        mc.get("missing")
+    assert missing.value.code == "not_found" and isinstance(missing.value, KeyError)
+    mc.create("e", 1, "f32", device="cpu").release()
+    with pytest.raises(memcuda.AlreadyExists) as exists:
+        mc.create("e", 1, "f32", device="cpu")
+    assert exists.value.code == "already_exists"
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.create("bad*name", 1, "f32", device="cpu")
+    with pytest.raises(ValueError):
+        mc.create("x", 1, "q7", device="cpu")
+    with pytest.raises(memcuda.NoDevice):
+        mc.create("x", 1, "f32", device=7)
+    with pytest.raises(memcuda.Unavailable):
+        memcuda.connect(node="no-such-node")
+    mc.rm("e")
+    # The package's table is the library's.
+    for errno in range(1, 23):
+        assert memcuda.errors.error_for(errno, "").code == _lib.lib.mcd_error_name(errno).decode()
+
+
+def test_dtypes_map_both_ways():
+    import numpy
+    for name, (size, typestr, _) in memcuda._dtypes.DTYPES.items():
+        if typestr is not None:
+            assert numpy.dtype(typestr).itemsize == size
+            assert memcuda._dtypes.dtype_name(numpy.dtype(typestr)) == name
+    assert memcuda._dtypes.dtype_name("float32") == "f32"
+    assert memcuda._dtypes.dtype_name(numpy.float16) == "f16"
+
+
+def test_every_dtype_round_trips_through_numpy(mc):
+    for name, (size, typestr, _) in memcuda._dtypes.DTYPES.items():
+        t = mc.create("d-" + name, (2, 2), name, device="cpu")
+        if typestr is None:  # bf16: no NumPy dtype; DLPack carries it (torch)
+            with pytest.raises(TypeError):
+                np.asarray(t)
+        else:
+            a = np.asarray(t)
+            assert a.dtype == np.dtype(typestr) and a.nbytes == 4 * size
+            del a
+        t.release()
+        mc.rm("d-" + name)
+
+
+def test_a_stack_tensor_goes_with_its_owner_process(node, mc):
+    node.python("mc.create('s', 4, 'f32', device='cpu', lifetime='stack')")
+    with pytest.raises(memcuda.NotFound):
+        for _ in range(100):  # the server reclaims it within about a second
+            mc.stat("s")
+            import time
+            time.sleep(0.05)
+
+
+def test_a_killed_holders_reference_is_given_back(node, mc):
+    mc.create("k", 4, "f32", device="cpu").release()
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; sys.path.insert(0, %r); import memcuda, time; mc = memcuda.connect(node=%r); "
+         "t = mc.get('k'); print('held', flush=True); time.sleep(60)"
+         % (os.path.join(os.path.dirname(__file__), ".."), node.node)],
+        env=node.env, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    assert refcount(mc, "k") == 2
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    import time
+    for _ in range(100):
+        if refcount(mc, "k") == 1:
+            break
+        time.sleep(0.05)
+    assert refcount(mc, "k") == 1
+    mc.rm("k")
+
+
+def test_a_tensor_from_the_tools_is_read_and_written_here(node, mc, tmp_path):
+    src = tmp_path / "x.npy"
+    np.save(src, np.arange(12, dtype=np.float32).reshape(3, 4))
+    node.run("mcd-create", "x", "--from", str(src), "--device", "cpu")
+    with mc.get("x") as t:
+        a = np.asarray(t)
+        assert a.tolist() == np.arange(12).reshape(3, 4).tolist()
+        a += 1
+        del a
+    out = tmp_path / "out.npy"
+    node.run("mcd-get", "x", "-o", str(out), "--detached")
+    node.run("mcd-rm", "x", "--detached")  # mcd-get's reference
+    assert np.load(out).tolist() == (np.arange(12).reshape(3, 4) + 1).tolist()
+    node.run("mcd-rm", "x", "--detached")
+    assert mc.ls() == []
+
+
+def test_the_package_installs_with_pip_and_nothing_downloaded(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # A copy, so that the build leaves nothing in the source tree.
+    import shutil
+    pkg = tmp_path / "src"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), ".."), pkg,
+                    ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
+    pkg = str(pkg)
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index", "--no-build-isolation",
+                           "--no-deps", "-q", pkg], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([str(venv / "bin" / "python"), "-c",
+                           "import memcuda; print(memcuda.version(), memcuda.__file__)"],
+                          capture_output=True, text=True, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "site-packages" in done.stdout

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Python programs sharing a GPU tensor, memcuda beside torch.multiprocessing, in one run.
+
+Both rows are timed alike, from before the producer makes the tensor to the consumer's
+acknowledgement, with the same two processes and the same multiprocessing Pipe (pickled by
+torch.multiprocessing's reductions, without a Queue's feeder thread) carrying the handover: memcuda's producer creates a named tensor (zeroed, on GPU 0) and sends its name, the
+consumer gets it, views it as a torch.Tensor (torch.from_dlpack), reads one element and
+acknowledges, then gives its reference back outside the time (as mcd-bench's share row does);
+the peer's producer makes torch.zeros and sends the tensor itself (CUDA IPC underneath), the
+consumer reads one element, drops it and acknowledges. The producer's cleanup (memcuda's
+release and rm; the peer's drop of the tensor) is outside the time on both sides, in batches
+of 64 (a server freeing memory while the next create runs would otherwise be timed too).
+
+Needs a running mcd-serve with a GPU (MCD_REDIS_URL or the private Redis of
+`mcd-serve --spawn-redis`), PyTorch, and the memcuda package (pip install ./python, or
+PYTHONPATH=python). Prints a table; --json writes the rows as mcd-bench does.
+
+    mcd-serve --spawn-redis & python3 scripts/bench_python.py --sizes 1MiB --iterations 300
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import memcuda  # noqa: E402
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text):
+    t = text.strip().rstrip("B").rstrip("i")
+    unit = t[-1] if t and t[-1] in UNITS else ""
+    return int(float(t[: len(t) - len(unit)]) * UNITS[unit])
+
+
+def consumer(conn, node):
+    torch.zeros(1, device="cuda")  # context up before the first measurement
+    mc = memcuda.connect(node=node)
+    conn.send("ready")
+    steps = {"get": [], "from_dlpack": [], "read": []}
+    while True:
+        item = conn.recv()
+        if item is None:
+            break
+        if isinstance(item, str):  # memcuda: a name
+            t0 = time.perf_counter()
+            t = mc.get(item)
+            t1 = time.perf_counter()
+            view = torch.from_dlpack(t)
+            t2 = time.perf_counter()
+            _ = view[0].item()
+            t3 = time.perf_counter()
+            conn.send("ok")
+            for step, us in zip(steps, (t1 - t0, t2 - t1, t3 - t2)):
+                steps[step].append(us * 1e6)
+            del view  # outside the time, as mcd-bench's share row gives its reference back
+            t.release()
+            conn.send("released")
+        else:  # torch.multiprocessing: the tensor itself
+            _ = item[0].item()
+            del item
+            conn.send("ok")
+    print("consumer steps, medians (us): " + ", ".join(
+        "%s %.1f" % (k, percentile(v, 0.5)) for k, v in steps.items()), file=sys.stderr)
+
+
+def percentile(values, p):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))] if v else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1MiB")
+    ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--node", default=None)
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args()
+
+    mp.set_start_method("spawn")
+    mc = memcuda.connect(node=args.node)
+    conn, child = mp.Pipe()
+    proc = mp.Process(target=consumer, args=(child, args.node), daemon=True)
+    proc.start()
+    assert conn.recv() == "ready"
+    torch.zeros(1, device="cuda")
+
+    def memcuda_share(size, i):
+        name = "bench-py-%d-%d" % (os.getpid(), i)
+        t0 = time.perf_counter()
+        t = mc.create(name, (size,), "u8", device=0)
+        create_us.append((time.perf_counter() - t0) * 1e6)
+        conn.send(name)
+        conn.recv()
+        elapsed = time.perf_counter() - t0
+        assert conn.recv() == "released"
+        made.append((name, t))  # removed in batches, as the peer's tensors are dropped
+        return elapsed
+
+    def remove_made():
+        for name, t in made:
+            t.release()
+            mc.rm(name)
+        made.clear()
+
+    def torch_share(size, i):
+        t0 = time.perf_counter()
+        t = torch.zeros(size, dtype=torch.uint8, device="cuda")
+        conn.send(t)
+        conn.recv()
+        elapsed = time.perf_counter() - t0
+        kept.append(t)  # the producer keeps a shared tensor alive until the consumer let go
+        return elapsed
+
+    rows = []
+    kept = []
+    made = []
+    create_us = []
+    for size in sorted(parse_size(s) for s in args.sizes.split(",")):
+        lat = {"memcuda (Python)": [], "torch.multiprocessing": []}
+        for i in range(5):  # warm-up of both
+            memcuda_share(size, -1 - i)
+            torch_share(size, i)
+        for i in range(args.iterations):
+            lat["memcuda (Python)"].append(memcuda_share(size, i) * 1e6)
+            if len(made) >= 64:
+                remove_made()
+        remove_made()
+        for i in range(args.iterations):
+            lat["torch.multiprocessing"].append(torch_share(size, i) * 1e6)
+            if len(kept) >= 64:
+                kept.clear()
+        kept.clear()
+        for peer, values in lat.items():
+            rows.append({"row": "python share", "peer": peer, "bytes": size, "n": len(values),
+                         "median_us": percentile(values, 0.5), "p90_us": percentile(values, 0.9),
+                         "p99_us": percentile(values, 0.99)})
+    conn.send(None)
+    proc.join(timeout=10)
+    print("producer create, median (us): %.1f" % percentile(create_us, 0.5), file=sys.stderr)
+    config = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "host": socket.gethostname(),
+              "memcuda": memcuda.version(), "iterations": args.iterations}
+    if args.json:
+        json.dump({"tool": "bench_python", "config": config, "rows": rows}, sys.stdout, indent=1)
+        print()
+        return
+    print("%-24s %10s %12s %10s %10s" % ("python share", "bytes", "median us", "p90 us", "p99 us"))
+    for r in rows:
+        print("%-24s %10d %12.1f %10.1f %10.1f" % (r["peer"], r["bytes"], r["median_us"], r["p90_us"], r["p99_us"]))
+    for size in sorted({r["bytes"] for r in rows}):
+        ours = next(r for r in rows if r["bytes"] == size and r["peer"].startswith("memcuda"))
+        peer = next(r for r in rows if r["bytes"] == size and r["peer"].startswith("torch"))
+        print("%d B: memcuda is %.2fx torch.multiprocessing (medians, one run)"
+              % (size, peer["median_us"] / ours["median_us"]))
+
+
+if __name__ == "__main__":
+    main()
