@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstring>
 
+#include "memcuda/memcuda.h"
 #include "tool_common.h"
 
 namespace mcd::tools {
@@ -116,7 +117,8 @@ inline int ParseArgs(CLI::App& app, int argc, char** argv) {
 }
 
 inline void SetupApp(CLI::App& app) {
-  app.set_version_flag("--version", std::string("memcuda ") + MCD_VERSION);
+  // The build and this machine's driver, asked only when --version is given.
+  app.set_version_flag("--version", [] { return std::string(mcd_version_info()); });
   app.footer(kEnvironmentFooter);
   app.get_formatter()->column_width(28);
 }

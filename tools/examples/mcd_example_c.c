@@ -12,6 +12,10 @@ static int Die(mcd_client* c, const char* what, int32_t rc) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("%s\n", mcd_version_info());
+    return 0;
+  }
   if (argc < 2) {
     fprintf(stderr, "usage: mcd-example-c NAME [NODE]\n");
     return 64;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "memcuda/client.h"
+#include "memcuda/memcuda.h"
 
 __global__ void ScaleKernel(float* x, unsigned long long n, float factor) {
   unsigned long long i = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
@@ -18,6 +19,10 @@ __global__ void ScaleKernel(float* x, unsigned long long n, float factor) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("%s\n", mcd_version_info());
+    return 0;
+  }
   if (argc != 3 && argc != 5) {
     std::fprintf(stderr, "usage: mcd-example-scale NAME FACTOR [--node NODE]\n");
     return 64;

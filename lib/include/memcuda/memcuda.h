@@ -55,6 +55,10 @@ enum {
 /* The library's version ("0.1.0") and ABI version, of the library loaded, not of this header. */
 MCD_API const char* mcd_version(void);
 MCD_API int32_t mcd_abi_version(void);
+/* One line for --version: "memcuda 0.1.0 (git 1a2b3c4; built with CUDA runtime 13.0; driver:
+ * CUDA 13.0, NVIDIA 580.159.04)", the driver as found on this machine now ("no NVIDIA driver"
+ * without one). Static storage. */
+MCD_API const char* mcd_version_info(void);
 
 typedef struct mcd_client mcd_client;
 

@@ -7,6 +7,7 @@
 
 #include "memcuda/client.h"
 #include "memcuda/memcuda.h"
+#include "common/version_info.h"
 
 struct mcd_client {
   std::unique_ptr<mcd::Client> client;
@@ -96,6 +97,10 @@ int32_t mcd_connect(const char* redis_url, const char* node, int32_t timeout_ms,
 void mcd_disconnect(mcd_client* client) { delete client; }
 
 const char* mcd_version(void) { return MCD_VERSION; }
+const char* mcd_version_info(void) {
+  static const std::string text = mcd::VersionInfo();
+  return text.c_str();
+}
 int32_t mcd_abi_version(void) { return MCD_ABI_VERSION; }
 
 int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
