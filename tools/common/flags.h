@@ -18,6 +18,7 @@ inline constexpr const char* kEnvironmentFooter =
     "  MCD_REDIS_PASSWORD  password when the URL has none (then MCD_REDIS_PASSWORD_FILE, a\n"
     "                      file holding it, then REDISCLI_AUTH); never printed\n"
     "  MCD_TRUSTED_USERS   users besides this one and root whose server this tool may use\n"
+    "  MCD_NODE            the node when --node is not given\n"
     "  Without either, the private Redis of `mcd-serve --spawn-redis` is used when it runs,\n"
     "  else redis://127.0.0.1:6379.\n"
     "Exit codes: 0 ok, 1 not found / already exists / not held, 64 usage, 69 unavailable\n"
@@ -27,7 +28,9 @@ inline constexpr const char* kEnvironmentFooter =
 inline void AddConnectionFlags(CLI::App& app, CommonFlags& flags) {
   app.add_option("--redis-url", flags.redis_url,
                  "redis://[user:password@]host:port/db or unix:///path.sock");
-  app.add_option("--node", flags.node, "Node whose mcd-serve to use (default: host name)");
+  app.add_option("--node", flags.node,
+                 "Node whose mcd-serve to use (default: MCD_NODE, else the host name, else the "
+                 "only live server)");
   app.add_option("--prefix", flags.prefix, "Redis key prefix")->capture_default_str();
   app.add_option("--queue", flags.queue, "Command list")->capture_default_str();
 }

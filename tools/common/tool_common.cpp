@@ -28,6 +28,16 @@ int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv) {
   }
 }
 
+Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options, bool quiet) {
+  MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
+  if (client->node_discovered() && !quiet) {
+    std::cerr << tool << ": note: no server for this host's node; using node '"
+              << client->options().node << "', the only one live on "
+              << client->options().redis_url.Redacted() << " (--node or MCD_NODE to be explicit)\n";
+  }
+  return client;
+}
+
 Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server) {
   ClientOptions options;
   MCD_ASSIGN_OR_RETURN(options.redis_url, ResolveRedisUrl(flags.redis_url));

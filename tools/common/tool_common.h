@@ -32,6 +32,9 @@ int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv);
 
 // Client options from the flags (URL resolution included).
 Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server);
+// Connects; says on stderr (unless `quiet`) when the node was not given and the only live
+// server on the Redis was taken (Client::node_discovered), so that it is never a surprise.
+Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options, bool quiet);
 
 std::string HumanBytes(uint64_t bytes);    // "1.0 MiB"
 // "4096", "64MiB", "40GiB", "1.5G", "2T" -> bytes (K/M/G/T are powers of 1024).

@@ -82,7 +82,7 @@ Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
 Result<TensorRecord> Create(const CreateFlags& f, const CreateSpec& spec,
                             const tools::NpyArray& npy) {
   MCD_ASSIGN_OR_RETURN(ClientOptions options, tools::MakeClientOptions(f.common, true));
-  MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
+  MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, tools::ConnectClient("mcd-create", options, f.common.quiet));
   MCD_ASSIGN_OR_RETURN(TensorRecord record, client->Create(spec));
   if (f.from.empty()) return record;
   auto view = client->Open(f.name);

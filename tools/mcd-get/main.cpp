@@ -64,7 +64,7 @@ static int ToolMain(int argc, char** argv) {
   auto options = tools::MakeClientOptions(flags, !no_ref);
   if (!options.ok()) return tools::Fail(tool, options.status());
   options->holder_pid = tools::HolderPid(holder);
-  auto client = Client::Connect(options.value());
+  auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
   if (!client.ok()) return tools::Fail(tool, client.status());
   auto view = no_ref ? client.value()->Open(name) : client.value()->Get(name);
   if (!view.ok()) return tools::Fail(tool, view.status());

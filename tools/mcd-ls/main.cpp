@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "flags.h"
+#include "servers.h"
 
 static int ToolMain(int argc, char** argv) {
   using namespace mcd;
@@ -10,7 +11,8 @@ static int ToolMain(int argc, char** argv) {
   app.footer(std::string("Examples:\n"
                          "  mcd-ls                  # table of every tensor\n"
                          "  mcd-ls 'layer*' -l      # more columns, exact bytes\n"
-                         "  mcd-ls -q | xargs mcd-rm\n\n") +
+                         "  mcd-ls -q | xargs mcd-rm\n"
+                         "  mcd-ls --servers         # the live servers; exit 69 when none\n\n") +
              tools::kEnvironmentFooter);
   tools::CommonFlags flags;
   tools::AddConnectionFlags(app, flags);
@@ -23,6 +25,15 @@ static int ToolMain(int argc, char** argv) {
   app.add_flag("-q,--quiet", names_only, "Names only, one per line (for xargs mcd-rm)");
   app.add_flag("--no-headers", no_headers, "Leave out the header line");
   app.add_flag("--json", json, "A JSON array of records");
+  bool servers = false, prometheus = false;
+  app.add_flag("--servers", servers,
+               "The live servers instead (node, instance, devices, uptime, tensors, bytes, "
+               "commands); exit 69 when none is live: a readiness check");
+  app.add_flag("--prometheus", prometheus,
+               "With --servers: the Prometheus text format (for the node exporter's textfile "
+               "collector)")
+      ->needs("--servers")
+      ->excludes("--json");
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
   const char* tool = "mcd-ls";
 
@@ -30,6 +41,20 @@ static int ToolMain(int argc, char** argv) {
   if (!options.ok()) return tools::Fail(tool, options.status());
   auto client = Client::Connect(options.value());
   if (!client.ok()) return tools::Fail(tool, client.status());
+  if (servers) {
+    auto live = client.value()->LiveServers();
+    if (!live.ok()) return tools::Fail(tool, live.status());
+    auto format = prometheus ? tools::ServersFormat::kPrometheus
+                             : json ? tools::ServersFormat::kJson : tools::ServersFormat::kTable;
+    if (!live->empty() || format != tools::ServersFormat::kTable)
+      std::cout << tools::FormatServers(live.value(), format, !no_headers);
+    if (live->empty()) {
+      return tools::Fail(tool, Status(ErrorCode::kUnavailable,
+                                      "no mcd-serve is live on " +
+                                          client.value()->options().redis_url.Redacted()));
+    }
+    return 0;
+  }
   std::string out;
   if (names_only && !json) {
     auto names = client.value()->ListNames(glob);

@@ -28,7 +28,7 @@ static int ToolMain(int argc, char** argv) {
   auto options = tools::MakeClientOptions(flags, true);
   if (!options.ok()) return tools::Fail(tool, options.status());
   options->holder_pid = tools::HolderPid(holder);
-  auto client = Client::Connect(options.value());
+  auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
   if (!client.ok()) return tools::Fail(tool, client.status());
   int exit_code = 0;
   std::string json = "[";

@@ -22,7 +22,9 @@ namespace mcd {
 struct MCD_API ClientOptions {
   RedisUrl redis_url;
   KeySpace keys;
-  std::string node;        // default: the host name
+  // Empty: MCD_NODE, else the host name; and when that node has no server and exactly one
+  // server is live on the Redis, that one's node (see Client::node_discovered).
+  std::string node;
   // Per request: command pushed to reply received. A request with no reply by then is taken
   // back off the queue when no server has taken it yet, and fails with nothing changed; the
   // error says when the server had taken it instead, and it may still take effect.
@@ -109,6 +111,11 @@ class MCD_API Client {
 
   // The heartbeat of the serving node, or kUnavailable when none is alive.
   Result<std::map<std::string, std::string>> ServerInfo();
+  // The heartbeats of every live server on this Redis (this prefix), sorted by node.
+  Result<std::vector<std::map<std::string, std::string>>> LiveServers();
+  // True when the node was not given (ClientOptions::node, MCD_NODE) and this host's name had no
+  // server, so the only live server on the Redis was taken: options().node names it.
+  bool node_discovered() const noexcept;
 
   const ClientOptions& options() const noexcept;
 

@@ -64,7 +64,13 @@ class Client::Impl {
   // Connects, trying again within the timeout while Redis refuses connections, drops them or
   // says it is loading (a restart): a tool started while Redis restarts waits for it.
   Status Connect() {
-    if (opt_.node.empty()) opt_.node = HostName();
+    if (opt_.node.empty()) {
+      const char* env = std::getenv("MCD_NODE");
+      node_given_ = env != nullptr && env[0] != '\0';
+      opt_.node = node_given_ ? env : HostName();
+    } else {
+      node_given_ = true;
+    }
     MCD_ASSIGN_OR_RETURN(holder_, ResolveHolder(opt_.holder_pid));
     Backoff backoff(opt_.timeout_ms);
     for (;;) {
@@ -101,8 +107,24 @@ class Client::Impl {
     auto sha = redis_->ReadReply();
     if (sha.ok() && sha->type == RedisValue::Type::kString) script_->set_sha(sha->str);
     if (!heartbeat.ok()) return heartbeat.status();
-    MCD_ASSIGN_OR_RETURN(auto info, server_->Parse(heartbeat.value()));
-    server_->Adopt(std::move(info));
+    auto info = server_->Parse(heartbeat.value());
+    if (!info.ok() && info.status().code() == ErrorCode::kUnavailable && !node_given_) {
+      MCD_RETURN_IF_ERROR(DiscoverNode());
+      info = server_->Read();
+    }
+    if (!info.ok()) return info.status();
+    server_->Adopt(std::move(info).value());
+    return Status::Ok();
+  }
+
+  // No node was given and the host name has no server: the only live server on the Redis is
+  // the one meant. With none or several, the caller's error lists them.
+  Status DiscoverNode() {
+    MCD_ASSIGN_OR_RETURN(auto live, ServerView::Live(*redis_, opt_.keys));
+    if (live.size() == 1 && !live[0]["node"].empty()) {
+      opt_.node = live[0]["node"];
+      node_discovered_ = true;
+    }
     return Status::Ok();
   }
 
@@ -308,6 +330,8 @@ class Client::Impl {
   }
 
   ClientOptions opt_;
+  bool node_given_ = false;       // by ClientOptions::node or MCD_NODE
+  bool node_discovered_ = false;  // taken from the only live server (DiscoverNode)
   std::optional<Holder> holder_;
   std::unique_ptr<RedisConnection> redis_;
   std::unique_ptr<ServerView> server_;
@@ -329,6 +353,13 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 const ClientOptions& Client::options() const noexcept { return impl_->opt_; }
 
 Result<std::map<std::string, std::string>> Client::ServerInfo() { return impl_->server_->Read(); }
+
+Result<std::vector<std::map<std::string, std::string>>> Client::LiveServers() {
+  return impl_->Retrying("listing servers", true,
+                         [&] { return ServerView::Live(*impl_->redis_, impl_->opt_.keys); });
+}
+
+bool Client::node_discovered() const noexcept { return impl_->node_discovered_; }
 
 Result<TensorRecord> Client::Create(const CreateSpec& spec) {
   MCD_RETURN_IF_ERROR(ValidateName(spec.name));

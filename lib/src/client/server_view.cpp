@@ -1,5 +1,6 @@
 #include "client/server_view.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -20,12 +21,36 @@ Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& a
   }
   std::map<std::string, std::string> fields = FieldMap(all);
   if (fields.empty()) {
-    return Status(ErrorCode::kUnavailable, "no mcd-serve is running for node '" + opt_.node +
-                                               "' (no heartbeat at " + opt_.keys.Server(opt_.node) +
-                                               " on " + opt_.redis_url.Redacted() +
-                                               "); start one with mcd-serve");
+    std::string live;
+    if (auto servers = Live(redis_, opt_.keys); servers.ok()) {
+      for (auto& server : servers.value()) live += (live.empty() ? "" : ", ") + server["node"];
+    }
+    return Status(ErrorCode::kUnavailable,
+                  "no mcd-serve is running for node '" + opt_.node + "' on " +
+                      opt_.redis_url.Redacted() + " (no heartbeat at " +
+                      opt_.keys.Server(opt_.node) + "); " +
+                      (live.empty() ? "no server is live there: start one with mcd-serve"
+                                    : "live there: " + live + " (--node or MCD_NODE picks one)"));
   }
   return fields;
+}
+
+Result<std::vector<std::map<std::string, std::string>>> ServerView::Live(RedisConnection& redis,
+                                                                         const KeySpace& keys) {
+  std::vector<std::string> names;
+  MCD_RETURN_IF_ERROR(redis.Scan(keys.Server("*"), 1000, [&](const std::vector<RedisValue>& page) {
+    for (const RedisValue& key : page) names.push_back(key.str);
+    return Status::Ok();
+  }));
+  std::sort(names.begin(), names.end());
+  std::vector<std::map<std::string, std::string>> out;
+  for (const std::string& key : names) {
+    MCD_ASSIGN_OR_RETURN(RedisValue all, redis.Command({"HGETALL", key}));
+    if (all.type == RedisValue::Type::kError) continue;  // not a hash: not a heartbeat
+    auto fields = FieldMap(all);
+    if (!fields.empty() && !fields["instance"].empty()) out.push_back(std::move(fields));
+  }
+  return out;
 }
 
 Result<std::map<std::string, std::string>> ServerView::Refresh() {

@@ -23,6 +23,9 @@ class ServerView {
 
   // HGETALL of the heartbeat, or kUnavailable when no server is alive for the node.
   Result<std::map<std::string, std::string>> Read();
+  // The heartbeats of every live server on the Redis, sorted by node.
+  static Result<std::vector<std::map<std::string, std::string>>> Live(RedisConnection& redis,
+                                                                       const KeySpace& keys);
   Result<std::map<std::string, std::string>> Parse(const RedisValue& all);
   // Takes `info` as the node's heartbeat and prepares, here where it is read rather than on a
   // first Get's path, what a first Get needs of it: the server pinned for copying its pools'

@@ -104,6 +104,8 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    "1",
                                    "tensors",
                                    std::to_string(table_.count()),
+                                   "tensor_bytes",
+                                   std::to_string(table_.bytes()),
                                    "commands_ok",
                                    std::to_string(outcomes_.ok())};
   uint64_t failed = 0;

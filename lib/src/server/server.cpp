@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -94,7 +96,10 @@ class Server::Impl {
 };
 
 Status Server::Impl::Start() {
-  if (opt_.node.empty()) opt_.node = HostName();
+  if (opt_.node.empty()) {
+    const char* env = std::getenv("MCD_NODE");
+    opt_.node = env != nullptr && env[0] != '\0' ? env : HostName();
+  }
   SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
   SetLogTag("mcd-serve");
   instance_ = RandomHex(8);

@@ -11,8 +11,11 @@ void TensorTable::Keep(Entry entry) {
   } else {
     stack_names_.erase(name);
   }
+  uint64_t bytes = entry.record.bytes;
+  if (auto old = tensors_.find(name); old != tensors_.end()) bytes_ -= old->second.record.bytes;
   tensors_[name] = std::move(entry);
   count_ = tensors_.size();
+  bytes_ += bytes;
 }
 
 Entry TensorTable::Forget(Map::iterator it) {
@@ -20,6 +23,7 @@ Entry TensorTable::Forget(Map::iterator it) {
   stack_names_.erase(it->first);
   tensors_.erase(it);
   count_ = tensors_.size();
+  bytes_ -= entry.record.bytes;
   return entry;
 }
 
@@ -53,6 +57,7 @@ void TensorTable::Clear() {
   unsettled_.clear();
   maybe_deleted_.clear();
   count_ = 0;
+  bytes_ = 0;
 }
 
 }  // namespace mcd

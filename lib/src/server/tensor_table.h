@@ -36,6 +36,7 @@ class TensorTable {
   // The stack tensors whose owner process is gone.
   std::vector<std::string> DeadStackTensors() const;
   size_t count() const { return count_.load(); }
+  uint64_t bytes() const { return bytes_.load(); }  // of the tensors (heartbeat: tensor_bytes)
 
   // Allocations whose hash vanished underneath (removed by hand, or lost with a Redis that
   // restarted without persistence): processes may still map them, so they are freed at shutdown.
@@ -58,6 +59,7 @@ class TensorTable {
   Map tensors_;
   std::set<std::string> stack_names_;  // the stack tensors among them, for the reaper
   std::atomic<size_t> count_{0};
+  std::atomic<uint64_t> bytes_{0};
   std::vector<Entry> orphans_;
   std::vector<Entry> unsettled_;
   std::set<std::string> maybe_deleted_;

@@ -1,0 +1,121 @@
+// Operating memcuda: which server a tool finds (MCD_NODE, the only live server, an error that
+// lists the live ones), and mcd-ls --servers as a readiness check and a metrics source.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lifecycle_fixture.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+class Operations : public Lifecycle {
+ protected:
+  // A tool run with no --node: the node comes from MCD_NODE, the host name, or discovery.
+  ProcessResult Unnamed(const std::string& tool, std::vector<std::string> args,
+                        std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {test::ToolPath(tool)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto all = Env();
+    all.insert(env.begin(), env.end());
+    return test::Run(argv, all);
+  }
+};
+
+TEST_F(Operations, ATheOnlyLiveServerIsFoundAndSaidSoAndMcdNodeNamesOne) {
+  // This host's name has no server here: the only live one (this test's node) is taken, and
+  // the tool says so.
+  auto created = Unnamed("mcd-create", {"found", "--dtype", "u8", "--shape", "4", "--device", "cpu"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_NE(created.err.find("using node '" + node_ + "', the only one live on"), std::string::npos) << created.err;
+  EXPECT_EQ(HashField("found", "node"), node_);
+  auto quiet = Unnamed("mcd-rm", {"found", "-q"});
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+  // MCD_NODE names a node, which is then used as given: none such here.
+  auto named = Unnamed("mcd-create", {"n", "--dtype", "u8", "--shape", "4", "--device", "cpu"},
+                       {{"MCD_NODE", "elsewhere"}});
+  EXPECT_EQ(named.exit_code, 69);
+  EXPECT_NE(named.err.find("no mcd-serve is running for node 'elsewhere' on " + redis_.url()), std::string::npos)
+      << named.err;
+  EXPECT_NE(named.err.find("live there: " + node_), std::string::npos) << named.err;
+  auto by_env = Unnamed("mcd-create", {"e", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"},
+                        {{"MCD_NODE", node_}});
+  EXPECT_EQ(by_env.exit_code, 0) << by_env.err;
+  EXPECT_EQ(Tool("mcd-rm", {"e", "-q"}).exit_code, 0);
+}
+
+TEST_F(Operations, WithTwoLiveServersAToolWithoutANodeListsThemAndDoesNothing) {
+  std::string other = node_ + "-b";
+  test::Background second({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", other, "--heartbeat-ttl", "3"},
+                          Env(), dir_.path() + "/second.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/second.log").find("serving node") !=
+                                         std::string::npos; }, 10000));
+  auto created = Unnamed("mcd-create", {"x", "--dtype", "u8", "--shape", "4", "--device", "cpu"});
+  EXPECT_EQ(created.exit_code, 69);
+  EXPECT_NE(created.err.find("live there: "), std::string::npos) << created.err;
+  EXPECT_NE(created.err.find(node_), std::string::npos) << created.err;
+  EXPECT_NE(created.err.find(other), std::string::npos) << created.err;
+  EXPECT_TRUE(TensorKeys().empty());
+  // Both in mcd-ls --servers, sorted by node.
+  auto listed = Tool("mcd-ls", {"--servers", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  auto servers = json::parse(listed.out);
+  ASSERT_EQ(servers.size(), 2u);
+  EXPECT_EQ(servers[0]["node"], node_);
+  EXPECT_EQ(servers[1]["node"], other);
+  EXPECT_EQ(second.Stop(SIGTERM), 0);
+}
+
+TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExit69) {
+  ASSERT_EQ(Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu", "-q"}).exit_code, 0);
+  // A command the server answers with an error.
+  EXPECT_EQ(Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu"}).exit_code, 1);
+  // The heartbeat carries the counters from its next write on (every TTL/4).
+  ASSERT_TRUE(test::WaitFor([&] {
+    auto listed = Tool("mcd-ls", {"--servers", "--json"});
+    auto s = json::parse(listed.out, nullptr, false);
+    return s.is_array() && s.size() == 1 && s[0]["tensors"] == 1 && s[0]["commands_failed"] == 1;
+  }, 5000));
+  auto table = Tool("mcd-ls", {"--servers"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out.rfind("NODE", 0), 0u) << table.out;
+  EXPECT_NE(table.out.find(node_), std::string::npos);
+  EXPECT_NE(table.out.find("1.0 KiB"), std::string::npos) << table.out;  // bytes held
+  auto s = json::parse(Tool("mcd-ls", {"--servers", "--json"}).out)[0];
+  EXPECT_EQ(s["tensor_bytes"], 1024);
+  EXPECT_EQ(s["errors"]["already_exists"], 1);
+  EXPECT_GE(s["commands_ok"].get<int>(), 1);
+  EXPECT_EQ(s["pid"], server_->pid());
+  auto prom = Tool("mcd-ls", {"--servers", "--prometheus"});
+  ASSERT_EQ(prom.exit_code, 0) << prom.err;
+  std::string label = "{node=\"" + node_ + "\",instance=\"" + s["instance"].get<std::string>() + "\"}";
+  EXPECT_NE(prom.out.find("mcd_servers_live 1\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("mcd_tensors" + label + " 1\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("mcd_tensor_bytes" + label + " 1024\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("# TYPE mcd_commands_failed_total counter"), std::string::npos);
+  EXPECT_NE(prom.out.find("mcd_command_errors_total{node=\"" + node_), std::string::npos) << prom.out;
+  // Every sample line is "name{labels} value" or "name value".
+  std::istringstream lines(prom.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_NE(line.find(' '), std::string::npos) << line;
+    EXPECT_EQ(line.find("mcd_"), 0u) << line;
+  }
+  ASSERT_EQ(Tool("mcd-rm", {"m", "-q"}).exit_code, 0);
+  // None live: the readiness check fails, and the metrics say so.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  auto none = Tool("mcd-ls", {"--servers"});
+  EXPECT_EQ(none.exit_code, 69);
+  EXPECT_NE(none.err.find("no mcd-serve is live on " + redis_.url()), std::string::npos) << none.err;
+  auto none_prom = Tool("mcd-ls", {"--servers", "--prometheus"});
+  EXPECT_EQ(none_prom.exit_code, 69);
+  EXPECT_NE(none_prom.out.find("mcd_servers_live 0\n"), std::string::npos) << none_prom.out;
+  server_.reset();
+}
+
+}  // namespace
+}  // namespace mcd
