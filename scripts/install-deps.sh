@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libhiredis-dev libcli11-dev nlohmann-json3-dev
           googletest libgtest-dev rapidjson-dev redis-server redis-tools mandoc libvulkan-dev
           g++-mingw-w64-x86-64-posix clang-14 libclang-rt-14-dev
-          python3-numpy python3-pytest python3-venv python3-pip python3-setuptools python3-wheel)
+          python3-numpy python3-pytest python3-venv python3-pip python3-setuptools python3-wheel
+          libsystemd-dev)
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 

@@ -1,32 +1,37 @@
-# Bash completion for the memcuda tools: options, and tensor names from `mcd-ls -q`.
+# Bash completion for the memcuda tools: each tool's options as its own --help lists them (read
+# once per shell, so they cannot drift from the tool), values for the options that take a known
+# set, and tensor names from `mcd-ls -q`.
 _mcd_tensor_names() {
   mcd-ls -q 2>/dev/null
 }
 
+# The options in the "Options:" section of `TOOL --help`, space-separated, cached per tool.
+_mcd_options() {
+  local var="_mcd_options_${1//[^A-Za-z0-9]/_}"
+  if [ -z "${!var:-}" ]; then
+    printf -v "$var" '%s' "$("$1" --help 2>/dev/null | awk '
+      /^Options:/ { in_options = 1; next }
+      in_options && /^$/ { exit }
+      in_options && /^  -/ { n = split($1, names, ","); for (i = 1; i <= n; i++) printf "%s ", names[i] }')"
+  fi
+  printf '%s' "${!var}"
+}
+
 _mcd_complete() {
-  local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" cmd="${COMP_WORDS[0]##*/}"
-  local common="--redis-url --timeout-ms --node --prefix --queue --help --version"
+  local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" cmd="${COMP_WORDS[0]}"
   case "$prev" in
     --dtype) COMPREPLY=($(compgen -W "f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool" -- "$cur")); return ;;
     --device) COMPREPLY=($(compgen -W "cpu 0 1 2 3 4 5 6 7" -- "$cur")); return ;;
     --lifetime) COMPREPLY=($(compgen -W "heap stack" -- "$cur")); return ;;
     --init) COMPREPLY=($(compgen -W "zero none" -- "$cur")); return ;;
+    --allocator) COMPREPLY=($(compgen -W "cuda pool" -- "$cur")); return ;;
     --devices) COMPREPLY=($(compgen -W "all cpu 0 0,1" -- "$cur")); return ;;
-    --from|-o|--output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    --redis-url|--timeout-ms|--node|--prefix|--queue|--shape|--owner-pid|--print) return ;;
-  esac
-  local opts
-  case "$cmd" in
-    mcd-create) opts="--dtype --shape --device --lifetime --owner-pid --init --from --json -q $common" ;;
-    mcd-get) opts="--no-ref -o --print --json -q $common" ;;
-    mcd-rm) opts="--ignore-missing --json -q $common" ;;
-    mcd-ls) opts="-l -q --no-headers --json $common" ;;
-    mcd-serve) opts="--spawn-redis --redis-server --devices --allocator --pool-max --pool-release-threshold --pool-group --pool-socket --ready-max --heartbeat-ttl --req-ttl -q -v $common" ;;
+    --from|-o|--output|--pool-socket|--command-socket|--redis-server) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac
   if [[ "$cur" == -* ]]; then
-    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
-  elif [[ "$cmd" == mcd-get || "$cmd" == mcd-rm ]]; then
+    COMPREPLY=($(compgen -W "$(_mcd_options "$cmd")" -- "$cur"))
+  elif [[ "${cmd##*/}" == mcd-get || "${cmd##*/}" == mcd-rm ]]; then
     COMPREPLY=($(compgen -W "$(_mcd_tensor_names)" -- "$cur"))
   fi
 }
-complete -F _mcd_complete mcd-create mcd-get mcd-rm mcd-ls mcd-serve
+complete -F _mcd_complete mcd-create mcd-get mcd-rm mcd-ls mcd-serve mcd-bench mcd-d3d-probe

@@ -2,6 +2,8 @@
 // lists the live ones), and mcd-ls --servers as a readiness check and a metrics source.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -115,6 +117,44 @@ TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExi
   EXPECT_EQ(none_prom.exit_code, 69);
   EXPECT_NE(none_prom.out.find("mcd_servers_live 0\n"), std::string::npos) << none_prom.out;
   server_.reset();
+}
+
+// Under systemd (Type=notify), the service manager hears READY=1 once the node is served and
+// STOPPING=1 when the server begins to free it: the sd_notify protocol, on a socket of ours.
+TEST_F(Operations, AServiceManagerIsToldWhenTheServerIsReadyAndWhenItStops) {
+#ifndef MCD_HAVE_SYSTEMD
+  GTEST_SKIP() << "built without libsystemd";
+#else
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  std::string path = dir_.path() + "/notify.sock";
+  int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  auto env = Env();
+  env["NOTIFY_SOCKET"] = path;
+  server_ = std::make_unique<test::Background>(
+      std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, env,
+      dir_.path() + "/notified.log");
+  auto next = [&] {
+    char buf[512] = {};
+    ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  };
+  std::string ready = next();
+  EXPECT_EQ(ready.rfind("READY=1\n", 0), 0u) << ready;
+  // Ready means served: the readiness check agrees at once.
+  EXPECT_EQ(Tool("mcd-ls", {"--servers", "-q"}).exit_code, 0);
+  kill(server_->pid(), SIGTERM);
+  std::string stopping = next();
+  EXPECT_EQ(stopping.rfind("STOPPING=1\n", 0), 0u) << stopping;
+  EXPECT_EQ(server_->Stop(SIGTERM), 0);
+  server_.reset();
+  close(fd);
+#endif
 }
 
 }  // namespace

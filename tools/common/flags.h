@@ -14,13 +14,13 @@ namespace mcd::tools {
 
 inline constexpr const char* kEnvironmentFooter =
     "Environment:\n"
-    "  MCD_REDIS_URL       Redis URL when --redis-url is not given (then REDIS_URL)\n"
+    "  MCD_REDIS_URL       Redis URL when --redis-url is not given (then REDIS_URL); without\n"
+    "                      either, the private Redis of `mcd-serve --spawn-redis` when it\n"
+    "                      runs, else redis://127.0.0.1:6379\n"
     "  MCD_REDIS_PASSWORD  password when the URL has none (then MCD_REDIS_PASSWORD_FILE, a\n"
     "                      file holding it, then REDISCLI_AUTH); never printed\n"
-    "  MCD_TRUSTED_USERS   users besides this one and root whose server this tool may use\n"
     "  MCD_NODE            the node when --node is not given\n"
-    "  Without either, the private Redis of `mcd-serve --spawn-redis` is used when it runs,\n"
-    "  else redis://127.0.0.1:6379.\n"
+    "  MCD_TRUSTED_USERS   users besides this one and root whose server this tool may use\n"
     "Exit codes: 0 ok, 1 not found / already exists / not held, 64 usage, 69 unavailable\n"
     "  (Redis, server, GPU or memory), 70 internal, 74 I/O, 75 timeout, not ready, or Redis\n"
     "  loading or restarting (try again), 76 unexpected Redis reply.";

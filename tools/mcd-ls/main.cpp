@@ -46,8 +46,11 @@ static int ToolMain(int argc, char** argv) {
     if (!live.ok()) return tools::Fail(tool, live.status());
     auto format = prometheus ? tools::ServersFormat::kPrometheus
                              : json ? tools::ServersFormat::kJson : tools::ServersFormat::kTable;
-    if (!live->empty() || format != tools::ServersFormat::kTable)
+    if (names_only && format == tools::ServersFormat::kTable) {
+      for (auto& server : live.value()) std::cout << server["node"] << "\n";  // nodes only
+    } else if (!live->empty() || format != tools::ServersFormat::kTable) {
       std::cout << tools::FormatServers(live.value(), format, !no_headers);
+    }
     if (live->empty()) {
       return tools::Fail(tool, Status(ErrorCode::kUnavailable,
                                       "no mcd-serve is live on " +

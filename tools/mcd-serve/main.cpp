@@ -12,6 +12,10 @@
 #include "memcuda/private_redis.h"
 #include "memcuda/server.h"
 
+#ifdef MCD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 namespace mcd {
 namespace {
 
@@ -139,6 +143,16 @@ Result<ServerOptions> MakeOptions(const ServeFlags& f) {
 // stop; every other thread, the workers included, inherits the blocked mask. A private Redis is
 // watched by a thread of its own: restarted when it dies (the server puts its tensors' hashes
 // back), or the server stops with the reason when it cannot be.
+// Tells systemd (Type=notify) how the service stands; nothing outside systemd, or in a build
+// without libsystemd.
+void NotifyServiceManager(const std::string& state) {
+#ifdef MCD_HAVE_SYSTEMD
+  sd_notify(0, state.c_str());
+#else
+  (void)state;
+#endif
+}
+
 Status Serve(const ServerOptions& options, PrivateRedis* private_redis) {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -146,6 +160,7 @@ Status Serve(const ServerOptions& options, PrivateRedis* private_redis) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Start(options));
+  NotifyServiceManager("READY=1\nSTATUS=serving");
   std::thread signal_thread([&stop_signals, srv = server.get()] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
@@ -169,6 +184,7 @@ Status Serve(const ServerOptions& options, PrivateRedis* private_redis) {
     }
   });
   Status ran = server->Run();
+  NotifyServiceManager("STOPPING=1\nSTATUS=freeing the node's tensors");
   serving = false;
   redis_watch.join();
   server->Shutdown();
