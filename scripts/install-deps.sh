@@ -7,7 +7,7 @@ packages=(build-essential cmake pkg-config libhiredis-dev libcli11-dev nlohmann-
           googletest libgtest-dev rapidjson-dev redis-server redis-tools mandoc libvulkan-dev
           g++-mingw-w64-x86-64-posix clang-14 libclang-rt-14-dev
           python3-numpy python3-pytest python3-venv python3-pip python3-setuptools python3-wheel
-          libsystemd-dev)
+          libsystemd0)
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 

@@ -83,6 +83,16 @@ std::string Label(const std::string& value) {
   return out;
 }
 
+// Microseconds as seconds, exactly ("0.00005").
+std::string SecondsText(uint64_t us) {
+  std::string digits = std::to_string(us);
+  if (digits.size() <= 6) digits.insert(0, 7 - digits.size(), '0');
+  digits.insert(digits.size() - 6, ".");
+  while (digits.back() == '0') digits.pop_back();
+  if (digits.back() == '.') digits.pop_back();
+  return digits;
+}
+
 std::string Prometheus(const std::vector<Heartbeat>& servers) {
   std::ostringstream out;
   out << "# HELP mcd_servers_live mcd-serve instances with a live heartbeat on this Redis.\n"
@@ -115,6 +125,32 @@ std::string Prometheus(const std::vector<Heartbeat>& servers) {
       } else {
         out << Number(hb, g.field) << "\n";
       }
+    }
+  }
+  out << "# HELP mcd_command_duration_seconds Time the server took over a command, by op.\n"
+         "# TYPE mcd_command_duration_seconds histogram\n";
+  for (const Heartbeat& hb : servers) {
+    for (const auto& [field, text] : hb) {
+      if (field.rfind("latency_", 0) != 0) continue;
+      std::string labels = "node=\"" + Label(Field(hb, "node")) + "\",instance=\"" +
+                           Label(Field(hb, "instance")) + "\",op=\"" + Label(field.substr(8)) + "\"";
+      // "50:12,100:3,...,+Inf:0;sum_us;count": buckets not cumulative, bounds in us.
+      std::istringstream parts(text);
+      std::string buckets, sum, count;
+      if (!std::getline(parts, buckets, ';') || !std::getline(parts, sum, ';') || !std::getline(parts, count)) continue;
+      std::istringstream items(buckets);
+      uint64_t cumulative = 0;
+      for (std::string item; std::getline(items, item, ',');) {
+        size_t colon = item.find(':');
+        if (colon == std::string::npos) continue;
+        std::string bound = item.substr(0, colon);
+        cumulative += std::strtoull(item.c_str() + colon + 1, nullptr, 10);
+        std::string le = bound == "+Inf" ? bound : SecondsText(std::strtoull(bound.c_str(), nullptr, 10));
+        out << "mcd_command_duration_seconds_bucket{" << labels << ",le=\"" << le << "\"} " << cumulative << "\n";
+      }
+      out << "mcd_command_duration_seconds_sum{" << labels << "} "
+          << SecondsText(std::strtoull(sum.c_str(), nullptr, 10)) << "\n";
+      out << "mcd_command_duration_seconds_count{" << labels << "} " << count << "\n";
     }
   }
   out << "# HELP mcd_command_errors_total Commands answered with an error, by code.\n"

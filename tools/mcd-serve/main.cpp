@@ -1,5 +1,6 @@
 // mcd-serve: the daemon that owns the GPU (and host) memory of a node and applies the commands
 // of the lifecycle list. See mcd-serve(1).
+#include <dlfcn.h>
 #include <signal.h>
 
 #include <atomic>
@@ -12,9 +13,6 @@
 #include "memcuda/private_redis.h"
 #include "memcuda/server.h"
 
-#ifdef MCD_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 namespace mcd {
 namespace {
@@ -143,14 +141,22 @@ Result<ServerOptions> MakeOptions(const ServeFlags& f) {
 // stop; every other thread, the workers included, inherits the blocked mask. A private Redis is
 // watched by a thread of its own: restarted when it dies (the server puts its tensors' hashes
 // back), or the server stops with the reason when it cannot be.
-// Tells systemd (Type=notify) how the service stands; nothing outside systemd, or in a build
-// without libsystemd.
+// Tells systemd (Type=notify) how the service stands, through libsystemd's sd_notify. The
+// library is opened only under a service manager (NOTIFY_SOCKET set), so that mcd-serve needs
+// no libsystemd where nothing listens (a GPU host's bare container, say).
 void NotifyServiceManager(const std::string& state) {
-#ifdef MCD_HAVE_SYSTEMD
-  sd_notify(0, state.c_str());
-#else
-  (void)state;
-#endif
+  if (std::getenv("NOTIFY_SOCKET") == nullptr) return;
+  using SdNotify = int (*)(int, const char*);
+  static SdNotify notify = [] {
+    void* lib = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
+    return lib != nullptr ? reinterpret_cast<SdNotify>(dlsym(lib, "sd_notify")) : nullptr;
+  }();
+  if (notify == nullptr) {
+    std::cerr << "mcd-serve: NOTIFY_SOCKET is set but libsystemd.so.0 cannot be loaded: the "
+                 "service manager is not told that the server is ready\n";
+    return;
+  }
+  notify(0, state.c_str());
 }
 
 Status Serve(const ServerOptions& options, PrivateRedis* private_redis) {

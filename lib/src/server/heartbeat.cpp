@@ -116,6 +116,10 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
   }
   args.push_back("commands_failed");
   args.push_back(std::to_string(failed));
+  for (size_t op = 0; op < OutcomeLog::kTimedOps.size(); ++op) {
+    args.push_back(std::string("latency_") + OutcomeLog::kTimedOps[op]);
+    args.push_back(outcomes_.LatencyText(op));
+  }
   std::vector<std::string_view> argv(args.begin(), args.end());
   // An error reply (OOM under maxmemory, say) is a failure too, not only a lost connection.
   MCD_ASSIGN_OR_RETURN(RedisValue reply, conn.CommandRaw(argv));

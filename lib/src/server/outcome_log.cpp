@@ -1,5 +1,7 @@
 #include "server/outcome_log.h"
 
+#include <cstring>
+
 #include "common/log.h"
 
 namespace mcd {
@@ -12,6 +14,16 @@ void OutcomeLog::Record(const char* op, const std::string& name, const Status& s
   } else {
     errors_[static_cast<size_t>(status.code()) % kCodeCount]++;
   }
+  for (size_t i = 0; i < kTimedOps.size(); ++i) {
+    if (std::strcmp(op, kTimedOps[i]) != 0) continue;
+    Histogram& h = latency_[i];
+    uint64_t value = us > 0 ? static_cast<uint64_t>(us) : 0;
+    size_t bucket = 0;
+    while (bucket < kLatencyBoundsUs.size() && value > kLatencyBoundsUs[bucket]) ++bucket;
+    h.buckets[bucket]++;
+    h.sum_us += value;
+    h.count++;
+  }
   LogLevel level = status.ok() ? LogLevel::kInfo : LogLevel::kWarn;
   if (!LogEnabled(level)) return;
   std::string line = std::string(op) + " name=" + (name.empty() ? "-" : name) +
@@ -20,6 +32,16 @@ void OutcomeLog::Record(const char* op, const std::string& name, const Status& s
   if (!extra.empty()) line += " " + extra;
   if (!status.ok()) line += " reason=\"" + status.message() + "\"";
   Log(level, line);
+}
+
+std::string OutcomeLog::LatencyText(size_t op) const {
+  const Histogram& h = latency_.at(op);
+  std::string text;
+  for (size_t i = 0; i < h.buckets.size(); ++i) {
+    std::string bound = i < kLatencyBoundsUs.size() ? std::to_string(kLatencyBoundsUs[i]) : "+Inf";
+    text += (i ? "," : "") + bound + ":" + std::to_string(h.buckets[i].load());
+  }
+  return text + ";" + std::to_string(h.sum_us.load()) + ";" + std::to_string(h.count.load());
 }
 
 std::vector<std::pair<std::string, uint64_t>> OutcomeLog::Errors() const {
