@@ -1143,7 +1143,14 @@ TEST_F(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
   auto created = test::Run({test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "3",
                             "--device", "cpu", "--node", node}, env);
   EXPECT_EQ(created.exit_code, 0) << created.err;
-  EXPECT_EQ(test::Run({test::ToolPath("mcd-ls"), "-q"}, env).out, "s\n");
+  auto listed = test::Run({test::ToolPath("mcd-ls"), "-q"}, env);
+  EXPECT_EQ(listed.out, "s\n");
+  // A Redis found rather than named, where this host's node has no server: said on stderr.
+  EXPECT_NE(listed.err.find("note: no mcd-serve is running for node"), std::string::npos) << listed.err;
+  EXPECT_NE(listed.err.find("live there: " + node), std::string::npos) << listed.err;
+  auto named = env;
+  named["MCD_NODE"] = node;
+  EXPECT_EQ(test::Run({test::ToolPath("mcd-ls"), "-q"}, named).err, "");
   EXPECT_EQ(server.Stop(SIGTERM), 0);
   EXPECT_TRUE(test::WaitFor([&] { return access(socket.c_str(), F_OK) != 0; }, 5000))
       << "the private redis-server outlived mcd-serve";

@@ -58,6 +58,14 @@ static int ToolMain(int argc, char** argv) {
     }
     return 0;
   }
+  if (tools::UsesDefaultRedis(flags)) {
+    // The Redis was found, not named: say whose it is when this host's node has no server
+    // there, rather than list another server's tensors (or none) as if they were this one's.
+    auto here = client.value()->ServerInfo();
+    if (!here.ok() && here.status().code() == ErrorCode::kUnavailable) {
+      std::cerr << tool << ": note: " << here.status().message() << "\n";
+    }
+  }
   std::string out;
   if (names_only && !json) {
     auto names = client.value()->ListNames(glob);
