@@ -73,7 +73,9 @@ TEST_F(Operations, WithTwoLiveServersAToolWithoutANodeListsThemAndDoesNothing) {
 }
 
 TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExit69) {
+  via_queue_ = true;  // through the queue: its wait is timed too
   ASSERT_EQ(Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu", "-q"}).exit_code, 0);
+  via_queue_ = false;
   // A command the server answers with an error.
   EXPECT_EQ(Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu"}).exit_code, 1);
   // The heartbeat carries the counters from its next write on (every TTL/4).
@@ -108,6 +110,8 @@ TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExi
   EXPECT_NE(prom.out.find("mcd_command_duration_seconds_bucket" + create + ",le=\"0.00005\"}"), std::string::npos)
       << prom.out;
   EXPECT_NE(prom.out.find("# TYPE mcd_command_duration_seconds histogram"), std::string::npos);
+  std::string waited = label.substr(0, label.size() - 1) + ",op=\"queue_wait\"";
+  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_count" + waited + "} 1\n"), std::string::npos) << prom.out;
   // Every sample line is "name{labels} value" or "name value".
   std::istringstream lines(prom.out);
   for (std::string line; std::getline(lines, line);) {

@@ -62,6 +62,9 @@ struct MCD_API Command {
   std::string req;                 // optional request id; replies go to <prefix>:reply:<req>
   std::optional<std::string> node; // when present, must be the server's node
   int64_t pid = 0;                 // the requesting process (informational)
+  // When the client sent it, ms since the epoch by its clock (optional): the server's
+  // queue-wait histogram. libmemcuda sets it.
+  int64_t sent_ms = 0;
   // create only:
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;

@@ -42,6 +42,7 @@ Transport::Outgoing Transport::Prepare(Command cmd) {
   cmd.req = req_base_ + "-" + std::to_string(++seq_);
   cmd.node = opt_.node;
   cmd.pid = getpid();
+  cmd.sent_ms = NowMs();
   Outgoing out;
   out.body = CommandToJson(cmd);
   out.reply_key = opt_.keys.Reply(cmd.req);

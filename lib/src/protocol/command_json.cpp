@@ -27,6 +27,7 @@ enum CommandField {
   kReq,
   kNode,
   kPid,
+  kSentMs,
   kDType,
   kShape,
   kDevice,
@@ -38,7 +39,7 @@ enum CommandField {
   kCommandFieldCount
 };
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
-    "op",     "name",     "req",  "node",      "pid",         "dtype", "shape",
+    "op",     "name",     "req",  "node",      "pid",         "sent_ms", "dtype", "shape",
     "device", "lifetime", "init", "owner_pid", "owner_start", "bytes"};
 
 // owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
@@ -183,6 +184,10 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     MCD_ASSIGN_OR_RETURN(cmd.pid, IntField(*m.at[kPid], "pid"));
     if (cmd.pid < 0) return Invalid("\"pid\" must not be negative");
   }
+  if (m.at[kSentMs] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(cmd.sent_ms, IntField(*m.at[kSentMs], "sent_ms"));
+    if (cmd.sent_ms < 0) return Invalid("\"sent_ms\" must not be negative");
+  }
   MCD_RETURN_IF_ERROR(ParseOwner(m, cmd));
   if (cmd.op == Op::kCreate) {
     MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
@@ -207,6 +212,10 @@ std::string CommandToJson(const Command& cmd) {
   if (cmd.pid != 0) {
     w.Key("pid");
     w.Int64(cmd.pid);
+  }
+  if (cmd.sent_ms != 0) {
+    w.Key("sent_ms");
+    w.Int64(cmd.sent_ms);
   }
   if (cmd.op == Op::kCreate) {
     WriteKeyString(w, "dtype", DTypeName(cmd.dtype));

@@ -44,6 +44,7 @@ void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
     const std::string& raw = in.line;
     std::string req;
     auto parsed = ParseCommand(raw, &req);
+    if (parsed.ok() && in.conn == 0 && parsed->sent_ms > 0) outcomes_.RecordQueueWait(NowMs() - parsed->sent_ms);
     if (parsed.ok()) {
       if (std::find(touched.begin(), touched.end(), parsed->name) != touched.end()) {
         pipeline_.Flush();

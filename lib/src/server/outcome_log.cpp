@@ -14,15 +14,8 @@ void OutcomeLog::Record(const char* op, const std::string& name, const Status& s
   } else {
     errors_[static_cast<size_t>(status.code()) % kCodeCount]++;
   }
-  for (size_t i = 0; i < kTimedOps.size(); ++i) {
-    if (std::strcmp(op, kTimedOps[i]) != 0) continue;
-    Histogram& h = latency_[i];
-    uint64_t value = us > 0 ? static_cast<uint64_t>(us) : 0;
-    size_t bucket = 0;
-    while (bucket < kLatencyBoundsUs.size() && value > kLatencyBoundsUs[bucket]) ++bucket;
-    h.buckets[bucket]++;
-    h.sum_us += value;
-    h.count++;
+  for (size_t i = 0; i + 1 < kTimedOps.size(); ++i) {
+    if (std::strcmp(op, kTimedOps[i]) == 0) Observe(latency_[i], us > 0 ? static_cast<uint64_t>(us) : 0);
   }
   LogLevel level = status.ok() ? LogLevel::kInfo : LogLevel::kWarn;
   if (!LogEnabled(level)) return;
@@ -32,6 +25,19 @@ void OutcomeLog::Record(const char* op, const std::string& name, const Status& s
   if (!extra.empty()) line += " " + extra;
   if (!status.ok()) line += " reason=\"" + status.message() + "\"";
   Log(level, line);
+}
+
+void OutcomeLog::Observe(Histogram& h, uint64_t us) {
+  size_t bucket = 0;
+  while (bucket < kLatencyBoundsUs.size() && us > kLatencyBoundsUs[bucket]) ++bucket;
+  h.buckets[bucket]++;
+  h.sum_us += us;
+  h.count++;
+}
+
+void OutcomeLog::RecordQueueWait(int64_t waited_ms) {
+  // A client's clock ahead of the server's reads as no wait at all.
+  Observe(latency_[kTimedOps.size() - 1], waited_ms > 0 ? static_cast<uint64_t>(waited_ms) * 1000 : 0);
 }
 
 std::string OutcomeLog::LatencyText(size_t op) const {

@@ -19,7 +19,8 @@ namespace mcd {
 class OutcomeLog {
  public:
   using Clock = std::chrono::steady_clock;
-  // Counts the outcome and logs "<op> name=<name> outcome=<ok|code> us=<since t0> <extra>".
+  // Counts the outcome and logs "<op> name=<name> outcome=<ok|code> us=<since t0> <extra>";
+  // times create, get and delete in their histograms.
   void Record(const char* op, const std::string& name, const Status& status, Clock::time_point t0,
               const std::string& extra = "");
   uint64_t ok() const { return ok_.load(); }
@@ -29,7 +30,11 @@ class OutcomeLog {
   // Upper bounds (us) of the latency histogram's buckets; a last one holds the rest.
   static constexpr std::array<uint64_t, 11> kLatencyBoundsUs = {
       50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 100000, 1000000};
-  static constexpr std::array<const char*, 3> kTimedOps = {"create", "get", "delete"};
+  // What the histograms time: the server's work on each op, and how long a command waited in
+  // the queue (by the client's clock: RecordQueueWait).
+  static constexpr std::array<const char*, 4> kTimedOps = {"create", "get", "delete", "queue_wait"};
+  // A command taken from the queue that its client sent `waited_ms` ago.
+  void RecordQueueWait(int64_t waited_ms);
   // For the heartbeat's latency_<op> of kTimedOps[op]: each bucket's upper bound in us and its
   // count (not cumulative), then the sum in us and the count: "50:12,100:3,...,+Inf:0;4520;17".
   std::string LatencyText(size_t op) const;
@@ -41,6 +46,7 @@ class OutcomeLog {
     std::atomic<uint64_t> sum_us{0};
     std::atomic<uint64_t> count{0};
   };
+  static void Observe(Histogram& h, uint64_t us);
   std::atomic<uint64_t> ok_{0};
   std::array<std::atomic<uint64_t>, kCodeCount> errors_{};
   std::array<Histogram, kTimedOps.size()> latency_{};
