@@ -20,6 +20,16 @@ touch "$root/var/lib/dpkg/status"
 dpkg --admindir="$root/var/lib/dpkg" --instdir="$root" --force-depends --force-not-root --force-script-chrootless \
   --log=/dev/null -i "$debs"/*.deb >/dev/null 2>"$root/dpkg.err" || { cat "$root/dpkg.err" >&2; exit 1; }
 dpkg --admindir="$root/var/lib/dpkg" -l | awk '/^ii/ {print "installed:", $2, $3}'
+# The unit as systemd reads it, against this root (its ExecStart there); only the root's own
+# missing system units (sysinit.target) may be reported.
+if command -v systemd-analyze >/dev/null; then
+  unit_report="$(systemd-analyze --root="$root" --man=no verify /usr/lib/systemd/system/mcd-serve.service 2>&1 |
+                 grep -v "Unit sysinit.target not found" || true)"
+  [ -z "$unit_report" ] || { echo "mcd-serve.service: $unit_report" >&2; exit 1; }
+  echo "unit: verified by systemd-analyze"
+else
+  echo "unit: not verified (no systemd-analyze on this machine)"
+fi
 bin="$root/usr/bin"
 unset LD_LIBRARY_PATH
 "$bin/mcd-serve" --version
