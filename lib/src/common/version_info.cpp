@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "git_revision.h"  // generated at every build: MCD_GIT_REVISION
+
 #include <fstream>
 #include <sstream>
 
