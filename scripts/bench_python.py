@@ -5,7 +5,7 @@ Both rows are timed alike, from before the producer makes the tensor to the cons
 acknowledgement, with the same two processes and the same multiprocessing Pipe (pickled by
 torch.multiprocessing's reductions, without a Queue's feeder thread) carrying the handover: memcuda's producer creates a named tensor (zeroed, on GPU 0) and sends its name, the
 consumer gets it, views it as a torch.Tensor (torch.from_dlpack), reads one element and
-acknowledges, then gives its reference back outside the time (as mcd-bench's share row does);
+acknowledges (its references are given back outside the time, as mcd-bench's share row does);
 the peer's producer makes torch.zeros and sends the tensor itself (CUDA IPC underneath), the
 consumer reads one element, drops it and acknowledges. The producer's cleanup (memcuda's
 release and rm; the peer's drop of the tensor) is outside the time on both sides, in batches
@@ -44,10 +44,17 @@ def consumer(conn, node):
     mc = memcuda.connect(node=node)
     conn.send("ready")
     steps = {"get": [], "from_dlpack": [], "read": []}
+    held = []  # given back in batches, outside the time, as mcd-bench's share row does
     while True:
         item = conn.recv()
         if item is None:
             break
+        if isinstance(item, str) and item == "give back":
+            for t in held:
+                t.release()
+            held.clear()
+            conn.send("released")
+            continue
         if isinstance(item, str):  # memcuda: a name
             t0 = time.perf_counter()
             t = mc.get(item)
@@ -59,9 +66,8 @@ def consumer(conn, node):
             conn.send("ok")
             for step, us in zip(steps, (t1 - t0, t2 - t1, t3 - t2)):
                 steps[step].append(us * 1e6)
-            del view  # outside the time, as mcd-bench's share row gives its reference back
-            t.release()
-            conn.send("released")
+            del view
+            held.append(t)
         else:  # torch.multiprocessing: the tensor itself
             _ = item[0].item()
             del item
@@ -99,11 +105,12 @@ def main():
         conn.send(name)
         conn.recv()
         elapsed = time.perf_counter() - t0
-        assert conn.recv() == "released"
         made.append((name, t))  # removed in batches, as the peer's tensors are dropped
         return elapsed
 
     def remove_made():
+        conn.send("give back")  # the consumer's references first
+        assert conn.recv() == "released"
         for name, t in made:
             t.release()
             mc.rm(name)
