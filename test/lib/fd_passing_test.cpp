@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "common/process.h"
@@ -113,6 +114,18 @@ TEST_F(FdPassing, IdlePeersDoNotDelayOthers) {
   auto fd = FetchFd(path_, 3, 2000, getpid());
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+  // Past the bound of waiting peers, the next one is told so at once.
+  while (idle.size() < FdServer::kMaxWaiting) {
+    auto more = ConnectUnix(path_, 2000, "pool socket");
+    ASSERT_TRUE(more.ok());
+    idle.push_back(std::move(more).value());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all accepted and waiting
+  t0 = std::chrono::steady_clock::now();
+  auto busy = FetchFd(path_, 3, 2000, getpid());
+  EXPECT_EQ(busy.status().code(), ErrorCode::kUnavailable) << busy.status().ToString();
+  EXPECT_NE(busy.status().message().find("peers waiting already"), std::string::npos) << busy.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
 }
 
 // The client checks who serves the socket: a server process other than the one the heartbeat

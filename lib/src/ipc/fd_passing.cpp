@@ -85,9 +85,13 @@ void FdServer::Loop() {
     for (;;) {
       UniqueFd conn(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
       if (!conn) break;
-      // Past the bound, a peer is turned away at once (it sees the connection closed) rather
-      // than let idle connections use up the server's descriptors.
-      if (waiting.size() >= kMaxWaiting) continue;
+      // Past the bound, a peer is turned away at once, told why, rather than let idle
+      // connections use up the server's descriptors.
+      if (waiting.size() >= kMaxWaiting) {
+        int32_t busy = static_cast<int32_t>(ErrorCode::kUnavailable);
+        (void)send(conn.get(), &busy, sizeof(busy), MSG_NOSIGNAL | MSG_DONTWAIT);
+        continue;
+      }
       waiting.push_back(Waiting{std::move(conn), now});
     }
   }
@@ -145,10 +149,13 @@ Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms, in
                : Status(ErrorCode::kIoError, "pool socket " + path + " closed the connection");
   }
   if (code != 0) {
-    return Status(static_cast<ErrorCode>(code),
-                  code == static_cast<int32_t>(ErrorCode::kPermissionDenied)
-                      ? "the pool socket " + path + " refuses this process (not the server's user or group)"
-                      : "the server has no pool for device " + std::to_string(device));
+    std::string why = code == static_cast<int32_t>(ErrorCode::kPermissionDenied)
+                          ? "the pool socket " + path + " refuses this process (not the server's user or group)"
+                      : code == static_cast<int32_t>(ErrorCode::kUnavailable)
+                          ? "the pool socket " + path + " has " + std::to_string(FdServer::kMaxWaiting) +
+                                " peers waiting already: try again"
+                          : "the server has no pool for device " + std::to_string(device);
+    return Status(static_cast<ErrorCode>(code), why);
   }
   UniqueFd fd;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
