@@ -29,15 +29,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import memcuda  # noqa: E402
-
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_size(text):
-    t = text.strip().rstrip("B").rstrip("i")
-    unit = t[-1] if t and t[-1] in UNITS else ""
-    return int(float(t[: len(t) - len(unit)]) * UNITS[unit])
-
+from bench_torch_peer import parse_size, percentile  # noqa: E402  (the peer's own script, beside this one)
 
 def consumer(conn, node):
     torch.zeros(1, device="cuda")  # context up before the first measurement
@@ -74,11 +66,6 @@ def consumer(conn, node):
             conn.send("ok")
     print("consumer steps, medians (us): " + ", ".join(
         "%s %.1f" % (k, percentile(v, 0.5)) for k, v in steps.items()), file=sys.stderr)
-
-
-def percentile(values, p):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))] if v else 0.0
 
 
 def main():

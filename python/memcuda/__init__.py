@@ -17,7 +17,6 @@ docs/python.md.
 
 import ctypes
 import json
-import os
 import threading
 import weakref
 
@@ -25,10 +24,10 @@ from . import _dlpack
 from ._dtypes import DTYPES, dtype_name
 from ._lib import DEVICE_CPU, CreateOptions, Tensor as _CTensor, lib as _clib, take_string
 from .errors import *  # noqa: F401,F403  (the exception classes are part of the API)
-from .errors import MemcudaError, Released, error_for
+from . import errors
+from .errors import Released, error_for
 
-__all__ = ["connect", "Client", "Tensor", "version", "MemcudaError", "Released"] + [
-    name for name in dir() if name[:1].isupper() and name not in ("CreateOptions",)]
+__all__ = ["connect", "Client", "Tensor", "version"] + errors.__all__
 __version__ = "0.1.0"
 
 

@@ -28,15 +28,6 @@ int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv) {
   }
 }
 
-bool UsesDefaultRedis(const CommonFlags& flags) {
-  if (!flags.redis_url.empty()) return false;
-  for (const char* var : {"MCD_REDIS_URL", "REDIS_URL"}) {
-    const char* value = std::getenv(var);
-    if (value != nullptr && value[0] != '\0') return false;
-  }
-  return true;
-}
-
 Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options, bool quiet) {
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   if (client->node_discovered() && !quiet) {

@@ -32,9 +32,6 @@ int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv);
 
 // Client options from the flags (URL resolution included).
 Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server);
-// True when no Redis URL was given (flag, MCD_REDIS_URL, REDIS_URL): then the private Redis of
-// `mcd-serve --spawn-redis` is used when it runs, which may be another server's.
-bool UsesDefaultRedis(const CommonFlags& flags);
 // Connects; says on stderr (unless `quiet`) when the node was not given and the only live
 // server on the Redis was taken (Client::node_discovered), so that it is never a surprise.
 Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options, bool quiet);

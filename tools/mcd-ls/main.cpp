@@ -58,7 +58,7 @@ static int ToolMain(int argc, char** argv) {
     }
     return 0;
   }
-  if (tools::UsesDefaultRedis(flags)) {
+  if (client.value()->options().redis_url.found) {
     // The Redis was found, not named: say whose it is when this host's node has no server
     // there, rather than list another server's tensors (or none) as if they were this one's.
     auto here = client.value()->ServerInfo();

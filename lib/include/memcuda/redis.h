@@ -31,6 +31,9 @@ struct MCD_API RedisUrl {
   std::string user;
   std::string password;
   int db = 0;
+  // Set by ResolveRedisUrl when no URL was named (flag or environment), so that the private
+  // Redis of `mcd-serve --spawn-redis` or the local default was taken.
+  bool found = false;
 
   static Result<RedisUrl> Parse(std::string_view url);
   // The URL with the password replaced by "***": safe to print.

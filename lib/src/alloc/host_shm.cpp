@@ -123,11 +123,12 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
     return Status(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
                   Errno("shm_open(" + name + ")", errno));
   }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return Status(ErrorCode::kIoError, Errno("fstat(" + name + ")", errno));
   // A hash names the object, and anyone with Redis credentials can write a hash: what this
   // process then writes must not land in another user's object.
-  MCD_RETURN_IF_ERROR(CheckOwner(fd.get(), "shared-memory object " + name));
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < offset + bytes) {
+  if (st.st_uid != geteuid()) MCD_RETURN_IF_ERROR(CheckOwner(st.st_uid, "shared-memory object " + name));
+  if (static_cast<uint64_t>(st.st_size) < offset + bytes) {
     return Status(ErrorCode::kUnexpectedReply, "shared-memory object " + name +
                                                    " is smaller than the tensor it should hold");
   }

@@ -107,11 +107,11 @@ class Client::Impl {
     auto sha = redis_->ReadReply();
     if (sha.ok() && sha->type == RedisValue::Type::kString) script_->set_sha(sha->str);
     if (!heartbeat.ok()) return heartbeat.status();
-    auto info = server_->Parse(heartbeat.value());
-    if (!info.ok() && info.status().code() == ErrorCode::kUnavailable && !node_given_) {
-      MCD_RETURN_IF_ERROR(DiscoverNode());
-      info = server_->Read();
-    }
+    // No heartbeat for a node nobody named: look for the only live server before failing (the
+    // failure, if it comes, lists the live ones).
+    bool none = heartbeat->type == RedisValue::Type::kArray && heartbeat->elements.empty();
+    if (none && !node_given_) MCD_RETURN_IF_ERROR(DiscoverNode());
+    auto info = node_discovered_ ? server_->Read() : server_->Parse(heartbeat.value());
     if (!info.ok()) return info.status();
     server_->Adopt(std::move(info).value());
     return Status::Ok();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include "common/process.h"
 #include "common/trust.h"
@@ -25,6 +26,16 @@ std::string FormatSeconds(int ms) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(ms) / 1000.0);
   return buf;
+}
+
+// Whether a reply line carries "req":"<req>", without building that text on every reply.
+bool NamesReq(std::string_view reply, std::string_view req) {
+  constexpr std::string_view kKey = "\"req\":\"";
+  for (size_t at = reply.find(req); at != std::string_view::npos; at = reply.find(req, at + 1)) {
+    bool keyed = at >= kKey.size() && reply.substr(at - kKey.size(), kKey.size()) == kKey;
+    if (keyed && at + req.size() < reply.size() && reply[at + req.size()] == '"') return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -114,7 +125,7 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
       // Every answer to a command names its req. One that does not is the server's refusal of
       // a command it did not apply (at its limit of connections, or cut off from Redis): the
       // queue takes it instead.
-      if (reply.find("\"req\":\"" + out.cmd.req + "\"") == std::string::npos) {
+      if (!NamesReq(reply, out.cmd.req)) {
         CloseSocket();
         return std::nullopt;
       }

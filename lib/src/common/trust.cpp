@@ -88,8 +88,7 @@ Status CheckServerPeer(int conn, int64_t server_pid, const std::string& what) {
   if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return Status(ErrorCode::kIoError, "SO_PEERCRED of " + what + ": " + std::strerror(errno));
   }
-  MCD_ASSIGN_OR_RETURN(bool trusted, TrustedUid(cred.uid));
-  if (!trusted) return Untrusted(what + ", served by pid " + std::to_string(cred.pid) + ",", cred.uid);
+  MCD_RETURN_IF_ERROR(CheckOwner(cred.uid, what + ", served by pid " + std::to_string(cred.pid) + ","));
   // pid 0: the peer lives in a PID namespace this process cannot see into (a server outside
   // this container); its user was checked, which is what the kernel lets this side know.
   if (server_pid == 0 || cred.pid == 0 || cred.pid == server_pid) return Status::Ok();
@@ -100,19 +99,16 @@ Status CheckServerPeer(int conn, int64_t server_pid, const std::string& what) {
                     std::to_string(server_pid) + "): the heartbeat is stale or forged");
 }
 
-Status CheckOwner(int fd, const std::string& what) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return Status(ErrorCode::kIoError, "fstat of " + what + ": " + std::strerror(errno));
-  MCD_ASSIGN_OR_RETURN(bool trusted, TrustedUid(st.st_uid));
-  return trusted ? Status::Ok() : Untrusted(what, st.st_uid);
+Status CheckOwner(uid_t owner, const std::string& what) {
+  MCD_ASSIGN_OR_RETURN(bool trusted, TrustedUid(owner));
+  return trusted ? Status::Ok() : Untrusted(what, owner);
 }
 
 Status CheckProcessOwner(int64_t pid, const std::string& what) {
   struct stat st {};
-  if (stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0)
-    return Status(ErrorCode::kNotFound, what + " (pid " + std::to_string(pid) + ") is gone");
-  MCD_ASSIGN_OR_RETURN(bool trusted, TrustedUid(st.st_uid));
-  return trusted ? Status::Ok() : Untrusted(what + " (pid " + std::to_string(pid) + ")", st.st_uid);
+  std::string named = what + " (pid " + std::to_string(pid) + ")";
+  if (stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) return Status(ErrorCode::kNotFound, named + " is gone");
+  return CheckOwner(st.st_uid, named);
 }
 
 }  // namespace mcd

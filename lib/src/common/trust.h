@@ -22,8 +22,8 @@ Result<bool> TrustedUid(uid_t uid);
 // who the peer is and how to trust it, otherwise. `what` names the socket in the message.
 Status CheckServerPeer(int conn, int64_t server_pid, const std::string& what);
 
-// kOk when the open file `fd` belongs to a trusted user; kPermissionDenied otherwise.
-Status CheckOwner(int fd, const std::string& what);
+// kOk when `owner` (of the thing `what` names) is a trusted user; kPermissionDenied otherwise.
+Status CheckOwner(uid_t owner, const std::string& what);
 
 // kOk when process `pid` runs as a trusted user (the owner of /proc/<pid>).
 Status CheckProcessOwner(int64_t pid, const std::string& what);

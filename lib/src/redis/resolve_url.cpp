@@ -32,7 +32,8 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
     const char* value = std::getenv(var);
     if (value != nullptr && value[0] != '\0') text = value;
   }
-  if (text.empty()) {
+  bool found = text.empty();
+  if (found) {
     // The private Redis's socket, when there is one, and only in a runtime folder of this
     // user's own: one that another user made would hand this user's tensors to that user.
     std::string socket = PrivateRedisSocketPath();
@@ -42,6 +43,7 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
     text = present ? "unix://" + socket : "redis://127.0.0.1:6379";
   }
   MCD_ASSIGN_OR_RETURN(RedisUrl url, RedisUrl::Parse(text));
+  url.found = found;
   if (!url.password.empty()) return url;
   const char* value = std::getenv("MCD_REDIS_PASSWORD");
   const char* file = std::getenv("MCD_REDIS_PASSWORD_FILE");

@@ -37,16 +37,16 @@ Status Heartbeat::Claim(RedisConnection& conn) {
       return Status::Ok();
     }
     const NodeHolder& holder = **written;
-    std::string stale = holder.pid == getpid() ? "" : Stale(holder);
-    if (!stale.empty()) {
+    if (holder.pid != getpid()) {  // an instance of this process (its earlier claim) is replaced
+      std::string stale = Stale(holder);
+      if (stale.empty()) {
+        return Status(ErrorCode::kAlreadyExists,
+                      "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
+                          holder.instance + ") already serves node '" + opt_.node + "' on " +
+                          opt_.redis_url.Redacted() + "; stop it or pick another --node");
+      }
       Log(LogLevel::kWarn, "the heartbeat of node '" + opt_.node + "' (instance " +
                                holder.instance + ") " + stale + ": taking the node over");
-    }
-    if (holder.pid != getpid() && stale.empty()) {
-      return Status(ErrorCode::kAlreadyExists,
-                    "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
-                        holder.instance + ") already serves node '" + opt_.node + "' on " +
-                        opt_.redis_url.Redacted() + "; stop it or pick another --node");
     }
     replace = holder.instance;  // its process is gone: take over, unless another did meanwhile
   }
