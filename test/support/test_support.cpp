@@ -174,6 +174,13 @@ int Background::Stop(int sig, int timeout_s) {
   return code;
 }
 
+int Background::Wait(int timeout_s) {
+  if (pid_ <= 0) return -1;
+  int code = WaitExit(pid_, timeout_s);
+  pid_ = -1;
+  return code;
+}
+
 // MCD_BIN_DIR in the environment points the tests at a build folder copied to another host (a
 // GPU runner without a compiler), where the build's own path does not exist.
 std::string ToolPath(const std::string& tool) {

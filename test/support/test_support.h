@@ -75,6 +75,9 @@ class Background {
   pid_t pid() const { return pid_; }
   // Sends `sig` and waits for the exit; returns the exit code (-signal when killed).
   int Stop(int sig, int timeout_s = 20);
+  // Waits for it to exit by itself; returns its exit code, or -1000 when it had not within
+  // `timeout_s` (it is then killed).
+  int Wait(int timeout_s);
 
  private:
   pid_t pid_ = -1;

@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -98,6 +99,24 @@ std::string HumanAge(int64_t ms) {
   if (s < 7200) return std::to_string(s / 60) + "m";
   if (s < 172800) return std::to_string(s / 3600) + "h";
   return std::to_string(s / 86400) + "d";
+}
+
+int TimeoutMs(double seconds) {
+  if (seconds <= 0) return -1;
+  return static_cast<int>(std::min(seconds * 1000.0, 2e9));
+}
+
+Result<int64_t> ParseDuration(const std::string& text) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  std::string unit = end != nullptr ? end : "";
+  double scale = unit.empty() || unit == "s" ? 1000 : unit == "m" ? 60e3 : unit == "h" ? 3600e3
+               : unit == "d" ? 86400e3 : 0;
+  if (text.empty() || end == text.c_str() || scale == 0 || !(value >= 0) || value > 1e9) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "'" + text + "' is not a duration (like 90, 30s, 5m, 2h or 1d)");
+  }
+  return static_cast<int64_t>(value * scale);
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {

@@ -40,6 +40,10 @@ std::string HumanBytes(uint64_t bytes);    // "1.0 MiB"
 // "4096", "64MiB", "40GiB", "1.5G", "2T" -> bytes (K/M/G/T are powers of 1024).
 Result<uint64_t> ParseSize(const std::string& text);
 std::string HumanAge(int64_t ms);          // "3s", "5m", "2h", "4d"
+// The milliseconds of a wait flag's SECONDS (--wait, --wait-free): 0 waits without end (-1).
+int TimeoutMs(double seconds);
+// "90", "30s", "5m", "2h", "1d" -> ms (a bare number is seconds).
+Result<int64_t> ParseDuration(const std::string& text);
 // The items of a comma-separated list, empty ones included ("4," -> "4", ""), so that a caller
 // refuses a stray comma with the item it cannot read.
 std::vector<std::string> SplitList(const std::string& text);

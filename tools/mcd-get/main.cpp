@@ -39,6 +39,7 @@ static int ToolMain(int argc, char** argv) {
                          "  mcd-get weights --no-ref --print 8\n"
                          "  mcd-get weights --no-ref -o weights.npy\n"
                          "  mcd-get weights --detached      # a reference that outlives the shell\n"
+                         "  mcd-get batch.7 --wait 60 -q    # once the producer has made it\n"
                          "A reference is the calling shell's (or --owner-pid's): mcd-rm from it\n"
                          "gives it back, and the server does when that process exits.\n\n") +
              tools::kEnvironmentFooter);
@@ -55,6 +56,11 @@ static int ToolMain(int argc, char** argv) {
                         "it back");
   app.add_option("-o,--output", output, "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
   app.add_option("--print", print_count, "Print the first N values");
+  double wait_s = -1;
+  app.add_option("--wait", wait_s,
+                 "Wait up to SECONDS for NAME to exist and be ready (0: without end), woken by the "
+                 "server's event; exit 75 when it did not")
+      ->check(CLI::Range(0.0, 1e7));
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
   const char* tool = "mcd-get";
   if (!output.empty() && !EndsWith(output, ".npy") && !EndsWith(output, ".bin")) {
@@ -66,7 +72,9 @@ static int ToolMain(int argc, char** argv) {
   options->holder_pid = tools::HolderPid(holder);
   auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
   if (!client.ok()) return tools::Fail(tool, client.status());
-  auto view = no_ref ? client.value()->Open(name) : client.value()->Get(name);
+  auto view = wait_s >= 0 ? client.value()->GetWhenReady(name, tools::TimeoutMs(wait_s), !no_ref)
+              : no_ref    ? client.value()->Open(name)
+                          : client.value()->Get(name);
   if (!view.ok()) return tools::Fail(tool, view.status());
   const TensorRecord& r = view->record;
   // A get that fails after the reference was taken gives it back: nobody would mcd-rm it.

@@ -3,6 +3,7 @@
 
 #include "flags.h"
 #include "servers.h"
+#include "watch.h"
 
 static int ToolMain(int argc, char** argv) {
   using namespace mcd;
@@ -12,7 +13,8 @@ static int ToolMain(int argc, char** argv) {
                          "  mcd-ls                  # table of every tensor\n"
                          "  mcd-ls 'layer*' -l      # more columns, exact bytes\n"
                          "  mcd-ls -q | xargs mcd-rm\n"
-                         "  mcd-ls --servers         # the live servers; exit 69 when none\n\n") +
+                         "  mcd-ls --servers         # the live servers; exit 69 when none\n"
+                         "  mcd-ls --watch 'batch.*' # events as they happen (--json: JSON lines)\n\n") +
              tools::kEnvironmentFooter);
   tools::CommonFlags flags;
   tools::AddConnectionFlags(app, flags);
@@ -34,8 +36,29 @@ static int ToolMain(int argc, char** argv) {
                "collector)")
       ->needs("--servers")
       ->excludes("--json");
+  tools::WatchOptions watch;
+  bool watching = false;
+  app.add_flag("-w,--watch", watching,
+               "Print each lifecycle event as it happens (create, get, release, delete, reclaim, "
+               "server_start, server_stop) until interrupted; with --json, JSON lines")
+      ->excludes("--servers");
+  app.add_option("--since", watch.since,
+                 "With --watch: start that far back in the kept history (30s, 5m, 2h; all), or "
+                 "after an event id")
+      ->needs("--watch");
+  app.add_option("--count", watch.count, "With --watch: stop after N events")
+      ->needs("--watch")
+      ->check(CLI::PositiveNumber);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
   const char* tool = "mcd-ls";
+  if (watching) {
+    auto options = tools::MakeClientOptions(flags, false);
+    if (!options.ok()) return tools::Fail(tool, options.status());
+    watch.glob = glob;
+    watch.json = json;
+    watch.headers = !no_headers;
+    return tools::Watch(tool, options.value(), watch);
+  }
 
   auto options = tools::MakeClientOptions(flags, false);
   if (!options.ok()) return tools::Fail(tool, options.status());

@@ -10,6 +10,7 @@ static int ToolMain(int argc, char** argv) {
   tools::SetupApp(app);
   app.footer(std::string("Examples:\n"
                          "  mcd-rm weights                  # the shell's reference, else an unbound one\n"
+                         "  mcd-rm batch.7 --wait-free 600  # and wait until every consumer let go\n"
                          "  mcd-ls -q 'tmp.*' | xargs -r mcd-rm --ignore-missing\n\n") +
              tools::kEnvironmentFooter);
   tools::CommonFlags flags;
@@ -18,6 +19,11 @@ static int ToolMain(int argc, char** argv) {
   bool ignore_missing = false;
   app.add_option("NAME", names, "Tensor names")->required();
   app.add_flag("--ignore-missing", ignore_missing, "A name that does not exist is not an error");
+  double wait_s = -1;
+  app.add_option("--wait-free", wait_s,
+                 "Then wait up to SECONDS until each tensor is freed, every other holder's "
+                 "reference given back too (0: without end); exit 75 when one is still held")
+      ->check(CLI::Range(0.0, 1e7));
   tools::HolderFlags holder;
   tools::AddHolderFlags(app, holder, "give back",
                         "Give back only a reference bound to no process (mcd-get --detached, a "
@@ -41,6 +47,16 @@ static int ToolMain(int argc, char** argv) {
       continue;
     }
     bool freed = record->refcount <= 0;
+    if (!freed && wait_s >= 0) {
+      Status waited = client.value()->WaitFreed(name, record->ctime_ms, tools::TimeoutMs(wait_s));
+      if (!waited.ok()) {
+        int rc = tools::Fail(tool, waited);
+        if (exit_code == 0) exit_code = rc;
+        continue;
+      }
+      freed = true;
+      record->refcount = 0;
+    }
     if (flags.json) {
       if (json.size() > 1) json += ",";
       json += "{\"name\":\"" + name + "\",\"refcount\":" + std::to_string(std::max<int64_t>(0, record->refcount)) +

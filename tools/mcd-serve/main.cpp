@@ -25,6 +25,7 @@ struct ServeFlags {
   std::string redis_server = "redis-server";
   int heartbeat_ttl = 5;
   int req_ttl = 60;
+  uint64_t event_history = 10000;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
   std::string ready_max = "64MiB", slab_max = "32MiB";
   bool quiet = false;
@@ -54,6 +55,11 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
                  "Seconds a command's first reply is kept, so that a repeat of its req gets it "
                  "instead of being applied again")
       ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app.add_option("--event-history", f.event_history,
+                 "Lifecycle events kept in Redis for mcd-ls --watch and the waits of mcd-get and "
+                 "mcd-rm, under 100 bytes each in Redis (0: none, and those cannot work)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{100000000}))
       ->capture_default_str();
   app.add_option("--allocator", f.allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
@@ -113,6 +119,7 @@ Result<ServerOptions> MakeOptions(const ServeFlags& f) {
   options.node = f.common.node;
   options.heartbeat_ttl_s = f.heartbeat_ttl;
   options.done_ttl_s = f.req_ttl;
+  options.event_history = f.event_history;
   options.log_level = f.quiet ? 1 : f.verbose ? 3 : 2;
   options.allocator = f.allocator;
   options.pool_group = f.pool_group;

@@ -100,6 +100,18 @@ class MCD_API Client {
   // Only the names (SCAN alone), sorted.
   Result<std::vector<std::string>> ListNames(const std::string& glob = "*");
 
+  // Waits (client/waits.cpp) block on the event stream of memcuda/events.h, woken by the change
+  // they wait for; a timeout < 0 waits without end. They need the node's server to keep events
+  // (mcd-serve --event-history), else kUnavailable.
+  //
+  // Get (take_reference) or Open `name` as soon as it exists and is ready; kTimeout when it did
+  // not within `timeout_ms`, having changed nothing.
+  Result<TensorView> GetWhenReady(const std::string& name, int timeout_ms, bool take_reference);
+  // Returns once the tensor `name` created at `ctime_ms` (TensorRecord::ctime_ms) is freed: its
+  // hash gone, or another tensor of that name in its place. kTimeout when it is still held
+  // after `timeout_ms`.
+  Status WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_ms);
+
   // Copies between an opened tensor and host memory (device memory through the device's worker).
   Status CopyToHost(const TensorView& view, void* dst, uint64_t bytes);
   Status CopyFromHost(const TensorView& view, const void* src, uint64_t bytes);

@@ -29,6 +29,8 @@ struct MCD_API KeySpace {
   std::string Holders(std::string_view node) const;
   // <prefix>:held:<node>:<holder>, a set: the tensor keys whose references `holder` holds.
   std::string Held(std::string_view node, std::string_view holder) const;
+  // <prefix>:events, a stream: the lifecycle events of every node (memcuda/events.h).
+  std::string Events() const;
   // <prefix>:-, named among a script's KEYS where a call has no such key. Never read nor
   // written; inside the prefix, so that a Redis user whose ACL covers the prefix may run it.
   std::string Unused() const;

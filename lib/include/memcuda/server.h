@@ -43,6 +43,9 @@ struct MCD_API ServerOptions {
   // Where processes of this machine may send commands straight to the server (memcuda(7));
   // default: <runtime dir>/cmd-<node>-<instance>.sock; "none": no command socket.
   std::string command_socket;
+  // How many lifecycle events the stream <prefix>:events keeps, about (memcuda(7), EVENTS); 0:
+  // none are written, and waits (mcd-get --wait) and watches cannot work.
+  uint64_t event_history = 10000;
 };
 
 // Lifecycle: Start() connects, refuses to run beside a live instance of the same node, removes

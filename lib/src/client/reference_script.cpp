@@ -1,5 +1,7 @@
 #include "client/reference_script.h"
 
+#include <unistd.h>
+
 #include "client/records.h"
 #include "protocol/not_held.h"
 #include "redis/lua_scripts.h"
@@ -20,7 +22,9 @@ ReferenceScript::ReferenceScript(RedisConnection& redis, const ClientOptions& op
       holder_(holder),
       holder_id_(holder ? HolderId(holder->pid, holder->start) : ""),
       holders_key_(opt.keys.Holders(opt.node)),
-      held_key_(holder ? opt.keys.Held(opt.node, holder_id_) : opt.keys.Unused()) {}
+      held_key_(holder ? opt.keys.Held(opt.node, holder_id_) : opt.keys.Unused()),
+      events_key_(opt.keys.Events()),
+      pid_(std::to_string(holder ? holder->pid : getpid())) {}
 
 Status ReferenceScript::Load() {
   MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefScript}));
@@ -31,9 +35,9 @@ Status ReferenceScript::Load() {
 Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
-  std::vector<std::string_view> argv = {"EVALSHA",  sha_,      "4",        key, server,
-                                        holders_key_, held_key_, "1", opt_.node, holder_id_,
-                                        "",           ""};
+  std::vector<std::string_view> argv = {
+      "EVALSHA", sha_,      "5",        key,   server, holders_key_, held_key_, events_key_,
+      "1",       opt_.node, holder_id_, pid_,  name,   "",           ""};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   auto reply = redis_.Command(argv);
   if (!reply.ok() && IsNoScript(reply.status().message())) {
@@ -54,9 +58,9 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retr
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
   std::vector<std::string_view> argv = {
-      "EVALSHA",     sha_, "6",       key,         server,     holders_key_,
-      held_key_,     opt_.keys.queue, out.reply_key, "-1",    opt_.node, holder_id_,
-      out.body,      kMarkerTtl};
+      "EVALSHA",  sha_,        "7",    key,        server,    holders_key_, held_key_,
+      events_key_, opt_.keys.queue, out.reply_key, "-1", opt_.node, holder_id_, pid_,
+      name,       out.body,    kMarkerTtl};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   MCD_RETURN_IF_ERROR(redis_.Append(argv));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));

@@ -40,7 +40,9 @@ class ReferenceScript {
   const std::optional<Holder> holder_;
   const std::string holder_id_;    // "PID:START", "" for none
   const std::string holders_key_;  // the node's set of holders
-  const std::string held_key_;     // the holder's set of tensors, "-" for none
+  const std::string held_key_;     // the holder's set of tensors, <prefix>:- for none
+  const std::string events_key_;
+  const std::string pid_;  // who the events name: the holder, else this process
   std::string sha_ = kNotLoaded;
 };
 

@@ -236,7 +236,8 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
   }
   std::string reply = ReplyHeadJson(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
   pipeline_.Queue(pipeline_.Make(
-      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset", fields,
+      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset",
+      CommitEvent{"create", cmd.pid}, fields,
       [this, raw, req = cmd.req, t0,
        entry = std::move(entry)](Result<CommitResult> committed) mutable {
         CreateCommitted(raw, req, std::move(entry), t0, std::move(committed));
@@ -290,6 +291,7 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
   std::string head = ReplyHeadJson(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
+      CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
       {holder.value(), std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})",
        R"(},"freed":true})"},
       [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {

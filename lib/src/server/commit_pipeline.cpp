@@ -7,6 +7,18 @@
 
 namespace mcd {
 
+std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
+                                         const std::string& field, const std::string& value,
+                                         const CommitEvent& event, const std::string& name) {
+  return {"EVAL",    kDeleteIfScript,
+          "2",       key,
+          opt.keys.Events(), field,
+          value,     std::to_string(opt.event_history),
+          event.kind, name,
+          opt.node,  std::to_string(event.pid),
+          event.reason};
+}
+
 CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt,
                                std::string instance, Settle settle)
     : redis_(redis),
@@ -14,6 +26,8 @@ CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt,
       instance_(std::move(instance)),
       processing_key_(opt.keys.Processing(opt.node)),
       holders_key_(opt.keys.Holders(opt.node)),
+      events_key_(opt.keys.Events()),
+      event_cap_(std::to_string(opt.event_history)),
       settle_(std::move(settle)) {}
 
 Status CommitPipeline::LoadScript() {
@@ -24,7 +38,8 @@ Status CommitPipeline::LoadScript() {
 
 Pending CommitPipeline::Make(const Route& route, const std::string& raw, const std::string& req,
                              const std::string& name, const std::string& reply, Pre pre,
-                             const char* action, const std::vector<std::string>& extra,
+                             const char* action, const CommitEvent& event,
+                             const std::vector<std::string>& extra,
                              std::function<void(Result<CommitResult>)> done) const {
   Pending p;
   p.route = route;
@@ -38,13 +53,14 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   const std::string holder = holds ? extra.at(0) : "";
   p.args = {"EVALSHA",
             commit_sha_,
-            "6",
+            "7",
             name.empty() ? opt_.keys.Unused() : opt_.keys.Tensor(name),
             processing_key_,
             socket || req.empty() ? opt_.keys.Unused() : opt_.keys.Reply(req),
             socket || req.empty() ? opt_.keys.Unused() : opt_.keys.Done(req),
             holders_key_,
             holder.empty() ? opt_.keys.Unused() : opt_.keys.Held(opt_.node, holder),
+            events_key_,
             socket ? "" : raw,
             socket ? "" : reply,
             std::to_string(opt_.reply_ttl_s),
@@ -54,7 +70,13 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
             : pre == Pre::kAbsent ? "absent"
                                   : "mine",
             instance_,
-            action};
+            action,
+            event_cap_,
+            event.kind,
+            name,
+            opt_.node,
+            std::to_string(event.pid),
+            event.reason};
   p.args.insert(p.args.end(), extra.begin(), extra.end());
   if (socket) {
     p.req = req;

@@ -36,6 +36,15 @@ struct CommitResult {
 // The commit script's precondition on the tensor hash (lua_scripts.h).
 enum class Pre { kNone, kAbsent, kMine };
 
+// The lifecycle event a commit appends to the event stream when it changes the tensor
+// (events.lua): `kind` "" for none, "create", "ref" (the script names it "get", "release" or
+// "delete" by the change) or "reclaim"; `pid` the process it is about, `reason` why (memcuda(7)).
+struct CommitEvent {
+  const char* kind = "";
+  int64_t pid = 0;
+  const char* reason = "";
+};
+
 // A commit waiting to be sent with the rest of its batch, and what to do with its result (run
 // after every result of the batch has been read, in order).
 struct Pending {
@@ -50,6 +59,12 @@ struct Pending {
   std::vector<std::string> tails;
 };
 
+// The EVAL of delete_if.lua, for the keys a server removes outside a command: deletes `key` while
+// its `field` holds `value`, appending `event` about tensor `name` ("" for a server event).
+std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
+                                         const std::string& field, const std::string& value,
+                                         const CommitEvent& event, const std::string& name);
+
 class CommitPipeline {
  public:
   // Called for each commit whose result was read, in the order sent.
@@ -61,10 +76,11 @@ class CommitPipeline {
   Status LoadScript();
   // A commit of `action` ("none", "hset", "del", "incr", "unhold") on tensor `name` under
   // `pre`, writing `reply` for command `raw` (the list's; "" for internal actions) routed by
-  // `route`. For "incr" and "unhold", extra[0] is the holder ("" for none).
+  // `route`, and `event` when it changes the tensor. For "incr" and "unhold", extra[0] is the
+  // holder ("" for none).
   Pending Make(const Route& route, const std::string& raw, const std::string& req,
                const std::string& name, const std::string& reply, Pre pre, const char* action,
-               const std::vector<std::string>& extra,
+               const CommitEvent& event, const std::vector<std::string>& extra,
                std::function<void(Result<CommitResult>)> done = nullptr) const;
   // Plans a commit for the current batch; Flush sends the batch.
   void Queue(Pending pending) { batch_.push_back(std::move(pending)); }
@@ -110,6 +126,8 @@ class CommitPipeline {
   const std::string instance_;
   const std::string processing_key_;
   const std::string holders_key_;
+  const std::string events_key_;
+  const std::string event_cap_;  // --event-history, "0" for none
   Settle settle_;
   std::string commit_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "redis/lua_scripts.h"
+#include "server/commit_pipeline.h"
 #include "server/recurring.h"
 
 namespace mcd {
@@ -59,11 +60,13 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                                           const std::string& replace) {
   std::vector<std::string> args = {"EVAL",
                                    kHeartbeatScript,
-                                   "1",
+                                   "2",
                                    opt_.keys.Server(opt_.node),
+                                   opt_.keys.Events(),
                                    instance_,
                                    replace,
                                    std::to_string(opt_.heartbeat_ttl_s),
+                                   std::to_string(opt_.event_history),
                                    "instance",
                                    instance_,
                                    "pid",
@@ -102,6 +105,8 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    opt_.keys.queue,
                                    "version",
                                    "1",
+                                   "event_history",
+                                   std::to_string(opt_.event_history),
                                    "tensors",
                                    std::to_string(table_.count()),
                                    "tensor_bytes",
@@ -225,8 +230,9 @@ std::string Heartbeat::node_lost() {
 
 void Heartbeat::Remove(RedisConnection& conn) {
   if (!owned_ || !conn.connected()) return;
-  (void)conn.Command(
-      {"EVAL", kDeleteIfScript, "1", opt_.keys.Server(opt_.node), "instance", instance_});
+  auto command = DeleteIfCommand(opt_, opt_.keys.Server(opt_.node), "instance", instance_,
+                                 CommitEvent{"server_stop", getpid()}, "");
+  (void)conn.Command(std::vector<std::string_view>(command.begin(), command.end()));
 }
 
 }  // namespace mcd

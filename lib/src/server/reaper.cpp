@@ -23,8 +23,9 @@ void Reaper::ReapStackTensors() {
     std::string owner = "owner_pid=" + std::to_string(found->second.record.owner_pid);
     // "mine": only the hash this instance wrote goes, and the commit says how many references
     // it still had.
-    auto committed =
-        pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "del", {}));
+    CommitEvent event{"reclaim", found->second.record.owner_pid, "owner_exited"};
+    auto committed = pipeline_.CommitNow(
+        pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "del", event, {}));
     Reclaimed("reclaim", name, std::move(committed), t0, owner);
   }
 }
@@ -46,6 +47,8 @@ void Reaper::ReapDeadHolders() {
 
 Status Reaper::GiveBackAll(const std::string& holder) {
   std::string held_key = opt_.keys.Held(opt_.node, holder);
+  std::optional<Holder> parsed = ParseHolderId(holder);
+  CommitEvent event{"reclaim", parsed ? parsed->pid : 0, "holder_exited"};
   MCD_ASSIGN_OR_RETURN(RedisValue held, redis_.Command({"SMEMBERS", held_key}));
   // One commit per tensor, pipelined: a holder may have touched thousands.
   for (const RedisValue& key : held.elements) {
@@ -55,7 +58,7 @@ Status Reaper::GiveBackAll(const std::string& holder) {
     // "mine": a hash this instance wrote; the script gives back what the hash says the holder
     // holds (none when it gave them back itself).
     pipeline_.Queue(pipeline_.Make(
-        Route{}, "", "", name, "", Pre::kMine, "unhold", {holder},
+        Route{}, "", "", name, "", Pre::kMine, "unhold", event, {holder},
         [this, name, holder, t0](Result<CommitResult> committed) {
           if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
             return outcomes_.Record("release_dead", name, Status::Ok(), t0,

@@ -1,5 +1,7 @@
 #include "server/resettle.h"
 
+#include <unistd.h>
+
 #include <set>
 
 #include "common/log.h"
@@ -87,8 +89,9 @@ Status Resettle::Republish(const Entry& entry) {
     fields.push_back(std::move(value));
   }
   MCD_ASSIGN_OR_RETURN(CommitResult committed,
-                       pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", entry.record.name, "",
-                                                            Pre::kAbsent, "hset", fields)));
+                       pipeline_.CommitNow(pipeline_.Make(
+                           Route{}, "", "", entry.record.name, "", Pre::kAbsent, "hset",
+                           CommitEvent{"create", entry.record.creator_pid, "republished"}, fields)));
   if (committed.kind != CommitResult::kOk) {
     return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
   }
@@ -107,9 +110,10 @@ Status Resettle::RemovePhantoms() {
   });
   MCD_RETURN_IF_ERROR(scanned);
   for (const std::string& name : phantoms) {
+    auto command = DeleteIfCommand(opt_, opt_.keys.Tensor(name), "owner", instance_,
+                                   CommitEvent{"reclaim", getpid(), "stale"}, name);
     MCD_RETURN_IF_ERROR(
-        redis_.Command({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_})
-            .status());
+        redis_.Command(std::vector<std::string_view>(command.begin(), command.end())).status());
     Log(LogLevel::kWarn, "removed the hash of tensor '" + name +
                              "', which Redis brought back after it was removed (its memory is "
                              "freed already)");

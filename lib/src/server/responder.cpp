@@ -23,7 +23,7 @@ void Responder::Fail(const std::string& raw, const std::string& req, const char*
     return;
   }
   pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReplyJson(req, op, status), Pre::kNone,
-                                 "none", {}, [this, raw](Result<CommitResult> r) {
+                                 "none", CommitEvent{}, {}, [this, raw](Result<CommitResult> r) {
                                    if (!r.ok()) Unanswered(raw, r.status());
                                  }));
 }
@@ -35,7 +35,8 @@ void Responder::AnswerNow(const std::string& raw, const std::string& req, const 
     return;
   }
   auto answered = pipeline_.CommitNow(pipeline_.Make(
-      route_, raw, req, "", ErrorReplyJson(req, op, status), Pre::kNone, "none", {}));
+      route_, raw, req, "", ErrorReplyJson(req, op, status), Pre::kNone, "none", CommitEvent{},
+      {}));
   if (!answered.ok()) Unanswered(raw, answered.status());
 }
 

@@ -342,10 +342,10 @@ size_t Server::Impl::DeleteAndFreeAll() {
     };
     // Only those still this instance's own: another instance that took the node over may have
     // made tensors of the same names since.
+    CommitEvent event{"reclaim", getpid(), "server_stopped"};
     for (const auto& [name, entry] : table_.tensors()) {
-      if (!redis_
-               ->Append({"EVAL", kDeleteIfScript, "1", opt_.keys.Tensor(name), "owner", instance_})
-               .ok())
+      auto command = DeleteIfCommand(opt_, opt_.keys.Tensor(name), "owner", instance_, event, name);
+      if (!redis_->Append(std::vector<std::string_view>(command.begin(), command.end())).ok())
         break;
       if (++pending == 1000) drain();
     }

@@ -8,6 +8,7 @@
 #include "alloc/allocator.h"
 #include "common/log.h"
 #include "protocol/text.h"
+#include "server/commit_pipeline.h"
 
 namespace mcd {
 
@@ -58,7 +59,13 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
                                      (ours ? "another user's" : "not its naming") + "); left alone");
           }
         }
-        MCD_RETURN_IF_ERROR(redis.Command({"DEL", key}).status());
+        // Only while it is still the dead instance's, with the event that says it went.
+        const std::string& dead = f.elements[0].str;
+        auto command = DeleteIfCommand(opt, key, "owner", dead,
+                                       CommitEvent{"reclaim", 0, "server_lost"},
+                                       opt.keys.NameFromTensorKey(key));
+        MCD_RETURN_IF_ERROR(
+            redis.Command(std::vector<std::string_view>(command.begin(), command.end())).status());
         Log(LogLevel::kInfo, "removed stale tensor '" + opt.keys.NameFromTensorKey(key) +
                                  "' of dead instance " + f.elements[0].str);
         ++removed;

@@ -3,7 +3,7 @@
 --
 -- KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key,
 -- KEYS[5] the node's set of holders, KEYS[6] the holder's set of tensors (holders.lua; <prefix>:- for
--- actions without a holder)
+-- actions without a holder), KEYS[7] the event stream (events.lua)
 -- ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
 -- oldest commands are and commits happen oldest first; "" for internal actions and commands
 -- that came on the command socket, whose LREM then finds nothing, or an empty command that a
@@ -13,12 +13,15 @@
 -- ARGV[5] "1" when the command has a req (reply + first-result are written)
 -- ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7])
 -- ARGV[7] owner
--- ARGV[8] action: "none" | "hset" (pairs from ARGV[9]) | "del" | "incr" | "unhold" (below)
--- incr (needs "mine"): ARGV[9] the holder ("PID:START", or "" for a reference bound to nobody),
--- ARGV[10] delta, ARGV[11] reply tail while referenced, ARGV[12] reply tail when freed. A get
+-- ARGV[8] action: "none" | "hset" (pairs from ARGV[15]) | "del" | "incr" | "unhold" (below)
+-- ARGV[9] the event stream's cap, ARGV[10] the event the change makes: "" (none) | "create" |
+-- "ref" (an incr: "get", "release", or "delete" when it frees the tensor) | "reclaim";
+-- ARGV[11] tensor name, ARGV[12] node, ARGV[13] the pid it is about, ARGV[14] reason.
+-- incr (needs "mine"): ARGV[15] the holder ("PID:START", or "" for a reference bound to nobody),
+-- ARGV[16] delta, ARGV[17] reply tail while referenced, ARGV[18] reply tail when freed. A get
 -- takes a reference of the holder; a delete gives back the holder's own if it holds one, else
 -- one bound to nobody, and answers "not_held" when every reference is another process's.
--- unhold (needs "mine"): ARGV[9] a holder that died: every reference it held is given back.
+-- unhold (needs "mine"): ARGV[15] a holder that died: every reference it held is given back.
 -- After incr and unhold, at refcount <= 0 the hash is deleted (the caller then frees the memory).
 -- Returns {"ok"} | {"ok", refcount} (incr, unhold: the count after; del under "mine": the count
 -- it had) | {"dup", first_reply} | {"conflict"} | {"not_held"}.
@@ -55,8 +58,8 @@ local result = {'ok'}
 local holder = ''
 local own = 0  -- how many of the holder's references the change gives back (-) or takes (+)
 if action == 'incr' then
-  holder = ARGV[9]
-  local delta = tonumber(ARGV[10])
+  holder = ARGV[15]
+  local delta = tonumber(ARGV[16])
   own = delta
   if delta < 0 then
     local which = mcd_releasable(KEYS[1], holder, refcount)
@@ -65,13 +68,13 @@ if action == 'incr' then
   end
   local n = refcount + delta
   if n <= 0 then
-    reply = reply .. '0' .. ARGV[12]
+    reply = reply .. '0' .. ARGV[18]
   else
-    reply = reply .. n .. ARGV[11]
+    reply = reply .. n .. ARGV[17]
   end
   result = {'ok', n}
 elseif action == 'unhold' then
-  holder = ARGV[9]
+  holder = ARGV[15]
   own = -mcd_held_by(KEYS[1], holder)
   result = {'ok', refcount + own}
 elseif action == 'del' and refcount then
@@ -83,15 +86,24 @@ if ARGV[5] == '1' then
   redis.call('SET', KEYS[4], reply, 'EX', ARGV[4])
 end
 if action == 'hset' then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 15))
 elseif action == 'del' or ((action == 'incr' or action == 'unhold') and result[2] <= 0) then
   redis.call('DEL', KEYS[1])
 elseif action == 'unhold' then
   redis.call('HINCRBY', KEYS[1], 'refcount', result[2] - refcount)  -- never "-0", which Redis refuses
   mcd_unhold_all(KEYS[1], holder, refcount - result[2])  -- its field goes, at 0 too
 elseif action == 'incr' then
-  redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[10])
+  redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[16])
   if holder ~= '' and own ~= 0 then mcd_hold(KEYS[1], KEYS[5], KEYS[6], holder, own) end
+end
+local event = ARGV[10]
+if event ~= '' then
+  local after = result[2] or 1  -- a create's count; a "del" frees whatever it had
+  if action == 'del' or after < 0 then after = 0 end
+  if event == 'ref' then
+    event = tonumber(ARGV[16]) > 0 and 'get' or (after > 0 and 'release' or 'delete')
+  end
+  mcd_event(KEYS[7], ARGV[9], event, ARGV[11], ARGV[12], after, ARGV[13], ARGV[14])
 end
 redis.call('LREM', KEYS[2], -1, ARGV[1])
 return result

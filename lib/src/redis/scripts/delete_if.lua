@@ -1,4 +1,9 @@
--- Deletes KEYS[1], a hash, only while its field ARGV[1] holds ARGV[2]: a stopping server removes
--- only the hashes that are still its own. Returns the number of keys deleted.
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('DEL', KEYS[1]) end
-return 0
+-- Deletes KEYS[1], a hash, only while its field ARGV[1] holds ARGV[2], and then appends the event
+-- that says so to the stream KEYS[2] (events.lua): a stopping server removes only the hashes and
+-- the heartbeat that are still its own, a starting one the hashes of a dead instance.
+-- ARGV[3] the stream's cap, ARGV[4] event, ARGV[5] tensor name ("" for a server event),
+-- ARGV[6] node, ARGV[7] pid, ARGV[8] reason. Returns the number of keys deleted.
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+mcd_event(KEYS[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], 0, ARGV[7], ARGV[8])
+return 1

@@ -2,9 +2,10 @@
 -- so two servers started at once for one node cannot both serve it, and a server that was not
 -- heard from for longer than the TTL finds, when it wakes, that another one took the node over.
 --
--- KEYS[1] the heartbeat hash
+-- KEYS[1] the heartbeat hash, KEYS[2] the event stream (events.lua)
 -- ARGV[1] this instance, ARGV[2] an instance it may replace (one whose process is gone; "" for
--- none), ARGV[3] TTL (s), ARGV[4..] field/value pairs to write (instance among them).
+-- none), ARGV[3] TTL (s), ARGV[4] the event stream's cap, ARGV[5..] field/value pairs to write
+-- (instance, node and pid among them). The instance's first write is its "server_start" event.
 -- Returns {"ok"} | {"held", instance, pid, pid_start, pttl}: another instance holds the node
 -- (pttl -1: the hash has no expiry, so no server wrote it).
 --
@@ -15,13 +16,15 @@ if holder and holder ~= ARGV[1] and holder ~= ARGV[2] then
   return {'held', holder, redis.call('HGET', KEYS[1], 'pid') or '',
           redis.call('HGET', KEYS[1], 'pid_start') or '', redis.call('PTTL', KEYS[1])}
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 if holder ~= ARGV[1] then
   local written = {}
-  for i = 4, #ARGV, 2 do written[ARGV[i]] = true end
+  for i = 5, #ARGV, 2 do written[ARGV[i]] = ARGV[i + 1] end
   for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     if not written[field] then redis.call('HDEL', KEYS[1], field) end
   end
+  mcd_event(KEYS[2], ARGV[4], 'server_start', '', written['node'] or '', 0, written['pid'] or 0,
+            (holder and holder == ARGV[2]) and 'took_over' or '')
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return {'ok'}

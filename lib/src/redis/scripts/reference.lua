@@ -3,11 +3,13 @@
 -- release names its delete command, and the script queues it in that case.
 --
 -- KEYS[1] tensor hash, KEYS[2] the heartbeat of the client's node, KEYS[3] the node's set of
--- holders, KEYS[4] the holder's set of tensors ("-" when ARGV[3] is ""); a release also KEYS[5]
--- the command queue and KEYS[6] the reply list of its delete command's req.
+-- holders, KEYS[4] the holder's set of tensors (<prefix>:- when ARGV[3] is ""), KEYS[5] the event
+-- stream (events.lua; its cap is the heartbeat's event_history); a release also KEYS[6] the
+-- command queue and KEYS[7] the reply list of its delete command's req.
 -- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] the client's node, ARGV[3] the holder
--- ("PID:START", holders.lua; "" for a reference bound to nobody), ARGV[4] (release) the delete
--- command, ARGV[5] (release) the reply list's TTL (s), ARGV[6..] hash fields to return.
+-- ("PID:START", holders.lua; "" for a reference bound to nobody), ARGV[4] the pid the event
+-- names, ARGV[5] the tensor's name, ARGV[6] (release) the delete command, ARGV[7] (release) the
+-- reply list's TTL (s), ARGV[8..] hash fields to return.
 -- A release that is answered here also pushes an empty marker onto its reply list, so that the
 -- BLPOP the client sends right behind the script returns at once whatever happened.
 -- Returns {"ok", {values}} | {"missing"} | {"not_ready", state} | {"wrong_node", node} |
@@ -19,8 +21,8 @@ local release = ARGV[1] == '-1'
 local holder = ARGV[3]
 local function answer(out)
   if release then
-    redis.call('RPUSH', KEYS[6], '')
-    redis.call('EXPIRE', KEYS[6], ARGV[5])
+    redis.call('RPUSH', KEYS[7], '')
+    redis.call('EXPIRE', KEYS[7], ARGV[7])
   end
   return out
 end
@@ -28,17 +30,20 @@ local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount', 'node')
 if not f[1] then return answer({'missing'}) end
 if f[4] ~= ARGV[2] then return answer({'wrong_node', f[4]}) end
 if f[1] ~= 'ready' then return answer({'not_ready', f[1]}) end
-if redis.call('HGET', KEYS[2], 'instance') ~= f[2] then return answer({'gone'}) end
+local server = redis.call('HMGET', KEYS[2], 'instance', 'event_history')
+if server[1] ~= f[2] then return answer({'gone'}) end
 local own = not release
 if release then
   local which = mcd_releasable(KEYS[1], holder, tonumber(f[3]))
   if not which then return answer({'not_held'}) end
   if tonumber(f[3]) <= 1 then
-    redis.call('LPUSH', KEYS[5], ARGV[4])
+    redis.call('LPUSH', KEYS[6], ARGV[6])
     return {'queued'}
   end
   own = which == 'own'
 end
 redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[1])
 if own and holder ~= '' then mcd_hold(KEYS[1], KEYS[3], KEYS[4], holder, tonumber(ARGV[1])) end
-return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 6))})
+mcd_event(KEYS[5], server[2], release and 'release' or 'get', ARGV[5], ARGV[2],
+          tonumber(f[3]) + tonumber(ARGV[1]), ARGV[4], '')
+return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 8))})

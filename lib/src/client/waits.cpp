@@ -1,0 +1,118 @@
+// Client's waits (client.h): a check, then a block on the event stream until an event that may
+// change the check's answer, then the check again. The stream position is read before the first
+// check, so a change that lands between a check and the block is read from the stream, not
+// missed; and the block is XREAD BLOCK, so a waiting process costs nothing until Redis wakes it.
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <optional>
+
+#include "memcuda/client.h"
+#include "memcuda/events.h"
+
+namespace mcd {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The longest single block between two checks.
+constexpr int kLongestBlockMs = 10000;
+
+// Runs `check` until it answers true, blocking between tries until an event that `wakes` picks.
+// kTimeout (with no message) once `timeout_ms` (< 0: never) has passed.
+Status WaitOnEvents(EventStream& events, int timeout_ms, const std::function<Result<bool>()>& check,
+                    const std::function<bool(const LifecycleEvent&)>& wakes) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  MCD_ASSIGN_OR_RETURN(std::string cursor, events.Newest());
+  for (;;) {
+    MCD_ASSIGN_OR_RETURN(bool done, check());
+    if (done) return Status::Ok();
+    for (bool woken = false; !woken;) {
+      int block_ms = kLongestBlockMs;
+      if (timeout_ms >= 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) return Status(ErrorCode::kTimeout, "");
+        block_ms = static_cast<int>(std::min<int64_t>(block_ms, left.count()));
+      }
+      MCD_ASSIGN_OR_RETURN(std::vector<LifecycleEvent> got, events.Read(cursor, block_ms));
+      // A block that ended quiet checks again too: a change that wrote no event (a hash edited
+      // by hand) is then seen within kLongestBlockMs.
+      woken = got.empty();
+      for (const LifecycleEvent& e : got) {
+        cursor = e.id;
+        woken = woken || wakes(e);
+      }
+    }
+  }
+}
+
+std::string Seconds(int timeout_ms) {
+  std::string s = std::to_string(timeout_ms / 1000.0);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (s.back() == '.') s.pop_back();
+  return s + " s";
+}
+
+// The node's server must write events, or a wait would block to its end for nothing.
+Status CheckEventsKept(Client& client) {
+  MCD_ASSIGN_OR_RETURN(auto info, client.ServerInfo());
+  auto kept = info.find("event_history");
+  if (kept == info.end() || kept->second.empty() || kept->second == "0") {
+    return Status(ErrorCode::kUnavailable,
+                  "the server of node '" + client.options().node +
+                      "' keeps no lifecycle events (mcd-serve --event-history), which waits need");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
+                                        bool take_reference) {
+  MCD_RETURN_IF_ERROR(CheckEventsKept(*this));
+  MCD_ASSIGN_OR_RETURN(auto events, EventStream::Open(options().redis_url, options().keys));
+  std::optional<Result<TensorView>> view;
+  auto check = [&]() -> Result<bool> {
+    view = take_reference ? Get(name) : Open(name);
+    if (view->ok()) return true;
+    ErrorCode code = view->status().code();
+    if (code == ErrorCode::kNotFound || code == ErrorCode::kNotReady) return false;
+    return view->status();
+  };
+  // Any change to the name, and a server start (a restarted server republishes what it holds).
+  auto wakes = [&](const LifecycleEvent& e) { return e.name == name || e.event == "server_start"; };
+  Status waited = WaitOnEvents(*events, timeout_ms, check, wakes);
+  if (waited.code() == ErrorCode::kTimeout && waited.message().empty()) {
+    return Status(ErrorCode::kTimeout, "tensor '" + name + "' was not ready within " +
+                                           Seconds(timeout_ms) + " (" +
+                                           view->status().message() + ")");
+  }
+  MCD_RETURN_IF_ERROR(waited);
+  return std::move(*view);
+}
+
+Status Client::WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_ms) {
+  MCD_RETURN_IF_ERROR(CheckEventsKept(*this));
+  MCD_ASSIGN_OR_RETURN(auto events, EventStream::Open(options().redis_url, options().keys));
+  int64_t refcount = 0;
+  auto check = [&]() -> Result<bool> {
+    auto record = Stat(name);
+    if (!record.ok()) {
+      if (record.status().code() == ErrorCode::kNotFound) return true;
+      return record.status();
+    }
+    refcount = record->refcount;
+    return record->ctime_ms != ctime_ms;  // another tensor took the name: this one is gone
+  };
+  auto wakes = [&](const LifecycleEvent& e) { return e.name == name && e.refcount <= 0; };
+  Status waited = WaitOnEvents(*events, timeout_ms, check, wakes);
+  if (waited.code() == ErrorCode::kTimeout && waited.message().empty()) {
+    return Status(ErrorCode::kTimeout, "tensor '" + name + "' still had " +
+                                           std::to_string(refcount) + " reference(s) after " +
+                                           Seconds(timeout_ms));
+  }
+  return waited;
+}
+
+}  // namespace mcd

@@ -1,0 +1,26 @@
+// A lifecycle event as the JSON line of `mcd-ls --watch --json`.
+#include "memcuda/events.h"
+#include "protocol/json_support.h"
+
+namespace mcd {
+
+std::string EventToJson(const LifecycleEvent& e) {
+  PooledWriter pooled;
+  Writer& w = pooled.w();
+  w.StartObject();
+  WriteKeyString(w, "id", e.id);
+  w.Key("time_ms");
+  w.Int64(e.time_ms);
+  WriteKeyString(w, "event", e.event);
+  WriteKeyString(w, "name", e.name);
+  WriteKeyString(w, "node", e.node);
+  w.Key("refcount");
+  w.Int64(e.refcount);
+  w.Key("pid");
+  w.Int64(e.pid);
+  WriteKeyString(w, "reason", e.reason);
+  w.EndObject();
+  return pooled.str();
+}
+
+}  // namespace mcd
