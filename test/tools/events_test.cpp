@@ -103,6 +103,20 @@ TEST_F(Events, AConsumerStartedBeforeItsProducerGetsTheTensorWhenItIsMade) {
   EXPECT_EQ(HashField("batch.7", "refcount"), "2");  // the reference is the caller's (this test)
 }
 
+// The create lands at any moment of the consumer's start: before its first look, between the
+// look and the block, or during the block. None may be missed (a miss would run to the timeout).
+TEST_F(Events, ATensorMadeWhileTheWaitBeginsIsNeverMissed) {
+  for (int i = 0; i < 12; ++i) {
+    std::string name = "race." + std::to_string(i);
+    auto consumer = Start("mcd-get", {name, "--wait", "8", "-q"}, name + ".log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(i * 3));
+    auto t0 = Clock::now();
+    Create(name);
+    EXPECT_EQ(consumer->Wait(20), 0) << name << ": " << Log(name + ".log");
+    EXPECT_LT(MsSince(t0), 3000) << name;
+  }
+}
+
 TEST_F(Events, EightConsumersWaitingOnOneNameAllTakeAReference) {
   std::vector<std::unique_ptr<test::Background>> consumers;
   for (int i = 0; i < 8; ++i) {

@@ -67,7 +67,8 @@ static int ToolMain(int argc, char** argv) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument, "-o needs a .npy or .bin file name"));
   }
 
-  auto options = tools::MakeClientOptions(flags, !no_ref);
+  // A read alone needs no server; a reference, or a wait for the server's events, does.
+  auto options = tools::MakeClientOptions(flags, !no_ref || wait_s >= 0);
   if (!options.ok()) return tools::Fail(tool, options.status());
   options->holder_pid = tools::HolderPid(holder);
   auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
