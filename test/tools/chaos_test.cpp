@@ -195,6 +195,7 @@ class Chaos : public Lifecycle {
     auto conn = redis_.Connect();
     EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
     EXPECT_EQ(conn->Command({"LLEN", keys_.queue})->integer, 0);
+    EXPECT_EQ(conn->Command({"LLEN", keys_.NodeQueue(node_)})->integer, 0);
     std::string instance = conn->Command({"HGET", keys_.Server(node_), "instance"})->str;
     std::set<std::string> handles;
     size_t hashes = 0;

@@ -274,7 +274,7 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
   ASSERT_TRUE(client.Create(HostSpec("own")).ok());
   ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 0);
   auto conn = redis_.Connect();
-  auto queued = [&] { return conn->Command({"LLEN", keys_.queue})->integer; };
+  auto queued = [&] { return conn->Command({"LLEN", keys_.NodeQueue(node_)})->integer; };
 
   // The server stopped, its heartbeat kept alive: every request times out. A blocking take the
   // server sent before it stopped is still served by Redis, so a first command goes to it (or,
@@ -282,10 +282,10 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
   ASSERT_EQ(conn->Command({"PERSIST", keys_.Server(node_)})->integer, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue,
+  ASSERT_TRUE(conn->Command({"LPUSH", keys_.NodeQueue(node_),
       R"({"op":"create","name":"first","dtype":"u8","shape":[1],"device":"cpu"})"}).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(conn->Command({"DEL", keys_.queue}).ok());
+  ASSERT_TRUE(conn->Command({"DEL", keys_.NodeQueue(node_)}).ok());
   const std::string withdrawn = " was withdrawn from the queue, nothing changed";
   auto late = Tool("mcd-create", {"late", "--dtype", "u8", "--shape", "16", "--device", "cpu", "--timeout-ms", "300"});
   EXPECT_EQ(late.exit_code, 75) << late.err;

@@ -191,7 +191,7 @@ TEST_F(Trust, TheCommandSocketServesTheServersUserRootAndItsGroupOnly) {
   EXPECT_EQ(stranger.exit_code, 75) << stranger.err;
   EXPECT_EQ(HashField("by-member", "state"), "ready");
   EXPECT_EQ(HashField("by-stranger", "state"), "");
-  ASSERT_TRUE(redis_.Connect()->Command({"DEL", "nowhere"}).ok());
+  ASSERT_TRUE(redis_.Connect()->Command({"DEL", "nowhere:" + node_}).ok());
   ASSERT_EQ(Tool("mcd-rm", {"by-member", "--detached"}).exit_code, 0);
 }
 
@@ -229,7 +229,7 @@ TEST_F(Trust, RequestIdsCannotBeGuessedAhead) {
     ASSERT_TRUE(test::WaitFor([&] {
       // In the queue, or in the processing list when the server's take was blocked in Redis
       // as it stopped.
-      for (const std::string& list : {keys_.queue, keys_.Processing(node_)}) {
+      for (const std::string& list : {keys_.NodeQueue(node_), keys_.Processing(node_)}) {
         auto queued = redis_.Connect()->Command({"LINDEX", list, "0"});
         body = queued.ok() && !queued->is_nil() ? queued->str : "";
         if (!body.empty()) return true;
@@ -239,7 +239,7 @@ TEST_F(Trust, RequestIdsCannotBeGuessedAhead) {
     ASSERT_FALSE(body.empty()) << test::ReadFile(dir_.path() + "/tool.log");
     reqs.push_back(json::parse(body)["req"].get<std::string>());
     EXPECT_EQ(tool.Stop(SIGKILL), -SIGKILL);
-    ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.queue, keys_.Processing(node_)}).ok());
+    ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.queue, keys_.NodeQueue(node_), keys_.Processing(node_)}).ok());
   }
   kill(server_->pid(), SIGCONT);
   std::regex form(".*-[0-9]+-([0-9a-f]{32})-1");

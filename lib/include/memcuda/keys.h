@@ -25,6 +25,9 @@ struct MCD_API KeySpace {
   std::string Done(std::string_view req) const;        // <prefix>:req:<req>, the first result
   std::string Server(std::string_view node) const;     // <prefix>:server:<node>, the heartbeat
   std::string Processing(std::string_view node) const; // <prefix>:processing:<node>
+  // <queue>:<node>, a list: the commands for that node's server. Servers also relay what is
+  // pushed onto the shared `queue` (the seed's form) into their own (memcuda(7), COMMANDS).
+  std::string NodeQueue(std::string_view node) const;
   // <prefix>:holders:<node>, a set: the processes of the node that hold references ("PID:START").
   std::string Holders(std::string_view node) const;
   // <prefix>:held:<node>:<holder>, a set: the tensor keys whose references `holder` holds.

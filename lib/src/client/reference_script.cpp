@@ -59,7 +59,7 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retr
   std::string server = opt_.keys.Server(opt_.node);
   std::vector<std::string_view> argv = {
       "EVALSHA",  sha_,        "7",    key,        server,    holders_key_, held_key_,
-      events_key_, opt_.keys.queue, out.reply_key, "-1", opt_.node, holder_id_, pid_,
+      events_key_, out.queue, out.reply_key, "-1", opt_.node, holder_id_, pid_,
       name,       out.body,    kMarkerTtl};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   MCD_RETURN_IF_ERROR(redis_.Append(argv));

@@ -58,6 +58,9 @@ Transport::Outgoing Transport::Prepare(Command cmd) {
   out.body = CommandToJson(cmd);
   out.reply_key = opt_.keys.Reply(cmd.req);
   out.wait = FormatSeconds(opt_.timeout_ms);
+  // A server that takes from a queue of its own names it in its heartbeat; one that does not
+  // (an older version) takes from the shared queue.
+  out.queue = server_.field("node_queue").empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
   out.cmd = std::move(cmd);
   return out;
 }
@@ -171,13 +174,13 @@ Result<std::map<std::string, std::string>> Transport::RefreshServer() {
 }
 
 Result<TensorRecord> Transport::QueueRequest(const Outgoing& out) {
-  MCD_RETURN_IF_ERROR(redis_.Append({"LPUSH", opt_.keys.queue, out.body}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"LPUSH", out.queue, out.body}));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
   auto pushed = redis_.ReadReply();
   auto popped = redis_.ReadReply();
   if (!pushed.ok()) return pushed.status();
   if (pushed->type == RedisValue::Type::kError) {
-    return RedisErrorStatus("LPUSH " + opt_.keys.queue, pushed->str);
+    return RedisErrorStatus("LPUSH " + out.queue, pushed->str);
   }
   return ServerReply(out, std::move(popped));
 }
@@ -192,7 +195,7 @@ Result<TensorRecord> Transport::ServerReply(const Outgoing& out, Result<RedisVal
 }
 
 Result<TensorRecord> Transport::Unanswered(const Outgoing& out) {
-  MCD_RETURN_IF_ERROR(redis_.Append({"LREM", opt_.keys.queue, "1", out.body}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"LREM", out.queue, "1", out.body}));
   MCD_RETURN_IF_ERROR(redis_.Append({"LPOP", out.reply_key}));
   auto removed = redis_.ReadReply();
   auto late = redis_.ReadReply();

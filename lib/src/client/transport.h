@@ -26,6 +26,7 @@ class Transport {
     std::string body;       // the command's JSON
     std::string reply_key;  // the list the reply is pushed onto
     std::string wait;       // BLPOP timeout, seconds
+    std::string queue;      // the node's queue (the shared one for a server that has none)
   };
 
   Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server);

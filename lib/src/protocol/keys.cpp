@@ -30,6 +30,10 @@ std::string KeySpace::Processing(std::string_view node) const {
   return prefix + ":processing:" + std::string(node);
 }
 
+std::string KeySpace::NodeQueue(std::string_view node) const {
+  return queue + ":" + std::string(node);
+}
+
 std::string KeySpace::Holders(std::string_view node) const {
   return prefix + ":holders:" + std::string(node);
 }

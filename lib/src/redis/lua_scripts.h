@@ -11,6 +11,8 @@ extern const char* const kCommitScript;
 extern const char* const kRefScript;
 // scripts/heartbeat.lua
 extern const char* const kHeartbeatScript;
+// scripts/forward.lua
+extern const char* const kForwardScript;
 // scripts/delete_if.lua
 extern const char* const kDeleteIfScript;
 

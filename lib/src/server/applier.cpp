@@ -6,6 +6,7 @@
 #include "common/process.h"
 #include "protocol/json_codec.h"
 #include "protocol/not_held.h"
+#include "redis/lua_scripts.h"
 
 namespace mcd {
 
@@ -117,8 +118,13 @@ void CommandApplier::Handle(const std::string& raw, const Result<Command>& parse
   }
   const Command& cmd = parsed.value();
   if (cmd.node && *cmd.node != opt_.node) {
+    if (!responder_.route().socket() && Forwarded(raw, *cmd.node)) {
+      return outcomes_.Record(OpName(cmd.op), cmd.name, Status::Ok(), t0,
+                              "forwarded_to=" + *cmd.node);
+    }
     Status status(ErrorCode::kWrongNode, "command is for node '" + *cmd.node +
-                                             "' but this server serves '" + opt_.node + "'");
+                                             "', which has no live server on this Redis (this "
+                                             "server serves '" + opt_.node + "')");
     responder_.Fail(raw, req, OpName(cmd.op), status);
     outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
     return;
@@ -134,6 +140,17 @@ void CommandApplier::Handle(const std::string& raw, const Result<Command>& parse
       HandleRefcount(raw, cmd, -1);
       break;
   }
+}
+
+bool CommandApplier::Forwarded(const std::string& raw, const std::string& node) {
+  pipeline_.Drain();  // the connection is used here, outside the pipeline
+  auto forwarded = redis_.Command({"EVAL", kForwardScript, "3", opt_.keys.Processing(opt_.node),
+                                   opt_.keys.NodeQueue(node), opt_.keys.Server(node), raw});
+  if (!forwarded.ok()) {
+    Log(LogLevel::kWarn, "forwarding a command to node '" + node + "': " + forwarded.status().ToString());
+    return false;
+  }
+  return forwarded->integer == 1;
 }
 
 Status CommandApplier::MissingStatus(const std::string& name) {

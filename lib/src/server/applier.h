@@ -55,6 +55,9 @@ class CommandApplier {
                          const char* op, Clock::time_point t0, Result<CommitResult> committed);
   // Why `name` cannot be used here: on another node, not ready, of a dead instance, or absent.
   Status MissingStatus(const std::string& name);
+  // A command taken from the queue that names another node, moved to that node's queue in one
+  // script call (forward.lua); false when that node has no live server.
+  bool Forwarded(const std::string& raw, const std::string& node);
   TensorRecord NewRecord(const Command& cmd) const;
   // The holder ("PID:START") a get or delete names with owner_pid, "" for none.
   Result<std::string> HolderOf(const Command& cmd) const;

@@ -24,6 +24,7 @@ CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt,
     : redis_(redis),
       opt_(opt),
       instance_(std::move(instance)),
+      queue_key_(opt.keys.NodeQueue(opt.node)),
       processing_key_(opt.keys.Processing(opt.node)),
       holders_key_(opt.keys.Holders(opt.node)),
       events_key_(opt.keys.Events()),
@@ -119,7 +120,7 @@ void CommitPipeline::SendTake() {
   // script call costs it ~15 (most of it the script machinery).
   Status sent;
   for (int i = 0; i < take_size_ && sent.ok(); ++i) {
-    sent = redis_.Append({"LMOVE", opt_.keys.queue, processing_key_, "RIGHT", "LEFT"});
+    sent = redis_.Append({"LMOVE", queue_key_, processing_key_, "RIGHT", "LEFT"});
   }
   if (sent.ok()) sent = redis_.FlushOutput();
   if (!sent.ok() && send_failed_.ok()) send_failed_ = sent;

@@ -124,6 +124,7 @@ class CommitPipeline {
   RedisConnection& redis_;
   const ServerOptions& opt_;
   const std::string instance_;
+  const std::string queue_key_;  // the node's
   const std::string processing_key_;
   const std::string holders_key_;
   const std::string events_key_;

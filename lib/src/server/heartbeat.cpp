@@ -103,6 +103,8 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    std::to_string(started_ms_),
                                    "queue",
                                    opt_.keys.queue,
+                                   "node_queue",
+                                   opt_.keys.NodeQueue(opt_.node),
                                    "version",
                                    "1",
                                    "event_history",

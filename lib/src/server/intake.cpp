@@ -16,7 +16,10 @@
 namespace mcd {
 
 Intake::Intake(RedisConnection& redis, const ServerOptions& opt)
-    : redis_(redis), opt_(opt), processing_key_(opt.keys.Processing(opt.node)) {}
+    : redis_(redis),
+      opt_(opt),
+      queue_key_(opt.keys.NodeQueue(opt.node)),
+      processing_key_(opt.keys.Processing(opt.node)) {}
 
 Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy) {
   // As Redis does for its clients: the soft limit on descriptors raised to the hard one, and a
@@ -40,8 +43,7 @@ Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy)
 }
 
 Result<RedisValue> Intake::WaitForCommand() {
-  std::vector<std::string_view> take = {"BLMOVE", opt_.keys.queue, processing_key_,
-                                        "RIGHT",  "LEFT",          "1"};
+  std::vector<std::string_view> take = {"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"};
   if (!socket_) return redis_.Command(take);
   // A socket client that just had its reply often sends its next command at once: look for it
   // a little while before blocking, as a client polls for its reply.
@@ -129,7 +131,7 @@ void Intake::PauseAfterRefusedTake(const Status& status, const std::function<boo
     std::string why = status.message();
     while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
     if (status.code() == ErrorCode::kUnexpectedReply)
-      why += " (is '" + opt_.keys.queue + "' a list?)";
+      why += " (is '" + queue_key_ + "' a list?)";
     int tries = take_refused_.count();
     Log(LogLevel::kError,
         "Redis refuses to hand out commands: " + why +

@@ -72,6 +72,7 @@ class Intake {
 
   RedisConnection& redis_;
   const ServerOptions& opt_;
+  const std::string queue_key_;  // the node's queue
   const std::string processing_key_;
   std::unique_ptr<CommandSocket> socket_;
   std::unique_ptr<RedisConnection> unblock_conn_;  // calls off the main connection's BLMOVE

@@ -1,6 +1,7 @@
 // The server's lifecycle: Start (devices, Redis, the node's claim, sockets, startup clean-up),
 // the serving loop, the reconnect after a lost Redis, and Shutdown. The parts it drives:
-//   intake.h          commands from the lifecycle list and the command socket
+//   intake.h          commands from the node's queue and the command socket
+//   queue_relay.h     the shared queue's commands moved into the node's queue
 //   applier.h         each command applied through the allocators
 //   reaper.h          what dead processes held: stack tensors, references
 //   resettle.h        what a lost Redis connection left open, settled after the reconnect
@@ -34,6 +35,7 @@
 #include "server/heartbeat.h"
 #include "server/intake.h"
 #include "server/outcome_log.h"
+#include "server/queue_relay.h"
 #include "server/reaper.h"
 #include "server/replies.h"
 #include "server/resettle.h"
@@ -85,6 +87,7 @@ class Server::Impl {
   OutcomeLog outcomes_;
   std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<Intake> intake_;
+  std::unique_ptr<QueueRelay> relay_;
   std::unique_ptr<CommitPipeline> pipeline_;
   std::unique_ptr<CommandApplier> applier_;
   std::unique_ptr<Reaper> reaper_;
@@ -128,13 +131,16 @@ Status Server::Impl::Start() {
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(*redis_);
   MCD_RETURN_IF_ERROR(ReconcileNode(*redis_, opt_, instance_, shm_prefix_));
+  relay_ = std::make_unique<QueueRelay>(opt_);
+  relay_->Start();
   heartbeat_->Start([this](RedisConnection& conn) {
     // Wakes the main connection out of its BLMOVE so that Run() returns at once.
     (void)conn.Command({"CLIENT", "UNBLOCK", std::to_string(intake_->client_id())});
   });
   Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
-                           opt_.redis_url.Redacted() + ", queue '" + opt_.keys.queue +
-                           "', devices " + devices_->devices_text());
+ opt_.redis_url.Redacted() + ", queue '" +
+                           opt_.keys.NodeQueue(opt_.node) + "' (and '" + opt_.keys.queue +
+                           "', relayed), devices " + devices_->devices_text());
   return Status::Ok();
 }
 
@@ -319,6 +325,7 @@ void Server::Impl::RequestStop() {
 void Server::Impl::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (relay_) relay_->Stop();
   if (heartbeat_) heartbeat_->Stop();
   if (pipeline_) pipeline_->Drain();
   if (intake_) intake_->CloseSocket();

@@ -1,0 +1,11 @@
+-- Forwards a command that a server took but that names another node (it came through the shared
+-- queue) to that node's queue, taking it off the taker's processing list in the same step, so it
+-- is neither lost nor applied twice. Only while that node has a live server: otherwise nothing
+-- changes and the taker answers wrong_node.
+--
+-- KEYS[1] the taker's processing list, KEYS[2] the other node's queue, KEYS[3] its heartbeat
+-- ARGV[1] the raw command. Returns 1 when forwarded, 0 when the node has no live server.
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+redis.call('LPUSH', KEYS[2], ARGV[1])
+redis.call('LREM', KEYS[1], -1, ARGV[1])
+return 1

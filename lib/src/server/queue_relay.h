@@ -1,0 +1,35 @@
+// The shared queue's relay: a thread of its own that moves each command pushed onto the shared
+// lifecycle list (`tensor_lifecycle`, the seed's form, which a plain `redis-cli LPUSH` uses) into
+// this node's queue (`tensor_lifecycle:<node>`), where the serving loop takes it. Each move is
+// one BLMOVE, atomic in Redis, so a command is never lost nor doubled between the two lists.
+// With several nodes on one Redis, every server relays: a command lands on whichever server was
+// waiting first, which forwards it on when it names another node (CommandApplier).
+#pragma once
+
+#include <atomic>
+#include <thread>
+
+#include "memcuda/server.h"
+
+namespace mcd {
+
+class QueueRelay {
+ public:
+  explicit QueueRelay(const ServerOptions& opt) : opt_(opt) {}
+  ~QueueRelay() { Stop(); }
+  QueueRelay(const QueueRelay&) = delete;
+  QueueRelay& operator=(const QueueRelay&) = delete;
+
+  void Start();
+  // Returns within about a second (the BLMOVE's timeout).
+  void Stop();
+
+ private:
+  void Loop();
+
+  const ServerOptions& opt_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace mcd
