@@ -1,4 +1,5 @@
 // mcd-ls: list tensors from their Redis hashes (SCAN, never KEYS). See mcd-ls(1).
+#include <algorithm>
 #include <iostream>
 
 #include "flags.h"
@@ -21,6 +22,8 @@ static int ToolMain(int argc, char** argv) {
   std::string glob = "*";
   bool long_format = false, names_only = false, no_headers = false, json = false;
   app.add_option("GLOB", glob, "Only names matching this Redis glob")->capture_default_str();
+  app.get_option("--node")->description(
+      "Only this node's tensors (and with --watch, its events); every node's by default");
   app.add_flag("-l,--long", long_format,
                "More columns: lifetime, ipc kind, owner pid, exact bytes, and the processes that "
                "hold references (PID:COUNT)");
@@ -51,12 +54,15 @@ static int ToolMain(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
   const char* tool = "mcd-ls";
+  // Every node's tensors are listed; --node (the flag, not MCD_NODE) keeps one node's.
+  const std::string only_node = flags.node;
   if (watching) {
     auto options = tools::MakeClientOptions(flags, false);
     if (!options.ok()) return tools::Fail(tool, options.status());
     watch.glob = glob;
     watch.json = json;
     watch.headers = !no_headers;
+    watch.node = only_node;
     return tools::Watch(tool, options.value(), watch);
   }
 
@@ -90,7 +96,7 @@ static int ToolMain(int argc, char** argv) {
     }
   }
   std::string out;
-  if (names_only && !json) {
+  if (names_only && !json && only_node.empty()) {
     auto names = client.value()->ListNames(glob);
     if (!names.ok()) return tools::Fail(tool, names.status());
     for (const std::string& name : names.value()) out += name + "\n";
@@ -100,6 +106,17 @@ static int ToolMain(int argc, char** argv) {
   std::vector<std::string> unreadable;
   auto records = client.value()->List(glob, &unreadable, long_format || json);
   if (!records.ok()) return tools::Fail(tool, records.status());
+  if (!only_node.empty()) {
+    auto& all = records.value();
+    all.erase(std::remove_if(all.begin(), all.end(),
+                             [&](const TensorRecord& r) { return r.node != only_node; }),
+              all.end());
+    if (names_only && !json) {
+      for (const TensorRecord& r : all) out += r.name + "\n";
+      std::cout << out;
+      return 0;
+    }
+  }
   if (!unreadable.empty()) {
     // On stderr, so the table and the JSON stay what scripts expect; -q lists these names too.
     std::cerr << tool << ": warning: " << unreadable.size() << " key(s) under the tensor prefix hold no readable tensor:";

@@ -94,6 +94,7 @@ int Watch(const char* tool, const ClientOptions& client, const WatchOptions& opt
     for (const LifecycleEvent& e : got.value()) {
       cursor = e.id;
       if (!e.name.empty() && fnmatch(options.glob.c_str(), e.name.c_str(), 0) != 0) continue;
+      if (!options.node.empty() && e.node != options.node) continue;
       out += Format(e, options.json);
       if (options.count > 0 && ++printed == options.count) break;
     }

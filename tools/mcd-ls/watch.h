@@ -15,6 +15,7 @@ struct WatchOptions {
   bool headers = true;
   std::string since;  // "" from now; a duration back (5m), "all", or an event id to go on after
   int64_t count = 0;  // stop after this many events (0: never)
+  std::string node;   // only this node's events ("" for all)
 };
 
 // Prints events until interrupted (or `count` were printed); returns the exit code.
