@@ -37,6 +37,33 @@ TEST(RedisUrl, ParsesTheRedisCliGrammar) {
   }
 }
 
+TEST(RedisUrl, ParsesTheSentinelFormOfRedisPy) {
+  auto u = RedisUrl::Parse("redis-sentinel://bob:pw@10.0.0.1:26380,sentinel-b,[::1]:5000/mymaster/2");
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_TRUE(u->via_sentinel());
+  ASSERT_EQ(u->sentinels.size(), 3u);
+  EXPECT_EQ(u->sentinels[0], (std::pair<std::string, int>{"10.0.0.1", 26380}));
+  EXPECT_EQ(u->sentinels[1], (std::pair<std::string, int>{"sentinel-b", 26379}));
+  EXPECT_EQ(u->sentinels[2], (std::pair<std::string, int>{"::1", 5000}));
+  EXPECT_EQ(u->master, "mymaster");
+  EXPECT_EQ(u->db, 2);
+  EXPECT_EQ(u->user, "bob");
+  EXPECT_EQ(u->password, "pw");
+  EXPECT_EQ(u->Redacted(), "redis-sentinel://bob:***@10.0.0.1:26380,sentinel-b:26379,[::1]:5000/mymaster/2");
+  EXPECT_EQ(RedisUrl::Parse(u->Redacted())->sentinels, u->sentinels);
+  for (const char* bad : {"redis-sentinel://h:1", "redis-sentinel://h:1/", "redis-sentinel:///m", "redis-sentinel://h:x/m",
+                          "redis-sentinel://h:1,/m", "redis-sentinel://h:1/m/x"}) {
+    EXPECT_EQ(RedisUrl::Parse(bad).status().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+  // No sentinel answers: a clear error naming them, not a hang.
+  auto none = RedisConnection::Connect(RedisUrl::Parse("redis-sentinel://127.0.0.1:1/m").value());
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), ErrorCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("no sentinel of redis-sentinel://127.0.0.1:1/m named the master"),
+            std::string::npos)
+      << none.status().message();
+}
+
 TEST(Redis, UnixSocketAndTcpRoundTripBinarySafe) {
   for (bool tcp : {false, true}) {
     test::RedisServerOptions opts;

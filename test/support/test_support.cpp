@@ -34,7 +34,6 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-namespace {
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -47,6 +46,8 @@ int FreePort() {
   close(fd);
   return port;
 }
+
+namespace {
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
             int out_fd, int err_fd, const std::function<void()>& in_child = {}) {

@@ -84,6 +84,7 @@ class Background {
 };
 
 std::string ToolPath(const std::string& tool);  // build/bin/<tool>
+int FreePort();  // a loopback TCP port free right now
 std::string ReadFile(const std::string& path);
 // Files in /dev/shm whose names start with `prefix`.
 std::vector<std::string> ShmObjects(const std::string& prefix);

@@ -22,12 +22,20 @@ struct redisContext;
 namespace mcd {
 
 // redis://[user:password@]host[:port][/db] or unix:///path/to.sock[?db=N] (user/password as in
-// redis://). Defaults: port 6379, db 0.
+// redis://), or redis-sentinel://[user:password@]host[:port][,host[:port]...]/MASTER[/db], the
+// form redis-py uses: every connection asks the sentinels (in order, without credentials) where
+// master MASTER is, and checks that what it reached is a master. Defaults: port 6379 (26379 for
+// a sentinel), db 0.
 struct MCD_API RedisUrl {
   bool is_unix = false;
   std::string host = "127.0.0.1";
   int port = 6379;
   std::string path;  // Unix socket path
+  // redis-sentinel://: the sentinels and the master's name; host and port then hold where the
+  // master was found last.
+  std::vector<std::pair<std::string, int>> sentinels;
+  std::string master;
+  bool via_sentinel() const { return !sentinels.empty(); }
   std::string user;
   std::string password;
   int db = 0;
@@ -128,6 +136,8 @@ class MCD_API RedisConnection {
  private:
   RedisConnection(RedisUrl url, RedisOptions options);
   Status Open();
+  // redis-sentinel://: asks the sentinels where the master is, into url_.host and url_.port.
+  Status FindMaster();
   Status ContextError(const char* what);
 
   RedisUrl url_;

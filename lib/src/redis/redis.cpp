@@ -77,17 +77,60 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<void, ReplyDeleter>;
 
+// The part of a redis-sentinel:// URL after its credentials: host[:port][,host[:port]...]/MASTER[/db].
+template <typename Bad>
+Status ParseSentinels(std::string_view rest, RedisUrl& out, const Bad& bad) {
+  size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) return bad("a sentinel URL names its master: .../MASTER");
+  std::string_view hosts = rest.substr(0, slash), path = rest.substr(slash + 1);
+  size_t next = path.find('/');
+  out.master = std::string(path.substr(0, next));
+  if (out.master.empty()) return bad("a sentinel URL names its master: .../MASTER");
+  if (next != std::string_view::npos) {
+    std::string_view db = path.substr(next + 1);
+    if (!db.empty() && (!ParseInt(db, out.db) || out.db < 0)) return bad("db must be a number");
+  }
+  for (bool more = true; more;) {
+    size_t comma = hosts.find(',');
+    std::string_view item = hosts.substr(0, comma);
+    more = comma != std::string_view::npos;
+    if (more) hosts = hosts.substr(comma + 1);
+    std::string host(item);
+    int port = 26379;
+    if (!item.empty() && item[0] == '[') {  // [::1]:26379
+      size_t close = item.find(']');
+      if (close == std::string_view::npos) return bad("unterminated IPv6 address");
+      host = std::string(item.substr(1, close - 1));
+      std::string_view tail = item.substr(close + 1);
+      if (!tail.empty() && (tail[0] != ':' || !ParseInt(tail.substr(1), port))) return bad("bad port");
+    } else if (size_t colon = item.rfind(':'); colon != std::string_view::npos) {
+      host = std::string(item.substr(0, colon));
+      if (!ParseInt(item.substr(colon + 1), port)) return bad("bad port");
+    }
+    if (host.empty()) return bad("empty sentinel host");
+    if (port <= 0 || port > 65535) return bad("port out of range");
+    out.sentinels.emplace_back(std::move(host), port);
+  }
+  if (out.sentinels.empty()) return bad("no sentinel named");
+  out.host = out.sentinels[0].first;  // until a sentinel names the master
+  out.port = 0;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<RedisUrl> RedisUrl::Parse(std::string_view url) {
   RedisUrl out;
   auto bad = [&](const std::string& why) {
     return Status(ErrorCode::kInvalidArgument,
-                  "bad Redis URL (" + why + "); expected redis://[user:password@]host:port/db or "
-                  "unix:///path/to.sock");
+                  "bad Redis URL (" + why + "); expected redis://[user:password@]host:port/db, "
+                  "unix:///path/to.sock or redis-sentinel://host:port[,host:port...]/MASTER[/db]");
   };
   std::string_view rest;
-  if (url.rfind("redis://", 0) == 0) {
+  bool sentinel = url.rfind("redis-sentinel://", 0) == 0;
+  if (sentinel) {
+    rest = url.substr(17);
+  } else if (url.rfind("redis://", 0) == 0) {
     rest = url.substr(8);
   } else if (url.rfind("unix://", 0) == 0) {
     out.is_unix = true;
@@ -115,7 +158,9 @@ Result<RedisUrl> RedisUrl::Parse(std::string_view url) {
     query = rest.substr(q + 1);
     rest = rest.substr(0, q);
   }
-  if (out.is_unix) {
+  if (sentinel) {
+    MCD_RETURN_IF_ERROR(ParseSentinels(rest, out, bad));
+  } else if (out.is_unix) {
     if (rest.empty() || rest[0] != '/') return bad("unix socket path must be absolute");
     out.path = std::string(rest);
   } else {
@@ -162,6 +207,14 @@ std::string RedisUrl::Redacted() const {
     auth = user + (password.empty() ? "" : ":***") + "@";
   }
   if (is_unix) return "unix://" + auth + path + (db != 0 ? "?db=" + std::to_string(db) : "");
+  if (via_sentinel()) {
+    std::string hosts;
+    for (const auto& [h, p] : sentinels) {
+      hosts += (hosts.empty() ? "" : ",") + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" +
+               std::to_string(p);
+    }
+    return "redis-sentinel://" + auth + hosts + "/" + master + (db != 0 ? "/" + std::to_string(db) : "");
+  }
   bool v6 = host.find(':') != std::string::npos;
   return "redis://" + auth + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
          (db != 0 ? "/" + std::to_string(db) : "");
@@ -207,6 +260,7 @@ Status RedisConnection::Open() {
     ctx_ = nullptr;
   }
   broken_ = false;
+  if (url_.via_sentinel()) MCD_RETURN_IF_ERROR(FindMaster());
   timeval tv{options_.connect_timeout_ms / 1000, (options_.connect_timeout_ms % 1000) * 1000};
   ctx_ = url_.is_unix ? redisConnectUnixWithTimeout(url_.path.c_str(), tv)
                       : redisConnectWithTimeout(url_.host.c_str(), url_.port, tv);
@@ -239,7 +293,54 @@ Status RedisConnection::Open() {
     auto reply = Command({"SELECT", db});
     if (!reply.ok()) return reply.status();
   }
+  if (url_.via_sentinel()) {
+    // The sentinels may still name a master that a failover is demoting.
+    auto role = Command({"ROLE"});
+    if (!role.ok()) return role.status();
+    if (role->elements.empty() || role->elements[0].str != "master") {
+      broken_ = true;
+      return Status(ErrorCode::kTryAgain, "Redis at " + url_.host + ":" + std::to_string(url_.port) +
+                                              ", which the sentinels name as master '" + url_.master +
+                                              "', is not a master (a failover is under way): try "
+                                              "again in a moment");
+    }
+  }
   return Status::Ok();
+}
+
+Status RedisConnection::FindMaster() {
+  std::string tried;
+  timeval tv{std::min(options_.connect_timeout_ms, 1000) / 1000,
+             (std::min(options_.connect_timeout_ms, 1000) % 1000) * 1000};
+  for (const auto& [host, port] : url_.sentinels) {
+    redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+    std::string where = host + ":" + std::to_string(port);
+    if (c == nullptr || c->err != 0) {
+      tried += "; " + where + ": " + (c != nullptr ? c->errstr : "out of memory");
+      if (c != nullptr) redisFree(c);
+      continue;
+    }
+    redisSetTimeout(c, tv);
+    auto* reply = static_cast<redisReply*>(
+        redisCommand(c, "SENTINEL get-master-addr-by-name %s", url_.master.c_str()));
+    ReplyPtr owned(reply);
+    bool found = reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2;
+    int master_port = 0;
+    if (found) found = ParseInt(reply->element[1]->str, master_port);
+    if (found) {
+      url_.host = reply->element[0]->str;
+      url_.port = master_port;
+      redisFree(c);
+      return Status::Ok();
+    }
+    tried += "; " + where + ": " +
+             (reply == nullptr ? std::string(c->errstr)
+              : reply->type == REDIS_REPLY_ERROR ? std::string(reply->str)
+                                                  : "does not know master '" + url_.master + "'");
+    redisFree(c);
+  }
+  return Status(ErrorCode::kUnavailable,
+                "no sentinel of " + url_.Redacted() + " named the master" + tried);
 }
 
 Status RedisConnection::Reconnect() { return Open(); }
@@ -313,7 +414,14 @@ Result<RedisValue> RedisConnection::ReadReply() {
   }
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return ContextError("read reply");
   ReplyPtr reply(raw);
-  return Copy(static_cast<redisReply*>(reply.get()));
+  RedisValue value = Copy(static_cast<redisReply*>(reply.get()));
+  // A master demoted under this connection: the next use connects again, which through the
+  // sentinels reaches the new one.
+  if (value.type == RedisValue::Type::kError && value.str.rfind("READONLY", 0) == 0 &&
+      url_.via_sentinel()) {
+    broken_ = true;
+  }
+  return value;
 }
 
 Result<RedisValue> RedisConnection::CommandRaw(const std::vector<std::string_view>& argv) {
@@ -348,7 +456,8 @@ Status RedisErrorStatus(std::string_view command, std::string_view reply) {
                   text + " (this Redis user's ACL does not cover these keys or commands: check "
                          "its key patterns against --prefix and --queue)");
   }
-  for (std::string_view passing : {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"}) {
+  for (std::string_view passing :
+       {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY"}) {
     if (starts(passing)) {
       return Status(ErrorCode::kTryAgain,
                     text + " (Redis is loading its data, busy or failing over; nothing changed: "
