@@ -11,7 +11,7 @@ namespace {
 
 struct CreateFlags {
   tools::CommonFlags common;
-  std::string name, dtype, shape, device = "0", lifetime = "heap", init = "zero", from;
+  std::string name, dtype, shape, device = "0", lifetime = "heap", init = "zero", from, copy_of;
   int64_t owner_pid = 0;
 };
 
@@ -20,7 +20,8 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
                          "  mcd-create weights --dtype f32 --shape 1024,1024 --device 0\n"
                          "  mcd-create scratch --dtype u8 --shape 4096 --device cpu --lifetime "
                          "stack --owner-pid $$\n"
-                         "  mcd-create table --from table.npy --device 0\n\n") +
+                         "  mcd-create table --from table.npy --device 0\n"
+                         "  mcd-create weights.local --copy-of weights --device 0  # from another node\n\n") +
              tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
   app.add_option("NAME", f.name, "Tensor name: letters, digits and . _ : / @ + = , -")->required();
@@ -38,13 +39,23 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
       ->capture_default_str();
   app.add_option("--from", f.from,
                  "Load a NumPy .npy file (its dtype and shape) into the new tensor");
+  app.add_option("--copy-of", f.copy_of,
+                 "A copy of tensor OTHER of another node (its dtype, shape and bytes), moved by the "
+                 "two nodes' servers over UCX")
+      ->excludes("--from");
 }
 
 // The create the flags ask for; with --from, `npy` holds the file's contents.
 Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
   CreateSpec spec;
   spec.name = f.name;
-  if (!f.from.empty()) {
+  if (!f.copy_of.empty()) {
+    if (!f.dtype.empty() || !f.shape.empty()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "--copy-of takes dtype and shape from the other tensor; drop --dtype/--shape");
+    }
+    spec.copy_of = f.copy_of;  // dtype and shape are read from its hash once connected
+  } else if (!f.from.empty()) {
     if (!f.dtype.empty() || !f.shape.empty()) {
       return Status(ErrorCode::kInvalidArgument,
                     "--from takes dtype and shape from the file; drop --dtype/--shape");
@@ -73,16 +84,20 @@ Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
   } else if (f.owner_pid != 0) {
     return Status(ErrorCode::kInvalidArgument, "--owner-pid is for --lifetime stack");
   }
-  MCD_RETURN_IF_ERROR(ShapeBytes(spec.shape, spec.dtype).status());
+  if (spec.copy_of.empty()) MCD_RETURN_IF_ERROR(ShapeBytes(spec.shape, spec.dtype).status());
   return spec;
 }
 
 // Creates the tensor and, with --from, fills it; a tensor whose contents could not be written is
 // released again rather than left behind.
-Result<TensorRecord> Create(const CreateFlags& f, const CreateSpec& spec,
-                            const tools::NpyArray& npy) {
+Result<TensorRecord> Create(const CreateFlags& f, CreateSpec spec, const tools::NpyArray& npy) {
   MCD_ASSIGN_OR_RETURN(ClientOptions options, tools::MakeClientOptions(f.common, true));
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, tools::ConnectClient("mcd-create", options, f.common.quiet));
+  if (!spec.copy_of.empty()) {
+    MCD_ASSIGN_OR_RETURN(TensorRecord source, client->Stat(spec.copy_of));
+    spec.dtype = source.dtype;
+    spec.shape = source.shape;
+  }
   MCD_ASSIGN_OR_RETURN(TensorRecord record, client->Create(spec));
   if (f.from.empty()) return record;
   auto view = client->Open(f.name);

@@ -26,6 +26,7 @@ struct ServeFlags {
   int heartbeat_ttl = 5;
   int req_ttl = 60;
   uint64_t event_history = 10000;
+  bool no_node_copies = false;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
   std::string ready_max = "64MiB", slab_max = "32MiB";
   bool quiet = false;
@@ -61,6 +62,9 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
                  "mcd-rm, under 100 bytes each in Redis (0: none, and those cannot work)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{100000000}))
       ->capture_default_str();
+  app.add_flag("--no-node-copies", f.no_node_copies,
+               "Neither serve copies of this node's tensors to other nodes' servers nor fetch "
+               "theirs (mcd-create --copy-of); on by default where UCX is installed");
   app.add_option("--allocator", f.allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
                  "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
@@ -120,6 +124,7 @@ Result<ServerOptions> MakeOptions(const ServeFlags& f) {
   options.heartbeat_ttl_s = f.heartbeat_ttl;
   options.done_ttl_s = f.req_ttl;
   options.event_history = f.event_history;
+  options.node_copies = !f.no_node_copies;
   options.log_level = f.quiet ? 1 : f.verbose ? 3 : 2;
   options.allocator = f.allocator;
   options.pool_group = f.pool_group;

@@ -55,6 +55,9 @@ struct MCD_API CreateSpec {
   Lifetime lifetime = Lifetime::kHeap;
   bool zero_init = true;
   int64_t owner_pid = 0;    // stack tensors: bind to this process instead of the caller
+  // The bytes of this tensor of another node, copied by the two servers (docs/scale-out.md);
+  // dtype and shape must be its own. Empty: a new tensor, zeroed or not as zero_init says.
+  std::string copy_of;
 };
 
 // An opened tensor: `data` is valid in this process until Release() (or Close()). GPU work of

@@ -72,6 +72,9 @@ struct MCD_API Command {
   uint64_t bytes = 0;              // derived from shape and dtype
   Lifetime lifetime = Lifetime::kHeap;
   bool zero_init = true;           // "init":"zero" (default) or "none"
+  // "copy_of": the bytes come from this tensor of another node (docs/scale-out.md), moved by
+  // the two servers; dtype and shape must be its own.
+  std::string copy_of;
   // create of a stack tensor: the process it is bound to (0 = pid). get and delete: the
   // process the reference is bound to (its holder; 0 = bound to nobody).
   int64_t owner_pid = 0;

@@ -46,6 +46,9 @@ struct MCD_API ServerOptions {
   // How many lifecycle events the stream <prefix>:events keeps, about (memcuda(7), EVENTS); 0:
   // none are written, and waits (mcd-get --wait) and watches cannot work.
   uint64_t event_history = 10000;
+  // Serve copies of this node's tensors to other nodes' servers, and fetch theirs for creates
+  // with copy_of, over UCX (docs/scale-out.md).
+  bool node_copies = true;
 };
 
 // Lifecycle: Start() connects, refuses to run beside a live instance of the same node, removes

@@ -372,6 +372,7 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
   cmd.device = spec.device;
   cmd.lifetime = spec.lifetime;
   cmd.zero_init = spec.zero_init;
+  cmd.copy_of = spec.copy_of;
   cmd.owner_pid = spec.owner_pid;
   if (spec.lifetime == Lifetime::kStack && spec.owner_pid != 0) {
     cmd.owner_start = ProcessStartTime(spec.owner_pid);

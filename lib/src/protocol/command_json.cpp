@@ -36,11 +36,12 @@ enum CommandField {
   kOwnerPid,
   kOwnerStart,
   kBytes,
+  kCopyOf,
   kCommandFieldCount
 };
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
     "op",     "name",     "req",  "node",      "pid",         "sent_ms", "dtype", "shape",
-    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes"};
+    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes", "copy_of"};
 
 // owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
 // is bound to.
@@ -129,6 +130,12 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
     MCD_ASSIGN_OR_RETURN(std::string_view init, StringField(*m.at[kInit], "init"));
     if (init != "zero" && init != "none") return Invalid("\"init\" must be \"zero\" or \"none\"");
     cmd.zero_init = init == "zero";
+  }
+  if (m.at[kCopyOf] != nullptr) {
+    MCD_ASSIGN_OR_RETURN(std::string_view source, StringField(*m.at[kCopyOf], "copy_of"));
+    Status valid = ValidateName(source);
+    if (!valid.ok()) return Invalid("\"copy_of\": " + valid.message());
+    cmd.copy_of = std::string(source);
   }
   if (cmd.lifetime == Lifetime::kStack && cmd.owner_pid == 0 && cmd.pid == 0) {
     return Invalid("a stack tensor needs \"pid\" or \"owner_pid\": the process it is bound to");
@@ -225,6 +232,7 @@ std::string CommandToJson(const Command& cmd) {
     w.Int(cmd.device);
     if (cmd.lifetime != Lifetime::kHeap) WriteKeyString(w, "lifetime", LifetimeName(cmd.lifetime));
     if (!cmd.zero_init) WriteKeyString(w, "init", "none");
+    if (!cmd.copy_of.empty()) WriteKeyString(w, "copy_of", cmd.copy_of);
   }
   if (cmd.owner_pid != 0) {
     w.Key("owner_pid");

@@ -12,7 +12,8 @@ namespace mcd {
 
 CommandApplier::CommandApplier(const ServerOptions& opt, std::string instance,
                                RedisConnection& redis, CommitPipeline& pipeline, Intake& intake,
-                               TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes)
+                               TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes,
+                               NodeCopier& copier)
     : opt_(opt),
       instance_(std::move(instance)),
       processing_key_(opt.keys.Processing(opt.node)),
@@ -22,6 +23,7 @@ CommandApplier::CommandApplier(const ServerOptions& opt, std::string instance,
       table_(table),
       devices_(devices),
       outcomes_(outcomes),
+      copier_(copier),
       responder_(opt, redis, pipeline, intake) {}
 
 void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
@@ -239,8 +241,23 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
         ErrorCode::kInvalidArgument,
         "owner process " + std::to_string(record.owner_pid) + " of stack tensor is not running"));
   }
-  auto allocation = devices_.Allocate(cmd.device, cmd.bytes, cmd.zero_init);
+  std::optional<NodeCopier::Source> source;
+  if (!cmd.copy_of.empty()) {
+    pipeline_.Drain();  // the copier reads Redis on this connection
+    auto located = copier_.Locate(cmd);
+    if (!located.ok()) return fail(located.status());
+    source = std::move(located).value();
+  }
+  auto allocation = devices_.Allocate(cmd.device, cmd.bytes, cmd.zero_init && !source);
   if (!allocation.ok()) return fail(allocation.status());
+  if (source) {
+    // The bytes are in before the hash is written: a failed copy publishes nothing.
+    Status filled = copier_.Fill(cmd, *source, allocation.value());
+    if (!filled.ok()) {
+      (void)devices_.Free(cmd.device, allocation.value());
+      return fail(filled);
+    }
+  }
   record.ipc_kind = allocation->ipc_kind;
   record.ipc_handle = allocation->ipc_handle;
   record.offset = allocation->offset;

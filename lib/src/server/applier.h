@@ -13,6 +13,7 @@
 #include "server/commit_pipeline.h"
 #include "server/device_set.h"
 #include "server/intake.h"
+#include "server/node_copy.h"
 #include "server/outcome_log.h"
 #include "server/responder.h"
 #include "server/tensor_table.h"
@@ -24,7 +25,7 @@ class CommandApplier {
   using Clock = std::chrono::steady_clock;
   CommandApplier(const ServerOptions& opt, std::string instance, RedisConnection& redis,
                  CommitPipeline& pipeline, Intake& intake, TensorTable& table, DeviceSet& devices,
-                 OutcomeLog& outcomes);
+                 OutcomeLog& outcomes, NodeCopier& copier);
 
   // Plans the batch's commands in order and sends their commits pipelined. A command naming a
   // tensor that an earlier one of the batch touched, or whose commit is still on its way, waits
@@ -71,6 +72,7 @@ class CommandApplier {
   TensorTable& table_;
   DeviceSet& devices_;
   OutcomeLog& outcomes_;
+  NodeCopier& copier_;
   Responder responder_;  // the route of the command at hand, error replies, the resume
 };
 

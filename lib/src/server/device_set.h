@@ -44,6 +44,11 @@ class DeviceSet {
   // from another thread: the outcome log, the log).
   Status Free(int device, const Allocation& allocation,
               std::function<void(const Status&)> then = nullptr);
+  // Copies the first `bytes` of `allocation` on `device` to `dst` (CopyOut), or `src` into them
+  // (CopyIn): cudaMemcpy on the device's worker; for host memory, through a
+  // mapping of its shared-memory object (the server keeps none). Waits.
+  Status CopyOut(int device, const Allocation& allocation, uint64_t bytes, void* dst);
+  Status CopyIn(int device, const Allocation& allocation, uint64_t bytes, const void* src);
   // Frees every allocation held, one worker job per device: shutdown. Returns how many went.
   size_t FreeAll(const std::map<int, std::vector<const Entry*>>& by_device);
 
@@ -69,6 +74,8 @@ class DeviceSet {
  private:
   DeviceSet() = default;
   Status AddGpu(int device, const ServerOptions& opt);
+  // CopyOut (`out`) or CopyIn (`in`).
+  Status Copy(int device, const Allocation& allocation, uint64_t bytes, void* out, const void* in);
   std::string DeviceText(const std::function<std::string(const Allocator&)>& value_of) const;
   uint64_t SumOver(uint64_t (Allocator::*bytes)() const noexcept) const;
 

@@ -91,6 +91,8 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    devices_.PrimerText(IpcKind::kCudaMempool),
                                    "command_socket",
                                    command_socket_,
+                                   "ucx_address",
+                                   ucx_address_,
                                    "pool_used",
                                    std::to_string(pool_used_.load()),
                                    "ready_bytes",

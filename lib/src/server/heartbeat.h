@@ -33,6 +33,8 @@ class Heartbeat {
   // Named in the heartbeat from the next write on ("" for none). Before Start() only.
   void set_pool_socket(std::string path) { pool_socket_ = std::move(path); }
   void set_command_socket(std::string path) { command_socket_ = std::move(path); }
+  // Before Start: the UCX address other servers fetch copies from ("" for none).
+  void set_ucx_address(std::string address) { ucx_address_ = std::move(address); }
 
   // Writes the heartbeat, taking the node over from an instance whose process is gone;
   // kAlreadyExists while a live one holds it.
@@ -76,6 +78,7 @@ class Heartbeat {
   uint64_t pid_ino_ = 0;    // PidfdInode(getpid()), 0 without pidfs
   std::string pool_socket_;
   std::string command_socket_;
+  std::string ucx_address_;
   std::atomic<uint64_t> pool_used_{0};
   bool owned_ = false;
 

@@ -10,6 +10,7 @@
 //   tensor_table.h    the tensors held, by name
 //   device_set.h      workers, allocators and the pool socket of each device
 //   heartbeat.h       the node's claim and heartbeat, and the stop signal
+//   node_copy.h       copies between nodes (over copy_service.h, UCX)
 //   startup.h         the clean-up after dead instances
 #include "memcuda/server.h"
 
@@ -34,6 +35,7 @@
 #include "server/device_set.h"
 #include "server/heartbeat.h"
 #include "server/intake.h"
+#include "server/node_copy.h"
 #include "server/outcome_log.h"
 #include "server/queue_relay.h"
 #include "server/reaper.h"
@@ -77,6 +79,11 @@ class Server::Impl {
   bool Resettled();
   // Once a second at most, from the serving loop: the reaper and the ready stock's trim.
   void Housekeeping();
+  // Starts the copy service (or says why copies are off) and the copier over it.
+  void StartNodeCopies();
+  // From the copy service's thread, when another server asks for a copy: wakes the serving
+  // loop out of its blocking take, as the heartbeat does to stop it.
+  void WakeForRead();
   // Deletes the hashes still this instance's own (pipelined), then frees every allocation.
   size_t DeleteAndFreeAll();
 
@@ -88,6 +95,9 @@ class Server::Impl {
   std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<Intake> intake_;
   std::unique_ptr<QueueRelay> relay_;
+  std::unique_ptr<CopyService> copies_;
+  std::unique_ptr<NodeCopier> copier_;
+  std::unique_ptr<RedisConnection> wake_conn_;  // the copy service's thread only
   std::unique_ptr<CommitPipeline> pipeline_;
   std::unique_ptr<CommandApplier> applier_;
   std::unique_ptr<Reaper> reaper_;
@@ -122,8 +132,9 @@ Status Server::Impl::Start() {
   pipeline_ = std::make_unique<CommitPipeline>(
       *redis_, opt_, instance_,
       [this](Pending& p, Result<CommitResult> r) { applier_->Settle(p, std::move(r)); });
+  StartNodeCopies();
   applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_,
-                                              table_, *devices_, outcomes_);
+                                              table_, *devices_, outcomes_, *copier_);
   reaper_ = std::make_unique<Reaper>(opt_, *redis_, *pipeline_, table_, *devices_, outcomes_);
   resettler_ = std::make_unique<Resettle>(opt_, instance_, *redis_, *pipeline_, table_, *devices_,
                                          *heartbeat_, *applier_, [this] { RequestStop(); });
@@ -142,6 +153,32 @@ Status Server::Impl::Start() {
                            opt_.keys.NodeQueue(opt_.node) + "' (and '" + opt_.keys.queue +
                            "', relayed), devices " + devices_->devices_text());
   return Status::Ok();
+}
+
+void Server::Impl::StartNodeCopies() {
+  std::string off = "copies between nodes are off on this server (--no-node-copies)";
+  if (opt_.node_copies) {
+    auto started = CopyService::Start([this] { WakeForRead(); });
+    if (started.ok()) {
+      copies_ = std::move(started).value();
+    } else {
+      off = started.status().message();
+    }
+  }
+  if (!copies_) Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
+  copier_ = std::make_unique<NodeCopier>(opt_, *redis_, table_, *devices_, copies_.get(), off);
+  heartbeat_->set_ucx_address(copies_ ? copies_->address_hex() : "");
+}
+
+void Server::Impl::WakeForRead() {
+  if (!wake_conn_ || !wake_conn_->connected()) {
+    RedisOptions ropt;
+    ropt.command_timeout_ms = 2000;
+    auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
+    if (!conn.ok()) return;  // the take's own timeout (1 s) wakes the loop then
+    wake_conn_ = std::move(conn).value();
+  }
+  (void)wake_conn_->Command({"CLIENT", "UNBLOCK", std::to_string(intake_->client_id())});
 }
 
 Status Server::Impl::Prepare() {
@@ -206,6 +243,7 @@ Status Server::Impl::Run() {
   while (!stopping()) {
     if (!Resettled()) continue;
     Housekeeping();
+    copier_->ServeReads();
     Result<RedisValue> taken = RedisValue{};
     if (busy) {
       if (!pipeline_->take_read()) pipeline_->Drain();  // the take sent ahead is due
@@ -329,6 +367,7 @@ void Server::Impl::Shutdown() {
   if (heartbeat_) heartbeat_->Stop();
   if (pipeline_) pipeline_->Drain();
   if (intake_) intake_->CloseSocket();
+  copies_.reset();  // its thread stops: no read is served past here
   size_t total = table_.held();
   size_t freed = DeleteAndFreeAll();
   if (heartbeat_ && redis_) heartbeat_->Remove(*redis_);

@@ -1,0 +1,487 @@
+// CopyService over UCX's active messages (ucp_am_send_nbx, ucp_am_recv_data_nbx). UCX 1.13 (Debian
+// 12's libucx-dev) or later. libucp is opened at run time (dlopen), not linked: libmemcuda's
+// clients never need it, a host without it gets a clear error, and a CUDA-aware UCX of the
+// cluster's own (LD_LIBRARY_PATH) is used where installed.
+#include <dlfcn.h>
+#include <ucp/api/ucp.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/log.h"
+#include "server/copy_service.h"
+
+namespace mcd {
+
+namespace {
+
+// The UCX functions used, looked up in libucp.so.0 once.
+struct UcxApi {
+  decltype(&::ucp_config_read) ucp_config_read = nullptr;
+  decltype(&::ucp_config_release) ucp_config_release = nullptr;
+  decltype(&::ucp_init_version) ucp_init_version = nullptr;
+  decltype(&::ucp_cleanup) ucp_cleanup = nullptr;
+  decltype(&::ucp_worker_create) ucp_worker_create = nullptr;
+  decltype(&::ucp_worker_destroy) ucp_worker_destroy = nullptr;
+  decltype(&::ucp_worker_get_address) ucp_worker_get_address = nullptr;
+  decltype(&::ucp_worker_release_address) ucp_worker_release_address = nullptr;
+  decltype(&::ucp_worker_set_am_recv_handler) ucp_worker_set_am_recv_handler = nullptr;
+  decltype(&::ucp_worker_progress) ucp_worker_progress = nullptr;
+  decltype(&::ucp_worker_arm) ucp_worker_arm = nullptr;
+  decltype(&::ucp_worker_wait) ucp_worker_wait = nullptr;
+  decltype(&::ucp_worker_signal) ucp_worker_signal = nullptr;
+  decltype(&::ucp_ep_create) ucp_ep_create = nullptr;
+  decltype(&::ucp_ep_close_nbx) ucp_ep_close_nbx = nullptr;
+  decltype(&::ucp_request_check_status) ucp_request_check_status = nullptr;
+  decltype(&::ucp_request_free) ucp_request_free = nullptr;
+  decltype(&::ucp_am_send_nbx) ucp_am_send_nbx = nullptr;
+  decltype(&::ucp_am_recv_data_nbx) ucp_am_recv_data_nbx = nullptr;
+  decltype(&::ucs_status_string) ucs_status_string = nullptr;
+};
+
+Result<const UcxApi*> LoadUcx() {
+  static UcxApi api;
+  static Status loaded = [] {
+    void* lib = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) {
+      return Status(ErrorCode::kUnsupported, std::string("UCX is not installed (") + dlerror() +
+                                                 "): install libucx0 to copy between nodes");
+    }
+    bool all = true;
+#define MCD_UCX_SYMBOL(name)                                                   \
+    api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name)); \
+    all = all && api.name != nullptr;
+    MCD_UCX_SYMBOL(ucp_config_read)
+    MCD_UCX_SYMBOL(ucp_config_release)
+    MCD_UCX_SYMBOL(ucp_init_version)
+    MCD_UCX_SYMBOL(ucp_cleanup)
+    MCD_UCX_SYMBOL(ucp_worker_create)
+    MCD_UCX_SYMBOL(ucp_worker_destroy)
+    MCD_UCX_SYMBOL(ucp_worker_get_address)
+    MCD_UCX_SYMBOL(ucp_worker_release_address)
+    MCD_UCX_SYMBOL(ucp_worker_set_am_recv_handler)
+    MCD_UCX_SYMBOL(ucp_worker_progress)
+    MCD_UCX_SYMBOL(ucp_worker_arm)
+    MCD_UCX_SYMBOL(ucp_worker_wait)
+    MCD_UCX_SYMBOL(ucp_worker_signal)
+    MCD_UCX_SYMBOL(ucp_ep_create)
+    MCD_UCX_SYMBOL(ucp_ep_close_nbx)
+    MCD_UCX_SYMBOL(ucp_request_check_status)
+    MCD_UCX_SYMBOL(ucp_request_free)
+    MCD_UCX_SYMBOL(ucp_am_send_nbx)
+    MCD_UCX_SYMBOL(ucp_am_recv_data_nbx)
+    MCD_UCX_SYMBOL(ucs_status_string)
+#undef MCD_UCX_SYMBOL
+    if (!all) return Status(ErrorCode::kUnsupported, "the UCX found is older than 1.13");
+    return Status::Ok();
+  }();
+  if (!loaded.ok()) return loaded;
+  return &api;
+}
+
+const UcxApi* ucx = nullptr;  // set by CopyService::Start before any use
+
+constexpr unsigned kReadId = 1;
+constexpr unsigned kDataId = 2;
+
+// Wire headers, little-endian on every host memcuda builds for (x86-64, aarch64).
+struct ReadHeader {
+  uint64_t req;
+  int64_t ctime_ms;
+  uint32_t name_length;  // the name follows
+};
+struct DataHeader {
+  uint64_t req;
+  int32_t code;            // ErrorCode; the message follows
+  uint32_t message_length;
+  uint64_t bytes;
+};
+
+std::string ToHex(const void* data, size_t size) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < size; ++i) {
+    unsigned char c = static_cast<const unsigned char*>(data)[i];
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+bool FromHex(const std::string& hex, std::string& out) {
+  if (hex.size() % 2 != 0) return false;
+  out.clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+    int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return true;
+}
+
+Status UcxError(const std::string& what, ucs_status_t status) {
+  return Status(ErrorCode::kUnavailable, what + ": " + ucx->ucs_status_string(status));
+}
+
+// A fetch the main thread waits for; completed on the service's thread.
+struct PendingFetch {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  Status status;
+  HostBuffer buffer;
+  uint64_t expected = 0;
+  void Complete(Status s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (done) return;
+    status = std::move(s);
+    done = true;
+    done_cv.notify_all();
+  }
+};
+
+// What a send keeps alive until UCX says it went.
+struct SendState {
+  std::string header;
+  HostBuffer bytes;
+  std::shared_ptr<PendingFetch> fetch;  // a READ: failed if the send fails
+};
+
+class UcxCopyService final : public CopyService {
+ public:
+  explicit UcxCopyService(std::function<void()> wake) : wake_(std::move(wake)) {}
+  ~UcxCopyService() override;
+
+  Status Init();
+  const std::string& address_hex() const override { return address_hex_; }
+  std::vector<Read> TakeReads() override;
+  void Answer(const Read& read, const Status& status, HostBuffer bytes) override;
+  Result<HostBuffer> Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
+                           uint64_t bytes, int timeout_ms) override;
+
+ private:
+  void Loop();
+  void Post(std::function<void()> job);
+  // Sends an active message; `state` lives until UCX is done with it.
+  void Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags);
+  Result<ucp_ep_h> Endpoint(const std::string& address_hex);
+  ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
+  ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length,
+                      const ucp_am_recv_param_t* param);
+  std::shared_ptr<PendingFetch> TakeFetch(uint64_t req);
+
+  std::function<void()> wake_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_hex_;
+  std::thread thread_;
+  bool stop_ = false;  // under jobs_mutex_
+  std::mutex jobs_mutex_;
+  std::deque<std::function<void()>> jobs_;
+  std::mutex reads_mutex_;
+  std::vector<Read> reads_;
+  std::mutex fetches_mutex_;
+  std::map<uint64_t, std::shared_ptr<PendingFetch>> fetches_;
+  uint64_t next_req_ = 0;
+  std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
+};
+
+Status UcxCopyService::Init() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucx->ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return UcxError("ucp_config_read", s);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  s = ucx->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
+  ucx->ucp_config_release(config);
+  if (s != UCS_OK) return UcxError("ucp_init", s);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_MULTI;  // ucp_worker_signal comes from other threads
+  s = ucx->ucp_worker_create(context_, &wp, &worker_);
+  if (s != UCS_OK) return UcxError("ucp_worker_create", s);
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  s = ucx->ucp_worker_get_address(worker_, &address, &address_length);
+  if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
+  address_hex_ = ToHex(address, address_length);
+  ucx->ucp_worker_release_address(worker_, address);
+  for (unsigned id : {kReadId, kDataId}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.arg = this;
+    hp.cb = id == kReadId
+                ? +[](void* arg, const void* header, size_t header_length, void*, size_t,
+                      const ucp_am_recv_param_t* param) {
+                    return static_cast<UcxCopyService*>(arg)->OnRead(header, header_length, param);
+                  }
+                : +[](void* arg, const void* header, size_t header_length, void* data, size_t length,
+                      const ucp_am_recv_param_t* param) {
+                    return static_cast<UcxCopyService*>(arg)->OnData(header, header_length, data,
+                                                                     length, param);
+                  };
+    s = ucx->ucp_worker_set_am_recv_handler(worker_, &hp);
+    if (s != UCS_OK) return UcxError("ucp_worker_set_am_recv_handler", s);
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+UcxCopyService::~UcxCopyService() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(jobs_mutex_);
+      stop_ = true;
+    }
+    ucx->ucp_worker_signal(worker_);
+    thread_.join();
+  }
+  {
+    std::lock_guard<std::mutex> lock(fetches_mutex_);
+    for (auto& [req, fetch] : fetches_) fetch->Complete(Status(ErrorCode::kStopped, "the server is stopping"));
+  }
+  if (worker_ != nullptr) ucx->ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucx->ucp_cleanup(context_);
+}
+
+void UcxCopyService::Loop() {
+  for (;;) {
+    std::deque<std::function<void()>> jobs;
+    {
+      std::lock_guard<std::mutex> lock(jobs_mutex_);
+      if (stop_) break;
+      jobs.swap(jobs_);
+    }
+    for (auto& job : jobs) job();
+    while (ucx->ucp_worker_progress(worker_) != 0) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(jobs_mutex_);
+      if (stop_ || !jobs_.empty()) continue;
+    }
+    // Sleeps until the network or a Post wakes the worker (UCP_FEATURE_WAKEUP): no polling.
+    ucs_status_t armed = ucx->ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) continue;
+    if (armed == UCS_OK) ucx->ucp_worker_wait(worker_);
+  }
+  // Endpoints closed while the worker still progresses their closing.
+  for (auto& [address, ep] : endpoints_) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t closing = ucx->ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(closing)) {
+      while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS) ucx->ucp_worker_progress(worker_);
+      ucx->ucp_request_free(closing);
+    }
+  }
+  endpoints_.clear();
+}
+
+void UcxCopyService::Post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(jobs_mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  ucx->ucp_worker_signal(worker_);
+}
+
+void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = flags;
+  param.user_data = state.get();
+  param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
+    std::unique_ptr<SendState> done(static_cast<SendState*>(user_data));
+    if (status != UCS_OK && done->fetch) done->fetch->Complete(UcxError("sending the read", status));
+    ucx->ucp_request_free(request);
+  };
+  SendState* raw = state.get();
+  ucs_status_ptr_t sent = ucx->ucp_am_send_nbx(ep, id, raw->header.data(), raw->header.size(),
+                                          raw->bytes.size > 0 ? raw->bytes.data.get() : nullptr,
+                                          raw->bytes.size, &param);
+  if (UCS_PTR_IS_PTR(sent)) {
+    state.release();  // the callback owns it now
+    return;
+  }
+  if (UCS_PTR_IS_ERR(sent) && raw->fetch) raw->fetch->Complete(UcxError("sending the read", UCS_PTR_STATUS(sent)));
+}
+
+Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
+  auto found = endpoints_.find(address_hex);
+  if (found != endpoints_.end()) return found->second;
+  std::string address;
+  if (!FromHex(address_hex, address)) {
+    return Status(ErrorCode::kUnexpectedReply, "the other server's ucx_address is not hex");
+  }
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.arg = this;
+  params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
+    // The peer went away: forget the endpoint, so the next fetch makes a new one.
+    auto* self = static_cast<UcxCopyService*>(arg);
+    for (auto it = self->endpoints_.begin(); it != self->endpoints_.end(); ++it) {
+      if (it->second == ep) {
+        Log(LogLevel::kWarn, std::string("copy service: a peer went away (") + ucx->ucs_status_string(status) + ")");
+        self->endpoints_.erase(it);
+        break;
+      }
+    }
+  };
+  ucp_ep_h ep = nullptr;
+  ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
+  if (s != UCS_OK) return UcxError("connecting to the other server (ucp_ep_create)", s);
+  endpoints_[address_hex] = ep;
+  return ep;
+}
+
+ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
+                                    const ucp_am_recv_param_t* param) {
+  ReadHeader h{};
+  if (header_length < sizeof(h) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+  std::memcpy(&h, header, sizeof(h));
+  if (h.name_length > header_length - sizeof(h)) return UCS_OK;
+  Read read;
+  read.req = h.req;
+  read.ctime_ms = h.ctime_ms;
+  read.name.assign(static_cast<const char*>(header) + sizeof(h), h.name_length);
+  read.reply_ep = param->reply_ep;
+  {
+    std::lock_guard<std::mutex> lock(reads_mutex_);
+    reads_.push_back(std::move(read));
+  }
+  if (wake_) wake_();
+  return UCS_OK;
+}
+
+std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(uint64_t req) {
+  std::lock_guard<std::mutex> lock(fetches_mutex_);
+  auto found = fetches_.find(req);
+  if (found == fetches_.end()) return nullptr;
+  auto fetch = found->second;
+  fetches_.erase(found);
+  return fetch;
+}
+
+ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, void* data, size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  DataHeader h{};
+  if (header_length < sizeof(h)) return UCS_OK;
+  std::memcpy(&h, header, sizeof(h));
+  auto fetch = TakeFetch(h.req);
+  if (!fetch) return UCS_OK;  // it timed out: the bytes are dropped
+  if (h.code != 0) {
+    size_t n = std::min<size_t>(h.message_length, header_length - sizeof(h));
+    fetch->Complete(Status(static_cast<ErrorCode>(h.code),
+                           std::string(static_cast<const char*>(header) + sizeof(h), n)));
+    return UCS_OK;
+  }
+  if (length != fetch->expected) {
+    fetch->Complete(Status(ErrorCode::kUnexpectedReply,
+                           "the other server sent " + std::to_string(length) + " bytes, not " +
+                               std::to_string(fetch->expected)));
+    return UCS_OK;
+  }
+  fetch->buffer = HostBuffer::Make(length);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    std::memcpy(fetch->buffer.data.get(), data, length);
+    fetch->Complete(Status::Ok());
+    return UCS_OK;
+  }
+  // Rendezvous: UCX moves the bytes into the buffer, then calls back.
+  auto* keep = new std::shared_ptr<PendingFetch>(fetch);
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.user_data = keep;
+  rp.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
+    std::unique_ptr<std::shared_ptr<PendingFetch>> done(static_cast<std::shared_ptr<PendingFetch>*>(user_data));
+    (*done)->Complete(status == UCS_OK ? Status::Ok() : UcxError("receiving the bytes", status));
+    ucx->ucp_request_free(request);
+  };
+  ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, data, fetch->buffer.data.get(), length, &rp);
+  if (UCS_PTR_IS_PTR(got)) return UCS_INPROGRESS;
+  delete keep;
+  fetch->Complete(got == nullptr ? Status::Ok() : UcxError("receiving the bytes", UCS_PTR_STATUS(got)));
+  return UCS_OK;
+}
+
+std::vector<CopyService::Read> UcxCopyService::TakeReads() {
+  std::lock_guard<std::mutex> lock(reads_mutex_);
+  std::vector<Read> out;
+  out.swap(reads_);
+  return out;
+}
+
+void UcxCopyService::Answer(const Read& read, const Status& status, HostBuffer bytes) {
+  auto state = std::make_unique<SendState>();
+  DataHeader h{};
+  h.req = read.req;
+  h.code = static_cast<int32_t>(status.code());
+  std::string message = status.ok() ? "" : status.message();
+  h.message_length = static_cast<uint32_t>(message.size());
+  h.bytes = bytes.size;
+  state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+  state->header += message;
+  state->bytes = std::move(bytes);
+  auto* shared = new std::unique_ptr<SendState>(std::move(state));
+  ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
+  Post([this, ep, shared] {
+    std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
+    Send(ep, kDataId, std::move(*owned), 0);
+  });
+}
+
+Result<HostBuffer> UcxCopyService::Fetch(const std::string& address_hex, const std::string& name,
+                                         int64_t ctime_ms, uint64_t bytes, int timeout_ms) {
+  auto fetch = std::make_shared<PendingFetch>();
+  fetch->expected = bytes;
+  uint64_t req;
+  {
+    std::lock_guard<std::mutex> lock(fetches_mutex_);
+    req = ++next_req_;
+    fetches_[req] = fetch;
+  }
+  auto state = std::make_unique<SendState>();
+  ReadHeader h{req, ctime_ms, static_cast<uint32_t>(name.size())};
+  state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+  state->header += name;
+  state->fetch = fetch;
+  auto* shared = new std::unique_ptr<SendState>(std::move(state));
+  Post([this, address_hex, shared, fetch] {
+    std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
+    auto ep = Endpoint(address_hex);
+    if (!ep.ok()) return fetch->Complete(ep.status());
+    Send(ep.value(), kReadId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
+  });
+  std::unique_lock<std::mutex> lock(fetch->mutex);
+  if (!fetch->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return fetch->done; })) {
+    lock.unlock();
+    TakeFetch(req);  // a late answer is dropped
+    return Status(ErrorCode::kTimeout, "no answer from the other server within " +
+                                           std::to_string(timeout_ms / 1000) + " s");
+  }
+  if (!fetch->status.ok()) return fetch->status;
+  return std::move(fetch->buffer);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CopyService>> CopyService::Start(std::function<void()> wake) {
+  MCD_ASSIGN_OR_RETURN(ucx, LoadUcx());
+  auto service = std::make_unique<UcxCopyService>(std::move(wake));
+  MCD_RETURN_IF_ERROR(service->Init());
+  return std::unique_ptr<CopyService>(std::move(service));
+}
+
+}  // namespace mcd

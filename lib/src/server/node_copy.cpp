@@ -1,0 +1,92 @@
+#include "server/node_copy.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/log.h"
+
+namespace mcd {
+
+namespace {
+// A fetch may take this long at least, and longer for large tensors (at 100 MB/s, a slow TCP
+// link's pace): past it, the create fails and frees what it allocated.
+constexpr int kFetchMinMs = 30000;
+constexpr uint64_t kSlowBytesPerMs = 100000;
+}  // namespace
+
+Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
+  const std::string& name = cmd.copy_of;
+  MCD_ASSIGN_OR_RETURN(RedisValue f,
+                       redis_.Command({"HMGET", opt_.keys.Tensor(name), "node", "bytes", "ctime", "state"}));
+  if (f.elements.size() != 4 || f.elements[0].is_nil()) {
+    return Status(ErrorCode::kNotFound, "no tensor named '" + name + "' to copy");
+  }
+  Source source;
+  source.node = f.elements[0].str;
+  if (source.node == opt_.node) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "tensor '" + name + "' is on this node already: open it here (mcd-get), or copy "
+                  "it with mcd-get -o FILE.npy and mcd-create --from FILE.npy");
+  }
+  if (f.elements[3].str != "ready") {
+    return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + f.elements[3].str);
+  }
+  if (std::strtoull(f.elements[1].str.c_str(), nullptr, 10) != cmd.bytes) {
+    return Status(ErrorCode::kInvalidArgument, "tensor '" + name + "' holds " + f.elements[1].str +
+                                                   " bytes, not " + std::to_string(cmd.bytes) +
+                                                   ": a copy has its dtype and shape");
+  }
+  source.ctime_ms = std::strtoll(f.elements[2].str.c_str(), nullptr, 10);
+  MCD_ASSIGN_OR_RETURN(RedisValue server,
+                       redis_.Command({"HMGET", opt_.keys.Server(source.node), "instance", "ucx_address"}));
+  if (server.elements.size() != 2 || server.elements[0].is_nil()) {
+    return Status(ErrorCode::kUnavailable, "tensor '" + name + "' lives on node '" + source.node +
+                                               "', which has no live server");
+  }
+  source.ucx_address = server.elements[1].str;
+  if (source.ucx_address.empty()) {
+    return Status(ErrorCode::kUnsupported, "the server of node '" + source.node +
+                                               "' does not copy between nodes (no UCX there, or "
+                                               "--no-node-copies)");
+  }
+  if (service_ == nullptr) return Status(ErrorCode::kUnsupported, off_);
+  return source;
+}
+
+Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocation& allocation) {
+  int timeout_ms = static_cast<int>(std::min<uint64_t>(
+      std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
+  auto bytes = service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, cmd.bytes, timeout_ms);
+  if (!bytes.ok()) {
+    return Status(bytes.status().code(), "copying '" + cmd.copy_of + "' from node '" + source.node +
+                                             "': " + bytes.status().message());
+  }
+  return devices_.CopyIn(cmd.device, allocation, cmd.bytes, bytes->data.get());
+}
+
+void NodeCopier::ServeReads() {
+  if (service_ == nullptr) return;
+  for (CopyService::Read& read : service_->TakeReads()) {
+    auto found = table_.find(read.name);
+    if (found == table_.end() || found->second.record.ctime_ms != read.ctime_ms) {
+      service_->Answer(read, Status(ErrorCode::kNotFound, "tensor '" + read.name + "' is gone from node '" +
+                                                              opt_.node + "'"),
+                       HostBuffer{});
+      continue;
+    }
+    const Entry& entry = found->second;
+    HostBuffer bytes = HostBuffer::Make(entry.record.bytes);
+    Status copied =
+        devices_.CopyOut(entry.record.device, entry.allocation, entry.record.bytes, bytes.data.get());
+    if (!copied.ok()) {
+      Log(LogLevel::kWarn, "a copy of '" + read.name + "' for another node: " + copied.ToString());
+      service_->Answer(read, copied, HostBuffer{});
+      continue;
+    }
+    Log(LogLevel::kDebug, "read name=" + read.name + " bytes=" + std::to_string(entry.record.bytes) +
+                              " for another node");
+    service_->Answer(read, Status::Ok(), std::move(bytes));
+  }
+}
+
+}  // namespace mcd

@@ -1,0 +1,50 @@
+// Copies between nodes, the server's part (docs/scale-out.md): a create with copy_of gets the
+// bytes of the other node's tensor from that node's server, through the CopyService, into its new
+// memory before its commit, so that nothing is published half made; and the reads other servers
+// ask of this one are served from the tensor table by the serving loop (ServeReads). GPU memory
+// goes through host buffers, copied on the device's worker. Main thread of the server.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "memcuda/protocol.h"
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+#include "server/copy_service.h"
+#include "server/device_set.h"
+#include "server/tensor_table.h"
+
+namespace mcd {
+
+class NodeCopier {
+ public:
+  // `service` null: copies are off, for the reason `off`.
+  NodeCopier(const ServerOptions& opt, RedisConnection& redis, TensorTable& table, DeviceSet& devices,
+             CopyService* service, std::string off)
+      : opt_(opt), redis_(redis), table_(table), devices_(devices), service_(service), off_(std::move(off)) {}
+
+  // The tensor a create copies, as found before anything is allocated.
+  struct Source {
+    std::string node;
+    int64_t ctime_ms = 0;
+    std::string ucx_address;  // its server's
+  };
+  // Checks that cmd.copy_of is a ready tensor of another node with cmd's bytes, whose server
+  // copies. The pipeline must be drained (the connection is used here).
+  Result<Source> Locate(const Command& cmd);
+  // Fills `allocation` (cmd.bytes on cmd.device) with the source's bytes.
+  Status Fill(const Command& cmd, const Source& source, const Allocation& allocation);
+  // Answers the reads other servers asked for since the last call.
+  void ServeReads();
+
+ private:
+  const ServerOptions& opt_;
+  RedisConnection& redis_;
+  TensorTable& table_;
+  DeviceSet& devices_;
+  CopyService* service_;
+  const std::string off_;
+};
+
+}  // namespace mcd
