@@ -3,6 +3,10 @@
 // other servers' tensors for creates with copy_of. UCX picks the transport (shared memory on
 // one host, TCP, RDMA where present; UCX_TLS chooses).
 //
+// The bytes go from the source's memory to the destination's without a copy of their own for
+// host tensors (their shared-memory objects are mapped for the transfer), and through one host
+// buffer on each side for GPU tensors.
+//
 // One thread runs every UCX call: progress, sends and receives. Other threads post jobs to it and
 // wait. Two active messages: READ {req, ctime, name} from the fetching server, sent with a reply
 // endpoint, answered with DATA {req, code, message} and the bytes, which UCX sends eagerly or by
@@ -47,12 +51,15 @@ class CopyService {
   // The UCX worker's address, hex: the heartbeat's ucx_address.
   virtual const std::string& address_hex() const = 0;
   virtual std::vector<Read> TakeReads() = 0;
-  // Sends the bytes of `read` back, or the error that stops it (bytes empty then).
-  virtual void Answer(const Read& read, const Status& status, HostBuffer bytes) = 0;
-  // The bytes of tensor `name`, created at `ctime_ms`, of the server at `address_hex`: `bytes` of
-  // them, or the error that server answered; kTimeout after `timeout_ms`.
-  virtual Result<HostBuffer> Fetch(const std::string& address_hex, const std::string& name,
-                                   int64_t ctime_ms, uint64_t bytes, int timeout_ms) = 0;
+  // Sends `bytes` at `data` back for `read`, or the error that stops it (no bytes then).
+  // `release` runs, on the service's thread, once UCX no longer reads `data`.
+  virtual void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
+                      std::function<void()> release) = 0;
+  // Receives into `into` the `bytes` of tensor `name`, created at `ctime_ms`, of the server at
+  // `address_hex`, or the error that server answered; kTimeout after `timeout_ms`, after which
+  // nothing is written to `into` any more.
+  virtual Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
+                       void* into, uint64_t bytes, int timeout_ms) = 0;
 };
 
 }  // namespace mcd

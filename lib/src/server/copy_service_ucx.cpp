@@ -134,8 +134,10 @@ struct PendingFetch {
   std::condition_variable done_cv;
   bool done = false;
   Status status;
-  HostBuffer buffer;
+  void* into = nullptr;
+  bool receiving = false;  // UCX is writing into `into` (a rendezvous in flight)
   uint64_t expected = 0;
+  ucp_ep_h ep = nullptr;  // set on the service's thread when the read is sent
   void Complete(Status s) {
     std::lock_guard<std::mutex> lock(mutex);
     if (done) return;
@@ -148,8 +150,13 @@ struct PendingFetch {
 // What a send keeps alive until UCX says it went.
 struct SendState {
   std::string header;
-  HostBuffer bytes;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  std::function<void()> release;        // once UCX no longer reads `data`
   std::shared_ptr<PendingFetch> fetch;  // a READ: failed if the send fails
+  ~SendState() {
+    if (release) release();
+  }
 };
 
 class UcxCopyService final : public CopyService {
@@ -160,9 +167,10 @@ class UcxCopyService final : public CopyService {
   Status Init();
   const std::string& address_hex() const override { return address_hex_; }
   std::vector<Read> TakeReads() override;
-  void Answer(const Read& read, const Status& status, HostBuffer bytes) override;
-  Result<HostBuffer> Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                           uint64_t bytes, int timeout_ms) override;
+  void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
+              std::function<void()> release) override;
+  Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms, void* into,
+               uint64_t bytes, int timeout_ms) override;
 
  private:
   void Loop();
@@ -174,6 +182,7 @@ class UcxCopyService final : public CopyService {
   ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length,
                       const ucp_am_recv_param_t* param);
   std::shared_ptr<PendingFetch> TakeFetch(uint64_t req);
+  void PeerLost(ucp_ep_h ep, ucs_status_t status);
 
   std::function<void()> wake_;
   ucp_context_h context_ = nullptr;
@@ -306,8 +315,7 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
   };
   SendState* raw = state.get();
   ucs_status_ptr_t sent = ucx->ucp_am_send_nbx(ep, id, raw->header.data(), raw->header.size(),
-                                          raw->bytes.size > 0 ? raw->bytes.data.get() : nullptr,
-                                          raw->bytes.size, &param);
+                                               raw->data, raw->bytes, &param);
   if (UCS_PTR_IS_PTR(sent)) {
     state.release();  // the callback owns it now
     return;
@@ -329,18 +337,20 @@ Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.arg = this;
   params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
-    // The peer went away: forget the endpoint, so the next fetch makes a new one.
+    // The peer went away: its fetches fail now rather than at their timeout, and the endpoint
+    // is forgotten, so the next fetch makes a new one.
     auto* self = static_cast<UcxCopyService*>(arg);
-    for (auto it = self->endpoints_.begin(); it != self->endpoints_.end(); ++it) {
-      if (it->second == ep) {
-        Log(LogLevel::kWarn, std::string("copy service: a peer went away (") + ucx->ucs_status_string(status) + ")");
-        self->endpoints_.erase(it);
-        break;
-      }
-    }
+    self->PeerLost(ep, status);
   };
   ucp_ep_h ep = nullptr;
   ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
+  if (s == UCS_ERR_UNREACHABLE) {
+    // UCX's shared-memory transports cannot report a peer's failure, so with only those at hand
+    // (UCX_TLS=sm) the endpoint goes without: a peer that dies is then noticed at the fetch's
+    // timeout instead of at once.
+    params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    s = ucx->ucp_ep_create(worker_, &params, &ep);
+  }
   if (s != UCS_OK) return UcxError("connecting to the other server (ucp_ep_create)", s);
   endpoints_[address_hex] = ep;
   return ep;
@@ -363,6 +373,26 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   }
   if (wake_) wake_();
   return UCS_OK;
+}
+
+void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
+  std::string why = std::string("the other server went away mid-copy (") + ucx->ucs_status_string(status) + ")";
+  Log(LogLevel::kWarn, "copy service: " + why);
+  for (auto it = endpoints_.begin(); it != endpoints_.end(); ++it) {
+    if (it->second == ep) {
+      endpoints_.erase(it);
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(fetches_mutex_);
+  for (auto it = fetches_.begin(); it != fetches_.end();) {
+    if (it->second->ep == ep) {
+      it->second->Complete(Status(ErrorCode::kUnavailable, why));
+      it = fetches_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(uint64_t req) {
@@ -393,9 +423,8 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
                                std::to_string(fetch->expected)));
     return UCS_OK;
   }
-  fetch->buffer = HostBuffer::Make(length);
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    std::memcpy(fetch->buffer.data.get(), data, length);
+    std::memcpy(fetch->into, data, length);
     fetch->Complete(Status::Ok());
     return UCS_OK;
   }
@@ -409,7 +438,11 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     (*done)->Complete(status == UCS_OK ? Status::Ok() : UcxError("receiving the bytes", status));
     ucx->ucp_request_free(request);
   };
-  ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, data, fetch->buffer.data.get(), length, &rp);
+  {
+    std::lock_guard<std::mutex> lock(fetch->mutex);
+    fetch->receiving = true;
+  }
+  ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, data, fetch->into, length, &rp);
   if (UCS_PTR_IS_PTR(got)) return UCS_INPROGRESS;
   delete keep;
   fetch->Complete(got == nullptr ? Status::Ok() : UcxError("receiving the bytes", UCS_PTR_STATUS(got)));
@@ -423,17 +456,20 @@ std::vector<CopyService::Read> UcxCopyService::TakeReads() {
   return out;
 }
 
-void UcxCopyService::Answer(const Read& read, const Status& status, HostBuffer bytes) {
+void UcxCopyService::Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
+                            std::function<void()> release) {
   auto state = std::make_unique<SendState>();
   DataHeader h{};
   h.req = read.req;
   h.code = static_cast<int32_t>(status.code());
   std::string message = status.ok() ? "" : status.message();
   h.message_length = static_cast<uint32_t>(message.size());
-  h.bytes = bytes.size;
+  h.bytes = bytes;
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += message;
-  state->bytes = std::move(bytes);
+  state->data = data;
+  state->bytes = bytes;
+  state->release = std::move(release);
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
   Post([this, ep, shared] {
@@ -442,10 +478,11 @@ void UcxCopyService::Answer(const Read& read, const Status& status, HostBuffer b
   });
 }
 
-Result<HostBuffer> UcxCopyService::Fetch(const std::string& address_hex, const std::string& name,
-                                         int64_t ctime_ms, uint64_t bytes, int timeout_ms) {
+Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
+                             void* into, uint64_t bytes, int timeout_ms) {
   auto fetch = std::make_shared<PendingFetch>();
   fetch->expected = bytes;
+  fetch->into = into;
   uint64_t req;
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
@@ -462,17 +499,29 @@ Result<HostBuffer> UcxCopyService::Fetch(const std::string& address_hex, const s
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
     auto ep = Endpoint(address_hex);
     if (!ep.ok()) return fetch->Complete(ep.status());
+    {
+      std::lock_guard<std::mutex> lock(fetches_mutex_);
+      fetch->ep = ep.value();
+    }
     Send(ep.value(), kReadId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
   });
   std::unique_lock<std::mutex> lock(fetch->mutex);
   if (!fetch->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return fetch->done; })) {
+    if (fetch->receiving) {
+      // The bytes are arriving: `into` may not be given back while UCX writes into it, and the
+      // receive ends either way (done, or failed with its endpoint).
+      fetch->done_cv.wait(lock, [&] { return fetch->done; });
+      return fetch->status;
+    }
     lock.unlock();
-    TakeFetch(req);  // a late answer is dropped
-    return Status(ErrorCode::kTimeout, "no answer from the other server within " +
-                                           std::to_string(timeout_ms / 1000) + " s");
+    if (TakeFetch(req) != nullptr) {  // a late answer is dropped
+      return Status(ErrorCode::kTimeout, "no answer from the other server within " +
+                                             std::to_string(timeout_ms / 1000) + " s");
+    }
+    lock.lock();  // the answer came just now
+    fetch->done_cv.wait(lock, [&] { return fetch->done; });
   }
-  if (!fetch->status.ok()) return fetch->status;
-  return std::move(fetch->buffer);
+  return fetch->status;
 }
 
 }  // namespace

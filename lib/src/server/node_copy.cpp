@@ -1,8 +1,10 @@
 #include "server/node_copy.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
+#include "alloc/allocator.h"
 #include "common/log.h"
 
 namespace mcd {
@@ -56,12 +58,21 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
 Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocation& allocation) {
   int timeout_ms = static_cast<int>(std::min<uint64_t>(
       std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
-  auto bytes = service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, cmd.bytes, timeout_ms);
-  if (!bytes.ok()) {
-    return Status(bytes.status().code(), "copying '" + cmd.copy_of + "' from node '" + source.node +
-                                             "': " + bytes.status().message());
+  auto fetch = [&](void* into) {
+    Status got = service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, into, cmd.bytes, timeout_ms);
+    if (got.ok()) return got;
+    return Status(got.code(), "copying '" + cmd.copy_of + "' from node '" + source.node + "': " + got.message());
+  };
+  if (cmd.device == kHostDevice) {
+    // Straight into the new object's pages.
+    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset));
+    Status got = fetch(mapped);
+    Status closed = CloseHostShm(mapped, cmd.bytes, allocation.offset);
+    return got.ok() ? closed : got;
   }
-  return devices_.CopyIn(cmd.device, allocation, cmd.bytes, bytes->data.get());
+  HostBuffer staged = HostBuffer::Make(cmd.bytes);
+  MCD_RETURN_IF_ERROR(fetch(staged.data.get()));
+  return devices_.CopyIn(cmd.device, allocation, cmd.bytes, staged.data.get());
 }
 
 void NodeCopier::ServeReads() {
@@ -69,24 +80,40 @@ void NodeCopier::ServeReads() {
   for (CopyService::Read& read : service_->TakeReads()) {
     auto found = table_.find(read.name);
     if (found == table_.end() || found->second.record.ctime_ms != read.ctime_ms) {
-      service_->Answer(read, Status(ErrorCode::kNotFound, "tensor '" + read.name + "' is gone from node '" +
-                                                              opt_.node + "'"),
-                       HostBuffer{});
+      service_->Answer(read,
+                       Status(ErrorCode::kNotFound,
+                              "tensor '" + read.name + "' is gone from node '" + opt_.node + "'"),
+                       nullptr, 0, nullptr);
       continue;
     }
     const Entry& entry = found->second;
-    HostBuffer bytes = HostBuffer::Make(entry.record.bytes);
-    Status copied =
-        devices_.CopyOut(entry.record.device, entry.allocation, entry.record.bytes, bytes.data.get());
-    if (!copied.ok()) {
-      Log(LogLevel::kWarn, "a copy of '" + read.name + "' for another node: " + copied.ToString());
-      service_->Answer(read, copied, HostBuffer{});
+    uint64_t bytes = entry.record.bytes;
+    Status served = Serve(read, entry);
+    if (!served.ok()) {
+      Log(LogLevel::kWarn, "a copy of '" + read.name + "' for another node: " + served.ToString());
+      service_->Answer(read, served, nullptr, 0, nullptr);
       continue;
     }
-    Log(LogLevel::kDebug, "read name=" + read.name + " bytes=" + std::to_string(entry.record.bytes) +
-                              " for another node");
-    service_->Answer(read, Status::Ok(), std::move(bytes));
+    Log(LogLevel::kDebug, "read name=" + read.name + " bytes=" + std::to_string(bytes) + " for another node");
   }
+}
+
+Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
+  uint64_t bytes = entry.record.bytes;
+  const Allocation& a = entry.allocation;
+  if (entry.record.device == kHostDevice) {
+    // Sent from a mapping of its own, which stays valid while UCX reads it even if the tensor is
+    // freed meanwhile (the pages go when the last mapping does).
+    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset));
+    uint64_t offset = a.offset;
+    service_->Answer(read, Status::Ok(), mapped, bytes,
+                     [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });
+    return Status::Ok();
+  }
+  auto staged = std::make_shared<HostBuffer>(HostBuffer::Make(bytes));
+  MCD_RETURN_IF_ERROR(devices_.CopyOut(entry.record.device, a, bytes, staged->data.get()));
+  service_->Answer(read, Status::Ok(), staged->data.get(), bytes, [staged] {});
+  return Status::Ok();
 }
 
 }  // namespace mcd

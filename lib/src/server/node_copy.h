@@ -39,6 +39,10 @@ class NodeCopier {
   void ServeReads();
 
  private:
+  // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory through a host
+  // buffer filled on the device's worker.
+  Status Serve(const CopyService::Read& read, const Entry& entry);
+
   const ServerOptions& opt_;
   RedisConnection& redis_;
   TensorTable& table_;

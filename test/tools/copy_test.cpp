@@ -1,0 +1,172 @@
+// Copies between nodes: mcd-create --copy-of, the bytes moved by two mcd-serve processes of
+// different nodes over UCX (Debian's libucx0), on this machine's loopback (tcp) and through
+// shared memory (sm). Real Redis, real servers, the real tools; the GPU case runs on GPU hosts.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "memcuda/keys.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+class Copies : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (auto& [node, server] : servers_) {
+      if (server->pid() > 0) EXPECT_EQ(server->Stop(SIGTERM), 0) << Log(node);
+    }
+  }
+  std::map<std::string, std::string> Env(const std::string& tls = "") const {
+    std::map<std::string, std::string> env = {{"MCD_REDIS_URL", redis_.url()}};
+    if (!tls.empty()) env["UCX_TLS"] = tls;
+    return env;
+  }
+  std::string Log(const std::string& node) const { return test::ReadFile(dir_.path() + "/" + node + ".log"); }
+  void Serve(const std::string& node, const std::string& tls, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--node", node, "--heartbeat-ttl", "3"};
+    if (extra.empty()) extra = {"--devices", "cpu"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto started = [&] {  // the log is appended to by each start of the node
+      std::string log = Log(node);
+      size_t n = 0;
+      for (size_t at = log.find("serving node"); at != std::string::npos; at = log.find("serving node", at + 1)) ++n;
+      return n;
+    };
+    size_t before = started();
+    servers_[node] = std::make_unique<test::Background>(argv, Env(tls), dir_.path() + "/" + node + ".log");
+    ASSERT_TRUE(test::WaitFor([&] { return started() > before; }, 20000)) << Log(node);
+  }
+  test::ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {
+    args.insert(args.begin(), test::ToolPath(tool));
+    return test::Run(args, Env());
+  }
+  // A .npy file of `count` u32 values i * 2654435761 (mod 2^32): no two neighbours alike.
+  std::string Pattern(size_t count) {
+    std::string path = dir_.path() + "/pattern.npy";
+    std::string header = "{'descr': '<u4', 'fortran_order': False, 'shape': (" + std::to_string(count) + ",), }";
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    std::ofstream out(path, std::ios::binary);
+    out << "\x93NUMPY" << '\x01' << '\x00';
+    uint16_t len = static_cast<uint16_t>(header.size());
+    out.write(reinterpret_cast<const char*>(&len), 2);
+    out << header;
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t v = static_cast<uint32_t>(i * 2654435761u);
+      out.write(reinterpret_cast<const char*>(&v), 4);
+    }
+    return path;
+  }
+  std::string HashField(const std::string& name, const std::string& field) {
+    auto reply = redis_.Connect()->Command({"HGET", keys_.Tensor(name), field});
+    return reply.ok() && !reply->is_nil() ? reply->str : "";
+  }
+  // The copy's bytes, read back on its node, equal the source's file.
+  void ExpectSameBytes(const std::string& copy, const std::string& node, const std::string& source_file) {
+    std::string out = dir_.path() + "/" + copy + ".npy";
+    auto got = Tool("mcd-get", {copy, "--no-ref", "-o", out, "--node", node});
+    ASSERT_EQ(got.exit_code, 0) << got.err;
+    EXPECT_TRUE(test::ReadFile(out) == test::ReadFile(source_file)) << copy << " differs from its source";
+  }
+
+  test::TempDir dir_;
+  test::RedisServer redis_;
+  KeySpace keys_;
+  std::map<std::string, std::unique_ptr<test::Background>> servers_;
+  const std::string a_ = "cpa" + std::to_string(getpid()), b_ = "cpb" + std::to_string(getpid());
+};
+
+TEST_F(Copies, AHostTensorIsCopiedToAnotherNodeOverTcpAndSharedMemory) {
+  std::string file = Pattern(3 * 1024 * 1024 + 7);  // ~12 MiB: UCX's rendezvous protocol
+  std::string small = dir_.path() + "/small.npy";
+  for (const std::string tls : {"tcp", "sm"}) {
+    SCOPED_TRACE(tls);
+    Serve(a_ + tls, tls);
+    Serve(b_ + tls, tls);
+    ASSERT_EQ(Tool("mcd-create", {"src-" + tls, "--from", file, "--device", "cpu", "--node", b_ + tls, "-q"}).exit_code, 0);
+    auto copied = Tool("mcd-create", {"copy-" + tls, "--copy-of", "src-" + tls, "--device", "cpu", "--node", a_ + tls, "--json"});
+    ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_ + tls) << Log(b_ + tls);
+    EXPECT_EQ(HashField("copy-" + tls, "node"), a_ + tls);
+    EXPECT_EQ(HashField("copy-" + tls, "refcount"), "1");
+    EXPECT_EQ(HashField("copy-" + tls, "dtype"), "u32");
+    ExpectSameBytes("copy-" + tls, a_ + tls, file);
+    // And a small one, which UCX sends eagerly.
+    std::ofstream(small, std::ios::binary) << test::ReadFile(Pattern(5));
+    ASSERT_EQ(Tool("mcd-create", {"tiny-" + tls, "--from", small, "--device", "cpu", "--node", b_ + tls, "-q"}).exit_code, 0);
+    ASSERT_EQ(Tool("mcd-create", {"tiny-copy-" + tls, "--copy-of", "tiny-" + tls, "--device", "cpu", "--node", a_ + tls, "-q"}).exit_code, 0);
+    ExpectSameBytes("tiny-copy-" + tls, a_ + tls, small);
+    file = Pattern(3 * 1024 * 1024 + 7);
+  }
+}
+
+TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
+  Serve(a_, "tcp");
+  Serve(b_, "tcp");
+  std::string file = Pattern(1024);
+  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"here", "--from", file, "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
+  auto missing = Tool("mcd-create", {"c1", "--copy-of", "nothing", "--device", "cpu", "--node", a_});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("no tensor named 'nothing'"), std::string::npos) << missing.err;
+  auto same = Tool("mcd-create", {"c2", "--copy-of", "here", "--device", "cpu", "--node", a_});
+  EXPECT_EQ(same.exit_code, 64);
+  EXPECT_NE(same.err.find("is on this node already"), std::string::npos) << same.err;
+  EXPECT_EQ(Tool("mcd-create", {"c3", "--copy-of", "src", "--dtype", "u8", "--device", "cpu", "--node", a_}).exit_code, 64);
+  // A server that does not copy (--no-node-copies, or no UCX there): said at once.
+  ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
+  Serve(b_, "tcp", {"--devices", "cpu", "--no-node-copies"});
+  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  auto refused = Tool("mcd-create", {"c4", "--copy-of", "src", "--device", "cpu", "--node", a_});
+  EXPECT_EQ(refused.exit_code, 69);
+  EXPECT_NE(refused.err.find("does not copy between nodes"), std::string::npos) << refused.err;
+  auto from_off = Tool("mcd-create", {"c5", "--copy-of", "here", "--device", "cpu", "--node", b_});
+  EXPECT_EQ(from_off.exit_code, 69);
+  EXPECT_NE(from_off.err.find("--no-node-copies"), std::string::npos) << from_off.err;
+  // The other node's server dies while the copy waits for it: a clear error well before the
+  // copy's own timeout, no hash, and no memory kept for it.
+  ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
+  Serve(b_, "tcp");
+  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  size_t shm_before = test::ShmObjects("mcd-mcd-" + a_ + "-").size();
+  kill(servers_[b_]->pid(), SIGSTOP);
+  auto t0 = std::chrono::steady_clock::now();
+  test::Background copy({test::ToolPath("mcd-create"), "c6", "--copy-of", "src", "--device", "cpu", "--node", a_,
+                         "--timeout-ms", "60000"},
+                        Env(), dir_.path() + "/c6.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  servers_[b_]->Stop(SIGKILL);
+  EXPECT_EQ(copy.Wait(60), 69) << test::ReadFile(dir_.path() + "/c6.log") << Log(a_);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_NE(test::ReadFile(dir_.path() + "/c6.log").find("copying 'src' from node '" + b_ + "'"), std::string::npos)
+      << test::ReadFile(dir_.path() + "/c6.log");
+  EXPECT_EQ(HashField("c6", "state"), "");
+  EXPECT_EQ(test::ShmObjects("mcd-mcd-" + a_ + "-").size(), shm_before);
+  // The server that waited serves on.
+  EXPECT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
+  servers_.erase(b_);
+}
+
+TEST_F(Copies, AGpuTensorIsCopiedThroughHostMemory) {
+  if (!test::HasCudaDevice()) GTEST_SKIP() << "needs a CUDA device";
+  Serve(a_, "", {"--devices", "0"});
+  Serve(b_, "", {"--devices", "0"});
+  std::string file = Pattern(16 * 1024 * 1024 + 3);  // 64 MiB and 12 bytes
+  ASSERT_EQ(Tool("mcd-create", {"gsrc", "--from", file, "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  auto to_gpu = Tool("mcd-create", {"gcopy", "--copy-of", "gsrc", "--device", "0", "--node", a_});
+  ASSERT_EQ(to_gpu.exit_code, 0) << to_gpu.err << Log(a_) << Log(b_);
+  ExpectSameBytes("gcopy", a_, file);
+  // GPU to host and host to GPU as well.
+  ASSERT_EQ(Tool("mcd-create", {"hcopy", "--copy-of", "gsrc", "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
+  ExpectSameBytes("hcopy", a_, file);
+  ASSERT_EQ(Tool("mcd-create", {"gcopy2", "--copy-of", "hcopy", "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  ExpectSameBytes("gcopy2", b_, file);
+}
+
+}  // namespace
+}  // namespace mcd
