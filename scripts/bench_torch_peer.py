@@ -14,8 +14,11 @@ import socket
 import sys
 import time
 
-import torch
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.multiprocessing as mp
+except ImportError:  # parse_size and percentile serve scripts that run without PyTorch
+    torch = mp = None
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 LIVE_BUDGET = 8 << 30

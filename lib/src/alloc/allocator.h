@@ -136,7 +136,10 @@ Status CloseMapping(DeviceContext& ctx, const TensorRecord& record, void* ptr);
 Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, UniqueFd fd);
 
 // The per-kind halves of OpenMapping/CloseMapping.
-Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset);
+// `populate`: the pages mapped up front (MAP_POPULATE), for a caller about to go through all of
+// them (a copy between nodes) rather than fault them in one by one.
+Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset,
+                          bool populate = false);
 Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset);
 Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& handle, uint64_t offset);
 Status CloseCudaIpc(DeviceContext& ctx, void* ptr, uint64_t offset);

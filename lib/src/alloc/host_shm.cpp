@@ -117,7 +117,7 @@ int RemoveHostShmObjects(const std::string& name_prefix) {
   return removed;
 }
 
-Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset) {
+Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset, bool populate) {
   UniqueFd fd(shm_open(name.c_str(), O_RDWR, 0));
   if (!fd) {
     return Status(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
@@ -132,7 +132,8 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
     return Status(ErrorCode::kUnexpectedReply, "shared-memory object " + name +
                                                    " is smaller than the tensor it should hold");
   }
-  void* base = mmap(nullptr, offset + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* base = mmap(nullptr, offset + bytes, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
   int err = errno;
   if (base == MAP_FAILED) return Status(ErrorCode::kIoError, Errno("mmap(" + name + ")", err));
   return static_cast<void*>(static_cast<char*>(base) + offset);

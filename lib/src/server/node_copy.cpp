@@ -65,7 +65,7 @@ Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocati
   };
   if (cmd.device == kHostDevice) {
     // Straight into the new object's pages.
-    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset));
+    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset, true));
     Status got = fetch(mapped);
     Status closed = CloseHostShm(mapped, cmd.bytes, allocation.offset);
     return got.ok() ? closed : got;
@@ -104,7 +104,7 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
   if (entry.record.device == kHostDevice) {
     // Sent from a mapping of its own, which stays valid while UCX reads it even if the tensor is
     // freed meanwhile (the pages go when the last mapping does).
-    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset));
+    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset, true));
     uint64_t offset = a.offset;
     service_->Answer(read, Status::Ok(), mapped, bytes,
                      [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });

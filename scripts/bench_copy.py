@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Copies between nodes, measured: `mcd-create DST --copy-of SRC` between two mcd-serve processes
+of different nodes on this host, over UCX's TCP and shared-memory transports, for host and GPU
+tensors, beside a plain cudaMemcpy D2H + H2D of the same size (PyTorch, pageable and pinned).
+
+Each figure is the median of --rounds copies, timed around the mcd-create process (its start and
+Redis round trips included: the 4 KiB row shows that fixed part). Needs redis-server and the
+mcd-* tools on PATH (or --bin); the GPU rows need a CUDA device and, for the baseline, PyTorch.
+
+    python3 scripts/bench_copy.py --sizes 64MiB,1GiB --devices cpu,0
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_torch_peer import parse_size  # noqa: E402
+
+
+def run(tool, args, env, check=True):
+    out = subprocess.run([tool] + args, env=env, capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise SystemExit(f"{os.path.basename(tool)} {' '.join(args)}: {out.stderr.strip()}")
+    return out
+
+
+def wait_for(predicate, seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def start_servers(bin_dir, env, tls, devices, tmp):
+    servers = []
+    for node in ("copy-a", "copy-b"):
+        log = open(os.path.join(tmp, f"{node}-{tls}.log"), "w")
+        server_env = dict(env, UCX_TLS=tls)
+        proc = subprocess.Popen([os.path.join(bin_dir, "mcd-serve"), "--node", node, "--devices", devices],
+                                env=server_env, stdout=log, stderr=log)
+        servers.append(proc)
+        ok = wait_for(lambda: "serving node" in open(log.name).read(), 30)
+        if not ok:
+            raise SystemExit(f"mcd-serve {node} did not start: {open(log.name).read()}")
+    return servers
+
+
+def time_copies(bin_dir, env, device, size, rounds):
+    create = os.path.join(bin_dir, "mcd-create")
+    rm = os.path.join(bin_dir, "mcd-rm")
+    run(create, ["src", "--dtype", "u8", "--shape", str(size), "--device", device, "--node", "copy-b", "-q"], env)
+    times = []
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        run(create, [f"dst{r}", "--copy-of", "src", "--device", device, "--node", "copy-a", "-q",
+                     "--timeout-ms", "600000"], env)
+        times.append(time.perf_counter() - t0)
+        run(rm, [f"dst{r}", "--node", "copy-a", "-q"], env)
+    run(rm, ["src", "--node", "copy-b", "-q"], env)
+    return statistics.median(times)
+
+
+def cuda_baseline(size, rounds):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    src = torch.empty(size, dtype=torch.uint8, device="cuda")
+    out = {}
+    for pinned in (False, True):
+        host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+        dst = torch.empty(size, dtype=torch.uint8, device="cuda")
+        times = []
+        for _ in range(rounds + 1):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            host.copy_(src)
+            dst.copy_(host)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        out["pinned" if pinned else "pageable"] = statistics.median(times[1:])
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="4KiB,64MiB,1GiB")
+    p.add_argument("--devices", default="cpu,0", help="cpu and/or a GPU ordinal")
+    p.add_argument("--transports", default="tcp,sm", help="UCX_TLS values, one run each")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--bin", default=os.environ.get("MCD_BIN_DIR", ""),
+                   help="folder of the mcd-* tools (default: from PATH)")
+    a = p.parse_args()
+    bin_dir = a.bin or os.path.dirname(subprocess.run(["which", "mcd-serve"], capture_output=True,
+                                                      text=True).stdout.strip())
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
+    devices = a.devices.split(",")
+    gpus = ",".join(d for d in devices if d != "cpu") or "cpu"
+    tmp = tempfile.mkdtemp(prefix="mcd-bench-copy-")
+    sock = os.path.join(tmp, "redis.sock")
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                              "--dir", tmp], stdout=subprocess.DEVNULL)
+    env = dict(os.environ, MCD_REDIS_URL=f"unix://{sock}")
+    wait_for(lambda: os.path.exists(sock), 10)
+    rows = []
+    try:
+        for tls in a.transports.split(","):
+            servers = start_servers(bin_dir, env, tls, gpus, tmp)
+            try:
+                for device in devices:
+                    for size in sizes:
+                        t = time_copies(bin_dir, env, device, size, a.rounds)
+                        rows.append((f"copy {tls}", "host" if device == "cpu" else f"gpu {device}", size, t))
+            finally:
+                for s in servers:
+                    s.terminate()
+                    s.wait()
+        if gpus != "cpu":
+            for size in sizes:
+                base = cuda_baseline(size, a.rounds)
+                if base:
+                    for kind, t in base.items():
+                        rows.append((f"cudaMemcpy D2H+H2D, {kind}", "gpu", size, t))
+    finally:
+        redis.terminate()
+        redis.wait()
+    print(f"{'path':<32} {'memory':<8} {'size':>10} {'median ms':>10} {'GB/s':>8}")
+    for path, memory, size, t in rows:
+        print(f"{path:<32} {memory:<8} {size:>10} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
