@@ -645,7 +645,10 @@ TEST_F(Lifecycle, ListingSaysWhichKeysHoldNoReadableTensor) {
   auto listed = json::parse(Tool("mcd-ls", {"--json"}).out);
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0]["name"], "good");
-  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "a-string\nby-hand\ngood\n");  // names alone: every key
+  // Names alone: every key; with --node, that node's readable tensors only (a key that holds no
+  // tensor names no node).
+  EXPECT_EQ(test::Run({test::ToolPath("mcd-ls"), "-q"}, Env()).out, "a-string\nby-hand\ngood\n");
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "good\n");
   ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("by-hand"), keys_.Tensor("a-string")}).ok());
 }
 
