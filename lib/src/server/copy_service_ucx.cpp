@@ -6,6 +6,7 @@
 #include <ucp/api/ucp.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -23,6 +24,7 @@ namespace {
 struct UcxApi {
   decltype(&::ucp_config_read) ucp_config_read = nullptr;
   decltype(&::ucp_config_release) ucp_config_release = nullptr;
+  decltype(&::ucp_config_modify) ucp_config_modify = nullptr;
   decltype(&::ucp_init_version) ucp_init_version = nullptr;
   decltype(&::ucp_cleanup) ucp_cleanup = nullptr;
   decltype(&::ucp_worker_create) ucp_worker_create = nullptr;
@@ -57,6 +59,7 @@ Result<const UcxApi*> LoadUcx() {
     all = all && api.name != nullptr;
     MCD_UCX_SYMBOL(ucp_config_read)
     MCD_UCX_SYMBOL(ucp_config_release)
+    MCD_UCX_SYMBOL(ucp_config_modify)
     MCD_UCX_SYMBOL(ucp_init_version)
     MCD_UCX_SYMBOL(ucp_cleanup)
     MCD_UCX_SYMBOL(ucp_worker_create)
@@ -204,6 +207,11 @@ Status UcxCopyService::Init() {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucx->ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcxError("ucp_config_read", s);
+  // No memory events unless asked for (UCX_MEM_EVENTS=yes): they patch mmap and munmap for the
+  // whole process to keep UCX's registration cache right, in a server that maps and unmaps
+  // shared memory all the time and whose copies are large and one-off, so a cache buys little;
+  // and the patched calls break LeakSanitizer's stop of the process at exit.
+  if (std::getenv("UCX_MEM_EVENTS") == nullptr) (void)ucx->ucp_config_modify(config, "MEM_EVENTS", "no");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
