@@ -24,7 +24,6 @@ namespace {
 struct UcxApi {
   decltype(&::ucp_config_read) ucp_config_read = nullptr;
   decltype(&::ucp_config_release) ucp_config_release = nullptr;
-  decltype(&::ucp_config_modify) ucp_config_modify = nullptr;
   decltype(&::ucp_init_version) ucp_init_version = nullptr;
   decltype(&::ucp_cleanup) ucp_cleanup = nullptr;
   decltype(&::ucp_worker_create) ucp_worker_create = nullptr;
@@ -48,6 +47,12 @@ struct UcxApi {
 Result<const UcxApi*> LoadUcx() {
   static UcxApi api;
   static Status loaded = [] {
+    // No memory events unless asked for (UCX_MEM_EVENTS=yes): they patch mmap and munmap for
+    // the whole process to keep UCX's registration cache right, in a server that maps and
+    // unmaps shared memory all the time and whose copies are large and one-off, so a cache buys
+    // little; and the patched calls crash LeakSanitizer's stop of the process at exit. UCX reads
+    // it as its libraries load, so it is set before, while the server has no other thread.
+    setenv("UCX_MEM_EVENTS", "no", 0);
     void* lib = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
     if (lib == nullptr) {
       return Status(ErrorCode::kUnsupported, std::string("UCX is not installed (") + dlerror() +
@@ -59,7 +64,6 @@ Result<const UcxApi*> LoadUcx() {
     all = all && api.name != nullptr;
     MCD_UCX_SYMBOL(ucp_config_read)
     MCD_UCX_SYMBOL(ucp_config_release)
-    MCD_UCX_SYMBOL(ucp_config_modify)
     MCD_UCX_SYMBOL(ucp_init_version)
     MCD_UCX_SYMBOL(ucp_cleanup)
     MCD_UCX_SYMBOL(ucp_worker_create)
@@ -207,11 +211,6 @@ Status UcxCopyService::Init() {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucx->ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcxError("ucp_config_read", s);
-  // No memory events unless asked for (UCX_MEM_EVENTS=yes): they patch mmap and munmap for the
-  // whole process to keep UCX's registration cache right, in a server that maps and unmaps
-  // shared memory all the time and whose copies are large and one-off, so a cache buys little;
-  // and the patched calls break LeakSanitizer's stop of the process at exit.
-  if (std::getenv("UCX_MEM_EVENTS") == nullptr) (void)ucx->ucp_config_modify(config, "MEM_EVENTS", "no");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -533,6 +532,8 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
 }
 
 }  // namespace
+
+Status CopyService::Load() { return LoadUcx().status(); }
 
 Result<std::unique_ptr<CopyService>> CopyService::Start(std::function<void()> wake) {
   MCD_ASSIGN_OR_RETURN(ucx, LoadUcx());
