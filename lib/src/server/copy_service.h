@@ -43,9 +43,6 @@ class CopyService {
     void* reply_ep = nullptr;  // ucp_ep_h of the asking server
   };
 
-  // Opens UCX, once per process: call it before the process starts threads (it sets
-  // UCX_MEM_EVENTS in the environment). kUnsupported when this build or this host has no UCX.
-  static Status Load();
   // The service, or kUnsupported when this build has no UCX, or UCX cannot start. `wake` is
   // called (on the service's thread) when a read arrives, to wake the serving loop.
   static Result<std::unique_ptr<CopyService>> Start(std::function<void()> wake);

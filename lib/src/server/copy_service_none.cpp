@@ -3,11 +3,6 @@
 
 namespace mcd {
 
-Status CopyService::Load() {
-  return Status(ErrorCode::kUnsupported,
-                "this mcd-serve was built without UCX (libucx-dev), so it cannot copy between nodes");
-}
-
 Result<std::unique_ptr<CopyService>> CopyService::Start(std::function<void()>) {
   return Status(ErrorCode::kUnsupported,
                 "this mcd-serve was built without UCX (libucx-dev), so it cannot copy between nodes");

@@ -47,12 +47,6 @@ struct UcxApi {
 Result<const UcxApi*> LoadUcx() {
   static UcxApi api;
   static Status loaded = [] {
-    // No memory events unless asked for (UCX_MEM_EVENTS=yes): they patch mmap and munmap for
-    // the whole process to keep UCX's registration cache right, in a server that maps and
-    // unmaps shared memory all the time and whose copies are large and one-off, so a cache buys
-    // little; and the patched calls crash LeakSanitizer's stop of the process at exit. UCX reads
-    // it as its libraries load, so it is set before, while the server has no other thread.
-    setenv("UCX_MEM_EVENTS", "no", 0);
     void* lib = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
     if (lib == nullptr) {
       return Status(ErrorCode::kUnsupported, std::string("UCX is not installed (") + dlerror() +
@@ -532,8 +526,6 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
 }
 
 }  // namespace
-
-Status CopyService::Load() { return LoadUcx().status(); }
 
 Result<std::unique_ptr<CopyService>> CopyService::Start(std::function<void()> wake) {
   MCD_ASSIGN_OR_RETURN(ucx, LoadUcx());

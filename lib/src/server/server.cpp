@@ -115,8 +115,6 @@ Status Server::Impl::Start() {
   }
   SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
   SetLogTag("mcd-serve");
-  // Before any thread of the server starts: UCX is set up through the environment.
-  if (opt_.node_copies) (void)CopyService::Load();  // StartNodeCopies says why, if it failed
   instance_ = RandomHex(8);
   // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
   char url_tag[16];
