@@ -46,6 +46,12 @@ class Copies : public ::testing::Test {
     servers_[node] = std::make_unique<test::Background>(argv, Env(tls), dir_.path() + "/" + node + ".log");
     ASSERT_TRUE(test::WaitFor([&] { return started() > before; }, 20000)) << Log(node);
   }
+  // Node b's server started again (over tcp, with `extra`), holding a fresh "src" made of `file`.
+  void RestartWithSource(const std::string& file, const std::vector<std::string>& extra) {
+    ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
+    Serve(b_, "tcp", extra);
+    ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  }
   test::ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {
     args.insert(args.begin(), test::ToolPath(tool));
     return test::Run(args, Env());
@@ -123,9 +129,7 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   EXPECT_NE(same.err.find("is on this node already"), std::string::npos) << same.err;
   EXPECT_EQ(Tool("mcd-create", {"c3", "--copy-of", "src", "--dtype", "u8", "--device", "cpu", "--node", a_}).exit_code, 64);
   // A server that does not copy (--no-node-copies, or no UCX there): said at once.
-  ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
-  Serve(b_, "tcp", {"--devices", "cpu", "--no-node-copies"});
-  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(RestartWithSource(file, {"--devices", "cpu", "--no-node-copies"}));
   auto refused = Tool("mcd-create", {"c4", "--copy-of", "src", "--device", "cpu", "--node", a_});
   EXPECT_EQ(refused.exit_code, 69);
   EXPECT_NE(refused.err.find("does not copy between nodes"), std::string::npos) << refused.err;
@@ -134,9 +138,7 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   EXPECT_NE(from_off.err.find("--no-node-copies"), std::string::npos) << from_off.err;
   // The other node's server dies while the copy waits for it: a clear error well before the
   // copy's own timeout, no hash, and no memory kept for it.
-  ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
-  Serve(b_, "tcp");
-  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(RestartWithSource(file, {}));
   size_t shm_before = test::ShmObjects("mcd-mcd-" + a_ + "-").size();
   kill(servers_[b_]->pid(), SIGSTOP);
   auto t0 = std::chrono::steady_clock::now();

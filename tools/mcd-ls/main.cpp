@@ -56,18 +56,15 @@ static int ToolMain(int argc, char** argv) {
   const char* tool = "mcd-ls";
   // Every node's tensors are listed; --node (the flag, not MCD_NODE) keeps one node's.
   const std::string only_node = flags.node;
+  auto options = tools::MakeClientOptions(flags, false);
+  if (!options.ok()) return tools::Fail(tool, options.status());
   if (watching) {
-    auto options = tools::MakeClientOptions(flags, false);
-    if (!options.ok()) return tools::Fail(tool, options.status());
     watch.glob = glob;
     watch.json = json;
     watch.headers = !no_headers;
     watch.node = only_node;
     return tools::Watch(tool, options.value(), watch);
   }
-
-  auto options = tools::MakeClientOptions(flags, false);
-  if (!options.ok()) return tools::Fail(tool, options.status());
   auto client = Client::Connect(options.value());
   if (!client.ok()) return tools::Fail(tool, client.status());
   if (servers) {

@@ -68,6 +68,7 @@ void ServerView::Adopt(std::map<std::string, std::string> info) {
   if (info["instance"] != info_["instance"] || info["pid"] != info_["pid"]) server_pin_.reset();
   info_ = std::move(info);
   auto& hb = info_;
+  queue_ = hb["node_queue"].empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
   if (!server_pin_ && !hb["pool_fd"].empty()) {
     ProcessIdentity who{std::strtoull(hb["pid_ino"].c_str(), nullptr, 10),
                         std::strtoull(hb["pid_start"].c_str(), nullptr, 10)};

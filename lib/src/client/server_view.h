@@ -38,6 +38,9 @@ class ServerView {
   // A field of the heartbeat as last read ("" when absent or never read).
   std::string field(const std::string& name) const;
   bool known() const { return !info_.empty(); }
+  // The list to push commands onto: the node's own when its server names one (node_queue), the
+  // shared one for a server that has none (an older version). Set by Adopt.
+  const std::string& queue() const { return queue_; }
 
   // Where the pool of server instance `owner` comes from, from the node's heartbeat.
   MappingRegistry::SourceOf PoolSourceOf();
@@ -55,6 +58,7 @@ class ServerView {
   RedisConnection& redis_;
   const ClientOptions& opt_;
   std::map<std::string, std::string> info_;  // the node's heartbeat, as last read
+  std::string queue_ = opt_.keys.queue;
   std::shared_ptr<const PinnedProcess> server_pin_;
   struct PoolPrefetch {
     int device;

@@ -58,9 +58,7 @@ Transport::Outgoing Transport::Prepare(Command cmd) {
   out.body = CommandToJson(cmd);
   out.reply_key = opt_.keys.Reply(cmd.req);
   out.wait = FormatSeconds(opt_.timeout_ms);
-  // A server that takes from a queue of its own names it in its heartbeat; one that does not
-  // (an older version) takes from the shared queue.
-  out.queue = server_.field("node_queue").empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
+  out.queue = server_.queue();
   out.cmd = std::move(cmd);
   return out;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "memcuda/client.h"
@@ -20,19 +21,20 @@ using Clock = std::chrono::steady_clock;
 constexpr int kLongestBlockMs = 10000;
 
 // Runs `check` until it answers true, blocking between tries until an event that `wakes` picks.
-// kTimeout (with no message) once `timeout_ms` (< 0: never) has passed.
-Status WaitOnEvents(EventStream& events, int timeout_ms, const std::function<Result<bool>()>& check,
-                    const std::function<bool(const LifecycleEvent&)>& wakes) {
+// True once `check` did, false when `timeout_ms` (< 0: never) ran out first.
+Result<bool> WaitOnEvents(EventStream& events, int timeout_ms,
+                          const std::function<Result<bool>()>& check,
+                          const std::function<bool(const LifecycleEvent&)>& wakes) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   MCD_ASSIGN_OR_RETURN(std::string cursor, events.Newest());
   for (;;) {
     MCD_ASSIGN_OR_RETURN(bool done, check());
-    if (done) return Status::Ok();
+    if (done) return true;
     for (bool woken = false; !woken;) {
       int block_ms = kLongestBlockMs;
       if (timeout_ms >= 0) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) return Status(ErrorCode::kTimeout, "");
+        if (left.count() <= 0) return false;
         block_ms = static_cast<int>(std::min<int64_t>(block_ms, left.count()));
       }
       MCD_ASSIGN_OR_RETURN(std::vector<LifecycleEvent> got, events.Read(cursor, block_ms));
@@ -54,8 +56,9 @@ std::string Seconds(int timeout_ms) {
   return s + " s";
 }
 
-// The node's server must write events, or a wait would block to its end for nothing.
-Status CheckEventsKept(Client& client) {
+// The event stream a wait blocks on. The node's server must write events, or a wait would
+// block to its end for nothing.
+Result<std::unique_ptr<EventStream>> OpenEvents(Client& client) {
   MCD_ASSIGN_OR_RETURN(auto info, client.ServerInfo());
   auto kept = info.find("event_history");
   if (kept == info.end() || kept->second.empty() || kept->second == "0") {
@@ -63,15 +66,14 @@ Status CheckEventsKept(Client& client) {
                   "the server of node '" + client.options().node +
                       "' keeps no lifecycle events (mcd-serve --event-history), which waits need");
   }
-  return Status::Ok();
+  return EventStream::Open(client.options().redis_url, client.options().keys);
 }
 
 }  // namespace
 
 Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
                                         bool take_reference) {
-  MCD_RETURN_IF_ERROR(CheckEventsKept(*this));
-  MCD_ASSIGN_OR_RETURN(auto events, EventStream::Open(options().redis_url, options().keys));
+  MCD_ASSIGN_OR_RETURN(auto events, OpenEvents(*this));
   std::optional<Result<TensorView>> view;
   auto check = [&]() -> Result<bool> {
     view = take_reference ? Get(name) : Open(name);
@@ -82,19 +84,17 @@ Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
   };
   // Any change to the name, and a server start (a restarted server republishes what it holds).
   auto wakes = [&](const LifecycleEvent& e) { return e.name == name || e.event == "server_start"; };
-  Status waited = WaitOnEvents(*events, timeout_ms, check, wakes);
-  if (waited.code() == ErrorCode::kTimeout && waited.message().empty()) {
+  MCD_ASSIGN_OR_RETURN(bool ready, WaitOnEvents(*events, timeout_ms, check, wakes));
+  if (!ready) {
     return Status(ErrorCode::kTimeout, "tensor '" + name + "' was not ready within " +
                                            Seconds(timeout_ms) + " (" +
                                            view->status().message() + ")");
   }
-  MCD_RETURN_IF_ERROR(waited);
   return std::move(*view);
 }
 
 Status Client::WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_ms) {
-  MCD_RETURN_IF_ERROR(CheckEventsKept(*this));
-  MCD_ASSIGN_OR_RETURN(auto events, EventStream::Open(options().redis_url, options().keys));
+  MCD_ASSIGN_OR_RETURN(auto events, OpenEvents(*this));
   int64_t refcount = 0;
   auto check = [&]() -> Result<bool> {
     auto record = Stat(name);
@@ -106,13 +106,13 @@ Status Client::WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_
     return record->ctime_ms != ctime_ms;  // another tensor took the name: this one is gone
   };
   auto wakes = [&](const LifecycleEvent& e) { return e.name == name && e.refcount <= 0; };
-  Status waited = WaitOnEvents(*events, timeout_ms, check, wakes);
-  if (waited.code() == ErrorCode::kTimeout && waited.message().empty()) {
+  MCD_ASSIGN_OR_RETURN(bool freed, WaitOnEvents(*events, timeout_ms, check, wakes));
+  if (!freed) {
     return Status(ErrorCode::kTimeout, "tensor '" + name + "' still had " +
                                            std::to_string(refcount) + " reference(s) after " +
                                            Seconds(timeout_ms));
   }
-  return waited;
+  return Status::Ok();
 }
 
 }  // namespace mcd

@@ -1,9 +1,5 @@
 #include "server/device_set.h"
 
-#include <cuda_runtime_api.h>
-
-#include <cstring>
-
 #include "common/log.h"
 #include "gpu/cuda_check.h"
 #include "memcuda/protocol.h"
@@ -83,28 +79,21 @@ Result<Allocation> DeviceSet::Allocate(int device, uint64_t bytes, bool zero) {
 }
 
 Status DeviceSet::CopyOut(int device, const Allocation& allocation, uint64_t bytes, void* dst) {
-  return Copy(device, allocation, bytes, dst, nullptr);
+  return CopyOnWorker(device, dst, allocation.ptr, bytes, cudaMemcpyDeviceToHost);
 }
 
 Status DeviceSet::CopyIn(int device, const Allocation& allocation, uint64_t bytes, const void* src) {
-  return Copy(device, allocation, bytes, nullptr, src);
+  return CopyOnWorker(device, allocation.ptr, src, bytes, cudaMemcpyHostToDevice);
 }
 
-Status DeviceSet::Copy(int device, const Allocation& allocation, uint64_t bytes, void* out,
-                       const void* in) {
-  if (device == kHostDevice) {
-    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(allocation.ipc_handle, bytes, allocation.offset));
-    if (out != nullptr) std::memcpy(out, mapped, bytes);
-    if (in != nullptr) std::memcpy(mapped, in, bytes);
-    return CloseHostShm(mapped, bytes, allocation.offset);
-  }
+Status DeviceSet::CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes,
+                               cudaMemcpyKind kind) {
   auto worker = workers_.find(device);
-  if (worker == workers_.end()) {
-    return Status(ErrorCode::kNoDevice, "device " + DeviceName(device) + " is not served here");
+  if (device == kHostDevice || worker == workers_.end()) {
+    return Status(ErrorCode::kNoDevice, "device " + DeviceName(device) + " is not a GPU served here");
   }
   return worker->second->Call([&](DeviceContext&) -> Status {
-    if (out != nullptr) MCD_CUDA_RETURN(cudaMemcpy(out, allocation.ptr, bytes, cudaMemcpyDeviceToHost));
-    if (in != nullptr) MCD_CUDA_RETURN(cudaMemcpy(allocation.ptr, in, bytes, cudaMemcpyHostToDevice));
+    MCD_CUDA_RETURN(cudaMemcpy(dst, src, bytes, kind));
     return Status::Ok();
   });
 }

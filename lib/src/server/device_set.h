@@ -5,6 +5,8 @@
 // texts, which the heartbeat thread reads.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -44,9 +46,9 @@ class DeviceSet {
   // from another thread: the outcome log, the log).
   Status Free(int device, const Allocation& allocation,
               std::function<void(const Status&)> then = nullptr);
-  // Copies the first `bytes` of `allocation` on `device` to `dst` (CopyOut), or `src` into them
-  // (CopyIn): cudaMemcpy on the device's worker; for host memory, through a
-  // mapping of its shared-memory object (the server keeps none). Waits.
+  // Copies the first `bytes` of GPU `allocation` on `device` to host memory `dst` (CopyOut), or
+  // host memory `src` into them (CopyIn): cudaMemcpy on the device's worker. Waits. (Host
+  // tensors are copied through a mapping of their shared-memory object: node_copy.)
   Status CopyOut(int device, const Allocation& allocation, uint64_t bytes, void* dst);
   Status CopyIn(int device, const Allocation& allocation, uint64_t bytes, const void* src);
   // Frees every allocation held, one worker job per device: shutdown. Returns how many went.
@@ -74,8 +76,8 @@ class DeviceSet {
  private:
   DeviceSet() = default;
   Status AddGpu(int device, const ServerOptions& opt);
-  // CopyOut (`out`) or CopyIn (`in`).
-  Status Copy(int device, const Allocation& allocation, uint64_t bytes, void* out, const void* in);
+  // cudaMemcpy on `device`'s worker (CopyOut, CopyIn).
+  Status CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind);
   std::string DeviceText(const std::function<std::string(const Allocator&)>& value_of) const;
   uint64_t SumOver(uint64_t (Allocator::*bytes)() const noexcept) const;
 

@@ -1,7 +1,6 @@
 #include "server/node_copy.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 
 #include "alloc/allocator.h"
