@@ -119,7 +119,7 @@ TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
 
 TEST_F(PoolTest, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
 
-// 32 MiB blocks are stocked (a quarter of --ready-max).
+// 32 MiB blocks are stocked (sizes up to half of --ready-max are).
 class PoolWithStockTest : public test::GpuServerTest {
  protected:
   std::vector<std::string> ServerArgs() const override {

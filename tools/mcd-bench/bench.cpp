@@ -1,5 +1,7 @@
 #include "bench.h"
 
+#include "bandwidth.h"
+#include "bare_floor.h"
 #include "children.h"
 #include "memcuda/polling.h"
 #include "report.h"
@@ -79,16 +81,29 @@ class Bench {
       return Status(ErrorCode::kNoDevice, "cannot use device " + DeviceName(device));
     if (device != kHostDevice) cudaSetDevice(device);
     std::vector<std::function<Status()>> rows;
+    const bool gpu = device != kHostDevice;
     for (uint64_t bytes : opt_.sizes) {
       rows.push_back([=] { return Lifecycle(kind, device, bytes); });
       rows.push_back([=] { return FirstGet(kind, device, bytes); });
-      rows.push_back([=] { return Share(kind, device, bytes); });
+      if (gpu) rows.push_back([=] { return Keep(BareFirstOpen(opt_, kind, device, bytes)); });
+      rows.push_back([=] { return Share(kind, device, bytes, /*existing=*/false); });
+      rows.push_back([=] { return Share(kind, device, bytes, /*existing=*/true); });
+      if (gpu) {
+        rows.push_back([=] { return Keep(BareShare(opt_, kind, device, bytes, BatchOf(bytes))); });
+      }
     }
     const uint64_t churn_bytes = 1 << 20;
     for (int clients : opt_.clients)
       rows.push_back([=] { return Throughput(kind, device, churn_bytes, clients); });
-    rows.push_back(
-        [=] { return Bandwidth(kind, device, std::min<uint64_t>(opt_.sizes.back(), 1ull << 30)); });
+    const uint64_t copy_bytes = std::min<uint64_t>(opt_.sizes.back(), 1ull << 30);
+    rows.push_back([=] { return MeasureBandwidth(*client_, Spec(Name("bw", 0), device, copy_bytes), kind, rows_); });
+    int gpus = 0;
+    if (gpu && cudaGetDeviceCount(&gpus) == cudaSuccess && gpus >= 2) {
+      const int peer = device == 0 ? 1 : 0;
+      rows.push_back([=] {
+        return MeasureCrossDevice(*client_, Spec(Name("xdev", 0), device, copy_bytes), kind, peer, rows_);
+      });
+    }
     for (const auto& row : rows) {
       if (Stopping()) return StoppedBySignal();
       MCD_RETURN_IF_ERROR(row());
@@ -101,8 +116,13 @@ class Bench {
   }
 
  private:
-  // Rows that keep their tensors alive until the end stay under kLiveBudget bytes.
+  // The lifecycle rows keep their tensors alive until the end, under kLiveBudget bytes (at least
+  // three tensors); the share rows give theirs back whenever they hold that much.
   static constexpr uint64_t kLiveBudget = 8ull << 30;
+  // Tensors a share row holds at once: kLiveBudget's worth, at least one.
+  static int BatchOf(uint64_t bytes) {
+    return static_cast<int>(std::max<uint64_t>(1, kLiveBudget / std::max<uint64_t>(bytes, 1)));
+  }
   int Iterations(uint64_t bytes) const {
     uint64_t fit = std::max<uint64_t>(3, kLiveBudget / std::max<uint64_t>(bytes, 1));
     return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(opt_.iterations), fit));
@@ -125,6 +145,12 @@ class Bench {
   }
 
   std::string Name(const std::string& row, int i) const { return TensorName(getpid(), row, i); }
+
+  Status Keep(Result<Row> row) {
+    if (!row.ok()) return row.status();
+    rows_.push_back(std::move(row).value());
+    return Status::Ok();
+  }
 
   CreateSpec Spec(const std::string& name, int device, uint64_t bytes) const {
     CreateSpec spec;
@@ -205,40 +231,97 @@ class Bench {
     return Status::Ok();
   }
 
-  Status Share(const std::string& kind, int device, uint64_t bytes) {
-    Say("share end to end " + kind + " " + tools::HumanBytes(bytes));
-    Row row{"share", kind, device, bytes, {}, 0, "create in A, get+map+touch in B, ack to A"};
+  // A tensor of this run, created and filled with ones through a mapping of this process, which
+  // stays held (a reference more to give back).
+  Status MakeFilled(const std::string& name, int device, uint64_t bytes) {
+    MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
+    MCD_ASSIGN_OR_RETURN(TensorView view, client_->Get(name));
+    if (device == kHostDevice) {
+      std::memset(view.data, 1, bytes);
+      return Status::Ok();
+    }
+    cudaError_t err = cudaMemset(view.data, 1, bytes);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    return err == cudaSuccess ? Status::Ok() : Status(ErrorCode::kCudaError, cudaGetErrorString(err));
+  }
+
+  // "share" (fresh): the create is timed, A creates the tensor, B gets, maps and touches it and
+  // acknowledges. "share_existing": A's tensor was created and filled (through A's own mapping,
+  // kept) before the clock starts, which then times A's handover of the name to B's
+  // acknowledgement. Both sides give their references back outside the time, in batches of
+  // kLiveBudget (the peer's script does the same), so that large sizes reach a steady state
+  // in which freed memory is used again.
+  Status Share(const std::string& kind, int device, uint64_t bytes, bool existing) {
+    const std::string tag = existing ? "shareold" : "share";
+    Say("share end to end " + std::string(existing ? "(existing) " : "") + kind + " " +
+        tools::HumanBytes(bytes));
+    Row row{existing ? "share_existing" : "share", kind, device, bytes, {}, 0,
+            existing ? "a tensor A made and filled before the clock: name to B, get+map+touch in B, "
+                       "ack to A"
+                     : "create in A, get+map+touch in B, ack to A"};
     Child consumer =
         SpawnChild(ChildArgs({"--child", "share", "--child-device", DeviceName(device)}));
     if (ReadLine(consumer.from) != "ready")
       return Status(ErrorCode::kInternal, "share consumer did not start");
+    std::vector<std::string> live;   // handed over, not given back yet
+    std::vector<std::string> ready;  // existing: made and filled, not handed over yet
+    auto deadline = Clock::now() + std::chrono::duration<double>(opt_.max_seconds);
     Status failed;
-    Timed(row, [&](int i) -> Status {
-      std::string name = Name("share", i);
+    for (int i = 0; failed.ok() && i < opt_.iterations && Clock::now() < deadline && !Stopping(); ++i) {
+      // Existing tensors are made a batch at a time, ahead of their handovers: a tensor that
+      // exists was not allocated a moment ago (the driver makes the first open of an allocation
+      // that new wait: ~0.7 ms for 1 GiB on an H200, with CUDA alone too).
+      if (existing && ready.empty()) {
+        for (int j = i; j < std::min(opt_.iterations, i + BatchOf(bytes)) && failed.ok(); ++j) {
+          ready.push_back(Name(tag, j));
+          failed = MakeFilled(ready.back(), device, bytes);
+        }
+        if (!failed.ok()) break;
+      }
+      const std::string name = Name(tag, i);
+      if (existing) ready.erase(ready.begin());  // its front: `name`
       auto t0 = Clock::now();
-      MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
+      if (!existing && !(failed = client_->Create(Spec(name, device, bytes)).status()).ok()) break;
       double create_us = Us(t0, Clock::now());
+      live.push_back(name);
       std::fprintf(consumer.to, "%s\n", name.c_str());
       std::fflush(consumer.to);
       std::string ack = ReadLine(consumer.from);
       std::istringstream parts(ack);
       std::string ok;
       double get_us = 0, touch_us = 0;
-      if (!(parts >> ok >> get_us >> touch_us) || ok != "ok")
-        return Status(ErrorCode::kInternal, "consumer: " + ack);
-      row.create_us.push_back(create_us);
+      if (!(parts >> ok >> get_us >> touch_us) || ok != "ok") {
+        failed = Status(ErrorCode::kInternal, "consumer: " + ack);
+        break;
+      }
+      row.us.push_back(Us(t0, Clock::now()));
+      if (!existing) row.create_us.push_back(create_us);
       row.get_us.push_back(get_us);
       row.touch_us.push_back(touch_us);
-      return Status::Ok();
-    });
+      if (live.size() >= static_cast<size_t>(BatchOf(bytes))) failed = GiveBackShared(consumer, live, existing, row);
+    }
+    if (failed.ok()) failed = GiveBackShared(consumer, live, existing, row);
+    for (const std::string& name : ready) {  // made, never handed over: A's two references
+      if (failed.ok()) failed = client_->Release(name).status();
+      if (failed.ok()) failed = client_->Release(name).status();
+    }
+    WaitChild(consumer);
+    MCD_RETURN_IF_ERROR(failed);  // what is left is given back after the rows (Allocator)
     auto median = [](const std::vector<double>& us) { return Whole(Percentile(us, 0.5)); };
-    row.note += "; medians: create " + median(row.create_us) + " us, get+map " +
-                median(row.get_us) + " us, touch " + median(row.touch_us) + " us";
-    // Cleanup of every shared tensor, outside the row's time: the consumer's reference (its
-    // release timed apart, for the note: the process's first unmap may cost more), then the
-    // creator's.
-    for (size_t i = 0; i < row.us.size(); ++i) {
-      std::string name = Name("share", static_cast<int>(i));
+    row.note += "; medians: " + (existing ? "" : "create " + median(row.create_us) + " us, ") +
+                "get+map " + median(row.get_us) + " us, touch " + median(row.touch_us) + " us";
+    if (!row.release_us.empty()) {
+      row.note += "; B's release (unmap + reference): first " + Whole(row.release_us.front()) +
+                  " us, median " + Whole(Percentile(row.release_us, 0.5)) + " us";
+    }
+    rows_.push_back(std::move(row));
+    return Status::Ok();
+  }
+
+  // Outside the share row's time: B's reference to each tensor handed over (its release timed
+  // apart, for the note: the process's first unmap may cost more), then A's.
+  Status GiveBackShared(Child& consumer, std::vector<std::string>& live, bool existing, Row& row) {
+    for (const std::string& name : live) {
       std::fprintf(consumer.to, "release %s\n", name.c_str());
       std::fflush(consumer.to);
       std::istringstream done(ReadLine(consumer.from));
@@ -247,14 +330,10 @@ class Bench {
       if (!(done >> word >> us) || word != "done")
         return Status(ErrorCode::kInternal, "consumer: " + done.str());
       row.release_us.push_back(us);
+      if (existing) MCD_RETURN_IF_ERROR(client_->Release(name).status());  // A's fill mapping
       MCD_RETURN_IF_ERROR(client_->Release(name).status());
     }
-    if (!row.release_us.empty()) {
-      row.note += "; B's release (unmap + reference): first " + Whole(row.release_us.front()) +
-                  " us, median " + Whole(Percentile(row.release_us, 0.5)) + " us";
-    }
-    WaitChild(consumer);
-    rows_.push_back(std::move(row));
+    live.clear();
     return Status::Ok();
   }
 
@@ -316,75 +395,6 @@ class Bench {
                 " us, of the delete " + Whole(Percentile(row.delete_us, 0.99)) + " us";
     rows_.push_back(std::move(row));
     return Status::Ok();
-  }
-
-  Status Bandwidth(const std::string& kind, int device, uint64_t bytes) {
-    Say("bandwidth " + kind + " " + tools::HumanBytes(bytes));
-    std::string name = Name("bw", 0);
-    MCD_RETURN_IF_ERROR(client_->Create(Spec(name, device, bytes)).status());
-    auto view = client_->Get(name);
-    MCD_RETURN_IF_ERROR(view.status());
-    Row shared{"copy_from_mapping", kind, device, bytes, {}, 0, ""};
-    Row local{"copy_local", kind, device, bytes, {}, 0, ""};
-    int reps = 20;
-    if (device == kHostDevice) {
-      std::vector<char> a(bytes, 1), b(bytes);
-      std::memset(view->data, 3, bytes);  // never time on untouched pages
-      for (int i = 0; i < reps + 2; ++i) {
-        auto t0 = Clock::now();
-        std::memcpy(b.data(), view->data, bytes);
-        auto t1 = Clock::now();
-        std::memcpy(b.data(), a.data(), bytes);
-        auto t2 = Clock::now();
-        if (i >= 2) {
-          shared.us.push_back(Us(t0, t1));
-          local.us.push_back(Us(t1, t2));
-        }
-      }
-    } else {
-      void* src = nullptr;
-      void* dst = nullptr;
-      cudaEvent_t e0, e1;
-      if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) {
-        cudaFree(src);
-        return Status(ErrorCode::kOutOfMemory, "bandwidth buffers");
-      }
-      cudaMemset(src, 7, bytes);
-      cudaMemset(view->data, 5, bytes);
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      auto time_copy = [&](void* to, const void* from) {
-        cudaEventRecord(e0);
-        cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        return static_cast<double>(ms) * 1000.0;
-      };
-      for (int i = 0; i < reps + 2; ++i) {
-        double s = time_copy(dst, view->data);
-        double l = time_copy(dst, src);
-        if (i >= 2) {
-          shared.us.push_back(s);
-          local.us.push_back(l);
-        }
-      }
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      cudaFree(src);
-      cudaFree(dst);
-    }
-    auto rate = [&](const Row& r) {
-      return 2.0 * static_cast<double>(bytes) / (Percentile(r.us, 0.5) * 1e-6) / 1e9;
-    };
-    shared.note = "GB/s (read+write) " + std::to_string(rate(shared)) + "; " +
-                  std::to_string(100.0 * rate(shared) / rate(local)) + "% of local";
-    local.note = "GB/s (read+write) " + std::to_string(rate(local));
-    rows_.push_back(std::move(shared));
-    rows_.push_back(std::move(local));
-    MCD_RETURN_IF_ERROR(client_->Release(name).status());  // the get's reference
-    return client_->Release(name).status();                // the create's: freed
   }
 
   std::vector<std::string> ChildArgs(std::vector<std::string> extra) const {

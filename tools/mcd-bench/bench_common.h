@@ -93,6 +93,7 @@ struct Options {
   double max_seconds = 5;
   std::vector<int> clients = {8};  // one throughput row per count
   int fresh = 20;
+  int device = 0;  // the GPU of the GPU allocators' rows (--device)
   bool self_serve = false;
   bool gpu = true;
   std::string only;  // comma list of allocators to run (cuda_ipc,cuda_mempool,host_shm)

@@ -3,6 +3,7 @@
 // allocator and size, the first get in a fresh process, the end-to-end share between two
 // processes, throughput with N client processes, and copy bandwidth through a shared mapping
 // against a local copy. See mcd-bench(1).
+#include "bare_floor.h"
 #include "bench.h"
 #include "children.h"
 #include "flags.h"
@@ -53,6 +54,11 @@ void AddFlags(CLI::App& app, BenchFlags& f) {
   app.add_option("--serve-args", f.serve_args,
                  "With --self-serve: more arguments for each mcd-serve it starts, split at spaces "
                  "(\"--slab-max 0\", say)");
+  app.add_option("--device", opt.device,
+                 "The GPU the rows run on; on a host with two GPUs or more, the cross-device row "
+                 "reads a tensor on it from the next one (0 reads from 1)")
+      ->check(CLI::Range(0, 1023))
+      ->capture_default_str();
   app.add_flag("--cpu", f.cpu_only, "Host memory only, even on a GPU machine");
   app.add_option("--only", opt.only, "Allocators to run: cuda_ipc,cuda_mempool,host_shm");
   app.add_flag("--json", f.json_out, "Print the JSON record instead of the table");
@@ -68,6 +74,7 @@ int RunChild(const BenchFlags& f) {
   int device = ParseDevice(f.child_device).value();
   if (f.child == "share") return ChildShare(f.opt.flags, device);
   if (f.child == "first-get") return ChildFirstGet(f.opt.flags, device, f.child_name);
+  if (f.child == "bare") return ChildBareImporter(f.child_name, device, f.child_id);
   if (f.child == "churn")
     return ChildChurn(f.opt.flags, device, f.child_bytes, f.child_seconds, f.child_id);
   return 64;
@@ -115,9 +122,11 @@ json Config(const Options& opt, int gpus) {
                     gethostname(h, 255);
                     return std::string(h);
                   }()}};
+  config["device"] = opt.device;
   if (gpus > 0) {
     cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, 0);
+    cudaGetDeviceProperties(&prop, opt.device);
+    config["gpus"] = gpus;
     int driver = 0, runtime = 0;
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
@@ -145,16 +154,18 @@ Result<Plan> MakePlan(Options& opt, SelfServe& self, int gpus) {
   if (opt.self_serve) {
     MCD_RETURN_IF_ERROR(self.StartRedis());
     opt.flags.redis_url = self.Url();
-    if (gpus > 0 && wanted("cuda_ipc")) plan.emplace_back("cuda_ipc", 0);
-    if (gpus > 0 && wanted("cuda_mempool")) plan.emplace_back("cuda_mempool", 0);
+    if (gpus > 0 && wanted("cuda_ipc")) plan.emplace_back("cuda_ipc", opt.device);
+    if (gpus > 0 && wanted("cuda_mempool")) plan.emplace_back("cuda_mempool", opt.device);
   } else {
     auto client = ConnectOrDie(opt.flags);
     auto info = client->ServerInfo();
     std::string allocators = info.ok() ? info.value()["allocator"] : "";
     auto served = [&](const char* item) { return allocators.find(item) != std::string::npos; };
-    if (gpus > 0 && served("0:cuda_mempool") && wanted("cuda_mempool"))
-      plan.emplace_back("cuda_mempool", 0);
-    if (gpus > 0 && served("0:cuda_ipc") && wanted("cuda_ipc")) plan.emplace_back("cuda_ipc", 0);
+    const std::string on = std::to_string(opt.device) + ":";
+    if (gpus > 0 && served((on + "cuda_mempool").c_str()) && wanted("cuda_mempool"))
+      plan.emplace_back("cuda_mempool", opt.device);
+    if (gpus > 0 && served((on + "cuda_ipc").c_str()) && wanted("cuda_ipc"))
+      plan.emplace_back("cuda_ipc", opt.device);
   }
   if (wanted("host_shm")) plan.emplace_back("host_shm", kHostDevice);
   if (plan.empty()) return Status(ErrorCode::kInvalidArgument, "nothing to measure");
@@ -171,7 +182,7 @@ Result<json> RunPlan(const Options& opt, const Plan& plan, SelfServe& self, cons
       run_flags.node = "bench-" + kind + "-" + std::to_string(getpid());
       self.StopServer();
       MCD_RETURN_IF_ERROR(self.StartServer(kind == "cuda_mempool" ? "pool" : "cuda",
-                                           device == kHostDevice ? "cpu" : "0", run_flags.node,
+                                           DeviceName(device), run_flags.node,
                                            opt.serve_args));
     }
     MCD_ASSIGN_OR_RETURN(json part, MeasureAllocator(opt, run_flags, kind, device, config));
@@ -199,6 +210,12 @@ static int ToolMain(int argc, char** argv) {
   if (Status lists = ParseLists(f); !lists.ok()) return tools::Fail("mcd-bench", lists);
   int gpus = 0;
   if (!f.cpu_only && cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  if (gpus > 0 && f.opt.device >= gpus) {
+    return tools::Fail("mcd-bench", Status(ErrorCode::kInvalidArgument,
+                                           "--device " + std::to_string(f.opt.device) + ": this host has " +
+                                               std::to_string(gpus) + " GPU(s), 0 to " +
+                                               std::to_string(gpus - 1)));
+  }
   json config = Config(f.opt, gpus);
   CatchStopSignals();
   SelfServe self;
