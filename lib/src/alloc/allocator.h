@@ -91,16 +91,16 @@ std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config);
 // - Demand-driven: a size is stocked only once a create asked for it, and each create of it
 //   lets the stock grow by one (up to kReadyPerSize blocks): Refill (posted after the create)
 //   allocates the block, off the create's path.
-// - A freed block of a stocked size goes back to the stock instead of being freed (however many
-//   the size has), zeroed on the worker's stream on its way; a create takes a block whose
-//   zeroing has finished, one handed out before first (other processes open it faster), or
-//   waits for the oldest: a block never carries a former tenant's bytes.
+// - A freed block of a stocked size goes back to the stock instead of being freed, zeroed on
+//   the worker's stream on its way; a create takes a block whose zeroing has finished, one
+//   handed out before first (other processes open it faster), or waits for the oldest: a block
+//   never carries a former tenant's bytes.
 // - Bounded: only sizes up to max_bytes / 2 (two blocks of a size fit: one handed out while the
 //   other is zeroed), max_bytes in all. Sizes not created for
 //   kReadyIdle are given back by Trim; all of it before an allocation is retried after running
 //   out of memory, and at shutdown.
 // max_bytes 0 returns `inner` itself.
-inline constexpr int kReadyPerSize = 4;
+inline constexpr int kReadyPerSize = 8;
 inline constexpr int64_t kReadyIdleMs = 2000;
 std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, uint64_t max_bytes);
 

@@ -71,9 +71,8 @@ class ReadyStock final : public Allocator {
   Status Free(DeviceContext& ctx, const Allocation& allocation) override {
     refill_paused_ = false;
     auto shelf = shelves_.find(allocation.bytes);
-    // Kept whatever the size's count (only max_bytes bounds it): a block handed out before is
-    // worth more than a new one (TakeZeroed).
-    if (shelf != shelves_.end() && Held() + allocation.bytes <= max_bytes_ && ctx.gpu_up() &&
+    if (shelf != shelves_.end() && static_cast<int>(shelf->second.blocks.size()) < kReadyPerSize &&
+        Held() + allocation.bytes <= max_bytes_ && ctx.gpu_up() &&
         Stock(ctx, shelf->second, allocation, /*handed_out=*/true)) {
       return Status::Ok();
     }
@@ -109,13 +108,17 @@ class ReadyStock final : public Allocator {
       }
       for (Block& block : it->second.blocks) {
         (void)inner_->Free(ctx, block.memory);
-        if (block.zeroed) cudaEventDestroy(block.zeroed);
+        spare_events_.push_back(block.zeroed);
         Hold(-static_cast<int64_t>(block.memory.bytes));
       }
       it = shelves_.erase(it);
     }
     inner_->Trim(ctx, everything);  // the inner allocator's own caches (cuda_ipc's empty slabs)
-    if (everything && ctx.gpu_up()) (void)cudaStreamSynchronize(ctx.stream());  // the frees are done
+    if (everything) {
+      for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+      spare_events_.clear();
+      if (ctx.gpu_up()) (void)cudaStreamSynchronize(ctx.stream());  // the frees are done
+    }
   }
 
   uint64_t PoolUsedBytes(DeviceContext& ctx) override {
@@ -141,11 +144,17 @@ class ReadyStock final : public Allocator {
   // wait for. False when the memset cannot be queued (the block is then not shelved).
   bool Stock(DeviceContext& ctx, Shelf& shelf, const Allocation& memory, bool handed_out) {
     Block block{memory, nullptr, handed_out};
-    if (cudaEventCreateWithFlags(&block.zeroed, cudaEventDisableTiming) != cudaSuccess ||
-        cudaMemsetAsync(memory.ptr, 0, memory.bytes, ctx.stream()) != cudaSuccess ||
+    if (!spare_events_.empty()) {
+      block.zeroed = spare_events_.back();
+      spare_events_.pop_back();
+    } else if (cudaEventCreateWithFlags(&block.zeroed, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (cudaMemsetAsync(memory.ptr, 0, memory.bytes, ctx.stream()) != cudaSuccess ||
         cudaEventRecord(block.zeroed, ctx.stream()) != cudaSuccess) {
       cudaGetLastError();
-      if (block.zeroed) cudaEventDestroy(block.zeroed);
+      spare_events_.push_back(block.zeroed);
       return false;
     }
     shelf.blocks.push_back(std::move(block));
@@ -154,14 +163,15 @@ class ReadyStock final : public Allocator {
   }
 
   // Hands out a block whose zeroing has finished, one handed out before first: the driver makes
-  // the first open of an allocation in another process slow (~0.7 ms for 1 GiB on an H200,
-  // where a later open of it takes ~0.1 ms), and a reused block had that open already. Then the
-  // oldest; when no zeroing has finished, waits for the oldest (the first memset queued
-  // finishes first). A block never carries a former tenant's bytes.
+  // another process's open of an allocation made a moment ago slow (~0.7-0.9 ms for 1 GiB on an
+  // H200, against ~0.2 ms for an older one), and a reused block is not new. Then the oldest; when
+  // no zeroing has finished, waits for the oldest. The memsets run in stream order, so the
+  // finished ones are a prefix of the shelf: the search stops at the first that is not. A block
+  // never carries a former tenant's bytes.
   Result<Allocation> TakeZeroed(Shelf& shelf) {
     auto pick = shelf.blocks.end();
     for (auto it = shelf.blocks.begin(); it != shelf.blocks.end(); ++it) {
-      if (cudaEventQuery(it->zeroed) != cudaSuccess) continue;
+      if (cudaEventQuery(it->zeroed) != cudaSuccess) break;
       if (pick == shelf.blocks.end() || (it->handed_out && !pick->handed_out)) pick = it;
       if (pick->handed_out) break;
     }
@@ -171,7 +181,7 @@ class ReadyStock final : public Allocator {
       MCD_CUDA_RETURN(cudaEventSynchronize(pick->zeroed));
     }
     Allocation memory = std::move(pick->memory);
-    cudaEventDestroy(pick->zeroed);
+    spare_events_.push_back(pick->zeroed);
     shelf.blocks.erase(pick);
     return memory;
   }
@@ -183,6 +193,7 @@ class ReadyStock final : public Allocator {
   const uint64_t max_bytes_;
   const uint64_t max_block_;
   std::map<uint64_t, Shelf> shelves_;  // by size in bytes; worker thread only
+  std::vector<cudaEvent_t> spare_events_;  // of blocks handed out or freed, for the next Stock
   std::atomic<uint64_t> held_{0};
   // Set by Allocate for a stocked size, cleared by Refill (both on the worker thread); the
   // server reads it after the Allocate it waited for.
