@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -92,8 +93,9 @@ inline void GrantAccess(cudaMemPool_t pool) {
   Check(cudaMemPoolSetAccess(pool, &access, 1), "cudaMemPoolSetAccess");
 }
 
-// Runs this program again as a fresh process with `args` (argv[1] on) and waits for it.
-inline void RunFreshChild(const char* argv0, const std::vector<std::string>& args) {
+// Runs this program again as a fresh process with `args` (argv[1] on) and waits for it; returns
+// its wait status.
+inline int RunFreshChild(const char* argv0, const std::vector<std::string>& args) {
   std::vector<char*> argv = {const_cast<char*>(argv0)};
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -104,6 +106,7 @@ inline void RunFreshChild(const char* argv0, const std::vector<std::string>& arg
   }
   int status = 0;
   waitpid(pid, &status, 0);
+  return status;
 }
 
 }  // namespace probe

@@ -151,6 +151,19 @@ TEST_F(PoolWithStockTest, ACreateThatRunsOutOfMemoryGetsTheStockBackFirst) {
   ASSERT_TRUE(client->Release("big").ok());
 }
 
+// A pool pointer above 5 GiB would crash every process that imports it (the CUDA driver's
+// cudaMemPoolImportPointer): the create is refused with a clear error, whatever the pool's size,
+// and the server goes on serving.
+TEST_F(PoolTest, ATensorAboveThePoolImportLimitIsRefused) {
+  auto big = Tool("mcd-create", {"big", "--dtype", "u8", "--shape", "5370806272", "--device", "0"});  // 5 GiB + 2 MiB
+  EXPECT_EQ(big.exit_code, 64) << big.err;
+  EXPECT_NE(big.err.find("too_large"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("--allocator cuda"), std::string::npos) << big.err;
+  EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
+  ASSERT_EQ(Tool("mcd-create", {"small", "--dtype", "u8", "--shape", "4096", "--device", "0"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-get", {"small", "--no-ref", "--print", "2"}).exit_code, 0);
+}
+
 TEST_F(PoolTest, OutOfMemoryAtThePoolMaximum) {
   ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "201326592", "--device", "0"}).exit_code, 0);  // 192 MiB
   auto oom = Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "134217728", "--device", "0"});  // 128 MiB

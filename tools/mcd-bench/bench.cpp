@@ -3,6 +3,7 @@
 #include "bandwidth.h"
 #include "bare_floor.h"
 #include "children.h"
+#include "throughput.h"
 #include "memcuda/polling.h"
 #include "report.h"
 
@@ -32,32 +33,6 @@ class Bench {
     return Status::Ok();
   }
 
-  // Redis's CPU time so far (INFO cpu: user + system of the whole redis-server process), in
-  // seconds; negative when it cannot be read (an INFO that is not allowed, say).
-  double RedisCpuSeconds() {
-    if (!redis_) return -1;  // RedisFloor has not run
-    auto info = redis_->Command({"INFO", "cpu"});
-    if (!info.ok() || info->type == RedisValue::Type::kError) return -1;
-    double total = 0;
-    for (const char* field : {"used_cpu_sys", "used_cpu_user"}) {
-      std::string value = InfoField(info->str, field);
-      if (value.empty()) return -1;
-      total += std::strtod(value.c_str(), nullptr);
-    }
-    return total;
-  }
-
-  // CPU time so far (user + system, seconds) of the server process and of its command thread
-  // (the main thread, whose tid is the pid), from /proc; negative when unknown.
-  std::pair<double, double> ServerCpuSeconds() {
-    if (!client_) return {-1, -1};
-    auto info = client_->ServerInfo();
-    if (!info.ok() || info->count("pid") == 0) return {-1, -1};
-    const std::string pid = info->at("pid");
-    return {ProcCpuSeconds("/proc/" + pid + "/stat"),
-            ProcCpuSeconds("/proc/" + pid + "/task/" + pid + "/stat")};
-  }
-
   // Every row of one allocator on one device; then whatever of the run's tensors is still there
   // (a failed or stopped row's) is given back.
   Status Allocator(const std::string& kind, int device) {
@@ -83,6 +58,7 @@ class Bench {
     std::vector<std::function<Status()>> rows;
     const bool gpu = device != kHostDevice;
     for (uint64_t bytes : opt_.sizes) {
+      if (!Serves(kind, device, bytes)) continue;
       rows.push_back([=] { return Lifecycle(kind, device, bytes); });
       rows.push_back([=] { return FirstGet(kind, device, bytes); });
       if (gpu) rows.push_back([=] { return Keep(BareFirstOpen(opt_, kind, device, bytes)); });
@@ -109,6 +85,22 @@ class Bench {
       MCD_RETURN_IF_ERROR(row());
     }
     return Status::Ok();
+  }
+
+  // Whether the server makes a tensor of `bytes` on `device` at all; a size it refuses as too
+  // large (the pool's limit) is left out of the run, with a warning. Other errors are left to
+  // the rows.
+  bool Serves(const std::string& kind, int device, uint64_t bytes) {
+    const std::string name = Name("probe", static_cast<int>(bytes >> 20));
+    auto made = client_->Create(Spec(name, device, bytes));
+    if (made.ok()) {
+      (void)client_->Release(name);
+      return true;
+    }
+    if (made.status().code() != ErrorCode::kTooLarge) return true;
+    std::cerr << "mcd-bench: " << kind << " refuses " << tools::HumanBytes(bytes)
+              << " tensors, its rows of that size are left out: " << made.status().ToString() << "\n";
+    return false;
   }
 
   json Record(const json& config) const {
@@ -272,11 +264,13 @@ class Bench {
       // exists was not allocated a moment ago (the driver makes the first open of an allocation
       // that new wait: ~0.7 ms for 1 GiB on an H200, with CUDA alone too).
       if (existing && ready.empty()) {
+        auto making = Clock::now();
         for (int j = i; j < std::min(opt_.iterations, i + BatchOf(bytes)) && failed.ok(); ++j) {
           ready.push_back(Name(tag, j));
           failed = MakeFilled(ready.back(), device, bytes);
         }
         if (!failed.ok()) break;
+        deadline += Clock::now() - making;  // the row's time bound counts handovers only
       }
       const std::string name = Name(tag, i);
       if (existing) ready.erase(ready.begin());  // its front: `name`
@@ -338,61 +332,9 @@ class Bench {
   }
 
   Status Throughput(const std::string& kind, int device, uint64_t bytes, int clients) {
-    Say("throughput with " + std::to_string(clients) + " clients " + kind);
-    double seconds = std::min(opt_.max_seconds, 3.0);
-    std::vector<Child> children;
-    double cpu0 = RedisCpuSeconds();
-    auto [server0, thread0] = ServerCpuSeconds();
-    auto t0 = Clock::now();
-    for (int c = 0; c < clients; ++c) {
-      children.push_back(
-          SpawnChild(ChildArgs({"--child", "churn", "--child-device", DeviceName(device),
-                                "--child-bytes", std::to_string(bytes), "--child-seconds",
-                                std::to_string(seconds), "--child-id", std::to_string(c)})));
-    }
-    Row row{"create+delete_x" + std::to_string(clients),
-            kind,
-            device,
-            bytes,
-            {},
-            0,
-            std::to_string(clients) + (clients == 1 ? " client process" : " client processes") +
-                ", create+delete pairs"};
-    for (Child& child : children) {
-      std::istringstream in(ReadLine(child.from));
-      size_t pairs = 0, read = 0;
-      in >> pairs;
-      for (double create_us, delete_us; in >> create_us >> delete_us; ++read) {
-        row.create_us.push_back(create_us);
-        row.delete_us.push_back(delete_us);
-        row.us.push_back(create_us + delete_us);
-      }
-      if (WaitChild(child) != 0) return Status(ErrorCode::kInternal, "a throughput client failed");
-      if (read != pairs || pairs == 0) {
-        return Status(ErrorCode::kInternal, "a throughput client reported " +
-                                                std::to_string(pairs) + " pairs but " +
-                                                std::to_string(read) + " latencies");
-      }
-    }
-    double wall = Us(t0, Clock::now()) / 1e6;
-    double cpu1 = RedisCpuSeconds();
-    auto [server1, thread1] = ServerCpuSeconds();
-    row.ops_per_s = static_cast<double>(row.us.size()) / std::max(wall, seconds);
-    if (cpu0 >= 0 && cpu1 >= cpu0 && !row.us.empty()) {
-      // Which of Redis and the server bounds the rate: Redis's CPU per pair, and how busy it was.
-      row.redis_cpu_us = (cpu1 - cpu0) * 1e6 / static_cast<double>(row.us.size());
-      row.note += "; Redis CPU " + Whole(row.redis_cpu_us) + " us per pair, " +
-                  Whole((cpu1 - cpu0) * 100 / wall) + "% busy";
-    }
-    if (server0 >= 0 && server1 >= server0 && thread0 >= 0 && thread1 >= thread0 &&
-        !row.us.empty()) {
-      row.server_cpu_us = (server1 - server0) * 1e6 / static_cast<double>(row.us.size());
-      row.server_thread_busy = (thread1 - thread0) / wall;
-      row.note += "; server CPU " + Whole(row.server_cpu_us) + " us per pair, its command thread " +
-                  Whole(row.server_thread_busy * 100) + "% busy";
-    }
-    row.note += "; p99 of the create " + Whole(Percentile(row.create_us, 0.99)) +
-                " us, of the delete " + Whole(Percentile(row.delete_us, 0.99)) + " us";
+    MCD_ASSIGN_OR_RETURN(
+        Row row, MeasureThroughput(opt_, redis_.get(), *client_, kind, device, bytes, clients,
+                                   ChildArgs({})));
     rows_.push_back(std::move(row));
     return Status::Ok();
   }

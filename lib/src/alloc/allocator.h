@@ -82,8 +82,14 @@ std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix);
 // are carved from shared slabs (SlabCarver, slab_carver.h; 0: every tensor alone).
 std::unique_ptr<Allocator> MakeCudaIpcAllocator(uint64_t max_slab_bytes);
 // cudaMallocFromPoolAsync on the worker's stream from an IPC-capable pool (POSIX fd handles);
-// cudaMemPoolExportPointer data in ipc_handle.
+// cudaMemPoolExportPointer data in ipc_handle. Tensors above kMaxPoolTensorBytes are refused
+// (kTooLarge).
 std::unique_ptr<Allocator> MakeCudaMempoolAllocator(PoolConfig config);
+// The largest cuda_mempool tensor. Another process's cudaMemPoolImportPointer of a larger pool
+// pointer crashes inside the CUDA driver (SIGSEGV): with driver 580.159.04 on an H200, 5 GiB and
+// 5.125 GiB import, 5.25 GiB and more crash (scripts/probes/pool_large_probe.cu). No consumer
+// could open such a tensor, so the server refuses to make it.
+inline constexpr uint64_t kMaxPoolTensorBytes = 5ull << 30;
 
 // A stock of zeroed blocks in front of a GPU allocator, so that a create of a size created
 // recently takes a block that is ready (zeroed, exported, synchronized) instead of waiting for

@@ -75,6 +75,13 @@ class CudaMempoolAllocator final : public Allocator {
   }
 
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
+    if (bytes > kMaxPoolTensorBytes) {
+      return Status(ErrorCode::kTooLarge,
+                    "requested " + std::to_string(bytes) + " bytes: cuda_mempool tensors are limited to " +
+                        std::to_string(kMaxPoolTensorBytes) +
+                        " (another process's import of a larger pool pointer crashes the CUDA "
+                        "driver); run mcd-serve --allocator cuda for larger tensors");
+    }
     MCD_RETURN_IF_ERROR(Init(ctx));
     void* ptr = nullptr;
     cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, ctx.stream());
