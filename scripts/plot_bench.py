@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Plots mcd-bench records (and the torch.multiprocessing peer's) into one PNG.
 
-Left: end-to-end share latency (create in A, get + map + touch in B, ack) by tensor size, per
-allocator and for the peer. Right: create / get (warm) / delete medians at 1 MiB per allocator.
+Left: end-to-end share latency by tensor size, per allocator and for the peer, of a fresh tensor
+(create in A, get + map + touch in B, ack) and of an existing one (made before the clock).
+Right: create / get (warm) / delete medians at 1 MiB per allocator.
 Needs Debian's python3-matplotlib.
 
-    /usr/bin/python3 scripts/plot_bench.py docs/bench-h100.json docs/torch-h100.json -o docs/bench-h100.png
+    /usr/bin/python3 scripts/plot_bench.py docs/bench-h200-cuda_ipc.json docs/bench-h200-pool-host.json \
+        docs/torch-h200.json -o docs/bench-h200.png
 """
 import argparse
 import json
@@ -27,16 +29,22 @@ def main():
         rows += record["rows"]
         title = title or record["config"].get("gpu", "")
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    for allocator in sorted({r["allocator"] for r in rows if r["row"] == "share"}):
-        share = sorted((r["bytes"], r["median_us"], r["p90_us"]) for r in rows
-                       if r["row"] == "share" and r["allocator"] == allocator)
-        xs = [s[0] for s in share]
-        left.errorbar(xs, [s[1] for s in share], yerr=[[0] * len(share), [s[2] - s[1] for s in share]],
-                      marker="o", capsize=3, label=allocator)
+    colors = {}
+    for row, style in (("share", "-"), ("share_existing", "--")):
+        for allocator in sorted({r["allocator"] for r in rows if r["row"] == "share"}):
+            share = sorted((r["bytes"], r["median_us"]) for r in rows
+                           if r["row"] == row and r["allocator"] == allocator)
+            if not share:
+                continue
+            line = left.plot([s[0] for s in share], [s[1] for s in share], style, marker="o",
+                             color=colors.get(allocator),
+                             label=f"{allocator} ({'fresh' if row == 'share' else 'existing'})")[0]
+            colors[allocator] = line.get_color()
     left.set_xscale("log", base=2)
+    left.set_yscale("log")
     left.set_xlabel("tensor bytes")
-    left.set_ylabel("share latency, median (bar: p90), us")
-    left.set_title("create in A -> get + map + touch in B -> ack")
+    left.set_ylabel("share latency, median, us")
+    left.set_title("fresh (solid): create in A, get + map + touch in B, ack;\nexisting (dashed): the same for a tensor made before", fontsize=10)
     left.legend()
     left.grid(alpha=0.3)
     steps = ["create", "get_warm", "delete"]
