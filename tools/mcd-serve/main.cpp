@@ -28,7 +28,7 @@ struct ServeFlags {
   uint64_t event_history = 10000;
   bool no_node_copies = false;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
-  std::string ready_max = "256MiB", slab_max = "512MiB";
+  std::string ready_max = "64MiB", slab_max = "32MiB";
   bool quiet = false;
   bool verbose = false;
 };
