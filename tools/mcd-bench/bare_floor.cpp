@@ -31,9 +31,7 @@ std::vector<std::string> BareChildArgs(const std::string& kind, int device, int 
 
 // One "open HEX" exchange with a bare child; returns the child's own open time.
 Result<double> OpenInChild(Child& child, const std::string& handle) {
-  std::fprintf(child.to, "open %s\n", handle.c_str());
-  std::fflush(child.to);
-  std::istringstream reply(ReadLine(child.from));
+  std::istringstream reply(Ask(child, "open " + handle));
   std::string ok;
   double open_us = 0;
   if (!(reply >> ok >> open_us) || ok != "ok")
@@ -42,9 +40,7 @@ Result<double> OpenInChild(Child& child, const std::string& handle) {
 }
 
 Status CloseInChild(Child& child) {
-  std::fprintf(child.to, "close\n");
-  std::fflush(child.to);
-  std::string said = ReadLine(child.from);
+  std::string said = Ask(child, "close");
   return said == "closed" ? Status::Ok() : Status(ErrorCode::kInternal, "bare importer: " + said);
 }
 

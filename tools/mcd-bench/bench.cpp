@@ -256,31 +256,26 @@ class Bench {
     if (ReadLine(consumer.from) != "ready")
       return Status(ErrorCode::kInternal, "share consumer did not start");
     std::vector<std::string> live;   // handed over, not given back yet
-    std::vector<std::string> ready;  // existing: made and filled, not handed over yet
+    int made = 0;  // existing: Name(tag, 0) to Name(tag, made - 1) were made and filled
     auto deadline = Clock::now() + std::chrono::duration<double>(opt_.max_seconds);
     Status failed;
     for (int i = 0; failed.ok() && i < opt_.iterations && Clock::now() < deadline && !Stopping(); ++i) {
       // Existing tensors are made a batch at a time, ahead of their handovers: a tensor that
       // exists was not allocated a moment ago (the driver makes the first open of an allocation
       // that new wait: ~0.7 ms for 1 GiB on an H200, with CUDA alone too).
-      if (existing && ready.empty()) {
+      if (existing && i == made) {
         auto making = Clock::now();
-        for (int j = i; j < std::min(opt_.iterations, i + BatchOf(bytes)) && failed.ok(); ++j) {
-          ready.push_back(Name(tag, j));
-          failed = MakeFilled(ready.back(), device, bytes);
-        }
+        for (int end = std::min(opt_.iterations, i + BatchOf(bytes)); made < end && failed.ok(); ++made)
+          failed = MakeFilled(Name(tag, made), device, bytes);
         if (!failed.ok()) break;
         deadline += Clock::now() - making;  // the row's time bound counts handovers only
       }
       const std::string name = Name(tag, i);
-      if (existing) ready.erase(ready.begin());  // its front: `name`
       auto t0 = Clock::now();
       if (!existing && !(failed = client_->Create(Spec(name, device, bytes)).status()).ok()) break;
       double create_us = Us(t0, Clock::now());
       live.push_back(name);
-      std::fprintf(consumer.to, "%s\n", name.c_str());
-      std::fflush(consumer.to);
-      std::string ack = ReadLine(consumer.from);
+      std::string ack = Ask(consumer, name);
       std::istringstream parts(ack);
       std::string ok;
       double get_us = 0, touch_us = 0;
@@ -295,9 +290,10 @@ class Bench {
       if (live.size() >= static_cast<size_t>(BatchOf(bytes))) failed = GiveBackShared(consumer, live, existing, row);
     }
     if (failed.ok()) failed = GiveBackShared(consumer, live, existing, row);
-    for (const std::string& name : ready) {  // made, never handed over: A's two references
-      if (failed.ok()) failed = client_->Release(name).status();
-      if (failed.ok()) failed = client_->Release(name).status();
+    for (int i = static_cast<int>(row.us.size()); failed.ok() && i < made; ++i) {
+      // Made, never handed over: A's two references.
+      failed = client_->Release(Name(tag, i)).status();
+      if (failed.ok()) failed = client_->Release(Name(tag, i)).status();
     }
     WaitChild(consumer);
     MCD_RETURN_IF_ERROR(failed);  // what is left is given back after the rows (Allocator)
@@ -316,9 +312,7 @@ class Bench {
   // apart, for the note: the process's first unmap may cost more), then A's.
   Status GiveBackShared(Child& consumer, std::vector<std::string>& live, bool existing, Row& row) {
     for (const std::string& name : live) {
-      std::fprintf(consumer.to, "release %s\n", name.c_str());
-      std::fflush(consumer.to);
-      std::istringstream done(ReadLine(consumer.from));
+      std::istringstream done(Ask(consumer, "release " + name));
       std::string word;
       double us = 0;
       if (!(done >> word >> us) || word != "done")

@@ -60,6 +60,12 @@ std::string ReadLine(FILE* f) {
   return line;
 }
 
+std::string Ask(Child& child, const std::string& line) {
+  std::fprintf(child.to, "%s\n", line.c_str());
+  std::fflush(child.to);
+  return ReadLine(child.from);
+}
+
 int WaitChild(Child& c) {
   if (c.to) std::fclose(c.to);
   if (c.from) std::fclose(c.from);

@@ -30,6 +30,8 @@ Child SpawnChild(const std::vector<std::string>& args);
 // One whole line, however long: a throughput client sends every latency it measured on one
 // line (8 bytes or so each, so tens of kilobytes).
 std::string ReadLine(FILE* f);
+// Sends `line` to the child and returns its one-line answer.
+std::string Ask(Child& child, const std::string& line);
 // Closes the child's streams and waits for it; its exit code (70 when it did not exit).
 int WaitChild(Child& c);
 // Reads one element through the mapping: proves the memory is reachable from this process.
