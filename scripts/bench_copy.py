@@ -2,12 +2,15 @@
 """Copies between nodes, measured: `mcd-create DST --copy-of SRC` between two mcd-serve processes
 of different nodes on this host, over UCX's TCP and shared-memory transports, for host and GPU
 tensors, beside a plain cudaMemcpy D2H + H2D of the same size (PyTorch, pageable and pinned).
+With a CUDA-aware UCX (LD_LIBRARY_PATH), GPU tensors are copied both in place and staged in
+pinned host memory (mcd-serve --stage-gpu-copies), in one run.
 
 Each figure is the median of --rounds copies, timed around the mcd-create process (its start and
 Redis round trips included: the 4 KiB row shows that fixed part). Needs redis-server and the
 mcd-* tools on PATH (or --bin); the GPU rows need a CUDA device and, for the baseline, PyTorch.
 
     python3 scripts/bench_copy.py --sizes 64MiB,1GiB --devices cpu,0
+    python3 scripts/bench_copy.py --transports "tcp,cuda_copy sm,cuda_copy,cuda_ipc" --devices 0
 """
 import argparse
 import os
@@ -37,18 +40,22 @@ def wait_for(predicate, seconds):
     return False
 
 
-def start_servers(bin_dir, env, tls, devices, tmp):
+def start_servers(bin_dir, env, tls, devices, staged, tmp):
+    """The two servers, and whether they move GPU tensors in place."""
     servers = []
+    in_place = False
     for node in ("copy-a", "copy-b"):
-        log = open(os.path.join(tmp, f"{node}-{tls}.log"), "w")
+        log = open(os.path.join(tmp, f"{node}-{tls}-{staged}.log"), "w")
         server_env = dict(env, UCX_TLS=tls)
-        proc = subprocess.Popen([os.path.join(bin_dir, "mcd-serve"), "--node", node, "--devices", devices],
+        argv = [os.path.join(bin_dir, "mcd-serve"), "--node", node, "--devices", devices]
+        proc = subprocess.Popen(argv + (["--stage-gpu-copies"] if staged else []),
                                 env=server_env, stdout=log, stderr=log)
         servers.append(proc)
         ok = wait_for(lambda: "serving node" in open(log.name).read(), 30)
         if not ok:
             raise SystemExit(f"mcd-serve {node} did not start: {open(log.name).read()}")
-    return servers
+        in_place = not staged and "reads and writes GPU memory itself" in open(log.name).read()
+    return servers, in_place
 
 
 def time_copies(bin_dir, env, device, size, rounds):
@@ -94,7 +101,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="4KiB,64MiB,1GiB")
     p.add_argument("--devices", default="cpu,0", help="cpu and/or a GPU ordinal")
-    p.add_argument("--transports", default="tcp,sm", help="UCX_TLS values, one run each")
+    p.add_argument("--transports", default="tcp sm",
+                   help="UCX_TLS values separated by spaces, one run each")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--bin", default=os.environ.get("MCD_BIN_DIR", ""),
                    help="folder of the mcd-* tools (default: from PATH)")
@@ -112,17 +120,23 @@ def main():
     wait_for(lambda: os.path.exists(sock), 10)
     rows = []
     try:
-        for tls in a.transports.split(","):
-            servers = start_servers(bin_dir, env, tls, gpus, tmp)
-            try:
-                for device in devices:
-                    for size in sizes:
-                        t = time_copies(bin_dir, env, device, size, a.rounds)
-                        rows.append((f"copy {tls}", "host" if device == "cpu" else f"gpu {device}", size, t))
-            finally:
-                for s in servers:
-                    s.terminate()
-                    s.wait()
+        for tls in a.transports.split():
+            for staged in (False, True):
+                servers, in_place = start_servers(bin_dir, env, tls, gpus, staged, tmp)
+                try:
+                    for device in devices:
+                        if device == "cpu" and staged:
+                            continue  # host tensors always go in place
+                        path = "" if device == "cpu" else ", in place" if in_place else ", staged"
+                        for size in sizes:
+                            t = time_copies(bin_dir, env, device, size, a.rounds)
+                            rows.append((f"copy {tls}{path}", "host" if device == "cpu" else f"gpu {device}", size, t))
+                finally:
+                    for s in servers:
+                        s.terminate()
+                        s.wait()
+                if not in_place:
+                    break  # a UCX that cannot read GPU memory stages without being asked
         if gpus != "cpu":
             for size in sizes:
                 base = cuda_baseline(size, a.rounds)
@@ -132,9 +146,9 @@ def main():
     finally:
         redis.terminate()
         redis.wait()
-    print(f"{'path':<32} {'memory':<8} {'size':>10} {'median ms':>10} {'GB/s':>8}")
+    print(f"{'path':<44} {'memory':<8} {'size':>10} {'median ms':>10} {'GB/s':>8}")
     for path, memory, size, t in rows:
-        print(f"{path:<32} {memory:<8} {size:>10} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f}")
+        print(f"{path:<44} {memory:<8} {size:>10} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f}")
 
 
 if __name__ == "__main__":

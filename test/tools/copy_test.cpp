@@ -73,6 +73,7 @@ class Copies : public ::testing::Test {
     }
     return path;
   }
+  void CopyEveryWay(const std::string& file);
   std::string HashField(const std::string& name, const std::string& field) {
     auto reply = redis_.Connect()->Command({"HGET", keys_.Tensor(name), field});
     return reply.ok() && !reply->is_nil() ? reply->str : "";
@@ -158,20 +159,60 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   servers_.erase(b_);
 }
 
-TEST_F(Copies, AGpuTensorIsCopiedThroughHostMemory) {
-  if (!test::HasCudaDevice()) GTEST_SKIP() << "needs a CUDA device";
-  Serve(a_, "", {"--devices", "0"});
-  Serve(b_, "", {"--devices", "0"});
-  std::string file = Pattern(16 * 1024 * 1024 + 3);  // 64 MiB and 12 bytes
+// GPU to GPU, GPU to host and host to GPU, each read back on its node.
+void Copies::CopyEveryWay(const std::string& file) {
   ASSERT_EQ(Tool("mcd-create", {"gsrc", "--from", file, "--device", "0", "--node", b_, "-q"}).exit_code, 0);
   auto to_gpu = Tool("mcd-create", {"gcopy", "--copy-of", "gsrc", "--device", "0", "--node", a_});
   ASSERT_EQ(to_gpu.exit_code, 0) << to_gpu.err << Log(a_) << Log(b_);
   ExpectSameBytes("gcopy", a_, file);
-  // GPU to host and host to GPU as well.
   ASSERT_EQ(Tool("mcd-create", {"hcopy", "--copy-of", "gsrc", "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
   ExpectSameBytes("hcopy", a_, file);
   ASSERT_EQ(Tool("mcd-create", {"gcopy2", "--copy-of", "hcopy", "--device", "0", "--node", b_, "-q"}).exit_code, 0);
   ExpectSameBytes("gcopy2", b_, file);
+  ASSERT_EQ(Tool("mcd-create", {"tiny", "--dtype", "u8", "--shape", "3", "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-create", {"tiny2", "--copy-of", "tiny", "--device", "0", "--node", a_, "-q"}).exit_code, 0)
+      << Log(a_) << Log(b_);
+}
+
+TEST_F(Copies, AGpuTensorIsStagedThroughPinnedHostMemory) {
+  if (!test::HasCudaDevice()) GTEST_SKIP() << "needs a CUDA device";
+  Serve(a_, "", {"--devices", "0", "--stage-gpu-copies"});
+  Serve(b_, "", {"--devices", "0", "--stage-gpu-copies"});
+  CopyEveryWay(Pattern(16 * 1024 * 1024 + 3));  // 64 MiB and 12 bytes
+  EXPECT_NE(Log(a_).find("GPU tensors staged in pinned host memory"), std::string::npos) << Log(a_);
+}
+
+// Needs a CUDA-aware UCX (LD_LIBRARY_PATH; Debian's is not): UCX moves GPU memory in place, over
+// shared memory and CUDA IPC on one host, or TCP through its own pinned buffers.
+TEST_F(Copies, ACudaAwareUcxCopiesGpuTensorsInPlace) {
+  if (!test::HasCudaDevice()) GTEST_SKIP() << "needs a CUDA device";
+  Serve(a_, "", {"--devices", "0"});
+  if (Log(a_).find("which reads and writes GPU memory itself") == std::string::npos) {
+    GTEST_SKIP() << "the UCX found cannot read GPU memory: " << Log(a_);
+  }
+  Serve(b_, "", {"--devices", "0"});
+  CopyEveryWay(Pattern(16 * 1024 * 1024 + 3));
+  // An rm of the source while UCX still reads it (1 GiB over TCP takes a second or two) frees it
+  // only once the copy is through: the copy is whole, and the memory goes after.
+  servers_[a_]->Stop(SIGTERM);
+  servers_[b_]->Stop(SIGTERM);
+  Serve(a_, "tcp,cuda_copy", {"--devices", "0"});
+  Serve(b_, "tcp,cuda_copy", {"--devices", "0", "-v"});
+  std::string big = Pattern(256 * 1024 * 1024);  // 1 GiB
+  ASSERT_EQ(Tool("mcd-create", {"bsrc", "--from", big, "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  test::Background copy({test::ToolPath("mcd-create"), "bcopy", "--copy-of", "bsrc", "--device", "0",
+                         "--node", a_, "-q"},
+                        Env(), dir_.path() + "/bcopy.log");
+  ASSERT_TRUE(test::WaitFor([&] { return Log(b_).find("read name=bsrc") != std::string::npos; }, 60000))
+      << Log(b_);  // b has handed the memory to UCX
+  EXPECT_EQ(Tool("mcd-rm", {"bsrc", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_EQ(copy.Wait(120), 0) << test::ReadFile(dir_.path() + "/bcopy.log") << Log(a_) << Log(b_);
+  ExpectSameBytes("bcopy", a_, big);
+  EXPECT_EQ(HashField("bsrc", "state"), "");
+  EXPECT_NE(Log(b_).find("waits for a copy to another node"), std::string::npos)
+      << "the rm came after the copy: nothing was held\n" << Log(b_);
+  EXPECT_TRUE(test::WaitFor([&] { return Log(b_).find("the free that waited for it runs") != std::string::npos; }, 10000))
+      << Log(b_);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ struct ServeFlags {
   int req_ttl = 60;
   uint64_t event_history = 10000;
   bool no_node_copies = false;
+  bool stage_gpu_copies = false;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
   std::string ready_max = "64MiB", slab_max = "32MiB";
   bool quiet = false;
@@ -65,6 +66,10 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
   app.add_flag("--no-node-copies", f.no_node_copies,
                "Neither serve copies of this node's tensors to other nodes' servers nor fetch "
                "theirs (mcd-create --copy-of); on by default where UCX is installed");
+  app.add_flag("--stage-gpu-copies", f.stage_gpu_copies,
+               "Stage GPU tensors of copies between nodes through pinned host memory even where "
+               "UCX reads and writes GPU memory itself (a CUDA-aware UCX), which it otherwise does "
+               "in place");
   app.add_option("--allocator", f.allocator,
                  "GPU allocator: cuda (cudaMalloc + CUDA IPC, opened by any CUDA program) or pool "
                  "(stream-ordered IPC pool; clients need libmemcuda or the pool socket)")
@@ -125,6 +130,7 @@ Result<ServerOptions> MakeOptions(const ServeFlags& f) {
   options.done_ttl_s = f.req_ttl;
   options.event_history = f.event_history;
   options.node_copies = !f.no_node_copies;
+  options.stage_gpu_copies = f.stage_gpu_copies;
   options.log_level = f.quiet ? 1 : f.verbose ? 3 : 2;
   options.allocator = f.allocator;
   options.pool_group = f.pool_group;

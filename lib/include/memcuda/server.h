@@ -49,6 +49,9 @@ struct MCD_API ServerOptions {
   // Serve copies of this node's tensors to other nodes' servers, and fetch theirs for creates
   // with copy_of, over UCX (docs/scale-out.md).
   bool node_copies = true;
+  // Stage GPU tensors of those copies through pinned host memory even where the UCX at hand
+  // reads and writes GPU memory itself (which it then does in place).
+  bool stage_gpu_copies = false;
 };
 
 // Lifecycle: Start() connects, refuses to run beside a live instance of the same node, removes

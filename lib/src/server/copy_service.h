@@ -4,14 +4,15 @@
 // one host, TCP, RDMA where present; UCX_TLS chooses).
 //
 // The bytes go from the source's memory to the destination's without a copy of their own for
-// host tensors (their shared-memory objects are mapped for the transfer), and through one host
-// buffer on each side for GPU tensors.
+// host tensors (their shared-memory objects are mapped for the transfer). GPU tensors go the same
+// way where the UCX at hand reads and writes GPU memory (a CUDA-aware build: cuda_copy,
+// cuda_ipc, GPUDirect RDMA), and through one pinned host buffer on each side where it does not.
 //
 // One thread runs every UCX call: progress, sends and receives. Other threads post jobs to it and
 // wait. Two active messages: READ {req, ctime, name} from the fetching server, sent with a reply
 // endpoint, answered with DATA {req, code, message} and the bytes, which UCX sends eagerly or by
-// rendezvous as their size asks. The bytes travel from and to host buffers: GPU memory is staged
-// through them by the device's worker (NodeCopier), which works with any UCX, CUDA-aware or not.
+// rendezvous as their size asks; a READ into GPU memory asks for rendezvous, so that UCX writes
+// the bytes in place.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,9 @@ struct HostBuffer {
   }
 };
 
+// Where bytes given to the service lie: UCX is told, so that it never has to guess.
+enum class Memory { kHost, kGpu };
+
 class CopyService {
  public:
   // A read another server asked for, waiting for the serving loop (NodeCopier::ServeReads).
@@ -41,6 +45,7 @@ class CopyService {
     int64_t ctime_ms = 0;
     std::string name;
     void* reply_ep = nullptr;  // ucp_ep_h of the asking server
+    bool rendezvous = false;   // the asker receives into GPU memory: no eager bytes
   };
 
   // The service, or kUnsupported when this build has no UCX, or UCX cannot start. `wake` is
@@ -50,16 +55,21 @@ class CopyService {
 
   // The UCX worker's address, hex: the heartbeat's ucx_address.
   virtual const std::string& address_hex() const = 0;
+  // Whether this UCX sends from and receives into GPU memory itself (its context lists CUDA
+  // among its memory types), so that GPU tensors need no staging in host memory.
+  virtual bool reads_gpu_memory() const = 0;
+  // A sentence for the server's log: the UCX version and how GPU tensors travel.
+  virtual std::string Describe() const = 0;
   virtual std::vector<Read> TakeReads() = 0;
-  // Sends `bytes` at `data` back for `read`, or the error that stops it (no bytes then).
-  // `release` runs, on the service's thread, once UCX no longer reads `data`.
+  // Sends `bytes` at `data` (in `memory`) back for `read`, or the error that stops it (no bytes
+  // then). `release` runs, on the service's thread, once UCX no longer reads `data`.
   virtual void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
-                      std::function<void()> release) = 0;
-  // Receives into `into` the `bytes` of tensor `name`, created at `ctime_ms`, of the server at
-  // `address_hex`, or the error that server answered; kTimeout after `timeout_ms`, after which
-  // nothing is written to `into` any more.
+                      Memory memory, std::function<void()> release) = 0;
+  // Receives into `into` (in `memory`; kGpu only where reads_gpu_memory()) the `bytes` of tensor
+  // `name`, created at `ctime_ms`, of the server at `address_hex`, or the error that server
+  // answered; kTimeout after `timeout_ms`, after which nothing is written to `into` any more.
   virtual Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                       void* into, uint64_t bytes, int timeout_ms) = 0;
+                       void* into, uint64_t bytes, Memory memory, int timeout_ms) = 0;
 };
 
 }  // namespace mcd

@@ -42,6 +42,8 @@ struct UcxApi {
   decltype(&::ucp_am_send_nbx) ucp_am_send_nbx = nullptr;
   decltype(&::ucp_am_recv_data_nbx) ucp_am_recv_data_nbx = nullptr;
   decltype(&::ucs_status_string) ucs_status_string = nullptr;
+  decltype(&::ucp_context_query) ucp_context_query = nullptr;
+  decltype(&::ucp_get_version_string) ucp_get_version_string = nullptr;
 };
 
 Result<const UcxApi*> LoadUcx() {
@@ -76,6 +78,8 @@ Result<const UcxApi*> LoadUcx() {
     MCD_UCX_SYMBOL(ucp_am_send_nbx)
     MCD_UCX_SYMBOL(ucp_am_recv_data_nbx)
     MCD_UCX_SYMBOL(ucs_status_string)
+    MCD_UCX_SYMBOL(ucp_context_query)
+    MCD_UCX_SYMBOL(ucp_get_version_string)
 #undef MCD_UCX_SYMBOL
     if (!all) return Status(ErrorCode::kUnsupported, "the UCX found is older than 1.13");
     return Status::Ok();
@@ -93,8 +97,15 @@ constexpr unsigned kDataId = 2;
 struct ReadHeader {
   uint64_t req;
   int64_t ctime_ms;
-  uint32_t name_length;  // the name follows
+  uint32_t name_length;  // the name follows, then one byte of ReadFlags (none from older servers)
 };
+// The asker receives into GPU memory: the answer goes by rendezvous, so that UCX writes the bytes
+// in place (eager bytes arrive in UCX's own host buffer).
+constexpr uint8_t kReadRendezvous = 1;
+
+ucs_memory_type_t UcxMemoryType(Memory memory) {
+  return memory == Memory::kGpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
 struct DataHeader {
   uint64_t req;
   int32_t code;            // ErrorCode; the message follows
@@ -136,6 +147,7 @@ struct PendingFetch {
   bool done = false;
   Status status;
   void* into = nullptr;
+  Memory memory = Memory::kHost;
   bool receiving = false;  // UCX is writing into `into` (a rendezvous in flight)
   uint64_t expected = 0;
   ucp_ep_h ep = nullptr;  // set on the service's thread when the read is sent
@@ -153,6 +165,7 @@ struct SendState {
   std::string header;
   const void* data = nullptr;
   uint64_t bytes = 0;
+  Memory memory = Memory::kHost;
   std::function<void()> release;        // once UCX no longer reads `data`
   std::shared_ptr<PendingFetch> fetch;  // a READ: failed if the send fails
   ~SendState() {
@@ -167,11 +180,13 @@ class UcxCopyService final : public CopyService {
 
   Status Init();
   const std::string& address_hex() const override { return address_hex_; }
+  bool reads_gpu_memory() const override { return reads_gpu_memory_; }
+  std::string Describe() const override;
   std::vector<Read> TakeReads() override;
-  void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
+  void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory memory,
               std::function<void()> release) override;
   Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms, void* into,
-               uint64_t bytes, int timeout_ms) override;
+               uint64_t bytes, Memory memory, int timeout_ms) override;
 
  private:
   void Loop();
@@ -189,6 +204,7 @@ class UcxCopyService final : public CopyService {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::string address_hex_;
+  bool reads_gpu_memory_ = false;
   std::thread thread_;
   bool stop_ = false;  // under jobs_mutex_
   std::mutex jobs_mutex_;
@@ -211,6 +227,11 @@ Status UcxCopyService::Init() {
   s = ucx->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
   ucx->ucp_config_release(config);
   if (s != UCS_OK) return UcxError("ucp_init", s);
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucx->ucp_context_query(context_, &attr) == UCS_OK) {
+    reads_gpu_memory_ = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  }
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_MULTI;  // ucp_worker_signal comes from other threads
@@ -243,6 +264,12 @@ Status UcxCopyService::Init() {
   }
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
+}
+
+std::string UcxCopyService::Describe() const {
+  return std::string("UCX ") + ucx->ucp_get_version_string() +
+         (reads_gpu_memory_ ? ", which reads and writes GPU memory itself"
+                            : ", which cannot read GPU memory: GPU tensors staged in pinned host memory");
 }
 
 UcxCopyService::~UcxCopyService() {
@@ -306,8 +333,10 @@ void UcxCopyService::Post(std::function<void()> job) {
 
 void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags) {
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   param.flags = flags;
+  param.memory_type = UcxMemoryType(state->memory);
   param.user_data = state.get();
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     std::unique_ptr<SendState> done(static_cast<SendState*>(user_data));
@@ -368,6 +397,10 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.ctime_ms = h.ctime_ms;
   read.name.assign(static_cast<const char*>(header) + sizeof(h), h.name_length);
   read.reply_ep = param->reply_ep;
+  if (header_length > sizeof(h) + h.name_length) {
+    uint8_t flags = static_cast<const uint8_t*>(header)[sizeof(h) + h.name_length];
+    read.rendezvous = (flags & kReadRendezvous) != 0;
+  }
   {
     std::lock_guard<std::mutex> lock(reads_mutex_);
     reads_.push_back(std::move(read));
@@ -425,6 +458,12 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     return UCS_OK;
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    if (fetch->memory == Memory::kGpu) {  // an older server, which does not know kReadRendezvous
+      fetch->Complete(Status(ErrorCode::kUnsupported,
+                             "the other server sent the bytes eagerly, which cannot go into GPU memory "
+                             "in place: run it with this version, or this one with --stage-gpu-copies"));
+      return UCS_OK;
+    }
     std::memcpy(fetch->into, data, length);
     fetch->Complete(Status::Ok());
     return UCS_OK;
@@ -432,7 +471,8 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   // Rendezvous: UCX moves the bytes into the buffer, then calls back.
   auto* keep = new std::shared_ptr<PendingFetch>(fetch);
   ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  rp.memory_type = UcxMemoryType(fetch->memory);
   rp.user_data = keep;
   rp.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
     std::unique_ptr<std::shared_ptr<PendingFetch>> done(static_cast<std::shared_ptr<PendingFetch>*>(user_data));
@@ -458,7 +498,7 @@ std::vector<CopyService::Read> UcxCopyService::TakeReads() {
 }
 
 void UcxCopyService::Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
-                            std::function<void()> release) {
+                            Memory memory, std::function<void()> release) {
   auto state = std::make_unique<SendState>();
   DataHeader h{};
   h.req = read.req;
@@ -470,20 +510,23 @@ void UcxCopyService::Answer(const Read& read, const Status& status, const void* 
   state->header += message;
   state->data = data;
   state->bytes = bytes;
+  state->memory = memory;
   state->release = std::move(release);
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
-  Post([this, ep, shared] {
+  uint32_t flags = read.rendezvous && status.ok() ? UCP_AM_SEND_FLAG_RNDV : 0;
+  Post([this, ep, shared, flags] {
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
-    Send(ep, kDataId, std::move(*owned), 0);
+    Send(ep, kDataId, std::move(*owned), flags);
   });
 }
 
 Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                             void* into, uint64_t bytes, int timeout_ms) {
+                             void* into, uint64_t bytes, Memory memory, int timeout_ms) {
   auto fetch = std::make_shared<PendingFetch>();
   fetch->expected = bytes;
   fetch->into = into;
+  fetch->memory = memory;
   uint64_t req;
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
@@ -494,6 +537,7 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
   ReadHeader h{req, ctime_ms, static_cast<uint32_t>(name.size())};
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += name;
+  state->header += static_cast<char>(memory == Memory::kGpu ? kReadRendezvous : 0);
   state->fetch = fetch;
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   Post([this, address_hex, shared, fetch] {

@@ -100,6 +100,29 @@ Status DeviceSet::CopyOnWorker(int device, void* dst, const void* src, uint64_t 
 
 Status DeviceSet::Free(int device, const Allocation& allocation,
                        std::function<void(const Status&)> then) {
+  {
+    std::lock_guard<std::mutex> lock(holds_mutex_);
+    auto held = held_.find({device, allocation.ptr});
+    if (held != held_.end()) {
+      held->second.free_deferred = true;
+      held->second.allocation = allocation;
+      held->second.then = std::move(then);
+      Log(LogLevel::kDebug, "a free waits for a copy to another node that reads the memory in place");
+      return Status::Ok();
+    }
+  }
+  if (then) return PostFree(device, allocation, std::move(then));
+  auto worker = workers_.find(device);
+  auto allocator = allocators_.find(device);
+  if (worker == workers_.end() || allocator == allocators_.end()) {
+    return Status(ErrorCode::kInternal, "no worker for device " + DeviceName(device));
+  }
+  return worker->second->Call(
+      [a = allocator->second.get(), &allocation](DeviceContext& ctx) { return a->Free(ctx, allocation); });
+}
+
+Status DeviceSet::PostFree(int device, const Allocation& allocation,
+                           std::function<void(const Status&)> then) {
   auto worker = workers_.find(device);
   auto allocator = allocators_.find(device);
   if (worker == workers_.end() || allocator == allocators_.end()) {
@@ -107,15 +130,61 @@ Status DeviceSet::Free(int device, const Allocation& allocation,
     if (then) then(missing);
     return missing;
   }
-  auto job = [a = allocator->second.get(), allocation, then](DeviceContext& ctx) {
+  Status posted = worker->second->Post([a = allocator->second.get(), allocation, then](DeviceContext& ctx) {
     Status freed = a->Free(ctx, allocation);
     if (then) then(freed);
     return freed;
-  };
-  if (!then) return worker->second->Call(job);
-  Status posted = worker->second->Post(job);
-  if (!posted.ok()) then(posted);
+  });
+  if (!posted.ok() && then) then(posted);
   return posted;
+}
+
+std::function<void()> DeviceSet::Hold(int device, const Allocation& allocation) {
+  std::pair<int, void*> key{device, allocation.ptr};
+  {
+    std::lock_guard<std::mutex> lock(holds_mutex_);
+    ++held_[key].holds;
+  }
+  return [this, key] {
+    Held done;
+    {
+      std::lock_guard<std::mutex> lock(holds_mutex_);
+      auto held = held_.find(key);
+      if (held == held_.end() || --held->second.holds > 0) return;
+      done = std::move(held->second);
+      held_.erase(held);
+    }
+    if (!done.free_deferred) return;
+    Log(LogLevel::kDebug, "the copy to another node is through: the free that waited for it runs");
+    auto then = std::move(done.then);
+    (void)PostFree(key.first, done.allocation, [then](const Status& freed) {
+      if (then) {
+        then(freed);
+      } else if (!freed.ok()) {
+        Log(LogLevel::kError, "a free deferred past a copy to another node: " + freed.ToString());
+      }
+    });
+  };
+}
+
+Result<std::shared_ptr<char>> DeviceSet::PinnedBuffer(int device, uint64_t bytes) {
+  auto worker = workers_.find(device);
+  if (device == kHostDevice || worker == workers_.end()) {
+    return Status(ErrorCode::kNoDevice, "device " + DeviceName(device) + " is not a GPU served here");
+  }
+  void* pinned = nullptr;
+  MCD_RETURN_IF_ERROR(worker->second->Call([&](DeviceContext&) -> Status {
+    MCD_CUDA_RETURN(cudaMallocHost(&pinned, bytes == 0 ? 1 : bytes));
+    return Status::Ok();
+  }));
+  GpuWorker* on = worker->second.get();  // the workers outlive every copy (Server::Shutdown)
+  return std::shared_ptr<char>(static_cast<char*>(pinned), [on](char* p) {
+    Status posted = on->Post([p](DeviceContext&) {
+      cudaFreeHost(p);
+      return Status::Ok();
+    });
+    if (!posted.ok()) cudaFreeHost(p);  // stopping: any thread may free it then
+  });
 }
 
 size_t DeviceSet::FreeAll(const std::map<int, std::vector<const Entry*>>& by_device) {

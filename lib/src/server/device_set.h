@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,19 @@ class DeviceSet {
   Result<Allocation> Allocate(int device, uint64_t bytes, bool zero);
   // Frees an allocation on its device's worker and waits for it; with `then`, posts the free
   // instead and `then` runs on the worker with the outcome (so it may only touch what is safe
-  // from another thread: the outcome log, the log).
+  // from another thread: the outcome log, the log). An allocation under a Hold is freed when
+  // the hold goes, and this returns Ok at once.
   Status Free(int device, const Allocation& allocation,
               std::function<void(const Status&)> then = nullptr);
+  // Keeps GPU `allocation` from being freed (or its memory handed out again) until the returned
+  // function runs, from any thread: UCX reads a tensor in place for another node meanwhile, and
+  // an rm in that time must not free the memory under it.
+  std::function<void()> Hold(int device, const Allocation& allocation);
+  // `bytes` of pinned host memory (cudaMallocHost, on `device`'s worker) to stage a GPU
+  // tensor's copy where UCX cannot read GPU memory: copies to and from it run at the link's
+  // speed, where a pageable buffer's run at a fraction (docs/scale-out.md). Freed on that
+  // worker when the last owner lets go.
+  Result<std::shared_ptr<char>> PinnedBuffer(int device, uint64_t bytes);
   // Copies the first `bytes` of GPU `allocation` on `device` to host memory `dst` (CopyOut), or
   // host memory `src` into them (CopyIn): cudaMemcpy on the device's worker. Waits. (Host
   // tensors are copied through a mapping of their shared-memory object: node_copy.)
@@ -80,6 +91,20 @@ class DeviceSet {
   Status CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind);
   std::string DeviceText(const std::function<std::string(const Allocator&)>& value_of) const;
   uint64_t SumOver(uint64_t (Allocator::*bytes)() const noexcept) const;
+
+  // Frees posted to the worker (Free with `then`, or a deferred one).
+  Status PostFree(int device, const Allocation& allocation, std::function<void(const Status&)> then);
+
+  // Allocations under a Hold, by device and address: how many holds, and the free deferred
+  // until the last goes. Under holds_mutex_ (a hold goes on the copy service's thread).
+  struct Held {
+    int holds = 0;
+    bool free_deferred = false;
+    Allocation allocation;
+    std::function<void(const Status&)> then;
+  };
+  std::mutex holds_mutex_;
+  std::map<std::pair<int, void*>, Held> held_;
 
   std::map<int, std::unique_ptr<GpuWorker>> workers_;
   std::map<int, std::unique_ptr<Allocator>> allocators_;

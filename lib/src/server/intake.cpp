@@ -45,12 +45,12 @@ Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy)
 Result<RedisValue> Intake::WaitForCommand() {
   std::vector<std::string_view> take = {"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"};
   if (!socket_) return redis_.Command(take);
-  // A socket client that just had its reply often sends its next command at once: look for it
-  // a little while before blocking, as a client polls for its reply.
+  // A socket client that just had its reply often sends its next command soon: look for it a
+  // while before blocking, since the blocking take costs a wake and an UNBLOCK to call off.
   if (last_from_socket_ && SpinUntil([this] {
         CollectSocket();
         return !socket_in_.empty();
-      })) {
+      }, ServerSpinMicros())) {
     return RedisValue{};
   }
   MCD_RETURN_IF_ERROR(redis_.Append(take));

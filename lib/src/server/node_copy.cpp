@@ -57,21 +57,24 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
 Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocation& allocation) {
   int timeout_ms = static_cast<int>(std::min<uint64_t>(
       std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
-  auto fetch = [&](void* into) {
-    Status got = service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, into, cmd.bytes, timeout_ms);
+  auto fetch = [&](void* into, Memory memory) {
+    Status got = service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, into, cmd.bytes,
+                                 memory, timeout_ms);
     if (got.ok()) return got;
     return Status(got.code(), "copying '" + cmd.copy_of + "' from node '" + source.node + "': " + got.message());
   };
   if (cmd.device == kHostDevice) {
     // Straight into the new object's pages.
     MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset, true));
-    Status got = fetch(mapped);
+    Status got = fetch(mapped, Memory::kHost);
     Status closed = CloseHostShm(mapped, cmd.bytes, allocation.offset);
     return got.ok() ? closed : got;
   }
-  HostBuffer staged = HostBuffer::Make(cmd.bytes);
-  MCD_RETURN_IF_ERROR(fetch(staged.data.get()));
-  return devices_.CopyIn(cmd.device, allocation, cmd.bytes, staged.data.get());
+  // Nobody else knows of the new memory before the commit, so UCX may write into it as it goes.
+  if (gpu_direct()) return fetch(allocation.ptr, Memory::kGpu);
+  MCD_ASSIGN_OR_RETURN(std::shared_ptr<char> staged, devices_.PinnedBuffer(cmd.device, cmd.bytes));
+  MCD_RETURN_IF_ERROR(fetch(staged.get(), Memory::kHost));
+  return devices_.CopyIn(cmd.device, allocation, cmd.bytes, staged.get());
 }
 
 void NodeCopier::ServeReads() {
@@ -82,7 +85,7 @@ void NodeCopier::ServeReads() {
       service_->Answer(read,
                        Status(ErrorCode::kNotFound,
                               "tensor '" + read.name + "' is gone from node '" + opt_.node + "'"),
-                       nullptr, 0, nullptr);
+                       nullptr, 0, Memory::kHost, nullptr);
       continue;
     }
     const Entry& entry = found->second;
@@ -90,7 +93,7 @@ void NodeCopier::ServeReads() {
     Status served = Serve(read, entry);
     if (!served.ok()) {
       Log(LogLevel::kWarn, "a copy of '" + read.name + "' for another node: " + served.ToString());
-      service_->Answer(read, served, nullptr, 0, nullptr);
+      service_->Answer(read, served, nullptr, 0, Memory::kHost, nullptr);
       continue;
     }
     Log(LogLevel::kDebug, "read name=" + read.name + " bytes=" + std::to_string(bytes) + " for another node");
@@ -105,13 +108,18 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
     // freed meanwhile (the pages go when the last mapping does).
     MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset, true));
     uint64_t offset = a.offset;
-    service_->Answer(read, Status::Ok(), mapped, bytes,
+    service_->Answer(read, Status::Ok(), mapped, bytes, Memory::kHost,
                      [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });
     return Status::Ok();
   }
-  auto staged = std::make_shared<HostBuffer>(HostBuffer::Make(bytes));
-  MCD_RETURN_IF_ERROR(devices_.CopyOut(entry.record.device, a, bytes, staged->data.get()));
-  service_->Answer(read, Status::Ok(), staged->data.get(), bytes, [staged] {});
+  if (gpu_direct()) {
+    // In place: the memory is held (an rm meanwhile frees it once UCX is done), not copied.
+    service_->Answer(read, Status::Ok(), a.ptr, bytes, Memory::kGpu, devices_.Hold(entry.record.device, a));
+    return Status::Ok();
+  }
+  MCD_ASSIGN_OR_RETURN(std::shared_ptr<char> staged, devices_.PinnedBuffer(entry.record.device, bytes));
+  MCD_RETURN_IF_ERROR(devices_.CopyOut(entry.record.device, a, bytes, staged.get()));
+  service_->Answer(read, Status::Ok(), staged.get(), bytes, Memory::kHost, [staged] {});
   return Status::Ok();
 }
 

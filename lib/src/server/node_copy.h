@@ -2,7 +2,8 @@
 // bytes of the other node's tensor from that node's server, through the CopyService, into its new
 // memory before its commit, so that nothing is published half made; and the reads other servers
 // ask of this one are served from the tensor table by the serving loop (ServeReads). GPU memory
-// goes through host buffers, copied on the device's worker. Main thread of the server.
+// is read and written in place by UCX where it can (a CUDA-aware UCX), else staged through a
+// pinned host buffer by the device's worker. Main thread of the server.
 #pragma once
 
 #include <memory>
@@ -37,10 +38,13 @@ class NodeCopier {
   Status Fill(const Command& cmd, const Source& source, const Allocation& allocation);
   // Answers the reads other servers asked for since the last call.
   void ServeReads();
+  // GPU tensors go in place, UCX reading and writing GPU memory, rather than staged in host
+  // memory: the UCX can, and --stage-gpu-copies did not turn it off.
+  bool gpu_direct() const { return service_ != nullptr && service_->reads_gpu_memory() && !opt_.stage_gpu_copies; }
 
  private:
-  // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory through a host
-  // buffer filled on the device's worker.
+  // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory in place or
+  // through a pinned host buffer filled on the device's worker.
   Status Serve(const CopyService::Read& read, const Entry& entry);
 
   const ServerOptions& opt_;

@@ -165,7 +165,13 @@ void Server::Impl::StartNodeCopies() {
       off = started.status().message();
     }
   }
-  if (!copies_) Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
+  if (copies_) {
+    bool staged = opt_.stage_gpu_copies && copies_->reads_gpu_memory();
+    Log(LogLevel::kInfo, "copies between nodes: over " + copies_->Describe() +
+                             (staged ? "; GPU tensors staged in pinned host memory (--stage-gpu-copies)" : ""));
+  } else {
+    Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
+  }
   copier_ = std::make_unique<NodeCopier>(opt_, *redis_, table_, *devices_, copies_.get(), off);
   heartbeat_->set_ucx_address(copies_ ? copies_->address_hex() : "");
 }
