@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """Python programs sharing a GPU tensor, memcuda beside torch.multiprocessing, in one run.
 
-Both rows are timed alike, from before the producer makes the tensor to the consumer's
-acknowledgement, with the same two processes and the same multiprocessing Pipe (pickled by
-torch.multiprocessing's reductions, without a Queue's feeder thread) carrying the handover: memcuda's producer creates a named tensor (zeroed, on GPU 0) and sends its name, the
-consumer gets it, views it as a torch.Tensor (torch.from_dlpack), reads one element and
+memcuda's rows and the peer's are timed alike, from before the producer makes the tensor to the
+consumer's acknowledgement, with the same two processes and the same multiprocessing Pipe
+(pickled by torch.multiprocessing's reductions, without a Queue's feeder thread) carrying the
+handover: memcuda's producer creates a named tensor (zeroed, on GPU 0) and sends its name, the
+consumer gets it, views it as a torch.Tensor (torch.from_dlpack; in a second row
+torch.as_tensor, through __cuda_array_interface__), reads one element and
 acknowledges (its references are given back outside the time, as mcd-bench's share row does);
 the peer's producer makes torch.zeros and sends the tensor itself (CUDA IPC underneath), the
 consumer reads one element, drops it and acknowledges. The producer's cleanup (memcuda's
 release and rm; the peer's drop of the tensor) is outside the time on both sides, in batches
 of 64 (a server freeing memory while the next create runs would otherwise be timed too).
+
+A third row, "handover floor", times what every Python share here pays whoever shares: the
+producer sends a name over the same Pipe, the consumer reads one element of a torch.Tensor it
+has open already and acknowledges. A share can be no faster than that.
 
 Needs a running mcd-serve with a GPU (MCD_REDIS_URL or the private Redis of
 `mcd-serve --spawn-redis`), PyTorch, and the memcuda package (pip install ./python, or
@@ -35,28 +41,34 @@ def consumer(conn, node):
     torch.zeros(1, device="cuda")  # context up before the first measurement
     mc = memcuda.connect(node=node)
     conn.send("ready")
-    steps = {"get": [], "from_dlpack": [], "read": []}
+    steps = {"get": [], "dlpack": [], "as_tensor": [], "read": []}
     held = []  # given back in batches, outside the time, as mcd-bench's share row does
+    resident = torch.zeros(1 << 20, dtype=torch.uint8, device="cuda")  # the floor row's tensor
     while True:
         item = conn.recv()
         if item is None:
             break
+        if isinstance(item, str) and item == "floor":
+            _ = resident[0].item()
+            conn.send("ok")
+            continue
         if isinstance(item, str) and item == "give back":
             for t in held:
                 t.release()
             held.clear()
             conn.send("released")
             continue
-        if isinstance(item, str):  # memcuda: a name
+        if isinstance(item, tuple):  # memcuda: how to view it, and a name
+            how, name = item
             t0 = time.perf_counter()
-            t = mc.get(item)
+            t = mc.get(name)
             t1 = time.perf_counter()
-            view = torch.from_dlpack(t)
+            view = torch.from_dlpack(t) if how == "dlpack" else torch.as_tensor(t, device="cuda")
             t2 = time.perf_counter()
             _ = view[0].item()
             t3 = time.perf_counter()
             conn.send("ok")
-            for step, us in zip(steps, (t1 - t0, t2 - t1, t3 - t2)):
+            for step, us in zip(("get", how, "read"), (t1 - t0, t2 - t1, t3 - t2)):
                 steps[step].append(us * 1e6)
             del view
             held.append(t)
@@ -84,12 +96,12 @@ def main():
     assert conn.recv() == "ready"
     torch.zeros(1, device="cuda")
 
-    def memcuda_share(size, i):
-        name = "bench-py-%d-%d" % (os.getpid(), i)
+    def memcuda_share(size, i, how="dlpack"):
+        name = "bench-py-%d-%s-%d" % (os.getpid(), how, i)
         t0 = time.perf_counter()
         t = mc.create(name, (size,), "u8", device=0)
         create_us.append((time.perf_counter() - t0) * 1e6)
-        conn.send(name)
+        conn.send((how, name))
         conn.recv()
         elapsed = time.perf_counter() - t0
         made.append((name, t))  # removed in batches, as the peer's tensors are dropped
@@ -112,25 +124,36 @@ def main():
         kept.append(t)  # the producer keeps a shared tensor alive until the consumer let go
         return elapsed
 
+    def floor_handover(size, i):
+        t0 = time.perf_counter()
+        conn.send("floor")
+        conn.recv()
+        return time.perf_counter() - t0
+
     rows = []
     kept = []
     made = []
     create_us = []
     for size in sorted(parse_size(s) for s in args.sizes.split(",")):
-        lat = {"memcuda (Python)": [], "torch.multiprocessing": []}
+        lat = {"memcuda, torch.from_dlpack": [], "memcuda, torch.as_tensor": [],
+               "torch.multiprocessing": [], "handover floor": []}
         for i in range(5):  # warm-up of both
             memcuda_share(size, -1 - i)
             torch_share(size, i)
-        for i in range(args.iterations):
-            lat["memcuda (Python)"].append(memcuda_share(size, i) * 1e6)
-            if len(made) >= 64:
-                remove_made()
-        remove_made()
+        for how in ("dlpack", "as_tensor"):
+            row = "memcuda, torch.from_dlpack" if how == "dlpack" else "memcuda, torch.as_tensor"
+            for i in range(args.iterations):
+                lat[row].append(memcuda_share(size, i, how) * 1e6)
+                if len(made) >= 64:
+                    remove_made()
+            remove_made()
         for i in range(args.iterations):
             lat["torch.multiprocessing"].append(torch_share(size, i) * 1e6)
             if len(kept) >= 64:
                 kept.clear()
         kept.clear()
+        for i in range(args.iterations):
+            lat["handover floor"].append(floor_handover(size, i) * 1e6)
         for peer, values in lat.items():
             rows.append({"row": "python share", "peer": peer, "bytes": size, "n": len(values),
                          "median_us": percentile(values, 0.5), "p90_us": percentile(values, 0.9),
@@ -144,14 +167,14 @@ def main():
         json.dump({"tool": "bench_python", "config": config, "rows": rows}, sys.stdout, indent=1)
         print()
         return
-    print("%-24s %10s %12s %10s %10s" % ("python share", "bytes", "median us", "p90 us", "p99 us"))
+    print("%-28s %10s %12s %10s %10s" % ("python share", "bytes", "median us", "p90 us", "p99 us"))
     for r in rows:
-        print("%-24s %10d %12.1f %10.1f %10.1f" % (r["peer"], r["bytes"], r["median_us"], r["p90_us"], r["p99_us"]))
+        print("%-28s %10d %12.1f %10.1f %10.1f" % (r["peer"], r["bytes"], r["median_us"], r["p90_us"], r["p99_us"]))
     for size in sorted({r["bytes"] for r in rows}):
-        ours = next(r for r in rows if r["bytes"] == size and r["peer"].startswith("memcuda"))
         peer = next(r for r in rows if r["bytes"] == size and r["peer"].startswith("torch"))
-        print("%d B: memcuda is %.2fx torch.multiprocessing (medians, one run)"
-              % (size, peer["median_us"] / ours["median_us"]))
+        for ours in (r for r in rows if r["bytes"] == size and r["peer"].startswith("memcuda")):
+            print("%d B, %s: %.2fx torch.multiprocessing (medians, one run)"
+                  % (size, ours["peer"], peer["median_us"] / ours["median_us"]))
 
 
 if __name__ == "__main__":

@@ -137,6 +137,7 @@ json Config(const Options& opt, int gpus) {
       config["nvidia_driver"] = version;
   }
   config["spin_us"] = SpinMicros();
+  config["server_spin_us"] = ServerSpinMicros();
   if (!opt.serve_args.empty()) config["serve_args"] = opt.serve_args;
   config["commands_via"] = CommandsViaQueue() ? "queue" : "socket";
   return config;
