@@ -67,25 +67,22 @@ def _capsule_destructor(capsule):
         _live.pop(address, None)
 
 
+# Made once: a capsule is made on every view, in the time a consumer waits for it.
+_destructor_address = ctypes.cast(_capsule_destructor, ctypes.c_void_p)
+
+
 def capsule(data, device_type, device_id, shape, dl_dtype, owner):
     """A "dltensor" capsule over `data` (a compact row-major array of `shape`), keeping `owner`
     alive until the consumer's array goes."""
-    managed = DLManagedTensor()
     dims = (ctypes.c_int64 * len(shape))(*shape)
-    t = managed.dl_tensor
-    t.data = data
-    t.device = DLDevice(device_type, device_id)
-    t.ndim = len(shape)
-    t.dtype = DLDataType(dl_dtype[0], dl_dtype[1], 1)
-    t.shape = dims
-    t.strides = None  # compact row-major
-    t.byte_offset = 0
-    managed.manager_ctx = None
-    managed.deleter = _delete
+    # Strides NULL (compact row-major), byte_offset 0 and manager_ctx NULL are the zeroes the
+    # structure starts with.
+    managed = DLManagedTensor(DLTensor(data, DLDevice(device_type, device_id), len(shape),
+                                       DLDataType(dl_dtype[0], dl_dtype[1], 1), dims),
+                              None, _delete)
     address = ctypes.addressof(managed)
     _live[address] = (managed, dims, owner)
-    return _api.PyCapsule_New(address, b"dltensor",
-                              ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+    return _api.PyCapsule_New(address, b"dltensor", _destructor_address)
 
 
 def live_count():
