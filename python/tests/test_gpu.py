@@ -66,6 +66,17 @@ def test_torch_changes_a_tools_tensor_in_place(gpu, tmp_path):
     assert mc.stat("w")["refcount"] == 1
     assert np.array_equal(read_back_by_the_tools(gpu, tmp_path, "w"), 2 * x + 1)
     assert mc.stat("w")["refcount"] == 1
+    # Through __cuda_array_interface__ the array keeps the Tensor itself, which holds on past
+    # its release() until both are gone.
+    u = mc.get("w")
+    by_interface = torch.as_tensor(u, device="cuda")
+    assert by_interface.data_ptr() == u.data_ptr and by_interface.dtype == torch.float32
+    assert torch.equal(by_interface.cpu(), torch.from_numpy(2 * x + 1))
+    u.release()
+    assert mc.stat("w")["refcount"] == 2
+    del u, by_interface
+    gc.collect()
+    assert mc.stat("w")["refcount"] == 1
     gpu.run("mcd-rm", "w", "--detached")
     assert mc.ls() == []
     assert gpu_used_mib() <= before, "GPU memory not given back"

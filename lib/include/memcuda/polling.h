@@ -14,10 +14,9 @@ MCD_API int SpinMicros();
 
 // Microseconds the server's serving loop polls its command socket for a client's next command
 // before it goes back to its blocking take on Redis, whose waking costs a CLIENT UNBLOCK round
-// trip besides the thread's wake. MCD_SERVER_SPIN_US when set (0: off); otherwise 1000 where
-// SpinMicros() is on and 0 where it is off: a client paced by its own work (a Python program
-// between two creates, say) sends its next command within a millisecond far more often than
-// within 200 us. Read once.
+// trip besides the thread's wake. MCD_SERVER_SPIN_US when set (0: off); otherwise SpinMicros().
+// Longer helps a client paced by its own work (a Python producer between two creates) and hurts
+// commands that come through the queue, which wait out the spin (docs/design.md). Read once.
 MCD_API int ServerSpinMicros();
 
 }  // namespace mcd

@@ -24,7 +24,7 @@ int ServerSpinMicros() {
     if (const char* env = std::getenv("MCD_SERVER_SPIN_US"); env != nullptr && *env != '\0') {
       return std::max(0, std::atoi(env));
     }
-    return SpinMicros() > 0 ? std::max(SpinMicros(), 1000) : 0;
+    return SpinMicros();
   }();
   return micros;
 }

@@ -47,6 +47,7 @@ Result<RedisValue> Intake::WaitForCommand() {
   if (!socket_) return redis_.Command(take);
   // A socket client that just had its reply often sends its next command soon: look for it a
   // while before blocking, since the blocking take costs a wake and an UNBLOCK to call off.
+  // Commands in the queue wait meanwhile, which is why the spin is short by default.
   if (last_from_socket_ && SpinUntil([this] {
         CollectSocket();
         return !socket_in_.empty();
