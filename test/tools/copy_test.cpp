@@ -213,6 +213,21 @@ TEST_F(Copies, ACudaAwareUcxCopiesGpuTensorsInPlace) {
       << "the rm came after the copy: nothing was held\n" << Log(b_);
   EXPECT_TRUE(test::WaitFor([&] { return Log(b_).find("the free that waited for it runs") != std::string::npos; }, 10000))
       << Log(b_);
+  // The source's server killed while UCX reads its memory: the copy fails well before its
+  // timeout, nothing is published, and the fetching server serves on.
+  ASSERT_EQ(Tool("mcd-create", {"ksrc", "--from", big, "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  test::Background killed({test::ToolPath("mcd-create"), "kcopy", "--copy-of", "ksrc", "--device", "0",
+                           "--node", a_, "--timeout-ms", "60000"},
+                          Env(), dir_.path() + "/kcopy.log");
+  ASSERT_TRUE(test::WaitFor([&] { return Log(b_).find("read name=ksrc") != std::string::npos; }, 60000))
+      << Log(b_);
+  servers_[b_]->Stop(SIGKILL);
+  servers_.erase(b_);
+  EXPECT_EQ(killed.Wait(60), 69) << test::ReadFile(dir_.path() + "/kcopy.log") << Log(a_);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_EQ(HashField("kcopy", "state"), "");
+  EXPECT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "4", "--device", "0", "--node", a_, "-q"}).exit_code, 0);
 }
 
 }  // namespace
