@@ -159,6 +159,29 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   servers_.erase(b_);
 }
 
+// Each server waits for the other's bytes while the other waits for its own: each answers the
+// other's read while it waits, so both copies finish at once rather than at their timeout.
+TEST_F(Copies, TwoServersFetchingFromEachOtherAtOnceBothFinish) {
+  Serve(a_, "tcp");
+  Serve(b_, "tcp");
+  std::string file = Pattern(16 * 1024 * 1024);  // 64 MiB: a copy over TCP takes a while
+  ASSERT_EQ(Tool("mcd-create", {"on_a", "--from", file, "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"on_b", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  test::Background to_a({test::ToolPath("mcd-create"), "from_b", "--copy-of", "on_b", "--device", "cpu",
+                         "--node", a_, "--timeout-ms", "60000"},
+                        Env(), dir_.path() + "/to_a.log");
+  test::Background to_b({test::ToolPath("mcd-create"), "from_a", "--copy-of", "on_a", "--device", "cpu",
+                         "--node", b_, "--timeout-ms", "60000"},
+                        Env(), dir_.path() + "/to_b.log");
+  EXPECT_EQ(to_a.Wait(60), 0) << test::ReadFile(dir_.path() + "/to_a.log") << Log(a_);
+  EXPECT_EQ(to_b.Wait(60), 0) << test::ReadFile(dir_.path() + "/to_b.log") << Log(b_);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15))
+      << "the copies waited out the fetch's limit (30 s): neither server answered the other";
+  ExpectSameBytes("from_b", a_, file);
+  ExpectSameBytes("from_a", b_, file);
+}
+
 // GPU to GPU, GPU to host and host to GPU, each read back on its node.
 void Copies::CopyEveryWay(const std::string& file) {
   ASSERT_EQ(Tool("mcd-create", {"gsrc", "--from", file, "--device", "0", "--node", b_, "-q"}).exit_code, 0);

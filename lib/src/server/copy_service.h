@@ -68,8 +68,11 @@ class CopyService {
   // Receives into `into` (in `memory`; kGpu only where reads_gpu_memory()) the `bytes` of tensor
   // `name`, created at `ctime_ms`, of the server at `address_hex`, or the error that server
   // answered; kTimeout after `timeout_ms`, after which nothing is written to `into` any more.
+  // `meanwhile` runs on the calling thread every few milliseconds while it waits: the server
+  // answers other servers' reads then, so that two servers fetching from each other both finish.
   virtual Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                       void* into, uint64_t bytes, Memory memory, int timeout_ms) = 0;
+                       void* into, uint64_t bytes, Memory memory, int timeout_ms,
+                       const std::function<void()>& meanwhile) = 0;
 };
 
 }  // namespace mcd

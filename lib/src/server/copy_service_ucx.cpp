@@ -90,6 +90,9 @@ Result<const UcxApi*> LoadUcx() {
 
 const UcxApi* ucx = nullptr;  // set by CopyService::Start before any use
 
+// How often a server waiting for a fetch answers the reads other servers sent it meanwhile.
+constexpr std::chrono::milliseconds kServeReadsEvery(2);
+
 constexpr unsigned kReadId = 1;
 constexpr unsigned kDataId = 2;
 
@@ -186,7 +189,7 @@ class UcxCopyService final : public CopyService {
   void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory memory,
               std::function<void()> release) override;
   Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms, void* into,
-               uint64_t bytes, Memory memory, int timeout_ms) override;
+               uint64_t bytes, Memory memory, int timeout_ms, const std::function<void()>& meanwhile) override;
 
  private:
   void Loop();
@@ -522,7 +525,8 @@ void UcxCopyService::Answer(const Read& read, const Status& status, const void* 
 }
 
 Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                             void* into, uint64_t bytes, Memory memory, int timeout_ms) {
+                             void* into, uint64_t bytes, Memory memory, int timeout_ms,
+                             const std::function<void()>& meanwhile) {
   auto fetch = std::make_shared<PendingFetch>();
   fetch->expected = bytes;
   fetch->into = into;
@@ -551,7 +555,16 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
     Send(ep.value(), kReadId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
   });
   std::unique_lock<std::mutex> lock(fetch->mutex);
-  if (!fetch->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return fetch->done; })) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!fetch->done && std::chrono::steady_clock::now() < deadline) {
+    if (fetch->done_cv.wait_for(lock, kServeReadsEvery, [&] { return fetch->done; })) break;
+    if (meanwhile) {
+      lock.unlock();
+      meanwhile();
+      lock.lock();
+    }
+  }
+  if (!fetch->done) {
     if (fetch->receiving) {
       // The bytes are arriving: `into` may not be given back while UCX writes into it, and the
       // receive ends either way (done, or failed with its endpoint).

@@ -58,8 +58,9 @@ Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocati
   int timeout_ms = static_cast<int>(std::min<uint64_t>(
       std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
   auto fetch = [&](void* into, Memory memory) {
+    // Reads other servers send meanwhile are answered: one of them may be waiting for ours.
     Status got = service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, into, cmd.bytes,
-                                 memory, timeout_ms);
+                                 memory, timeout_ms, [this] { ServeReads(); });
     if (got.ok()) return got;
     return Status(got.code(), "copying '" + cmd.copy_of + "' from node '" + source.node + "': " + got.message());
   };
