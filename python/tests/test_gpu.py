@@ -4,6 +4,7 @@ memory with it. Skipped (and reported so) without a GPU or PyTorch."""
 
 import gc
 import os
+import time
 
 import numpy as np
 import pytest
@@ -21,12 +22,30 @@ def gpu_used_mib():
     return (total - free) // (1 << 20)
 
 
+def gpu_memory_back_to(before, seconds=5.0):
+    """Whether the device's used memory comes back to `before` within `seconds`: the server
+    answers an rm before its worker has run the cudaFree."""
+    end = time.time() + seconds
+    while gpu_used_mib() > before:
+        if time.time() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.fixture
 def gpu():
     torch.zeros(1, device="cuda:0")  # this process's context exists before the first reading
     # No ready stock and no slabs: what the server allocates for a tensor is freed with it.
     n = Node("0", "--ready-max", "0", "--slab-max", "0")
     os.environ["MCD_REDIS_URL"] = n.url
+    # This process's first open of another process's memory: on a host with several GPUs the
+    # driver sets up peer access then and keeps 2 MiB of GPU 0 for the process's life. Paid here,
+    # before any test reads the memory in use, since it is not a tensor's to give back.
+    mc = memcuda.connect(node=n.node)
+    with mc.get(mc.create("first", (1,), "u8").name):
+        pass
+    mc.rm("first")
     yield n
     assert n.stop() == 0, n.serve_log()
 
@@ -79,7 +98,7 @@ def test_torch_changes_a_tools_tensor_in_place(gpu, tmp_path):
     assert mc.stat("w")["refcount"] == 1
     gpu.run("mcd-rm", "w", "--detached")
     assert mc.ls() == []
-    assert gpu_used_mib() <= before, "GPU memory not given back"
+    assert gpu_memory_back_to(before), "GPU memory not given back"
 
 
 def test_cupy_changes_a_tools_tensor_in_place(gpu, tmp_path):
@@ -102,7 +121,7 @@ def test_cupy_changes_a_tools_tensor_in_place(gpu, tmp_path):
     assert np.array_equal(read_back_by_the_tools(gpu, tmp_path, "c"), (x + 1) * 3)
     gpu.run("mcd-rm", "c", "--detached")
     assert mc.ls() == []
-    assert gpu_used_mib() <= before, "GPU memory not given back"
+    assert gpu_memory_back_to(before), "GPU memory not given back"
 
 
 def test_a_tensor_created_here_is_seen_by_another_process(gpu):
