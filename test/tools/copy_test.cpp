@@ -9,6 +9,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "memcuda/keys.h"
 #include "test_support.h"
 
@@ -74,6 +76,14 @@ class Copies : public ::testing::Test {
     return path;
   }
   void CopyEveryWay(const std::string& file);
+  // What mcd-ls --servers says of how `node`'s server moves GPU tensors of copies.
+  std::string CopiesOf(const std::string& node) {
+    auto listed = Tool("mcd-ls", {"--servers", "--json"});
+    for (const auto& server : nlohmann::json::parse(listed.out)) {
+      if (server["node"] == node) return server["node_copies"];
+    }
+    return "(not listed)";
+  }
   std::string HashField(const std::string& name, const std::string& field) {
     auto reply = redis_.Connect()->Command({"HGET", keys_.Tensor(name), field});
     return reply.ok() && !reply->is_nil() ? reply->str : "";
@@ -100,6 +110,8 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNodeOverTcpAndSharedMemory) {
     SCOPED_TRACE(tls);
     Serve(a_ + tls, tls);
     Serve(b_ + tls, tls);
+    std::string copies = CopiesOf(a_ + tls);  // staged with Debian's UCX, which has no CUDA
+    EXPECT_TRUE(copies == "staged" || copies == "in_place") << copies;
     ASSERT_EQ(Tool("mcd-create", {"src-" + tls, "--from", file, "--device", "cpu", "--node", b_ + tls, "-q"}).exit_code, 0);
     auto copied = Tool("mcd-create", {"copy-" + tls, "--copy-of", "src-" + tls, "--device", "cpu", "--node", a_ + tls, "--json"});
     ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_ + tls) << Log(b_ + tls);
@@ -131,6 +143,7 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   EXPECT_EQ(Tool("mcd-create", {"c3", "--copy-of", "src", "--dtype", "u8", "--device", "cpu", "--node", a_}).exit_code, 64);
   // A server that does not copy (--no-node-copies, or no UCX there): said at once.
   ASSERT_NO_FATAL_FAILURE(RestartWithSource(file, {"--devices", "cpu", "--no-node-copies"}));
+  EXPECT_EQ(CopiesOf(b_), "off");
   auto refused = Tool("mcd-create", {"c4", "--copy-of", "src", "--device", "cpu", "--node", a_});
   EXPECT_EQ(refused.exit_code, 69);
   EXPECT_NE(refused.err.find("does not copy between nodes"), std::string::npos) << refused.err;
@@ -203,6 +216,7 @@ TEST_F(Copies, AGpuTensorIsStagedThroughPinnedHostMemory) {
   if (!test::HasCudaDevice()) GTEST_SKIP() << "needs a CUDA device";
   Serve(a_, "", {"--devices", "0", "--stage-gpu-copies"});
   Serve(b_, "", {"--devices", "0", "--stage-gpu-copies"});
+  EXPECT_EQ(CopiesOf(a_), "staged");
   CopyEveryWay(Pattern(16 * 1024 * 1024 + 3));  // 64 MiB and 12 bytes
   EXPECT_NE(Log(a_).find("GPU tensors staged in pinned host memory"), std::string::npos) << Log(a_);
 }
@@ -216,6 +230,7 @@ TEST_F(Copies, ACudaAwareUcxCopiesGpuTensorsInPlace) {
     GTEST_SKIP() << "the UCX found cannot read GPU memory: " << Log(a_);
   }
   Serve(b_, "", {"--devices", "0"});
+  EXPECT_EQ(CopiesOf(b_), "in_place");
   CopyEveryWay(Pattern(16 * 1024 * 1024 + 3));
   // An rm of the source while UCX still reads it (1 GiB over TCP takes a second or two) frees it
   // only once the copy is through: the copy is whole, and the memory goes after.

@@ -36,10 +36,15 @@ std::map<std::string, uint64_t> Errors(const Heartbeat& hb) {
 
 std::string Table(const std::vector<Heartbeat>& servers, bool headers) {
   std::vector<std::vector<std::string>> rows;
-  if (headers) rows.push_back({"NODE", "INSTANCE", "PID", "DEVICES", "ALLOCATOR", "UP", "TENSORS", "HELD", "OK", "FAILED"});
+  if (headers) {
+    rows.push_back({"NODE", "INSTANCE", "PID", "DEVICES", "ALLOCATOR", "COPIES", "UP", "TENSORS", "HELD", "OK", "FAILED"});
+  }
   for (const Heartbeat& hb : servers) {
+    std::string copies = Field(hb, "node_copies");
+    if (copies == "in_place") copies = "in place";
     rows.push_back({Field(hb, "node"), Field(hb, "instance"), Field(hb, "pid"), Field(hb, "devices"),
-                    Field(hb, "allocator"), HumanAge(static_cast<int64_t>(UptimeSeconds(hb) * 1000)),
+                    Field(hb, "allocator"), copies.empty() ? "-" : copies,
+                    HumanAge(static_cast<int64_t>(UptimeSeconds(hb) * 1000)),
                     std::to_string(Number(hb, "tensors")), HumanBytes(Number(hb, "tensor_bytes")),
                     std::to_string(Number(hb, "commands_ok")), std::to_string(Number(hb, "commands_failed"))});
   }
@@ -54,6 +59,7 @@ std::string Json(const std::vector<Heartbeat>& servers) {
                    {"pid", Number(hb, "pid")},
                    {"devices", Field(hb, "devices")},
                    {"allocator", Field(hb, "allocator")},
+                   {"node_copies", Field(hb, "node_copies")},
                    {"started_ms", Number(hb, "started")},
                    {"uptime_s", UptimeSeconds(hb)},
                    {"tensors", Number(hb, "tensors")},
