@@ -85,7 +85,10 @@ class Copies : public ::testing::Test {
     return "(not listed)";
   }
   std::string HashField(const std::string& name, const std::string& field) {
-    auto reply = redis_.Connect()->Command({"HGET", keys_.Tensor(name), field});
+    return HashFieldOf(keys_.Tensor(name), field);
+  }
+  std::string HashFieldOf(const std::string& key, const std::string& field) {
+    auto reply = redis_.Connect()->Command({"HGET", key, field});
     return reply.ok() && !reply->is_nil() ? reply->str : "";
   }
   // The copy's bytes, read back on its node, equal the source's file.
@@ -172,6 +175,43 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   // The killed server's shared-memory objects are removed by the next server of its node.
   ASSERT_NO_FATAL_FAILURE(Serve(b_, "tcp"));
   EXPECT_EQ(test::ShmObjects("mcd-mcd-" + b_ + "-").size(), 0u);
+}
+
+// UCX does not talk across minor versions (1.13 aborts when 1.22 connects): a copy from a server
+// whose heartbeat says another UCX version is refused before anything connects to it. The other
+// node is planted in Redis: its heartbeat, with b's real UCX address, and a copy of b's tensor's
+// hash under its name.
+TEST_F(Copies, AServerOfAnotherUcxVersionIsNotConnectedTo) {
+  Serve(a_, "tcp");
+  Serve(b_, "tcp");
+  std::string file = Pattern(1024);
+  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  auto heartbeat = conn->Command({"HGETALL", keys_.Server(b_)});
+  auto hash = conn->Command({"HGETALL", keys_.Tensor("src")});
+  ASSERT_TRUE(heartbeat.ok() && hash.ok());
+  const std::string other = "cpz" + std::to_string(getpid());
+  auto plant = [&](const std::string& key, const RedisValue& fields, std::map<std::string, std::string> set) {
+    std::vector<std::string> args = {"HSET", key};
+    for (size_t i = 0; i + 1 < fields.elements.size(); i += 2) {
+      const std::string& field = fields.elements[i].str;
+      args.push_back(field);
+      args.push_back(set.count(field) ? set[field] : fields.elements[i + 1].str);
+    }
+    ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+  };
+  std::string ours = HashFieldOf(keys_.Server(b_), "ucx_version");
+  ASSERT_FALSE(ours.empty()) << "the heartbeat says its UCX version";
+  plant(keys_.Server(other), *heartbeat, {{"node", other}, {"instance", "planted"}, {"ucx_version", "1.99.0"}});
+  plant(keys_.Tensor("elsewhere"), *hash, {{"node", other}, {"name", "elsewhere"}});
+  auto refused = Tool("mcd-create", {"c", "--copy-of", "elsewhere", "--device", "cpu", "--node", a_});
+  EXPECT_EQ(refused.exit_code, 69) << refused.err;
+  EXPECT_NE(refused.err.find("runs UCX 1.99.0 and this one UCX " + ours), std::string::npos) << refused.err;
+  EXPECT_EQ(HashField("c", "state"), "");
+  // Both serve on: a copy from b, whose version is a's, goes through.
+  EXPECT_EQ(Tool("mcd-create", {"c", "--copy-of", "src", "--device", "cpu", "--node", a_, "-q"}).exit_code, 0)
+      << Log(a_) << Log(b_);
+  ExpectSameBytes("c", a_, file);
 }
 
 // Each server waits for the other's bytes while the other waits for its own: each answers the

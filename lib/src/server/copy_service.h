@@ -60,6 +60,8 @@ class CopyService {
   virtual bool reads_gpu_memory() const = 0;
   // A sentence for the server's log: the UCX version and how GPU tensors travel.
   virtual std::string Describe() const = 0;
+  // The UCX version ("1.22.0"): the heartbeat's ucx_version.
+  virtual std::string version() const = 0;
   virtual std::vector<Read> TakeReads() = 0;
   // Sends `bytes` at `data` (in `memory`) back for `read`, or the error that stops it (no bytes
   // then). `release` runs, on the service's thread, once UCX no longer reads `data`.

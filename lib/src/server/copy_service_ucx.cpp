@@ -185,6 +185,7 @@ class UcxCopyService final : public CopyService {
   const std::string& address_hex() const override { return address_hex_; }
   bool reads_gpu_memory() const override { return reads_gpu_memory_; }
   std::string Describe() const override;
+  std::string version() const override { return ucx->ucp_get_version_string(); }
   std::vector<Read> TakeReads() override;
   void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory memory,
               std::function<void()> release) override;

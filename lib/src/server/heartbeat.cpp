@@ -93,6 +93,8 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    command_socket_,
                                    "ucx_address",
                                    ucx_address_,
+                                   "ucx_version",
+                                   ucx_version_,
                                    "node_copies",
                                    node_copies_,
                                    "pool_used",

@@ -33,10 +33,11 @@ class Heartbeat {
   // Named in the heartbeat from the next write on ("" for none). Before Start() only.
   void set_pool_socket(std::string path) { pool_socket_ = std::move(path); }
   void set_command_socket(std::string path) { command_socket_ = std::move(path); }
-  // Before Start: the UCX address other servers fetch copies from ("" for none), and how GPU
-  // tensors of those copies travel ("in_place", "staged", or "off").
-  void set_node_copies(std::string address, std::string gpu_path) {
+  // Before Start: the UCX address other servers fetch copies from and its UCX version ("" for
+  // none), and how GPU tensors of those copies travel ("in_place", "staged", or "off").
+  void set_node_copies(std::string address, std::string ucx_version, std::string gpu_path) {
     ucx_address_ = std::move(address);
+    ucx_version_ = std::move(ucx_version);
     node_copies_ = std::move(gpu_path);
   }
 
@@ -83,6 +84,7 @@ class Heartbeat {
   std::string pool_socket_;
   std::string command_socket_;
   std::string ucx_address_;
+  std::string ucx_version_;
   std::string node_copies_ = "off";
   std::atomic<uint64_t> pool_used_{0};
   bool owned_ = false;

@@ -13,6 +13,13 @@ namespace {
 // link's pace): past it, the create fails and frees what it allocated.
 constexpr int kFetchMinMs = 30000;
 constexpr uint64_t kSlowBytesPerMs = 100000;
+
+// "1.22" of "1.22.0".
+std::string MajorMinor(const std::string& version) {
+  size_t first = version.find('.');
+  if (first == std::string::npos) return version;
+  return version.substr(0, version.find('.', first + 1));
+}
 }  // namespace
 
 Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
@@ -38,9 +45,9 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                    ": a copy has its dtype and shape");
   }
   source.ctime_ms = std::strtoll(f.elements[2].str.c_str(), nullptr, 10);
-  MCD_ASSIGN_OR_RETURN(RedisValue server,
-                       redis_.Command({"HMGET", opt_.keys.Server(source.node), "instance", "ucx_address"}));
-  if (server.elements.size() != 2 || server.elements[0].is_nil()) {
+  MCD_ASSIGN_OR_RETURN(RedisValue server, redis_.Command({"HMGET", opt_.keys.Server(source.node), "instance",
+                                                         "ucx_address", "ucx_version"}));
+  if (server.elements.size() != 3 || server.elements[0].is_nil()) {
     return Status(ErrorCode::kUnavailable, "tensor '" + name + "' lives on node '" + source.node +
                                                "', which has no live server");
   }
@@ -51,6 +58,17 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                "--no-node-copies)");
   }
   if (service_ == nullptr) return Status(ErrorCode::kUnsupported, off_);
+  // UCX's wire protocol changes between minor versions, and an older UCX aborts its process when
+  // a newer one connects: never connect across versions (nothing to check against a server too
+  // old to say its version).
+  const std::string& theirs = server.elements[2].str;
+  std::string ours = service_->version();
+  if (!theirs.empty() && MajorMinor(theirs) != MajorMinor(ours)) {
+    return Status(ErrorCode::kUnsupported, "the server of node '" + source.node + "' runs UCX " + theirs +
+                                               " and this one UCX " + ours +
+                                               ", which cannot talk to each other: run one UCX "
+                                               "version (major.minor) on every node");
+  }
   return source;
 }
 

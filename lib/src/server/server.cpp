@@ -173,7 +173,7 @@ void Server::Impl::StartNodeCopies() {
     Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
   }
   copier_ = std::make_unique<NodeCopier>(opt_, *redis_, table_, *devices_, copies_.get(), off);
-  heartbeat_->set_node_copies(copies_ ? copies_->address_hex() : "",
+  heartbeat_->set_node_copies(copies_ ? copies_->address_hex() : "", copies_ ? copies_->version() : "",
                               !copies_ ? "off" : copier_->gpu_direct() ? "in_place" : "staged");
 }
 
