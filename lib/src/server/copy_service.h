@@ -25,15 +25,6 @@
 
 namespace mcd {
 
-// An uninitialised host buffer (a tensor's bytes: no zeroing of gigabytes for nothing).
-struct HostBuffer {
-  std::unique_ptr<char[]> data;
-  uint64_t size = 0;
-  static HostBuffer Make(uint64_t size) {
-    return HostBuffer{std::unique_ptr<char[]>(new char[size == 0 ? 1 : size]), size};
-  }
-};
-
 // Where bytes given to the service lie: UCX is told, so that it never has to guess.
 enum class Memory { kHost, kGpu };
 
