@@ -34,7 +34,8 @@ class Heartbeat {
   void set_pool_socket(std::string path) { pool_socket_ = std::move(path); }
   void set_command_socket(std::string path) { command_socket_ = std::move(path); }
   // Before Start: the UCX address other servers fetch copies from and its UCX version ("" for
-  // none), and how GPU tensors of those copies travel ("in_place", "staged", or "off").
+  // none), and how this server's tensors travel in those copies ("in_place", "staged": GPU
+  // tensors through pinned host memory, or "off").
   void set_node_copies(std::string address, std::string ucx_version, std::string gpu_path) {
     ucx_address_ = std::move(address);
     ucx_version_ = std::move(ucx_version);

@@ -165,7 +165,10 @@ void Server::Impl::StartNodeCopies() {
       off = started.status().message();
     }
   }
-  if (copies_) {
+  bool gpus = devices_->gpu_count() > 0;
+  if (copies_ && !gpus) {
+    Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + " (host memory only)");
+  } else if (copies_) {
     bool staged = opt_.stage_gpu_copies && copies_->reads_gpu_memory();
     Log(LogLevel::kInfo, "copies between nodes: over " + copies_->Describe() +
                              (staged ? "; GPU tensors staged in pinned host memory (--stage-gpu-copies)" : ""));
@@ -173,8 +176,11 @@ void Server::Impl::StartNodeCopies() {
     Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
   }
   copier_ = std::make_unique<NodeCopier>(opt_, *redis_, table_, *devices_, copies_.get(), off);
+  // Host tensors always go in place; GPU tensors as the UCX and --stage-gpu-copies decide.
   heartbeat_->set_node_copies(copies_ ? copies_->address_hex() : "", copies_ ? copies_->version() : "",
-                              !copies_ ? "off" : copier_->gpu_direct() ? "in_place" : "staged");
+                              !copies_                          ? "off"
+                              : !gpus || copier_->gpu_direct() ? "in_place"
+                                                                : "staged");
 }
 
 void Server::Impl::WakeForRead() {
