@@ -49,8 +49,6 @@ class CopyService {
   // Whether this UCX sends from and receives into GPU memory itself (its context lists CUDA
   // among its memory types), so that GPU tensors need no staging in host memory.
   virtual bool reads_gpu_memory() const = 0;
-  // A sentence for the server's log: the UCX version and how GPU tensors travel.
-  virtual std::string Describe() const = 0;
   // The UCX version ("1.22.0"): the heartbeat's ucx_version.
   virtual std::string version() const = 0;
   virtual std::vector<Read> TakeReads() = 0;

@@ -184,7 +184,6 @@ class UcxCopyService final : public CopyService {
   Status Init();
   const std::string& address_hex() const override { return address_hex_; }
   bool reads_gpu_memory() const override { return reads_gpu_memory_; }
-  std::string Describe() const override;
   std::string version() const override { return ucx->ucp_get_version_string(); }
   std::vector<Read> TakeReads() override;
   void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory memory,
@@ -268,12 +267,6 @@ Status UcxCopyService::Init() {
   }
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
-}
-
-std::string UcxCopyService::Describe() const {
-  return std::string("UCX ") + ucx->ucp_get_version_string() +
-         (reads_gpu_memory_ ? ", which reads and writes GPU memory itself"
-                            : ", which cannot read GPU memory: GPU tensors staged in pinned host memory");
 }
 
 UcxCopyService::~UcxCopyService() {

@@ -111,18 +111,11 @@ Status DeviceSet::Free(int device, const Allocation& allocation,
       return Status::Ok();
     }
   }
-  if (then) return PostFree(device, allocation, std::move(then));
-  auto worker = workers_.find(device);
-  auto allocator = allocators_.find(device);
-  if (worker == workers_.end() || allocator == allocators_.end()) {
-    return Status(ErrorCode::kInternal, "no worker for device " + DeviceName(device));
-  }
-  return worker->second->Call(
-      [a = allocator->second.get(), &allocation](DeviceContext& ctx) { return a->Free(ctx, allocation); });
+  return FreeOnWorker(device, allocation, std::move(then));
 }
 
-Status DeviceSet::PostFree(int device, const Allocation& allocation,
-                           std::function<void(const Status&)> then) {
+Status DeviceSet::FreeOnWorker(int device, const Allocation& allocation,
+                               std::function<void(const Status&)> then) {
   auto worker = workers_.find(device);
   auto allocator = allocators_.find(device);
   if (worker == workers_.end() || allocator == allocators_.end()) {
@@ -130,12 +123,14 @@ Status DeviceSet::PostFree(int device, const Allocation& allocation,
     if (then) then(missing);
     return missing;
   }
-  Status posted = worker->second->Post([a = allocator->second.get(), allocation, then](DeviceContext& ctx) {
+  auto job = [a = allocator->second.get(), allocation, then](DeviceContext& ctx) {
     Status freed = a->Free(ctx, allocation);
     if (then) then(freed);
     return freed;
-  });
-  if (!posted.ok() && then) then(posted);
+  };
+  if (!then) return worker->second->Call(job);
+  Status posted = worker->second->Post(job);
+  if (!posted.ok()) then(posted);
   return posted;
 }
 
@@ -157,7 +152,7 @@ std::function<void()> DeviceSet::Hold(int device, const Allocation& allocation) 
     if (!done.free_deferred) return;
     Log(LogLevel::kDebug, "the copy to another node is through: the free that waited for it runs");
     auto then = std::move(done.then);
-    (void)PostFree(key.first, done.allocation, [then](const Status& freed) {
+    (void)FreeOnWorker(key.first, done.allocation, [then](const Status& freed) {
       if (then) {
         then(freed);
       } else if (!freed.ok()) {

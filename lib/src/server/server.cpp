@@ -165,22 +165,22 @@ void Server::Impl::StartNodeCopies() {
       off = started.status().message();
     }
   }
-  bool gpus = devices_->gpu_count() > 0;
-  if (copies_ && !gpus) {
-    Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + " (host memory only)");
-  } else if (copies_) {
-    bool staged = opt_.stage_gpu_copies && copies_->reads_gpu_memory();
-    Log(LogLevel::kInfo, "copies between nodes: over " + copies_->Describe() +
-                             (staged ? "; GPU tensors staged in pinned host memory (--stage-gpu-copies)" : ""));
-  } else {
-    Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
-  }
   copier_ = std::make_unique<NodeCopier>(opt_, *redis_, table_, *devices_, copies_.get(), off);
+  if (!copies_) {
+    Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
+    heartbeat_->set_node_copies("", "", "off");
+    return;
+  }
   // Host tensors always go in place; GPU tensors as the UCX and --stage-gpu-copies decide.
-  heartbeat_->set_node_copies(copies_ ? copies_->address_hex() : "", copies_ ? copies_->version() : "",
-                              !copies_                          ? "off"
-                              : !gpus || copier_->gpu_direct() ? "in_place"
-                                                                : "staged");
+  bool gpus = devices_->gpu_count() > 0;
+  std::string how = !gpus ? " (host memory only)"
+                    : !copies_->reads_gpu_memory()
+                        ? ", which cannot read GPU memory: GPU tensors staged in pinned host memory"
+                        : std::string(", which reads and writes GPU memory itself") +
+                              (copier_->gpu_direct() ? "" : "; GPU tensors staged in pinned host memory (--stage-gpu-copies)");
+  Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + how);
+  heartbeat_->set_node_copies(copies_->address_hex(), copies_->version(),
+                              !gpus || copier_->gpu_direct() ? "in_place" : "staged");
 }
 
 void Server::Impl::WakeForRead() {
