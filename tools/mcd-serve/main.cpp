@@ -29,7 +29,7 @@ struct ServeFlags {
   bool no_node_copies = false;
   bool stage_gpu_copies = false;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
-  std::string ready_max = "64MiB", slab_max = "32MiB";
+  std::string ready_max = "256MiB", slab_max = "32MiB";
   bool quiet = false;
   bool verbose = false;
 };

@@ -35,7 +35,7 @@ struct MCD_API ServerOptions {
   std::string pool_group;          // group allowed besides the server's user ("" = none)
   // GPU memory per device kept as zeroed blocks of recently created sizes (up to half of it
   // each), so that such creates need no allocation on their path; 0: none.
-  uint64_t ready_max_bytes = 64ull << 20;
+  uint64_t ready_max_bytes = 256ull << 20;
   // "cuda": the largest slab that small tensors are carved from, so that a process opening
   // many of them opens few allocations (memcuda(7), SLABS); 0: every tensor its own cudaMalloc.
   uint64_t ipc_slab_max_bytes = 32ull << 20;

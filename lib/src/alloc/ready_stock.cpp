@@ -100,11 +100,16 @@ class ReadyStock final : public Allocator {
   void Trim(DeviceContext& ctx, bool everything) override {
     refill_paused_ = false;
     int64_t now = SteadyMs();
-    if (ctx.gpu_up()) (void)cudaStreamSynchronize(ctx.stream());  // no memset runs on a block freed here
+    bool synchronized = false;
     for (auto it = shelves_.begin(); it != shelves_.end();) {
       if (!everything && now - it->second.last_create_ms <= kReadyIdleMs) {
         ++it;
         continue;
+      }
+      // No memset runs on a block freed here. Only then: this runs every second on the worker.
+      if (!synchronized && ctx.gpu_up()) {
+        (void)cudaStreamSynchronize(ctx.stream());
+        synchronized = true;
       }
       for (Block& block : it->second.blocks) {
         (void)inner_->Free(ctx, block.memory);
