@@ -6,8 +6,8 @@ Left: end-to-end share latency by tensor size, per allocator and for the peer, o
 Right: create / get (warm) / delete medians at 1 MiB per allocator.
 Needs Debian's python3-matplotlib.
 
-    /usr/bin/python3 scripts/plot_bench.py docs/bench-h200-cuda_ipc.json docs/bench-h200-pool-host.json \
-        docs/torch-h200.json -o docs/bench-h200.png
+    /usr/bin/python3 scripts/plot_bench.py docs/bench-h100-cuda_ipc.json docs/bench-h100-pool-host.json \
+        docs/torch-h100.json -o docs/bench-h100.png
 """
 import argparse
 import json
