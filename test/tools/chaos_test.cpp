@@ -211,8 +211,19 @@ class Chaos : public Lifecycle {
       handles.insert(f["ipc_handle"]);
     }
     EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes)) << ServeLog();
-    // The reaper gave back every dead holder's references without an error.
-    EXPECT_EQ(ServeLog().find("release_dead of"), std::string::npos) << ServeLog();
+    // The reaper gave back every dead holder's references (the hashes above hold none) without
+    // an error other than Redis being away: a give-back that a Redis restart cut off is logged
+    // and done again on a later pass.
+    const std::string log = ServeLog();
+    for (size_t at = log.find("release_dead of '"); at != std::string::npos;
+         at = log.find("release_dead of '", at + 1)) {
+      std::string line = log.substr(at, log.find('\n', at) - at);
+      size_t reason = line.find("': ");
+      std::string code = reason == std::string::npos
+                             ? line
+                             : line.substr(reason + 3, line.find(':', reason + 3) - reason - 3);
+      EXPECT_TRUE(code == "unavailable" || code == "try_again") << line << "\n" << log;
+    }
     if (device_ == "cpu") {
       std::set<std::string> objects;
       for (const std::string& name : test::ShmObjects("mcd-mcd-" + node_)) objects.insert("/" + name);
