@@ -121,11 +121,15 @@ TEST_F(FdPassing, IdlePeersDoNotDelayOthers) {
     idle.push_back(std::move(more).value());
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all accepted and waiting
-  t0 = std::chrono::steady_clock::now();
-  auto busy = FetchFd(path_, 3, 2000, getpid());
-  EXPECT_EQ(busy.status().code(), ErrorCode::kUnavailable) << busy.status().ToString();
-  EXPECT_NE(busy.status().message().find("peers waiting already"), std::string::npos) << busy.status().message();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  // Many times over: the server answers and closes as it accepts, which is often before the
+  // client has sent its request, and the answer must come through either way.
+  for (int i = 0; i < 200; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    auto busy = FetchFd(path_, 3, 2000, getpid());
+    ASSERT_EQ(busy.status().code(), ErrorCode::kUnavailable) << i << ": " << busy.status().ToString();
+    EXPECT_NE(busy.status().message().find("peers waiting already"), std::string::npos) << busy.status().message();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  }
 }
 
 // The client checks who serves the socket: a server process other than the one the heartbeat

@@ -131,9 +131,13 @@ Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms, in
   MCD_ASSIGN_OR_RETURN(UniqueFd conn, ConnectUnix(path, timeout_ms, "pool socket"));
   MCD_RETURN_IF_ERROR(CheckServerPeer(conn.get(), server_pid, "the pool socket " + path));
   int32_t request = device;
-  if (send(conn.get(), &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
+  if (send(conn.get(), &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request)) &&
+      errno != EPIPE && errno != ECONNRESET) {
     return Errno(ErrorCode::kIoError, "send to pool socket");
   }
+  // A send the server closed the connection on is read on all the same: a server that turns
+  // peers away (FdServer::kMaxWaiting) answers and closes as soon as it accepts, which can be
+  // before the request is sent, and its answer says why.
   int32_t code = -1;
   msghdr msg{};
   iovec iov{&code, sizeof(code)};
