@@ -106,7 +106,8 @@ class ReadyStock final : public Allocator {
         ++it;
         continue;
       }
-      // No memset runs on a block freed here. Only then: this runs every second on the worker.
+      // No memset runs on a block freed here. Synchronized only when one is: Trim runs every
+      // second on the worker, which a needless sync would stall.
       if (!synchronized && ctx.gpu_up()) {
         (void)cudaStreamSynchronize(ctx.stream());
         synchronized = true;
