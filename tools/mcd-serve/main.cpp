@@ -17,6 +17,9 @@
 namespace mcd {
 namespace {
 
+// "256MiB": a default size as the flags take it.
+std::string MiB(uint64_t bytes) { return std::to_string(bytes >> 20) + "MiB"; }
+
 // The flags as given, before they are checked and turned into ServerOptions.
 struct ServeFlags {
   tools::CommonFlags common;
@@ -29,7 +32,9 @@ struct ServeFlags {
   bool no_node_copies = false;
   bool stage_gpu_copies = false;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
-  std::string ready_max = "256MiB", slab_max = "32MiB";
+  // The library's defaults, shown in --help as they are given.
+  std::string ready_max = MiB(ServerOptions{}.ready_max_bytes);
+  std::string slab_max = MiB(ServerOptions{}.ipc_slab_max_bytes);
   bool quiet = false;
   bool verbose = false;
 };

@@ -173,11 +173,13 @@ void Server::Impl::StartNodeCopies() {
   }
   // Host tensors always go in place; GPU tensors as the UCX and --stage-gpu-copies decide.
   bool gpus = devices_->gpu_count() > 0;
-  std::string how = !gpus ? " (host memory only)"
-                    : !copies_->reads_gpu_memory()
-                        ? ", which cannot read GPU memory: GPU tensors staged in pinned host memory"
-                        : std::string(", which reads and writes GPU memory itself") +
-                              (copier_->gpu_direct() ? "" : "; GPU tensors staged in pinned host memory (--stage-gpu-copies)");
+  std::string how = " (host memory only)";
+  if (gpus && !copies_->reads_gpu_memory()) {
+    how = ", which cannot read GPU memory: GPU tensors staged in pinned host memory";
+  } else if (gpus) {
+    how = ", which reads and writes GPU memory itself";
+    if (!copier_->gpu_direct()) how += "; GPU tensors staged in pinned host memory (--stage-gpu-copies)";
+  }
   Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + how);
   heartbeat_->set_node_copies(copies_->address_hex(), copies_->version(),
                               !gpus || copier_->gpu_direct() ? "in_place" : "staged");
