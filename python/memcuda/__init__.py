@@ -59,12 +59,17 @@ class Client:
     # -- the lifecycle -----------------------------------------------------------------------
 
     def create(self, name, shape, dtype="f32", device=0, lifetime="heap", init="zero",
-               owner_pid=None):
+               owner_pid=None, data=None):
         """Creates tensor `name` and returns it, to be opened here on first use. `device`: a GPU
         ordinal or "cpu"; `lifetime`: "heap" (lives until its last reference is given back: see
         rm) or "stack" (also freed when `owner_pid`, default this process, exits); `init`:
         "zero" or "none". The creator's reference is bound to no process, as mcd-create's: the
-        tensor outlives this process until rm() (a heap tensor)."""
+        tensor outlives this process until rm() (a heap tensor).
+
+        `data`: host bytes to fill it with (any object with the buffer protocol, C-contiguous,
+        exactly the tensor's size: a NumPy array, bytes). The tensor is then ready only once
+        every byte is in: other processes' gets answer NotReady until then (get_when_ready and
+        `mcd-get --wait` wait through it), and if this process dies first, the tensor goes."""
         shape = _shape(shape)
         options = CreateOptions()
         options.size = ctypes.sizeof(CreateOptions)
@@ -75,6 +80,9 @@ class Client:
         options.lifetime = 1 if lifetime == "stack" else 0
         options.no_init = 1 if init == "none" else 0
         options.owner_pid = int(owner_pid or 0)
+        keep = None  # what options.data points into, alive until the call returns
+        if data is not None:
+            keep, options.data, options.data_bytes = _host_buffer(data)
         dims = (ctypes.c_int64 * len(shape))(*shape)
         out = _CTensor()
         self._call(_clib.mcd_create_ex, _bytes(name), dtype_name(dtype).encode(), dims,
@@ -218,12 +226,10 @@ class Tensor:
     def write(self, data):
         """Copies `data` (any object with the buffer protocol, at most the tensor's size, e.g. a
         NumPy array or bytes) into the tensor, from its start."""
-        view = memoryview(data).cast("B")
-        if view.nbytes > self.nbytes:
-            raise ValueError("%d bytes do not fit tensor %r of %d bytes" % (view.nbytes, self.name, self.nbytes))
-        src = (ctypes.c_char * view.nbytes).from_buffer_copy(view) if view.readonly else \
-            (ctypes.c_char * view.nbytes).from_buffer(view)
-        self._client._call(_clib.mcd_copy_from_host, self.name.encode(), src, view.nbytes)
+        src, _, nbytes = _host_buffer(data)
+        if nbytes > self.nbytes:
+            raise ValueError("%d bytes do not fit tensor %r of %d bytes" % (nbytes, self.name, self.nbytes))
+        self._client._call(_clib.mcd_copy_from_host, self.name.encode(), src, nbytes)
 
     # -- zero-copy exports -----------------------------------------------------------------
 
@@ -293,6 +299,18 @@ class Tensor:
         out = _CTensor()
         self._client._call(_clib.mcd_get, self.name.encode(), ctypes.byref(out))
         return _Mapping(self._client, out)
+
+
+def _host_buffer(data):
+    """(a ctypes array over `data`'s bytes, its address, its size): in place where the buffer is
+    writable, else a copy (ctypes maps only writable buffers)."""
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise ValueError("data must be C-contiguous")
+    view = view.cast("B")
+    src = (ctypes.c_char * view.nbytes).from_buffer_copy(view) if view.readonly else \
+        (ctypes.c_char * view.nbytes).from_buffer(view)
+    return src, ctypes.addressof(src), view.nbytes
 
 
 def _bytes(text):

@@ -34,6 +34,8 @@ class CreateOptions(ctypes.Structure):
         ("no_init", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
         ("owner_pid", ctypes.c_int64),
+        ("data", ctypes.c_void_p),
+        ("data_bytes", ctypes.c_uint64),
     ]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import memcuda
 from memcuda import _dlpack, _lib
+from conftest import tool
 
 
 def refcount(mc, name):
@@ -108,6 +109,29 @@ def test_host_copies_both_ways(mc):
         t.write(bytes(7))
     t.release()
     mc.rm("h")
+
+
+def test_a_create_with_data_is_ready_only_with_every_byte_in(node, mc, tmp_path):
+    """create(data=...) goes through the C ABI's mcd_create_ex with data: a consumer started
+    before it (mcd-get --wait) reads exactly these bytes, never zeros."""
+    data = np.random.default_rng(5).integers(0, 256, size=(4096, 1024), dtype=np.uint8)
+    out = tmp_path / "out.npy"
+    waiter = subprocess.Popen(
+        [tool("mcd-get"), "d", "--wait", "60", "--no-ref", "-q", "-o", str(out), "--node",
+         node.node], env=node.env)
+    t = mc.create("d", data.shape, "u8", device="cpu", data=data)
+    assert waiter.wait(60) == 0
+    assert np.array_equal(np.load(out), data)
+    assert mc.stat("d")["state"] == "ready" and refcount(mc, "d") == 1
+    assert np.array_equal(np.asarray(t), data)
+    t.release()
+    mc.create("ro", (3,), "u16", device="cpu", data=b"\x01\x00\x02\x00\x03\x00").release()
+    assert np.frombuffer(mc.get("ro").tobytes(), dtype=np.uint16).tolist() == [1, 2, 3]
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.create("short", (4,), "u8", device="cpu", data=b"abc")
+    assert sorted(r["name"] for r in mc.ls()) == ["d", "ro"]
+    mc.rm("d")
+    mc.rm("ro")
 
 
 def test_errors_carry_the_tools_stable_names(mc):

@@ -37,6 +37,19 @@ TEST(Protocol, CommandRoundTrips) {
   EXPECT_EQ(back->device, kHostDevice);
   EXPECT_FALSE(back->zero_init);
   EXPECT_EQ(back->bytes, 40u);
+  EXPECT_FALSE(back->fill);
+
+  // A create its requester fills, and the publish that makes it ready.
+  c.fill = true;
+  c.pid = 77;
+  auto filled = ParseCommand(CommandToJson(c));
+  ASSERT_TRUE(filled.ok()) << filled.status().ToString();
+  EXPECT_TRUE(filled->fill);
+  EXPECT_EQ(filled->pid, 77);
+  auto publish = ParseCommand(R"({"op":"publish","name":"a","pid":77})");
+  ASSERT_TRUE(publish.ok()) << publish.status().ToString();
+  EXPECT_EQ(publish->op, Op::kPublish);
+  EXPECT_STREQ(OpName(publish->op), "publish");
 }
 
 struct BadCase {
@@ -80,6 +93,11 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
       {R"({"op":"get","name":"a","extra":1})", ErrorCode::kInvalidArgument, "unknown field"},
       {R"({"op":"get","name":"a","pid":"12"})", ErrorCode::kInvalidArgument, "integer"},
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack"})", ErrorCode::kInvalidArgument, "stack"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":1,"pid":5})", ErrorCode::kInvalidArgument, "true or false"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true})", ErrorCode::kInvalidArgument, "the process that fills it"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":5,"copy_of":"b"})", ErrorCode::kInvalidArgument, "exclude"},
+      {R"({"op":"get","name":"a","fill":true})", ErrorCode::kInvalidArgument, "only valid"},
+      {R"({"op":"publish","name":"a"})", ErrorCode::kInvalidArgument, "the process that filled"},
   };
   for (const BadCase& c : cases) {
     auto parsed = ParseCommand(c.json);

@@ -88,8 +88,8 @@ Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
   return spec;
 }
 
-// Creates the tensor and, with --from, fills it; a tensor whose contents could not be written is
-// released again rather than left behind.
+// Creates the tensor; with --from, the client fills it before it is published ready, so no
+// reader ever sees it without the file's bytes, and a failed fill leaves nothing behind.
 Result<TensorRecord> Create(const CreateFlags& f, CreateSpec spec, const tools::NpyArray& npy) {
   MCD_ASSIGN_OR_RETURN(ClientOptions options, tools::MakeClientOptions(f.common, true));
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, tools::ConnectClient("mcd-create", options, f.common.quiet));
@@ -98,17 +98,11 @@ Result<TensorRecord> Create(const CreateFlags& f, CreateSpec spec, const tools::
     spec.dtype = source.dtype;
     spec.shape = source.shape;
   }
-  MCD_ASSIGN_OR_RETURN(TensorRecord record, client->Create(spec));
-  if (f.from.empty()) return record;
-  auto view = client->Open(f.name);
-  Status copied = view.ok() ? client->CopyFromHost(view.value(), npy.data.data(), npy.data.size())
-                            : view.status();
-  (void)client->Close(f.name);
-  if (!copied.ok()) {
-    (void)client->Release(f.name);
-    return copied;
+  if (!f.from.empty()) {
+    spec.contents = npy.data.data();
+    spec.contents_bytes = npy.data.size();
   }
-  return record;
+  return client->Create(spec);
 }
 
 }  // namespace

@@ -58,6 +58,12 @@ struct MCD_API CreateSpec {
   // The bytes of this tensor of another node, copied by the two servers (docs/scale-out.md);
   // dtype and shape must be its own. Empty: a new tensor, zeroed or not as zero_init says.
   std::string copy_of;
+  // Host bytes to fill the new tensor with, exactly its size (not with copy_of). The server makes
+  // it "creating", this client writes the bytes in and then publishes it "ready": until then a
+  // get answers not_ready (a wait goes on waiting), no event names it, and if this process dies
+  // first, the tensor goes. nullptr: no contents (zeroed or not, as zero_init says).
+  const void* contents = nullptr;
+  uint64_t contents_bytes = 0;
 };
 
 // An opened tensor: `data` is valid in this process until Release() (or Close()). GPU work of
@@ -74,7 +80,8 @@ class MCD_API Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Sends a create and waits for the reply. Returns the record (refcount 1).
+  // Sends a create and waits for the reply; with CreateSpec::contents, also fills and publishes
+  // it (a create that fails there leaves nothing behind). Returns the record (refcount 1).
   Result<TensorRecord> Create(const CreateSpec& spec);
   // Takes a reference (refcount+1, the get command's effect, done by an atomic script in one
   // Redis round trip) and opens the tensor in this process.
@@ -138,6 +145,8 @@ class MCD_API Client {
 
  private:
   explicit Client(std::unique_ptr<Impl> impl);
+  // Writes `contents` into the tensor `creating` that this client just created with "fill".
+  Status Fill(const TensorRecord& creating, const void* contents);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -97,6 +97,11 @@ typedef struct mcd_create_options {
   int32_t no_init;    /* 0: zeroed; 1: contents left as they come (faster for large tensors) */
   int32_t reserved;
   int64_t owner_pid;  /* stack tensors: the process it is bound to (0: the caller) */
+  /* Host bytes to fill the tensor with, exactly its size (NULL: none). The tensor is "creating"
+   * while this call writes them, and ready only once every byte is in: a get meanwhile answers
+   * MCD_ERR_NOT_READY, and if the calling process dies first, the tensor goes. */
+  const void* data;
+  uint64_t data_bytes;
 } mcd_create_options;
 
 /* mcd_create with options (NULL: the defaults, as mcd_create). */

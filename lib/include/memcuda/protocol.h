@@ -41,7 +41,9 @@ MCD_API Result<std::vector<int64_t>> ShapeFromJson(std::string_view json);
 // "2,3,4" or "2x3x4" or "[2,3,4]" -> dims.
 MCD_API Result<std::vector<int64_t>> ParseShapeList(std::string_view text);
 
-enum class Op { kCreate, kGet, kDelete };
+// publish: the creator of a tensor made with `fill` (state "creating") says every byte is in;
+// the tensor becomes "ready" (memcuda(7)).
+enum class Op { kCreate, kGet, kDelete, kPublish };
 MCD_API const char* OpName(Op op) noexcept;
 
 enum class Lifetime { kHeap, kStack };
@@ -75,6 +77,10 @@ struct MCD_API Command {
   // "copy_of": the bytes come from this tensor of another node (docs/scale-out.md), moved by
   // the two servers; dtype and shape must be its own.
   std::string copy_of;
+  // "fill": true: the requesting process (`pid`, which must run on this host) writes the bytes
+  // itself and then sends publish. Until then the tensor is "creating": gets answer not_ready,
+  // no event names it, and it goes (hash and memory) if that process dies first.
+  bool fill = false;
   // create of a stack tensor: the process it is bound to (0 = pid). get and delete: the
   // process the reference is bound to (its holder; 0 = bound to nobody).
   int64_t owner_pid = 0;

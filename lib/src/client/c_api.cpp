@@ -141,6 +141,8 @@ int32_t mcd_create_ex(mcd_client* c, const char* name, const char* dtype, const 
     spec.lifetime = opt.lifetime == MCD_LIFETIME_STACK ? mcd::Lifetime::kStack : mcd::Lifetime::kHeap;
     spec.zero_init = opt.no_init == 0;
     spec.owner_pid = opt.owner_pid;
+    spec.contents = opt.data;
+    spec.contents_bytes = opt.data_bytes;
     auto record = c->client->Create(spec);
     if (!record.ok()) return Fail(c, record.status());
     Fill(record.value(), nullptr, out);

@@ -180,6 +180,24 @@ class Client::Impl {
     return created;
   }
 
+  // The filled tensor `name` becomes ready (its filler's publish command, through the server).
+  Result<TensorRecord> Publish(const std::string& name) {
+    Command cmd;
+    cmd.op = Op::kPublish;
+    cmd.name = name;
+    return Retrying("publish", false, [&] { return transport_->Request(cmd); });
+  }
+
+  // A tensor this client created and could not fill goes again: its delete, sent by its filler,
+  // removes it unpublished (or, were the publish to have gone through unseen, gives back the
+  // creator's reference).
+  void Abandon(const std::string& name) {
+    auto removed = Retrying("delete", false,
+                            [&] { return transport_->Request(DeleteCommand(name, holder_)); });
+    Saw(name, 0);
+    (void)removed;  // a failure is the original error's to report; the reaper takes it then
+  }
+
   // release: a tensor this client created and whose refcount it last saw at 1 is most likely
   // released for the last time, which only the server can do: its delete command goes to the
   // server at once. Were another process to have taken a reference since, the server's delete
@@ -381,7 +399,35 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
                     "owner process " + std::to_string(spec.owner_pid) + " is not running");
     }
   }
-  return impl_->Create(std::move(cmd));
+  if (spec.contents == nullptr) return impl_->Create(std::move(cmd));
+  if (!spec.copy_of.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "a copy of another node's tensor takes no contents");
+  }
+  if (spec.contents_bytes != cmd.bytes) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "contents of " + std::to_string(spec.contents_bytes) + " bytes for tensor '" +
+                      spec.name + "' of " + std::to_string(cmd.bytes));
+  }
+  cmd.fill = true;
+  cmd.zero_init = false;  // every byte is about to be written
+  MCD_ASSIGN_OR_RETURN(TensorRecord creating, impl_->Create(std::move(cmd)));
+  Status filled = Fill(creating, spec.contents);
+  if (filled.ok()) {
+    auto published = impl_->Publish(spec.name);
+    if (published.ok()) return published;
+    filled = published.status();
+  }
+  impl_->Abandon(spec.name);
+  return filled;
+}
+
+Status Client::Fill(const TensorRecord& creating, const void* contents) {
+  // Mapped from the create's own record: the hash says "creating", which Open refuses.
+  MCD_ASSIGN_OR_RETURN(void* ptr,
+                       MappingRegistry::Get().Open(creating, impl_->server_->PoolSourceOf()));
+  Status copied = CopyFromHost(TensorView{creating, ptr}, contents, creating.bytes);
+  Status closed = MappingRegistry::Get().Close(creating);
+  return copied.ok() ? closed : copied;
 }
 
 Result<TensorView> Client::Get(const std::string& name) {

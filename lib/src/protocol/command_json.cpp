@@ -37,11 +37,12 @@ enum CommandField {
   kOwnerStart,
   kBytes,
   kCopyOf,
+  kFill,
   kCommandFieldCount
 };
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
     "op",     "name",     "req",  "node",      "pid",         "sent_ms", "dtype", "shape",
-    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes", "copy_of"};
+    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes", "copy_of", "fill"};
 
 // owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
 // is bound to.
@@ -137,6 +138,14 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
     if (!valid.ok()) return Invalid("\"copy_of\": " + valid.message());
     cmd.copy_of = std::string(source);
   }
+  if (const rj::Value* fill = m.at[kFill]) {
+    if (!fill->IsBool()) return Invalid("\"fill\" must be true or false");
+    cmd.fill = fill->GetBool();
+    if (cmd.fill && cmd.pid == 0)
+      return Invalid("a create with \"fill\" needs \"pid\": the process that fills it");
+    if (cmd.fill && !cmd.copy_of.empty())
+      return Invalid("\"fill\" and \"copy_of\" exclude each other: a copy is filled by the servers");
+  }
   if (cmd.lifetime == Lifetime::kStack && cmd.owner_pid == 0 && cmd.pid == 0) {
     return Invalid("a stack tensor needs \"pid\" or \"owner_pid\": the process it is bound to");
   }
@@ -175,8 +184,11 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     cmd.op = Op::kGet;
   } else if (op == "delete") {
     cmd.op = Op::kDelete;
+  } else if (op == "publish") {
+    cmd.op = Op::kPublish;
   } else {
-    return Invalid("unknown op \"" + Printable(op) + "\" (expected create, get or delete)");
+    return Invalid("unknown op \"" + Printable(op) +
+                   "\" (expected create, get, delete or publish)");
   }
   if (m.at[kName] == nullptr) return Invalid("missing \"name\"");
   MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*m.at[kName], "name"));
@@ -200,6 +212,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
     return cmd;
   }
+  if (cmd.op == Op::kPublish && cmd.pid == 0)
+    return Invalid("publish needs \"pid\": the process that filled the tensor");
   for (int f = kDType; f < kCommandFieldCount; ++f) {
     if (f == kOwnerPid || f == kOwnerStart) continue;
     if (m.at[f] != nullptr)
@@ -233,6 +247,10 @@ std::string CommandToJson(const Command& cmd) {
     if (cmd.lifetime != Lifetime::kHeap) WriteKeyString(w, "lifetime", LifetimeName(cmd.lifetime));
     if (!cmd.zero_init) WriteKeyString(w, "init", "none");
     if (!cmd.copy_of.empty()) WriteKeyString(w, "copy_of", cmd.copy_of);
+    if (cmd.fill) {
+      w.Key("fill");
+      w.Bool(true);
+    }
   }
   if (cmd.owner_pid != 0) {
     w.Key("owner_pid");

@@ -88,6 +88,7 @@ const char* OpName(Op op) noexcept {
     case Op::kCreate: return "create";
     case Op::kGet: return "get";
     case Op::kDelete: return "delete";
+    case Op::kPublish: return "publish";
   }
   return "?";
 }

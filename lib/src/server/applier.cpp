@@ -141,6 +141,9 @@ void CommandApplier::Handle(const std::string& raw, const Result<Command>& parse
     case Op::kDelete:
       HandleRefcount(raw, cmd, -1);
       break;
+    case Op::kPublish:
+      HandlePublish(raw, cmd);
+      break;
   }
 }
 
@@ -203,7 +206,7 @@ TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
   record.device = cmd.device;
   record.bytes = cmd.bytes;
   record.refcount = 1;
-  record.state = "ready";
+  record.state = cmd.fill ? "creating" : "ready";
   record.ctime_ms = NowMs();
   record.node = opt_.node;
   record.owner = instance_;
@@ -241,6 +244,17 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
         ErrorCode::kInvalidArgument,
         "owner process " + std::to_string(record.owner_pid) + " of stack tensor is not running"));
   }
+  std::optional<Holder> filler;
+  if (cmd.fill) {
+    // The filler waits for this reply, so its start time read now is its own.
+    filler = Holder{cmd.pid, ProcessStartTime(cmd.pid), 0};
+    if (filler->start == 0) {
+      return fail(Status(ErrorCode::kInvalidArgument,
+                         "filler process " + std::to_string(cmd.pid) +
+                             " is not running on this host (a create with \"fill\" comes from "
+                             "the process that writes the bytes)"));
+    }
+  }
   std::optional<NodeCopier::Source> source;
   if (!cmd.copy_of.empty()) {
     pipeline_.Drain();  // the copier reads Redis on this connection
@@ -262,7 +276,7 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
   record.ipc_handle = allocation->ipc_handle;
   record.offset = allocation->offset;
 
-  Entry entry{record, std::move(allocation).value(), RecordJsonHead(record)};
+  Entry entry{record, std::move(allocation).value(), RecordJsonHead(record), filler};
   std::vector<std::string> fields;
   for (auto& [field, value] : HashFields(record)) {
     fields.push_back(field);
@@ -271,7 +285,8 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
   std::string reply = ReplyHeadJson(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset",
-      CommitEvent{"create", cmd.pid}, fields,
+      // A tensor being filled is announced when it is published, ready.
+      filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}, fields,
       [this, raw, req = cmd.req, t0,
        entry = std::move(entry)](Result<CommitResult> committed) mutable {
         CreateCommitted(raw, req, std::move(entry), t0, std::move(committed));
@@ -317,6 +332,14 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
     responder_.Fail(raw, cmd.req, op, status);
     return outcomes_.Record(op, cmd.name, status, t0);
   }
+  if (it->second.filler) {
+    if (cmd.op == Op::kDelete && FillerCheck(it->second, cmd).ok()) return HandleAbandon(raw, cmd);
+    Status filling(ErrorCode::kNotReady, "tensor '" + cmd.name + "' is creating: process " +
+                                             std::to_string(it->second.filler->pid) +
+                                             " is still writing its bytes");
+    responder_.Fail(raw, cmd.req, op, filling);
+    return outcomes_.Record(op, cmd.name, filling, t0);
+  }
   auto holder = HolderOf(cmd);
   if (!holder.ok()) {
     responder_.Fail(raw, cmd.req, op, holder.status());
@@ -330,6 +353,76 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
        R"(},"freed":true})"},
       [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
         RefcountCommitted(raw, req, name, op, t0, std::move(committed));
+      }));
+}
+
+Status CommandApplier::FillerCheck(const Entry& entry, const Command& cmd) const {
+  if (!entry.filler) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "tensor '" + cmd.name + "' is " + entry.record.state + ", not being filled");
+  }
+  if (entry.filler->pid != cmd.pid) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "tensor '" + cmd.name + "' is being filled by process " +
+                      std::to_string(entry.filler->pid) + "; only it may publish it");
+  }
+  return Status::Ok();
+}
+
+void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
+  auto t0 = Clock::now();
+  auto it = table_.find(cmd.name);
+  Status status = it == table_.end() ? MissingStatus(cmd.name) : FillerCheck(it->second, cmd);
+  if (!status.ok()) {
+    responder_.Fail(raw, cmd.req, "publish", status);
+    return outcomes_.Record("publish", cmd.name, status, t0);
+  }
+  TensorRecord ready = it->second.record;
+  ready.state = "ready";
+  // Nobody can take or give back a reference of a tensor being filled: its count is still the
+  // creator's 1.
+  std::string reply =
+      ReplyHeadJson(cmd.req, Op::kPublish) + RecordJsonHead(ready) + R"(,"refcount":1}})";
+  pipeline_.Queue(pipeline_.Make(
+      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kCreating, "hset",
+      CommitEvent{"create", cmd.pid}, {"state", "ready"},
+      [this, raw, req = cmd.req, name = cmd.name, t0](Result<CommitResult> committed) {
+        if (committed.ok() && committed->kind == CommitResult::kOk) {
+          if (auto found = table_.find(name); found != table_.end()) table_.Published(found);
+          return outcomes_.Record("publish", name, Status::Ok(), t0);
+        }
+        if (!committed.ok()) {
+          // A publish that Redis may have applied is found out by the reaper (DeadFillers).
+          responder_.Refused(raw, req, "publish", committed.status());
+          return outcomes_.Record("publish", name, committed.status(), t0);
+        }
+        if (committed->kind == CommitResult::kDup) {
+          return outcomes_.Record("publish", name, Status::Ok(), t0, "repeated_req=" + req);
+        }
+        Status missing = MissingStatus(name);
+        responder_.AnswerNow(raw, req, "publish", missing);
+        outcomes_.Record("publish", name, missing, t0);
+      }));
+}
+
+void CommandApplier::HandleAbandon(const std::string& raw, const Command& cmd) {
+  auto t0 = Clock::now();
+  auto it = table_.find(cmd.name);
+  std::string reply = ReplyHeadJson(cmd.req, Op::kDelete) + it->second.json_head +
+                      R"(,"refcount":0},"freed":true})";
+  // Never announced, so no event: the stream names a tensor from its publish on.
+  pipeline_.Queue(pipeline_.Make(
+      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kCreating, "del", CommitEvent{}, {},
+      [this, raw, req = cmd.req, name = cmd.name, t0](Result<CommitResult> committed) {
+        if (committed.ok() && committed->kind == CommitResult::kOk) {
+          auto found = table_.find(name);
+          if (found == table_.end()) return;
+          Entry entry = table_.Forget(found);
+          Status freed = devices_.Free(entry.record.device, entry.allocation);
+          return outcomes_.Record("abandon", name, freed, t0,
+                                  "freed=" + std::to_string(entry.record.bytes));
+        }
+        RefcountCommitted(raw, req, name, "delete", t0, std::move(committed));
       }));
 }
 

@@ -49,6 +49,12 @@ class CommandApplier {
   // The create's commit went through, or not: keep, settle later, or free and answer.
   void CreateCommitted(const std::string& raw, const std::string& req, Entry entry,
                        Clock::time_point t0, Result<CommitResult> committed);
+  // publish: the filler of a "creating" tensor says its bytes are in; the hash turns "ready" and
+  // the create event goes out. Abandon: its filler's delete, which removes it unpublished.
+  void HandlePublish(const std::string& raw, const Command& cmd);
+  void HandleAbandon(const std::string& raw, const Command& cmd);
+  // Why a command of `cmd.pid` may not publish or abandon tensor `entry` (ok when it may).
+  Status FillerCheck(const Entry& entry, const Command& cmd) const;
   // get (delta +1) and delete (-1): refcount changed in Redis; at 0 the hash goes (in the
   // script) before the memory.
   void HandleRefcount(const std::string& raw, const Command& cmd, int delta);

@@ -7,6 +7,18 @@
 
 namespace mcd {
 
+namespace {
+const char* PreName(Pre pre) {
+  switch (pre) {
+    case Pre::kNone: return "none";
+    case Pre::kAbsent: return "absent";
+    case Pre::kMine: return "mine";
+    case Pre::kCreating: return "creating";
+  }
+  return "none";
+}
+}  // namespace
+
 std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
                                          const std::string& field, const std::string& value,
                                          const CommitEvent& event, const std::string& name) {
@@ -67,9 +79,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
             std::to_string(opt_.reply_ttl_s),
             std::to_string(opt_.done_ttl_s),
             socket || req.empty() ? "0" : "1",
-            pre == Pre::kNone     ? "none"
-            : pre == Pre::kAbsent ? "absent"
-                                  : "mine",
+            PreName(pre),
             instance_,
             action,
             event_cap_,

@@ -34,7 +34,9 @@ struct CommitResult {
 };
 
 // The commit script's precondition on the tensor hash (lua_scripts.h).
-enum class Pre { kNone, kAbsent, kMine };
+// kMine: a ready hash of this instance; kCreating: one of this instance that its creator is
+// still filling.
+enum class Pre { kNone, kAbsent, kMine, kCreating };
 
 // The lifecycle event a commit appends to the event stream when it changes the tensor
 // (events.lua): `kind` "" for none, "create", "ref" (the script names it "get", "release" or

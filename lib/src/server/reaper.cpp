@@ -22,12 +22,42 @@ void Reaper::ReapStackTensors() {
     auto found = table_.find(name);
     std::string owner = "owner_pid=" + std::to_string(found->second.record.owner_pid);
     // "mine": only the hash this instance wrote goes, and the commit says how many references
-    // it still had.
+    // it still had. One still being filled was never announced: it goes without an event.
+    bool filling = found->second.filler.has_value();
     CommitEvent event{"reclaim", found->second.record.owner_pid, "owner_exited"};
-    auto committed = pipeline_.CommitNow(
-        pipeline_.Make(Route{}, "", "", name, "", Pre::kMine, "del", event, {}));
+    auto committed = pipeline_.CommitNow(pipeline_.Make(
+        Route{}, "", "", name, "", filling ? Pre::kCreating : Pre::kMine, "del",
+        filling ? CommitEvent{} : event, {}));
     Reclaimed("reclaim", name, std::move(committed), t0, owner);
   }
+}
+
+void Reaper::ReapDeadFillers() {
+  pipeline_.Drain();
+  for (const std::string& name : table_.DeadFillers()) {
+    auto t0 = OutcomeLog::Clock::now();
+    auto found = table_.find(name);
+    std::string filler = "filler_pid=" + std::to_string(found->second.filler->pid);
+    auto committed = pipeline_.CommitNow(
+        pipeline_.Make(Route{}, "", "", name, "", Pre::kCreating, "del", CommitEvent{}, {}));
+    if (committed.ok() && committed->kind == CommitResult::kConflict && PublishedAfterAll(name)) {
+      continue;
+    }
+    Reclaimed("reclaim_unfilled", name, std::move(committed), t0, filler);
+  }
+}
+
+bool Reaper::PublishedAfterAll(const std::string& name) {
+  // A publish whose commit lost its answer with the connection may have gone through: then the
+  // hash says ready, and the tensor stays, published.
+  auto fields = redis_.Command({"HMGET", opt_.keys.Tensor(name), "state", "owner"});
+  auto found = table_.find(name);
+  if (!fields.ok() || fields->elements.size() != 2 || found == table_.end()) return false;
+  if (fields->elements[0].str != "ready" || fields->elements[1].str != found->second.record.owner) {
+    return false;
+  }
+  table_.Published(found);
+  return true;
 }
 
 void Reaper::ReapDeadHolders() {

@@ -21,10 +21,16 @@ class Reaper {
 
   // Deletes the stack tensors whose owner process is gone, and frees their memory.
   void ReapStackTensors();
+  // Removes the tensors still being filled whose filler died before it published them (no event:
+  // they were never announced), and frees their memory.
+  void ReapDeadFillers();
   // Gives back every reference of the node's holders that are gone.
   void ReapDeadHolders();
 
  private:
+  // True when the hash of `name`, still being filled here, says ready: its publish went
+  // through though its answer was lost; the table then says so too.
+  bool PublishedAfterAll(const std::string& name);
   // Every reference `holder` had; its set of tensors goes, and it leaves the node's set.
   Status GiveBackAll(const std::string& holder);
   // After a reclaim's commit: frees the tensor when `committed` says its hash went, keeps its

@@ -367,6 +367,7 @@ void Server::Impl::Housekeeping() {
   if (now - last_housekeeping_ < std::chrono::seconds(1)) return;
   last_housekeeping_ = now;
   reaper_->ReapStackTensors();
+  reaper_->ReapDeadFillers();
   reaper_->ReapDeadHolders();
   devices_->TrimReadyStock();
 }

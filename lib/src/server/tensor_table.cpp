@@ -11,6 +11,11 @@ void TensorTable::Keep(Entry entry) {
   } else {
     stack_names_.erase(name);
   }
+  if (entry.filler) {
+    filling_names_.insert(name);
+  } else {
+    filling_names_.erase(name);
+  }
   uint64_t bytes = entry.record.bytes;
   if (auto old = tensors_.find(name); old != tensors_.end()) bytes_ -= old->second.record.bytes;
   tensors_[name] = std::move(entry);
@@ -21,6 +26,7 @@ void TensorTable::Keep(Entry entry) {
 Entry TensorTable::Forget(Map::iterator it) {
   Entry entry = std::move(it->second);
   stack_names_.erase(it->first);
+  filling_names_.erase(it->first);
   tensors_.erase(it);
   count_ = tensors_.size();
   bytes_ -= entry.record.bytes;
@@ -34,6 +40,23 @@ std::vector<std::string> TensorTable::DeadStackTensors() const {
     if (!ProcessAlive(r.owner_pid, r.owner_start)) dead.push_back(name);
   }
   return dead;
+}
+
+std::vector<std::string> TensorTable::DeadFillers() const {
+  std::vector<std::string> dead;
+  for (const std::string& name : filling_names_) {
+    const Holder& filler = *tensors_.at(name).filler;
+    if (!ProcessAlive(filler.pid, filler.start)) dead.push_back(name);
+  }
+  return dead;
+}
+
+void TensorTable::Published(Map::iterator it) {
+  Entry& entry = it->second;
+  entry.filler.reset();
+  entry.record.state = "ready";
+  entry.json_head = RecordJsonHead(entry.record);
+  filling_names_.erase(it->first);
 }
 
 std::vector<Entry> TensorTable::TakeUnsettled() {
@@ -53,6 +76,7 @@ std::map<int, std::vector<const Entry*>> TensorTable::HeldByDevice() const {
 void TensorTable::Clear() {
   tensors_.clear();
   stack_names_.clear();
+  filling_names_.clear();
   orphans_.clear();
   unsettled_.clear();
   maybe_deleted_.clear();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -20,6 +21,9 @@ struct Entry {
   TensorRecord record;  // as created
   Allocation allocation;
   std::string json_head;  // RecordJsonHead(record): replies are assembled around it
+  // A tensor created with "fill" whose creator has not published it yet (state "creating"): the
+  // process filling it, which alone may publish or abandon it, and whose death reclaims it.
+  std::optional<Holder> filler;
 };
 
 class TensorTable {
@@ -35,6 +39,10 @@ class TensorTable {
   Entry Forget(Map::iterator it);
   // The stack tensors whose owner process is gone.
   std::vector<std::string> DeadStackTensors() const;
+  // The tensors still being filled whose filler process is gone.
+  std::vector<std::string> DeadFillers() const;
+  // A filled tensor is published: its record (and the replies' head) say "ready" from now on.
+  void Published(Map::iterator it);
   size_t count() const { return count_.load(); }
   uint64_t bytes() const { return bytes_.load(); }  // of the tensors (heartbeat: tensor_bytes)
 
@@ -57,7 +65,8 @@ class TensorTable {
 
  private:
   Map tensors_;
-  std::set<std::string> stack_names_;  // the stack tensors among them, for the reaper
+  std::set<std::string> stack_names_;    // the stack tensors among them, for the reaper
+  std::set<std::string> filling_names_;  // those being filled (Entry::filler), for the reaper
   std::atomic<size_t> count_{0};
   std::atomic<uint64_t> bytes_{0};
   std::vector<Entry> orphans_;

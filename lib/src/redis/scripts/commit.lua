@@ -11,7 +11,8 @@
 -- ARGV[2] reply JSON (for "incr": the part before the new refcount)
 -- ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
 -- ARGV[5] "1" when the command has a req (reply + first-result are written)
--- ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7])
+-- ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7]) |
+-- "creating" (state creating, owner ARGV[7]: a tensor its creator is still filling)
 -- ARGV[7] owner
 -- ARGV[8] action: "none" | "hset" (pairs from ARGV[15]) | "del" | "incr" | "unhold" (below)
 -- ARGV[9] the event stream's cap, ARGV[10] the event the change makes: "" (none) | "create" |
@@ -43,9 +44,11 @@ local pre = ARGV[6]
 local refcount
 if pre == 'absent' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {'conflict'} end
-elseif pre == 'mine' then
+elseif pre == 'mine' or pre == 'creating' then
   local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount')
-  if f[1] ~= 'ready' or f[2] ~= ARGV[7] then return {'conflict'} end
+  if f[1] ~= (pre == 'mine' and 'ready' or 'creating') or f[2] ~= ARGV[7] then
+    return {'conflict'}
+  end
   refcount = 0  -- a missing field counts as 0, and one that is not a number is refused, as HINCRBY does
   if f[3] then
     refcount = tonumber(f[3])

@@ -1,0 +1,232 @@
+// Ready means filled: a tensor created with contents (mcd-create --from, CreateSpec::contents, the
+// C ABI's and Python's data) is "creating" until its filler has written every byte and published
+// it; gets answer not_ready meanwhile, waits wait through it, no event names it, and a filler
+// that dies or gives up leaves nothing. Real redis-server, mcd-serve and tools, host tensors.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include "lifecycle_fixture.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(rng() & 0xff);
+  return out;
+}
+
+// A u8[n] .npy file (version 1.0, header padded to 64 bytes as NumPy writes it).
+void WriteNpy(const std::string& path, const std::string& data) {
+  std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (" +
+                     std::to_string(data.size()) + ",), }";
+  dict.append(64 - 10 - dict.size() % 64 - 1, ' ');
+  dict += '\n';
+  std::string header = "\x93NUMPY\x01";
+  header += '\0';
+  header += static_cast<char>(dict.size() & 0xff);
+  header += static_cast<char>(dict.size() >> 8);
+  std::ofstream(path, std::ios::binary) << header << dict << data;
+}
+
+// The data of a .npy file: what follows its header.
+std::string NpyData(const std::string& path) {
+  std::string file = test::ReadFile(path);
+  if (file.size() < 10) return "";
+  size_t header = 10 + (static_cast<unsigned char>(file[8]) | static_cast<unsigned char>(file[9]) << 8);
+  return file.size() < header ? "" : file.substr(header);
+}
+
+class Fill : public Lifecycle {
+ protected:
+  std::unique_ptr<test::Background> Start(const std::string& tool, std::vector<std::string> args,
+                                          const std::string& log) {
+    args.insert(args.begin(), test::ToolPath(tool));
+    args.push_back("--node");
+    args.push_back(node_);
+    return std::make_unique<test::Background>(args, Env(), dir_.path() + "/" + log);
+  }
+  std::string Path(const std::string& file) const { return dir_.path() + "/" + file; }
+  // The events the stream holds about tensor `name`, as "event" words in order.
+  std::vector<std::string> EventsOf(const std::string& name) {
+    auto reply = redis_.Connect()->Command({"XRANGE", keys_.Events(), "-", "+"});
+    std::vector<std::string> out;
+    for (const RedisValue& entry : reply->elements) {
+      const auto& fields = entry.elements[1].elements;
+      std::map<std::string, std::string> f;
+      for (size_t i = 0; i + 1 < fields.size(); i += 2) f[fields[i].str] = fields[i + 1].str;
+      if (f["name"] == name) out.push_back(f["event"]);
+    }
+    return out;
+  }
+  // A raw create of u8[n] in host memory with "fill", for process `filler`.
+  json CreateFilled(const std::string& name, size_t n, pid_t filler) {
+    std::string req = "fill-" + name;
+    return Raw(R"({"op":"create","name":")" + name + R"(","dtype":"u8","shape":[)" +
+                   std::to_string(n) + R"(],"device":"cpu","fill":true,"pid":)" +
+                   std::to_string(filler) + R"(,"req":")" + req + R"("})",
+               req);
+  }
+  json Publish(const std::string& name, pid_t pid, const std::string& req) {
+    return Raw(R"({"op":"publish","name":")" + name + R"(","pid":)" + std::to_string(pid) +
+                   R"(,"req":")" + req + R"("})",
+               req);
+  }
+  // Writes `data` into host tensor `name` through its shm object, as its filler would.
+  void WriteShm(const std::string& name, const std::string& data) {
+    std::string shm = HashField(name, "ipc_handle");
+    int fd = shm_open(shm.c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0) << shm << ": " << std::strerror(errno);
+    void* p = mmap(nullptr, data.size(), PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    std::memcpy(p, data.data(), data.size());
+    munmap(p, data.size());
+  }
+  std::unique_ptr<test::Background> Sleeper(const std::string& log) {
+    return std::make_unique<test::Background>(std::vector<std::string>{"/bin/sleep", "600"},
+                                              std::map<std::string, std::string>{}, Path(log));
+  }
+};
+
+// The README's pipeline: a consumer started before its producer gets the file's bytes, every one
+// of them, each time (a 16 MiB file, so that the copy takes a while after the create).
+TEST_F(Fill, AConsumerStartedBeforeItsProducerGetsTheFilesBytes) {
+  for (int run = 0; run < 10; ++run) {
+    std::string name = "batch." + std::to_string(run);
+    std::string data = RandomBytes(16 << 20, 1000 + run);
+    WriteNpy(Path(name + ".npy"), data);
+    auto consumer = Start("mcd-get", {name, "--wait", "60", "--no-ref", "-q", "-o", Path(name + ".out.npy")},
+                          name + ".get.log");
+    auto created = Tool("mcd-create", {name, "--from", Path(name + ".npy"), "--device", "cpu", "-q"});
+    ASSERT_EQ(created.exit_code, 0) << created.err;
+    ASSERT_EQ(consumer->Wait(60), 0) << test::ReadFile(Path(name + ".get.log"));
+    std::string got = NpyData(Path(name + ".out.npy"));
+    ASSERT_EQ(got.size(), data.size()) << "run " << run;
+    ASSERT_TRUE(got == data) << "run " << run << ": the consumer read other bytes than the file's";
+    EXPECT_EQ(HashField(name, "state"), "ready");
+    EXPECT_EQ(EventsOf(name), std::vector<std::string>{"create"}) << "one event, once it is ready";
+  }
+}
+
+// The library: a tensor created with contents holds exactly them, with one reference, and a
+// reader in another process (mcd-get -o) reads the same bytes.
+TEST_F(Fill, ALibraryCreateWithContentsHoldsThem) {
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  std::string data = RandomBytes(1 << 20, 7);
+  CreateSpec spec = HostSpec("lib");
+  spec.shape = {1 << 20};
+  spec.contents = data.data();
+  spec.contents_bytes = data.size();
+  auto created = client->Create(spec);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->state, "ready");
+  EXPECT_EQ(created->refcount, 1);
+  EXPECT_EQ(HashField("lib", "refcount"), "1");
+  auto read = Tool("mcd-get", {"lib", "--no-ref", "-q", "-o", Path("lib.npy")});
+  ASSERT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_TRUE(NpyData(Path("lib.npy")) == data);
+
+  // Contents of the wrong size are refused before anything is made.
+  spec.name = "short";
+  spec.contents_bytes = data.size() - 1;
+  auto refused = client->Create(spec);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument) << refused.status().ToString();
+  EXPECT_EQ(HashField("short", "state"), "");
+  EXPECT_EQ(ShmCount(), 1u);
+}
+
+// While its filler writes, a tensor is "creating": gets and removals answer not_ready (75), a
+// wait goes on waiting, mcd-ls shows it, no event names it, and only its filler may publish it.
+TEST_F(Fill, ATensorBeingFilledIsNotReadyUntilItsFillerPublishesIt) {
+  auto filler = Sleeper("filler.log");
+  std::string data = RandomBytes(1 << 16, 42);
+  json created = CreateFilled("f", data.size(), filler->pid());
+  ASSERT_EQ(created["ok"], true) << created.dump();
+  EXPECT_EQ(created["tensor"]["state"], "creating");
+  EXPECT_EQ(HashField("f", "state"), "creating");
+  auto waiting = Start("mcd-get", {"f", "--wait", "60", "--no-ref", "-q", "-o", Path("f.npy")}, "wait.log");
+  EXPECT_EQ(Tool("mcd-get", {"f", "-q"}).exit_code, 75);
+  EXPECT_EQ(Tool("mcd-get", {"f", "-q", "--no-ref"}).exit_code, 75);
+  auto rm = Tool("mcd-rm", {"f"});
+  EXPECT_EQ(rm.exit_code, 75) << rm.err;
+  EXPECT_NE(rm.err.find("creating"), std::string::npos) << rm.err;
+  auto ls = Tool("mcd-ls", {"f"});
+  EXPECT_NE(ls.out.find("creating"), std::string::npos) << ls.out;
+  EXPECT_EQ(HashField("f", "refcount"), "1");
+  EXPECT_TRUE(EventsOf("f").empty());
+
+  WriteShm("f", data);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(test::Running(waiting->pid())) << "a wait goes on while the tensor is being filled";
+  json stranger = Publish("f", getpid(), "pub-stranger");
+  EXPECT_EQ(stranger["ok"], false) << stranger.dump();
+  EXPECT_EQ(stranger["error"]["code"], "invalid_argument");
+  EXPECT_EQ(HashField("f", "state"), "creating");
+
+  json published = Publish("f", filler->pid(), "pub-filler");
+  ASSERT_EQ(published["ok"], true) << published.dump() << ServeLog();
+  EXPECT_EQ(published["tensor"]["state"], "ready");
+  EXPECT_EQ(published["tensor"]["refcount"], 1);
+  EXPECT_EQ(HashField("f", "state"), "ready");
+  ASSERT_EQ(waiting->Wait(30), 0) << test::ReadFile(Path("wait.log"));
+  EXPECT_TRUE(NpyData(Path("f.npy")) == data);
+  EXPECT_EQ(EventsOf("f"), std::vector<std::string>{"create"});
+  json again = Publish("f", filler->pid(), "pub-again");
+  EXPECT_EQ(again["ok"], false) << "a ready tensor is not published twice: " << again.dump();
+  EXPECT_EQ(Tool("mcd-rm", {"f"}).exit_code, 0);
+  EXPECT_TRUE(ShmFreedSoon());
+}
+
+// A filler that dies before it publishes leaves nothing: no hash, no memory, no event.
+TEST_F(Fill, AFillerThatDiesMidFillLeavesNothing) {
+  auto filler = Sleeper("filler.log");
+  ASSERT_EQ(CreateFilled("dies", 4096, filler->pid())["ok"], true);
+  ASSERT_EQ(ShmCount(), 1u);
+  filler->Stop(SIGKILL);
+  EXPECT_TRUE(test::WaitFor([&] { return HashField("dies", "state").empty() && ShmCount() == 0; }, 5000))
+      << "state '" << HashField("dies", "state") << "', " << ShmCount() << " shm object(s)\n"
+      << ServeLog();
+  EXPECT_TRUE(EventsOf("dies").empty());
+  EXPECT_EQ(Tool("mcd-get", {"dies", "-q"}).exit_code, 1);
+  // The name is free again.
+  EXPECT_EQ(Tool("mcd-create", {"dies", "--dtype", "u8", "--shape", "8", "--device", "cpu", "-q"}).exit_code, 0);
+}
+
+// A filler that gives up removes its tensor with a delete of its own: nothing is left.
+TEST_F(Fill, AFillerThatGivesUpLeavesNothing) {
+  auto filler = Sleeper("filler.log");
+  ASSERT_EQ(CreateFilled("quit", 4096, filler->pid())["ok"], true);
+  json abandoned = Raw(R"({"op":"delete","name":"quit","pid":)" + std::to_string(filler->pid()) +
+                           R"(,"req":"quit-del"})",
+                       "quit-del");
+  ASSERT_EQ(abandoned["ok"], true) << abandoned.dump();
+  EXPECT_EQ(abandoned["freed"], true);
+  EXPECT_EQ(HashField("quit", "state"), "");
+  EXPECT_TRUE(ShmFreedSoon());
+  EXPECT_TRUE(EventsOf("quit").empty());
+}
+
+// A create with "fill" needs a filler on this host, and excludes copy_of.
+TEST_F(Fill, ACreateWithFillNamesALiveFiller) {
+  json no_pid = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"req":"np"})", "np");
+  EXPECT_EQ(no_pid["error"]["code"], "invalid_argument") << no_pid.dump();
+  json dead = CreateFilled("x", 8, 0x3ffffff0);
+  EXPECT_EQ(dead["error"]["code"], "invalid_argument") << dead.dump();
+  json copy = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":1,"copy_of":"y","req":"cp"})", "cp");
+  EXPECT_EQ(copy["error"]["code"], "invalid_argument") << copy.dump();
+  EXPECT_TRUE(TensorKeys().empty());
+  EXPECT_EQ(ShmCount(), 0u);
+}
+
+}  // namespace
+}  // namespace mcd
