@@ -91,7 +91,11 @@ Status Resettle::Republish(const Entry& entry) {
   MCD_ASSIGN_OR_RETURN(CommitResult committed,
                        pipeline_.CommitNow(pipeline_.Make(
                            Route{}, "", "", entry.record.name, "", Pre::kAbsent, "hset",
-                           CommitEvent{"create", entry.record.creator_pid, "republished"}, fields)));
+                           // One still being filled is announced at its publish.
+                           entry.filler ? CommitEvent{}
+                                        : CommitEvent{"create", entry.record.creator_pid,
+                                                      "republished"},
+                           fields)));
   if (committed.kind != CommitResult::kOk) {
     return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
   }
