@@ -91,6 +91,58 @@ class GpuServerTest : public ::testing::Test {
     return path;
   }
 
+  // Ready means filled: a consumer waiting before `mcd-create --from` reads every byte of the
+  // file (random, 64 MiB, so the copy takes a while after the create), and so does a reader of a
+  // tensor made by the library with contents.
+  void ExpectAWaitingConsumerReadsEveryByte() {
+    constexpr size_t kBytes = 64 << 20;
+    for (int run = 0; run < 3; ++run) {
+      std::string name = "fill" + std::to_string(run);
+      std::string data(kBytes, '\0');
+      uint64_t x = 0x9e3779b97f4a7c15ull * (run + 1);
+      for (char& c : data) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        c = static_cast<char>(x);
+      }
+      std::string in = dir_.path() + "/" + name + ".npy", out = dir_.path() + "/" + name + ".out.npy";
+      std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" +
+                           std::to_string(kBytes) + ",), }";
+      header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+      std::ofstream(in, std::ios::binary)
+          << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size() & 0xff)
+          << static_cast<char>(header.size() >> 8) << header << data;
+      Background consumer({ToolPath("mcd-get"), name, "--wait", "60", "--no-ref", "-q", "-o", out,
+                           "--node", node_},
+                          Env(), dir_.path() + "/" + name + ".log");
+      auto created = Tool("mcd-create", {name, "--from", in, "--device", "0", "-q"});
+      ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
+      ASSERT_EQ(consumer.Wait(60), 0) << ReadFile(dir_.path() + "/" + name + ".log");
+      std::string got = ReadFile(out);
+      ASSERT_GE(got.size(), kBytes);
+      ASSERT_TRUE(got.compare(got.size() - kBytes, kBytes, data) == 0)
+          << "run " << run << ": other bytes than the file's";
+      ASSERT_EQ(Tool("mcd-rm", {name}).exit_code, 0);
+    }
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    std::string data(1 << 20, '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+    CreateSpec spec;
+    spec.name = "lib";
+    spec.dtype = DType::kU8;
+    spec.shape = {static_cast<int64_t>(data.size())};
+    spec.device = 0;
+    spec.contents = data.data();
+    spec.contents_bytes = data.size();
+    auto created = client->Create(spec);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    EXPECT_EQ(created->state, "ready");
+    std::string out = dir_.path() + "/lib.bin";
+    ASSERT_EQ(Tool("mcd-get", {"lib", "--no-ref", "-q", "-o", out}).exit_code, 0);
+    EXPECT_TRUE(ReadFile(out) == data);
+    ASSERT_TRUE(client->Release("lib").ok());
+  }
+
   // The ready stock (mcd-serve --ready-max): a deleted tensor's block is handed to a later
   // create of its size, zeroed, and the stock is given back once the size is no longer created.
   void ExpectAFreedBlockComesBackZeroed() {

@@ -47,6 +47,10 @@ TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
 
 TEST_F(GpuLifecycle, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
 
+TEST_F(GpuLifecycle, AWaitingConsumerReadsEveryByteOfAFilledTensor) {
+  ExpectAWaitingConsumerReadsEveryByte();
+}
+
 // Small tensors are carved from one slab (mcd-serve --slab-max): one handle, their own offsets.
 // Each keeps its own bytes, a process closing one keeps the others mapped (the driver counts the
 // opens of the slab's handle), and another process reads them through the same handle.

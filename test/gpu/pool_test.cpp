@@ -119,6 +119,10 @@ TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
 
 TEST_F(PoolTest, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
 
+TEST_F(PoolTest, AWaitingConsumerReadsEveryByteOfAFilledTensor) {
+  ExpectAWaitingConsumerReadsEveryByte();
+}
+
 // 32 MiB blocks are stocked (sizes up to half of --ready-max are).
 class PoolWithStockTest : public test::GpuServerTest {
  protected:
