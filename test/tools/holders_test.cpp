@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <sstream>
+#include <thread>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -160,6 +162,66 @@ TEST_F(Holders, RawCommandsAreBoundOnlyWhenTheyNameAnOwner) {
   ASSERT_TRUE(test::WaitFor([&] { return HashField("q", "refcount") == "2"; }, 3000)) << ServeLog();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(HashField("q", "refcount"), "2");  // the anonymous one stays
+}
+
+
+// Gets bound to a holder that has just died race the server giving its references back: each
+// reference such a get takes is still given back (at a later round when the get came after the
+// server had read what the holder held), and none stays bound to a holder the server forgot.
+TEST_F(Holders, GetsRacingTheGiveBackOfADeadHoldersReferencesAreAllGivenBack) {
+  constexpr int kTensors = 8;
+  for (int i = 0; i < kTensors; ++i) Create("g" + std::to_string(i));
+  test::Background doomed({"sleep", "600"}, {}, dir_.path() + "/doomed.log");
+  pid_t pid = doomed.pid();
+  std::string field = Holder(pid), id = field.substr(7);
+  // Clients whose references are bound to `doomed`, taking them after it died: as a get whose
+  // holder is killed while the get is on its way, many times over.
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < 3; ++c) {
+    ClientOptions opt;
+    opt.redis_url = redis_.parsed_url();
+    opt.node = node_;
+    opt.holder_pid = pid;
+    auto connected = Client::Connect(opt);
+    ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+    clients.push_back(std::move(connected).value());
+  }
+  doomed.Stop(SIGKILL);
+  // Long enough for several of the server's rounds (one a second) to meet gets in flight.
+  std::atomic<long> taken{0};
+  std::vector<std::thread> threads;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto& client : clients) {
+    threads.emplace_back([&, c = client.get()] {
+      for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+        std::string name = "g" + std::to_string(i % kTensors);
+        auto view = c->Get(name);
+        if (!view.ok()) continue;
+        taken++;
+        (void)c->Close(name);  // the mapping only: the reference stays the dead holder's
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_GT(taken.load(), 100);
+  // Every reference goes back: each tensor is left with its creator's alone, no field names the
+  // dead holder, and the server has forgotten the holder.
+  auto given_back = [&] {
+    for (int i = 0; i < kTensors; ++i) {
+      std::string name = "g" + std::to_string(i);
+      if (HashField(name, "refcount") != "1" || !HashField(name, field).empty()) return false;
+    }
+    return SetSize(keys_.Holders(node_)) == 0 && SetSize(keys_.Held(node_, id)) == 0;
+  };
+  bool done = test::WaitFor(given_back, 8000);
+  std::string left;
+  for (int i = 0; i < kTensors; ++i) {
+    std::string name = "g" + std::to_string(i);
+    left += name + " refcount=" + HashField(name, "refcount") + " " + field + "=" + HashField(name, field) +
+            " bound=" + HashField(name, "bound") + "; ";
+  }
+  EXPECT_TRUE(done) << taken.load() << " gets; left: " << left << " holders: " << SetSize(keys_.Holders(node_))
+                    << " held: " << SetSize(keys_.Held(node_, id));
 }
 
 }  // namespace

@@ -16,8 +16,8 @@ namespace mcd {
 
 class Reaper {
  public:
-  Reaper(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
-         TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
+  Reaper(const ServerOptions& opt, std::string instance, RedisConnection& redis,
+         CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
 
   // Deletes the stack tensors whose owner process is gone, and frees their memory.
   void ReapStackTensors();
@@ -25,7 +25,8 @@ class Reaper {
   void ReapDeadHolders();
 
  private:
-  // Every reference `holder` had; its set of tensors goes, and it leaves the node's set.
+  // Every reference `holder` had; it leaves the node's set once none of this instance's hashes
+  // names it (forget_holder.lua), else at a later round.
   Status GiveBackAll(const std::string& holder);
   // After a reclaim's commit: frees the tensor when `committed` says its hash went, keeps its
   // memory as an orphan when the hash is not this server's any more.
@@ -33,6 +34,7 @@ class Reaper {
                  OutcomeLog::Clock::time_point t0, const std::string& detail);
 
   const ServerOptions& opt_;
+  const std::string instance_;
   const std::string holders_key_;
   RedisConnection& redis_;
   CommitPipeline& pipeline_;
