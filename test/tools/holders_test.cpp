@@ -123,6 +123,31 @@ TEST_F(Holders, AShellsReferencesGoWithTheShellAndDetachedOnesStay) {
   EXPECT_EQ(Tool("mcd-rm", {"s"}).out, "s: freed\n");
 }
 
+// Without --node or MCD_NODE, where the host name has no server, a tool uses the only live one;
+// its references are filed under that server's node, whose server gives them back.
+TEST_F(Holders, AReferenceTakenFromTheOnlyLiveServerFoundIsGivenBack) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  ASSERT_NE(node_, host);
+  Create("d");
+  std::string script = test::ToolPath("mcd-get") + " d -q && echo held && exec sleep 60";
+  auto env = Env();
+  env["MCD_NODE"] = "";  // as if unset: the tool looks for the only live server
+  test::Background shell({"/bin/sh", "-c", script}, env, dir_.path() + "/shell.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "held\n"; }, 10000))
+      << test::ReadFile(dir_.path() + "/shell.log");
+  std::string field = Holder(shell.pid());
+  EXPECT_EQ(HashField("d", field), "1");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 1);
+  EXPECT_EQ(SetSize(keys_.Held(node_, field.substr(7))), 1);
+  shell.Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("d", "refcount") == "1" && HashField("d", field).empty(); }, 3000))
+      << "refcount " << HashField("d", "refcount") << ", " << field << "=" << HashField("d", field) << "\n"
+      << ServeLog();
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_EQ(SetSize(keys_.Holders(host)), 0);
+}
+
 // A release gives back the caller's own reference, else one bound to nobody; never another
 // process's, which that process still maps and will give back itself.
 TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {
