@@ -148,6 +148,82 @@ TEST_F(Holders, AReferenceTakenFromTheOnlyLiveServerFoundIsGivenBack) {
   EXPECT_EQ(SetSize(keys_.Holders(host)), 0);
 }
 
+// A tool whose caller has exited would bind to init, which never exits: it refuses, naming the
+// flags that say whose the reference is instead, and takes nothing. A read takes no reference
+// and goes on.
+TEST_F(Holders, AToolWhoseCallerHasExitedBindsNothingToInit) {
+  Create("o");
+  // The subshell waits for the shell ($$) to exit, then `exec` makes the tool itself its orphan.
+  const std::string after_exit = "(while kill -0 $$ 2>/dev/null; do sleep 0.05; done; exec ";
+  auto orphan = [&](const std::string& tool_args, const std::string& out) {
+    std::string line = after_exit + tool_args + " --node " + node_ + " >" + out + ".out 2>" + out + ".err) & exit 0";
+    ASSERT_EQ(test::Run({"/bin/sh", "-c", line}, Env()).exit_code, 0);
+  };
+  std::string probe = dir_.path() + "/probe";
+  ASSERT_EQ(test::Run({"/bin/sh", "-c", after_exit + "sh -c 'echo $PPID' >" + probe + ") & exit 0"}).exit_code, 0);
+  ASSERT_TRUE(test::WaitFor([&] { return !test::ReadFile(probe).empty(); }, 10000));
+  if (test::ReadFile(probe) != "1\n") {
+    GTEST_SKIP() << "orphans here are adopted by pid " << test::ReadFile(probe) << ", a subreaper, not init";
+  }
+  std::string d = dir_.path();
+  orphan(test::ToolPath("mcd-get") + " o", d + "/get");
+  orphan(test::ToolPath("mcd-rm") + " o", d + "/rm");
+  orphan(test::ToolPath("mcd-create") + " s --dtype u8 --shape 4 --device cpu --lifetime stack", d + "/create");
+  orphan(test::ToolPath("mcd-get") + " o --no-ref --json", d + "/read");
+  for (const char* tool : {"get", "rm", "create"}) {
+    std::string err = d + "/" + tool + ".err";
+    ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(err).find("(invalid_argument)") != std::string::npos; }, 10000))
+        << tool << ": " << test::ReadFile(err);
+    EXPECT_NE(test::ReadFile(err).find("parent is pid 1"), std::string::npos) << test::ReadFile(err);
+    EXPECT_NE(test::ReadFile(err).find("--owner-pid"), std::string::npos) << test::ReadFile(err);
+    EXPECT_TRUE(std::string(tool) == "create" || test::ReadFile(err).find("--detached") != std::string::npos)
+        << test::ReadFile(err);
+  }
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(d + "/read.out").find("\"name\":\"o\"") != std::string::npos; },
+                            10000))
+      << test::ReadFile(d + "/read.err");
+  EXPECT_EQ(HashField("o", "refcount"), "1");
+  EXPECT_EQ(HashField("o", "bound"), "");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_TRUE(TensorKeys().size() == 1) << "the stack tensor was made";
+}
+
+// Naming init is refused alike, by the tools (exit 64), the library and the server.
+TEST_F(Holders, NothingIsBoundToInitWhenNamed) {
+  Create("i");
+  auto get = Tool("mcd-get", {"i", "--owner-pid", "1"});
+  EXPECT_EQ(get.exit_code, 64) << get.err;
+  EXPECT_NE(get.err.find("--detached"), std::string::npos) << get.err;
+  EXPECT_EQ(Tool("mcd-rm", {"i", "--owner-pid", "1"}).exit_code, 64);
+  auto create = Tool("mcd-create", {"s", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack",
+                                    "--owner-pid", "1"});
+  EXPECT_EQ(create.exit_code, 64) << create.err;
+  EXPECT_NE(create.err.find("init"), std::string::npos) << create.err;
+
+  ClientOptions opt;
+  opt.redis_url = redis_.parsed_url();
+  opt.node = node_;
+  opt.holder_pid = 1;
+  auto client = Client::Connect(opt);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto got = client.value()->Get("i");
+  EXPECT_EQ(got.status().code(), ErrorCode::kInvalidArgument) << got.status().ToString();
+  CreateSpec stack = HostSpec("s");
+  stack.lifetime = Lifetime::kStack;
+  stack.owner_pid = 1;
+  EXPECT_EQ(client.value()->Create(stack).status().code(), ErrorCode::kInvalidArgument);
+
+  json raw_get = Raw(R"({"op":"get","name":"i","req":"g1","owner_pid":1})", "g1");
+  EXPECT_EQ(raw_get["error"]["code"], "invalid_argument") << raw_get.dump();
+  json raw_create =
+      Raw(R"({"op":"create","name":"s","dtype":"u8","shape":[4],"device":"cpu","lifetime":"stack","pid":1,"req":"c1"})",
+          "c1");
+  EXPECT_EQ(raw_create["error"]["code"], "invalid_argument") << raw_create.dump();
+  EXPECT_EQ(HashField("i", "refcount"), "1");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_EQ(TensorKeys().size(), 1u) << "a stack tensor bound to init was made";
+}
+
 // A release gives back the caller's own reference, else one bound to nobody; never another
 // process's, which that process still maps and will give back itself.
 TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {

@@ -179,6 +179,13 @@ class Client::Impl {
   // Repeated after a lost connection: at worst this process then holds one more reference,
   // given back when it exits.
   Result<TensorRecord> DirectGet(const std::string& name) {
+    if (holder_ && holder_->pid == kInitPid) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "this client's references would be bound to pid 1 (init), which never "
+                    "exits while the server runs, and never be given back: bind them to "
+                    "another process or to none (holder_pid kNoHolder), or run the program "
+                    "under an init (docker run --init)");
+    }
     auto record = Retrying("get", true, [&] { return script_->Get(name); });
     if (record.ok()) Saw(name, record->refcount);
     return record;
@@ -386,6 +393,13 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
   cmd.zero_init = spec.zero_init;
   cmd.copy_of = spec.copy_of;
   cmd.owner_pid = spec.owner_pid;
+  if (spec.lifetime == Lifetime::kStack &&
+      (spec.owner_pid != 0 ? spec.owner_pid : static_cast<int64_t>(getpid())) == kInitPid) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "a stack tensor bound to pid 1 (init), which never exits while the server "
+                  "runs, would never be reclaimed: name another owner process, or make a heap "
+                  "tensor");
+  }
   if (spec.lifetime == Lifetime::kStack && spec.owner_pid != 0) {
     cmd.owner_start = ProcessStartTime(spec.owner_pid);
     if (cmd.owner_start == 0) {
