@@ -189,14 +189,18 @@ def test_a_stack_tensor_goes_with_its_owner_process(node, mc):
             time.sleep(0.05)
 
 
-def test_a_killed_holders_reference_is_given_back(node, mc):
+@pytest.mark.parametrize("named", [True, False], ids=["node_named", "only_live_server"])
+def test_a_killed_holders_reference_is_given_back(node, mc, named):
+    # Unnamed, the node is found as the only live server (this node is not the host name), and
+    # the reference must be filed under it to be given back.
     mc.create("k", 4, "f32", device="cpu").release()
+    env = dict(node.env, MCD_NODE="")
     child = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys; sys.path.insert(0, %r); import memcuda, time; mc = memcuda.connect(node=%r); "
+         "import sys; sys.path.insert(0, %r); import memcuda, time; mc = memcuda.connect(%s); "
          "t = mc.get('k'); print('held', flush=True); time.sleep(60)"
-         % (os.path.join(os.path.dirname(__file__), ".."), node.node)],
-        env=node.env, stdout=subprocess.PIPE, text=True)
+         % (os.path.join(os.path.dirname(__file__), ".."), "node=%r" % node.node if named else "")],
+        env=env, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "held"
     assert refcount(mc, "k") == 2
     child.send_signal(signal.SIGKILL)

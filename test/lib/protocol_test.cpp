@@ -98,6 +98,11 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":5,"copy_of":"b"})", ErrorCode::kInvalidArgument, "exclude"},
       {R"({"op":"get","name":"a","fill":true})", ErrorCode::kInvalidArgument, "only valid"},
       {R"({"op":"publish","name":"a"})", ErrorCode::kInvalidArgument, "the process that filled"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":1})", ErrorCode::kInvalidArgument, "init"},
+      // init never exits: nothing bound to it would ever be given back.
+      {R"({"op":"get","name":"a","owner_pid":1})", ErrorCode::kInvalidArgument, "init"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack","pid":1})", ErrorCode::kInvalidArgument, "init"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack","pid":7,"owner_pid":1})", ErrorCode::kInvalidArgument, "init"},
   };
   for (const BadCase& c : cases) {
     auto parsed = ParseCommand(c.json);
@@ -108,6 +113,14 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
   }
   std::string long_name = R"({"op":"get","name":")" + std::string(201, 'n') + "\"}";
   EXPECT_EQ(ParseCommand(long_name).status().code(), ErrorCode::kInvalidArgument);
+}
+
+// A delete may still name init, to give back what an older server bound to it; a heap create's
+// pid only says who sent it.
+TEST(Protocol, OnlyBindingToInitIsRefused) {
+  EXPECT_TRUE(ParseCommand(R"({"op":"delete","name":"a","owner_pid":1})").ok());
+  EXPECT_TRUE(ParseCommand(R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"pid":1})").ok());
+  EXPECT_TRUE(ParseCommand(R"({"op":"get","name":"a","owner_pid":2})").ok());
 }
 
 TEST(Protocol, RequestIdIsRecoveredFromBadCommands) {

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <sstream>
+#include <thread>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -121,6 +123,107 @@ TEST_F(Holders, AShellsReferencesGoWithTheShellAndDetachedOnesStay) {
   EXPECT_EQ(Tool("mcd-rm", {"s"}).out, "s: freed\n");
 }
 
+// Without --node or MCD_NODE, where the host name has no server, a tool uses the only live one;
+// its references are filed under that server's node, whose server gives them back.
+TEST_F(Holders, AReferenceTakenFromTheOnlyLiveServerFoundIsGivenBack) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  ASSERT_NE(node_, host);
+  Create("d");
+  std::string script = test::ToolPath("mcd-get") + " d -q && echo held && exec sleep 60";
+  auto env = Env();
+  env["MCD_NODE"] = "";  // as if unset: the tool looks for the only live server
+  test::Background shell({"/bin/sh", "-c", script}, env, dir_.path() + "/shell.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "held\n"; }, 10000))
+      << test::ReadFile(dir_.path() + "/shell.log");
+  std::string field = Holder(shell.pid());
+  EXPECT_EQ(HashField("d", field), "1");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 1);
+  EXPECT_EQ(SetSize(keys_.Held(node_, field.substr(7))), 1);
+  shell.Stop(SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("d", "refcount") == "1" && HashField("d", field).empty(); }, 3000))
+      << "refcount " << HashField("d", "refcount") << ", " << field << "=" << HashField("d", field) << "\n"
+      << ServeLog();
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_EQ(SetSize(keys_.Holders(host)), 0);
+}
+
+// A tool whose caller has exited would bind to init, which never exits: it refuses, naming the
+// flags that say whose the reference is instead, and takes nothing. A read takes no reference
+// and goes on.
+TEST_F(Holders, AToolWhoseCallerHasExitedBindsNothingToInit) {
+  Create("o");
+  // The subshell waits for the shell ($$) to exit, then `exec` makes the tool itself its orphan.
+  const std::string after_exit = "(while kill -0 $$ 2>/dev/null; do sleep 0.05; done; exec ";
+  auto orphan = [&](const std::string& tool_args, const std::string& out) {
+    std::string line = after_exit + tool_args + " --node " + node_ + " >" + out + ".out 2>" + out + ".err) & exit 0";
+    ASSERT_EQ(test::Run({"/bin/sh", "-c", line}, Env()).exit_code, 0);
+  };
+  std::string probe = dir_.path() + "/probe";
+  ASSERT_EQ(test::Run({"/bin/sh", "-c", after_exit + "sh -c 'echo $PPID' >" + probe + ") & exit 0"}).exit_code, 0);
+  ASSERT_TRUE(test::WaitFor([&] { return !test::ReadFile(probe).empty(); }, 10000));
+  if (test::ReadFile(probe) != "1\n") {
+    GTEST_SKIP() << "orphans here are adopted by pid " << test::ReadFile(probe) << ", a subreaper, not init";
+  }
+  std::string d = dir_.path();
+  orphan(test::ToolPath("mcd-get") + " o", d + "/get");
+  orphan(test::ToolPath("mcd-rm") + " o", d + "/rm");
+  orphan(test::ToolPath("mcd-create") + " s --dtype u8 --shape 4 --device cpu --lifetime stack", d + "/create");
+  orphan(test::ToolPath("mcd-get") + " o --no-ref --json", d + "/read");
+  for (const char* tool : {"get", "rm", "create"}) {
+    std::string err = d + "/" + tool + ".err";
+    ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(err).find("(invalid_argument)") != std::string::npos; }, 10000))
+        << tool << ": " << test::ReadFile(err);
+    EXPECT_NE(test::ReadFile(err).find("parent is pid 1"), std::string::npos) << test::ReadFile(err);
+    EXPECT_NE(test::ReadFile(err).find("--owner-pid"), std::string::npos) << test::ReadFile(err);
+    EXPECT_TRUE(std::string(tool) == "create" || test::ReadFile(err).find("--detached") != std::string::npos)
+        << test::ReadFile(err);
+  }
+  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(d + "/read.out").find("\"name\":\"o\"") != std::string::npos; },
+                            10000))
+      << test::ReadFile(d + "/read.err");
+  EXPECT_EQ(HashField("o", "refcount"), "1");
+  EXPECT_EQ(HashField("o", "bound"), "");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_TRUE(TensorKeys().size() == 1) << "the stack tensor was made";
+}
+
+// Naming init is refused alike, by the tools (exit 64), the library and the server.
+TEST_F(Holders, NothingIsBoundToInitWhenNamed) {
+  Create("i");
+  auto get = Tool("mcd-get", {"i", "--owner-pid", "1"});
+  EXPECT_EQ(get.exit_code, 64) << get.err;
+  EXPECT_NE(get.err.find("--detached"), std::string::npos) << get.err;
+  EXPECT_EQ(Tool("mcd-rm", {"i", "--owner-pid", "1"}).exit_code, 64);
+  auto create = Tool("mcd-create", {"s", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack",
+                                    "--owner-pid", "1"});
+  EXPECT_EQ(create.exit_code, 64) << create.err;
+  EXPECT_NE(create.err.find("init"), std::string::npos) << create.err;
+
+  ClientOptions opt;
+  opt.redis_url = redis_.parsed_url();
+  opt.node = node_;
+  opt.holder_pid = 1;
+  auto client = Client::Connect(opt);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto got = client.value()->Get("i");
+  EXPECT_EQ(got.status().code(), ErrorCode::kInvalidArgument) << got.status().ToString();
+  CreateSpec stack = HostSpec("s");
+  stack.lifetime = Lifetime::kStack;
+  stack.owner_pid = 1;
+  EXPECT_EQ(client.value()->Create(stack).status().code(), ErrorCode::kInvalidArgument);
+
+  json raw_get = Raw(R"({"op":"get","name":"i","req":"g1","owner_pid":1})", "g1");
+  EXPECT_EQ(raw_get["error"]["code"], "invalid_argument") << raw_get.dump();
+  json raw_create =
+      Raw(R"({"op":"create","name":"s","dtype":"u8","shape":[4],"device":"cpu","lifetime":"stack","pid":1,"req":"c1"})",
+          "c1");
+  EXPECT_EQ(raw_create["error"]["code"], "invalid_argument") << raw_create.dump();
+  EXPECT_EQ(HashField("i", "refcount"), "1");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_EQ(TensorKeys().size(), 1u) << "a stack tensor bound to init was made";
+}
+
 // A release gives back the caller's own reference, else one bound to nobody; never another
 // process's, which that process still maps and will give back itself.
 TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {
@@ -160,6 +263,66 @@ TEST_F(Holders, RawCommandsAreBoundOnlyWhenTheyNameAnOwner) {
   ASSERT_TRUE(test::WaitFor([&] { return HashField("q", "refcount") == "2"; }, 3000)) << ServeLog();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(HashField("q", "refcount"), "2");  // the anonymous one stays
+}
+
+
+// Gets bound to a holder that has just died race the server giving its references back: each
+// reference such a get takes is still given back (at a later round when the get came after the
+// server had read what the holder held), and none stays bound to a holder the server forgot.
+TEST_F(Holders, GetsRacingTheGiveBackOfADeadHoldersReferencesAreAllGivenBack) {
+  constexpr int kTensors = 8;
+  for (int i = 0; i < kTensors; ++i) Create("g" + std::to_string(i));
+  test::Background doomed({"sleep", "600"}, {}, dir_.path() + "/doomed.log");
+  pid_t pid = doomed.pid();
+  std::string field = Holder(pid), id = field.substr(7);
+  // Clients whose references are bound to `doomed`, taking them after it died: as a get whose
+  // holder is killed while the get is on its way, many times over.
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < 3; ++c) {
+    ClientOptions opt;
+    opt.redis_url = redis_.parsed_url();
+    opt.node = node_;
+    opt.holder_pid = pid;
+    auto connected = Client::Connect(opt);
+    ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+    clients.push_back(std::move(connected).value());
+  }
+  doomed.Stop(SIGKILL);
+  // Long enough for several of the server's rounds (one a second) to meet gets in flight.
+  std::atomic<long> taken{0};
+  std::vector<std::thread> threads;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto& client : clients) {
+    threads.emplace_back([&, c = client.get()] {
+      for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+        std::string name = "g" + std::to_string(i % kTensors);
+        auto view = c->Get(name);
+        if (!view.ok()) continue;
+        taken++;
+        (void)c->Close(name);  // the mapping only: the reference stays the dead holder's
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_GT(taken.load(), 100);
+  // Every reference goes back: each tensor is left with its creator's alone, no field names the
+  // dead holder, and the server has forgotten the holder.
+  auto given_back = [&] {
+    for (int i = 0; i < kTensors; ++i) {
+      std::string name = "g" + std::to_string(i);
+      if (HashField(name, "refcount") != "1" || !HashField(name, field).empty()) return false;
+    }
+    return SetSize(keys_.Holders(node_)) == 0 && SetSize(keys_.Held(node_, id)) == 0;
+  };
+  bool done = test::WaitFor(given_back, 8000);
+  std::string left;
+  for (int i = 0; i < kTensors; ++i) {
+    std::string name = "g" + std::to_string(i);
+    left += name + " refcount=" + HashField(name, "refcount") + " " + field + "=" + HashField(name, field) +
+            " bound=" + HashField(name, "bound") + "; ";
+  }
+  EXPECT_TRUE(done) << taken.load() << " gets; left: " << left << " holders: " << SetSize(keys_.Holders(node_))
+                    << " held: " << SetSize(keys_.Held(node_, id));
 }
 
 }  // namespace

@@ -56,16 +56,20 @@ inline void AddHolderFlags(CLI::App& app, HolderFlags& flags, const char* verb,
                            const char* detached_help) {
   app.add_option("--owner-pid", flags.owner_pid,
                  std::string("The process whose reference to ") + verb +
-                     " (default: this tool's parent, the shell or script that runs it); the "
-                     "server gives back a dead process's references")
+                     " (default: this tool's parent, the shell or script that runs it; refused "
+                     "when that is pid 1); the server gives back a dead process's references")
       ->check(CLI::PositiveNumber);
   app.add_flag("--detached", flags.detached, detached_help)->excludes("--owner-pid");
 }
 
-// ClientOptions::holder_pid for the flags.
-inline int64_t HolderPid(const HolderFlags& flags) {
+// ClientOptions::holder_pid for the flags (ProcessToBindTo's refusals); `verb` as for
+// AddHolderFlags.
+inline Result<int64_t> HolderPid(const HolderFlags& flags, const char* verb) {
   if (flags.detached) return kNoHolder;
-  return flags.owner_pid != 0 ? flags.owner_pid : static_cast<int64_t>(getppid());
+  return ProcessToBindTo(flags.owner_pid, "the reference",
+                         std::string("name the process whose reference to ") + verb +
+                             " with --owner-pid PID, or use --detached for one bound to no "
+                             "process");
 }
 
 // Overwrites, in place, the password of every Redis URL among the arguments once they are

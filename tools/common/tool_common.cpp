@@ -13,6 +13,12 @@
 
 namespace mcd::tools {
 
+namespace {
+// The parent as the tool started: a parent that differs later is the one that ran the tool
+// gone, and the tool adopted.
+const pid_t parent_at_start = getppid();
+}  // namespace
+
 int Fail(const char* tool, const Status& status) {
   std::cerr << tool << ": error: " << status.message() << " (" << ErrorName(status.code())
             << ")\n";
@@ -48,6 +54,23 @@ Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_s
   options.timeout_ms = flags.timeout_ms;
   options.require_server = require_server;
   return options;
+}
+
+Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
+                                const std::string& instead) {
+  if (owner_pid == 1) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "--owner-pid 1 is init, which never exits: " + what +
+                      " would never be given back; " + instead);
+  }
+  if (owner_pid != 0) return owner_pid;
+  pid_t parent = getppid();
+  if (parent > 1 && parent == parent_at_start) return static_cast<int64_t>(parent);
+  // 0: a parent outside this process's pid namespace, which names no process here.
+  return Status(ErrorCode::kInvalidArgument,
+                "the shell or script that ran this tool has exited, or is init (the tool's "
+                "parent is pid " + std::to_string(parent) + "): " + what +
+                    " would be bound to a process that never exits; " + instead);
 }
 
 std::string HumanBytes(uint64_t bytes) {

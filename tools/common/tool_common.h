@@ -36,6 +36,14 @@ Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_s
 // server on the Redis was taken (Client::node_discovered), so that it is never a surprise.
 Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options, bool quiet);
 
+// The process that what a tool takes (a reference, a stack tensor) is bound to: `owner_pid`
+// (--owner-pid) when given, else the tool's parent, the shell or script that ran it. Refused
+// (kInvalidArgument) for pid 1, which never exits while the server runs, and so when the parent
+// has exited: the tool's parent is then init (or a subreaper), and what the tool bound to it
+// would never be given back. `what` names what is bound, `instead` what to do instead.
+Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
+                                const std::string& instead);
+
 std::string HumanBytes(uint64_t bytes);    // "1.0 MiB"
 // "4096", "64MiB", "40GiB", "1.5G", "2T" -> bytes (K/M/G/T are powers of 1024).
 Result<uint64_t> ParseSize(const std::string& text);

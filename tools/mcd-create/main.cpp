@@ -33,7 +33,8 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
       ->check(CLI::IsMember({"heap", "stack"}))
       ->capture_default_str();
   app.add_option("--owner-pid", f.owner_pid,
-                 "Stack tensors: the process they are bound to (default: this tool's parent)");
+                 "Stack tensors: the process they are bound to (default: this tool's parent; "
+                 "never pid 1)");
   app.add_option("--init", f.init, "zero, or none to skip zeroing")
       ->check(CLI::IsMember({"zero", "none"}))
       ->capture_default_str();
@@ -80,7 +81,10 @@ Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
   spec.lifetime = f.lifetime == "stack" ? Lifetime::kStack : Lifetime::kHeap;
   if (spec.lifetime == Lifetime::kStack) {
     // This tool exits at once: by default bind the tensor to the shell or script that ran it.
-    spec.owner_pid = f.owner_pid != 0 ? f.owner_pid : static_cast<int64_t>(getppid());
+    MCD_ASSIGN_OR_RETURN(spec.owner_pid,
+                         tools::ProcessToBindTo(f.owner_pid, "the stack tensor",
+                                                "name its owner with --owner-pid PID, or make "
+                                                "a heap tensor"));
   } else if (f.owner_pid != 0) {
     return Status(ErrorCode::kInvalidArgument, "--owner-pid is for --lifetime stack");
   }

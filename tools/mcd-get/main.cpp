@@ -70,7 +70,13 @@ static int ToolMain(int argc, char** argv) {
   // A read alone needs no server; a reference, or a wait for the server's events, does.
   auto options = tools::MakeClientOptions(flags, !no_ref || wait_s >= 0);
   if (!options.ok()) return tools::Fail(tool, options.status());
-  options->holder_pid = tools::HolderPid(holder);
+  if (no_ref) {
+    options->holder_pid = kNoHolder;  // takes none: a tool whose parent is gone may read
+  } else {
+    auto holder_pid = tools::HolderPid(holder, "take");
+    if (!holder_pid.ok()) return tools::Fail(tool, holder_pid.status());
+    options->holder_pid = holder_pid.value();
+  }
   auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
   if (!client.ok()) return tools::Fail(tool, client.status());
   auto view = wait_s >= 0 ? client.value()->GetWhenReady(name, tools::TimeoutMs(wait_s), !no_ref)

@@ -33,7 +33,9 @@ static int ToolMain(int argc, char** argv) {
 
   auto options = tools::MakeClientOptions(flags, true);
   if (!options.ok()) return tools::Fail(tool, options.status());
-  options->holder_pid = tools::HolderPid(holder);
+  auto holder_pid = tools::HolderPid(holder, "give back");
+  if (!holder_pid.ok()) return tools::Fail(tool, holder_pid.status());
+  options->holder_pid = holder_pid.value();
   auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
   if (!client.ok()) return tools::Fail(tool, client.status());
   int exit_code = 0;

@@ -76,7 +76,8 @@ typedef struct mcd_tensor {
 } mcd_tensor;
 
 /* Connects. redis_url NULL: MCD_REDIS_URL, REDIS_URL, the private socket of
- * `mcd-serve --spawn-redis`, else redis://127.0.0.1:6379. node NULL: the host name.
+ * `mcd-serve --spawn-redis`, else redis://127.0.0.1:6379. node NULL: MCD_NODE, else the host
+ * name, or the node of the only live server when the host name has none.
  * timeout_ms <= 0: 5000. MCD_ERR_UNAVAILABLE when Redis or the node's mcd-serve is not there.
  * On failure *out is NULL. */
 MCD_API int32_t mcd_connect(const char* redis_url, const char* node, int32_t timeout_ms,

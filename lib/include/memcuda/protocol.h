@@ -103,6 +103,9 @@ struct MCD_API Holder {
   int64_t refs = 0;
 };
 MCD_API std::string HolderId(int64_t pid, uint64_t start);
+// init's pid: never a holder nor a stack tensor's owner, since it never exits while a server
+// runs (a process whose parent exited reads it as its parent). Commands naming it are refused.
+inline constexpr int64_t kInitPid = 1;
 // pid and start of "PID:START"; nullopt when `id` is not one.
 MCD_API std::optional<Holder> ParseHolderId(std::string_view id);
 

@@ -93,19 +93,21 @@ class Client::Impl {
     // timeout_ms itself): no timeout switching on every request.
     RedisOptions ropt;
     ropt.command_timeout_ms = opt_.timeout_ms + 2000;
+    script_.reset();  // the parts go before the connection they use
+    transport_.reset();
     redis_.reset();
     MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
     server_ = std::make_unique<ServerView>(*redis_, opt_);
-    transport_ = std::make_unique<Transport>(*redis_, opt_, *server_);
-    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_);
-    if (!opt_.require_server) return Status::Ok();
+    if (!opt_.require_server) {
+      MakeParts("");
+      return Status::Ok();
+    }
     // The heartbeat check and the reference script's loading share one round trip, so that a
     // fresh process's first Get is a single EVALSHA.
     MCD_RETURN_IF_ERROR(redis_->Append({"HGETALL", opt_.keys.Server(opt_.node)}));
     MCD_RETURN_IF_ERROR(redis_->Append({"SCRIPT", "LOAD", kRefScript}));
     auto heartbeat = redis_->ReadReply();
     auto sha = redis_->ReadReply();
-    if (sha.ok() && sha->type == RedisValue::Type::kString) script_->set_sha(sha->str);
     if (!heartbeat.ok()) return heartbeat.status();
     // No heartbeat for a node nobody named: look for the only live server before failing (the
     // failure, if it comes, lists the live ones).
@@ -114,7 +116,17 @@ class Client::Impl {
     auto info = node_discovered_ ? server_->Read() : server_->Parse(heartbeat.value());
     if (!info.ok()) return info.status();
     server_->Adopt(std::move(info).value());
+    MakeParts(sha.ok() && sha->type == RedisValue::Type::kString ? sha->str : "");
     return Status::Ok();
+  }
+
+  // The parts that build keys from the node, made once it is known (DiscoverNode may change
+  // it): a reference filed under a node no server watches would never be given back. `sha`:
+  // the reference script's, "" when it is not loaded yet.
+  void MakeParts(const std::string& sha) {
+    transport_ = std::make_unique<Transport>(*redis_, opt_, *server_);
+    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_);
+    if (!sha.empty()) script_->set_sha(sha);
   }
 
   // No node was given and the host name has no server: the only live server on the Redis is
@@ -167,6 +179,13 @@ class Client::Impl {
   // Repeated after a lost connection: at worst this process then holds one more reference,
   // given back when it exits.
   Result<TensorRecord> DirectGet(const std::string& name) {
+    if (holder_ && holder_->pid == kInitPid) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "this client's references would be bound to pid 1 (init), which never "
+                    "exits while the server runs, and never be given back: bind them to "
+                    "another process or to none (holder_pid kNoHolder), or run the program "
+                    "under an init (docker run --init)");
+    }
     auto record = Retrying("get", true, [&] { return script_->Get(name); });
     if (record.ok()) Saw(name, record->refcount);
     return record;
@@ -392,6 +411,13 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
   cmd.zero_init = spec.zero_init;
   cmd.copy_of = spec.copy_of;
   cmd.owner_pid = spec.owner_pid;
+  if (spec.lifetime == Lifetime::kStack &&
+      (spec.owner_pid != 0 ? spec.owner_pid : static_cast<int64_t>(getpid())) == kInitPid) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "a stack tensor bound to pid 1 (init), which never exits while the server "
+                  "runs, would never be reclaimed: name another owner process, or make a heap "
+                  "tensor");
+  }
   if (spec.lifetime == Lifetime::kStack && spec.owner_pid != 0) {
     cmd.owner_start = ProcessStartTime(spec.owner_pid);
     if (cmd.owner_start == 0) {

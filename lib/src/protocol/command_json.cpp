@@ -143,11 +143,19 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
     cmd.fill = fill->GetBool();
     if (cmd.fill && cmd.pid == 0)
       return Invalid("a create with \"fill\" needs \"pid\": the process that fills it");
+    if (cmd.fill && cmd.pid == kInitPid)
+      return Invalid("a create filled by pid 1 (init), which never exits, would never be removed "
+                     "were it not published");
     if (cmd.fill && !cmd.copy_of.empty())
       return Invalid("\"fill\" and \"copy_of\" exclude each other: a copy is filled by the servers");
   }
   if (cmd.lifetime == Lifetime::kStack && cmd.owner_pid == 0 && cmd.pid == 0) {
     return Invalid("a stack tensor needs \"pid\" or \"owner_pid\": the process it is bound to");
+  }
+  int64_t owner = cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid;
+  if (cmd.lifetime == Lifetime::kStack && owner == kInitPid) {
+    return Invalid("a stack tensor bound to pid 1 (init), which never exits, would never be "
+                   "reclaimed");
   }
   return Status::Ok();
 }
@@ -208,6 +216,10 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     if (cmd.sent_ms < 0) return Invalid("\"sent_ms\" must not be negative");
   }
   MCD_RETURN_IF_ERROR(ParseOwner(m, cmd));
+  if (cmd.op == Op::kGet && cmd.owner_pid == kInitPid) {
+    return Invalid("\"owner_pid\" 1 is init, which never exits: a reference bound to it would "
+                   "never be given back");
+  }
   if (cmd.op == Op::kCreate) {
     MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
     return cmd;

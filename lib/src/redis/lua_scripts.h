@@ -15,5 +15,7 @@ extern const char* const kHeartbeatScript;
 extern const char* const kForwardScript;
 // scripts/delete_if.lua
 extern const char* const kDeleteIfScript;
+// scripts/forget_holder.lua
+extern const char* const kForgetHolderScript;
 
 }  // namespace mcd

@@ -2,12 +2,15 @@
 
 #include "common/log.h"
 #include "common/process.h"
+#include "redis/lua_scripts.h"
 
 namespace mcd {
 
-Reaper::Reaper(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
-               TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes)
+Reaper::Reaper(const ServerOptions& opt, std::string instance, RedisConnection& redis,
+               CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices,
+               OutcomeLog& outcomes)
     : opt_(opt),
+      instance_(std::move(instance)),
       holders_key_(opt.keys.Holders(opt.node)),
       redis_(redis),
       pipeline_(pipeline),
@@ -101,9 +104,11 @@ Status Reaper::GiveBackAll(const std::string& holder) {
   pipeline_.Flush();
   pipeline_.Drain();
   if (!redis_.connected()) return Status(ErrorCode::kUnavailable, "Redis went away");
-  // What is left names tensors of other instances or that are gone: the holder is done.
-  MCD_RETURN_IF_ERROR(redis_.Command({"DEL", held_key}).status());
-  return redis_.Command({"SREM", holders_key_, holder}).status();
+  // Forgotten only by the script that finds nothing of it left: a get bound to it that came
+  // after the SMEMBERS above keeps it for the next round (forget_holder.lua).
+  return redis_
+      .Command({"EVAL", kForgetHolderScript, "2", holders_key_, held_key, holder, instance_})
+      .status();
 }
 
 void Reaper::Reclaimed(const char* what, const std::string& name, Result<CommitResult> committed,

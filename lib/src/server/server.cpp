@@ -135,7 +135,8 @@ Status Server::Impl::Start() {
   StartNodeCopies();
   applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_,
                                               table_, *devices_, outcomes_, *copier_);
-  reaper_ = std::make_unique<Reaper>(opt_, *redis_, *pipeline_, table_, *devices_, outcomes_);
+  reaper_ =
+      std::make_unique<Reaper>(opt_, instance_, *redis_, *pipeline_, table_, *devices_, outcomes_);
   resettler_ = std::make_unique<Resettle>(opt_, instance_, *redis_, *pipeline_, table_, *devices_,
                                          *heartbeat_, *applier_, [this] { RequestStop(); });
   MCD_RETURN_IF_ERROR(Prepare());

@@ -10,7 +10,9 @@
 -- Takes (+1) or gives back (-1) one reference of `holder`; the refcount is the caller's to change.
 -- A holder's field stays, at 0, after it gave back its last reference, and so do its entries in
 -- the sets: a process that takes and gives back the same tensor again and again then costs three
--- calls a take and two a release, and the server clears all of it when the holder dies.
+-- calls a take and two a release, and the server clears all of it when the holder dies. The
+-- server relies on the sets to find every field (forget_holder.lua): a field is never written
+-- without its holder in both.
 local function mcd_hold(tensor, index, held, holder, delta)
   local field = 'holder:' .. holder
   if delta > 0 and redis.call('HEXISTS', tensor, field) == 0 then  -- its first reference to it
