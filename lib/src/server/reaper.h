@@ -28,15 +28,11 @@ class Reaper {
   void ReapDeadHolders();
 
  private:
-<<<<<<< HEAD
   // True when the hash of `name`, still being filled here, says ready: its publish went
   // through though its answer was lost; the table then says so too.
   bool PublishedAfterAll(const std::string& name);
-  // Every reference `holder` had; its set of tensors goes, and it leaves the node's set.
-=======
   // Every reference `holder` had; it leaves the node's set once none of this instance's hashes
   // names it (forget_holder.lua), else at a later round.
->>>>>>> seams-holders
   Status GiveBackAll(const std::string& holder);
   // After a reclaim's commit: frees the tensor when `committed` says its hash went, keeps its
   // memory as an orphan when the hash is not this server's any more.
