@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <sstream>
 
@@ -82,6 +83,47 @@ class Events : public Lifecycle {
     return holder;
   }
   long long XLen() { return redis_.Connect()->Command({"XLEN", keys_.Events()})->integer; }
+  // What XINFO STREAM says of the event stream: the entries ever added, those kept, the oldest
+  // kept and the newest id.
+  struct StreamCounts {
+    long long added = 0, length = 0;
+    std::string first_id, last_id;
+  };
+  StreamCounts Counts() {
+    auto info = redis_.Connect()->Command({"XINFO", "STREAM", keys_.Events()});
+    EXPECT_TRUE(info.ok());
+    StreamCounts c;
+    for (size_t i = 0; info.ok() && i + 1 < info->elements.size(); i += 2) {
+      const std::string& field = info->elements[i].str;
+      const RedisValue& value = info->elements[i + 1];
+      if (field == "entries-added") c.added = value.integer;
+      if (field == "length") c.length = value.integer;
+      if (field == "first-entry") c.first_id = value.elements.at(0).str;
+      if (field == "last-generated-id") c.last_id = value.str;
+    }
+    return c;
+  }
+  // 600 events (a create, a get and a release of 200 names), then a create of "end" once the
+  // server has applied them.
+  void Flood() {
+    PushCreateGetDelete("h", 200);
+    json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-req"})",
+                    "end-req");
+    ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
+  }
+  // Whether `count` clients are blocked in XREAD (CLIENT LIST: flags b, cmd xread).
+  bool BlockedReaders(int count) {
+    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
+    if (!list.ok()) return false;
+    int blocked = 0;
+    std::istringstream lines(list->str);
+    for (std::string line; std::getline(lines, line);) {
+      size_t flags = line.find(" flags=");
+      std::string flag_text = flags == std::string::npos ? "" : line.substr(flags + 7, line.find(' ', flags + 1) - flags - 7);
+      if (flag_text.find('b') != std::string::npos && line.find(" cmd=xread ") != std::string::npos) ++blocked;
+    }
+    return blocked == count;
+  }
   long long DbSize() { return redis_.Connect()->Command({"DBSIZE"})->integer; }
   void RestartServer(const std::vector<std::string>& extra) {
     ASSERT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
@@ -257,6 +299,105 @@ TEST_F(Events, TheHistoryIsCappedAndALateWatcherReadsWhatIsKept) {
   EXPECT_EQ(table.out.rfind("TIME ", 0), 0u) << table.out;
   EXPECT_NE(table.out.find(node_), std::string::npos) << table.out;
   EXPECT_EQ(Tool("mcd-ls", {"--watch", "--since", "yesterday"}).exit_code, 64);
+}
+
+// Two watchers stopped while the capped stream moves on past them: each says, once it runs
+// again, how many events it lost (a table line and a JSON event), and goes on with the oldest
+// kept. A watch that resumes from an id whose events were trimmed says that some were.
+TEST_F(Events, AWatcherLeftBehindByTheCapSaysHowManyEventsItMissed) {
+  RestartServer({"--event-history", "100"});
+  std::string from = NewestId();
+  auto json_watch = Start("mcd-ls", {"--watch", "--json", "--since", from}, "json.log");
+  auto table_watch = Start("mcd-ls", {"--watch", "--since", from}, "table.log");
+  Create("first");
+  ASSERT_TRUE(test::WaitFor([&] { return Count(Log("json.log"), "first") == 1 && Count(Log("table.log"), "first") == 1; },
+                            10000))
+      << Log("json.log") << Log("table.log");
+  StreamCounts at_first = Counts();
+  std::string first_id = JsonLines("json.log").back()["id"];
+  ASSERT_EQ(at_first.last_id, first_id) << "no other event came";
+  ASSERT_TRUE(test::WaitFor([&] { return BlockedReaders(2); }, 10000));
+  kill(json_watch->pid(), SIGSTOP);
+  kill(table_watch->pid(), SIGSTOP);
+  Flood();
+  StreamCounts end = Counts();
+  long long missed = end.added - end.length - at_first.added;
+  ASSERT_GT(missed, 0) << "the cap trimmed events the watchers had not read";
+  kill(json_watch->pid(), SIGCONT);
+  kill(table_watch->pid(), SIGCONT);
+  auto ended = [&](const std::string& log) { return Log(log).find("end ") != std::string::npos ||
+                                                    Log(log).find("\"end\"") != std::string::npos; };
+  ASSERT_TRUE(test::WaitFor([&] { return ended("json.log") && ended("table.log"); }, 20000))
+      << Log("json.log") << Log("table.log");
+  json_watch->Stop(SIGTERM);
+  table_watch->Stop(SIGTERM);
+
+  auto lines = JsonLines("json.log");
+  ASSERT_EQ(lines.size(), 2 + static_cast<size_t>(end.length)) << "every kept event once, after the gap";
+  EXPECT_EQ(lines[0]["name"], "first");
+  EXPECT_EQ(lines[1]["event"], "gap");
+  EXPECT_EQ(lines[1]["id"], first_id) << "where the watch was";
+  EXPECT_EQ(lines[1]["missed"], missed);
+  EXPECT_EQ(lines[1]["reason"], "trimmed");
+  EXPECT_EQ(lines[2]["id"], end.first_id);
+  EXPECT_EQ(lines[1]["time_ms"], lines[2]["time_ms"]);
+  EXPECT_EQ(lines.back()["name"], "end");
+  std::string table = Log("table.log");
+  EXPECT_EQ(Count(table, " gap "), 1u) << table;
+  EXPECT_NE(table.find(std::to_string(missed) + " event(s) trimmed before this watch read them"), std::string::npos)
+      << table;
+  EXPECT_LT(table.find(" gap "), table.find(" end ")) << table;
+
+  // Resumed from an id that was trimmed: how many came after it is no longer known.
+  auto resumed = Tool("mcd-ls", {"--watch", "--json", "--since", first_id, "--count", "1"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  std::istringstream split(resumed.out);
+  std::string gap, next;
+  std::getline(split, gap);
+  std::getline(split, next);
+  EXPECT_EQ(json::parse(gap)["event"], "gap") << resumed.out;
+  EXPECT_TRUE(json::parse(gap)["missed"].is_null()) << resumed.out;
+  EXPECT_EQ(json::parse(next)["id"], end.first_id) << resumed.out;
+  // From the oldest kept (all), nothing is missed.
+  auto all = Tool("mcd-ls", {"--watch", "--json", "--since", "all", "--count", "1"});
+  EXPECT_EQ(json::parse(all.out)["id"], end.first_id) << all.out;
+}
+
+// A wait whose event was trimmed before it read it looks again at once, though events keep
+// coming (its quiet-stream check never runs): it does not wait out its time.
+TEST_F(Events, AWaitWhoseEventWasTrimmedLooksAgainAtOnce) {
+  RestartServer({"--event-history", "100"});
+  auto consumer = Start("mcd-get", {"late", "--wait", "60", "-q"}, "consumer.log");
+  ASSERT_TRUE(test::WaitFor([&] { return BlockedReaders(1); }, 10000)) << Log("consumer.log");
+  kill(consumer->pid(), SIGSTOP);
+  Create("other");  // answers the consumer's blocked read, with an event not its own
+  Create("late");
+  Flood();
+  auto kept = redis_.Connect()->Command({"XRANGE", keys_.Events(), "-", "+"});
+  ASSERT_TRUE(kept.ok());
+  for (const RedisValue& entry : kept->elements) {
+    for (const RedisValue& value : entry.elements[1].elements) ASSERT_NE(value.str, "late") << "not trimmed";
+  }
+  // Events keep coming while it runs again.
+  std::atomic<bool> done{false};
+  std::thread noise([&] {
+    auto conn = redis_.Connect();
+    for (int i = 0; !done && i < 200; ++i) {
+      std::string name = "noise" + std::to_string(i);
+      (void)conn->Command({"LPUSH", keys_.queue, R"({"op":"create","name":")" + name +
+                                                      R"(","dtype":"u8","shape":[1],"device":"cpu","pid":1})"});
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  auto t0 = Clock::now();
+  kill(consumer->pid(), SIGCONT);
+  int code = consumer->Wait(40);
+  int64_t took = MsSince(t0);
+  done = true;
+  noise.join();
+  EXPECT_EQ(code, 0) << Log("consumer.log");
+  EXPECT_LT(took, 10000) << "woken by the gap, not by the end of its time (or 20 s of events)";
+  EXPECT_EQ(HashField("late", "refcount"), "2");
 }
 
 TEST_F(Events, WithoutEventsTheWaitsSayWhyAtOnce) {

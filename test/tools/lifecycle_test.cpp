@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -557,6 +559,59 @@ TEST_F(Lifecycle, AHandEditedHashIsRefusedAndAFailedGetGivesItsReferenceBack) {
   auto fine = Tool("mcd-get", {"t", "-o", dir_.path() + "/t.npy"});
   EXPECT_EQ(fine.exit_code, 0) << fine.err;
   EXPECT_EQ(HashField("t", "refcount"), "2");
+}
+
+// An output that cannot be written whole (here past the file-size limit, as on a full disk)
+// leaves the file it would have replaced as it was and nothing beside it, says why, and gives
+// the reference back; one that can replaces it whole, keeping its permission bits.
+TEST_F(Lifecycle, AnOutputIsWrittenWholeOrNotAtAll) {
+  std::mt19937 random(20240607);
+  std::string data(64 << 10, '\0');
+  for (char& c : data) c = static_cast<char>(random());
+  std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" + std::to_string(data.size()) + ",), }";
+  header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header + data;
+  std::string in = dir_.path() + "/in.npy";
+  std::ofstream(in, std::ios::binary) << npy;
+  ASSERT_EQ(Tool("mcd-create", {"t", "--from", in, "--device", "cpu", "-q"}).exit_code, 0);
+  std::string out_dir = dir_.path() + "/out";
+  ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);
+  auto files = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(out_dir)) names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  for (const std::string& name : {"t.npy", "t.bin"}) {
+    SCOPED_TRACE(name);
+    std::string target = out_dir + "/" + name;
+    std::string before(1000, '\0');
+    for (char& c : before) c = static_cast<char>(random());
+    std::ofstream(target, std::ios::binary) << before;
+    ASSERT_EQ(chmod(target.c_str(), 0640), 0);
+    auto limited = test::Run({test::ToolPath("mcd-get"), "t", "-o", target, "--node", node_}, Env(), 60, [] {
+      rlimit limit{16 << 10, 16 << 10};
+      setrlimit(RLIMIT_FSIZE, &limit);
+    });
+    EXPECT_EQ(limited.exit_code, 74) << limited.err;
+    EXPECT_NE(limited.err.find("cannot write " + target + ": " + std::strerror(EFBIG)), std::string::npos)
+        << limited.err;
+    // (Compared as a whole: a failure prints sizes, not 64 KiB of bytes.)
+    std::string left = test::ReadFile(target);
+    EXPECT_TRUE(left == before) << "the old file is now " << left.size() << " bytes";
+    EXPECT_EQ(files(), std::vector<std::string>{name});
+    EXPECT_EQ(HashField("t", "refcount"), "1");
+
+    auto got = Tool("mcd-get", {"t", "--no-ref", "-o", target, "-q"});
+    ASSERT_EQ(got.exit_code, 0) << got.err;
+    std::string written = test::ReadFile(target);
+    EXPECT_TRUE(written == (name == "t.npy" ? npy : data)) << written.size() << " bytes written";
+    EXPECT_EQ(files(), std::vector<std::string>{name});
+    struct stat st {};
+    ASSERT_EQ(stat(target.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+    ASSERT_EQ(unlink(target.c_str()), 0);
+  }
 }
 
 TEST_F(Lifecycle, ACreateWhoseReplyRedisRefusesChangesNothing) {

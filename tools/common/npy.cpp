@@ -1,5 +1,11 @@
 #include "npy.h"
 
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -31,6 +37,33 @@ std::string ValueOf(const std::string& header, const std::string& key) {
   size_t end = header.find(close, pos + 1);
   if (end == std::string::npos) return "";
   return header.substr(pos, end - pos + (close == ',' ? 0 : 1));
+}
+
+Status IoError(const std::string& what, const std::string& path, int err) {
+  return Status(ErrorCode::kIoError, what + " " + path + ": " + std::strerror(err));
+}
+
+// write(2) until all of `data` is out: a write may take only part of it. False with errno set.
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Writes `parts` to `fd` and syncs them to the disk, naming `path` in an error.
+Status WriteAndSync(int fd, const std::vector<std::string_view>& parts, const std::string& path) {
+  for (std::string_view part : parts) {
+    if (!WriteAll(fd, part)) return IoError("cannot write", path, errno);
+  }
+  if (fsync(fd) != 0) return IoError("cannot sync", path, errno);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -137,15 +170,53 @@ Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>
   // Pad so that the data starts on a 64-byte boundary, ending the header with '\n'.
   size_t total = 10 + header.size() + 1;
   header += std::string((64 - total % 64) % 64, ' ') + "\n";
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status(ErrorCode::kIoError, "cannot write " + path + ": " + std::strerror(errno));
   uint16_t len = static_cast<uint16_t>(header.size());
   char preamble[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(len & 0xff),
                        static_cast<char>(len >> 8)};
-  out.write(preamble, 10);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!out) return Status(ErrorCode::kIoError, "write " + path + " failed");
+  return WriteWhole(path, {std::string_view(preamble, sizeof(preamble)), header,
+                           std::string_view(static_cast<const char*>(data), bytes)});
+}
+
+Status WriteWhole(const std::string& path, const std::vector<std::string_view>& parts) {
+  std::string target = path;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char resolved[PATH_MAX];
+    if (realpath(path.c_str(), resolved) != nullptr) target = resolved;
+  }
+  const bool existed = stat(target.c_str(), &st) == 0;
+  // A rename would replace even a file that may not be written: refuse it as a write would.
+  if (existed && access(target.c_str(), W_OK) != 0) return IoError("cannot write", path, errno);
+  // Beside the target, so that the rename stays on one file system and is atomic.
+  size_t slash = target.rfind('/');
+  std::string folder = slash == std::string::npos ? "." : target.substr(0, slash == 0 ? 1 : slash);
+  std::string name = target.substr(slash == std::string::npos ? 0 : slash + 1);
+  std::string temp_prefix = folder + "/." + name + "." + std::to_string(getpid());
+  std::string temp;
+  int fd = -1;
+  // One left by a process of the same pid that was killed is not taken over.
+  for (int n = 0; fd < 0 && n < 100; ++n) {
+    temp = temp_prefix + (n == 0 ? "" : "-" + std::to_string(n)) + ".tmp";
+    fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) return IoError("cannot create a file beside", path, errno);
+  if (existed && S_ISREG(st.st_mode)) (void)fchmod(fd, st.st_mode & 07777);
+  Status written = WriteAndSync(fd, parts, path);
+  if (close(fd) != 0 && written.ok()) written = IoError("cannot write", path, errno);
+  if (written.ok() && rename(temp.c_str(), target.c_str()) != 0) {
+    written = IoError("cannot replace", path, errno);
+  }
+  if (!written.ok()) {
+    unlink(temp.c_str());
+    return written;
+  }
+  // The rename itself reaches the disk with the folder (best effort: some file systems refuse).
+  int dir = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)fsync(dir);
+    close(dir);
+  }
   return Status::Ok();
 }
 

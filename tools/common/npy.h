@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memcuda/protocol.h"
@@ -20,8 +21,14 @@ struct NpyArray {
 // Reads an array; kInvalidArgument for Fortran order, big-endian or unsupported dtypes,
 // kIoError when the file cannot be read or is truncated.
 Result<NpyArray> ReadNpy(const std::string& path);
-// Writes a version 1.0 file. bf16 (no NumPy dtype) is written as raw '<u2' bits.
+// Writes a version 1.0 file (with WriteWhole). bf16 (no NumPy dtype) is written as raw '<u2'
+// bits.
 Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
                 const void* data, uint64_t bytes);
+// Writes `parts`, one after another, to `path` whole or not at all: into a new file beside it,
+// synced, then renamed over it (a link is followed; a file replaced keeps its permission bits).
+// On any failure the new file is removed and `path` is as it was; kIoError names the step, the
+// file and the reason (strerror). A file this process may not write is not replaced.
+Status WriteWhole(const std::string& path, const std::vector<std::string_view>& parts);
 
 }  // namespace mcd::tools

@@ -1,7 +1,7 @@
 // mcd-get: take a reference to a tensor, open it in this process, print its record and
 // optionally its contents. See mcd-get(1).
 #include <algorithm>
-#include <fstream>
+#include <csignal>
 #include <iostream>
 
 #include "flags.h"
@@ -99,14 +99,13 @@ static int ToolMain(int argc, char** argv) {
     if (!copied.ok()) return fail(copied);
   }
   if (!output.empty()) {
-    Status written;
-    if (EndsWith(output, ".npy")) {
-      written = tools::WriteNpy(output, r.dtype, r.shape, contents.data(), contents.size());
-    } else {
-      std::ofstream out(output, std::ios::binary | std::ios::trunc);
-      out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-      if (!out) written = Status(ErrorCode::kIoError, "cannot write " + output);
-    }
+    // Past the file-size limit a write then fails (EFBIG) and is reported like a full disk,
+    // instead of the signal ending the tool before it removes what it began.
+    signal(SIGXFSZ, SIG_IGN);
+    Status written =
+        EndsWith(output, ".npy")
+            ? tools::WriteNpy(output, r.dtype, r.shape, contents.data(), contents.size())
+            : tools::WriteWhole(output, {contents});
     if (!written.ok()) return fail(written);
     if (r.dtype == DType::kBF16 && EndsWith(output, ".npy")) {
       std::cerr << "mcd-get: note: NumPy has no bfloat16; " << output << " holds the raw bits as uint16\n";

@@ -43,7 +43,8 @@ static int ToolMain(int argc, char** argv) {
   bool watching = false;
   app.add_flag("-w,--watch", watching,
                "Print each lifecycle event as it happens (create, get, release, delete, reclaim, "
-               "server_start, server_stop) until interrupted; with --json, JSON lines")
+               "server_start, server_stop; gap where events were trimmed before it read "
+               "them) until interrupted; with --json, JSON lines")
       ->excludes("--servers");
   app.add_option("--since", watch.since,
                  "With --watch: start that far back in the kept history (30s, 5m, 2h; all), or "

@@ -51,8 +51,18 @@ std::string TableLine(const std::string& time, const std::string& event, const s
   return out + "\n";
 }
 
+// A gap's REASON says how many were lost, and where to look instead.
+std::string GapText(const LifecycleEvent& e) {
+  std::string lost = e.missed < 0 ? "events" : std::to_string(e.missed) + " event(s)";
+  return lost + " trimmed before this watch read them (mcd-serve --event-history): mcd-ls " +
+         "shows what is now";
+}
+
 std::string Format(const LifecycleEvent& e, bool json) {
   if (json) return EventToJson(e) + "\n";
+  if (e.event == "gap") {
+    return TableLine(ClockTime(e.time_ms), e.event, "-", "-", "-", "-", GapText(e));
+  }
   bool server = e.name.empty();
   return TableLine(ClockTime(e.time_ms), e.event, server ? "-" : e.name,
                    server ? "-" : std::to_string(e.refcount), e.node,
@@ -66,15 +76,6 @@ int Watch(const char* tool, const ClientOptions& client, const WatchOptions& opt
   if (!events.ok()) return Fail(tool, events.status());
   auto cursor = StartAfter(*events.value(), options.since);
   if (!cursor.ok()) return Fail(tool, cursor.status());
-  if (!options.since.empty()) {
-    // Asked for the past: say when what is kept begins, if that is later than asked.
-    auto oldest = events.value()->Oldest();
-    if (oldest.ok() && oldest->time_ms != 0 && cursor.value() != "0-0" &&
-        std::strtoll(cursor->c_str(), nullptr, 10) < oldest->time_ms - 1) {
-      std::cerr << tool << ": note: the kept history begins at " << ClockTime(oldest->time_ms)
-                << " (mcd-serve --event-history)\n";
-    }
-  }
   if (!options.json && options.headers) {
     std::cout << TableLine("TIME", "EVENT", "NAME", "REFS", "NODE", "PID", "REASON") << std::flush;
   }
@@ -93,6 +94,12 @@ int Watch(const char* tool, const ClientOptions& client, const WatchOptions& opt
     std::string out;
     for (const LifecycleEvent& e : got.value()) {
       cursor = e.id;
+      // A gap is shown whatever the filters: the events lost may have passed them. It is no
+      // event of --count's.
+      if (e.event == "gap") {
+        out += Format(e, options.json);
+        continue;
+      }
       if (!e.name.empty() && fnmatch(options.glob.c_str(), e.name.c_str(), 0) != 0) continue;
       if (!options.node.empty() && e.node != options.node) continue;
       out += Format(e, options.json);

@@ -19,6 +19,14 @@ std::string EventToJson(const LifecycleEvent& e) {
   w.Key("pid");
   w.Int64(e.pid);
   WriteKeyString(w, "reason", e.reason);
+  if (e.event == "gap") {
+    w.Key("missed");
+    if (e.missed < 0) {
+      w.Null();
+    } else {
+      w.Int64(e.missed);
+    }
+  }
   w.EndObject();
   return pooled.str();
 }
