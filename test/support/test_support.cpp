@@ -49,20 +49,30 @@ int FreePort() {
 
 namespace {
 
+// The arguments and environment are built before the fork: a test that runs programs from
+// several threads at once may fork while another thread holds the allocator's lock, so the child
+// calls nothing that allocates before it execs (`in_child` is for single-threaded callers).
 pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
             int out_fd, int err_fd, const std::function<void()>& in_child = {}) {
+  std::vector<std::string> variables;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string variable = *e;
+    if (env.count(variable.substr(0, variable.find('='))) == 0) variables.push_back(variable);
+  }
+  for (const auto& [key, value] : env) variables.push_back(key + "=" + value);
+  std::vector<char*> args, envp;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (std::string& v : variables) envp.push_back(v.data());
+  envp.push_back(nullptr);
   pid_t pid = fork();
   if (pid != 0) return pid;
   if (in_child) in_child();
-  for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
   if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
   int devnull = open("/dev/null", O_RDONLY);
   dup2(devnull, STDIN_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
+  execvpe(args[0], args.data(), envp.data());
   _exit(127);
 }
 

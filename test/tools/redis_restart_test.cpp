@@ -13,29 +13,6 @@ namespace {
 
 class RedisRestart : public Lifecycle {
  protected:
-  // Turns the AOF on, with `keys` filler keys in it, so that a restart with "--key-load-delay"
-  // loads slowly.
-  void PersistWithFiller(int keys) {
-    auto conn = redis_.Connect();
-    ASSERT_TRUE(conn->Command({"EVAL", "for i = 1, tonumber(ARGV[1]) do redis.call('SET', 'filler:' .. i, 'x') end",
-                               "0", std::to_string(keys)})
-                    .ok());
-    // Every write on disk before its reply, so that what the test wrote is there after a SIGKILL.
-    ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendfsync", "always"}).ok());
-    ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendonly", "yes"}).ok());
-    ASSERT_TRUE(test::WaitFor(
-        [&] {
-          auto info = conn->Command({"INFO", "persistence"});
-          return info.ok() && InfoField(info->str, "aof_rewrite_in_progress") == "0" &&
-                 InfoField(info->str, "aof_rewrite_scheduled") == "0" && InfoField(info->str, "aof_enabled") == "1";
-        },
-        20000));
-  }
-  // Events are served every 1 KiB loaded, not every 2 MiB: a loading Redis answers at once.
-  void RestartLoadingSlowly() {
-    redis_.Restart({"--appendonly", "yes", "--appendfsync", "always", "--key-load-delay", "20",
-                    "--loading-process-events-interval-bytes", "1024"});
-  }
   // Whether Redis answers LOADING. A connection made as the load starts may be served only once
   // it is over: each look is a fresh connection with a short timeout.
   bool Loading() {
