@@ -327,3 +327,30 @@ TEST_F(Holders, GetsRacingTheGiveBackOfADeadHoldersReferencesAreAllGivenBack) {
 
 }  // namespace
 }  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// The server gives back a dead holder's reference, Redis dies before answering, and comes back
+// empty: nothing says whether the give-back went through, so the tensor, which another reference
+// still holds, is put back rather than freed (a removal is trusted only when its event is there).
+TEST_F(Holders, AGiveBackCutOffByARedisThatLostItsDataLosesNoTensor) {
+  Create("kept");
+  auto holder = Hold({"kept"}, "hold.log");
+  ASSERT_EQ(HashField("kept", "refcount"), "2");
+  // Writes wait: the reaper's give-back is sent and never answered.
+  ASSERT_TRUE(redis_.Connect()->Command({"CLIENT", "PAUSE", "60000", "WRITE"}).ok());
+  holder->Stop(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the reaper runs once a second
+  redis_.Restart();  // empty: no persistence
+  EXPECT_TRUE(test::WaitFor([&] { return HashField("kept", "state") == "ready"; }, 20000))
+      << "the tensor was freed on a guess\n" << ServeLog();
+  EXPECT_EQ(HashField("kept", "refcount"), "1");
+  EXPECT_EQ(ShmCount(), 1u);
+  auto removed = Tool("mcd-rm", {"kept"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_TRUE(ShmFreedSoon());
+}
+
+}  // namespace
+}  // namespace mcd

@@ -58,7 +58,11 @@ Status Resettle::Settle() {
   }
   for (const std::string& name : lost) {
     auto found = table_.find(name);
+    bool removed = false;
     if (maybe_deleted.count(name) != 0) {
+      MCD_ASSIGN_OR_RETURN(removed, RemovalCommitted(name));
+    }
+    if (removed) {
       // Its last delete (or reclaim) went through before the connection broke.
       Entry entry = table_.Forget(found);
       Log(LogLevel::kInfo, "tensor '" + name + "' was removed just before Redis went away; freed");
@@ -103,6 +107,21 @@ Status Resettle::Republish(const Entry& entry) {
                            "' lost its hash with Redis; put it back (refcount 1: references "
                            "taken before the loss are not known)");
   return Status::Ok();
+}
+
+Result<bool> Resettle::RemovalCommitted(const std::string& name) {
+  if (opt_.event_history == 0) return false;
+  // The removal was among this server's last changes; the window is the stream's cap.
+  MCD_ASSIGN_OR_RETURN(RedisValue events,
+                       redis_.Command({"XREVRANGE", opt_.keys.Events(), "+", "-", "COUNT",
+                                       std::to_string(opt_.event_history)}));
+  for (const RedisValue& entry : events.elements) {
+    if (entry.elements.size() != 2) continue;
+    std::map<std::string, std::string> f = FieldMap(entry.elements[1]);
+    if (f["name"] != name || f["node"] != opt_.node) continue;
+    return f["refcount"] == "0" && (f["event"] == "delete" || f["event"] == "reclaim");
+  }
+  return false;
 }
 
 Status Resettle::RemovePhantoms() {

@@ -33,6 +33,12 @@ class Resettle {
  private:
   // The server is the authority on what it holds: a tensor whose hash Redis lost is put back.
   Status Republish(const Entry& entry);
+  // Whether the removal of `name` whose commit got no answer went through: the newest event
+  // naming it is that removal (refcount 0), which the commit appended with it. Redis that lost
+  // its data lost the event too, and a server without events (--event-history 0) keeps none:
+  // then the tensor is put back instead, the safe side (memory another process may map is never
+  // freed on a guess; a removal that did go through leaves a tensor that mcd-rm removes).
+  Result<bool> RemovalCommitted(const std::string& name);
   // Hashes of this instance for tensors it no longer holds, which a Redis restarted from an AOF
   // that missed their removal brings back: deleted, so that nobody opens freed memory.
   Status RemovePhantoms();
