@@ -97,7 +97,7 @@ class Client::Impl {
     MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
     server_ = std::make_unique<ServerView>(*redis_, opt_);
     transport_ = std::make_unique<Transport>(*redis_, opt_, *server_);
-    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_);
+    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_, *server_);
     if (!opt_.require_server) return Status::Ok();
     // The heartbeat check and the reference script's loading share one round trip, so that a
     // fresh process's first Get is a single EVALSHA.
@@ -217,7 +217,9 @@ class Client::Impl {
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
     return Retrying("read", true, [&]() -> Result<TensorRecord> {
       MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->Command(argv));
-      return RecordFromHmget(name, reply);
+      auto record = RecordFromHmget(name, reply);
+      if (record.status().code() == ErrorCode::kNotFound) return server_->Missing(name);
+      return record;
     });
   }
 

@@ -59,6 +59,48 @@ Result<std::map<std::string, std::string>> ServerView::Refresh() {
   return info;
 }
 
+Status ServerView::Missing(const std::string& name, bool heartbeat, const std::string& settled) {
+  const std::string& sha = heartbeat ? settled : field("settled");
+  bool lost = false;  // Redis lacks the script: it is not the one the server settled in
+  if (!sha.empty()) {
+    MCD_ASSIGN_OR_RETURN(RedisValue exists, redis_.Command({"SCRIPT", "EXISTS", sha}));
+    if (exists.type == RedisValue::Type::kError)
+      return RedisErrorStatus("SCRIPT EXISTS", exists.str);
+    lost = exists.elements.size() != 1 || exists.elements[0].integer != 1;
+  }
+  if (lost) {
+    return Status(ErrorCode::kTryAgain,
+                  "tensor '" + name + "' is not in Redis, which restarted or failed over: the " +
+                      "server of node '" + opt_.node + "' has not put its tensors back yet" +
+                      (heartbeat ? "" : " (nor its heartbeat)") + "; try again");
+  }
+  if (heartbeat) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+  // Without a heartbeat nobody can say: a Redis restarted empty has neither the hash nor the
+  // heartbeat until the server writes them again.
+  return Status(ErrorCode::kUnavailable,
+                "no tensor named '" + name + "' in Redis, and no mcd-serve is running for node '" +
+                    opt_.node + "' (no heartbeat at " + opt_.keys.Server(opt_.node) +
+                    ") to say whether it has one");
+}
+
+Status ServerView::Missing(const std::string& name) {
+  MCD_RETURN_IF_ERROR(redis_.Append({"MULTI"}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"EXISTS", opt_.keys.Tensor(name)}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"HMGET", opt_.keys.Server(opt_.node), "instance", "settled"}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"EXEC"}));
+  Result<RedisValue> reply = RedisValue{};
+  for (int i = 0; i < 4 && reply.ok(); ++i) reply = redis_.ReadReply();
+  MCD_RETURN_IF_ERROR(reply.status());
+  if (reply->type == RedisValue::Type::kError) return RedisErrorStatus("EXEC", reply->str);
+  if (reply->elements.size() != 2 || reply->elements[1].elements.size() != 2)
+    return Status(ErrorCode::kUnexpectedReply, "EXEC reply for tensor '" + name + "'");
+  if (reply->elements[0].integer == 1) {
+    return Status(ErrorCode::kTryAgain, "tensor '" + name + "' appeared while it was looked up");
+  }
+  const auto& heartbeat = reply->elements[1].elements;
+  return Missing(name, !heartbeat[0].is_nil(), heartbeat[1].str);
+}
+
 std::string ServerView::field(const std::string& name) const {
   auto it = info_.find(name);
   return it == info_.end() ? std::string() : it->second;

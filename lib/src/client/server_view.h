@@ -35,6 +35,16 @@ class ServerView {
   // Read, then Adopt: after the command socket failed, a server that took the node over names
   // its own socket.
   Result<std::map<std::string, std::string>> Refresh();
+  // What a tensor hash found missing means, from the heartbeat read in the same atomic step
+  // (`heartbeat`: whether there was one, `settled`: its settled field): kNotFound, unless Redis
+  // lacks the script that field names, which a server loads once it has put its hashes back
+  // there (Heartbeat::MarkSettled): then Redis restarted or failed over and the server is not
+  // done yet, which is kTryAgain. Without a heartbeat, the one read at connect is compared, and
+  // with nothing to compare the node has no server to vouch either way: kUnavailable.
+  Status Missing(const std::string& name, bool heartbeat, const std::string& settled);
+  // The same for a hash an HMGET found missing: looks again, with the heartbeat, in one
+  // MULTI/EXEC (kTryAgain when the hash is there now).
+  Status Missing(const std::string& name);
   // A field of the heartbeat as last read ("" when absent or never read).
   std::string field(const std::string& name) const;
   bool known() const { return !info_.empty(); }

@@ -120,7 +120,9 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    "tensor_bytes",
                                    std::to_string(table_.bytes()),
                                    "commands_ok",
-                                   std::to_string(outcomes_.ok())};
+                                   std::to_string(outcomes_.ok()),
+                                   "settled",
+                                   settled()};
   uint64_t failed = 0;
   for (const auto& [code, n] : outcomes_.Errors()) {
     failed += n;
@@ -200,6 +202,7 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         stop_ = true;
         break;
       }
+      if (written.ok()) CheckSettled(*conn);
       Status s = written.ok() ? Status::Ok() : written.status();
       if (!s.ok() && failed.Again()) {
         int n = failed.count();
@@ -216,6 +219,39 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
   }
   lock.unlock();
   if (connect()) on_stop(*conn);
+}
+
+Status Heartbeat::MarkSettled(RedisConnection& conn) {
+  // A script no other instance, and no earlier settle of this one, loads: its SHA names this
+  // settle in this Redis process.
+  std::string body = "return 'memcuda settled " + instance_ + " " + RandomHex(8) + "'";
+  MCD_ASSIGN_OR_RETURN(RedisValue sha, conn.Command({"SCRIPT", "LOAD", body}));
+  if (sha.type != RedisValue::Type::kString || sha.str.empty())
+    return Status(ErrorCode::kUnexpectedReply, "SCRIPT LOAD of the settled marker");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    settled_ = sha.str;
+    settled_lost_ = false;
+  }
+  return Claim(conn);
+}
+
+void Heartbeat::CheckSettled(RedisConnection& conn) {
+  std::string sha = settled();
+  if (sha.empty()) return;
+  auto exists = conn.Command({"SCRIPT", "EXISTS", sha});
+  if (!exists.ok() || exists->elements.size() != 1 || exists->elements[0].integer != 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (settled_ == sha && !settled_lost_) {
+    settled_lost_ = true;
+    Log(LogLevel::kWarn, "Redis lost the server's settled marker (restarted, failed over or "
+                         "SCRIPT FLUSH): settling again");
+  }
+}
+
+std::string Heartbeat::settled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return settled_;
 }
 
 void Heartbeat::RequestStop() {
