@@ -173,11 +173,17 @@ TEST_F(RedisRestart, ALiveTensorIsTryAgainNotNotFoundUntilItsServerPutsItBack) {
     EXPECT_EQ(hurried.exit_code, 75) << args[0] << " " << args[1] << ": " << hurried.err;
     EXPECT_NE(hurried.err.find("has not put its tensors back yet"), std::string::npos) << hurried.err;
   }
+  // A get through the queue meanwhile is taken only once the server has settled: it finds the
+  // tensor.
+  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue, R"({"op":"get","name":"kept","req":"queued-get"})"}).ok());
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  auto queued = conn->Command({"BLPOP", keys_.Reply("queued-get"), "20"});
+  ASSERT_TRUE(queued.ok() && queued->elements.size() == 2) << ServeLog();
+  EXPECT_EQ(json::parse(queued->elements[1].str)["ok"], true) << queued->elements[1].str;
   ASSERT_TRUE(test::WaitFor([&] { return Tool("mcd-get", {"never.made", "-q"}).exit_code == 1; }, 20000)) << ServeLog();
   auto patient = Tool("mcd-get", {"kept", "--no-ref", "--json"});
   ASSERT_EQ(patient.exit_code, 0) << patient.err;
-  EXPECT_EQ(json::parse(patient.out)["refcount"], 1) << patient.out;  // the hurried rm changed nothing
+  EXPECT_EQ(json::parse(patient.out)["refcount"], 2) << patient.out;  // the queued get's; the hurried rm changed nothing
 }
 
 // The same after a restart from an AOF that lost a hash's write (its last second): the
