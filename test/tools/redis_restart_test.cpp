@@ -165,7 +165,8 @@ TEST_F(RedisRestart, ALiveTensorIsTryAgainNotNotFoundUntilItsServerPutsItBack) {
   ASSERT_TRUE(conn->Command(std::vector<std::string_view>(heartbeat.begin(), heartbeat.end())).ok());
   ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "60"}).ok());
   const std::vector<std::vector<std::string>> commands = {
-      {"mcd-get", "kept", "-q"}, {"mcd-get", "kept", "--no-ref", "-q"}, {"mcd-rm", "kept"}, {"mcd-get", "never.made", "-q"}};
+      {"mcd-get", "kept", "-q"}, {"mcd-get", "kept", "--no-ref", "-q"}, {"mcd-rm", "kept"},
+      {"mcd-get", "never.made", "-q"}};
   for (const std::vector<std::string>& args : commands) {
     std::vector<std::string> rest(args.begin() + 1, args.end());
     rest.insert(rest.end(), {"--timeout-ms", "300"});
@@ -180,10 +181,12 @@ TEST_F(RedisRestart, ALiveTensorIsTryAgainNotNotFoundUntilItsServerPutsItBack) {
   auto queued = conn->Command({"BLPOP", keys_.Reply("queued-get"), "20"});
   ASSERT_TRUE(queued.ok() && queued->elements.size() == 2) << ServeLog();
   EXPECT_EQ(json::parse(queued->elements[1].str)["ok"], true) << queued->elements[1].str;
-  ASSERT_TRUE(test::WaitFor([&] { return Tool("mcd-get", {"never.made", "-q"}).exit_code == 1; }, 20000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor([&] { return Tool("mcd-get", {"never.made", "-q"}).exit_code == 1; }, 20000))
+      << ServeLog();
   auto patient = Tool("mcd-get", {"kept", "--no-ref", "--json"});
   ASSERT_EQ(patient.exit_code, 0) << patient.err;
-  EXPECT_EQ(json::parse(patient.out)["refcount"], 2) << patient.out;  // the queued get's; the hurried rm changed nothing
+  // The queued get's reference; the hurried rm changed nothing.
+  EXPECT_EQ(json::parse(patient.out)["refcount"], 2) << patient.out;
 }
 
 // The same after a restart from an AOF that lost a hash's write (its last second): the
@@ -215,9 +218,8 @@ TEST_F(RedisRestart, AHashAnAofLostIsTryAgainUntilItsServerPutsItBack) {
 TEST_F(RedisRestart, AfterScriptFlushAMissingNameIsNotFoundAgainWithinSeconds) {
   ASSERT_EQ(Tool("mcd-get", {"never.made", "-q"}).exit_code, 1);
   ASSERT_TRUE(redis_.Connect()->Command({"SCRIPT", "FLUSH"}).ok());
-  EXPECT_TRUE(test::WaitFor([&] { return Tool("mcd-get", {"never.made", "-q", "--timeout-ms", "200"}).exit_code == 1; },
-                            10000))
-      << ServeLog();
+  auto not_found = [&] { return Tool("mcd-get", {"never.made", "-q", "--timeout-ms", "200"}).exit_code == 1; };
+  EXPECT_TRUE(test::WaitFor(not_found, 10000)) << ServeLog();
   EXPECT_NE(ServeLog().find("Redis lost the server's settled marker"), std::string::npos) << ServeLog();
   ASSERT_EQ(Tool("mcd-create", {"made", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
   EXPECT_EQ(Tool("mcd-get", {"made", "--no-ref", "-q"}).exit_code, 0);

@@ -114,7 +114,7 @@ class Client::Impl {
     auto info = node_discovered_ ? server_->Read() : server_->Parse(heartbeat.value());
     if (!info.ok()) return info.status();
     server_->Adopt(std::move(info).value());
-    return Status::Ok();
+    return server_->Alive();  // a dead server's heartbeat: "no server" at once, not a timeout
   }
 
   // No node was given and the host name has no server: the only live server on the Redis is
@@ -167,7 +167,10 @@ class Client::Impl {
   // Repeated after a lost connection: at worst this process then holds one more reference,
   // given back when it exits.
   Result<TensorRecord> DirectGet(const std::string& name) {
-    auto record = Retrying("get", true, [&] { return script_->Get(name); });
+    auto record = Retrying("get", true, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // its tensors died with it
+      return script_->Get(name);
+    });
     if (record.ok()) Saw(name, record->refcount);
     return record;
   }
@@ -175,7 +178,10 @@ class Client::Impl {
   // create: the command through the server; the tensor is then one this client tracks (Saw).
   Result<TensorRecord> Create(Command cmd) {
     std::string name = cmd.name;
-    auto created = Retrying("create", false, [&] { return transport_->Request(cmd); });
+    auto created = Retrying("create", false, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // nobody would take the command
+      return transport_->Request(cmd);
+    });
     if (created.ok() && seen_refcount_.size() < kSeenMax) seen_refcount_[name] = created->refcount;
     return created;
   }
@@ -188,7 +194,8 @@ class Client::Impl {
   Result<TensorRecord> Release(const std::string& name) {
     auto seen = seen_refcount_.find(name);
     bool last = seen != seen_refcount_.end() && seen->second <= 1;
-    Result<TensorRecord> released = Retrying("release", false, [&] {
+    Result<TensorRecord> released = Retrying("release", false, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // nobody holds its memory any more
       return last ? transport_->Request(DeleteCommand(name, holder_)) : script_->Release(name);
     });
     Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
@@ -406,6 +413,8 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
   }
+  if (record.owner == impl_->server_->field("instance"))
+    MCD_RETURN_IF_ERROR(impl_->server_->Alive());  // its memory died with it
   MCD_ASSIGN_OR_RETURN(void* ptr,
                        MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf()));
   return TensorView{record, ptr};

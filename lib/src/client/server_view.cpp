@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "common/process.h"
 #include "common/trust.h"
 #include "ipc/fd_passing.h"
 #include "memcuda/protocol.h"
@@ -107,20 +108,22 @@ std::string ServerView::field(const std::string& name) const {
 }
 
 void ServerView::Adopt(std::map<std::string, std::string> info) {
-  if (info["instance"] != info_["instance"] || info["pid"] != info_["pid"]) server_pin_.reset();
+  bool same = info["instance"] == info_["instance"] && info["pid"] == info_["pid"];
   info_ = std::move(info);
   auto& hb = info_;
   queue_ = hb["node_queue"].empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
+  if (!same) Watch();
   if (!server_pin_ && !hb["pool_fd"].empty()) {
-    ProcessIdentity who{std::strtoull(hb["pid_ino"].c_str(), nullptr, 10),
-                        std::strtoull(hb["pid_start"].c_str(), nullptr, 10)};
     // Not pinned (another PID namespace, a kernel before 5.3): the pool socket serves.
     int64_t pid = std::strtoll(hb["pid"].c_str(), nullptr, 10);
-    auto pinned = PinnedProcess::Open(pid, who);
+    std::shared_ptr<const PinnedProcess> pinned = process_;
+    if (!pinned) {
+      auto opened = PinnedProcess::Open(pid, Identity());
+      if (opened.ok()) pinned = std::move(opened).value();
+    }
     // Pinned, the process is the one named; its descriptors are used only if it is a trusted
     // user's (root could copy them from anyone's). Otherwise the pool socket, which checks.
-    if (pinned.ok() && CheckProcessOwner(pid, "the node's server").ok())
-      server_pin_ = std::move(pinned).value();
+    if (pinned && CheckProcessOwner(pid, "the node's server").ok()) server_pin_ = pinned;
   }
   // Read again after the first Get (a refresh, or a Get on the worker thread meeting a new
   // server instance): the prefetch is done, only the pin is of use.
@@ -144,6 +147,46 @@ void ServerView::Adopt(std::map<std::string, std::string> info) {
     }
   }
   ipc_prefetch_ = primers("ipc_primer");
+}
+
+ProcessIdentity ServerView::Identity() {
+  return ProcessIdentity{std::strtoull(info_["pid_ino"].c_str(), nullptr, 10),
+                         std::strtoull(info_["pid_start"].c_str(), nullptr, 10)};
+}
+
+void ServerView::Watch() {
+  server_pin_.reset();
+  process_.reset();
+  dead_ = false;
+  // Only a heartbeat of this boot and PID namespace names a process this one can look at.
+  local_ = !info_["pid_space"].empty() && info_["pid_space"] == PidSpace();
+  if (!local_) return;
+  auto opened = PinnedProcess::Open(std::strtoll(info_["pid"].c_str(), nullptr, 10), Identity());
+  if (opened.ok()) {
+    process_ = std::move(opened).value();
+  } else {
+    // Gone, or its pid taken by another process; else (no pidfd) Alive reads /proc each time.
+    dead_ = opened.status().code() == ErrorCode::kNotFound;
+  }
+}
+
+Status ServerView::Alive() {
+  if (!dead_ && local_) {
+    dead_ = process_ ? process_->Exited()
+                     : !ProcessAlive(std::strtoll(info_["pid"].c_str(), nullptr, 10),
+                                     std::strtoull(info_["pid_start"].c_str(), nullptr, 10));
+  }
+  if (!dead_) return Status::Ok();
+  return Status(ErrorCode::kUnavailable,
+                "the mcd-serve of node '" + opt_.node + "' (pid " + info_["pid"] +
+                    ") is not running: it was killed or crashed, and its heartbeat lingers "
+                    "until it expires; start it again (a new one takes the node over at once)");
+}
+
+Status ServerView::EnsureAlive() {
+  if (Alive().ok()) return Status::Ok();
+  MCD_RETURN_IF_ERROR(Refresh().status());  // a server that took the node over is alive
+  return Alive();
 }
 
 MappingRegistry::SourceOf ServerView::PoolSourceOf() {

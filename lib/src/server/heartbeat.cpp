@@ -75,6 +75,8 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    std::to_string(pid_start_),
                                    "pid_ino",
                                    pid_ino_ != 0 ? std::to_string(pid_ino_) : "",
+                                   "pid_space",
+                                   PidSpace(),
                                    "node",
                                    opt_.node,
                                    "devices",
@@ -142,7 +144,7 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
     return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
   if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
   if (reply.elements[0].str == "ok") return std::optional<NodeHolder>();
-  if (reply.elements[0].str != "held" || reply.elements.size() != 5) {
+  if (reply.elements[0].str != "held" || reply.elements.size() != 6) {
     return Status(ErrorCode::kUnexpectedReply,
                   "heartbeat script answered '" + reply.elements[0].str + "'");
   }
@@ -151,12 +153,15 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
   holder.pid = std::atoll(reply.elements[2].str.c_str());
   holder.pid_start = std::strtoull(reply.elements[3].str.c_str(), nullptr, 10);
   holder.expires = reply.elements[4].integer != -1;
+  holder.pid_space = reply.elements[5].str;
   return std::optional<NodeHolder>(std::move(holder));
 }
 
 std::string Heartbeat::Stale(const NodeHolder& holder) {
   if (!holder.expires) return "has no expiry, which a server's heartbeat always has";
   if (holder.pid <= 0) return "names no process";
+  // A pid of another host or PID namespace says nothing here: that heartbeat lives until its TTL.
+  if (!holder.pid_space.empty() && holder.pid_space != PidSpace()) return "";
   if (!ProcessAlive(holder.pid, holder.pid_start)) {
     return "names pid " + std::to_string(holder.pid) +
            (holder.pid_start != 0 ? " started at " + std::to_string(holder.pid_start) : "") +
@@ -244,8 +249,9 @@ void Heartbeat::CheckSettled(RedisConnection& conn) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (settled_ == sha && !settled_lost_) {
     settled_lost_ = true;
-    Log(LogLevel::kWarn, "Redis lost the server's settled marker (restarted, failed over or "
-                         "SCRIPT FLUSH): settling again");
+    Log(LogLevel::kWarn,
+        "Redis lost the server's settled marker (restarted, failed over or SCRIPT FLUSH): "
+        "settling again");
   }
 }
 

@@ -75,6 +75,7 @@ class Heartbeat {
     int64_t pid = 0;
     uint64_t pid_start = 0;  // 0: not given
     bool expires = true;     // false: its hash has no TTL, which every server's write sets
+    std::string pid_space;   // where `pid` names it (PidSpace()); "" when not said
   };
   // Why `holder` cannot be a live server ("" when it may be): a heartbeat anyone may have
   // written to Redis must not keep the node from being served.

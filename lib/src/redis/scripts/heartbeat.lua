@@ -6,15 +6,15 @@
 -- ARGV[1] this instance, ARGV[2] an instance it may replace (one whose process is gone; "" for
 -- none), ARGV[3] TTL (s), ARGV[4] the event stream's cap, ARGV[5..] field/value pairs to write
 -- (instance, node and pid among them). The instance's first write is its "server_start" event.
--- Returns {"ok"} | {"held", instance, pid, pid_start, pttl}: another instance holds the node
--- (pttl -1: the hash has no expiry, so no server wrote it).
+-- Returns {"ok"} | {"held", instance, pid, pid_start, pttl, pid_space}: another instance holds
+-- the node (pttl -1: the hash has no expiry, so no server wrote it).
 --
 -- The HSET is the first write, so that Redis out of memory refuses the heartbeat (a script's
 -- later writes are let through); the fields of a replaced instance are removed after it.
 local holder = redis.call('HGET', KEYS[1], 'instance')
 if holder and holder ~= ARGV[1] and holder ~= ARGV[2] then
-  return {'held', holder, redis.call('HGET', KEYS[1], 'pid') or '',
-          redis.call('HGET', KEYS[1], 'pid_start') or '', redis.call('PTTL', KEYS[1])}
+  local f = redis.call('HMGET', KEYS[1], 'pid', 'pid_start', 'pid_space')
+  return {'held', holder, f[1] or '', f[2] or '', redis.call('PTTL', KEYS[1]), f[3] or ''}
 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 if holder ~= ARGV[1] then
