@@ -67,6 +67,7 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    replace,
                                    std::to_string(opt_.heartbeat_ttl_s),
                                    std::to_string(opt_.event_history),
+                                   owned_ ? "1" : "",
                                    "instance",
                                    instance_,
                                    "pid",

@@ -102,7 +102,7 @@ class Heartbeat {
   std::string ucx_version_;
   std::string node_copies_ = "off";
   std::atomic<uint64_t> pool_used_{0};
-  bool owned_ = false;
+  std::atomic<bool> owned_{false};  // claimed: later writes that find no heartbeat reclaim
 
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
