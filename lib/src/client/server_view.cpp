@@ -1,6 +1,9 @@
 #include "client/server_view.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 
@@ -165,17 +168,21 @@ void ServerView::Watch() {
   if (opened.ok()) {
     process_ = std::move(opened).value();
   } else {
-    // Gone, or its pid taken by another process; else (no pidfd) Alive reads /proc each time.
-    dead_ = opened.status().code() == ErrorCode::kNotFound;
+    dead_ = Gone();  // and without a pidfd (or one that cannot be checked), Alive asks each time
   }
 }
 
+bool ServerView::Gone() {
+  int64_t pid = std::strtoll(info_["pid"].c_str(), nullptr, 10);
+  if (pid <= 0) return false;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  // A /proc entry this process may not read (hidepid) says nothing: not judged.
+  if (ProcessStartTime(pid) == 0) return false;
+  return !ProcessAlive(pid, std::strtoull(info_["pid_start"].c_str(), nullptr, 10));
+}
+
 Status ServerView::Alive() {
-  if (!dead_ && local_) {
-    dead_ = process_ ? process_->Exited()
-                     : !ProcessAlive(std::strtoll(info_["pid"].c_str(), nullptr, 10),
-                                     std::strtoull(info_["pid_start"].c_str(), nullptr, 10));
-  }
+  if (!dead_ && local_) dead_ = process_ ? process_->Exited() : Gone();
   if (!dead_) return Status::Ok();
   return Status(ErrorCode::kUnavailable,
                 "the mcd-serve of node '" + opt_.node + "' (pid " + info_["pid"] +

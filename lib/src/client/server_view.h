@@ -73,6 +73,9 @@ class ServerView {
   ProcessIdentity Identity();
   // For a newly read server: its process pinned where this process can see it (local_).
   void Watch();
+  // Whether the server process is known to be gone: its pid free, taken by another process, or
+  // a zombie's. One whose /proc entry this process may not read is not judged.
+  bool Gone();
   // The heartbeat's fields for `device`'s pool; without a pinned server, the socket only.
   PoolSource PoolSourceFrom(int device);
   // "<device>:<value>,..." of a heartbeat field, GPU devices only, malformed items skipped.
