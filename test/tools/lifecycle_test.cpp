@@ -995,6 +995,86 @@ TEST_F(Lifecycle, RestartRemovesWhatADeadInstanceLeft) {
   EXPECT_NE(ServeLog().find("removed 2 stale tensor(s)"), std::string::npos) << ServeLog();
 }
 
+// A SIGKILLed server's heartbeat lingers until its TTL runs out. The tools on its host see that
+// the process it names is gone, and say "no server" (69) at once instead of waiting out their
+// timeout; no get or release of its tensors counts (their memory died with it), and no create is
+// left in a queue nobody takes. A library client connected before the kill is told the same, and
+// goes on with the server that takes the node over.
+TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto client = ConnectClient();
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->Get("a").ok());
+  // Killed, and not reaped yet by its parent (this test): a zombie is dead all the same.
+  ASSERT_EQ(kill(server_->pid(), SIGKILL), 0);
+  ASSERT_TRUE(test::WaitFor([&] { return !test::Running(server_->pid()); }, 5000));
+  // Lingering for as long as the test needs, as a longer --heartbeat-ttl would keep it.
+  auto conn = redis_.Connect();
+  ASSERT_EQ(conn->Command({"EXPIRE", keys_.Server(node_), "60"})->integer, 1);
+  const std::vector<std::vector<std::string>> commands = {
+      {"mcd-get", "a", "-q"}, {"mcd-get", "a", "--detached", "-q"}, {"mcd-rm", "a"},
+      {"mcd-create", "b", "--dtype", "u8", "--shape", "4", "--device", "cpu"}};
+  for (const std::vector<std::string>& args : commands) {
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    rest.insert(rest.end(), {"--timeout-ms", "10000"});
+    auto t0 = std::chrono::steady_clock::now();
+    auto dead = Tool(args[0], rest);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(dead.exit_code, 69) << args[0] << " " << args[1] << ": " << dead.err;
+    EXPECT_NE(dead.err.find("is not running"), std::string::npos) << dead.err;
+    EXPECT_LT(ms, 5000) << args[0] << " " << args[1] << " waited for a dead server";
+  }
+  auto got = client->Get("a");
+  EXPECT_EQ(got.status().code(), ErrorCode::kUnavailable) << got.status().ToString();
+  auto released = client->Release("a");
+  EXPECT_EQ(released.status().code(), ErrorCode::kUnavailable) << released.status().ToString();
+  EXPECT_EQ(HashField("a", "refcount"), "2");  // nothing counted
+  EXPECT_TRUE(HashField("b", "state").empty());
+  EXPECT_EQ(conn->Command({"LLEN", keys_.NodeQueue(node_)})->integer, 0);
+  EXPECT_TRUE(Heartbeat());  // all of the above met the lingering heartbeat
+
+  EXPECT_EQ(server_->Stop(SIGKILL), -SIGKILL);  // reaped
+  StartServer();  // takes the node over at once: the heartbeat names a dead process
+  EXPECT_TRUE(HashField("a", "state").empty());  // removed as a dead instance's
+  ASSERT_TRUE(client->Create(HostSpec("a")).ok());
+  ASSERT_TRUE(client->Get("a").ok());
+  EXPECT_EQ(HashField("a", "refcount"), "2");
+  EXPECT_TRUE(client->Release("a").ok());
+  EXPECT_TRUE(client->Release("a").ok());
+  EXPECT_TRUE(ShmFreedSoon());
+}
+
+// A pid means something only where it was taken: a heartbeat written on another host (or in
+// another PID namespace) whose pid runs nothing here is not judged dead, by the tools nor by a
+// server starting for the node, which waits for its TTL instead. The same heartbeat with this
+// host's pid_space is dead at once.
+TEST_F(Lifecycle, AHeartbeatOfAnotherHostIsNotJudgedByItsPid) {
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  std::string here = conn->Command({"HGET", keys_.Server(node_), "pid_space"})->str;
+  ASSERT_NE(here.find('/'), std::string::npos) << "the heartbeat says where its pid is: " << here;
+  test::Background brief({"/bin/true"}, {}, dir_.path() + "/brief.log");
+  pid_t gone = brief.pid();
+  ASSERT_EQ(brief.Wait(10), 0);  // its pid now runs nothing
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);  // its heartbeat thread would write its own pid back
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "pid", std::to_string(gone), "pid_ino", "",
+                             "pid_space", "00000000-0000-0000-0000-000000000000/4026531836"})
+                  .ok());
+  ASSERT_EQ(conn->Command({"EXPIRE", keys_.Server(node_), "60"})->integer, 1);
+  auto foreign = Tool("mcd-get", {"a", "--detached", "-q", "--timeout-ms", "2000"});
+  EXPECT_EQ(foreign.exit_code, 0) << foreign.err;
+  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 10);
+  EXPECT_EQ(second.exit_code, 1) << second.err;
+  EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "pid_space", here}).ok());
+  auto local = Tool("mcd-get", {"a", "--detached", "-q", "--timeout-ms", "2000"});
+  EXPECT_EQ(local.exit_code, 69) << local.err;
+  EXPECT_EQ(HashField("a", "refcount"), "2");
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);  // writes its own heartbeat again
+  ASSERT_TRUE(test::WaitFor([&] { return Tool("mcd-get", {"a", "--detached", "-q"}).exit_code == 0; }, 10000))
+      << ServeLog();
+}
+
 // A Redis restarted without persistence lost every hash: the server, the authority on what it
 // holds, puts back those of its tensors, which live on and are removed as any other.
 TEST_F(Lifecycle, KeepsServingAcrossARedisRestartAndPutsBackLostHashes) {

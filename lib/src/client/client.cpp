@@ -117,7 +117,7 @@ class Client::Impl {
     if (!info.ok()) return info.status();
     server_->Adopt(std::move(info).value());
     MakeParts(sha.ok() && sha->type == RedisValue::Type::kString ? sha->str : "");
-    return Status::Ok();
+    return server_->Alive();  // a dead server's heartbeat: "no server" at once, not a timeout
   }
 
   // The parts that build keys from the node, made once it is known (DiscoverNode may change
@@ -125,7 +125,7 @@ class Client::Impl {
   // the reference script's, "" when it is not loaded yet.
   void MakeParts(const std::string& sha) {
     transport_ = std::make_unique<Transport>(*redis_, opt_, *server_);
-    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_);
+    script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_, *server_);
     if (!sha.empty()) script_->set_sha(sha);
   }
 
@@ -186,7 +186,10 @@ class Client::Impl {
                     "another process or to none (holder_pid kNoHolder), or run the program "
                     "under an init (docker run --init)");
     }
-    auto record = Retrying("get", true, [&] { return script_->Get(name); });
+    auto record = Retrying("get", true, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // its tensors died with it
+      return script_->Get(name);
+    });
     if (record.ok()) Saw(name, record->refcount);
     return record;
   }
@@ -194,7 +197,10 @@ class Client::Impl {
   // create: the command through the server; the tensor is then one this client tracks (Saw).
   Result<TensorRecord> Create(Command cmd) {
     std::string name = cmd.name;
-    auto created = Retrying("create", false, [&] { return transport_->Request(cmd); });
+    auto created = Retrying("create", false, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // nobody would take the command
+      return transport_->Request(cmd);
+    });
     if (created.ok() && seen_refcount_.size() < kSeenMax) seen_refcount_[name] = created->refcount;
     return created;
   }
@@ -204,15 +210,20 @@ class Client::Impl {
     Command cmd;
     cmd.op = Op::kPublish;
     cmd.name = name;
-    return Retrying("publish", false, [&] { return transport_->Request(cmd); });
+    return Retrying("publish", false, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // the tensor died with it
+      return transport_->Request(cmd);
+    });
   }
 
   // A tensor this client created and could not fill goes again: its delete, sent by its filler,
   // removes it unpublished (or, were the publish to have gone through unseen, gives back the
   // creator's reference).
   void Abandon(const std::string& name) {
-    auto removed = Retrying("delete", false,
-                            [&] { return transport_->Request(DeleteCommand(name, holder_)); });
+    auto removed = Retrying("delete", false, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // the tensor died with it
+      return transport_->Request(DeleteCommand(name, holder_));
+    });
     Saw(name, 0);
     (void)removed;  // a failure is the original error's to report; the reaper takes it then
   }
@@ -225,7 +236,8 @@ class Client::Impl {
   Result<TensorRecord> Release(const std::string& name) {
     auto seen = seen_refcount_.find(name);
     bool last = seen != seen_refcount_.end() && seen->second <= 1;
-    Result<TensorRecord> released = Retrying("release", false, [&] {
+    Result<TensorRecord> released = Retrying("release", false, [&]() -> Result<TensorRecord> {
+      MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // nobody holds its memory any more
       return last ? transport_->Request(DeleteCommand(name, holder_)) : script_->Release(name);
     });
     Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
@@ -254,7 +266,9 @@ class Client::Impl {
     for (const std::string& field : TensorFieldNames()) argv.push_back(field);
     return Retrying("read", true, [&]() -> Result<TensorRecord> {
       MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_->Command(argv));
-      return RecordFromHmget(name, reply);
+      auto record = RecordFromHmget(name, reply);
+      if (record.status().code() == ErrorCode::kNotFound) return server_->Missing(name);
+      return record;
     });
   }
 
@@ -476,6 +490,8 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
   }
+  if (record.owner == impl_->server_->field("instance"))
+    MCD_RETURN_IF_ERROR(impl_->server_->Alive());  // its memory died with it
   MCD_ASSIGN_OR_RETURN(void* ptr,
                        MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf()));
   return TensorView{record, ptr};

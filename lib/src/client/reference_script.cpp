@@ -15,10 +15,12 @@ constexpr const char* kMarkerTtl = "60";
 }  // namespace
 
 ReferenceScript::ReferenceScript(RedisConnection& redis, const ClientOptions& opt,
-                                 Transport& transport, std::optional<Holder> holder)
+                                 Transport& transport, std::optional<Holder> holder,
+                                 ServerView& server)
     : redis_(redis),
       opt_(opt),
       transport_(transport),
+      server_(server),
       holder_(holder),
       holder_id_(holder ? HolderId(holder->pid, holder->start) : ""),
       holders_key_(opt.keys.Holders(opt.node)),
@@ -90,7 +92,8 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue
   const std::string& kind = reply.elements[0].str;
   std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
   if (kind == "ok" && reply.elements.size() == 2) return RecordFromHmget(name, reply.elements[1]);
-  if (kind == "missing") return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+  if (kind == "missing" && reply.elements.size() == 3)
+    return server_.Missing(name, !detail.empty(), reply.elements[2].str);
   if (kind == "not_ready")
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
   if (kind == "wrong_node") {

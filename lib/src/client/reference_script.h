@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "client/server_view.h"
 #include "client/transport.h"
 #include "memcuda/client.h"
 #include "memcuda/redis.h"
@@ -15,9 +16,10 @@ namespace mcd {
 
 class ReferenceScript {
  public:
-  // References are taken and given back for `holder` (none: bound to nobody).
+  // References are taken and given back for `holder` (none: bound to nobody). `server` says
+  // what a tensor the script did not find means (ServerView::Missing).
   ReferenceScript(RedisConnection& redis, const ClientOptions& opt, Transport& transport,
-                  std::optional<Holder> holder);
+                  std::optional<Holder> holder, ServerView& server);
   // The script's SHA, when the caller loaded it already (Client::Connect, in the heartbeat's
   // round trip).
   void set_sha(std::string sha) { sha_ = std::move(sha); }
@@ -37,6 +39,7 @@ class ReferenceScript {
   RedisConnection& redis_;
   const ClientOptions& opt_;
   Transport& transport_;
+  ServerView& server_;
   const std::optional<Holder> holder_;
   const std::string holder_id_;    // "PID:START", "" for none
   const std::string holders_key_;  // the node's set of holders

@@ -1,9 +1,13 @@
 #include "client/server_view.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 
+#include "common/process.h"
 #include "common/trust.h"
 #include "ipc/fd_passing.h"
 #include "memcuda/protocol.h"
@@ -59,26 +63,70 @@ Result<std::map<std::string, std::string>> ServerView::Refresh() {
   return info;
 }
 
+Status ServerView::Missing(const std::string& name, bool heartbeat, const std::string& settled) {
+  const std::string& sha = heartbeat ? settled : field("settled");
+  bool lost = false;  // Redis lacks the script: it is not the one the server settled in
+  if (!sha.empty()) {
+    MCD_ASSIGN_OR_RETURN(RedisValue exists, redis_.Command({"SCRIPT", "EXISTS", sha}));
+    if (exists.type == RedisValue::Type::kError)
+      return RedisErrorStatus("SCRIPT EXISTS", exists.str);
+    lost = exists.elements.size() != 1 || exists.elements[0].integer != 1;
+  }
+  if (lost) {
+    return Status(ErrorCode::kTryAgain,
+                  "tensor '" + name + "' is not in Redis, which restarted or failed over: the " +
+                      "server of node '" + opt_.node + "' has not put its tensors back yet" +
+                      (heartbeat ? "" : " (nor its heartbeat)") + "; try again");
+  }
+  if (heartbeat) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
+  // Without a heartbeat nobody can say: a Redis restarted empty has neither the hash nor the
+  // heartbeat until the server writes them again.
+  return Status(ErrorCode::kUnavailable,
+                "no tensor named '" + name + "' in Redis, and no mcd-serve is running for node '" +
+                    opt_.node + "' (no heartbeat at " + opt_.keys.Server(opt_.node) +
+                    ") to say whether it has one");
+}
+
+Status ServerView::Missing(const std::string& name) {
+  MCD_RETURN_IF_ERROR(redis_.Append({"MULTI"}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"EXISTS", opt_.keys.Tensor(name)}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"HMGET", opt_.keys.Server(opt_.node), "instance", "settled"}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"EXEC"}));
+  Result<RedisValue> reply = RedisValue{};
+  for (int i = 0; i < 4 && reply.ok(); ++i) reply = redis_.ReadReply();
+  MCD_RETURN_IF_ERROR(reply.status());
+  if (reply->type == RedisValue::Type::kError) return RedisErrorStatus("EXEC", reply->str);
+  if (reply->elements.size() != 2 || reply->elements[1].elements.size() != 2)
+    return Status(ErrorCode::kUnexpectedReply, "EXEC reply for tensor '" + name + "'");
+  if (reply->elements[0].integer == 1) {
+    return Status(ErrorCode::kTryAgain, "tensor '" + name + "' appeared while it was looked up");
+  }
+  const auto& heartbeat = reply->elements[1].elements;
+  return Missing(name, !heartbeat[0].is_nil(), heartbeat[1].str);
+}
+
 std::string ServerView::field(const std::string& name) const {
   auto it = info_.find(name);
   return it == info_.end() ? std::string() : it->second;
 }
 
 void ServerView::Adopt(std::map<std::string, std::string> info) {
-  if (info["instance"] != info_["instance"] || info["pid"] != info_["pid"]) server_pin_.reset();
+  bool same = info["instance"] == info_["instance"] && info["pid"] == info_["pid"];
   info_ = std::move(info);
   auto& hb = info_;
   queue_ = hb["node_queue"].empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
+  if (!same) Watch();
   if (!server_pin_ && !hb["pool_fd"].empty()) {
-    ProcessIdentity who{std::strtoull(hb["pid_ino"].c_str(), nullptr, 10),
-                        std::strtoull(hb["pid_start"].c_str(), nullptr, 10)};
     // Not pinned (another PID namespace, a kernel before 5.3): the pool socket serves.
     int64_t pid = std::strtoll(hb["pid"].c_str(), nullptr, 10);
-    auto pinned = PinnedProcess::Open(pid, who);
+    std::shared_ptr<const PinnedProcess> pinned = process_;
+    if (!pinned) {
+      auto opened = PinnedProcess::Open(pid, Identity());
+      if (opened.ok()) pinned = std::move(opened).value();
+    }
     // Pinned, the process is the one named; its descriptors are used only if it is a trusted
     // user's (root could copy them from anyone's). Otherwise the pool socket, which checks.
-    if (pinned.ok() && CheckProcessOwner(pid, "the node's server").ok())
-      server_pin_ = std::move(pinned).value();
+    if (pinned && CheckProcessOwner(pid, "the node's server").ok()) server_pin_ = pinned;
   }
   // Read again after the first Get (a refresh, or a Get on the worker thread meeting a new
   // server instance): the prefetch is done, only the pin is of use.
@@ -102,6 +150,50 @@ void ServerView::Adopt(std::map<std::string, std::string> info) {
     }
   }
   ipc_prefetch_ = primers("ipc_primer");
+}
+
+ProcessIdentity ServerView::Identity() {
+  return ProcessIdentity{std::strtoull(info_["pid_ino"].c_str(), nullptr, 10),
+                         std::strtoull(info_["pid_start"].c_str(), nullptr, 10)};
+}
+
+void ServerView::Watch() {
+  server_pin_.reset();
+  process_.reset();
+  dead_ = false;
+  // Only a heartbeat of this boot and PID namespace names a process this one can look at.
+  local_ = !info_["pid_space"].empty() && info_["pid_space"] == PidSpace();
+  if (!local_) return;
+  auto opened = PinnedProcess::Open(std::strtoll(info_["pid"].c_str(), nullptr, 10), Identity());
+  if (opened.ok()) {
+    process_ = std::move(opened).value();
+  } else {
+    dead_ = Gone();  // and without a pidfd (or one that cannot be checked), Alive asks each time
+  }
+}
+
+bool ServerView::Gone() {
+  int64_t pid = std::strtoll(info_["pid"].c_str(), nullptr, 10);
+  if (pid <= 0) return false;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  // A /proc entry this process may not read (hidepid) says nothing: not judged.
+  if (ProcessStartTime(pid) == 0) return false;
+  return !ProcessAlive(pid, std::strtoull(info_["pid_start"].c_str(), nullptr, 10));
+}
+
+Status ServerView::Alive() {
+  if (!dead_ && local_) dead_ = process_ ? process_->Exited() : Gone();
+  if (!dead_) return Status::Ok();
+  return Status(ErrorCode::kUnavailable,
+                "the mcd-serve of node '" + opt_.node + "' (pid " + info_["pid"] +
+                    ") is not running: it was killed or crashed, and its heartbeat lingers "
+                    "until it expires; start it again (a new one takes the node over at once)");
+}
+
+Status ServerView::EnsureAlive() {
+  if (Alive().ok()) return Status::Ok();
+  MCD_RETURN_IF_ERROR(Refresh().status());  // a server that took the node over is alive
+  return Alive();
 }
 
 MappingRegistry::SourceOf ServerView::PoolSourceOf() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "client/mapping_registry.h"
+#include "common/process.h"
 #include "memcuda/client.h"
 #include "memcuda/redis.h"
 
@@ -35,6 +36,24 @@ class ServerView {
   // Read, then Adopt: after the command socket failed, a server that took the node over names
   // its own socket.
   Result<std::map<std::string, std::string>> Refresh();
+  // What a tensor hash found missing means, from the heartbeat read in the same atomic step
+  // (`heartbeat`: whether there was one, `settled`: its settled field): kNotFound, unless Redis
+  // lacks the script that field names, which a server loads once it has put its hashes back
+  // there (Heartbeat::MarkSettled): then Redis restarted or failed over and the server is not
+  // done yet, which is kTryAgain. Without a heartbeat, the one read at connect is compared, and
+  // with nothing to compare the node has no server to vouch either way: kUnavailable.
+  Status Missing(const std::string& name, bool heartbeat, const std::string& settled);
+  // The same for a hash an HMGET found missing: looks again, with the heartbeat, in one
+  // MULTI/EXEC (kTryAgain when the hash is there now).
+  Status Missing(const std::string& name);
+  // kUnavailable when the heartbeat as last read names a server process that has died, where
+  // this process can tell: one of the same boot and PID namespace (the heartbeat's pid_space).
+  // A SIGKILLed server's heartbeat outlives it by up to its TTL; meanwhile nothing of that
+  // server may be got, released or created. One poll of a pidfd.
+  Status Alive();
+  // Alive, or, when the server it knew has died, the heartbeat read again: a server that took
+  // the node over is alive.
+  Status EnsureAlive();
   // A field of the heartbeat as last read ("" when absent or never read).
   std::string field(const std::string& name) const;
   bool known() const { return !info_.empty(); }
@@ -50,6 +69,13 @@ class ServerView {
   void PrefetchImports();
 
  private:
+  // The server process the heartbeat names, as pid_ino or pid_start say.
+  ProcessIdentity Identity();
+  // For a newly read server: its process pinned where this process can see it (local_).
+  void Watch();
+  // Whether the server process is known to be gone: its pid free, taken by another process, or
+  // a zombie's. One whose /proc entry this process may not read is not judged.
+  bool Gone();
   // The heartbeat's fields for `device`'s pool; without a pinned server, the socket only.
   PoolSource PoolSourceFrom(int device);
   // "<device>:<value>,..." of a heartbeat field, GPU devices only, malformed items skipped.
@@ -59,7 +85,10 @@ class ServerView {
   const ClientOptions& opt_;
   std::map<std::string, std::string> info_;  // the node's heartbeat, as last read
   std::string queue_ = opt_.keys.queue;
-  std::shared_ptr<const PinnedProcess> server_pin_;
+  std::shared_ptr<const PinnedProcess> server_pin_;  // process_ where its pools may be copied
+  std::shared_ptr<const PinnedProcess> process_;     // the server process, where local_
+  bool local_ = false;                               // the heartbeat's pid_space is this one's
+  bool dead_ = false;                                // the server process is known to be gone
   struct PoolPrefetch {
     int device;
     PoolSource source;

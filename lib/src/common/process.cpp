@@ -83,6 +83,19 @@ bool ProcessAlive(int64_t pid, uint64_t start_time) {
   return start_time == 0 || actual == start_time;
 }
 
+const std::string& PidSpace() {
+  static const std::string space = [] {
+    char boot[64] = {};
+    UniqueFd fd(open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC));
+    ssize_t n = fd ? read(fd.get(), boot, sizeof(boot) - 1) : -1;
+    while (n > 0 && (boot[n - 1] == '\n' || boot[n - 1] == ' ')) boot[--n] = '\0';
+    struct stat ns {};
+    if (n <= 0 || stat("/proc/self/ns/pid", &ns) != 0) return std::string();
+    return std::string(boot) + "/" + std::to_string(static_cast<uint64_t>(ns.st_ino));
+  }();
+  return space;
+}
+
 std::string HostName() {
   char buf[256] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";

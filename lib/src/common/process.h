@@ -26,6 +26,11 @@ struct ProcessIdentity {
 // True when `pid` runs and (when start_time != 0) started at `start_time`. A zombie (exited,
 // not yet reaped by its parent) does not run.
 bool ProcessAlive(int64_t pid, uint64_t start_time);
+// Where a pid names a process: this boot of this machine and this process's PID namespace, as
+// "<boot id>/<PID namespace inode>" ("" when unreadable). Two processes with the same text can
+// judge each other's pids; a pid from any other (another host, a container with PID namespace
+// of its own, a boot since) says nothing here.
+const std::string& PidSpace();
 std::string HostName();
 int64_t NowMs();  // wall clock, ms since the Unix epoch
 int64_t SteadyMs();  // monotonic clock, ms: for intervals (idle times)

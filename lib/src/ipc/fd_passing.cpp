@@ -192,6 +192,15 @@ Result<std::unique_ptr<PinnedProcess>> PinnedProcess::Open(int64_t pid, const Pr
   return std::unique_ptr<PinnedProcess>(new PinnedProcess(std::move(pidfd), pid));
 }
 
+bool PinnedProcess::Exited() const {
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  int ready;
+  do {
+    ready = poll(&p, 1, 0);
+  } while (ready < 0 && errno == EINTR);
+  return ready > 0;
+}
+
 Result<UniqueFd> PinnedProcess::CopyFd(int fd) const {
   if (fd < 0) return Status(ErrorCode::kInvalidArgument, "no descriptor to copy");
   // A raw system call, as PidfdOpen. The copy is close-on-exec.

@@ -67,6 +67,7 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    replace,
                                    std::to_string(opt_.heartbeat_ttl_s),
                                    std::to_string(opt_.event_history),
+                                   owned_ ? "1" : "",
                                    "instance",
                                    instance_,
                                    "pid",
@@ -75,6 +76,8 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    std::to_string(pid_start_),
                                    "pid_ino",
                                    pid_ino_ != 0 ? std::to_string(pid_ino_) : "",
+                                   "pid_space",
+                                   PidSpace(),
                                    "node",
                                    opt_.node,
                                    "devices",
@@ -120,7 +123,9 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    "tensor_bytes",
                                    std::to_string(table_.bytes()),
                                    "commands_ok",
-                                   std::to_string(outcomes_.ok())};
+                                   std::to_string(outcomes_.ok()),
+                                   "settled",
+                                   settled()};
   uint64_t failed = 0;
   for (const auto& [code, n] : outcomes_.Errors()) {
     failed += n;
@@ -140,7 +145,7 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
     return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
   if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
   if (reply.elements[0].str == "ok") return std::optional<NodeHolder>();
-  if (reply.elements[0].str != "held" || reply.elements.size() != 5) {
+  if (reply.elements[0].str != "held" || reply.elements.size() != 6) {
     return Status(ErrorCode::kUnexpectedReply,
                   "heartbeat script answered '" + reply.elements[0].str + "'");
   }
@@ -149,12 +154,15 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
   holder.pid = std::atoll(reply.elements[2].str.c_str());
   holder.pid_start = std::strtoull(reply.elements[3].str.c_str(), nullptr, 10);
   holder.expires = reply.elements[4].integer != -1;
+  holder.pid_space = reply.elements[5].str;
   return std::optional<NodeHolder>(std::move(holder));
 }
 
 std::string Heartbeat::Stale(const NodeHolder& holder) {
   if (!holder.expires) return "has no expiry, which a server's heartbeat always has";
   if (holder.pid <= 0) return "names no process";
+  // A pid of another host or PID namespace says nothing here: that heartbeat lives until its TTL.
+  if (!holder.pid_space.empty() && holder.pid_space != PidSpace()) return "";
   if (!ProcessAlive(holder.pid, holder.pid_start)) {
     return "names pid " + std::to_string(holder.pid) +
            (holder.pid_start != 0 ? " started at " + std::to_string(holder.pid_start) : "") +
@@ -200,6 +208,7 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         stop_ = true;
         break;
       }
+      if (written.ok()) CheckSettled(*conn);
       Status s = written.ok() ? Status::Ok() : written.status();
       if (!s.ok() && failed.Again()) {
         int n = failed.count();
@@ -216,6 +225,40 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
   }
   lock.unlock();
   if (connect()) on_stop(*conn);
+}
+
+Status Heartbeat::MarkSettled(RedisConnection& conn) {
+  // A script no other instance, and no earlier settle of this one, loads: its SHA names this
+  // settle in this Redis process.
+  std::string body = "return 'memcuda settled " + instance_ + " " + RandomHex(8) + "'";
+  MCD_ASSIGN_OR_RETURN(RedisValue sha, conn.Command({"SCRIPT", "LOAD", body}));
+  if (sha.type != RedisValue::Type::kString || sha.str.empty())
+    return Status(ErrorCode::kUnexpectedReply, "SCRIPT LOAD of the settled marker");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    settled_ = sha.str;
+    settled_lost_ = false;
+  }
+  return Claim(conn);
+}
+
+void Heartbeat::CheckSettled(RedisConnection& conn) {
+  std::string sha = settled();
+  if (sha.empty()) return;
+  auto exists = conn.Command({"SCRIPT", "EXISTS", sha});
+  if (!exists.ok() || exists->elements.size() != 1 || exists->elements[0].integer != 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (settled_ == sha && !settled_lost_) {
+    settled_lost_ = true;
+    Log(LogLevel::kWarn,
+        "Redis lost the server's settled marker (restarted, failed over or SCRIPT FLUSH): "
+        "settling again");
+  }
+}
+
+std::string Heartbeat::settled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return settled_;
 }
 
 void Heartbeat::RequestStop() {

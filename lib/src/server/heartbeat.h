@@ -55,6 +55,16 @@ class Heartbeat {
   void Stop();
   // Why the node was lost to another instance ("" when it was not).
   std::string node_lost();
+  // Once the server serves what it holds in this Redis (at start, and after each resettle): a
+  // script of its own is loaded there, and the heartbeat names it from now on as `settled`.
+  // Redis keeps scripts in memory only, neither in its AOF or RDB nor on its replicas, so a
+  // heartbeat whose `settled` script is missing is one a restarted or promoted Redis has while
+  // the server has not yet put its hashes back: clients answer "try again" for a missing tensor
+  // then, not "not found". Main thread only.
+  Status MarkSettled(RedisConnection& conn);
+  // True when the heartbeat thread found the `settled` script gone from Redis (a restart or a
+  // failover the main connection has not met yet, or SCRIPT FLUSH): the server resettles.
+  bool settled_lost() const { return settled_lost_.load(); }
   // Deletes the heartbeat if this instance still holds it: shutdown.
   void Remove(RedisConnection& conn);
   bool owned() const { return owned_; }
@@ -65,6 +75,7 @@ class Heartbeat {
     int64_t pid = 0;
     uint64_t pid_start = 0;  // 0: not given
     bool expires = true;     // false: its hash has no TTL, which every server's write sets
+    std::string pid_space;   // where `pid` names it (PidSpace()); "" when not said
   };
   // Why `holder` cannot be a live server ("" when it may be): a heartbeat anyone may have
   // written to Redis must not keep the node from being served.
@@ -73,6 +84,9 @@ class Heartbeat {
   // then nothing is written, and that instance is returned.
   Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");
   void Loop(const std::function<void(RedisConnection&)>& on_stop);
+  // Whether Redis still has the `settled` script; sets settled_lost_ when it has not.
+  void CheckSettled(RedisConnection& conn);
+  std::string settled();
 
   const ServerOptions& opt_;
   const std::string instance_;
@@ -88,12 +102,14 @@ class Heartbeat {
   std::string ucx_version_;
   std::string node_copies_ = "off";
   std::atomic<uint64_t> pool_used_{0};
-  bool owned_ = false;
+  std::atomic<bool> owned_{false};  // claimed: later writes that find no heartbeat reclaim
 
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
   std::string node_lost_;  // under mutex_
+  std::string settled_;    // under mutex_: the SHA of the script MarkSettled loaded last
+  std::atomic<bool> settled_lost_{false};  // written under mutex_
   std::thread thread_;
 };
 

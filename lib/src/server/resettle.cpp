@@ -79,7 +79,8 @@ Status Resettle::Settle() {
     table_.Orphan(table_.Forget(found));
   }
   MCD_RETURN_IF_ERROR(RemovePhantoms());
-  return applier_.ResumeUnfinished();
+  MCD_RETURN_IF_ERROR(applier_.ResumeUnfinished());
+  return heartbeat_.MarkSettled(redis_);
 }
 
 Status Resettle::Republish(const Entry& entry) {

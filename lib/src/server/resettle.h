@@ -27,7 +27,9 @@ class Resettle {
   // In order: the heartbeat (another instance holding the node now stops this one), creates of
   // unknown outcome kept or freed by what their hash says, tensors whose removal had no answer
   // freed when their hash is gone, other lost hashes put back, hashes of this instance that
-  // name nothing it holds removed, and the processing list resumed.
+  // name nothing it holds removed, the processing list resumed, and the heartbeat marked
+  // settled (Heartbeat::MarkSettled): until then clients answer "try again" for a tensor they
+  // do not find.
   Status Settle();
 
  private:

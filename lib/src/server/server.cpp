@@ -143,6 +143,7 @@ Status Server::Impl::Start() {
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(*redis_);
   MCD_RETURN_IF_ERROR(ReconcileNode(*redis_, opt_, instance_, shm_prefix_));
+  MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(*redis_));
   relay_ = std::make_unique<QueueRelay>(opt_);
   relay_->Start();
   heartbeat_->Start([this](RedisConnection& conn) {
@@ -257,6 +258,10 @@ Status Server::Impl::Run() {
   int backoff_ms = 100;
   bool busy = false;
   while (!stopping()) {
+    if (!busy && !resettle_ && heartbeat_->settled_lost()) {
+      pipeline_->Drain();  // nothing may be in flight while Resettle uses the connection
+      resettle_ = true;
+    }
     if (!Resettled()) continue;
     Housekeeping();
     copier_->ServeReads();

@@ -4,27 +4,37 @@
 --
 -- KEYS[1] the heartbeat hash, KEYS[2] the event stream (events.lua)
 -- ARGV[1] this instance, ARGV[2] an instance it may replace (one whose process is gone; "" for
--- none), ARGV[3] TTL (s), ARGV[4] the event stream's cap, ARGV[5..] field/value pairs to write
--- (instance, node and pid among them). The instance's first write is its "server_start" event.
--- Returns {"ok"} | {"held", instance, pid, pid_start, pttl}: another instance holds the node
--- (pttl -1: the hash has no expiry, so no server wrote it).
+-- none), ARGV[3] TTL (s), ARGV[4] the event stream's cap, ARGV[5] "1" when this instance held
+-- the node before, ARGV[6..] field/value pairs to write (instance, node and pid among them).
+-- The write that finds the node's heartbeat missing or another's is a "server_start" event: the
+-- instance's first (reason "took_over" when it replaces `ARGV[2]`), or, reason "reclaimed", one
+-- after its heartbeat expired (the server was not heard from for the TTL: a stalled machine)
+-- or Redis lost it.
+-- Returns {"ok"} | {"held", instance, pid, pid_start, pttl, pid_space}: another instance holds
+-- the node (pttl -1: the hash has no expiry, so no server wrote it).
 --
 -- The HSET is the first write, so that Redis out of memory refuses the heartbeat (a script's
 -- later writes are let through); the fields of a replaced instance are removed after it.
 local holder = redis.call('HGET', KEYS[1], 'instance')
 if holder and holder ~= ARGV[1] and holder ~= ARGV[2] then
-  return {'held', holder, redis.call('HGET', KEYS[1], 'pid') or '',
-          redis.call('HGET', KEYS[1], 'pid_start') or '', redis.call('PTTL', KEYS[1])}
+  local f = redis.call('HMGET', KEYS[1], 'pid', 'pid_start', 'pid_space')
+  return {'held', holder, f[1] or '', f[2] or '', redis.call('PTTL', KEYS[1]), f[3] or ''}
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 if holder ~= ARGV[1] then
   local written = {}
-  for i = 5, #ARGV, 2 do written[ARGV[i]] = ARGV[i + 1] end
+  for i = 6, #ARGV, 2 do written[ARGV[i]] = ARGV[i + 1] end
   for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     if not written[field] then redis.call('HDEL', KEYS[1], field) end
   end
+  local reason = ''
+  if holder and holder == ARGV[2] then
+    reason = 'took_over'
+  elseif ARGV[5] == '1' then
+    reason = 'reclaimed'
+  end
   mcd_event(KEYS[2], ARGV[4], 'server_start', '', written['node'] or '', 0, written['pid'] or 0,
-            (holder and holder == ARGV[2]) and 'took_over' or '')
+            reason)
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return {'ok'}

@@ -12,7 +12,9 @@
 -- reply list's TTL (s), ARGV[8..] hash fields to return.
 -- A release that is answered here also pushes an empty marker onto its reply list, so that the
 -- BLPOP the client sends right behind the script returns at once whatever happened.
--- Returns {"ok", {values}} | {"missing"} | {"not_ready", state} | {"wrong_node", node} |
+-- Returns {"ok", {values}} | {"missing", instance, settled} (the heartbeat's, "" without one:
+-- the client tells a tensor that is not there from one its server has not put back yet after a
+-- Redis restart) | {"not_ready", state} | {"wrong_node", node} |
 -- {"gone"} (the owning server instance is not alive) | {"not_held"} (a release by a holder
 -- that holds none, of a tensor whose references are all other processes') | {"queued"} (a
 -- release of the last reference: its delete command is on the queue, and the server's reply
@@ -27,7 +29,10 @@ local function answer(out)
   return out
 end
 local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount', 'node')
-if not f[1] then return answer({'missing'}) end
+if not f[1] then
+  local hb = redis.call('HMGET', KEYS[2], 'instance', 'settled')
+  return answer({'missing', hb[1] or '', hb[2] or ''})
+end
 if f[4] ~= ARGV[2] then return answer({'wrong_node', f[4]}) end
 if f[1] ~= 'ready' then return answer({'not_ready', f[1]}) end
 local server = redis.call('HMGET', KEYS[2], 'instance', 'event_history')
