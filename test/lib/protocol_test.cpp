@@ -50,6 +50,13 @@ TEST(Protocol, CommandRoundTrips) {
   ASSERT_TRUE(publish.ok()) << publish.status().ToString();
   EXPECT_EQ(publish->op, Op::kPublish);
   EXPECT_STREQ(OpName(publish->op), "publish");
+  auto abandon = ParseCommand(R"({"op":"abandon","name":"a","pid":77})");
+  ASSERT_TRUE(abandon.ok()) << abandon.status().ToString();
+  EXPECT_EQ(abandon->op, Op::kAbandon);
+  c.pid_space = "boot/123";
+  auto spaced = ParseCommand(CommandToJson(c));
+  ASSERT_TRUE(spaced.ok()) << spaced.status().ToString();
+  EXPECT_EQ(spaced->pid_space, "boot/123");
 }
 
 struct BadCase {
@@ -98,6 +105,8 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":5,"copy_of":"b"})", ErrorCode::kInvalidArgument, "exclude"},
       {R"({"op":"get","name":"a","fill":true})", ErrorCode::kInvalidArgument, "only valid"},
       {R"({"op":"publish","name":"a"})", ErrorCode::kInvalidArgument, "the process that filled"},
+      {R"({"op":"abandon","name":"a"})", ErrorCode::kInvalidArgument, "the process that filled"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"pid":5,"pid_space":"b/1"})", ErrorCode::kInvalidArgument, "goes with"},
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":1})", ErrorCode::kInvalidArgument, "init"},
       // init never exits: nothing bound to it would ever be given back.
       {R"({"op":"get","name":"a","owner_pid":1})", ErrorCode::kInvalidArgument, "init"},

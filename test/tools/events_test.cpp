@@ -112,19 +112,6 @@ class Events : public Lifecycle {
                     "end-req");
     ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
   }
-  // Whether `count` clients are blocked in XREAD (CLIENT LIST: flags b, cmd xread).
-  bool BlockedReaders(int count) {
-    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
-    if (!list.ok()) return false;
-    int blocked = 0;
-    std::istringstream lines(list->str);
-    for (std::string line; std::getline(lines, line);) {
-      size_t flags = line.find(" flags=");
-      std::string flag_text = flags == std::string::npos ? "" : line.substr(flags + 7, line.find(' ', flags + 1) - flags - 7);
-      if (flag_text.find('b') != std::string::npos && line.find(" cmd=xread ") != std::string::npos) ++blocked;
-    }
-    return blocked == count;
-  }
   long long DbSize() { return redis_.Connect()->Command({"DBSIZE"})->integer; }
   void RestartServer(const std::vector<std::string>& extra) {
     ASSERT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();

@@ -106,6 +106,8 @@ TEST_F(Fill, AConsumerStartedBeforeItsProducerGetsTheFilesBytes) {
     WriteNpy(Path(name + ".npy"), data);
     auto consumer = Start("mcd-get", {name, "--wait", "60", "--no-ref", "-q", "-o", Path(name + ".out.npy")},
                           name + ".get.log");
+    // The consumer waits on the event stream before the producer starts.
+    ASSERT_TRUE(test::WaitFor([&] { return BlockedReaders(1); }, 20000));
     auto created = Tool("mcd-create", {name, "--from", Path(name + ".npy"), "--device", "cpu", "-q"});
     ASSERT_EQ(created.exit_code, 0) << created.err;
     ASSERT_EQ(consumer->Wait(60), 0) << test::ReadFile(Path(name + ".get.log"));
@@ -202,13 +204,20 @@ TEST_F(Fill, AFillerThatDiesMidFillLeavesNothing) {
   EXPECT_EQ(Tool("mcd-create", {"dies", "--dtype", "u8", "--shape", "8", "--device", "cpu", "-q"}).exit_code, 0);
 }
 
-// A filler that gives up removes its tensor with a delete of its own: nothing is left.
+// A filler that gives up abandons its tensor: nothing is left. Only its filler may abandon it,
+// and a delete, its filler's too, is not_ready like any other while it is being filled.
 TEST_F(Fill, AFillerThatGivesUpLeavesNothing) {
   auto filler = Sleeper("filler.log");
   ASSERT_EQ(CreateFilled("quit", 4096, filler->pid())["ok"], true);
-  json abandoned = Raw(R"({"op":"delete","name":"quit","pid":)" + std::to_string(filler->pid()) +
-                           R"(,"req":"quit-del"})",
-                       "quit-del");
+  std::string pid = std::to_string(filler->pid());
+  json deleted = Raw(R"({"op":"delete","name":"quit","pid":)" + pid + R"(,"req":"quit-del"})", "quit-del");
+  EXPECT_EQ(deleted["error"]["code"], "not_ready") << deleted.dump();
+  json stranger = Raw(R"({"op":"abandon","name":"quit","pid":)" + std::to_string(getpid()) +
+                          R"(,"req":"quit-other"})",
+                      "quit-other");
+  EXPECT_EQ(stranger["error"]["code"], "invalid_argument") << stranger.dump();
+  EXPECT_EQ(HashField("quit", "state"), "creating");
+  json abandoned = Raw(R"({"op":"abandon","name":"quit","pid":)" + pid + R"(,"req":"quit-ab"})", "quit-ab");
   ASSERT_EQ(abandoned["ok"], true) << abandoned.dump();
   EXPECT_EQ(abandoned["freed"], true);
   EXPECT_EQ(HashField("quit", "state"), "");
@@ -222,8 +231,19 @@ TEST_F(Fill, ACreateWithFillNamesALiveFiller) {
   EXPECT_EQ(no_pid["error"]["code"], "invalid_argument") << no_pid.dump();
   json dead = CreateFilled("x", 8, 0x3ffffff0);
   EXPECT_EQ(dead["error"]["code"], "invalid_argument") << dead.dump();
-  json copy = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":1,"copy_of":"y","req":"cp"})", "cp");
+  std::string self = std::to_string(getpid());
+  json copy = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":)" +
+                      self + R"(,"copy_of":"y","req":"cp"})",
+                  "cp");
   EXPECT_EQ(copy["error"]["code"], "invalid_argument") << copy.dump();
+  EXPECT_NE(copy["error"]["message"].get<std::string>().find("exclude"), std::string::npos) << copy.dump();
+  // A filler whose pid means another process where the server runs (another PID namespace).
+  json elsewhere = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":)" +
+                           self + R"(,"pid_space":"another-boot/4026531836","req":"ns"})",
+                       "ns");
+  EXPECT_EQ(elsewhere["error"]["code"], "invalid_argument") << elsewhere.dump();
+  EXPECT_NE(elsewhere["error"]["message"].get<std::string>().find("PID namespace"), std::string::npos)
+      << elsewhere.dump();
   EXPECT_TRUE(TensorKeys().empty());
   EXPECT_EQ(ShmCount(), 0u);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -198,6 +199,20 @@ class Lifecycle : public ::testing::Test {
   void RestartLoadingSlowly() {
     redis_.Restart({"--appendonly", "yes", "--appendfsync", "always", "--key-load-delay", "20",
                     "--loading-process-events-interval-bytes", "1024"});
+  }
+
+  // Whether `count` clients are blocked in XREAD (CLIENT LIST: flags b, cmd xread).
+  bool BlockedReaders(int count) {
+    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
+    if (!list.ok()) return false;
+    int blocked = 0;
+    std::istringstream lines(list->str);
+    for (std::string line; std::getline(lines, line);) {
+      size_t flags = line.find(" flags=");
+      std::string flag_text = flags == std::string::npos ? "" : line.substr(flags + 7, line.find(' ', flags + 1) - flags - 7);
+      if (flag_text.find('b') != std::string::npos && line.find(" cmd=xread ") != std::string::npos) ++blocked;
+    }
+    return blocked == count;
   }
 
   std::vector<std::string> TensorKeys() {

@@ -42,8 +42,8 @@ MCD_API Result<std::vector<int64_t>> ShapeFromJson(std::string_view json);
 MCD_API Result<std::vector<int64_t>> ParseShapeList(std::string_view text);
 
 // publish: the creator of a tensor made with `fill` (state "creating") says every byte is in;
-// the tensor becomes "ready" (memcuda(7)).
-enum class Op { kCreate, kGet, kDelete, kPublish };
+// the tensor becomes "ready". abandon: it gives up instead; the tensor goes (memcuda(7)).
+enum class Op { kCreate, kGet, kDelete, kPublish, kAbandon };
 MCD_API const char* OpName(Op op) noexcept;
 
 enum class Lifetime { kHeap, kStack };
@@ -81,6 +81,9 @@ struct MCD_API Command {
   // itself and then sends publish. Until then the tensor is "creating": gets answer not_ready,
   // no event names it, and it goes (hash and memory) if that process dies first.
   bool fill = false;
+  // With fill: the filler's PidSpace() (boot id and PID namespace), which must be the server's
+  // for `pid` to name the same process there. "" when not said (redis-cli): `pid` is trusted.
+  std::string pid_space;
   // create of a stack tensor: the process it is bound to (0 = pid). get and delete: the
   // process the reference is bound to (its holder; 0 = bound to nobody).
   int64_t owner_pid = 0;

@@ -216,16 +216,18 @@ class Client::Impl {
     });
   }
 
-  // A tensor this client created and could not fill goes again: its delete, sent by its filler,
-  // removes it unpublished (or, were the publish to have gone through unseen, gives back the
-  // creator's reference).
+  // A tensor this client created and could not fill goes again, unpublished. Only a tensor this
+  // process is filling is touched, so it is safe whenever the create's outcome is not known; a
+  // failure is the original error's to report (the reaper removes it once this process exits).
   void Abandon(const std::string& name) {
-    auto removed = Retrying("delete", false, [&]() -> Result<TensorRecord> {
+    Command cmd;
+    cmd.op = Op::kAbandon;
+    cmd.name = name;
+    (void)Retrying("abandon", false, [&]() -> Result<TensorRecord> {
       MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // the tensor died with it
-      return transport_->Request(DeleteCommand(name, holder_));
+      return transport_->Request(cmd);
     });
     Saw(name, 0);
-    (void)removed;  // a failure is the original error's to report; the reaper takes it then
   }
 
   // release: a tensor this client created and whose refcount it last saw at 1 is most likely
@@ -449,9 +451,20 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
                       spec.name + "' of " + std::to_string(cmd.bytes));
   }
   cmd.fill = true;
+  cmd.pid_space = PidSpace();
   cmd.zero_init = false;  // every byte is about to be written
-  MCD_ASSIGN_OR_RETURN(TensorRecord creating, impl_->Create(std::move(cmd)));
-  Status filled = Fill(creating, spec.contents);
+  auto creating = impl_->Create(std::move(cmd));
+  if (!creating.ok()) {
+    // A create that timed out, or whose answer was lost, may still be applied: then it would
+    // stay "creating" for as long as this process lives.
+    ErrorCode code = creating.status().code();
+    if (code == ErrorCode::kTimeout || code == ErrorCode::kTryAgain ||
+        code == ErrorCode::kUnavailable || code == ErrorCode::kInternal) {
+      impl_->Abandon(spec.name);
+    }
+    return creating.status();
+  }
+  Status filled = Fill(creating.value(), spec.contents);
   if (filled.ok()) {
     auto published = impl_->Publish(spec.name);
     if (published.ok()) return published;

@@ -38,11 +38,12 @@ enum CommandField {
   kBytes,
   kCopyOf,
   kFill,
+  kPidSpace,
   kCommandFieldCount
 };
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
     "op",     "name",     "req",  "node",      "pid",         "sent_ms", "dtype", "shape",
-    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes", "copy_of", "fill"};
+    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes", "copy_of", "fill", "pid_space"};
 
 // owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
 // is bound to.
@@ -149,6 +150,12 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
     if (cmd.fill && !cmd.copy_of.empty())
       return Invalid("\"fill\" and \"copy_of\" exclude each other: a copy is filled by the servers");
   }
+  if (const rj::Value* space = m.at[kPidSpace]) {
+    MCD_ASSIGN_OR_RETURN(std::string_view text, StringField(*space, "pid_space"));
+    if (!cmd.fill) return Invalid("\"pid_space\" goes with \"fill\"");
+    if (text.empty() || text.size() > 128) return Invalid("\"pid_space\" must be 1 to 128 bytes");
+    cmd.pid_space = std::string(text);
+  }
   if (cmd.lifetime == Lifetime::kStack && cmd.owner_pid == 0 && cmd.pid == 0) {
     return Invalid("a stack tensor needs \"pid\" or \"owner_pid\": the process it is bound to");
   }
@@ -194,9 +201,11 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     cmd.op = Op::kDelete;
   } else if (op == "publish") {
     cmd.op = Op::kPublish;
+  } else if (op == "abandon") {
+    cmd.op = Op::kAbandon;
   } else {
     return Invalid("unknown op \"" + Printable(op) +
-                   "\" (expected create, get, delete or publish)");
+                   "\" (expected create, get, delete, publish or abandon)");
   }
   if (m.at[kName] == nullptr) return Invalid("missing \"name\"");
   MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*m.at[kName], "name"));
@@ -224,8 +233,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
     return cmd;
   }
-  if (cmd.op == Op::kPublish && cmd.pid == 0)
-    return Invalid("publish needs \"pid\": the process that filled the tensor");
+  if ((cmd.op == Op::kPublish || cmd.op == Op::kAbandon) && cmd.pid == 0)
+    return Invalid(std::string(OpName(cmd.op)) + " needs \"pid\": the process that filled the tensor");
   for (int f = kDType; f < kCommandFieldCount; ++f) {
     if (f == kOwnerPid || f == kOwnerStart) continue;
     if (m.at[f] != nullptr)
@@ -262,6 +271,7 @@ std::string CommandToJson(const Command& cmd) {
     if (cmd.fill) {
       w.Key("fill");
       w.Bool(true);
+      if (!cmd.pid_space.empty()) WriteKeyString(w, "pid_space", cmd.pid_space);
     }
   }
   if (cmd.owner_pid != 0) {

@@ -89,6 +89,7 @@ const char* OpName(Op op) noexcept {
     case Op::kGet: return "get";
     case Op::kDelete: return "delete";
     case Op::kPublish: return "publish";
+    case Op::kAbandon: return "abandon";
   }
   return "?";
 }

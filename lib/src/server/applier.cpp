@@ -144,6 +144,9 @@ void CommandApplier::Handle(const std::string& raw, const Result<Command>& parse
     case Op::kPublish:
       HandlePublish(raw, cmd);
       break;
+    case Op::kAbandon:
+      HandleAbandon(raw, cmd);
+      break;
   }
 }
 
@@ -246,6 +249,12 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
   }
   std::optional<Holder> filler;
   if (cmd.fill) {
+    if (!cmd.pid_space.empty() && cmd.pid_space != PidSpace()) {
+      return fail(Status(ErrorCode::kInvalidArgument,
+                         "the filling process runs on another host or in another PID namespace "
+                         "than mcd-serve, where its pid names nothing: create the tensor empty "
+                         "and write it, or run the filler beside the server"));
+    }
     // The filler waits for this reply, so its start time read now is its own.
     filler = Holder{cmd.pid, ProcessStartTime(cmd.pid), 0};
     if (filler->start == 0) {
@@ -333,7 +342,6 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
     return outcomes_.Record(op, cmd.name, status, t0);
   }
   if (it->second.filler) {
-    if (cmd.op == Op::kDelete && FillerCheck(it->second, cmd).ok()) return HandleAbandon(raw, cmd);
     Status filling(ErrorCode::kNotReady, "tensor '" + cmd.name + "' is creating: process " +
                                              std::to_string(it->second.filler->pid) +
                                              " is still writing its bytes");
@@ -364,7 +372,7 @@ Status CommandApplier::FillerCheck(const Entry& entry, const Command& cmd) const
   if (entry.filler->pid != cmd.pid) {
     return Status(ErrorCode::kInvalidArgument,
                   "tensor '" + cmd.name + "' is being filled by process " +
-                      std::to_string(entry.filler->pid) + "; only it may publish it");
+                      std::to_string(entry.filler->pid) + "; only it may publish or abandon it");
   }
   return Status::Ok();
 }
@@ -408,7 +416,12 @@ void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
 void CommandApplier::HandleAbandon(const std::string& raw, const Command& cmd) {
   auto t0 = Clock::now();
   auto it = table_.find(cmd.name);
-  std::string reply = ReplyHeadJson(cmd.req, Op::kDelete) + it->second.json_head +
+  Status status = it == table_.end() ? MissingStatus(cmd.name) : FillerCheck(it->second, cmd);
+  if (!status.ok()) {
+    responder_.Fail(raw, cmd.req, "abandon", status);
+    return outcomes_.Record("abandon", cmd.name, status, t0);
+  }
+  std::string reply = ReplyHeadJson(cmd.req, Op::kAbandon) + it->second.json_head +
                       R"(,"refcount":0},"freed":true})";
   // Never announced, so no event: the stream names a tensor from its publish on.
   pipeline_.Queue(pipeline_.Make(
@@ -422,7 +435,7 @@ void CommandApplier::HandleAbandon(const std::string& raw, const Command& cmd) {
           return outcomes_.Record("abandon", name, freed, t0,
                                   "freed=" + std::to_string(entry.record.bytes));
         }
-        RefcountCommitted(raw, req, name, "delete", t0, std::move(committed));
+        RefcountCommitted(raw, req, name, "abandon", t0, std::move(committed));
       }));
 }
 

@@ -50,7 +50,7 @@ class CommandApplier {
   void CreateCommitted(const std::string& raw, const std::string& req, Entry entry,
                        Clock::time_point t0, Result<CommitResult> committed);
   // publish: the filler of a "creating" tensor says its bytes are in; the hash turns "ready" and
-  // the create event goes out. Abandon: its filler's delete, which removes it unpublished.
+  // the create event goes out. abandon: the filler gives up, and the tensor goes unpublished.
   void HandlePublish(const std::string& raw, const Command& cmd);
   void HandleAbandon(const std::string& raw, const Command& cmd);
   // Why a command of `cmd.pid` may not publish or abandon tensor `entry` (ok when it may).

@@ -43,24 +43,8 @@ void Reaper::ReapDeadFillers() {
     std::string filler = "filler_pid=" + std::to_string(found->second.filler->pid);
     auto committed = pipeline_.CommitNow(
         pipeline_.Make(Route{}, "", "", name, "", Pre::kCreating, "del", CommitEvent{}, {}));
-    if (committed.ok() && committed->kind == CommitResult::kConflict && PublishedAfterAll(name)) {
-      continue;
-    }
     Reclaimed("reclaim_unfilled", name, std::move(committed), t0, filler);
   }
-}
-
-bool Reaper::PublishedAfterAll(const std::string& name) {
-  // A publish whose commit lost its answer with the connection may have gone through: then the
-  // hash says ready, and the tensor stays, published.
-  auto fields = redis_.Command({"HMGET", opt_.keys.Tensor(name), "state", "owner"});
-  auto found = table_.find(name);
-  if (!fields.ok() || fields->elements.size() != 2 || found == table_.end()) return false;
-  if (fields->elements[0].str != "ready" || fields->elements[1].str != found->second.record.owner) {
-    return false;
-  }
-  table_.Published(found);
-  return true;
 }
 
 void Reaper::ReapDeadHolders() {

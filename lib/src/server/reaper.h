@@ -28,9 +28,6 @@ class Reaper {
   void ReapDeadHolders();
 
  private:
-  // True when the hash of `name`, still being filled here, says ready: its publish went
-  // through though its answer was lost; the table then says so too.
-  bool PublishedAfterAll(const std::string& name);
   // Every reference `holder` had; it leaves the node's set once none of this instance's hashes
   // names it (forget_holder.lua), else at a later round.
   Status GiveBackAll(const std::string& holder);

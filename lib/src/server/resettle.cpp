@@ -50,12 +50,17 @@ Status Resettle::Settle() {
     }
   }
   std::set<std::string> maybe_deleted = table_.TakeMaybeDeleted();
-  std::vector<std::string> lost;
+  std::vector<std::string> lost, published;
   for (const auto& [name, entry] : table_.tensors()) {
-    MCD_ASSIGN_OR_RETURN(RedisValue owner,
-                         redis_.Command({"HGET", opt_.keys.Tensor(name), "owner"}));
-    if (owner.str != instance_) lost.push_back(name);
+    MCD_ASSIGN_OR_RETURN(RedisValue f,
+                         redis_.Command({"HMGET", opt_.keys.Tensor(name), "owner", "state"}));
+    if (f.elements.size() != 2 || f.elements[0].str != instance_) {
+      lost.push_back(name);
+    } else if (entry.filler && f.elements[1].str == "ready") {
+      published.push_back(name);  // its publish went through, though its answer was lost
+    }
   }
+  for (const std::string& name : published) table_.Published(table_.find(name));
   for (const std::string& name : lost) {
     auto found = table_.find(name);
     bool removed = false;
