@@ -354,3 +354,36 @@ TEST_F(Holders, AGiveBackCutOffByARedisThatLostItsDataLosesNoTensor) {
 
 }  // namespace
 }  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// A holder that gave back everything it took and then exits changed nothing more: the reaper
+// forgets it without a reclaim event (memcuda(7): a reclaim says references were taken back).
+TEST_F(Holders, AHolderThatGaveEverythingBackLeavesNoReclaimWhenItExits) {
+  Create("r");
+  std::string get = test::ToolPath("mcd-get"), rm = test::ToolPath("mcd-rm");
+  for (int i = 0; i < 5; ++i) {
+    auto ran = test::Run({"/bin/sh", "-c",
+                          get + " r -q --node " + node_ + " && " + rm + " r -q --node " + node_ +
+                              " && sleep 0.3"},
+                         Env());
+    ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  }
+  // Each shell is dead once Run returns; the reaper looks once a second.
+  EXPECT_TRUE(test::WaitFor([&] { return SetSize(keys_.Holders(node_)) == 0; }, 10000));
+  auto events = redis_.Connect()->Command({"XRANGE", keys_.Events(), "-", "+"});
+  int reclaims = 0, gets = 0;
+  for (const RedisValue& entry : events->elements) {
+    std::map<std::string, std::string> f = FieldMap(entry.elements[1]);
+    if (f["name"] != "r") continue;
+    reclaims += f["event"] == "reclaim";
+    gets += f["event"] == "get";
+  }
+  EXPECT_EQ(gets, 5);
+  EXPECT_EQ(reclaims, 0) << "reclaim events for holders that held nothing";
+  EXPECT_EQ(HashField("r", "refcount"), "1");
+}
+
+}  // namespace
+}  // namespace mcd

@@ -1438,3 +1438,32 @@ TEST_F(SpawnRedis, ARuntimeFolderOfAnotherUserOrOpenToOthersIsRefused) {
 
 }  // namespace
 }  // namespace mcd
+
+namespace mcd {
+namespace {
+
+// Data that could not all be written to standard output is a failure (74, with the reason),
+// not a success with a short file: `mcd-ls --json > state.json && ...` must not go on.
+TEST_F(Lifecycle, AToolWhoseOutputCannotBeWrittenFails) {
+  ASSERT_EQ(Tool("mcd-create", {"out", "--dtype", "u8", "--shape", "64", "--device", "cpu", "-q"}).exit_code, 0);
+  std::vector<std::vector<std::string>> commands = {
+      {"mcd-ls"}, {"mcd-ls", "--json"}, {"mcd-get", "out", "--no-ref", "--print", "64"}, {"mcd-ls", "--servers"}};
+  for (auto args : commands) {
+    std::string tool = args.front();
+    args.erase(args.begin());
+    args.insert(args.begin(), test::ToolPath(tool));
+    args.push_back("--node");
+    args.push_back(node_);
+    std::string line = "exec";
+    for (const std::string& arg : args) line += " " + arg;
+    auto full = test::Run({"/bin/sh", "-c", line + " > /dev/full"}, Env());
+    EXPECT_EQ(full.exit_code, 74) << line << ": " << full.err;
+    EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+    auto fine = test::Run({"/bin/sh", "-c", line + " > /dev/null"}, Env());
+    EXPECT_EQ(fine.exit_code, 0) << line << ": " << fine.err;
+  }
+  EXPECT_EQ(Tool("mcd-rm", {"out", "-q"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace mcd

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,9 +26,27 @@ int Fail(const char* tool, const Status& status) {
   return ExitCodeFor(status.code());
 }
 
+// A tool's data goes to standard output: output that could not all be written (a full disk, a
+// closed file) is a failure, not a success with a short file. A reader that stopped reading
+// (EPIPE: `| head`) took what it wanted.
+static int StdoutFailed(const char* tool, int flush_errno) {
+  errno = 0;
+  bool flushed = std::fflush(stdout) == 0;
+  int err = errno != 0 ? errno : flush_errno;
+  if (flushed && !std::ferror(stdout)) return 0;
+  if (err == EPIPE) return 0;
+  return Fail(tool, Status(ErrorCode::kIoError,
+                           std::string("writing standard output: ") +
+                               (err != 0 ? std::strerror(err) : "write error")));
+}
+
 int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv) {
   try {
-    return body(argc, argv);
+    int rc = body(argc, argv);
+    errno = 0;
+    std::cout.flush();
+    int failed = StdoutFailed(tool, errno);
+    return rc == 0 ? failed : rc;
   } catch (const std::bad_alloc&) {
     return Fail(tool, Status(ErrorCode::kOutOfMemory, "out of host memory"));
   } catch (const std::exception& e) {

@@ -100,6 +100,8 @@ elseif action == 'incr' then
   if holder ~= '' and own ~= 0 then mcd_hold(KEYS[1], KEYS[5], KEYS[6], holder, own) end
 end
 local event = ARGV[10]
+-- A dead holder that had given back all it held changed nothing: no event says it did.
+if action == 'unhold' and own == 0 then event = '' end
 if event ~= '' then
   local after = result[2] or 1  -- a create's count; a "del" frees whatever it had
   if action == 'del' or after < 0 then after = 0 end
