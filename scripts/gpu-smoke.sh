@@ -17,6 +17,11 @@
 #   69  Redis or mcd-serve did not start
 #   77  skipped: no GPU here and no --cpu (as CTest and automake read it)
 set -Eeuo pipefail
+# A BIN_DIR named on the command line is the caller's, relative to where it ran.
+given_bin=""
+for arg in "$@"; do
+  case "$arg" in -*) ;; *) given_bin="$(cd "$arg" 2>/dev/null && pwd || echo "$arg")" ;; esac
+done
 cd "$(dirname "$0")/.."
 work="" serve_pid="" redis_pid=""
 
@@ -62,7 +67,9 @@ trap cleanup EXIT
 cpu=0
 if [ "${1:-}" = "--cpu" ]; then cpu=1; shift; fi
 if [ $# -gt 1 ] || [[ "${1:-}" == -* ]]; then fail 64 "usage: scripts/gpu-smoke.sh [--cpu] [BIN_DIR]"; fi
-bin="${1:-build/bin}"
+bin="${given_bin:-build/bin}"
+# The tools named are the ones tested: never others found on PATH instead.
+[ -z "$given_bin" ] || [ -x "$bin/mcd-serve" ] || fail 64 "no mcd-serve in $bin"
 if [ ! -x "$bin/mcd-serve" ]; then
   found="$(command -v mcd-serve || true)"
   [ -n "$found" ] || fail 64 "no mcd-serve in $bin nor on PATH"

@@ -69,8 +69,8 @@ class Client:
 
         `data`: host bytes to fill it with (any object with the buffer protocol, C-contiguous,
         exactly the tensor's size: a NumPy array, bytes). The tensor is then ready only once
-        every byte is in: other processes' gets answer NotReady until then (get_when_ready and
-        `mcd-get --wait` wait through it), and if this process dies first, the tensor goes."""
+        every byte is in: other processes' gets answer NotReady until then (`mcd-get --wait`
+        waits through it), and if this process dies first, the tensor goes."""
         shape = _shape(shape)
         options = CreateOptions()
         options.size = ctypes.sizeof(CreateOptions)

@@ -40,9 +40,9 @@ expect() {  # CASE CODE TEXT
   else
     echo "$1: exit $rc, \"$3\""
   fi
-  # The logs of a failure are kept, and named: this test removes them.
+  # The logs of a failure past the usage checks are kept, and named: this test removes them.
   kept="$(sed -n 's/^gpu-smoke: the logs and files are kept in //p' "$work/$1.out")"
-  if [ "$rc" != 0 ]; then
+  if [ "$rc" != 0 ] && [ "$rc" != 64 ]; then
     if [ -z "$kept" ] || [ ! -d "$kept" ]; then echo "$1: its logs were not kept"; fail=1; fi
     [ -z "$kept" ] || rm -rf "$kept"
   fi
@@ -97,6 +97,10 @@ expect list_fails 1 "mcd-ls\" --node \"\$node\"\` exited 70"
 bin_for create_fails
 stand_in create_fails mcd-create <<<'echo "mcd-create: error: injected" >&2; exit 74'
 expect create_fails 1 "exited 74"
+
+# A BIN_DIR without the tools is refused, not replaced by the tools on PATH.
+mkdir -p "$work/empty"
+expect empty 64 "no mcd-serve in"
 
 # The CI recipe: the smoke step of the workflow in docs/ci.md, run as GitHub runs a step of
 # `shell: bash` (bash -eo pipefail) and as it runs one without (bash -e), with a smoke test that
