@@ -255,6 +255,7 @@ TEST_F(Events, RmWaitFreeReturnsOnceTheOtherHoldersLetGo) {
   auto timed_out = Tool("mcd-rm", {"f", "--wait-free", "1", "--json"});
   EXPECT_EQ(timed_out.exit_code, 75) << timed_out.err;
   EXPECT_NE(timed_out.err.find("'f' still had 1 reference(s) after 1 s"), std::string::npos) << timed_out.err;
+  EXPECT_NE(timed_out.err.find("gave back the reference of 'f'"), std::string::npos) << timed_out.err;
   EXPECT_EQ(HashField("f", "refcount"), "1");
 }
 
@@ -397,6 +398,12 @@ TEST_F(Events, WithoutEventsTheWaitsSayWhyAtOnce) {
   EXPECT_EQ(got.exit_code, 69) << got.err;
   EXPECT_NE(got.err.find("keeps no lifecycle events"), std::string::npos) << got.err;
   EXPECT_EQ(HashField("n", "refcount"), "1");
+  // A wait that cannot run gives nothing back first.
+  ASSERT_EQ(Tool("mcd-get", {"n", "--detached", "-q"}).exit_code, 0);
+  auto rm = Tool("mcd-rm", {"n", "--wait-free", "5"});
+  EXPECT_EQ(rm.exit_code, 69) << rm.err;
+  EXPECT_NE(rm.err.find("keeps no lifecycle events"), std::string::npos) << rm.err;
+  EXPECT_EQ(HashField("n", "refcount"), "2");
 }
 
 // Four pipelines at once, each a create, a get and two releases of names of its own, with

@@ -38,6 +38,11 @@ static int ToolMain(int argc, char** argv) {
   options->holder_pid = holder_pid.value();
   auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
   if (!client.ok()) return tools::Fail(tool, client.status());
+  // Nothing is given back for a wait that could not run.
+  if (wait_s >= 0) {
+    Status can_wait = client.value()->CanWait();
+    if (!can_wait.ok()) return tools::Fail(tool, can_wait);
+  }
   int exit_code = 0;
   std::string json = "[";
   for (const std::string& name : names) {
@@ -52,7 +57,11 @@ static int ToolMain(int argc, char** argv) {
     if (!freed && wait_s >= 0) {
       Status waited = client.value()->WaitFreed(name, record->ctime_ms, tools::TimeoutMs(wait_s));
       if (!waited.ok()) {
-        int rc = tools::Fail(tool, waited);
+        // The reference is given back: repeating the mcd-rm would give back another's.
+        int rc = tools::Fail(tool, Status(waited.code(), "gave back the reference of '" + name +
+                                                            "' (refcount " +
+                                                            std::to_string(record->refcount) +
+                                                            "), then: " + waited.message()));
         if (exit_code == 0) exit_code = rc;
         continue;
       }

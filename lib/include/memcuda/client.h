@@ -121,6 +121,9 @@ class MCD_API Client {
   // hash gone, or another tensor of that name in its place. kTimeout when it is still held
   // after `timeout_ms`.
   Status WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_ms);
+  // Whether waits can run here: kUnavailable, saying why, when the node's server keeps no
+  // events. A caller that changes something before it waits asks first.
+  Status CanWait();
 
   // Copies between an opened tensor and host memory (device memory through the device's worker).
   Status CopyToHost(const TensorView& view, void* dst, uint64_t bytes);

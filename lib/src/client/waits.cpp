@@ -57,20 +57,25 @@ std::string Seconds(int timeout_ms) {
   return s + " s";
 }
 
-// The event stream a wait blocks on. The node's server must write events, or a wait would
-// block to its end for nothing.
+// The event stream a wait blocks on.
 Result<std::unique_ptr<EventStream>> OpenEvents(Client& client) {
-  MCD_ASSIGN_OR_RETURN(auto info, client.ServerInfo());
-  auto kept = info.find("event_history");
-  if (kept == info.end() || kept->second.empty() || kept->second == "0") {
-    return Status(ErrorCode::kUnavailable,
-                  "the server of node '" + client.options().node +
-                      "' keeps no lifecycle events (mcd-serve --event-history), which waits need");
-  }
+  MCD_RETURN_IF_ERROR(client.CanWait());
   return EventStream::Open(client.options().redis_url, client.options().keys);
 }
 
 }  // namespace
+
+Status Client::CanWait() {
+  // The node's server must write events, or a wait would block to its end for nothing.
+  MCD_ASSIGN_OR_RETURN(auto info, ServerInfo());
+  auto kept = info.find("event_history");
+  if (kept == info.end() || kept->second.empty() || kept->second == "0") {
+    return Status(ErrorCode::kUnavailable,
+                  "the server of node '" + options().node +
+                      "' keeps no lifecycle events (mcd-serve --event-history), which waits need");
+  }
+  return Status::Ok();
+}
 
 Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
                                         bool take_reference) {
