@@ -377,14 +377,20 @@ Status CommandApplier::FillerCheck(const Entry& entry, const Command& cmd) const
   return Status::Ok();
 }
 
-void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
-  auto t0 = Clock::now();
+TensorTable::Map::iterator CommandApplier::FillersEntry(const std::string& raw, const Command& cmd,
+                                                        Clock::time_point t0) {
   auto it = table_.find(cmd.name);
   Status status = it == table_.end() ? MissingStatus(cmd.name) : FillerCheck(it->second, cmd);
-  if (!status.ok()) {
-    responder_.Fail(raw, cmd.req, "publish", status);
-    return outcomes_.Record("publish", cmd.name, status, t0);
-  }
+  if (status.ok()) return it;
+  responder_.Fail(raw, cmd.req, OpName(cmd.op), status);
+  outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
+  return table_.end();
+}
+
+void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
+  auto t0 = Clock::now();
+  auto it = FillersEntry(raw, cmd, t0);
+  if (it == table_.end()) return;
   TensorRecord ready = it->second.record;
   ready.state = "ready";
   // Nobody can take or give back a reference of a tensor being filled: its count is still the
@@ -400,7 +406,7 @@ void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
           return outcomes_.Record("publish", name, Status::Ok(), t0);
         }
         if (!committed.ok()) {
-          // A publish that Redis may have applied is found out by the reaper (DeadFillers).
+          // A publish that Redis may have applied is found out by resettle, before the next.
           responder_.Refused(raw, req, "publish", committed.status());
           return outcomes_.Record("publish", name, committed.status(), t0);
         }
@@ -415,12 +421,8 @@ void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
 
 void CommandApplier::HandleAbandon(const std::string& raw, const Command& cmd) {
   auto t0 = Clock::now();
-  auto it = table_.find(cmd.name);
-  Status status = it == table_.end() ? MissingStatus(cmd.name) : FillerCheck(it->second, cmd);
-  if (!status.ok()) {
-    responder_.Fail(raw, cmd.req, "abandon", status);
-    return outcomes_.Record("abandon", cmd.name, status, t0);
-  }
+  auto it = FillersEntry(raw, cmd, t0);
+  if (it == table_.end()) return;
   std::string reply = ReplyHeadJson(cmd.req, Op::kAbandon) + it->second.json_head +
                       R"(,"refcount":0},"freed":true})";
   // Never announced, so no event: the stream names a tensor from its publish on.

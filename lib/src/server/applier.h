@@ -55,6 +55,10 @@ class CommandApplier {
   void HandleAbandon(const std::string& raw, const Command& cmd);
   // Why a command of `cmd.pid` may not publish or abandon tensor `entry` (ok when it may).
   Status FillerCheck(const Entry& entry, const Command& cmd) const;
+  // The entry of the tensor `cmd` publishes or abandons, or end() once the command is answered
+  // with why it may not.
+  TensorTable::Map::iterator FillersEntry(const std::string& raw, const Command& cmd,
+                                          Clock::time_point t0);
   // get (delta +1) and delete (-1): refcount changed in Redis; at 0 the hash goes (in the
   // script) before the memory.
   void HandleRefcount(const std::string& raw, const Command& cmd, int delta);
