@@ -189,6 +189,41 @@ TEST_F(RedisRestart, AHashAnAofLostIsTryAgainUntilItsServerPutsItBack) {
   EXPECT_EQ(json::parse(patient.out)["refcount"], 1) << patient.out;
 }
 
+// A consumer waiting for a tensor outlasts a Redis that restarts and loads its data for longer
+// than the tool's --timeout-ms: Redis away, and "try again" while the server puts its tensors
+// back, are "not yet" to the wait's own end. It then gets every byte of the tensor made after.
+TEST_F(RedisRestart, AWaitOutlastsARestartLongerThanTheToolsTimeout) {
+  // A heartbeat that outlives the load: a lapsed one would be "no server" (69), not this test.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
+  heartbeat_ttl_ = "60";
+  StartServer();
+  PersistWithFiller(150000);  // loaded at --key-load-delay 20: 3 s at the least
+  std::string out = dir_.path() + "/late.bin";
+  test::Background waiter({test::ToolPath("mcd-get"), "late", "--wait", "120", "--timeout-ms", "1000", "--no-ref",
+                           "-q", "-o", out, "--node", node_},
+                          Env(), dir_.path() + "/waiter.log");
+  auto blocked = [&] {
+    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
+    return list.ok() && list->str.find(" cmd=xread ") != std::string::npos;
+  };
+  ASSERT_TRUE(test::WaitFor(blocked, 20000)) << test::ReadFile(dir_.path() + "/waiter.log");
+  RestartLoadingSlowly();
+  ASSERT_TRUE(LoadingSoon());
+  auto began = std::chrono::steady_clock::now();
+  ASSERT_TRUE(test::WaitFor([&] { return !Loading(); }, 120000));
+  EXPECT_GT(std::chrono::steady_clock::now() - began, std::chrono::milliseconds(1000))
+      << "the load did not outlast the waiter's --timeout-ms: nothing was tested";
+  ASSERT_TRUE(test::Running(waiter.pid())) << test::ReadFile(dir_.path() + "/waiter.log");
+  std::string data = test::RandomBytes(1 << 20, 20240610);
+  std::ofstream(dir_.path() + "/late.npy", std::ios::binary) << test::U8Npy(data);
+  auto created = Tool("mcd-create", {"late", "--from", dir_.path() + "/late.npy", "--device", "cpu", "-q",
+                                     "--timeout-ms", "60000"});
+  ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
+  ASSERT_EQ(waiter.Wait(60), 0) << test::ReadFile(dir_.path() + "/waiter.log");
+  std::string got = test::ReadFile(out);
+  EXPECT_TRUE(got == data) << got.size() << " of " << data.size() << " bytes, or others";
+}
+
 // Redis forgetting the server's scripts without a restart (SCRIPT FLUSH) does not leave every
 // missing name "try again" for ever: the server notices at its next heartbeat and marks itself
 // settled again, and a name never made is "not found" within seconds.
