@@ -188,6 +188,38 @@ TEST_F(Holders, AToolWhoseCallerHasExitedBindsNothingToInit) {
   EXPECT_TRUE(TensorKeys().size() == 1) << "the stack tensor was made";
 }
 
+// A tool run from outside its PID namespace (docker exec, kubectl exec: here unshare, whose
+// child's parent is pid 0) has no caller the server could watch: it says so, naming the flags
+// that say whose the reference is instead, and takes nothing.
+TEST_F(Holders, AToolRunFromOutsideItsPidNamespaceSaysSoAndBindsNothing) {
+  if (test::Run({"/usr/bin/unshare", "--pid", "--fork", "/bin/true"}).exit_code != 0) {
+    GTEST_SKIP() << "cannot make a PID namespace here (unshare --pid needs CAP_SYS_ADMIN)";
+  }
+  Create("o");
+  auto outside = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/unshare", "--pid", "--fork"});
+    args.insert(args.end(), {"--node", node_});
+    return test::Run(args, Env());
+  };
+  const std::vector<std::vector<std::string>> tools = {
+      {test::ToolPath("mcd-get"), "o"},
+      {test::ToolPath("mcd-rm"), "o"},
+      {test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack"}};
+  for (const auto& tool : tools) {
+    auto refused = outside(tool);
+    EXPECT_EQ(refused.exit_code, 64) << tool[0] << ": " << refused.err;
+    EXPECT_NE(refused.err.find("run from outside its PID namespace (docker exec"), std::string::npos) << refused.err;
+    EXPECT_EQ(refused.err.find("has exited"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("--owner-pid"), std::string::npos) << refused.err;
+    EXPECT_TRUE(tool[1] == "s" || refused.err.find("--detached") != std::string::npos) << refused.err;
+  }
+  auto read = outside({test::ToolPath("mcd-get"), "o", "--no-ref", "-q"});
+  EXPECT_EQ(read.exit_code, 0) << "a read binds nothing: " << read.err;
+  EXPECT_EQ(HashField("o", "refcount"), "1");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_EQ(TensorKeys().size(), 1u) << "no stack tensor was made";
+}
+
 // Naming init is refused alike, by the tools (exit 64), the library and the server.
 TEST_F(Holders, NothingIsBoundToInitWhenNamed) {
   Create("i");
