@@ -373,10 +373,25 @@ TEST_F(Holders, AGiveBackCutOffByARedisThatLostItsDataLosesNoTensor) {
   // Writes wait: the reaper's give-back is sent and never answered.
   ASSERT_TRUE(redis_.Connect()->Command({"CLIENT", "PAUSE", "60000", "WRITE"}).ok());
   holder->Stop(SIGKILL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the reaper runs once a second
+  // The give-back is in Redis, paused: the only EVALSHA (the server's commits; its heartbeat
+  // sends EVAL) of a client blocked (flag b) by the pause.
+  auto give_back_paused = [&] {
+    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
+    if (!list.ok()) return false;
+    std::istringstream lines(list->str);
+    for (std::string line; std::getline(lines, line);) {
+      size_t flags = line.find(" flags=");
+      std::string flag_text = flags == std::string::npos ? "" : line.substr(flags + 7, line.find(' ', flags + 1) - flags - 7);
+      if (flag_text.find('b') != std::string::npos && line.find(" cmd=evalsha ") != std::string::npos) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(test::WaitFor(give_back_paused, 20000)) << ServeLog();
   redis_.Restart();  // empty: no persistence
   EXPECT_TRUE(test::WaitFor([&] { return HashField("kept", "state") == "ready"; }, 20000))
       << "the tensor was freed on a guess\n" << ServeLog();
+  EXPECT_NE(ServeLog().find("release_dead of 'kept': "), std::string::npos)
+      << "the give-back was not cut off by the restart\n" << ServeLog();
   EXPECT_EQ(HashField("kept", "refcount"), "1");
   EXPECT_EQ(ShmCount(), 1u);
   auto removed = Tool("mcd-rm", {"kept"});
