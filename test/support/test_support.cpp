@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -204,6 +205,21 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(random());
+  return out;
+}
+
+std::string U8Npy(const std::string& data) {
+  std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" +
+                       std::to_string(data.size()) + ",), }";
+  header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+  return std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size() & 0xff) +
+         static_cast<char>(header.size() >> 8) + header + data;
 }
 
 std::vector<std::string> ShmObjects(const std::string& prefix) {

@@ -86,6 +86,11 @@ class Background {
 std::string ToolPath(const std::string& tool);  // build/bin/<tool>
 int FreePort();  // a loopback TCP port free right now
 std::string ReadFile(const std::string& path);
+// `n` random bytes, the same for the same seed: what a data-path test writes (never zeros).
+std::string RandomBytes(size_t n, uint32_t seed);
+// A NumPy file (version 1.0) of a u8 vector holding `data`, as NumPy writes it; made here rather
+// than by the tools' writer under test.
+std::string U8Npy(const std::string& data);
 // Files in /dev/shm whose names start with `prefix`.
 std::vector<std::string> ShmObjects(const std::string& prefix);
 // The processes whose parent is `parent` (from /proc).

@@ -234,6 +234,40 @@ TEST_F(Events, AWatcherCarriesOnAcrossAServerRestartAndAKill) {
       << Log("watch.log");
 }
 
+// A tensor still being filled was never announced: when its server stops, or a new server removes
+// what a killed one left, it goes without an event, while a ready tensor beside it gets its reclaim.
+TEST_F(Events, ATensorBeingFilledGoesWithoutAnEventWhenItsServerStopsOrIsLost) {
+  test::Background filler({"/bin/sleep", "600"}, {}, dir_.path() + "/filler.log");
+  auto create_filled = [&](const std::string& name) {
+    json created = Raw(R"({"op":"create","name":")" + name +
+                           R"(","dtype":"u8","shape":[64],"device":"cpu","fill":true,"pid":)" +
+                           std::to_string(filler.pid()) + R"(,"req":"fill-)" + name + R"("})",
+                       "fill-" + name);
+    ASSERT_EQ(created["ok"], true) << created.dump() << ServeLog();
+    ASSERT_EQ(HashField(name, "state"), "creating");
+  };
+  auto watcher = Watch(0, "watch.log");
+  create_filled("stopped");
+  Create("ready1");
+  RestartServer({});
+  EXPECT_TRUE(HashField("stopped", "state").empty()) << "its hash goes with its server";
+  create_filled("lost");
+  Create("ready2");
+  kill(server_->pid(), SIGKILL);
+  server_->Wait(10);
+  StartServer();
+  EXPECT_TRUE(HashField("lost", "state").empty()) << "the new server removes what the dead one left";
+  Create("end");
+  ASSERT_TRUE(test::WaitFor([&] { return Log("watch.log").find("\"end\"") != std::string::npos; }, 20000))
+      << Log("watch.log");
+  watcher->Stop(SIGTERM);
+  EXPECT_EQ(Summary("watch.log"),
+            (std::vector<std::string>{"create ready1 1", "reclaim ready1 0 server_stopped", "server_stop  0",
+                                      "server_start  0", "create ready2 1", "server_start  0 took_over",
+                                      "reclaim ready2 0 server_lost", "create end 1"}))
+      << Log("watch.log");
+}
+
 TEST_F(Events, RmWaitFreeReturnsOnceTheOtherHoldersLetGo) {
   Create("e");
   auto holder = Hold({"e"}, "hold.log");

@@ -188,6 +188,38 @@ TEST_F(Holders, AToolWhoseCallerHasExitedBindsNothingToInit) {
   EXPECT_TRUE(TensorKeys().size() == 1) << "the stack tensor was made";
 }
 
+// A tool run from outside its PID namespace (docker exec, kubectl exec: here unshare, whose
+// child's parent is pid 0) has no caller the server could watch: it says so, naming the flags
+// that say whose the reference is instead, and takes nothing.
+TEST_F(Holders, AToolRunFromOutsideItsPidNamespaceSaysSoAndBindsNothing) {
+  if (test::Run({"/usr/bin/unshare", "--pid", "--fork", "/bin/true"}).exit_code != 0) {
+    GTEST_SKIP() << "cannot make a PID namespace here (unshare --pid needs CAP_SYS_ADMIN)";
+  }
+  Create("o");
+  auto outside = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/unshare", "--pid", "--fork"});
+    args.insert(args.end(), {"--node", node_});
+    return test::Run(args, Env());
+  };
+  const std::vector<std::vector<std::string>> tools = {
+      {test::ToolPath("mcd-get"), "o"},
+      {test::ToolPath("mcd-rm"), "o"},
+      {test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack"}};
+  for (const auto& tool : tools) {
+    auto refused = outside(tool);
+    EXPECT_EQ(refused.exit_code, 64) << tool[0] << ": " << refused.err;
+    EXPECT_NE(refused.err.find("run from outside its PID namespace (docker exec"), std::string::npos) << refused.err;
+    EXPECT_EQ(refused.err.find("has exited"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("--owner-pid"), std::string::npos) << refused.err;
+    EXPECT_TRUE(tool[1] == "s" || refused.err.find("--detached") != std::string::npos) << refused.err;
+  }
+  auto read = outside({test::ToolPath("mcd-get"), "o", "--no-ref", "-q"});
+  EXPECT_EQ(read.exit_code, 0) << "a read binds nothing: " << read.err;
+  EXPECT_EQ(HashField("o", "refcount"), "1");
+  EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
+  EXPECT_EQ(TensorKeys().size(), 1u) << "no stack tensor was made";
+}
+
 // Naming init is refused alike, by the tools (exit 64), the library and the server.
 TEST_F(Holders, NothingIsBoundToInitWhenNamed) {
   Create("i");
@@ -341,10 +373,25 @@ TEST_F(Holders, AGiveBackCutOffByARedisThatLostItsDataLosesNoTensor) {
   // Writes wait: the reaper's give-back is sent and never answered.
   ASSERT_TRUE(redis_.Connect()->Command({"CLIENT", "PAUSE", "60000", "WRITE"}).ok());
   holder->Stop(SIGKILL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the reaper runs once a second
+  // The give-back is in Redis, paused: the only EVALSHA (the server's commits; its heartbeat
+  // sends EVAL) of a client blocked (flag b) by the pause.
+  auto give_back_paused = [&] {
+    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
+    if (!list.ok()) return false;
+    std::istringstream lines(list->str);
+    for (std::string line; std::getline(lines, line);) {
+      size_t flags = line.find(" flags=");
+      std::string flag_text = flags == std::string::npos ? "" : line.substr(flags + 7, line.find(' ', flags + 1) - flags - 7);
+      if (flag_text.find('b') != std::string::npos && line.find(" cmd=evalsha ") != std::string::npos) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(test::WaitFor(give_back_paused, 20000)) << ServeLog();
   redis_.Restart();  // empty: no persistence
   EXPECT_TRUE(test::WaitFor([&] { return HashField("kept", "state") == "ready"; }, 20000))
       << "the tensor was freed on a guess\n" << ServeLog();
+  EXPECT_NE(ServeLog().find("release_dead of 'kept': "), std::string::npos)
+      << "the give-back was not cut off by the restart\n" << ServeLog();
   EXPECT_EQ(HashField("kept", "refcount"), "1");
   EXPECT_EQ(ShmCount(), 1u);
   auto removed = Tool("mcd-rm", {"kept"});

@@ -50,7 +50,7 @@ class Lifecycle : public ::testing::Test {
 
   void StartServer(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", devices_, "--node", node_,
-                                     "--heartbeat-ttl", "3"};
+                                     "--heartbeat-ttl", heartbeat_ttl_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     size_t started = Count(ServeLog(), "serving node");
     server_ = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/serve.log");
@@ -233,6 +233,7 @@ class Lifecycle : public ::testing::Test {
   bool ShmFreedSoon() { return test::WaitFor([&] { return ShmCount() == 0; }, 2000); }
 
   std::string devices_ = "cpu";  // mcd-serve --devices
+  std::string heartbeat_ttl_ = "3";  // mcd-serve --heartbeat-ttl
   bool via_queue_ = false;  // the tools and clients of this test use the queue, not the command socket
   test::TempDir dir_;
   test::RedisServer redis_;

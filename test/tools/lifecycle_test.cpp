@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -566,11 +567,8 @@ TEST_F(Lifecycle, AHandEditedHashIsRefusedAndAFailedGetGivesItsReferenceBack) {
 // the reference back; one that can replaces it whole, keeping its permission bits.
 TEST_F(Lifecycle, AnOutputIsWrittenWholeOrNotAtAll) {
   std::mt19937 random(20240607);
-  std::string data(64 << 10, '\0');
-  for (char& c : data) c = static_cast<char>(random());
-  std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" + std::to_string(data.size()) + ",), }";
-  header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
-  std::string npy = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header + data;
+  std::string data = test::RandomBytes(64 << 10, 20240606);
+  std::string npy = test::U8Npy(data);
   std::string in = dir_.path() + "/in.npy";
   std::ofstream(in, std::ios::binary) << npy;
   ASSERT_EQ(Tool("mcd-create", {"t", "--from", in, "--device", "cpu", "-q"}).exit_code, 0);
@@ -611,6 +609,62 @@ TEST_F(Lifecycle, AnOutputIsWrittenWholeOrNotAtAll) {
     ASSERT_EQ(stat(target.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0640u);
     ASSERT_EQ(unlink(target.c_str()), 0);
+  }
+}
+
+// An output that is a FIFO is written into, not replaced by a plain file: its reader gets every
+// byte and an end of file, and the FIFO stays one.
+TEST_F(Lifecycle, AnOutputThatIsAFifoIsWrittenIntoNotReplaced) {
+  std::string data = test::RandomBytes(256 << 10, 20240608);  // more than a pipe holds
+  std::string in = dir_.path() + "/in.npy";
+  std::ofstream(in, std::ios::binary) << test::U8Npy(data);
+  ASSERT_EQ(Tool("mcd-create", {"t", "--from", in, "--device", "cpu", "-q"}).exit_code, 0);
+  std::string fifo = dir_.path() + "/pipe.bin";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  test::Background reader({"/bin/cat", fifo}, {}, dir_.path() + "/received");
+  auto got = Tool("mcd-get", {"t", "--no-ref", "-q", "-o", fifo});
+  EXPECT_EQ(got.exit_code, 0) << got.err;
+  struct stat st {};
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced by a plain file";
+  // A replaced FIFO never gets its writer: its reader would wait for ever.
+  ASSERT_EQ(reader.Wait(S_ISFIFO(st.st_mode) ? 30 : 1), 0) << "the reader got no end of file";
+  std::string received = test::ReadFile(dir_.path() + "/received");
+  EXPECT_TRUE(received == data) << received.size() << " of " << data.size() << " bytes received";
+}
+
+// An output that links to a device is written into: the device stays a device, the link a link,
+// and no temporary file is left beside it. The device is a null device of the test's own, so
+// that a failure replaces nothing of the system's.
+TEST_F(Lifecycle, AnOutputLinkedToADeviceIsWrittenIntoNotReplaced) {
+  if (geteuid() != 0) GTEST_SKIP() << "making a device node needs root";
+  std::string device = dir_.path() + "/null";
+  if (mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    GTEST_SKIP() << "cannot make a device node: " << std::strerror(errno);
+  }
+  int probe = open(device.c_str(), O_WRONLY | O_CLOEXEC);
+  if (probe < 0) GTEST_SKIP() << "a device node cannot be opened here: " << std::strerror(errno);
+  close(probe);
+  std::string in = dir_.path() + "/in.npy";
+  std::ofstream(in, std::ios::binary) << test::U8Npy(test::RandomBytes(64 << 10, 20240609));
+  ASSERT_EQ(Tool("mcd-create", {"t", "--from", in, "--device", "cpu", "-q"}).exit_code, 0);
+  std::string out_dir = dir_.path() + "/out";
+  ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);
+  for (const std::string name : {"null.bin", "null.npy"}) {
+    SCOPED_TRACE(name);
+    std::string link = out_dir + "/" + name;
+    ASSERT_EQ(symlink(device.c_str(), link.c_str()), 0);
+    auto got = Tool("mcd-get", {"t", "--no-ref", "-q", "-o", link});
+    EXPECT_EQ(got.exit_code, 0) << got.err;
+    struct stat st {};
+    ASSERT_EQ(lstat(device.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device was replaced by a plain file";
+    ASSERT_EQ(lstat(link.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(out_dir)) names.push_back(entry.path().filename());
+    EXPECT_EQ(names, std::vector<std::string>{name});
+    ASSERT_EQ(unlink(link.c_str()), 0);
   }
 }
 

@@ -5,8 +5,11 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <cctype>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -165,5 +168,113 @@ TEST_F(Operations, AServiceManagerIsToldWhenTheServerIsReadyAndWhenItStops) {
   close(fd);
 }
 
+// A stand-in for an older Redis on a Unix socket: INFO and HELLO get the replies given (RESP),
+// every other command an error. Enough for a server to ask it its version.
+class FakeRedis {
+ public:
+  FakeRedis(const std::string& path, std::string info, std::string hello)
+      : info_(std::move(info)), hello_(std::move(hello)) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+    EXPECT_EQ(listen(fd_, 8), 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeRedis() {
+    shutdown(fd_, SHUT_RDWR);  // wakes the accept
+    thread_.join();
+    close(fd_);
+  }
+  static std::string Bulk(const std::string& s) { return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n"; }
+
+ private:
+  void Serve() {
+    for (int c; (c = accept(fd_, nullptr, nullptr)) >= 0; close(c)) {
+      std::string buf;
+      char chunk[4096];
+      for (ssize_t n; (n = read(c, chunk, sizeof(chunk))) > 0;) {
+        buf.append(chunk, static_cast<size_t>(n));
+        for (std::string name; !(name = TakeCommand(buf)).empty();) {
+          std::string reply = name == "INFO" ? info_ : name == "HELLO" ? hello_ : "-ERR not in this fake\r\n";
+          (void)send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
+      }
+    }
+  }
+  // The name (upper case) of the first whole command in `buf`, taken out of it; "" when none is.
+  static std::string TakeCommand(std::string& buf) {
+    size_t at = 0;
+    auto line = [&](std::string& out) {
+      size_t end = buf.find("\r\n", at);
+      if (end == std::string::npos) return false;
+      out = buf.substr(at, end - at);
+      at = end + 2;
+      return true;
+    };
+    std::string head, length, name;
+    if (!line(head) || head.empty() || head[0] != '*') return "";
+    for (int i = 0, n = std::atoi(head.c_str() + 1); i < n; ++i) {
+      if (!line(length)) return "";
+      size_t bytes = std::strtoul(length.c_str() + 1, nullptr, 10);
+      if (buf.size() < at + bytes + 2) return "";
+      if (i == 0) name = buf.substr(at, bytes);
+      at += bytes + 2;
+    }
+    buf.erase(0, at);
+    for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return name;
+  }
+
+  int fd_ = -1;
+  std::string info_, hello_;
+  std::thread thread_;
+};
+
+// memcuda needs Redis 7.0 or newer (scripts are kept in no AOF or RDB, nor sent to replicas): a
+// server refuses an older one (69), naming its version, whether INFO tells it or, where an ACL
+// forbids INFO, HELLO does. A Redis that tells neither is taken as it is, with a warning.
+TEST(RedisVersion, AServerRefusesARedisOlderThan7) {
+  test::TempDir dir;
+  const std::string noperm = "-NOPERM this user has no permissions to run the 'info' command\r\n";
+  const std::string old_hello =
+      "*4\r\n" + FakeRedis::Bulk("server") + FakeRedis::Bulk("redis") + FakeRedis::Bulk("version") + FakeRedis::Bulk("6.2.14");
+  struct Case {
+    const char* what;
+    std::string info, hello;
+    bool refused;
+  };
+  const std::vector<Case> cases = {
+      {"from INFO", FakeRedis::Bulk("# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n"), "-ERR unused\r\n", true},
+      {"from HELLO", noperm, old_hello, true},
+      {"from neither", noperm, "-ERR unknown command 'HELLO'\r\n", false}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].what);
+    std::string socket_path = dir.path() + "/old" + std::to_string(i) + ".sock";
+    FakeRedis old(socket_path, cases[i].info, cases[i].hello);
+    auto served = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", "old", "--redis-url",
+                             "unix://" + socket_path},
+                            {}, 30);
+    const std::string refusal = "is version 6.2.14; memcuda needs 7.0 or newer";
+    if (cases[i].refused) {
+      EXPECT_EQ(served.exit_code, 69) << served.err;
+      EXPECT_NE(served.err.find(refusal), std::string::npos) << served.err;
+    } else {  // goes on, and fails only at the next command, which the fake does not serve
+      EXPECT_NE(served.err.find("cannot tell the version of Redis"), std::string::npos) << served.err;
+      EXPECT_EQ(served.err.find(refusal), std::string::npos) << served.err;
+    }
+  }
+}
+
+// Where an ACL forbids INFO (as the shared deployment's does), the version comes from HELLO,
+// which no ACL can forbid: the server serves without a warning.
+TEST_F(Operations, AServerForbiddenInfoTakesRedisVersionFromHello) {
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  ASSERT_TRUE(redis_.Connect()->Command({"ACL", "SETUSER", "default", "-info"}).ok());
+  StartServer();
+  EXPECT_EQ(ServeLog().find("cannot tell the version of Redis"), std::string::npos) << ServeLog();
+  EXPECT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"}).exit_code, 0);
+}
 }  // namespace
 }  // namespace mcd

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "lifecycle_fixture.h"
@@ -189,6 +190,41 @@ TEST_F(RedisRestart, AHashAnAofLostIsTryAgainUntilItsServerPutsItBack) {
   EXPECT_EQ(json::parse(patient.out)["refcount"], 1) << patient.out;
 }
 
+// A consumer waiting for a tensor outlasts a Redis that restarts and loads its data for longer
+// than the tool's --timeout-ms: Redis away, and "try again" while the server puts its tensors
+// back, are "not yet" to the wait's own end. It then gets every byte of the tensor made after.
+TEST_F(RedisRestart, AWaitOutlastsARestartLongerThanTheToolsTimeout) {
+  // A heartbeat that outlives the load: a lapsed one would be "no server" (69), not this test.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
+  heartbeat_ttl_ = "60";
+  StartServer();
+  PersistWithFiller(150000);  // loaded at --key-load-delay 20: 3 s at the least
+  std::string out = dir_.path() + "/late.bin";
+  test::Background waiter({test::ToolPath("mcd-get"), "late", "--wait", "120", "--timeout-ms", "1000", "--no-ref",
+                           "-q", "-o", out, "--node", node_},
+                          Env(), dir_.path() + "/waiter.log");
+  auto blocked = [&] {
+    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
+    return list.ok() && list->str.find(" cmd=xread ") != std::string::npos;
+  };
+  ASSERT_TRUE(test::WaitFor(blocked, 20000)) << test::ReadFile(dir_.path() + "/waiter.log");
+  RestartLoadingSlowly();
+  ASSERT_TRUE(LoadingSoon());
+  auto began = std::chrono::steady_clock::now();
+  ASSERT_TRUE(test::WaitFor([&] { return !Loading(); }, 120000));
+  EXPECT_GT(std::chrono::steady_clock::now() - began, std::chrono::milliseconds(1000))
+      << "the load did not outlast the waiter's --timeout-ms: nothing was tested";
+  ASSERT_TRUE(test::Running(waiter.pid())) << test::ReadFile(dir_.path() + "/waiter.log");
+  std::string data = test::RandomBytes(1 << 20, 20240610);
+  std::ofstream(dir_.path() + "/late.npy", std::ios::binary) << test::U8Npy(data);
+  auto created = Tool("mcd-create", {"late", "--from", dir_.path() + "/late.npy", "--device", "cpu", "-q",
+                                     "--timeout-ms", "60000"});
+  ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
+  ASSERT_EQ(waiter.Wait(60), 0) << test::ReadFile(dir_.path() + "/waiter.log");
+  std::string got = test::ReadFile(out);
+  EXPECT_TRUE(got == data) << got.size() << " of " << data.size() << " bytes, or others";
+}
+
 // Redis forgetting the server's scripts without a restart (SCRIPT FLUSH) does not leave every
 // missing name "try again" for ever: the server notices at its next heartbeat and marks itself
 // settled again, and a name never made is "not found" within seconds.
@@ -205,7 +241,8 @@ TEST_F(RedisRestart, AfterScriptFlushAMissingNameIsNotFoundAgainWithinSeconds) {
 // Gets of live tensors, with a reference and without, and rms, in loops while Redis restarts
 // under a serving server, twice from its AOF and twice empty: every answer is the tensor, "try
 // again" (75), or "no server" (69: the moments after an empty restart before the heartbeat is
-// back), never "not found".
+// back), never "not found". The loops' timeout is short, so that a get meeting the server still
+// putting its tensors back answers 75 rather than wait it out unseen.
 TEST_F(RedisRestart, UnderRestartsNoGetOfALiveTensorIsToldNotFound) {
   constexpr int kLoops = 5, kGetOnly = 3;  // loops 3 and 4 also rm
   // Many tensors, so that the server takes a while to put them back; the loops' come last.
@@ -217,15 +254,20 @@ TEST_F(RedisRestart, UnderRestartsNoGetOfALiveTensorIsToldNotFound) {
   std::string stop = dir_.path() + "/stop";
   std::vector<std::unique_ptr<test::Background>> loops;
   for (int l = 0; l < kLoops; ++l) {
-    std::string args = " live." + std::to_string(l) + " --node " + node_ + " --timeout-ms 8000";
+    std::string args = " live." + std::to_string(l) + " --node " + node_ + " --timeout-ms 300";
     std::string get = test::ToolPath("mcd-get") + args + " -q", rm = test::ToolPath("mcd-rm") + args;
     // The rm gives back the get's reference; once an empty restart lost that one, it gives back
     // the creator's and frees the tensor, and the loop ends (so does one whose rm failed).
     std::string then_rm = l < kGetOnly ? ""
                                        : "out=$(" + rm + "); rc=$?; echo \"rm $rc\"; " +
                                              "case \"$out\" in *freed*) exit 0;; esac; [ $rc -eq 0 ] || exit 0; ";
-    std::string script = "while [ ! -e " + stop + " ]; do " + get + "; echo \"get $?\"; " + get +
-                         " --no-ref; echo \"noref $?\"; " + then_rm + "done";
+    // Each answer with "settling" when it was the server's not having put its tensors back.
+    auto answer = [](const std::string& command, const std::string& label) {
+      return "err=$(" + command + " 2>&1); rc=$?; case \"$err\" in *'has not put its tensors back'*) " +
+             "echo \"" + label + " $rc settling\";; *) echo \"" + label + " $rc\";; esac; ";
+    };
+    std::string script = "while [ ! -e " + stop + " ]; do " + answer(get, "get") + answer(get + " --no-ref", "noref") +
+                         then_rm + "done";
     loops.push_back(std::make_unique<test::Background>(std::vector<std::string>{"/bin/sh", "-c", script}, Env(),
                                                        dir_.path() + "/loop" + std::to_string(l) + ".log"));
   }
@@ -251,9 +293,21 @@ TEST_F(RedisRestart, UnderRestartsNoGetOfALiveTensorIsToldNotFound) {
     }
   }
   std::string seen;
-  for (const auto& [answer, n] : answers) seen += " " + answer + ": " + std::to_string(n);
+  int settling = 0;  // answers of the window between the heartbeat and the hashes coming back
+  for (const auto& [answer, n] : answers) {
+    seen += " " + answer + ": " + std::to_string(n);
+    if (answer.find(" settling") != std::string::npos) settling += n;
+  }
+  // The window itself is short (a few ms to put back 305 hashes here) and seldom met by a loop's
+  // answer, so it is counted, not required; what is required is that the loops' tensors did lose
+  // their hashes, which the server put back while the loops asked for them.
+  std::cout << "answers:" << seen << " (settling: " << settling << ")\n";
+  RecordProperty("settling", settling);
+  EXPECT_NE(ServeLog().find("tensor 'live.0' lost its hash with Redis; put it back"), std::string::npos)
+      << ServeLog();
   for (const auto& [answer, n] : answers) {
     std::string code = answer.substr(answer.find(' ') + 1);
+    code = code.substr(0, code.find(' '));
     EXPECT_TRUE(code == "0" || code == "75" || code == "69") << answer << " (" << n << " times); all:" << seen;
   }
   EXPECT_GT(answers["get 0"], 0) << seen;

@@ -66,6 +66,26 @@ Status WriteAndSync(int fd, const std::vector<std::string_view>& parts, const st
   return Status::Ok();
 }
 
+// A pipe, a terminal or a device is written where it is: a rename would put a plain file in its
+// place (a FIFO's reader would wait for ever, a /dev/null replaced would keep what it is given).
+// Such a target has no "whole or not at all": its reader takes the bytes as they come.
+Status WriteInPlace(const std::string& path, const std::vector<std::string_view>& parts) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("cannot open", path, errno);
+  Status written = Status::Ok();
+  for (std::string_view part : parts) {
+    if (!WriteAll(fd, part)) {
+      written = IoError("cannot write", path, errno);
+      break;
+    }
+  }
+  // A pipe or a character device has nothing to sync (EINVAL); a block device has.
+  if (written.ok() && fsync(fd) != 0 && errno != EINVAL)
+    written = IoError("cannot sync", path, errno);
+  if (close(fd) != 0 && written.ok()) written = IoError("cannot write", path, errno);
+  return written;
+}
+
 }  // namespace
 
 Result<NpyArray> ReadNpy(const std::string& path) {
@@ -185,6 +205,7 @@ Status WriteWhole(const std::string& path, const std::vector<std::string_view>& 
     if (realpath(path.c_str(), resolved) != nullptr) target = resolved;
   }
   const bool existed = stat(target.c_str(), &st) == 0;
+  if (existed && !S_ISREG(st.st_mode)) return WriteInPlace(path, parts);
   // A rename would replace even a file that may not be written: refuse it as a write would.
   if (existed && access(target.c_str(), W_OK) != 0) return IoError("cannot write", path, errno);
   // Beside the target, so that the rename stays on one file system and is atomic.

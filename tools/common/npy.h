@@ -28,7 +28,8 @@ Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>
 // Writes `parts`, one after another, to `path` whole or not at all: into a new file beside it,
 // synced, then renamed over it (a link is followed; a file replaced keeps its permission bits).
 // On any failure the new file is removed and `path` is as it was; kIoError names the step, the
-// file and the reason (strerror). A file this process may not write is not replaced.
+// file and the reason (strerror). A file this process may not write is not replaced. A target
+// that is not a regular file (a FIFO, a device, also through a link) is written in place.
 Status WriteWhole(const std::string& path, const std::vector<std::string_view>& parts);
 
 }  // namespace mcd::tools

@@ -85,7 +85,13 @@ Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
   if (owner_pid != 0) return owner_pid;
   pid_t parent = getppid();
   if (parent > 1 && parent == parent_at_start) return static_cast<int64_t>(parent);
-  // 0: a parent outside this process's pid namespace, which names no process here.
+  if (parent == 0) {
+    // A parent outside this process's PID namespace names no process here, nor to the server.
+    return Status(ErrorCode::kInvalidArgument,
+                  "this tool was run from outside its PID namespace (docker exec, kubectl exec, "
+                  "nsenter: its parent is pid 0 here), so there is no process to bind " +
+                      what + " to that the server could watch; " + instead);
+  }
   return Status(ErrorCode::kInvalidArgument,
                 "the shell or script that ran this tool has exited, or is init (the tool's "
                 "parent is pid " + std::to_string(parent) + "): " + what +

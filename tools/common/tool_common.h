@@ -40,7 +40,8 @@ Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOpti
 // (--owner-pid) when given, else the tool's parent, the shell or script that ran it. Refused
 // (kInvalidArgument) for pid 1, which never exits while the server runs, and so when the parent
 // has exited: the tool's parent is then init (or a subreaper), and what the tool bound to it
-// would never be given back. `what` names what is bound, `instead` what to do instead.
+// would never be given back; and when the parent is outside the tool's PID namespace (docker
+// exec: getppid() is 0). `what` names what is bound, `instead` what to do instead.
 Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
                                 const std::string& instead);
 

@@ -28,11 +28,17 @@ bool EndsWith(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-}  // namespace
+struct GetFlags {
+  mcd::tools::CommonFlags common;
+  mcd::tools::HolderFlags holder;
+  std::string name, output;
+  bool no_ref = false;
+  uint64_t print_count = 0;
+  double wait_s = -1;  // --wait; < 0: none
+};
 
-static int ToolMain(int argc, char** argv) {
+void AddFlags(CLI::App& app, GetFlags& f) {
   using namespace mcd;
-  CLI::App app{"mcd-get: take a reference to a tensor and open it in this process"};
   tools::SetupApp(app);
   app.footer(std::string("Examples:\n"
                          "  mcd-get weights                 # refcount+1, print the record\n"
@@ -43,91 +49,120 @@ static int ToolMain(int argc, char** argv) {
                          "A reference is the calling shell's (or --owner-pid's): mcd-rm from it\n"
                          "gives it back, and the server does when that process exits.\n\n") +
              tools::kEnvironmentFooter);
-  tools::CommonFlags flags;
-  tools::AddCommonFlags(app, flags);
-  std::string name, output;
-  bool no_ref = false;
-  uint64_t print_count = 0;
-  app.add_option("NAME", name, "Tensor name")->required();
-  app.add_flag("--no-ref", no_ref, "Read without taking a reference (refcount unchanged)");
-  tools::HolderFlags holder;
-  tools::AddHolderFlags(app, holder, "take",
+  tools::AddCommonFlags(app, f.common);
+  app.add_option("NAME", f.name, "Tensor name")->required();
+  app.add_flag("--no-ref", f.no_ref, "Read without taking a reference (refcount unchanged)");
+  tools::AddHolderFlags(app, f.holder, "take",
                         "Take a reference bound to no process: it lives until an mcd-rm gives "
                         "it back");
-  app.add_option("-o,--output", output, "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
-  app.add_option("--print", print_count, "Print the first N values");
-  double wait_s = -1;
-  app.add_option("--wait", wait_s,
+  app.add_option("-o,--output", f.output,
+                 "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
+  app.add_option("--print", f.print_count, "Print the first N values");
+  app.add_option("--wait", f.wait_s,
                  "Wait up to SECONDS for NAME to exist and be ready (0: without end), woken by the "
                  "server's event; exit 75 when it did not")
       ->check(CLI::Range(0.0, 1e7));
-  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
-  const char* tool = "mcd-get";
-  if (!output.empty() && !EndsWith(output, ".npy") && !EndsWith(output, ".bin")) {
-    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument, "-o needs a .npy or .bin file name"));
-  }
+}
 
-  // A read alone needs no server; a reference, or a wait for the server's events, does.
-  auto options = tools::MakeClientOptions(flags, !no_ref || wait_s >= 0);
-  if (!options.ok()) return tools::Fail(tool, options.status());
-  if (no_ref) {
-    options->holder_pid = kNoHolder;  // takes none: a tool whose parent is gone may read
+// The client the flags ask for: bound to the holder of the reference to take, to none for a
+// read (which takes none, so that a tool whose parent is gone may read). A read alone needs no
+// server; a reference, or a wait for the server's events, does.
+mcd::Result<std::unique_ptr<mcd::Client>> Connect(const GetFlags& f) {
+  using namespace mcd;
+  MCD_ASSIGN_OR_RETURN(ClientOptions options,
+                       tools::MakeClientOptions(f.common, !f.no_ref || f.wait_s >= 0));
+  if (f.no_ref) {
+    options.holder_pid = kNoHolder;
   } else {
-    auto holder_pid = tools::HolderPid(holder, "take");
-    if (!holder_pid.ok()) return tools::Fail(tool, holder_pid.status());
-    options->holder_pid = holder_pid.value();
+    MCD_ASSIGN_OR_RETURN(options.holder_pid, tools::HolderPid(f.holder, "take"));
   }
-  auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
-  if (!client.ok()) return tools::Fail(tool, client.status());
-  auto view = wait_s >= 0 ? client.value()->GetWhenReady(name, tools::TimeoutMs(wait_s), !no_ref)
-              : no_ref    ? client.value()->Open(name)
-                          : client.value()->Get(name);
-  if (!view.ok()) return tools::Fail(tool, view.status());
-  const TensorRecord& r = view->record;
-  // A get that fails after the reference was taken gives it back: nobody would mcd-rm it.
-  auto fail = [&](const Status& status) {
-    if (!no_ref) (void)client.value()->Release(name);
-    return tools::Fail(tool, status);
-  };
+  return tools::ConnectClient("mcd-get", options, f.common.quiet);
+}
 
-  std::string contents;
+// What the flags ask to have: a wait, a reference, or a read.
+mcd::Result<mcd::TensorView> OpenAsAsked(mcd::Client& client, const GetFlags& f) {
+  if (f.wait_s >= 0) return client.GetWhenReady(f.name, mcd::tools::TimeoutMs(f.wait_s), !f.no_ref);
+  return f.no_ref ? client.Open(f.name) : client.Get(f.name);
+}
+
+// Writes `contents` to the -o file: NumPy for a .npy name, raw bytes for .bin.
+mcd::Status WriteOutput(const std::string& output, const mcd::TensorRecord& r,
+                        const std::string& contents) {
+  using namespace mcd;
+  // Past the file-size limit a write then fails (EFBIG) and is reported like a full disk,
+  // instead of the signal ending the tool before it removes what it began.
+  signal(SIGXFSZ, SIG_IGN);
+  const bool npy = EndsWith(output, ".npy");
+  MCD_RETURN_IF_ERROR(
+      npy ? tools::WriteNpy(output, r.dtype, r.shape, contents.data(), contents.size())
+          : tools::WriteWhole(output, {contents}));
+  if (r.dtype == DType::kBF16 && npy) {
+    std::cerr << "mcd-get: note: NumPy has no bfloat16; " << output
+              << " holds the raw bits as uint16\n";
+  }
+  return Status::Ok();
+}
+
+// The bytes the flags ask for (all of them for -o, the first --print values else), written to
+// the -o file when one is named.
+mcd::Status ReadContents(mcd::Client& client, const mcd::TensorView& view, const GetFlags& f,
+                         std::string& contents) {
+  using namespace mcd;
+  const TensorRecord& r = view.record;
+  if (f.output.empty() && f.print_count == 0) return Status::Ok();
   uint64_t elements = r.bytes / DTypeSize(r.dtype);
-  if (!output.empty() || print_count > 0) {
-    uint64_t want = output.empty() ? std::min(print_count, elements) * DTypeSize(r.dtype) : r.bytes;
-    contents.resize(want);
-    Status copied = client.value()->CopyToHost(view.value(), contents.data(), want);
-    if (!copied.ok()) return fail(copied);
-  }
-  if (!output.empty()) {
-    // Past the file-size limit a write then fails (EFBIG) and is reported like a full disk,
-    // instead of the signal ending the tool before it removes what it began.
-    signal(SIGXFSZ, SIG_IGN);
-    Status written =
-        EndsWith(output, ".npy")
-            ? tools::WriteNpy(output, r.dtype, r.shape, contents.data(), contents.size())
-            : tools::WriteWhole(output, {contents});
-    if (!written.ok()) return fail(written);
-    if (r.dtype == DType::kBF16 && EndsWith(output, ".npy")) {
-      std::cerr << "mcd-get: note: NumPy has no bfloat16; " << output << " holds the raw bits as uint16\n";
-    }
-  }
-  // The mapping is this process's; the reference (if taken) stays until mcd-rm.
-  (void)client.value()->Close(name);
+  contents.resize(f.output.empty() ? std::min(f.print_count, elements) * DTypeSize(r.dtype)
+                                   : r.bytes);
+  MCD_RETURN_IF_ERROR(client.CopyToHost(view, contents.data(), contents.size()));
+  return f.output.empty() ? Status::Ok() : WriteOutput(f.output, r, contents);
+}
 
-  if (flags.json) {
+void PrintResult(const GetFlags& f, const mcd::TensorRecord& r, const std::string& contents) {
+  using namespace mcd;
+  uint64_t shown = std::min<uint64_t>(f.print_count, r.bytes / DTypeSize(r.dtype));
+  if (f.common.json) {
     std::string json = RecordToJson(r);
-    if (print_count > 0) {
+    if (f.print_count > 0) {
       json.pop_back();
-      json += ",\"values\":[" + tools::FormatValues(contents.data(), r.dtype, std::min(print_count, elements)) + "]}";
+      json += ",\"values\":[" + tools::FormatValues(contents.data(), r.dtype, shown) + "]}";
     }
     std::cout << json << "\n";
-  } else if (!flags.quiet) {
+  } else if (!f.common.quiet) {
     PrintRecord(r);
-    if (print_count > 0) {
-      std::cout << "values:    " << tools::FormatValues(contents.data(), r.dtype, std::min(print_count, elements))
-                << (print_count < elements ? ",..." : "") << "\n";
+    if (f.print_count > 0) {
+      std::cout << "values:    " << tools::FormatValues(contents.data(), r.dtype, shown)
+                << (shown < r.bytes / DTypeSize(r.dtype) ? ",..." : "") << "\n";
     }
   }
+}
+
+}  // namespace
+
+static int ToolMain(int argc, char** argv) {
+  using namespace mcd;
+  const char* tool = "mcd-get";
+  CLI::App app{"mcd-get: take a reference to a tensor and open it in this process"};
+  GetFlags f;
+  AddFlags(app, f);
+  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  if (!f.output.empty() && !EndsWith(f.output, ".npy") && !EndsWith(f.output, ".bin")) {
+    return tools::Fail(tool,
+                       Status(ErrorCode::kInvalidArgument, "-o needs a .npy or .bin file name"));
+  }
+  auto client = Connect(f);
+  if (!client.ok()) return tools::Fail(tool, client.status());
+  auto view = OpenAsAsked(**client, f);
+  if (!view.ok()) return tools::Fail(tool, view.status());
+  std::string contents;
+  Status read = ReadContents(**client, *view, f, contents);
+  if (!read.ok()) {
+    // A get that fails after the reference was taken gives it back: nobody would mcd-rm it.
+    if (!f.no_ref) (void)client.value()->Release(f.name);
+    return tools::Fail(tool, read);
+  }
+  // The mapping is this process's; the reference (if taken) stays until mcd-rm.
+  (void)client.value()->Close(f.name);
+  PrintResult(f, view->record, contents);
   return 0;
 }
 

@@ -112,7 +112,9 @@ class MCD_API Client {
 
   // Waits (client/waits.cpp) block on the event stream of memcuda/events.h, woken by the change
   // they wait for; a timeout < 0 waits without end. They need the node's server to keep events
-  // (mcd-serve --event-history), else kUnavailable.
+  // (mcd-serve --event-history), else kUnavailable. A Redis away meanwhile (restarting, loading)
+  // and kTryAgain are waited through to the end of their own timeout, whatever
+  // ClientOptions::timeout_ms.
   //
   // Get (take_reference) or Open `name` as soon as it exists and is ready; kTimeout when it did
   // not within `timeout_ms`, having changed nothing.

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "memcuda/client.h"
 #include "memcuda/events.h"
@@ -19,6 +20,14 @@ using Clock = std::chrono::steady_clock;
 
 // The longest single block between two checks.
 constexpr int kLongestBlockMs = 10000;
+// The pause before the stream is opened again after Redis went away from it.
+constexpr int kStreamRetryMs = 200;
+
+// Whether a failure says only that Redis is away for now (restarting, loading, failing over):
+// a wait outlasts it, to its own end.
+bool RedisAway(const Status& status) {
+  return status.code() == ErrorCode::kTryAgain || status.code() == ErrorCode::kUnavailable;
+}
 
 // Runs `check` until it answers true, blocking between tries until an event that `wakes` picks.
 // True once `check` did, false when `timeout_ms` (< 0: never) ran out first.
@@ -37,7 +46,15 @@ Result<bool> WaitOnEvents(EventStream& events, int timeout_ms,
         if (left.count() <= 0) return false;
         block_ms = static_cast<int>(std::min<int64_t>(block_ms, left.count()));
       }
-      MCD_ASSIGN_OR_RETURN(std::vector<LifecycleEvent> got, events.Read(cursor, block_ms));
+      auto read = events.Read(cursor, block_ms);
+      if (!read.ok() && RedisAway(read.status())) {
+        // The check then says whether Redis is back; an event made meanwhile is still read
+        // from the cursor once the stream is open again.
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(block_ms, kStreamRetryMs)));
+        (void)events.Reconnect();
+        break;
+      }
+      MCD_ASSIGN_OR_RETURN(std::vector<LifecycleEvent> got, std::move(read));
       // A block that ended quiet checks again too: a change that wrote no event (a hash edited
       // by hand) is then seen within kLongestBlockMs. So does a gap: the event it waits for may
       // be among those trimmed before it read them.
@@ -85,7 +102,12 @@ Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
     view = take_reference ? Get(name) : Open(name);
     if (view->ok()) return true;
     ErrorCode code = view->status().code();
-    if (code == ErrorCode::kNotFound || code == ErrorCode::kNotReady) return false;
+    // Not there yet, being filled, or not to be told yet (Redis loading, a server putting its
+    // tensors back): all "not yet" until the wait's own end, whatever the client's timeout.
+    if (code == ErrorCode::kNotFound || code == ErrorCode::kNotReady ||
+        code == ErrorCode::kTryAgain) {
+      return false;
+    }
     return view->status();
   };
   // Any change to the name, and a server start (a restarted server republishes what it holds).
@@ -106,6 +128,7 @@ Status Client::WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_
     auto record = Stat(name);
     if (!record.ok()) {
       if (record.status().code() == ErrorCode::kNotFound) return true;
+      if (record.status().code() == ErrorCode::kTryAgain) return false;  // as in GetWhenReady
       return record.status();
     }
     refcount = record->refcount;

@@ -128,6 +128,7 @@ Status Server::Impl::Start() {
   RedisOptions ropt;
   ropt.command_timeout_ms = 10000;
   MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
+  MCD_RETURN_IF_ERROR(CheckRedisVersion(*redis_, opt_.redis_url.Redacted()));
   intake_ = std::make_unique<Intake>(*redis_, opt_);
   pipeline_ = std::make_unique<CommitPipeline>(
       *redis_, opt_, instance_,

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,32 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
                            " orphaned shm object(s); " + std::to_string(pending.integer) +
                            " unfinished command(s) to resume");
   return Status::Ok();
+}
+
+Status CheckRedisVersion(RedisConnection& redis, const std::string& where) {
+  std::string version;
+  auto info = redis.Command({"INFO", "server"});
+  if (info.ok()) version = InfoField(info->str, "redis_version");
+  // INFO is among the commands an ACL of a shared Redis forbids (@dangerous); HELLO (Redis 6
+  // and newer, RESP2 kept) names the version too.
+  Result<RedisValue> hello = RedisValue{};
+  if (version.empty()) hello = redis.Command({"HELLO", "2"});
+  for (size_t i = 0; version.empty() && hello.ok() && i + 1 < hello->elements.size(); i += 2) {
+    if (hello->elements[i].str == "version") version = hello->elements[i + 1].str;
+  }
+  if (version.empty()) {
+    Log(LogLevel::kWarn, "cannot tell the version of Redis at " + where + " (INFO: " +
+                             (info.ok() ? "no redis_version" : info.status().message()) +
+                             "; HELLO: " + (hello.ok() ? "no version" : hello.status().message()) +
+                             "); memcuda needs Redis 7.0 or newer");
+    return Status::Ok();
+  }
+  if (std::atoi(version.c_str()) >= 7) return Status::Ok();
+  return Status(ErrorCode::kUnavailable,
+                "Redis at " + where + " is version " + version +
+                    "; memcuda needs 7.0 or newer: an older Redis keeps loaded scripts in its AOF "
+                    "and RDB and passes them to its replicas, so that a server cannot tell when "
+                    "Redis lost the tensors it must put back");
 }
 
 void WarnIfRedisEvicts(RedisConnection& redis) {

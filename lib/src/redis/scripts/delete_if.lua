@@ -3,7 +3,11 @@
 -- the heartbeat that are still its own, a starting one the hashes of a dead instance.
 -- ARGV[3] the stream's cap, ARGV[4] event, ARGV[5] tensor name ("" for a server event),
 -- ARGV[6] node, ARGV[7] pid, ARGV[8] reason. Returns the number of keys deleted.
+-- A tensor still "creating" goes without an event: no event names a tensor before its publish.
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+local state = redis.call('HGET', KEYS[1], 'state')
 redis.call('DEL', KEYS[1])
-mcd_event(KEYS[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], 0, ARGV[7], ARGV[8])
+if state ~= 'creating' then
+  mcd_event(KEYS[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], 0, ARGV[7], ARGV[8])
+end
 return 1
