@@ -29,14 +29,7 @@ class EventStreamTest : public ::testing::Test {
     }
     for (int i = 0; i < count; ++i) ASSERT_TRUE(conn->ReadReply().ok());
   }
-  long long Field(const std::string& name) {
-    auto info = redis_.Connect()->Command({"XINFO", "STREAM", keys_.Events()});
-    for (size_t i = 0; info.ok() && i + 1 < info->elements.size(); i += 2) {
-      if (info->elements[i].str == name) return info->elements[i + 1].integer;
-    }
-    ADD_FAILURE() << name;
-    return -1;
-  }
+  test::StreamInfo Info() { return test::StreamInfoOf(*redis_.Connect(), keys_.Events()); }
   std::vector<LifecycleEvent> Read(const std::string& after) {
     auto got = stream_->Read(after, 200, 1000);
     EXPECT_TRUE(got.ok()) << got.status().ToString();
@@ -54,10 +47,10 @@ TEST_F(EventStreamTest, AReaderLeftBehindByTheCapGetsAGapWithTheCountLost) {
   ASSERT_TRUE(from.ok());
   EXPECT_TRUE(Read(from.value()).empty());
   Add("b", 300);  // b0.. are the 6th.. entries ever added
-  long long trimmed = Field("entries-added") - Field("length");
+  long long trimmed = Info().added - Info().length;
   ASSERT_GT(trimmed, 5);
   auto got = Read(from.value());
-  ASSERT_EQ(got.size(), 1 + static_cast<size_t>(Field("length")));
+  ASSERT_EQ(got.size(), 1 + static_cast<size_t>(Info().length));
   EXPECT_EQ(got[0].event, "gap");
   EXPECT_EQ(got[0].id, from.value());
   EXPECT_EQ(got[0].missed, trimmed - 5);

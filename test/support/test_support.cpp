@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -205,6 +206,34 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+StreamInfo StreamInfoOf(RedisConnection& redis, const std::string& key) {
+  auto info = redis.Command({"XINFO", "STREAM", key});
+  EXPECT_TRUE(info.ok()) << info.status().ToString();
+  StreamInfo s;
+  for (size_t i = 0; info.ok() && i + 1 < info->elements.size(); i += 2) {
+    const std::string& field = info->elements[i].str;
+    const RedisValue& value = info->elements[i + 1];
+    if (field == "entries-added") s.added = value.integer;
+    if (field == "length") s.length = value.integer;
+    if (field == "first-entry" && !value.elements.empty()) s.first_id = value.elements[0].str;
+    if (field == "last-generated-id") s.last_id = value.str;
+  }
+  return s;
+}
+
+int BlockedClients(RedisConnection& redis, const std::string& cmd) {
+  auto list = redis.Command({"CLIENT", "LIST"});
+  if (!list.ok()) return 0;
+  int blocked = 0;
+  std::istringstream lines(list->str);
+  for (std::string line; std::getline(lines, line);) {
+    size_t at = line.find(" flags=");
+    std::string flags = at == std::string::npos ? "" : line.substr(at + 7, line.find(' ', at + 1) - at - 7);
+    if (flags.find('b') != std::string::npos && line.find(" cmd=" + cmd + " ") != std::string::npos) ++blocked;
+  }
+  return blocked;
 }
 
 std::string RandomBytes(size_t n, uint32_t seed) {

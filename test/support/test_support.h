@@ -97,6 +97,17 @@ std::vector<std::string> ShmObjects(const std::string& prefix);
 std::vector<pid_t> ChildrenOf(pid_t parent);
 // Whether `pid` is a process that still runs (an unreaped zombie does not).
 bool Running(pid_t pid);
+// What XINFO STREAM says of stream `key`: the entries ever added (-1 where Redis does not say)
+// and kept, the oldest kept id ("" when none) and the newest given. All zero-like when the
+// stream cannot be read (the test then fails).
+struct StreamInfo {
+  long long added = -1, length = 0;
+  std::string first_id, last_id;
+};
+StreamInfo StreamInfoOf(RedisConnection& redis, const std::string& key);
+// How many clients CLIENT LIST shows blocked (flag b: waiting on a key, or held by CLIENT PAUSE)
+// in command `cmd` ("xread", "evalsha").
+int BlockedClients(RedisConnection& redis, const std::string& cmd);
 // Polls `predicate` every 20 ms for at most `timeout_ms`.
 bool WaitFor(const std::function<bool()>& predicate, int timeout_ms);
 bool HasCudaDevice();

@@ -84,26 +84,7 @@ class Events : public Lifecycle {
     return holder;
   }
   long long XLen() { return redis_.Connect()->Command({"XLEN", keys_.Events()})->integer; }
-  // What XINFO STREAM says of the event stream: the entries ever added, those kept, the oldest
-  // kept and the newest id.
-  struct StreamCounts {
-    long long added = 0, length = 0;
-    std::string first_id, last_id;
-  };
-  StreamCounts Counts() {
-    auto info = redis_.Connect()->Command({"XINFO", "STREAM", keys_.Events()});
-    EXPECT_TRUE(info.ok());
-    StreamCounts c;
-    for (size_t i = 0; info.ok() && i + 1 < info->elements.size(); i += 2) {
-      const std::string& field = info->elements[i].str;
-      const RedisValue& value = info->elements[i + 1];
-      if (field == "entries-added") c.added = value.integer;
-      if (field == "length") c.length = value.integer;
-      if (field == "first-entry") c.first_id = value.elements.at(0).str;
-      if (field == "last-generated-id") c.last_id = value.str;
-    }
-    return c;
-  }
+  test::StreamInfo Counts() { return test::StreamInfoOf(*redis_.Connect(), keys_.Events()); }
   // 600 events (a create, a get and a release of 200 names), then a create of "end" once the
   // server has applied them.
   void Flood() {
@@ -336,14 +317,14 @@ TEST_F(Events, AWatcherLeftBehindByTheCapSaysHowManyEventsItMissed) {
   ASSERT_TRUE(test::WaitFor([&] { return Count(Log("json.log"), "first") == 1 && Count(Log("table.log"), "first") == 1; },
                             10000))
       << Log("json.log") << Log("table.log");
-  StreamCounts at_first = Counts();
+  test::StreamInfo at_first = Counts();
   std::string first_id = JsonLines("json.log").back()["id"];
   ASSERT_EQ(at_first.last_id, first_id) << "no other event came";
   ASSERT_TRUE(test::WaitFor([&] { return BlockedReaders(2); }, 10000));
   kill(json_watch->pid(), SIGSTOP);
   kill(table_watch->pid(), SIGSTOP);
   Flood();
-  StreamCounts end = Counts();
+  test::StreamInfo end = Counts();
   long long missed = end.added - end.length - at_first.added;
   ASSERT_GT(missed, 0) << "the cap trimmed events the watchers had not read";
   kill(json_watch->pid(), SIGCONT);

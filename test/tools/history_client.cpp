@@ -2,7 +2,7 @@
 // into a file, or takes references and holds them until it is killed, through libmemcuda's C++
 // API or its C ABI.
 //
-//   history_client URL NODE TIMEOUT_MS lib|c create NAME FILE   # u8[size of FILE], filled
+//   history_client URL NODE TIMEOUT_MS lib|c create NAME FILE   # u8[size of FILE], ready filled
 //   history_client URL NODE TIMEOUT_MS lib|c read NAME FILE     # get, copy out, release
 //   history_client URL NODE TIMEOUT_MS lib|c hold NAME...       # "NAME CODE" each, then "held"
 //
@@ -45,23 +45,17 @@ class CppApi : public Api {
  public:
   explicit CppApi(std::unique_ptr<mcd::Client> client) : client_(std::move(client)) {}
 
-  // As mcd-create --from does it: create, fill through a mapping, and give the tensor back when
-  // it could not be filled.
+  // Ready once filled: the library fills and publishes it, or leaves nothing.
   int Create(const std::string& name, const std::string& bytes) override {
     mcd::CreateSpec spec;
     spec.name = name;
     spec.dtype = mcd::DType::kU8;
     spec.shape = {static_cast<int64_t>(bytes.size())};
     spec.device = mcd::kHostDevice;
+    spec.contents = bytes.data();
+    spec.contents_bytes = bytes.size();
     auto created = client_->Create(spec);
-    if (!created.ok()) return Failed(created.status());
-    auto view = client_->Open(name);
-    mcd::Status filled =
-        view.ok() ? client_->CopyFromHost(view.value(), bytes.data(), bytes.size()) : view.status();
-    (void)client_->Close(name);  // the mapping only; the creator's reference stays
-    if (filled.ok()) return 0;
-    (void)client_->Release(name);  // best effort, as the tool; the failure is what is reported
-    return Failed(filled);
+    return created.ok() ? 0 : Failed(created.status());
   }
 
   int Read(const std::string& name, std::string* bytes) override {
@@ -88,15 +82,16 @@ class CApi : public Api {
   explicit CApi(mcd_client* client) : client_(client) {}
   ~CApi() override { mcd_disconnect(client_); }
 
+  // Ready once filled, as the library's: mcd_create_ex with the bytes as its data.
   int Create(const std::string& name, const std::string& bytes) override {
     int64_t shape[1] = {static_cast<int64_t>(bytes.size())};
-    int32_t rc = mcd_create(client_, name.c_str(), "u8", shape, 1, MCD_DEVICE_CPU, nullptr);
-    if (rc != MCD_OK) return Failed(rc);
-    rc = mcd_copy_from_host(client_, name.c_str(), bytes.data(), bytes.size());
-    if (rc == MCD_OK) return 0;
-    int code = Failed(rc);
-    (void)mcd_release(client_, name.c_str());
-    return code;
+    mcd_create_options options{};
+    options.size = sizeof(options);
+    options.data = bytes.data();
+    options.data_bytes = bytes.size();
+    int32_t rc =
+        mcd_create_ex(client_, name.c_str(), "u8", shape, 1, MCD_DEVICE_CPU, &options, nullptr);
+    return rc == MCD_OK ? 0 : Failed(rc);
   }
 
   // Reads through the mapping mcd_get hands out.

@@ -94,6 +94,22 @@ void History::AddScan(Scan scan) {
   scans_.push_back(std::move(scan));
 }
 
+void History::SetWatchOutput(std::string text, bool ran_to_end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  watch_output_ = std::move(text);
+  watch_ran_to_end_ = ran_to_end;
+}
+
+void History::SetFinal(FinalState state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  final_ = std::move(state);
+}
+
+void History::SetEnd(double t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  end_ = t;
+}
+
 namespace {
 
 std::string Seconds(double t) {

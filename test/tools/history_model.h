@@ -140,12 +140,9 @@ class History {
   void AddHolderDeath(const HolderDeath& death);
   void AddScan(Scan scan);
   // What `mcd-ls --watch --json` printed, and whether it still ran at the end.
-  void SetWatchOutput(std::string text, bool ran_to_end) {
-    watch_output_ = std::move(text);
-    watch_ran_to_end_ = ran_to_end;
-  }
-  void SetFinal(FinalState state) { final_ = std::move(state); }
-  void SetEnd(double t) { end_ = t; }
+  void SetWatchOutput(std::string text, bool ran_to_end);
+  void SetFinal(FinalState state);
+  void SetEnd(double t);
 
   const std::vector<Op>& ops() const { return ops_; }
   const std::vector<Fault>& faults() const { return faults_; }

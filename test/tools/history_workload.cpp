@@ -159,11 +159,9 @@ void Workload::WorkerLoop(int worker, uint32_t seed) {
     if (unresolved && r < 0.2) {
       ResolveUnknown();
     } else if (live < 8 || (live < 60 && r < 0.45)) {
-      if (Uniform(rng, 0, 1) < 0.6) {
-        ProduceWithWaiter(rng, NewName(worker));
-      } else {
-        CreateThroughApi(rng, NewName(worker));
-      }
+      double api = Uniform(rng, 0, 1);
+      ProduceWithWaiter(rng, NewName(worker),
+                        api < 0.6 ? Api::kTool : api < 0.8 ? Api::kLibrary : Api::kCAbi);
     } else if (r < 0.75) {
       Read(rng);
     } else if (r < 0.97) {
@@ -216,7 +214,6 @@ Op Workload::RunOp(OpKind kind, Api api, const std::string& name,
 void Workload::RecordCreate(Op create, std::string bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   bytes_[create.name] = std::move(bytes);
-  creator_[create.name] = create.api;
   if (create.Succeeded()) {
     live_.push_back(create.name);
   } else if (create.exit_code != 1) {
@@ -226,36 +223,34 @@ void Workload::RecordCreate(Op create, std::string bytes) {
 }
 
 // A consumer started before its producer, as in the README's pipeline: mcd-get --wait -o, then
-// mcd-create --from a .npy of random bytes.
-void Workload::ProduceWithWaiter(std::mt19937& rng, const std::string& name) {
+// a create filled with random bytes: mcd-create --from a .npy, or the library's or the C ABI's
+// create with contents.
+void Workload::ProduceWithWaiter(std::mt19937& rng, const std::string& name, Api api) {
   std::string bytes = RandomBytes(rng);
-  std::string in = target_.dir + "/" + name + ".npy", out = target_.dir + "/" + name + ".wait.npy";
-  if (!tools::WriteNpy(in, DType::kU8, {static_cast<int64_t>(bytes.size())}, bytes.data(),
-                       bytes.size())
-           .ok())
-    return;
+  std::string in = target_.dir + "/" + name + (api == Api::kTool ? ".npy" : ".bin");
+  std::string out = target_.dir + "/" + name + ".wait.npy";
+  if (api == Api::kTool) {
+    if (!tools::WriteNpy(in, DType::kU8, {static_cast<int64_t>(bytes.size())}, bytes.data(),
+                         bytes.size())
+             .ok())
+      return;
+  } else {
+    std::ofstream(in, std::ios::binary) << bytes;
+  }
   auto waiter = std::async(std::launch::async, [&] {
     return RunOp(OpKind::kWaitRead, Api::kTool, name,
                  ToolArgv("mcd-get", {name, "--wait", kWaitSeconds, "--no-ref", "-q", "-o", out}));
   });
   Sleep(Uniform(rng, 0, 0.2));
-  RecordCreate(RunOp(OpKind::kCreate, Api::kTool, name,
-                     ToolArgv("mcd-create", {name, "--from", in, "--device", "cpu", "-q"})),
-               bytes);
+  std::vector<std::string> create =
+      api == Api::kTool ? ToolArgv("mcd-create", {name, "--from", in, "--device", "cpu", "-q"})
+                        : ClientArgv(api, "create", {name, in});
+  RecordCreate(RunOp(OpKind::kCreate, api, name, create), bytes);
   Op wait = waiter.get();
   if (wait.Succeeded()) wait.bytes_wrong = NpyDifference(out, bytes);
   history_.Add(std::move(wait));
   std::remove(in.c_str());
   std::remove(out.c_str());
-}
-
-void Workload::CreateThroughApi(std::mt19937& rng, const std::string& name) {
-  std::string bytes = RandomBytes(rng);
-  std::string in = target_.dir + "/" + name + ".bin";
-  std::ofstream(in, std::ios::binary) << bytes;
-  Api api = rng() % 2 ? Api::kLibrary : Api::kCAbi;
-  RecordCreate(RunOp(OpKind::kCreate, api, name, ClientArgv(api, "create", {name, in})), bytes);
-  std::remove(in.c_str());
 }
 
 // A name to use: acknowledged and not being removed; now and then (`dead_only`: always), for a
@@ -338,8 +333,8 @@ void Workload::OrphanGet(std::mt19937& rng) {
   history_.Add(std::move(op));
 }
 
-// A create whose outcome was unknown: mcd-ls says whether it happened; a tensor of mcd-create
-// --from that did is read (it must hold the file's bytes: ready means filled) and removed.
+// A create whose outcome was unknown: mcd-ls says whether it happened; a tensor that did is read
+// (it must hold the create's bytes: ready means filled) and removed.
 void Workload::ResolveUnknown() {
   std::string name;
   {
@@ -353,18 +348,12 @@ void Workload::ResolveUnknown() {
   bool exists = ls.Succeeded() && listed.is_array() && !listed.empty();
   history_.Add(std::move(ls));
   if (!exists) return;
-  bool from_file = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    from_file = creator_[name] == Api::kTool;
-  }
-  if (from_file) {
-    std::string out = target_.dir + "/" + name + ".resolved.npy";
-    Op read = RunOp(OpKind::kRead, Api::kTool, name,
-                    ToolArgv("mcd-get", {name, "--no-ref", "-q", "-o", out}));
-    if (read.Succeeded()) read.bytes_wrong = NpyDifference(out, BytesOf(name));
-    history_.Add(std::move(read));
-  }
+  std::string out = target_.dir + "/" + name + ".resolved.npy";
+  Op read = RunOp(OpKind::kRead, Api::kTool, name,
+                  ToolArgv("mcd-get", {name, "--no-ref", "-q", "-o", out}));
+  if (read.Succeeded()) read.bytes_wrong = NpyDifference(out, BytesOf(name));
+  history_.Add(std::move(read));
+  std::remove(out.c_str());
   history_.Add(RunOp(OpKind::kRemove, Api::kTool, name, ToolArgv("mcd-rm", {name, "--json"})));
 }
 

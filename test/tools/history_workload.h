@@ -62,8 +62,7 @@ class Workload {
   void ScanLoop();
 
   // The operations of a worker.
-  void ProduceWithWaiter(std::mt19937& rng, const std::string& name);
-  void CreateThroughApi(std::mt19937& rng, const std::string& name);
+  void ProduceWithWaiter(std::mt19937& rng, const std::string& name, Api api);
   void Read(std::mt19937& rng, bool dead_only = false);
   void Remove(std::mt19937& rng);
   void OrphanGet(std::mt19937& rng);
@@ -102,7 +101,6 @@ class Workload {
   std::vector<std::pair<std::string, double>> dead_;    // of a SIGKILLed server, since
   std::deque<std::pair<std::string, double>> unknown_;  // a create's outcome unknown, since
   std::map<std::string, std::string> bytes_;            // what each create wrote
-  std::map<std::string, Api> creator_;
   std::set<pid_t> holder_pids_;
   std::map<int, int> sequence_;
   std::mt19937 burst_rng_;

@@ -201,19 +201,8 @@ class Lifecycle : public ::testing::Test {
                     "--loading-process-events-interval-bytes", "1024"});
   }
 
-  // Whether `count` clients are blocked in XREAD (CLIENT LIST: flags b, cmd xread).
-  bool BlockedReaders(int count) {
-    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
-    if (!list.ok()) return false;
-    int blocked = 0;
-    std::istringstream lines(list->str);
-    for (std::string line; std::getline(lines, line);) {
-      size_t flags = line.find(" flags=");
-      std::string flag_text = flags == std::string::npos ? "" : line.substr(flags + 7, line.find(' ', flags + 1) - flags - 7);
-      if (flag_text.find('b') != std::string::npos && line.find(" cmd=xread ") != std::string::npos) ++blocked;
-    }
-    return blocked == count;
-  }
+  // Whether `count` clients are blocked in XREAD.
+  bool BlockedReaders(int count) { return test::BlockedClients(*redis_.Connect(), "xread") == count; }
 
   std::vector<std::string> TensorKeys() {
     auto reply = redis_.Connect()->Command({"KEYS", keys_.TensorPattern("*")});  // test only

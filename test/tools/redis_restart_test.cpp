@@ -203,10 +203,7 @@ TEST_F(RedisRestart, AWaitOutlastsARestartLongerThanTheToolsTimeout) {
   test::Background waiter({test::ToolPath("mcd-get"), "late", "--wait", "120", "--timeout-ms", "1000", "--no-ref",
                            "-q", "-o", out, "--node", node_},
                           Env(), dir_.path() + "/waiter.log");
-  auto blocked = [&] {
-    auto list = redis_.Connect()->Command({"CLIENT", "LIST"});
-    return list.ok() && list->str.find(" cmd=xread ") != std::string::npos;
-  };
+  auto blocked = [&] { return test::BlockedClients(*redis_.Connect(), "xread") == 1; };
   ASSERT_TRUE(test::WaitFor(blocked, 20000)) << test::ReadFile(dir_.path() + "/waiter.log");
   RestartLoadingSlowly();
   ASSERT_TRUE(LoadingSoon());

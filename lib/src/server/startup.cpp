@@ -83,21 +83,22 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
 }
 
 Status CheckRedisVersion(RedisConnection& redis, const std::string& where) {
+  // HELLO (Redis 6 and newer; RESP2 kept) names the version, and no ACL can forbid it; before
+  // Redis 6, INFO does, which ACLs of shared deployments forbid (@dangerous).
   std::string version;
-  auto info = redis.Command({"INFO", "server"});
-  if (info.ok()) version = InfoField(info->str, "redis_version");
-  // INFO is among the commands an ACL of a shared Redis forbids (@dangerous); HELLO (Redis 6
-  // and newer, RESP2 kept) names the version too.
-  Result<RedisValue> hello = RedisValue{};
-  if (version.empty()) hello = redis.Command({"HELLO", "2"});
-  for (size_t i = 0; version.empty() && hello.ok() && i + 1 < hello->elements.size(); i += 2) {
+  auto hello = redis.Command({"HELLO", "2"});
+  for (size_t i = 0; hello.ok() && i + 1 < hello->elements.size(); i += 2) {
     if (hello->elements[i].str == "version") version = hello->elements[i + 1].str;
   }
+  Result<RedisValue> info = RedisValue{};
+  if (version.empty()) info = redis.Command({"INFO", "server"});
+  if (version.empty() && info.ok()) version = InfoField(info->str, "redis_version");
   if (version.empty()) {
-    Log(LogLevel::kWarn, "cannot tell the version of Redis at " + where + " (INFO: " +
-                             (info.ok() ? "no redis_version" : info.status().message()) +
-                             "; HELLO: " + (hello.ok() ? "no version" : hello.status().message()) +
-                             "); memcuda needs Redis 7.0 or newer");
+    Log(LogLevel::kWarn,
+        "cannot tell the version of Redis at " + where +
+            " (HELLO: " + (hello.ok() ? "no version" : hello.status().message()) +
+            "; INFO: " + (info.ok() ? "no redis_version" : info.status().message()) +
+            "); memcuda needs Redis 7.0 or newer");
     return Status::Ok();
   }
   if (std::atoi(version.c_str()) >= 7) return Status::Ok();

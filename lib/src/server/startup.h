@@ -24,9 +24,9 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
                      const std::string& shm_prefix);
 
 // Redis 7.0 or newer, or kUnavailable: older versions keep the scripts a server loads (its
-// settled marker, heartbeat.h) across a restart and on replicas. Read from INFO, else from HELLO
-// (INFO is forbidden by many ACLs); a Redis that tells neither is taken as it is, said in a log
-// line. `where` names the Redis in the messages.
+// settled marker, heartbeat.h) across a restart and on replicas. Read from HELLO, else (before
+// Redis 6) from INFO; a Redis that tells neither is taken as it is, said in a log line. `where`
+// names the Redis in the messages.
 Status CheckRedisVersion(RedisConnection& redis, const std::string& where);
 
 // A Redis that evicts keys at its maxmemory (a cache's setting) may drop a tensor's hash while
