@@ -17,24 +17,11 @@
 namespace mcd {
 namespace {
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string out(n, '\0');
-  for (char& c : out) c = static_cast<char>(rng() & 0xff);
-  return out;
-}
+using test::RandomBytes;
 
-// A u8[n] .npy file (version 1.0, header padded to 64 bytes as NumPy writes it).
+// A u8[n] .npy file of `data`.
 void WriteNpy(const std::string& path, const std::string& data) {
-  std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (" +
-                     std::to_string(data.size()) + ",), }";
-  dict.append(64 - 10 - dict.size() % 64 - 1, ' ');
-  dict += '\n';
-  std::string header = "\x93NUMPY\x01";
-  header += '\0';
-  header += static_cast<char>(dict.size() & 0xff);
-  header += static_cast<char>(dict.size() >> 8);
-  std::ofstream(path, std::ios::binary) << header << dict << data;
+  std::ofstream(path, std::ios::binary) << test::U8Npy(data);
 }
 
 // The data of a .npy file: what follows its header.
