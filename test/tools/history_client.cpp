@@ -1,4 +1,5 @@
-// A client process of the history test: creates a host tensor from a file's bytes, reads one
+// A client process of the history test: creates a tensor (on MCD_HISTORY_DEVICE, host memory by
+// default) from a file's bytes, reads one
 // into a file, or takes references and holds them until it is killed, through libmemcuda's C++
 // API or its C ABI.
 //
@@ -22,6 +23,13 @@
 #include "memcuda/memcuda.h"
 
 namespace {
+
+// The device the test's tensors live on (history_workload.h).
+int Device() {
+  const char* text = std::getenv("MCD_HISTORY_DEVICE");
+  auto device = mcd::ParseDevice(text != nullptr && *text != '\0' ? text : "cpu");
+  return device.ok() ? device.value() : mcd::kHostDevice;
+}
 
 // The three operations, through one of the two interfaces. Each returns an exit code and leaves
 // what went wrong in error().
@@ -51,7 +59,7 @@ class CppApi : public Api {
     spec.name = name;
     spec.dtype = mcd::DType::kU8;
     spec.shape = {static_cast<int64_t>(bytes.size())};
-    spec.device = mcd::kHostDevice;
+    spec.device = Device();
     spec.contents = bytes.data();
     spec.contents_bytes = bytes.size();
     auto created = client_->Create(spec);
@@ -90,16 +98,26 @@ class CApi : public Api {
     options.data = bytes.data();
     options.data_bytes = bytes.size();
     int32_t rc =
-        mcd_create_ex(client_, name.c_str(), "u8", shape, 1, MCD_DEVICE_CPU, &options, nullptr);
+        mcd_create_ex(client_, name.c_str(), "u8", shape, 1, Device(), &options, nullptr);
     return rc == MCD_OK ? 0 : Failed(rc);
   }
 
-  // Reads through the mapping mcd_get hands out.
+  // Reads through the mapping mcd_get hands out: in place for host memory, copied out of GPU
+  // memory by mcd_copy_to_host.
   int Read(const std::string& name, std::string* bytes) override {
     mcd_tensor tensor;
     int32_t rc = mcd_get(client_, name.c_str(), &tensor);
     if (rc != MCD_OK) return Failed(rc);
-    bytes->assign(static_cast<const char*>(tensor.data), tensor.bytes);
+    if (tensor.device == MCD_DEVICE_CPU) {
+      bytes->assign(static_cast<const char*>(tensor.data), tensor.bytes);
+    } else {
+      bytes->resize(tensor.bytes);
+      rc = mcd_copy_to_host(client_, name.c_str(), bytes->data(), tensor.bytes);
+      if (rc != MCD_OK) {
+        (void)mcd_release(client_, name.c_str());
+        return Failed(rc);
+      }
+    }
     rc = mcd_release(client_, name.c_str());
     return rc == MCD_OK ? 0 : Failed(rc);
   }

@@ -375,8 +375,11 @@ void CheckFinal(const History& h, const std::map<std::string, NameFacts>& facts,
     if (facts.count(name) == 0)
       out.push_back({'e', "hash never created", "a hash the history never created: " + name});
     CheckLeftHash(name, fields, s, out);
+    // Host tensors name their shm object; GPU memory is checked by the device's count instead.
     auto handle = fields.find("ipc_handle");
-    if (handle != fields.end()) handles.insert(handle->second);
+    auto kind = fields.find("ipc_kind");
+    bool host = kind == fields.end() || kind->second == "host_shm";
+    if (handle != fields.end() && host) handles.insert(handle->second);
   }
   for (const std::string& object : s.shm_objects) {
     if (handles.count(object) == 0)

@@ -18,6 +18,8 @@
 #include <random>
 #include <thread>
 
+#include <cuda_runtime_api.h>
+
 #include "history_model.h"
 #include "history_workload.h"
 #include "lifecycle_fixture.h"
@@ -81,11 +83,34 @@ void RemoveEverythingLeft(const std::string& url, const std::string& node) {
       test::WaitFor([&] { return test::ShmObjects("mcd-mcd-" + node + "-").empty(); }, 3000));
 }
 
+// Device-wide GPU memory in use, MiB.
+int64_t GpuUsedMiB() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
+  return static_cast<int64_t>((total - free) >> 20);
+}
+
 class HistoryCheck : public Lifecycle {
  protected:
+  HistoryCheck() { devices_ = history::Device(); }
+
   void SetUp() override {
+    if (devices_ != "cpu") {
+      if (!test::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
+      gpu_before_mib_ = GpuUsedMiB();  // this process's context included, before any server
+    }
     Lifecycle::SetUp();
     history_.ServerLaunched(0);
+  }
+
+  // On a GPU, the device's memory is back where it began once the server has stopped: no
+  // tensor, stock or killed instance of the run holds any.
+  void TearDown() override {
+    Lifecycle::TearDown();
+    if (gpu_before_mib_ < 0) return;
+    int64_t used = -1;
+    EXPECT_TRUE(test::WaitFor([&] { return (used = GpuUsedMiB()) <= gpu_before_mib_ + 64; }, 20000))
+        << "GPU memory in use: " << used << " MiB after the run, " << gpu_before_mib_ << " before";
   }
 
   void StartWorkload() {
@@ -155,6 +180,7 @@ class HistoryCheck : public Lifecycle {
   std::mt19937 rng_{seed_};
   history::History history_;
   std::unique_ptr<history::Workload> workload_;
+  int64_t gpu_before_mib_ = -1;  // GPU memory in use before the run; -1 on host memory
 };
 
 TEST_F(HistoryCheck, EveryOperationAgreesWithTheLifecycleModelUnderServerClientAndRedisFaults) {

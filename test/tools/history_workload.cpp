@@ -243,7 +243,7 @@ void Workload::ProduceWithWaiter(std::mt19937& rng, const std::string& name, Api
   });
   Sleep(Uniform(rng, 0, 0.2));
   std::vector<std::string> create =
-      api == Api::kTool ? ToolArgv("mcd-create", {name, "--from", in, "--device", "cpu", "-q"})
+      api == Api::kTool ? ToolArgv("mcd-create", {name, "--from", in, "--device", Device(), "-q"})
                         : ClientArgv(api, "create", {name, in});
   RecordCreate(RunOp(OpKind::kCreate, api, name, create), bytes);
   Op wait = waiter.get();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
@@ -22,6 +23,13 @@
 #include "test_support.h"
 
 namespace mcd::history {
+
+// The device the checker's tensors live on: MCD_HISTORY_DEVICE, host memory ("cpu") by default;
+// CTest runs the checker again on GPU 0 as gpu.HistoryCheck (label gpu).
+inline std::string Device() {
+  const char* device = std::getenv("MCD_HISTORY_DEVICE");
+  return device != nullptr && *device != '\0' ? device : "cpu";
+}
 
 // What the clients talk to.
 struct Target {

@@ -362,7 +362,8 @@ class Client::Impl {
   Status WhyNotOpened(const Status& failed) const {
     if (failed.code() != ErrorCode::kCudaError) return failed;
     int64_t pid = std::atoll(server_->field("pid").c_str());
-    if (pid <= 0 || ProcessAlive(pid, 0)) return failed;
+    // A second is far more than a context's teardown takes, and only a failed open waits it.
+    if (pid <= 0 || (!server_->DiedWithin(1000) && ProcessAlive(pid, 0))) return failed;
     return Status(ErrorCode::kUnavailable,
                   "the mcd-serve that owns the tensor (pid " + std::to_string(pid) +
                       ") has died; its tensors are gone (" + failed.message() + ")");
@@ -469,6 +470,13 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
     auto published = impl_->Publish(spec.name);
     if (published.ok()) return published;
     filled = published.status();
+    if (filled.code() == ErrorCode::kNotFound) {
+      // Only its server removes a tensor being filled: one that is gone went with that server.
+      filled = Status(ErrorCode::kUnavailable,
+                      "tensor '" + spec.name +
+                          "' went with its server before it was published (the server was "
+                          "killed or restarted): nothing was created");
+    }
   }
   impl_->Abandon(spec.name);
   return filled;
@@ -476,9 +484,9 @@ Result<TensorRecord> Client::Create(const CreateSpec& spec) {
 
 Status Client::Fill(const TensorRecord& creating, const void* contents) {
   // Mapped from the create's own record: the hash says "creating", which Open refuses.
-  MCD_ASSIGN_OR_RETURN(void* ptr,
-                       MappingRegistry::Get().Open(creating, impl_->server_->PoolSourceOf()));
-  Status copied = CopyFromHost(TensorView{creating, ptr}, contents, creating.bytes);
+  auto ptr = MappingRegistry::Get().Open(creating, impl_->server_->PoolSourceOf());
+  if (!ptr.ok()) return impl_->WhyNotOpened(ptr.status());
+  Status copied = CopyFromHost(TensorView{creating, ptr.value()}, contents, creating.bytes);
   Status closed = MappingRegistry::Get().Close(creating);
   return copied.ok() ? closed : copied;
 }

@@ -190,6 +190,11 @@ Status ServerView::Alive() {
                     "until it expires; start it again (a new one takes the node over at once)");
 }
 
+bool ServerView::DiedWithin(int wait_ms) {
+  if (!dead_ && local_ && process_) dead_ = process_->Exited(wait_ms);
+  return !Alive().ok();
+}
+
 Status ServerView::EnsureAlive() {
   if (Alive().ok()) return Status::Ok();
   MCD_RETURN_IF_ERROR(Refresh().status());  // a server that took the node over is alive

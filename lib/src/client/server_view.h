@@ -51,6 +51,10 @@ class ServerView {
   // A SIGKILLed server's heartbeat outlives it by up to its TTL; meanwhile nothing of that
   // server may be got, released or created. One poll of a pidfd.
   Status Alive();
+  // After a CUDA open of this server's memory failed: whether the server is dying. A killed
+  // server's CUDA context goes while its process exits, before its pidfd says so: the exit is
+  // waited for up to `wait_ms`, where this process can tell.
+  bool DiedWithin(int wait_ms);
   // Alive, or, when the server it knew has died, the heartbeat read again: a server that took
   // the node over is alive.
   Status EnsureAlive();

@@ -192,11 +192,11 @@ Result<std::unique_ptr<PinnedProcess>> PinnedProcess::Open(int64_t pid, const Pr
   return std::unique_ptr<PinnedProcess>(new PinnedProcess(std::move(pidfd), pid));
 }
 
-bool PinnedProcess::Exited() const {
+bool PinnedProcess::Exited(int wait_ms) const {
   pollfd p{pidfd_.get(), POLLIN, 0};
   int ready;
   do {
-    ready = poll(&p, 1, 0);
+    ready = poll(&p, 1, wait_ms);
   } while (ready < 0 && errno == EINTR);
   return ready > 0;
 }

@@ -64,8 +64,9 @@ class PinnedProcess {
   PinnedProcess(const PinnedProcess&) = delete;
   PinnedProcess& operator=(const PinnedProcess&) = delete;
   int64_t pid() const { return pid_; }
-  // Whether the process has exited (a zombie not reaped yet included): one poll of its pidfd.
-  bool Exited() const;
+  // Whether the process has exited (a zombie not reaped yet included): one poll of its pidfd,
+  // waiting up to `wait_ms` for the exit.
+  bool Exited(int wait_ms = 0) const;
 
   // Copies descriptor `fd` of the process into this one, close-on-exec, without that process
   // taking part: it need not be scheduled, so no wake-up of a sleeping thread is paid. Only
