@@ -21,6 +21,7 @@
 
 #include "memcuda/client.h"
 #include "memcuda/keys.h"
+#include "memcuda/memcuda.h"
 #include "memcuda/private_redis.h"
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -1517,6 +1518,46 @@ TEST_F(Lifecycle, AToolWhoseOutputCannotBeWrittenFails) {
     EXPECT_EQ(fine.exit_code, 0) << line << ": " << fine.err;
   }
   EXPECT_EQ(Tool("mcd-rm", {"out", "-q"}).exit_code, 0);
+}
+
+// A read without a reference races the tensor's removal, after which its memory is another's:
+// the library checks, once the bytes are copied, that the same tensor is still there, and says
+// "not found" when it is not, for the C++ API and the C ABI alike. A write cannot be checked
+// after the fact, so the C ABI's copy into a tensor holds a reference while it writes.
+TEST_F(Lifecycle, AReadWithoutAReferenceOfATensorRemovedMeanwhileIsNotFound) {
+  const std::string data = test::RandomBytes(4096, 77);
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  CreateSpec spec = HostSpec("r");
+  spec.shape = {static_cast<int64_t>(data.size())};
+  spec.contents = data.data();
+  spec.contents_bytes = data.size();
+  ASSERT_TRUE(client->Create(spec).ok());
+  auto view = client->Open("r");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_FALSE(view->referenced);
+  std::string read(data.size(), '\0');
+  ASSERT_TRUE(client->CopyToHost(*view, read.data(), read.size()).ok());
+  EXPECT_TRUE(read == data);
+
+  mcd_client* c = nullptr;
+  ASSERT_EQ(mcd_connect(redis_.url().c_str(), node_.c_str(), 5000, &c), MCD_OK);
+  std::string other = test::RandomBytes(data.size(), 78);
+  auto events = [&] { return redis_.Connect()->Command({"XLEN", keys_.Events()})->integer; };
+  long long before = events();
+  ASSERT_EQ(mcd_copy_from_host(c, "r", other.data(), other.size()), MCD_OK) << mcd_last_error(c);
+  EXPECT_EQ(events() - before, 2) << "the write's own get and release";
+  EXPECT_EQ(HashField("r", "refcount"), "1");
+  ASSERT_EQ(mcd_copy_to_host(c, "r", read.data(), read.size()), MCD_OK) << mcd_last_error(c);
+  EXPECT_TRUE(read == other);
+
+  ASSERT_EQ(Tool("mcd-rm", {"r"}).exit_code, 0);
+  auto copied = client->CopyToHost(*view, read.data(), read.size());
+  EXPECT_EQ(copied.code(), ErrorCode::kNotFound) << copied.ToString();
+  EXPECT_NE(copied.message().find("removed while it was read"), std::string::npos) << copied.ToString();
+  EXPECT_TRUE(client->Close("r").ok());
+  EXPECT_EQ(mcd_copy_to_host(c, "r", read.data(), read.size()), MCD_ERR_NOT_FOUND);
+  mcd_disconnect(c);
 }
 
 }  // namespace

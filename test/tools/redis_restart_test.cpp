@@ -311,5 +311,43 @@ TEST_F(RedisRestart, UnderRestartsNoGetOfALiveTensorIsToldNotFound) {
   RecordProperty("answers", seen);
 }
 
+// A reference taken before Redis lost its data is not counted by the hash the server puts back
+// (refcount 1: its creator's), so its release gives back nothing: it must not take the
+// creator's reference, which would free the tensor under its creator. The creator's remove
+// then frees it, and the bytes stay the creator's until then.
+TEST_F(RedisRestart, AReferenceTakenBeforeRedisLostItsDataGivesBackNothing) {
+  const std::string data = test::RandomBytes(4096, 51);
+  const std::string file = dir_.path() + "/kept.npy";
+  std::ofstream(file, std::ios::binary) << test::U8Npy(data);
+  ASSERT_EQ(Tool("mcd-create", {"kept", "--from", file, "--device", "cpu", "-q"}).exit_code, 0);
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  auto held = client->Get("kept");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->record.refcount, 2);
+  redis_.Restart();  // no persistence: the hash and its holders are gone
+  ASSERT_TRUE(test::WaitFor([&] { return !HashField("kept", "epoch").empty(); }, 10000)) << ServeLog();
+  EXPECT_EQ(HashField("kept", "refcount"), "1");
+  // A read first: a release on the connection Redis dropped could not say whether it went
+  // through; a read reconnects.
+  ASSERT_TRUE(client->Stat("kept").ok());
+  auto released = client->Release("kept");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->refcount, 1);
+  EXPECT_EQ(HashField("kept", "refcount"), "1") << ServeLog();
+  // A reference taken since counts, and goes back.
+  ASSERT_TRUE(client->Get("kept").ok());
+  EXPECT_EQ(HashField("kept", "refcount"), "2");
+  ASSERT_TRUE(client->Release("kept").ok());
+  EXPECT_EQ(HashField("kept", "refcount"), "1");
+  const std::string out = dir_.path() + "/out.bin";
+  ASSERT_EQ(Tool("mcd-get", {"kept", "--no-ref", "-q", "-o", out}).exit_code, 0);
+  EXPECT_TRUE(test::ReadFile(out) == data) << "the bytes read back differ from the creator's";
+  auto rm = Tool("mcd-rm", {"kept"});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_TRUE(HashField("kept", "state").empty());
+  EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0u; }, 5000));
+}
+
 }  // namespace
 }  // namespace mcd

@@ -103,24 +103,6 @@ mcd::Status WriteOutput(const std::string& output, const mcd::TensorRecord& r,
   return Status::Ok();
 }
 
-// A read without a reference races the tensor's removal, after which its memory is given to
-// other tensors (zeroed, on a GPU). The hash goes before the memory, so the same hash still there
-// once the copy is done means the copy read the tensor's own bytes.
-mcd::Status StillThere(mcd::Client& client, const mcd::TensorRecord& read) {
-  using namespace mcd;
-  auto now = client.Stat(read.name);
-  if (!now.ok() && now.status().code() != ErrorCode::kNotFound) return now.status();
-  if (now.ok() && now->ctime_ms == read.ctime_ms && now->owner == read.owner &&
-      now->ipc_handle == read.ipc_handle && now->offset == read.offset) {
-    return Status::Ok();
-  }
-  return Status(ErrorCode::kNotFound,
-                "tensor '" + read.name +
-                    "' was removed while it was read without a reference (--no-ref), so what "
-                    "was read may be another's bytes: nothing is written (read it with a "
-                    "reference, without --no-ref, to keep it alive meanwhile)");
-}
-
 // The bytes the flags ask for (all of them for -o, the first --print values else), written to
 // the -o file when one is named.
 mcd::Status ReadContents(mcd::Client& client, const mcd::TensorView& view, const GetFlags& f,
@@ -131,8 +113,8 @@ mcd::Status ReadContents(mcd::Client& client, const mcd::TensorView& view, const
   uint64_t elements = r.bytes / DTypeSize(r.dtype);
   contents.resize(f.output.empty() ? std::min(f.print_count, elements) * DTypeSize(r.dtype)
                                    : r.bytes);
+  // Without a reference (--no-ref), this also checks that the tensor was not removed meanwhile.
   MCD_RETURN_IF_ERROR(client.CopyToHost(view, contents.data(), contents.size()));
-  if (f.no_ref) MCD_RETURN_IF_ERROR(StillThere(client, r));
   return f.output.empty() ? Status::Ok() : WriteOutput(f.output, r, contents);
 }
 

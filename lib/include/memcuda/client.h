@@ -71,6 +71,9 @@ struct MCD_API CreateSpec {
 struct MCD_API TensorView {
   TensorRecord record;
   void* data = nullptr;  // device pointer (CUDA kinds) or host pointer (host_shm)
+  // False when opened without a reference (Client::Open): the tensor may be removed meanwhile
+  // and its memory given to another, so CopyToHost checks afterwards that it was not.
+  bool referenced = true;
 };
 
 class MCD_API Client {
@@ -128,6 +131,10 @@ class MCD_API Client {
   Status CanWait();
 
   // Copies between an opened tensor and host memory (device memory through the device's worker).
+  // From a view without a reference (Open), CopyToHost then checks that the same tensor is
+  // still there, and answers kNotFound if it was removed meanwhile (what was copied may then be
+  // another tensor's bytes). A write through such a view cannot be checked: hold a reference
+  // (Get) to write.
   Status CopyToHost(const TensorView& view, void* dst, uint64_t bytes);
   Status CopyFromHost(const TensorView& view, const void* src, uint64_t bytes);
 

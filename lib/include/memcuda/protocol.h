@@ -131,6 +131,11 @@ struct MCD_API TensorRecord {
   int64_t creator_pid = 0;
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;
+  // "" until the server puts the hash back after Redis lost it (a restart without persistence,
+  // a failover to a replica that missed it); then a new random id each time. References taken
+  // before are not counted in the hash any more: a release naming an older epoch gives back
+  // nothing (ReferenceScript::Release).
+  std::string epoch;
   // The processes that hold references, with how many each (the hash's holder:PID:START
   // fields that are not 0); the rest of refcount is bound to nobody. Read by RecordFromHash
   // only.

@@ -195,16 +195,20 @@ static int32_t CopyHost(mcd_client* c, const char* name, void* dst, const void* 
                         uint64_t bytes) {
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {
-    auto view = c->client->Open(name);
+    // A read checks afterwards that the tensor was not removed meanwhile (Client::CopyToHost);
+    // a write cannot be undone, so it holds a reference of its own while it writes.
+    const bool write = dst == nullptr;
+    auto view = write ? c->client->Get(name) : c->client->Open(name);
     if (!view.ok()) return Fail(c, view.status());
-    if (bytes > view->record.bytes) {
-      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
-                                 std::to_string(bytes) + " bytes asked of a tensor of " +
-                                     std::to_string(view->record.bytes)));
-    }
-    mcd::Status copied = dst != nullptr ? c->client->CopyToHost(*view, dst, bytes)
-                                        : c->client->CopyFromHost(*view, src, bytes);
-    mcd::Status closed = c->client->Close(name);  // the Open's, not another holder's mapping
+    mcd::Status copied =
+        bytes > view->record.bytes
+            ? mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                          std::to_string(bytes) + " bytes asked of a tensor of " +
+                              std::to_string(view->record.bytes))
+        : write ? c->client->CopyFromHost(*view, src, bytes)
+                : c->client->CopyToHost(*view, dst, bytes);
+    // The Open's or Get's mapping, not another holder's.
+    mcd::Status closed = write ? c->client->Release(name).status() : c->client->Close(name);
     if (!copied.ok()) return Fail(c, copied);
     return closed.ok() ? MCD_OK : Fail(c, closed);
   });

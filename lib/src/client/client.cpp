@@ -190,7 +190,11 @@ class Client::Impl {
       MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // its tensors died with it
       return script_->Get(name);
     });
-    if (record.ok()) Saw(name, record->refcount);
+    if (record.ok()) {
+      Saw(name, record->refcount);
+      if (taken_epochs_.size() < kSeenMax || taken_epochs_.count(name) != 0)
+        taken_epochs_[name].push_back(record->epoch);
+    }
     return record;
   }
 
@@ -235,12 +239,19 @@ class Client::Impl {
   // server at once. Were another process to have taken a reference since, the server's delete
   // gives one back just the same. Any other release runs the reference script, which answers a
   // release that leaves references itself and queues the delete command of the last one.
+  //
+  // A reference this client took (DirectGet) names the epoch it was taken in, so that one taken
+  // before Redis lost the hash does not give back another's (TensorRecord::epoch); the creator's
+  // is the one a hash put back keeps, and any other is not known here (kAnyEpoch).
   Result<TensorRecord> Release(const std::string& name) {
+    std::string epoch = TakenEpoch(name);
     auto seen = seen_refcount_.find(name);
-    bool last = seen != seen_refcount_.end() && seen->second <= 1;
+    bool last = seen != seen_refcount_.end() && seen->second <= 1 &&
+                epoch == ReferenceScript::kAnyEpoch;
     Result<TensorRecord> released = Retrying("release", false, [&]() -> Result<TensorRecord> {
       MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // nobody holds its memory any more
-      return last ? transport_->Request(DeleteCommand(name, holder_)) : script_->Release(name);
+      return last ? transport_->Request(DeleteCommand(name, holder_))
+                  : script_->Release(name, epoch);
     });
     Saw(name, released.ok() ? released->refcount : 0);  // a failed release: no longer tracked
     return released;
@@ -258,6 +269,17 @@ class Client::Impl {
     } else {
       seen->second = refcount;
     }
+  }
+
+  // The epoch of the oldest reference to `name` this client took and has not given back, which
+  // it stops tracking; kAnyEpoch when it holds none it took.
+  std::string TakenEpoch(const std::string& name) {
+    auto taken = taken_epochs_.find(name);
+    if (taken == taken_epochs_.end()) return ReferenceScript::kAnyEpoch;
+    std::string epoch = std::move(taken->second.front());
+    taken->second.erase(taken->second.begin());
+    if (taken->second.empty()) taken_epochs_.erase(taken);
+    return epoch;
   }
 
   Result<TensorRecord> Stat(const std::string& name) {
@@ -362,11 +384,32 @@ class Client::Impl {
   Status WhyNotOpened(const Status& failed) const {
     if (failed.code() != ErrorCode::kCudaError) return failed;
     int64_t pid = std::atoll(server_->field("pid").c_str());
-    // A second is far more than a context's teardown takes, and only a failed open waits it.
-    if (pid <= 0 || (!server_->DiedWithin(1000) && ProcessAlive(pid, 0))) return failed;
+    // A killed server stays alive while the kernel tears its GPU context down (1.4 s on an H100),
+    // but is marked exiting at once; otherwise a failed open waits a second for a death.
+    if (pid <= 0 ||
+        (!ProcessExiting(pid) && !server_->DiedWithin(1000) && ProcessAlive(pid, 0))) {
+      return failed;
+    }
     return Status(ErrorCode::kUnavailable,
                   "the mcd-serve that owns the tensor (pid " + std::to_string(pid) +
                       ") has died; its tensors are gone (" + failed.message() + ")");
+  }
+
+  // A read without a reference races the tensor's removal, after which its memory is given to
+  // other tensors (zeroed and handed out again, on a GPU). The hash goes before the memory, so
+  // the same hash still there once the copy is done means the copy read the tensor's own bytes.
+  Status StillThere(const TensorRecord& read) {
+    auto now = Stat(read.name);
+    if (!now.ok() && now.status().code() != ErrorCode::kNotFound) return now.status();
+    if (now.ok() && now->ctime_ms == read.ctime_ms && now->owner == read.owner &&
+        now->ipc_handle == read.ipc_handle && now->offset == read.offset) {
+      return Status::Ok();
+    }
+    return Status(ErrorCode::kNotFound,
+                  "tensor '" + read.name +
+                      "' was removed while it was read without a reference, so what was read "
+                      "may be another tensor's bytes (take a reference to keep it alive "
+                      "meanwhile)");
   }
 
   // The holder that ClientOptions::holder_pid names, with its start time.
@@ -393,6 +436,9 @@ class Client::Impl {
   std::unique_ptr<ReferenceScript> script_;
   static constexpr size_t kSeenMax = 1 << 16;
   std::unordered_map<std::string, int64_t> seen_refcount_;  // by name; see Saw
+  // The epoch of each reference taken and not given back, oldest first, by name (bounded as
+  // seen_refcount_); see Release.
+  std::unordered_map<std::string, std::vector<std::string>> taken_epochs_;
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -511,11 +557,25 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
   }
-  if (record.owner == impl_->server_->field("instance"))
-    MCD_RETURN_IF_ERROR(impl_->server_->Alive());  // its memory died with it
-  MCD_ASSIGN_OR_RETURN(void* ptr,
-                       MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf()));
-  return TensorView{record, ptr};
+  ServerView& server = *impl_->server_;
+  // A hash whose server instance is gone lingers until the node's next server removes it.
+  if (record.owner != server.field("instance")) MCD_RETURN_IF_ERROR(server.Refresh().status());
+  if (record.owner != server.field("instance")) {
+    return Status(ErrorCode::kUnavailable,
+                  "the mcd-serve instance that owns tensor '" + name + "' is not running");
+  }
+  MCD_RETURN_IF_ERROR(server.Alive());  // its memory died with it
+  auto ptr = MappingRegistry::Get().Open(record, impl_->server_->PoolSourceOf());
+  if (!ptr.ok()) {
+    Status why = impl_->WhyNotOpened(ptr.status());
+    // Without a reference, the tensor may have been removed since its hash was read.
+    if (why.code() == ErrorCode::kCudaError && !impl_->StillThere(record).ok()) {
+      return Status(ErrorCode::kNotFound,
+                    "tensor '" + name + "' was removed while it was being opened");
+    }
+    return why;
+  }
+  return TensorView{record, ptr.value(), /*referenced=*/false};
 }
 
 Result<TensorRecord> Client::Release(const std::string& name) {
@@ -588,7 +648,8 @@ Status Client::Warmup(int device) {
 }
 
 Status Client::CopyToHost(const TensorView& view, void* dst, uint64_t bytes) {
-  return Copy(view, dst, view.data, bytes);
+  MCD_RETURN_IF_ERROR(Copy(view, dst, view.data, bytes));
+  return view.referenced ? Status::Ok() : impl_->StillThere(view.record);
 }
 
 Status Client::CopyFromHost(const TensorView& view, const void* src, uint64_t bytes) {

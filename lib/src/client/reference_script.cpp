@@ -39,7 +39,7 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   std::string server = opt_.keys.Server(opt_.node);
   std::vector<std::string_view> argv = {
       "EVALSHA", sha_,      "5",        key,   server, holders_key_, held_key_, events_key_,
-      "1",       opt_.node, holder_id_, pid_,  name,   "",           ""};
+      "1",       opt_.node, holder_id_, pid_,  name,   "",           "",       "*"};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   auto reply = redis_.Command(argv);
   if (!reply.ok() && IsNoScript(reply.status().message())) {
@@ -50,11 +50,12 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   if (!reply.ok()) return reply.status();
   bool taken = !reply->elements.empty() && reply->elements[0].str == "ok";
   auto record = Answer(name, reply.value());
-  if (!record.ok() && taken) (void)Release(name);  // a hash it cannot read: the reference goes back
+  if (!record.ok() && taken) (void)Release(name, kAnyEpoch);  // a hash it cannot read: give it back
   return record;
 }
 
-Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retried) {
+Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std::string& epoch,
+                                              bool retried) {
   if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
   Transport::Outgoing out = transport_.Prepare(DeleteCommand(name, holder_));
   std::string key = opt_.keys.Tensor(name);
@@ -62,7 +63,7 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retr
   std::vector<std::string_view> argv = {
       "EVALSHA",  sha_,        "7",    key,        server,    holders_key_, held_key_,
       events_key_, out.queue, out.reply_key, "-1", opt_.node, holder_id_, pid_,
-      name,       out.body,    kMarkerTtl};
+      name,       out.body,    kMarkerTtl, epoch};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   MCD_RETURN_IF_ERROR(redis_.Append(argv));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
@@ -77,7 +78,7 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, bool retr
       return RedisErrorStatus("EVALSHA (reference script)", error);
     }
     MCD_RETURN_IF_ERROR(Load());
-    return Release(name, true);
+    return Release(name, epoch, true);
   }
   auto popped = redis_.ReadReply();
   if (!script->elements.empty() && script->elements[0].str == "queued") {
@@ -91,7 +92,8 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue
   if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
   const std::string& kind = reply.elements[0].str;
   std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
-  if (kind == "ok" && reply.elements.size() == 2) return RecordFromHmget(name, reply.elements[1]);
+  if ((kind == "ok" || kind == "forgotten") && reply.elements.size() == 2)
+    return RecordFromHmget(name, reply.elements[1]);
   if (kind == "missing" && reply.elements.size() == 3)
     return server_.Missing(name, !detail.empty(), reply.elements[2].str);
   if (kind == "not_ready")

@@ -26,10 +26,15 @@ class ReferenceScript {
   Status Load();
   // Takes a reference: one EVALSHA.
   Result<TensorRecord> Get(const std::string& name);
-  // Gives one back. The BLPOP for the server's reply goes out behind the script in one write;
-  // when the script answered itself, it also pushed a marker, so the BLPOP returns at once. One
-  // round trip in every case. After a NOSCRIPT, loads the script and tries once more.
-  Result<TensorRecord> Release(const std::string& name, bool retried = false);
+  // Gives one back: one taken when the hash's epoch (TensorRecord::epoch) was `epoch`, or
+  // kAnyEpoch when that is not known. One taken in an older epoch is not counted by the hash
+  // that the server put back after Redis lost it, so nothing is given back for it: the record
+  // is returned as it is. The BLPOP for the server's reply goes out behind the script in one
+  // write; when the script answered itself, it also pushed a marker, so the BLPOP returns at
+  // once. One round trip in every case. After a NOSCRIPT, loads the script and tries once more.
+  static constexpr const char* kAnyEpoch = "*";
+  Result<TensorRecord> Release(const std::string& name, const std::string& epoch,
+                               bool retried = false);
 
  private:
   // What the script answered, for `name`.

@@ -23,11 +23,16 @@ namespace mcd {
 
 namespace {
 
-// Fields 3 (the state letter) and 22 (the start time) of /proc/<pid>/stat; false when the
-// process is gone. Plain system calls, no streams or printf: a client pins its server with this
-// where the kernel has no pidfs (PinnedProcess::Open), and a process's first ifstream took
-// ~0.5 ms and its first snprintf ~0.1 ms on the build machine.
-bool ReadStat(int64_t pid, char& state, uint64_t& start_time) {
+// Fields 3 (the state letter), 9 (the kernel's flags) and 22 (the start time) of
+// /proc/<pid>/stat; false when the process is gone. Plain system calls, no streams or printf: a
+// client pins its server with this where the kernel has no pidfs (PinnedProcess::Open), and a
+// process's first ifstream took ~0.5 ms and its first snprintf ~0.1 ms on the build machine.
+struct Stat {
+  char state = 0;
+  uint64_t flags = 0;
+  uint64_t start_time = 0;
+};
+bool ReadStat(int64_t pid, Stat& out) {
   if (pid <= 0) return false;
   std::string path = "/proc/" + std::to_string(pid) + "/stat";
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -39,24 +44,31 @@ bool ReadStat(int64_t pid, char& state, uint64_t& start_time) {
   // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
   const char* field = std::strrchr(stat, ')');
   if (field == nullptr || field[1] != ' ' || field[2] == '\0') return false;
-  state = field[2];
-  for (int i = 2; i < 22; ++i) {  // to the start of field 22
+  out.state = field[2];
+  for (int i = 2; i < 22; ++i) {  // field + 1 is the start of field i + 1
     field = std::strchr(field + 1, ' ');
     if (field == nullptr) return false;
+    if (i == 8) out.flags = std::strtoull(field + 1, nullptr, 10);
   }
   char* end = nullptr;
   unsigned long long start = std::strtoull(field + 1, &end, 10);
   if (end == field + 1) return false;
-  start_time = start;
+  out.start_time = start;
   return true;
 }
 
 }  // namespace
 
 uint64_t ProcessStartTime(int64_t pid) {
-  char state = 0;
-  uint64_t start = 0;
-  return ReadStat(pid, state, start) ? start : 0;
+  Stat stat;
+  return ReadStat(pid, stat) ? stat.start_time : 0;
+}
+
+bool ProcessExiting(int64_t pid) {
+  constexpr uint64_t kPfExiting = 0x4;  // PF_EXITING, include/linux/sched.h
+  Stat stat;
+  if (!ReadStat(pid, stat)) return false;  // gone, or not ours to read: ProcessAlive tells
+  return stat.state == 'Z' || stat.state == 'X' || (stat.flags & kPfExiting) != 0;
 }
 
 int PidfdOpen(int64_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)); }
@@ -75,12 +87,11 @@ uint64_t PidfdInode(int64_t pid) {
 bool ProcessAlive(int64_t pid, uint64_t start_time) {
   if (pid <= 0) return false;
   if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  char state = 0;
-  uint64_t actual = 0;
-  if (!ReadStat(pid, state, actual)) return false;  // gone (or a zombie reaped meanwhile)
+  Stat stat;
+  if (!ReadStat(pid, stat)) return false;  // gone (or a zombie reaped meanwhile)
   // A zombie has exited and only waits for its parent to reap it: it holds nothing any more.
-  if (state == 'Z' || state == 'X') return false;
-  return start_time == 0 || actual == start_time;
+  if (stat.state == 'Z' || stat.state == 'X') return false;
+  return start_time == 0 || stat.start_time == start_time;
 }
 
 const std::string& PidSpace() {

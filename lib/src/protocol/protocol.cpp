@@ -171,12 +171,13 @@ Result<std::vector<int64_t>> ParseShapeList(std::string_view text) {
 const std::vector<std::string>& TensorFieldNames() {
   static const std::vector<std::string> names = {
       "dtype", "shape", "ctime", "node", "device", "bytes", "ipc_kind", "ipc_handle", "offset",
-      "refcount", "state", "owner", "lifetime", "creator_pid", "owner_pid", "owner_start"};
+      "refcount", "state", "owner", "lifetime", "creator_pid", "owner_pid", "owner_start",
+      "epoch"};
   return names;
 }
 
 std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& r) {
-  return {{"dtype", DTypeName(r.dtype)},
+  std::vector<std::pair<std::string, std::string>> fields = {{"dtype", DTypeName(r.dtype)},
           {"shape", ShapeToJson(r.shape)},
           {"ctime", std::to_string(r.ctime_ms)},
           {"node", r.node},
@@ -192,6 +193,8 @@ std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& 
           {"creator_pid", std::to_string(r.creator_pid)},
           {"owner_pid", std::to_string(r.owner_pid)},
           {"owner_start", std::to_string(r.owner_start)}};
+  if (!r.epoch.empty()) fields.emplace_back("epoch", r.epoch);  // only a hash put back has one
+  return fields;
 }
 
 namespace {
@@ -240,7 +243,7 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
                                       const std::vector<std::optional<std::string>>& values) {
   // Indexes into TensorFieldNames().
   enum { kDtype, kShape, kCtime, kNode, kDevice, kBytes, kIpcKind, kIpcHandle, kOffset, kRefcount,
-         kState, kOwner, kLifetime, kCreatorPid, kOwnerPid, kOwnerStart, kFieldCount };
+         kState, kOwner, kLifetime, kCreatorPid, kOwnerPid, kOwnerStart, kEpoch, kFieldCount };
   if (values.size() != kFieldCount) return Status(ErrorCode::kInternal, "RecordFromFields: wrong arity");
   auto bad = [&](const char* field) {
     return Status(ErrorCode::kUnexpectedReply,
@@ -285,6 +288,7 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   if ((value = get(kIpcKind)) != nullptr) r.ipc_kind = ParseIpcKind(*value);
   if ((value = get(kIpcHandle)) != nullptr) r.ipc_handle = *value;
   if ((value = get(kOwner)) != nullptr) r.owner = *value;
+  if ((value = get(kEpoch)) != nullptr) r.epoch = *value;
   if ((value = get(kLifetime)) != nullptr) r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
   return r;
 }

@@ -20,6 +20,7 @@ void WriteRecordFields(Writer& w, const TensorRecord& r, bool with_refcount) {
   w.Key("device");
   w.Int(r.device);
   WriteKeyString(w, "dtype", DTypeName(r.dtype));
+  if (!r.epoch.empty()) WriteKeyString(w, "epoch", r.epoch);  // only a hash put back has one
   if (!r.holders.empty()) {  // only where read (RecordFromHash)
     w.Key("holders");
     w.StartArray();
@@ -76,12 +77,13 @@ enum RecordField {
   kRCreatorPid,
   kROwnerPid,
   kROwnerStart,
+  kREpoch,
   kRecordFieldCount
 };
 constexpr std::string_view kRecordKeys[kRecordFieldCount] = {
     "name",           "dtype",    "shape",       "device",    "bytes",      "ipc_kind",
     "ipc_handle_hex", "offset",   "refcount",    "state",     "ctime",      "node",
-    "owner",          "lifetime", "creator_pid", "owner_pid", "owner_start"};
+    "owner",          "lifetime", "creator_pid", "owner_pid", "owner_start", "epoch"};
 
 // A record object as RecordToJson writes it. Name, dtype, shape, device and bytes are required;
 // the others default to what an old record lacks; keys of newer writers are skipped.
@@ -142,6 +144,7 @@ Result<TensorRecord> RecordFromObject(const rj::Value& object) {
   MCD_ASSIGN_OR_RETURN(r.creator_pid, integer(kRCreatorPid));
   MCD_ASSIGN_OR_RETURN(r.owner_pid, integer(kROwnerPid));
   MCD_ASSIGN_OR_RETURN(r.owner_start, count(kROwnerStart));
+  MCD_ASSIGN_OR_RETURN(r.epoch, text(kREpoch, ""));
   return r;
 }
 

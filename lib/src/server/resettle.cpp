@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "redis/lua_scripts.h"
 #include "server/startup.h"
 
@@ -88,11 +89,13 @@ Status Resettle::Settle() {
   return heartbeat_.MarkSettled(redis_);
 }
 
-Status Resettle::Republish(const Entry& entry) {
+Status Resettle::Republish(Entry& entry) {
   // The server is the authority on what it holds: a tensor whose hash Redis lost (a restart
   // without persistence, a failover to a replica that missed writes) is put back as created,
-  // with the one reference that is bound to nobody; the references taken before the loss are
-  // not known any more.
+  // with the one reference that is bound to nobody (its creator's); the references taken before
+  // the loss are not known any more. A new epoch tells their releases apart, which then give
+  // back nothing rather than the creator's reference (reference.lua).
+  entry.record.epoch = RandomHex(8);
   std::vector<std::string> fields;
   for (auto& [field, value] : HashFields(entry.record)) {
     fields.push_back(field);
@@ -110,8 +113,8 @@ Status Resettle::Republish(const Entry& entry) {
     return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
   }
   Log(LogLevel::kWarn, "tensor '" + entry.record.name +
-                           "' lost its hash with Redis; put it back (refcount 1: references "
-                           "taken before the loss are not known)");
+                           "' lost its hash with Redis; put it back (refcount 1, epoch " +
+                           entry.record.epoch + ": references taken before the loss are not known)");
   return Status::Ok();
 }
 

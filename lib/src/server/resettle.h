@@ -34,7 +34,7 @@ class Resettle {
 
  private:
   // The server is the authority on what it holds: a tensor whose hash Redis lost is put back.
-  Status Republish(const Entry& entry);
+  Status Republish(Entry& entry);
   // Whether the removal of `name` whose commit got no answer went through: the newest event
   // naming it is that removal (refcount 0), which the commit appended with it. Redis that lost
   // its data lost the event too, and a server without events (--event-history 0) keeps none:

@@ -9,14 +9,17 @@
 -- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] the client's node, ARGV[3] the holder
 -- ("PID:START", holders.lua; "" for a reference bound to nobody), ARGV[4] the pid the event
 -- names, ARGV[5] the tensor's name, ARGV[6] (release) the delete command, ARGV[7] (release) the
--- reply list's TTL (s), ARGV[8..] hash fields to return.
+-- reply list's TTL (s), ARGV[8] (release) the hash's epoch when the reference was taken ("*":
+-- not known), ARGV[9..] hash fields to return.
 -- A release that is answered here also pushes an empty marker onto its reply list, so that the
 -- BLPOP the client sends right behind the script returns at once whatever happened.
 -- Returns {"ok", {values}} | {"missing", instance, settled} (the heartbeat's, "" without one:
 -- the client tells a tensor that is not there from one its server has not put back yet after a
 -- Redis restart) | {"not_ready", state} | {"wrong_node", node} |
 -- {"gone"} (the owning server instance is not alive) | {"not_held"} (a release by a holder
--- that holds none, of a tensor whose references are all other processes') | {"queued"} (a
+-- that holds none, of a tensor whose references are all other processes') | {"forgotten",
+-- {values}} (a release of a reference taken before the server put the hash back after Redis
+-- lost it: the hash does not count it, so nothing is given back) | {"queued"} (a
 -- release of the last reference: its delete command is on the queue, and the server's reply
 -- will follow).
 local release = ARGV[1] == '-1'
@@ -28,7 +31,7 @@ local function answer(out)
   end
   return out
 end
-local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount', 'node')
+local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount', 'node', 'epoch')
 if not f[1] then
   local hb = redis.call('HMGET', KEYS[2], 'instance', 'settled')
   return answer({'missing', hb[1] or '', hb[2] or ''})
@@ -37,6 +40,9 @@ if f[4] ~= ARGV[2] then return answer({'wrong_node', f[4]}) end
 if f[1] ~= 'ready' then return answer({'not_ready', f[1]}) end
 local server = redis.call('HMGET', KEYS[2], 'instance', 'event_history')
 if server[1] ~= f[2] then return answer({'gone'}) end
+if release and ARGV[8] ~= '*' and ARGV[8] ~= (f[5] or '') then
+  return answer({'forgotten', redis.call('HMGET', KEYS[1], unpack(ARGV, 9))})
+end
 local own = not release
 if release then
   local which = mcd_releasable(KEYS[1], holder, tonumber(f[3]))
@@ -51,4 +57,4 @@ redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[1])
 if own and holder ~= '' then mcd_hold(KEYS[1], KEYS[3], KEYS[4], holder, tonumber(ARGV[1])) end
 mcd_event(KEYS[5], server[2], release and 'release' or 'get', ARGV[5], ARGV[2],
           tonumber(f[3]) + tonumber(ARGV[1]), ARGV[4], '')
-return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 8))})
+return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 9))})
