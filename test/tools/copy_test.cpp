@@ -355,6 +355,14 @@ TEST_F(Copies, ForgedAnswersFillNothing) {
     ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_);
     ExpectSameBytes(copy, a_, file);
   }
+  // Each read served is logged with the node that asked.
+  std::string served = "read name=src bytes=4096 for node '" + a_ + "'";
+  std::string b_log = Log(b_);
+  size_t logged = 0;
+  for (size_t at = b_log.find(served); at != std::string::npos; at = b_log.find(served, at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 3u) << b_log;
   // Each grant was used up by the serving server.
   auto grants = redis_.Connect()->Command({"KEYS", keys_.CopyGrant("*")});
   ASSERT_TRUE(grants.ok());
