@@ -461,7 +461,7 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     return UCS_OK;
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    if (fetch->memory == Memory::kGpu) {  // an older server, which does not know kReadRendezvous
+    if (fetch->memory == Memory::kGpu) {  // a server that did not heed kReadRendezvous
       fetch->Complete(Status(ErrorCode::kUnsupported,
                              "the other server sent the bytes eagerly, which cannot go into GPU memory "
                              "in place: run it with this version, or this one with --stage-gpu-copies"));
