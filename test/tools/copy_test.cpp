@@ -3,6 +3,7 @@
 // shared memory (sm). Real Redis, real servers, the real tools; the GPU case runs on GPU hosts.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,7 +30,8 @@ class Copies : public ::testing::Test {
     // runtime of an ASan build among them, where LeakSanitizer's check at exit then crashes:
     // the servers of these tests run without the patching.
     std::map<std::string, std::string> env = {{"MCD_REDIS_URL", redis_.url()},
-                                              {"UCX_MEM_MMAP_HOOK_MODE", "none"}};
+                                              {"UCX_MEM_MMAP_HOOK_MODE", "none"},
+                                              {"UCX_NET_DEVICES", "lo"}};
     if (!tls.empty()) env["UCX_TLS"] = tls;
     return env;
   }
@@ -53,6 +55,11 @@ class Copies : public ::testing::Test {
     ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
     Serve(b_, "tcp", extra);
     ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  }
+  // A host tensor `name` on `node` holding what the .npy `file` holds.
+  test::ProcessResult CreateFrom(const std::string& name, const std::string& file,
+                                 const std::string& node) {
+    return Tool("mcd-create", {name, "--from", file, "--device", "cpu", "--node", node, "-q"});
   }
   test::ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {
     args.insert(args.begin(), test::ToolPath(tool));
@@ -234,6 +241,134 @@ TEST_F(Copies, TwoServersFetchingFromEachOtherAtOnceBothFinish) {
       << "the copies waited out the fetch's limit (30 s): neither server answered the other";
   ExpectSameBytes("from_b", a_, file);
   ExpectSameBytes("from_a", b_, file);
+}
+
+// The copy service's worker takes messages from whoever reaches it: its address is in the
+// heartbeat, and UCX listens on TCP. Below, the attacks of a second local user (uid 65534, through
+// setpriv), who has neither the servers' Redis nor their files, on a 0600 host tensor of root's.
+// They need root to become that user, and the raw UCX peer (built where libucx-dev is).
+constexpr const char* kStranger[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                     "--clear-groups"};
+
+std::vector<std::string> AsStranger(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), std::begin(kStranger), std::end(kStranger));
+  return argv;
+}
+
+#define NEEDS_STRANGER()                                                                \
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user (uid 65534)"; \
+  struct stat peer_stat;                                                                \
+  if (stat(test::ToolPath("ucx_peer").c_str(), &peer_stat) != 0) {                      \
+    GTEST_SKIP() << "no ucx_peer in this build (UCX's headers or libucp missing)";      \
+  }
+
+// A READ straight to the worker, with the name and ctime of the tensor (no secret either) and a
+// grant nobody wrote: refused, not a byte sent.
+TEST_F(Copies, AStrangerWithTheWorkersAddressGetsNothing) {
+  NEEDS_STRANGER();
+  Serve(b_, "tcp");
+  std::string file = dir_.path() + "/secret.npy";
+  std::ofstream(file, std::ios::binary) << test::U8Npy(test::RandomBytes(4096, 40));
+  ASSERT_EQ(CreateFrom("rootsecret", file, b_).exit_code, 0);
+  auto read = test::Run(
+      AsStranger({test::ToolPath("ucx_peer"), "read", HashFieldOf(keys_.Server(b_), "ucx_address"),
+                  "rootsecret", HashField("rootsecret", "ctime")}),
+      Env("tcp"));
+  ASSERT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_NE(read.out.find("answer code=17 bytes=0"), std::string::npos)  // permission_denied
+      << "the read did not reach the server, or was not refused:\n"
+      << read.out << read.err << Log(b_);
+  EXPECT_EQ(read.out.find("code=0 "), std::string::npos) << "the stranger got the tensor:\n"
+                                                         << read.out;
+  EXPECT_NE(Log(b_).find(
+                "refused a read of 'rootsecret' from a UCX peer that says it is node 'stranger'"),
+            std::string::npos)
+      << Log(b_);
+  EXPECT_EQ(Log(b_).find("read name=rootsecret"), std::string::npos) << Log(b_);
+}
+
+// The stranger's own mcd-serve, on a Redis of its own where it planted the victim node's
+// heartbeat (with its real UCX address) and the tensor's hash: its copy is refused, since no
+// grant for it is in the victim's Redis.
+TEST_F(Copies, AStrangersServerWithAForgedHeartbeatGetsNothing) {
+  NEEDS_STRANGER();
+  Serve(b_, "tcp");
+  std::string file = dir_.path() + "/secret.npy";
+  std::ofstream(file, std::ios::binary) << test::U8Npy(test::RandomBytes(4096, 41));
+  ASSERT_EQ(CreateFrom("rootsecret", file, b_).exit_code, 0);
+  test::RedisServerOptions tcp;
+  tcp.tcp = true;  // the stranger cannot enter the folder of a Unix socket
+  test::RedisServer theirs(tcp);
+  auto ours = redis_.Connect();
+  auto planted = theirs.Connect();
+  for (const std::string& key : {keys_.Server(b_), keys_.Tensor("rootsecret")}) {
+    auto fields = ours->Command({"HGETALL", key});
+    ASSERT_TRUE(fields.ok() && !fields->elements.empty()) << key;
+    std::vector<std::string_view> hset = {"HSET", key};
+    for (const RedisValue& v : fields->elements) hset.push_back(v.str);
+    ASSERT_TRUE(planted->Command(hset).ok()) << key;
+  }
+  auto env = Env("tcp");
+  env["MCD_REDIS_URL"] = theirs.url();
+  const std::string x = "cpx" + std::to_string(getpid());
+  std::string log = dir_.path() + "/" + x + ".log";
+  test::Background server(AsStranger({test::ToolPath("mcd-serve"), "--node", x, "--devices", "cpu",
+                                      "--heartbeat-ttl", "3"}),
+                          env, log);
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(log).find("serving node") != std::string::npos; }, 20000))
+      << test::ReadFile(log);
+  auto loot = test::Run(AsStranger({test::ToolPath("mcd-create"), "loot", "--copy-of", "rootsecret",
+                                    "--device", "cpu", "--node", x}),
+                        env);
+  EXPECT_EQ(loot.exit_code, 69) << loot.out << loot.err << test::ReadFile(log);
+  EXPECT_NE(loot.err.find("no grant for that read"), std::string::npos) << loot.err;
+  auto hash = planted->Command({"EXISTS", keys_.Tensor("loot")});
+  ASSERT_TRUE(hash.ok());
+  EXPECT_EQ(hash->integer, 0) << "the stranger's server made its copy";
+  EXPECT_NE(Log(b_).find("refused a read of 'rootsecret' from a UCX peer that says it is node '" +
+                         x + "'"),
+            std::string::npos)
+      << Log(b_);
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << test::ReadFile(log);
+}
+
+// A stranger floods the fetching server's worker with answers for guessed fetch ids (counters
+// from 1, and random ones) while it copies: every copy holds the source's bytes, each one.
+TEST_F(Copies, ForgedAnswersFillNothing) {
+  NEEDS_STRANGER();
+  Serve(a_, "tcp");
+  Serve(b_, "tcp");
+  std::string file = dir_.path() + "/src.npy";
+  std::ofstream(file, std::ios::binary) << test::U8Npy(test::RandomBytes(4096, 42));
+  ASSERT_EQ(CreateFrom("src", file, b_).exit_code, 0);
+  std::string log = dir_.path() + "/flood.log";
+  test::Background flood(AsStranger({test::ToolPath("ucx_peer"), "flood",
+                                     HashFieldOf(keys_.Server(a_), "ucx_address"), "4096", "120"}),
+                         Env("tcp"), log);
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(log).find("flooding") != std::string::npos; }, 20000))
+      << test::ReadFile(log);
+  for (int i = 1; i <= 3; ++i) {
+    std::string copy = "copy" + std::to_string(i);
+    auto copied = Tool("mcd-create", {copy, "--copy-of", "src", "--device", "cpu", "--node", a_});
+    ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_);
+    ExpectSameBytes(copy, a_, file);
+  }
+  // Each read served is logged with the node that asked.
+  std::string served = "read name=src bytes=4096 for node '" + a_ + "'";
+  std::string b_log = Log(b_);
+  size_t logged = 0;
+  for (size_t at = b_log.find(served); at != std::string::npos; at = b_log.find(served, at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 3u) << b_log;
+  // Each grant was used up by the serving server.
+  auto grants = redis_.Connect()->Command({"KEYS", keys_.CopyGrant("*")});
+  ASSERT_TRUE(grants.ok());
+  EXPECT_TRUE(grants->elements.empty()) << grants->elements.size() << " grants left in Redis";
+  EXPECT_TRUE(test::Running(flood.pid())) << "the flood ended before the copies did\n"
+                                          << test::ReadFile(log);
 }
 
 // GPU to GPU, GPU to host and host to GPU, each read back on its node.

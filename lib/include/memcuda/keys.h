@@ -32,6 +32,9 @@ struct MCD_API KeySpace {
   std::string Holders(std::string_view node) const;
   // <prefix>:held:<node>:<holder>, a set: the tensor keys whose references `holder` holds.
   std::string Held(std::string_view node, std::string_view holder) const;
+  // <prefix>:copy:<id>, a string with a TTL: a server's grant to read a tensor of another
+  // node's server, used up by that server (memcuda(7), TRUST).
+  std::string CopyGrant(std::string_view id) const;
   // <prefix>:events, a stream: the lifecycle events of every node (memcuda/events.h).
   std::string Events() const;
   // <prefix>:-, named among a script's KEYS where a call has no such key. Never read nor

@@ -41,6 +41,10 @@ std::string KeySpace::Held(std::string_view node, std::string_view holder) const
   return prefix + ":held:" + std::string(node) + ":" + std::string(holder);
 }
 
+std::string KeySpace::CopyGrant(std::string_view id) const {
+  return prefix + ":copy:" + std::string(id);
+}
+
 std::string KeySpace::Events() const { return prefix + ":events"; }
 
 std::string KeySpace::Unused() const { return prefix + ":-"; }

@@ -9,10 +9,14 @@
 // cuda_ipc, GPUDirect RDMA), and through one pinned host buffer on each side where it does not.
 //
 // One thread runs every UCX call: progress, sends and receives. Other threads post jobs to it and
-// wait. Two active messages: READ {req, ctime, name} from the fetching server, sent with a reply
-// endpoint, answered with DATA {req, code, message} and the bytes, which UCX sends eagerly or by
-// rendezvous as their size asks; a READ into GPU memory asks for rendezvous, so that UCX writes
-// the bytes in place.
+// wait. Two active messages (server/copy_wire.h): READ {fetch id, grant, ctime, name, node} from
+// the fetching server, sent with a reply endpoint, answered with DATA {fetch id, code, message}
+// and the bytes, which UCX sends eagerly or by rendezvous as their size asks; a READ into GPU
+// memory asks for rendezvous, so that UCX writes the bytes in place.
+//
+// Whoever reaches the worker may send it anything: a read is served only against its grant
+// (server/copy_grant.h), and an answer is taken only from the endpoint the read went to, for
+// its fetch id, 128 random bits that only that read carried.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +32,20 @@ namespace mcd {
 // Where bytes given to the service lie: UCX is told, so that it never has to guess.
 enum class Memory { kHost, kGpu };
 
+// What lets a server read another's tensor: 16 random bytes each, raw. The id names the grant's
+// key in Redis, which holds the token (server/copy_grant.h).
+struct CopyGrant {
+  std::string id;
+  std::string token;
+};
+
 class CopyService {
  public:
   // A read another server asked for, waiting for the serving loop (NodeCopier::ServeReads).
   struct Read {
-    uint64_t req = 0;
+    std::string fetch;  // the asker's fetch id (16 raw bytes), for the answer
+    CopyGrant grant;
+    std::string asker_node;  // as the read says: the grant holds it too
     int64_t ctime_ms = 0;
     std::string name;
     void* reply_ep = nullptr;  // ucp_ep_h of the asking server
@@ -57,12 +70,14 @@ class CopyService {
   virtual void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
                       Memory memory, std::function<void()> release) = 0;
   // Receives into `into` (in `memory`; kGpu only where reads_gpu_memory()) the `bytes` of tensor
-  // `name`, created at `ctime_ms`, of the server at `address_hex`, or the error that server
-  // answered; kTimeout after `timeout_ms`, after which nothing is written to `into` any more.
+  // `name`, created at `ctime_ms`, of the server at `address_hex`, asking with `grant` as node
+  // `asker_node`, or the error that server answered; kTimeout after `timeout_ms`, after which
+  // nothing is written to `into` any more.
   // `meanwhile` runs on the calling thread every few milliseconds while it waits: the server
   // answers other servers' reads then, so that two servers fetching from each other both finish.
   virtual Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                       void* into, uint64_t bytes, Memory memory, int timeout_ms,
+                       const CopyGrant& grant, const std::string& asker_node, void* into,
+                       uint64_t bytes, Memory memory, int timeout_ms,
                        const std::function<void()>& meanwhile) = 0;
 };
 

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "common/log.h"
+#include "server/copy_grant.h"
 #include "server/copy_service.h"
+#include "server/copy_wire.h"
 
 namespace mcd {
 
@@ -93,28 +95,19 @@ const UcxApi* ucx = nullptr;  // set by CopyService::Start before any use
 // How often a server waiting for a fetch answers the reads other servers sent it meanwhile.
 constexpr std::chrono::milliseconds kServeReadsEvery(2);
 
-constexpr unsigned kReadId = 1;
-constexpr unsigned kDataId = 2;
+// Reads waiting for the serving loop at most: more, from a peer that floods the worker, are
+// dropped unanswered rather than kept.
+constexpr size_t kMaxWaitingReads = 1024;
 
-// Wire headers, little-endian on every host memcuda builds for (x86-64, aarch64).
-struct ReadHeader {
-  uint64_t req;
-  int64_t ctime_ms;
-  uint32_t name_length;  // the name follows, then one byte of ReadFlags (none from older servers)
-};
-// The asker receives into GPU memory: the answer goes by rendezvous, so that UCX writes the bytes
-// in place (eager bytes arrive in UCX's own host buffer).
-constexpr uint8_t kReadRendezvous = 1;
+using copy_wire::DataHeader;
+using copy_wire::kDataId;
+using copy_wire::kIdBytes;
+using copy_wire::kReadId;
+using copy_wire::ReadHeader;
 
 ucs_memory_type_t UcxMemoryType(Memory memory) {
   return memory == Memory::kGpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
 }
-struct DataHeader {
-  uint64_t req;
-  int32_t code;            // ErrorCode; the message follows
-  uint32_t message_length;
-  uint64_t bytes;
-};
 
 std::string ToHex(const void* data, size_t size) {
   static const char* digits = "0123456789abcdef";
@@ -188,8 +181,9 @@ class UcxCopyService final : public CopyService {
   std::vector<Read> TakeReads() override;
   void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory memory,
               std::function<void()> release) override;
-  Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms, void* into,
-               uint64_t bytes, Memory memory, int timeout_ms, const std::function<void()>& meanwhile) override;
+  Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
+               const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
+               Memory memory, int timeout_ms, const std::function<void()>& meanwhile) override;
 
  private:
   void Loop();
@@ -200,7 +194,10 @@ class UcxCopyService final : public CopyService {
   ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
   ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length,
                       const ucp_am_recv_param_t* param);
-  std::shared_ptr<PendingFetch> TakeFetch(uint64_t req);
+  // The fetch `fetch_id` names, taken out; null when there is none. With `answered_by`, only
+  // when that is the endpoint its read went to.
+  std::shared_ptr<PendingFetch> TakeFetch(const std::string& fetch_id,
+                                          const ucp_ep_h* answered_by = nullptr);
   void PeerLost(ucp_ep_h ep, ucs_status_t status);
 
   std::function<void()> wake_;
@@ -215,8 +212,7 @@ class UcxCopyService final : public CopyService {
   std::mutex reads_mutex_;
   std::vector<Read> reads_;
   std::mutex fetches_mutex_;
-  std::map<uint64_t, std::shared_ptr<PendingFetch>> fetches_;
-  uint64_t next_req_ = 0;
+  std::map<std::string, std::shared_ptr<PendingFetch>> fetches_;  // by fetch id
   std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
 };
 
@@ -388,18 +384,23 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   ReadHeader h{};
   if (header_length < sizeof(h) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
   std::memcpy(&h, header, sizeof(h));
-  if (h.name_length > header_length - sizeof(h)) return UCS_OK;
+  size_t text_length = header_length - sizeof(h);
+  if (h.name_length > text_length || h.node_length > text_length - h.name_length) return UCS_OK;
+  const char* text = static_cast<const char*>(header) + sizeof(h);
+  auto raw = [](const uint8_t* id) {
+    return std::string(reinterpret_cast<const char*>(id), kIdBytes);
+  };
   Read read;
-  read.req = h.req;
+  read.fetch = raw(h.fetch);
+  read.grant = CopyGrant{raw(h.grant), raw(h.token)};
   read.ctime_ms = h.ctime_ms;
-  read.name.assign(static_cast<const char*>(header) + sizeof(h), h.name_length);
+  read.name.assign(text, h.name_length);
+  read.asker_node.assign(text + h.name_length, h.node_length);
   read.reply_ep = param->reply_ep;
-  if (header_length > sizeof(h) + h.name_length) {
-    uint8_t flags = static_cast<const uint8_t*>(header)[sizeof(h) + h.name_length];
-    read.rendezvous = (flags & kReadRendezvous) != 0;
-  }
+  read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
   {
     std::lock_guard<std::mutex> lock(reads_mutex_);
+    if (reads_.size() >= kMaxWaitingReads) return UCS_OK;
     reads_.push_back(std::move(read));
   }
   if (wake_) wake_();
@@ -426,11 +427,14 @@ void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
   }
 }
 
-std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(uint64_t req) {
+std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(const std::string& fetch_id,
+                                                        const ucp_ep_h* answered_by) {
   std::lock_guard<std::mutex> lock(fetches_mutex_);
-  auto found = fetches_.find(req);
+  auto found = fetches_.find(fetch_id);
   if (found == fetches_.end()) return nullptr;
   auto fetch = found->second;
+  if (answered_by != nullptr && (*answered_by == nullptr || *answered_by != fetch->ep))
+    return nullptr;
   fetches_.erase(found);
   return fetch;
 }
@@ -440,8 +444,10 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   DataHeader h{};
   if (header_length < sizeof(h)) return UCS_OK;
   std::memcpy(&h, header, sizeof(h));
-  auto fetch = TakeFetch(h.req);
-  if (!fetch) return UCS_OK;  // it timed out: the bytes are dropped
+  ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  auto fetch = TakeFetch(std::string(reinterpret_cast<const char*>(h.fetch), kIdBytes), &from);
+  // Timed out, or not the asked server's answer (anyone may send to the worker): dropped.
+  if (!fetch) return UCS_OK;
   if (h.code != 0) {
     size_t n = std::min<size_t>(h.message_length, header_length - sizeof(h));
     fetch->Complete(Status(static_cast<ErrorCode>(h.code),
@@ -455,7 +461,7 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     return UCS_OK;
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    if (fetch->memory == Memory::kGpu) {  // an older server, which does not know kReadRendezvous
+    if (fetch->memory == Memory::kGpu) {  // a server that did not heed kReadRendezvous
       fetch->Complete(Status(ErrorCode::kUnsupported,
                              "the other server sent the bytes eagerly, which cannot go into GPU memory "
                              "in place: run it with this version, or this one with --stage-gpu-copies"));
@@ -498,7 +504,7 @@ void UcxCopyService::Answer(const Read& read, const Status& status, const void* 
                             Memory memory, std::function<void()> release) {
   auto state = std::make_unique<SendState>();
   DataHeader h{};
-  h.req = read.req;
+  std::memcpy(h.fetch, read.fetch.data(), kIdBytes);
   h.code = static_cast<int32_t>(status.code());
   std::string message = status.ok() ? "" : status.message();
   h.message_length = static_cast<uint32_t>(message.size());
@@ -511,31 +517,46 @@ void UcxCopyService::Answer(const Read& read, const Status& status, const void* 
   state->release = std::move(release);
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
-  uint32_t flags = read.rendezvous && status.ok() ? UCP_AM_SEND_FLAG_RNDV : 0;
+  // With a reply endpoint: the asker checks that the answer comes from the server it asked.
+  uint32_t flags =
+      UCP_AM_SEND_FLAG_REPLY | (read.rendezvous && status.ok() ? UCP_AM_SEND_FLAG_RNDV : 0);
   Post([this, ep, shared, flags] {
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
     Send(ep, kDataId, std::move(*owned), flags);
   });
 }
 
-Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                             void* into, uint64_t bytes, Memory memory, int timeout_ms,
+Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& name,
+                             int64_t ctime_ms, const CopyGrant& grant,
+                             const std::string& asker_node, void* into, uint64_t bytes,
+                             Memory memory, int timeout_ms,
                              const std::function<void()>& meanwhile) {
+  if (grant.id.size() != kIdBytes || grant.token.size() != kIdBytes) {
+    return Status(ErrorCode::kInternal, "a copy's grant is not 2 x 16 bytes");
+  }
   auto fetch = std::make_shared<PendingFetch>();
   fetch->expected = bytes;
   fetch->into = into;
   fetch->memory = memory;
-  uint64_t req;
+  // Unguessable: an answer counts only if it names this id, which only the read carries.
+  std::string fetch_id(kIdBytes, '\0');
+  MCD_RETURN_IF_ERROR(SecureRandom(fetch_id.data(), fetch_id.size()));
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
-    req = ++next_req_;
-    fetches_[req] = fetch;
+    fetches_[fetch_id] = fetch;
   }
   auto state = std::make_unique<SendState>();
-  ReadHeader h{req, ctime_ms, static_cast<uint32_t>(name.size())};
+  ReadHeader h{};
+  std::memcpy(h.fetch, fetch_id.data(), kIdBytes);
+  std::memcpy(h.grant, grant.id.data(), kIdBytes);
+  std::memcpy(h.token, grant.token.data(), kIdBytes);
+  h.ctime_ms = ctime_ms;
+  h.name_length = static_cast<uint32_t>(name.size());
+  h.node_length = static_cast<uint32_t>(asker_node.size());
+  h.flags = memory == Memory::kGpu ? copy_wire::kReadRendezvous : 0;
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += name;
-  state->header += static_cast<char>(memory == Memory::kGpu ? kReadRendezvous : 0);
+  state->header += asker_node;
   state->fetch = fetch;
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   Post([this, address_hex, shared, fetch] {
@@ -566,7 +587,7 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
       return fetch->status;
     }
     lock.unlock();
-    if (TakeFetch(req) != nullptr) {  // a late answer is dropped
+    if (TakeFetch(fetch_id) != nullptr) {  // a late answer is dropped
       return Status(ErrorCode::kTimeout, "no answer from the other server within " +
                                              std::to_string(timeout_ms / 1000) + " s");
     }

@@ -5,6 +5,7 @@
 
 #include "alloc/allocator.h"
 #include "common/log.h"
+#include "protocol/text.h"
 
 namespace mcd {
 
@@ -76,11 +77,19 @@ Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocati
   int timeout_ms = static_cast<int>(std::min<uint64_t>(
       std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
   auto fetch = [&](void* into, Memory memory) {
+    auto failed = [&](const Status& why) {
+      return Status(why.code(), "copying '" + cmd.copy_of + "' from node '" + source.node +
+                                    "': " + why.message());
+    };
+    auto grant = grants_.Issue(source.node, cmd.copy_of, source.ctime_ms, timeout_ms);
+    if (!grant.ok()) return failed(grant.status());
     // Reads other servers send meanwhile are answered: one of them may be waiting for ours.
-    Status got = service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, into, cmd.bytes,
-                                 memory, timeout_ms, [this] { ServeReads(); });
+    Status got =
+        service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, grant.value(), opt_.node,
+                        into, cmd.bytes, memory, timeout_ms, [this] { ServeReads(); });
     if (got.ok()) return got;
-    return Status(got.code(), "copying '" + cmd.copy_of + "' from node '" + source.node + "': " + got.message());
+    grants_.Withdraw(grant.value());
+    return failed(got);
   };
   if (cmd.device == kHostDevice) {
     // Straight into the new object's pages.
@@ -98,7 +107,16 @@ Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocati
 
 void NodeCopier::ServeReads() {
   if (service_ == nullptr) return;
-  for (CopyService::Read& read : service_->TakeReads()) {
+  std::vector<CopyService::Read> reads = service_->TakeReads();
+  if (reads.empty()) return;
+  std::vector<Status> granted = grants_.Redeem(reads);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const CopyService::Read& read = reads[i];
+    if (!granted[i].ok()) {
+      LogRefused(read, granted[i]);
+      service_->Answer(read, granted[i], nullptr, 0, Memory::kHost, nullptr);
+      continue;
+    }
     auto found = table_.find(read.name);
     if (found == table_.end() || found->second.record.ctime_ms != read.ctime_ms) {
       service_->Answer(read,
@@ -111,12 +129,33 @@ void NodeCopier::ServeReads() {
     uint64_t bytes = entry.record.bytes;
     Status served = Serve(read, entry);
     if (!served.ok()) {
-      Log(LogLevel::kWarn, "a copy of '" + read.name + "' for another node: " + served.ToString());
+      Log(LogLevel::kWarn, "a copy of '" + read.name + "' for node '" +
+                               Printable(read.asker_node, 64) + "': " + served.ToString());
       service_->Answer(read, served, nullptr, 0, Memory::kHost, nullptr);
       continue;
     }
-    Log(LogLevel::kDebug, "read name=" + read.name + " bytes=" + std::to_string(bytes) + " for another node");
+    // The asker proved it holds this Redis's credentials: the node it named is the one its grant
+    // names.
+    Log(LogLevel::kInfo, "read name=" + read.name + " bytes=" + std::to_string(bytes) +
+                             " for node '" + Printable(read.asker_node, 64) +
+                             "' (a copy between nodes, granted in Redis)");
   }
+}
+
+void NodeCopier::LogRefused(const CopyService::Read& read, const Status& why) {
+  auto now = std::chrono::steady_clock::now();
+  if (now - refusals_since_ >= std::chrono::seconds(1)) {
+    if (refusals_ > 10) {
+      Log(LogLevel::kWarn, std::to_string(refusals_ - 10) + " more reads refused in that second");
+    }
+    refusals_since_ = now;
+    refusals_ = 0;
+  }
+  if (++refusals_ > 10) return;
+  // The name and node are the peer's word, whatever bytes it sent: shown printable.
+  Log(LogLevel::kWarn, "refused a read of '" + Printable(read.name, 80) +
+                           "' from a UCX peer that says it is node '" +
+                           Printable(read.asker_node, 64) + "': " + why.ToString());
 }
 
 Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {

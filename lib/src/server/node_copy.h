@@ -1,17 +1,20 @@
 // Copies between nodes, the server's part (docs/scale-out.md): a create with copy_of gets the
 // bytes of the other node's tensor from that node's server, through the CopyService, into its new
 // memory before its commit, so that nothing is published half made; and the reads other servers
-// ask of this one are served from the tensor table by the serving loop (ServeReads). GPU memory
+// ask of this one are served from the tensor table by the serving loop (ServeReads), each against
+// the grant its asker wrote into this server's Redis (server/copy_grant.h). GPU memory
 // is read and written in place by UCX where it can (a CUDA-aware UCX), else staged through a
 // pinned host buffer by the device's worker. Main thread of the server.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
+#include "server/copy_grant.h"
 #include "server/copy_service.h"
 #include "server/device_set.h"
 #include "server/tensor_table.h"
@@ -21,9 +24,15 @@ namespace mcd {
 class NodeCopier {
  public:
   // `service` null: copies are off, for the reason `off`.
-  NodeCopier(const ServerOptions& opt, RedisConnection& redis, TensorTable& table, DeviceSet& devices,
-             CopyService* service, std::string off)
-      : opt_(opt), redis_(redis), table_(table), devices_(devices), service_(service), off_(std::move(off)) {}
+  NodeCopier(const ServerOptions& opt, RedisConnection& redis, TensorTable& table,
+             DeviceSet& devices, CopyService* service, std::string off)
+      : opt_(opt),
+        redis_(redis),
+        table_(table),
+        devices_(devices),
+        service_(service),
+        off_(std::move(off)),
+        grants_(opt) {}
 
   // The tensor a create copies, as found before anything is allocated.
   struct Source {
@@ -36,7 +45,8 @@ class NodeCopier {
   Result<Source> Locate(const Command& cmd);
   // Fills `allocation` (cmd.bytes on cmd.device) with the source's bytes.
   Status Fill(const Command& cmd, const Source& source, const Allocation& allocation);
-  // Answers the reads other servers asked for since the last call.
+  // Answers the reads other servers asked for since the last call: with the bytes where the read's
+  // grant holds, else with the error.
   void ServeReads();
   // GPU tensors go in place, UCX reading and writing GPU memory, rather than staged in host
   // memory: the UCX can, and --stage-gpu-copies did not turn it off.
@@ -46,6 +56,9 @@ class NodeCopier {
   // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory in place or
   // through a pinned host buffer filled on the device's worker.
   Status Serve(const CopyService::Read& read, const Entry& entry);
+  // Says, at warn, that `read` was refused for `why`: each one, up to 10 a second, then how many
+  // more there were (a peer that floods the worker does not flood the log).
+  void LogRefused(const CopyService::Read& read, const Status& why);
 
   const ServerOptions& opt_;
   RedisConnection& redis_;
@@ -53,6 +66,9 @@ class NodeCopier {
   DeviceSet& devices_;
   CopyService* service_;
   const std::string off_;
+  CopyGrants grants_;
+  std::chrono::steady_clock::time_point refusals_since_{};
+  int refusals_ = 0;
 };
 
 }  // namespace mcd

@@ -1,0 +1,61 @@
+// Grants: what keeps copies between nodes inside the trust domain (memcuda(7), TRUST). The copy
+// service's UCX worker takes messages from whoever reaches it, and its address is no secret, so a
+// server serves a read only against a grant. The asking server writes a grant into the Redis it
+// shares with the serving one: a key <prefix>:copy:<id> holding 128 random bits (the token) and
+// what they grant (the serving node, the tensor, its ctime, the asking node), with a TTL; its
+// READ carries id and token. The serving server takes the key out of its own Redis (GETDEL: a
+// grant serves once) and compares what it held with what the read says, in constant time. So
+// only a holder of Redis credentials that may write under the serving server's prefix can make
+// a grant: a stranger's READ, or a stranger's server with a Redis of its own, gets nothing.
+// The id, not the token, names the key: other Redis users may see key names (SCAN), not values.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memcuda/redis.h"
+#include "memcuda/server.h"
+#include "memcuda/status.h"
+#include "server/copy_service.h"
+
+namespace mcd {
+
+// `n` bytes from the kernel's random source (getrandom), or kInternal where it has none: ids
+// that must not be guessed never fall back to anything weaker.
+Status SecureRandom(void* out, size_t n);
+
+// Whether `a` and `b` are equal, in a time that depends on their lengths only.
+bool SameSecret(std::string_view a, std::string_view b);
+
+// What a grant's key holds: the token and what it grants, one field a line (the name last).
+std::string CopyGrantValue(std::string_view token, std::string_view serving_node,
+                           std::string_view asker_node, int64_t ctime_ms, std::string_view name);
+
+// The grants of one server, on a Redis connection of their own (the serving loop's may have
+// commands in flight). Main thread of the server.
+class CopyGrants {
+ public:
+  explicit CopyGrants(const ServerOptions& opt) : opt_(opt) {}
+
+  // Writes a grant for this node to read `name`, created at `ctime_ms`, of `serving_node`; Redis
+  // drops it after `ttl_ms` unless it is used or withdrawn first.
+  Result<CopyGrant> Issue(const std::string& serving_node, const std::string& name,
+                          int64_t ctime_ms, int ttl_ms);
+  // Deletes a grant the serving server may not have used (its fetch failed).
+  void Withdraw(const CopyGrant& grant);
+  // For each read, in order: Ok when its grant was in Redis and granted what the read asks of
+  // this node, kPermissionDenied when not, kUnavailable when Redis could not be asked. Every
+  // grant named is used up either way.
+  std::vector<Status> Redeem(const std::vector<CopyService::Read>& reads);
+
+ private:
+  Result<RedisConnection*> Connection();
+
+  const ServerOptions& opt_;
+  std::unique_ptr<RedisConnection> conn_;
+};
+
+}  // namespace mcd
