@@ -142,6 +142,7 @@ Result<TensorRecord> RecordFromObject(const rj::Value& object) {
   MCD_ASSIGN_OR_RETURN(r.creator_pid, integer(kRCreatorPid));
   MCD_ASSIGN_OR_RETURN(r.owner_pid, integer(kROwnerPid));
   MCD_ASSIGN_OR_RETURN(r.owner_start, count(kROwnerStart));
+  MCD_RETURN_IF_ERROR(ValidateRecord(r));
   return r;
 }
 
