@@ -137,6 +137,23 @@ TEST(Protocol, RequestIdIsRecoveredFromBadCommands) {
   auto parsed = ParseCommand(R"({"req":"r-9","op":"nope","name":"a"})", &req);
   EXPECT_FALSE(parsed.ok());
   EXPECT_EQ(req, "r-9");
+  // From commands that are no JSON object too: the first "req" with a valid id.
+  const std::pair<std::string, std::string> unreadable[] = {
+      {R"({"req":"r-1","op":)", "r-1"},
+      {R"([{"req" : "r-2"}])", "r-2"},
+      {R"({"req":7,"op":"get","name":"a"} x)", "7"},
+      {R"({"x":"\"req\":","req":"r-4",)", "r-4"},
+      {R"({"req":"a b","req":"r-5",)", "r-5"},
+      {R"({"req":"r*6",)", ""},
+      {R"({"req":")" + std::string(129, 'r') + R"(",)", ""},
+      {R"({"op":"get",)", ""},
+      {R"({"req":"r-9","name":")" + std::string(5000, 'a') + "\"}", "r-9"},
+  };
+  for (const auto& [raw, expected] : unreadable) {
+    req.clear();
+    EXPECT_FALSE(ParseCommand(raw, &req).ok()) << raw;
+    EXPECT_EQ(req, expected) << raw;
+  }
 }
 
 TEST(Protocol, RecordHashAndJsonRoundTrip) {
