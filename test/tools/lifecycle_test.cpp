@@ -886,6 +886,46 @@ TEST_F(Lifecycle, EveryMalformedCommandWithAReqIsAnswered) {
   EXPECT_EQ(TensorKeys().size(), 0u);
 }
 
+// A hash's strings reach the operator's terminal escaped: no control character of a planted
+// field moves the cursor, clears the screen or forges a line; --json keeps them exact.
+TEST_F(Lifecycle, HumanOutputEscapesControlCharactersAndJsonKeepsThemExact) {
+  ASSERT_EQ(Tool("mcd-create", {"plain", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  std::string shm = HashField("plain", "ipc_handle");
+  const std::string node = "n\x1b[2J\x1b[H\nFORGED 1\tx\r\x7f\xc2\x9b";
+  const std::string name = "evil\x1b]0;t\x07\nline";
+  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor(name), "dtype", "u8", "shape", "[4]", "device", "-1",
+                                         "bytes", "4", "refcount", "1", "state", "ready\x1b[31m", "node", node,
+                                         "ipc_kind", "host_shm", "ipc_handle", shm, "owner", "x"}).ok());
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{}, {"-l"}, {"-q"}}) {
+    auto ls = test::Run([&] {
+      std::vector<std::string> argv = {test::ToolPath("mcd-ls")};
+      argv.insert(argv.end(), args.begin(), args.end());
+      return argv;
+    }(), Env());
+    SCOPED_TRACE(args.empty() ? "table" : args[0]);
+    EXPECT_EQ(ls.exit_code, 0) << ls.err;
+    for (char c : ls.out) {
+      auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE((u >= 0x20 && u != 0x7f && u != 0x9b) || c == '\n') << "raw byte " << int(u) << " in:\n" << ls.out;
+    }
+    EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), args.empty() || args[0] == "-l" ? 3 : 2) << ls.out;
+    EXPECT_NE(ls.out.find("evil\\x1b]0;t\\x07\\nline"), std::string::npos) << ls.out;
+    if (args.empty()) EXPECT_NE(ls.out.find("n\\x1b[2J\\x1b[H\\nFORGED 1\\tx\\r\\x7f\\u009b"), std::string::npos) << ls.out;
+  }
+  auto json_ls = test::Run({test::ToolPath("mcd-ls"), "--json"}, Env());
+  ASSERT_EQ(json_ls.exit_code, 0) << json_ls.err;
+  json listed = json::parse(json_ls.out);
+  bool found = false;
+  for (const json& t : listed) {
+    if (t["name"] != name) continue;
+    found = true;
+    EXPECT_EQ(t["node"], node);
+    EXPECT_EQ(t["state"], "ready\x1b[31m");
+  }
+  EXPECT_TRUE(found) << json_ls.out;
+  ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.Tensor(name)}).ok());
+}
+
 // Thousands of commands mutated from valid ones (values swapped for odd ones, fields dropped or
 // repeated, bytes changed, cut short), pushed while a client works: the server keeps serving,
 // answers every well-formed one that names a req with a JSON reply, leaves none in its
