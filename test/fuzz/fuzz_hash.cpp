@@ -1,6 +1,7 @@
 // What a tensor hash in Redis holds, as anyone with Redis credentials may write it: fields and
 // values (one per line, "field=value"), and the small parsers of its values: holder ids,
-// shapes, devices, hex. A record read from a hash writes back the same fields.
+// shapes, devices, hex. A record read from a hash is safe to map (FuzzCheckSafeToMap) and
+// writes back the same fields.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -27,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto record = mcd::RecordFromHash("fuzzed", fields);
   if (record.ok()) {
+    FuzzCheckSafeToMap(*record);
     std::map<std::string, std::string> written;
     for (auto& [field, value] : mcd::HashFields(*record)) written[field] = value;
     auto again = mcd::RecordFromHash("fuzzed", written);

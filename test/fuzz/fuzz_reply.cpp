@@ -1,5 +1,6 @@
-// A server reply as a client reads it, and a record as JSON: parsed or refused, and a record
-// that parses encodes to JSON that parses back to the same record.
+// A server reply as a client reads it, and a record as JSON: parsed or refused; a record that
+// parses is safe to map (FuzzCheckSafeToMap) and encodes to JSON that parses back to the same
+// record.
 #include <cstdint>
 #include <string>
 
@@ -9,9 +10,11 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  (void)mcd::RecordFromReply(text);
+  auto replied = mcd::RecordFromReply(text);
+  if (replied.ok()) FuzzCheckSafeToMap(*replied);
   auto record = mcd::RecordFromJson(text);
   if (record.ok()) {
+    FuzzCheckSafeToMap(*record);
     std::string json = mcd::RecordToJson(*record);
     auto again = mcd::RecordFromJson(json);
     FUZZ_CHECK(again.ok());

@@ -137,6 +137,23 @@ TEST(Protocol, RequestIdIsRecoveredFromBadCommands) {
   auto parsed = ParseCommand(R"({"req":"r-9","op":"nope","name":"a"})", &req);
   EXPECT_FALSE(parsed.ok());
   EXPECT_EQ(req, "r-9");
+  // From commands that are no JSON object too: the first "req" with a valid id.
+  const std::pair<std::string, std::string> unreadable[] = {
+      {R"({"req":"r-1","op":)", "r-1"},
+      {R"([{"req" : "r-2"}])", "r-2"},
+      {R"({"req":7,"op":"get","name":"a"} x)", "7"},
+      {R"({"x":"\"req\":","req":"r-4",)", "r-4"},
+      {R"({"req":"a b","req":"r-5",)", "r-5"},
+      {R"({"req":"r*6",)", ""},
+      {R"({"req":")" + std::string(129, 'r') + R"(",)", ""},
+      {R"({"op":"get",)", ""},
+      {R"({"req":"r-9","name":")" + std::string(5000, 'a') + "\"}", "r-9"},
+  };
+  for (const auto& [raw, expected] : unreadable) {
+    req.clear();
+    EXPECT_FALSE(ParseCommand(raw, &req).ok()) << raw;
+    EXPECT_EQ(req, expected) << raw;
+  }
 }
 
 TEST(Protocol, RecordHashAndJsonRoundTrip) {
@@ -147,7 +164,7 @@ TEST(Protocol, RecordHashAndJsonRoundTrip) {
   r.device = 1;
   r.bytes = 42;
   r.ipc_kind = IpcKind::kCudaIpc;
-  r.ipc_handle = std::string("\0\x01\xfe\xff", 4);
+  r.ipc_handle = std::string("\0\x01\xfe\xff", 4) + std::string(60, 'h');
   r.refcount = 3;
   r.state = "ready";
   r.ctime_ms = 1234;
@@ -167,6 +184,62 @@ TEST(Protocol, RecordHashAndJsonRoundTrip) {
   EXPECT_EQ(RecordFromHash("t", fields).status().code(), ErrorCode::kUnexpectedReply);
 }
 
+// Offsets and sizes at the edges of 64 bits, devices and handles of each kind: what a mapper
+// would compute from a record that passes never wraps.
+TEST(Protocol, ValidateRecordBoundsEveryFieldAMapperUses) {
+  TensorRecord r;
+  r.name = "t";
+  r.dtype = DType::kU8;
+  r.shape = {4096};
+  r.bytes = 4096;
+  r.device = kHostDevice;
+  r.ipc_kind = IpcKind::kHostShm;
+  r.ipc_handle = "/mcd-x-1-0123456789abcdef";
+  r.state = "ready";
+  EXPECT_TRUE(ValidateRecord(r).ok());
+  auto refused = [](TensorRecord bad) {
+    Status status = ValidateRecord(bad);
+    return status.code() == ErrorCode::kUnexpectedReply;
+  };
+  for (uint64_t offset : {UINT64_MAX, UINT64_MAX - 7, UINT64_MAX - 4095, uint64_t{1} << 63,
+                          (uint64_t{1} << 63) - 4095}) {
+    TensorRecord bad = r;
+    bad.offset = offset;
+    EXPECT_TRUE(refused(bad)) << offset;
+  }
+  TensorRecord edge = r;
+  edge.offset = (uint64_t{1} << 63) - 4097;  // ends at 2^63 - 1
+  EXPECT_TRUE(ValidateRecord(edge).ok());
+  for (int device : {-2, 0, 1024, INT32_MIN}) {
+    TensorRecord bad = r;
+    bad.device = device;
+    EXPECT_TRUE(refused(bad)) << device;
+  }
+  for (const std::string& handle : {std::string("/"), std::string("x"), std::string("/a/b"),
+                                    std::string("/.."), std::string("/a b"), std::string("/a\x1b"),
+                                    std::string("/") + std::string(255, 'a'), std::string()}) {
+    TensorRecord bad = r;
+    bad.ipc_handle = handle;
+    EXPECT_TRUE(refused(bad)) << handle;
+  }
+  TensorRecord creating = r;
+  creating.ipc_handle.clear();
+  creating.state = "creating";
+  EXPECT_TRUE(ValidateRecord(creating).ok());
+  TensorRecord gpu = r;
+  gpu.ipc_kind = IpcKind::kCudaIpc;
+  gpu.device = 0;
+  gpu.ipc_handle = std::string(64, '\0');
+  EXPECT_TRUE(ValidateRecord(gpu).ok());
+  for (size_t size : {0, 63, 65}) {
+    TensorRecord bad = gpu;
+    bad.ipc_handle = std::string(size, 'h');
+    EXPECT_TRUE(refused(bad)) << size;
+  }
+  gpu.device = kHostDevice;
+  EXPECT_TRUE(refused(gpu));
+}
+
 // The record's JSON, and the server's reply head (the same without "refcount", left open), are
 // valid JSON that a conforming parser reads back to the same values, whatever the strings hold
 // (quotes, control characters, non-ASCII; invalid UTF-8 comes out as U+FFFD), for both lifetimes.
@@ -176,15 +249,19 @@ TEST(Protocol, RecordJsonIsValidJsonAndTheHeadIsItWithoutRefcount) {
   r.dtype = DType::kBF16;
   r.shape = {2, 3, 262144};
   r.device = 7;
-  r.bytes = 18446744073709551615ull;
   r.ipc_kind = IpcKind::kCudaMempool;
-  r.ipc_handle = std::string("\0\x01\xfe\xff\\\"", 6);
+  r.ipc_handle = std::string("\0\x01\xfe\xff\\\"", 6) + std::string(58, 'h');
   r.offset = 4096;
   r.refcount = 3;
   r.state = "ready";
   r.ctime_ms = 1763800000123;
   r.owner = "0123456789abcdef";
   r.creator_pid = 4242;
+  // Every 64-bit count is written exactly; one that shape and dtype do not make is refused.
+  r.bytes = 18446744073709551615ull;
+  EXPECT_EQ(nlohmann::json::parse(RecordToJson(r))["bytes"], r.bytes);
+  EXPECT_EQ(RecordFromJson(RecordToJson(r)).status().code(), ErrorCode::kUnexpectedReply);
+  r.bytes = 2 * 3 * 262144 * 2;
   const std::pair<const char*, const char*> nodes[] = {
       {"gpu-host-1", "gpu-host-1"}, {"q\"uote\\back", "q\"uote\\back"}, {"tab\tnew\nline\x01", "tab\tnew\nline\x01"},
       {"\xc3\xa9t\xc3\xa9", "\xc3\xa9t\xc3\xa9"}, {"bad\xff\xfeutf8", "bad\xef\xbf\xbd\xef\xbf\xbdutf8"}, {"del\x7f", "del\x7f"}};

@@ -845,6 +845,88 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
   EXPECT_NE(log.find("outcome=out_of_memory"), std::string::npos);
 }
 
+// Every malformed command that carries a recognisable req is answered on its reply list, on the
+// queue, whatever is wrong with it: its sender hears why instead of waiting out its timeout.
+TEST_F(Lifecycle, EveryMalformedCommandWithAReqIsAnswered) {
+  struct Form {
+    std::string body;  // "REQ" stands for the req
+    const char* code;
+  };
+  const std::vector<Form> forms = {
+      {R"({"req":"REQ","op":"create",)", "invalid_argument"},
+      {R"({"req":"REQ","op":"get","name":"a"} trailing)", "invalid_argument"},
+      {R"([{"req":"REQ","op":"get","name":"a"}])", "invalid_argument"},
+      {R"({"req":"REQ","op":"get","name":")" + std::string(6000, 'a') + "\"}", "too_large"},
+      {R"({"req":"REQ","op":"get","name":"a","x":[[[[[[[[1]]]]]]]]})", "invalid_argument"},
+      {"{\"req\":\"REQ\",\"op\":\"get\",\"name\":\"\xff\xfe\"}", "invalid_argument"},
+      {R"({ "req" : "REQ" , "op":"get", "name": })", "invalid_argument"},
+      {R"({"req":"REQ"})", "invalid_argument"},
+      {R"({"req":"REQ","op":"get"})", "invalid_argument"},
+      {R"({"req":"REQ","op":42,"name":"a"})", "invalid_argument"},
+      {R"({"req":"REQ","op":"get","name":["a"]})", "invalid_argument"},
+      {R"({"req":"REQ","op":"zap","name":"a"})", "invalid_argument"},
+      {R"({"req":"REQ","op":"create","name":"a","dtype":"f32","shape":"[1]","device":-1})", "invalid_argument"},
+      {R"({"req":"REQ","op":"get","name":"a","bogus":1})", "invalid_argument"},
+      {R"({"op":"get","name":"a","req":"REQ","name":"b"})", "invalid_argument"},
+      {R"({"op":"get","name":"a","pid":"x","req":"REQ")", "invalid_argument"},
+  };
+  auto started = std::chrono::steady_clock::now();
+  int i = 0;
+  for (const Form& form : forms) {
+    std::string req = "malformed-" + std::to_string(i++);
+    std::string body = form.body;
+    body.replace(body.find("REQ"), 3, req);
+    json reply = Raw(body, req);
+    ASSERT_TRUE(reply.is_object()) << body << ServeLog();
+    EXPECT_EQ(reply["ok"], false) << body;
+    EXPECT_EQ(reply["req"], req) << body << " -> " << reply.dump();
+    EXPECT_EQ(reply["error"]["code"], form.code) << body << " -> " << reply.dump();
+  }
+  // Answered, not timed out: all of them within a few seconds even on a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_EQ(TensorKeys().size(), 0u);
+}
+
+// A hash's strings reach the operator's terminal escaped: no control character of a planted
+// field moves the cursor, clears the screen or forges a line; --json keeps them exact.
+TEST_F(Lifecycle, HumanOutputEscapesControlCharactersAndJsonKeepsThemExact) {
+  ASSERT_EQ(Tool("mcd-create", {"plain", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  std::string shm = HashField("plain", "ipc_handle");
+  const std::string node = "n\x1b[2J\x1b[H\nFORGED 1\tx\r\x7f\xc2\x9b";
+  const std::string name = "evil\x1b]0;t\x07\nline";
+  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor(name), "dtype", "u8", "shape", "[4]", "device", "-1",
+                                         "bytes", "4", "refcount", "1", "state", "ready\x1b[31m", "node", node,
+                                         "ipc_kind", "host_shm", "ipc_handle", shm, "owner", "x"}).ok());
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{}, {"-l"}, {"-q"}}) {
+    auto ls = test::Run([&] {
+      std::vector<std::string> argv = {test::ToolPath("mcd-ls")};
+      argv.insert(argv.end(), args.begin(), args.end());
+      return argv;
+    }(), Env());
+    SCOPED_TRACE(args.empty() ? "table" : args[0]);
+    EXPECT_EQ(ls.exit_code, 0) << ls.err;
+    for (char c : ls.out) {
+      auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE((u >= 0x20 && u != 0x7f && u != 0x9b) || c == '\n') << "raw byte " << int(u) << " in:\n" << ls.out;
+    }
+    EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), args.empty() || args[0] == "-l" ? 3 : 2) << ls.out;
+    EXPECT_NE(ls.out.find("evil\\x1b]0;t\\x07\\nline"), std::string::npos) << ls.out;
+    if (args.empty()) EXPECT_NE(ls.out.find("n\\x1b[2J\\x1b[H\\nFORGED 1\\tx\\r\\x7f\\u009b"), std::string::npos) << ls.out;
+  }
+  auto json_ls = test::Run({test::ToolPath("mcd-ls"), "--json"}, Env());
+  ASSERT_EQ(json_ls.exit_code, 0) << json_ls.err;
+  json listed = json::parse(json_ls.out);
+  bool found = false;
+  for (const json& t : listed) {
+    if (t["name"] != name) continue;
+    found = true;
+    EXPECT_EQ(t["node"], node);
+    EXPECT_EQ(t["state"], "ready\x1b[31m");
+  }
+  EXPECT_TRUE(found) << json_ls.out;
+  ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.Tensor(name)}).ok());
+}
+
 // Thousands of commands mutated from valid ones (values swapped for odd ones, fields dropped or
 // repeated, bytes changed, cut short), pushed while a client works: the server keeps serving,
 // answers every well-formed one that names a req with a JSON reply, leaves none in its

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "lifecycle_fixture.h"
+#include "memcuda/memcuda.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -168,6 +169,71 @@ TEST_F(Trust, AHashCannotSendAClientIntoAnotherUsersSharedMemory) {
   ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("t"), "ipc_handle", real}).ok());
 }
 
+// No field of a tensor hash, which anyone with Redis credentials may write, makes a client
+// touch memory outside the tensor's object: each bad one is refused as an unexpected reply
+// (76) by the C++ client, the C ABI and mcd-get alike, the reference taken is given back, and
+// the tensor's bytes are untouched.
+TEST_F(Trust, NoHashFieldCanSendAClientOutsideItsMapping) {
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  CreateSpec spec = HostSpec("t");
+  spec.shape = {4096};
+  auto created = client->Create(spec);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::string data = test::RandomBytes(4096, 40);
+  {
+    auto view = client->Get("t");
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    std::memcpy(view->data, data.data(), data.size());
+    ASSERT_TRUE(client->Release("t").ok());
+  }
+  mcd_client* c_client = nullptr;
+  ASSERT_EQ(mcd_connect(redis_.url().c_str(), node_.c_str(), 5000, &c_client), 0);
+  struct Edit {
+    const char* field;
+    std::string value;
+    const char* says;
+  };
+  const std::vector<Edit> edits = {
+      {"offset", "18446744073709551608", "says \"offset\" 18446744073709551608, which with its 4096 bytes ends past"},
+      {"offset", "9223372036854771712", "ends past 2^63 - 1"},
+      {"offset", "18446744073709547520", "ends past 2^63 - 1"},
+      {"offset", "4096", "is smaller than the tensor it should hold"},
+      {"offset", "1", "is smaller than the tensor it should hold"},
+      {"bytes", "18446744073709551615", "which its shape and dtype do not make"},
+      {"device", "3", "says \"device\" 3, which is not cpu (-1) for ipc_kind host_shm"},
+      {"device", "-2", "says \"device\" -2"},
+      {"ipc_kind", "cuda_ipc", "says \"device\" -1, which is not a GPU ordinal"},
+      {"ipc_handle", "/../../dev/zero", "which names no shared-memory object"},
+      {"ipc_handle", "", "but a ready tensor has a handle"},
+      {"ipc_handle", "/a\x1b[2Jb", "which names no shared-memory object"},
+  };
+  for (const Edit& edit : edits) {
+    SCOPED_TRACE(std::string(edit.field) + "=" + edit.value);
+    std::string before = HashField("t", edit.field);
+    auto conn = redis_.Connect();
+    ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("t"), edit.field, edit.value}).ok());
+    auto got = client->Get("t");
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), ErrorCode::kUnexpectedReply) << got.status().ToString();
+    EXPECT_NE(got.status().message().find(edit.says), std::string::npos) << got.status().ToString();
+    mcd_tensor tensor{};
+    int32_t code = mcd_get(c_client, "t", &tensor);
+    EXPECT_STREQ(mcd_error_name(code), "unexpected_reply") << mcd_last_error(c_client);
+    EXPECT_EQ(tensor.data, nullptr);
+    auto tool = Tool("mcd-get", {"t", "--print", "2"});
+    EXPECT_EQ(tool.exit_code, 76) << tool.err;
+    EXPECT_NE(tool.err.find(edit.says), std::string::npos) << tool.err;
+    EXPECT_EQ(HashField("t", "refcount"), "1");
+    ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("t"), edit.field, before}).ok());
+  }
+  mcd_disconnect(c_client);
+  auto view = client->Get("t");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(std::string(static_cast<const char*>(view->data), data.size()), data);
+  ASSERT_TRUE(client->Release("t").ok());
+}
+
 // The server's sockets serve its user, root and the members of --pool-group; the Redis ACL has
 // no say there. A member of the group creates through the socket; another user's tool cannot
 // connect to it (and, with no queue that a server reads, gets nothing done).
@@ -254,7 +320,7 @@ TEST_F(Trust, RequestIdsCannotBeGuessedAhead) {
     ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.queue, keys_.NodeQueue(node_), keys_.Processing(node_)}).ok());
   }
   kill(server_->pid(), SIGCONT);
-  std::regex form(".*-[0-9]+-([0-9a-f]{32})-1");
+  std::regex form(".*-[0-9]+-([0-9a-f]{32})");
   std::smatch first, second;
   ASSERT_TRUE(std::regex_match(reqs[0], first, form)) << reqs[0];
   ASSERT_TRUE(std::regex_match(reqs[1], second, form)) << reqs[1];

@@ -188,9 +188,41 @@ int TerminalWidth() {
   return ws.ws_col;
 }
 
-std::string FormatTable(const std::vector<std::vector<std::string>>& rows, int max_width,
+std::string Escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+              static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    if (c >= 0x20 && c != 0x7f && c != '\\' && !c1) {
+      out.push_back(static_cast<char>(c));
+      continue;
+    }
+    char buf[8];
+    if (c1) c = static_cast<unsigned char>(text[++i]);
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      case '\\': out += "\\\\"; break;
+      default:
+        std::snprintf(buf, sizeof(buf), c1 ? "\\u%04x" : "\\x%02x", c);
+        out += buf;
+    }
+  }
+  return out;
+}
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& raw_rows, int max_width,
                         size_t shrink_column) {
-  if (rows.empty()) return "";
+  if (raw_rows.empty()) return "";
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(raw_rows.size());
+  for (const auto& raw : raw_rows) {
+    rows.emplace_back();
+    for (const std::string& cell : raw) rows.back().push_back(Escaped(cell));
+  }
   size_t columns = rows[0].size();
   std::vector<size_t> widths(columns, 0);
   for (const auto& row : rows) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memcuda/client.h"
@@ -61,7 +62,13 @@ int64_t NowMs();  // wall clock, ms since the epoch (as ctime)
 bool StdoutIsTerminal();
 int TerminalWidth();  // columns of stdout's terminal, 0 when not a terminal
 
+// `text` safe to show on a terminal: C0 controls, DEL and the C1 controls of UTF-8 (U+0080 to
+// U+009F) as \n, \t, \r or \xNN, backslash as \\; everything else as it is. Every Redis-provided
+// string a tool prints for people goes through this (--json output is JSON, escaped by its writer).
+std::string Escaped(std::string_view text);
+
 // A plain text table: columns padded to their widest cell; the last column is not padded.
+// Every cell is shown Escaped.
 // `shrink_column` is truncated (with "~") to fit `max_width` when max_width > 0.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows, int max_width,
                         size_t shrink_column);

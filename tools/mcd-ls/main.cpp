@@ -97,7 +97,7 @@ static int ToolMain(int argc, char** argv) {
   if (names_only && !json && only_node.empty()) {
     auto names = client.value()->ListNames(glob);
     if (!names.ok()) return tools::Fail(tool, names.status());
-    for (const std::string& name : names.value()) out += name + "\n";
+    for (const std::string& name : names.value()) out += tools::Escaped(name) + "\n";
     std::cout << out;
     return 0;
   }
@@ -110,7 +110,7 @@ static int ToolMain(int argc, char** argv) {
                              [&](const TensorRecord& r) { return r.node != only_node; }),
               all.end());
     if (names_only && !json) {
-      for (const TensorRecord& r : all) out += r.name + "\n";
+      for (const TensorRecord& r : all) out += tools::Escaped(r.name) + "\n";
       std::cout << out;
       return 0;
     }
@@ -118,7 +118,7 @@ static int ToolMain(int argc, char** argv) {
   if (!unreadable.empty()) {
     // On stderr, so the table and the JSON stay what scripts expect; -q lists these names too.
     std::cerr << tool << ": warning: " << unreadable.size() << " key(s) under the tensor prefix hold no readable tensor:";
-    for (size_t i = 0; i < unreadable.size() && i < 5; ++i) std::cerr << "\n  " << unreadable[i];
+    for (size_t i = 0; i < unreadable.size() && i < 5; ++i) std::cerr << "\n  " << tools::Escaped(unreadable[i]);
     if (unreadable.size() > 5) std::cerr << "\n  ... and " << unreadable.size() - 5 << " more";
     std::cerr << "\n";
   }

@@ -44,8 +44,8 @@ std::string TableLine(const std::string& time, const std::string& event, const s
                       const std::string& reason) {
   char line[1024];
   std::snprintf(line, sizeof(line), "%-12s  %-12s  %-24s  %4s  %-16s  %7s  %s", time.c_str(),
-                event.c_str(), name.c_str(), refs.c_str(), node.c_str(), pid.c_str(),
-                reason.c_str());
+                Escaped(event).c_str(), Escaped(name).c_str(), Escaped(refs).c_str(),
+                Escaped(node).c_str(), Escaped(pid).c_str(), Escaped(reason).c_str());
   std::string out = line;
   out.erase(out.find_last_not_of(' ') + 1);
   return out + "\n";

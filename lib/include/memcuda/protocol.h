@@ -54,6 +54,8 @@ MCD_API const char* LifetimeName(Lifetime lifetime) noexcept;
 // (cuda_mempool). kUnknown: a kind this build does not know (a newer server's), shown as "?"
 // and refused when opened. The names are mapped in one place (IpcKindName, ParseIpcKind).
 enum class IpcKind { kUnknown, kHostShm, kCudaIpc, kCudaMempool };
+// The size of a cuda_ipc or cuda_mempool handle (cudaIpcMemHandle_t, cudaMemPoolPtrExportData).
+inline constexpr size_t kCudaHandleBytes = 64;
 MCD_API const char* IpcKindName(IpcKind kind) noexcept;
 MCD_API IpcKind ParseIpcKind(std::string_view name) noexcept;
 
@@ -150,6 +152,14 @@ MCD_API std::vector<std::pair<std::string, std::string>> HashFields(const Tensor
 // (nullopt: field absent); kUnexpectedReply when required fields are missing or malformed.
 MCD_API Result<TensorRecord> RecordFromFields(const std::string& name,
                                               const std::vector<std::optional<std::string>>& values);
+// The one check of a record read from outside (a hash, a reply), which anyone with Redis
+// credentials may have written, before anything maps or indexes memory by it: shape times dtype
+// is bytes; offset + bytes neither overflows nor passes 2^63 - 1; the device is cpu (-1) or a
+// GPU ordinal 0-1023, cpu for host_shm and a GPU for the CUDA kinds; a handle, where there is
+// one, is 64 bytes for the CUDA kinds and a shared-memory object name ("/" and up to 254
+// printable characters but '/') for host_shm; a ready tensor of a known kind has one. Ok, or
+// kUnexpectedReply naming the field. RecordFromFields, RecordFromHash and RecordFromJson call it.
+MCD_API Status ValidateRecord(const TensorRecord& record);
 // The same from field/value pairs (HGETALL).
 MCD_API Result<TensorRecord> RecordFromHash(const std::string& name,
                                             const std::map<std::string, std::string>& fields);

@@ -123,6 +123,7 @@ bool HostShmIsOwn(const std::string& shm_name);
 // when the size is wrong (a hash written by something else).
 template <typename T>
 Result<T> HandleFromBytes(const std::string& bytes, IpcKind ipc_kind) {
+  static_assert(sizeof(T) == kCudaHandleBytes, "ValidateRecord checks handles of this size");
   if (bytes.size() != sizeof(T)) {
     return Status(ErrorCode::kUnexpectedReply, std::string(IpcKindName(ipc_kind)) + " handle is " +
                                                    std::to_string(bytes.size()) + " bytes, not " +

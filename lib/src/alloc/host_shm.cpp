@@ -128,7 +128,9 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
   // A hash names the object, and anyone with Redis credentials can write a hash: what this
   // process then writes must not land in another user's object.
   if (st.st_uid != geteuid()) MCD_RETURN_IF_ERROR(CheckOwner(st.st_uid, "shared-memory object " + name));
-  if (static_cast<uint64_t>(st.st_size) < offset + bytes) {
+  // Overflow-safe: offset and bytes come from a hash (ValidateRecord bounds them too).
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (bytes == 0 || offset > size || bytes > size - offset) {
     return Status(ErrorCode::kUnexpectedReply, "shared-memory object " + name +
                                                    " is smaller than the tensor it should hold");
   }

@@ -42,15 +42,21 @@ bool NamesReq(std::string_view reply, std::string_view req) {
 
 Transport::Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server)
     : redis_(redis), opt_(opt), server_(server) {
-  // 128 random bits: a reply key nobody can write ahead of the request (memcuda(7), TRUST).
-  req_base_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-" + RandomHex(16);
-  for (char& c : req_base_) {
+  // Who sent a request, for logs; the req's own 128 bits are drawn per request (NewRequestId).
+  req_prefix_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-";
+  for (char& c : req_prefix_) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
   }
 }
 
+std::string NewRequestId(const std::string& prefix) {
+  // 128 fresh random bits in every req: a reply key nobody can write ahead of the request, not
+  // even one who saw this process's earlier reqs (memcuda(7), TRUST).
+  return prefix + RandomHex(16);
+}
+
 Transport::Outgoing Transport::Prepare(Command cmd) {
-  cmd.req = req_base_ + "-" + std::to_string(++seq_);
+  cmd.req = NewRequestId(req_prefix_);
   cmd.node = opt_.node;
   cmd.pid = getpid();
   cmd.sent_ms = NowMs();

@@ -18,6 +18,9 @@
 
 namespace mcd {
 
+// A request id: `prefix` and 32 hex digits of fresh random bits, drawn anew for every request.
+std::string NewRequestId(const std::string& prefix);
+
 class Transport {
  public:
   // A command ready to send, and where its reply will come.
@@ -63,8 +66,7 @@ class Transport {
   RedisConnection& redis_;
   const ClientOptions& opt_;
   ServerView& server_;
-  std::string req_base_;  // <node>-<pid>-<random>: a req is this and a sequence number
-  uint64_t seq_ = 0;
+  std::string req_prefix_;  // "<node>-<pid>-": a req is this and 128 fresh random bits
   UniqueFd cmd_fd_;             // connection to the server's command socket, when open
   std::string socket_buf_;      // what came on it past the last reply line
   std::string socket_refused_;  // a command socket that could not be connected to

@@ -6,15 +6,15 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <random>
 #include <sstream>
 
 #include "memcuda/protocol.h"
@@ -126,11 +126,19 @@ int64_t SteadyMs() {
 }
 
 std::string RandomHex(size_t bytes) {
+  // The kernel's CSPRNG: ids made from this are promises that nobody can guess them, so there
+  // is no fallback that someone could predict (getrandom without flags blocks only until the
+  // pool is first seeded at boot).
   std::string raw(bytes, '\0');
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
-  if (!urandom.read(raw.data(), static_cast<std::streamsize>(bytes))) {
-    std::mt19937_64 gen(static_cast<uint64_t>(NowMs()) ^ static_cast<uint64_t>(getpid()));
-    for (char& c : raw) c = static_cast<char>(gen() & 0xff);
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::fprintf(stderr, "memcuda: getrandom: %s\n", std::strerror(errno));
+      std::abort();
+    }
+    got += static_cast<size_t>(n);
   }
   return HexEncode(raw);
 }

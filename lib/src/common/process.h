@@ -38,7 +38,8 @@ const std::string& PidSpace();
 std::string HostName();
 int64_t NowMs();  // wall clock, ms since the Unix epoch
 int64_t SteadyMs();  // monotonic clock, ms: for intervals (idle times)
-// A random hex id of `bytes` bytes (from /dev/urandom, falling back to time and pid).
+// A random hex id of `bytes` bytes from the kernel's CSPRNG (getrandom); aborts the process
+// where the kernel has none rather than make a guessable id.
 std::string RandomHex(size_t bytes);
 
 }  // namespace mcd

@@ -77,6 +77,33 @@ Status ParseRequestId(const rj::Value& req, Command& cmd) {
   return Status::Ok();
 }
 
+// The req of a command that cannot be read as a JSON object (cut short, too large, too deep,
+// not an object): the first "req" key followed by a valid request id, so that its sender hears
+// why instead of waiting out its timeout. "" when there is none.
+std::string FindRequestId(std::string_view raw) {
+  constexpr std::string_view kKey = "\"req\"";
+  auto skip_space = [&](size_t at) {
+    while (at < raw.size() && (raw[at] == ' ' || raw[at] == '\t' || raw[at] == '\n' || raw[at] == '\r')) ++at;
+    return at;
+  };
+  for (size_t key = raw.find(kKey); key != std::string_view::npos; key = raw.find(kKey, key + 1)) {
+    size_t at = skip_space(key + kKey.size());
+    if (at >= raw.size() || raw[at] != ':') continue;
+    at = skip_space(at + 1);
+    bool quoted = at < raw.size() && raw[at] == '"';
+    size_t start = quoted ? at + 1 : at, end = start;
+    while (end < raw.size() && end - start <= 128 &&
+           (quoted ? IsNameChar(raw[end]) : (raw[end] >= '0' && raw[end] <= '9'))) {
+      ++end;
+    }
+    bool closed = quoted ? end < raw.size() && raw[end] == '"'
+                         : end == raw.size() || raw[end] == ',' || raw[end] == '}' ||
+                               raw[end] == ' ' || raw[end] == '\n';
+    if (end > start && end - start <= 128 && closed) return std::string(raw.substr(start, end - start));
+  }
+  return "";
+}
+
 Status ParseShape(const rj::Value* shape, Command& cmd) {
   if (shape == nullptr) return Invalid("missing \"shape\"");
   if (!shape->IsArray()) return Invalid("\"shape\" must be an array of integers");
@@ -170,15 +197,20 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
 }  // namespace
 
 Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
+  auto unreadable = [&](Status status) {
+    if (req_out != nullptr) *req_out = FindRequestId(raw);
+    return status;
+  };
   if (raw.size() > kMaxCommandBytes) {
-    return Status(ErrorCode::kTooLarge, "command is " + std::to_string(raw.size()) +
-                                            " bytes; the limit is " +
-                                            std::to_string(kMaxCommandBytes));
+    return unreadable(Status(ErrorCode::kTooLarge, "command is " + std::to_string(raw.size()) +
+                                                       " bytes; the limit is " +
+                                                       std::to_string(kMaxCommandBytes)));
   }
   PooledDocument pooled;
   Document& doc = pooled.doc();
-  MCD_RETURN_IF_ERROR(ParseJson(raw, kMaxJsonDepth, "command", pooled));
-  if (!doc.IsObject()) return Invalid("command is not a JSON object");
+  Status parsed = ParseJson(raw, kMaxJsonDepth, "command", pooled);
+  if (!parsed.ok()) return unreadable(parsed);
+  if (!doc.IsObject()) return unreadable(Invalid("command is not a JSON object"));
   MemberIndex<kCommandFieldCount> m(doc, kCommandKeys);
 
   Command cmd;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <climits>
 
 #include "protocol/text.h"
 
@@ -265,14 +266,6 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   if ((value = get(kRefcount)) == nullptr || !ParseNumber(*value, r.refcount)) return bad("refcount");
   if ((value = get(kState)) == nullptr) return bad("state");
   r.state = *value;
-  // A reader indexes the memory by shape and dtype: they must cover exactly the bytes it maps.
-  auto covered = ShapeBytes(r.shape, r.dtype);
-  if (!covered.ok() || covered.value() != r.bytes) {
-    return Status(ErrorCode::kUnexpectedReply,
-                  "tensor hash of '" + name + "' says \"bytes\" " + std::to_string(r.bytes) +
-                      ", which its shape and dtype do not make" +
-                      (covered.ok() ? " (" + std::to_string(covered.value()) + ")" : ""));
-  }
   // Optional fields: a hash written by another tool may lack them, but one that is there must
   // be well formed.
   auto number = [&](int i, const char* field, auto& out) {
@@ -290,7 +283,67 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   if ((value = get(kOwner)) != nullptr) r.owner = *value;
   if ((value = get(kEpoch)) != nullptr) r.epoch = *value;
   if ((value = get(kLifetime)) != nullptr) r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
+  MCD_RETURN_IF_ERROR(ValidateRecord(r));
   return r;
+}
+
+namespace {
+
+// A name shm_open takes as one object of /dev/shm: no further '/', nothing unprintable.
+bool IsShmName(std::string_view name) {
+  if (name.size() < 2 || name.size() > 255 || name[0] != '/') return false;
+  for (char c : name.substr(1)) {
+    if (c <= 0x20 || c >= 0x7f || c == '/') return false;
+  }
+  return name != "/." && name != "/..";
+}
+
+}  // namespace
+
+Status ValidateRecord(const TensorRecord& r) {
+  auto bad = [&](const char* field, const std::string& value, const std::string& why) {
+    return Status(ErrorCode::kUnexpectedReply, "tensor hash of '" + Printable(r.name, 255) +
+                                                   "' says \"" + field + "\" " + value + ", " + why);
+  };
+  // A reader indexes the memory by shape and dtype: they must cover exactly the bytes it maps.
+  auto covered = ShapeBytes(r.shape, r.dtype);
+  if (!covered.ok() || covered.value() != r.bytes) {
+    return bad("bytes", std::to_string(r.bytes),
+               "which its shape and dtype do not make" +
+                   (covered.ok() ? " (" + std::to_string(covered.value()) + ")" : std::string()));
+  }
+  // The end of the tensor in its object, computed by every mapper: no wrap past 2^64, and small
+  // enough for off_t and pointer arithmetic.
+  constexpr uint64_t kMaxEnd = static_cast<uint64_t>(INT64_MAX);
+  if (r.bytes > kMaxEnd || r.offset > kMaxEnd - r.bytes) {
+    return bad("offset", std::to_string(r.offset),
+               "which with its " + std::to_string(r.bytes) + " bytes ends past 2^63 - 1");
+  }
+  bool gpu_kind = r.ipc_kind == IpcKind::kCudaIpc || r.ipc_kind == IpcKind::kCudaMempool;
+  bool host_kind = r.ipc_kind == IpcKind::kHostShm;
+  if (r.device < kHostDevice || r.device > 1023 || (host_kind && r.device != kHostDevice) ||
+      (gpu_kind && r.device == kHostDevice)) {
+    return bad("device", std::to_string(r.device),
+               std::string("which is not ") +
+                   (host_kind ? "cpu (-1)"
+                    : gpu_kind ? "a GPU ordinal (0-1023)"
+                               : "cpu (-1) or a GPU ordinal (0-1023)") +
+                   " for ipc_kind " + IpcKindName(r.ipc_kind));
+  }
+  if (r.ipc_kind == IpcKind::kUnknown) return Status::Ok();  // a newer kind: the open says so
+  if (r.ipc_handle.empty()) {
+    return r.state == "ready" ? bad("ipc_handle", "\"\"", "but a ready tensor has a handle")
+                              : Status::Ok();
+  }
+  if (gpu_kind && r.ipc_handle.size() != kCudaHandleBytes) {
+    return bad("ipc_handle", "of " + std::to_string(r.ipc_handle.size()) + " bytes",
+               "not " + std::to_string(kCudaHandleBytes));
+  }
+  if (host_kind && !IsShmName(r.ipc_handle)) {
+    return bad("ipc_handle", "\"" + Printable(r.ipc_handle) + "\"",
+               "which names no shared-memory object");
+  }
+  return Status::Ok();
 }
 
 std::string DeviceName(int device) {

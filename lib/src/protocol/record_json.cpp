@@ -145,6 +145,7 @@ Result<TensorRecord> RecordFromObject(const rj::Value& object) {
   MCD_ASSIGN_OR_RETURN(r.owner_pid, integer(kROwnerPid));
   MCD_ASSIGN_OR_RETURN(r.owner_start, count(kROwnerStart));
   MCD_ASSIGN_OR_RETURN(r.epoch, text(kREpoch, ""));
+  MCD_RETURN_IF_ERROR(ValidateRecord(r));
   return r;
 }
 

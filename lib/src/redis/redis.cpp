@@ -5,6 +5,7 @@
 
 #include <poll.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <mutex>
 
 #include "common/spin.h"
+#include "protocol/text.h"
 
 namespace mcd {
 namespace {
@@ -308,39 +310,100 @@ Status RedisConnection::Open() {
   return Status::Ok();
 }
 
+namespace {
+
+// What SENTINEL get-master-addr-by-name answered: two strings, a host name or address and a
+// port. Anything else (a sentinel is reached by anyone who can reach its port) is malformed.
+Result<std::pair<std::string, int>> MasterAddress(const redisReply* reply, const std::string& master) {
+  auto malformed = [](const std::string& why) {
+    return Status(ErrorCode::kUnexpectedReply, "answered " + why);
+  };
+  if (reply->type == REDIS_REPLY_ERROR) {
+    std::string words(reply->str, reply->len);
+    ErrorCode code = words.rfind("NOAUTH", 0) == 0 || words.rfind("WRONGPASS", 0) == 0
+                         ? ErrorCode::kAuthFailed
+                         : ErrorCode::kUnavailable;
+    return Status(code, Printable(words, 200));
+  }
+  if (reply->type == REDIS_REPLY_NIL) {
+    return Status(ErrorCode::kUnavailable, "does not know master '" + master + "'");
+  }
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2)
+    return malformed("something other than a host and a port");
+  for (size_t i = 0; i < 2; ++i) {
+    const redisReply* e = reply->element[i];
+    if (e == nullptr || e->type != REDIS_REPLY_STRING) return malformed("a host or port that is no string");
+  }
+  std::string host(reply->element[0]->str, reply->element[0]->len);
+  std::string port_text(reply->element[1]->str, reply->element[1]->len);
+  bool host_ok = !host.empty() && host.size() <= 255;
+  for (char c : host) host_ok = host_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '_');
+  if (!host_ok) return malformed("the host \"" + Printable(host) + "\"");
+  int port = 0;
+  if (!ParseInt(port_text, port) || port <= 0 || port > 65535)
+    return malformed("the port \"" + Printable(port_text) + "\"");
+  return std::make_pair(std::move(host), port);
+}
+
+// One sentinel's answer for the master of `url`: its host and port, or why not.
+Result<std::pair<std::string, int>> AskSentinel(const RedisUrl& url, const std::string& host,
+                                                int port, const timeval& tv) {
+  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+  std::unique_ptr<redisContext, void (*)(redisContext*)> owned_context(c, [](redisContext* ctx) {
+    if (ctx != nullptr) redisFree(ctx);
+  });
+  if (c == nullptr || c->err != 0)
+    return Status(ErrorCode::kUnavailable, c != nullptr ? c->errstr : "out of memory");
+  redisSetTimeout(c, tv);
+  // The URL's credentials, as for the master (a sentinel with requirepass, or ACL users, asks
+  // for them). A sentinel that has none refuses the AUTH and still answers: ask regardless,
+  // and report an AUTH failure only if the question is refused for want of one.
+  std::string auth_error;
+  if (!url.password.empty()) {
+    std::vector<const char*> argv = {"AUTH"};
+    std::vector<size_t> lens = {4};
+    if (!url.user.empty()) {
+      argv.push_back(url.user.c_str());
+      lens.push_back(url.user.size());
+    }
+    argv.push_back(url.password.c_str());
+    lens.push_back(url.password.size());
+    ReplyPtr auth(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    const auto* reply = static_cast<const redisReply*>(auth.get());
+    if (reply == nullptr) return Status(ErrorCode::kUnavailable, c->errstr);
+    if (reply->type == REDIS_REPLY_ERROR) auth_error = Printable(std::string(reply->str, reply->len), 200);
+  }
+  ReplyPtr owned(redisCommand(c, "SENTINEL get-master-addr-by-name %b", url.master.data(),
+                              url.master.size()));
+  const auto* reply = static_cast<const redisReply*>(owned.get());
+  if (reply == nullptr) return Status(ErrorCode::kUnavailable, c->errstr);
+  auto address = MasterAddress(reply, url.master);
+  if (!address.ok() && address.status().code() == ErrorCode::kAuthFailed && !auth_error.empty())
+    return Status(ErrorCode::kAuthFailed, "AUTH refused: " + auth_error);
+  return address;
+}
+
+}  // namespace
+
 Status RedisConnection::FindMaster() {
   std::string tried;
   timeval tv{std::min(options_.connect_timeout_ms, 1000) / 1000,
              (std::min(options_.connect_timeout_ms, 1000) % 1000) * 1000};
+  // Unavailable unless a sentinel answered and what it answered was wrong: then the worst.
+  ErrorCode code = ErrorCode::kUnavailable;
   for (const auto& [host, port] : url_.sentinels) {
-    redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
-    std::string where = host + ":" + std::to_string(port);
-    if (c == nullptr || c->err != 0) {
-      tried += "; " + where + ": " + (c != nullptr ? c->errstr : "out of memory");
-      if (c != nullptr) redisFree(c);
-      continue;
-    }
-    redisSetTimeout(c, tv);
-    auto* reply = static_cast<redisReply*>(
-        redisCommand(c, "SENTINEL get-master-addr-by-name %s", url_.master.c_str()));
-    ReplyPtr owned(reply);
-    bool found = reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2;
-    int master_port = 0;
-    if (found) found = ParseInt(reply->element[1]->str, master_port);
-    if (found) {
-      url_.host = reply->element[0]->str;
-      url_.port = master_port;
-      redisFree(c);
+    auto address = AskSentinel(url_, host, port, tv);
+    if (address.ok()) {
+      url_.host = address->first;
+      url_.port = address->second;
       return Status::Ok();
     }
-    tried += "; " + where + ": " +
-             (reply == nullptr ? std::string(c->errstr)
-              : reply->type == REDIS_REPLY_ERROR ? std::string(reply->str)
-                                                  : "does not know master '" + url_.master + "'");
-    redisFree(c);
+    tried += "; " + host + ":" + std::to_string(port) + ": " + address.status().message();
+    if (address.status().code() == ErrorCode::kUnexpectedReply ||
+        (address.status().code() == ErrorCode::kAuthFailed && code != ErrorCode::kUnexpectedReply))
+      code = address.status().code();
   }
-  return Status(ErrorCode::kUnavailable,
-                "no sentinel of " + url_.Redacted() + " named the master" + tried);
+  return Status(code, "no sentinel of " + url_.Redacted() + " named the master" + tried);
 }
 
 Status RedisConnection::Reconnect() { return Open(); }
