@@ -191,6 +191,66 @@ class GpuServerTest : public ::testing::Test {
   // A warmed-up process's first Get overlaps the driver's once-per-process costs (the pool's
   // import, the primer's open) with its Redis round trip, on the device's worker: the mapping
   // must then work as if they had run in order, here and in another process.
+  // A hash whose offset puts the tensor past the end of its allocation is refused (76) by
+  // every reader, in a fresh process and in one that has the allocation mapped already, and
+  // changes nothing: put right, the tensor reads back byte for byte.
+  void ExpectATensorPastItsAllocationIsRefused() {
+    auto conn = redis_->Connect();
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    for (size_t bytes : {size_t{4096}, size_t{8} << 20}) {  // carved from a slab; a block alone
+      std::string name = "past" + std::to_string(bytes), in = dir_.path() + "/" + name + ".npy";
+      std::string data = RandomBytes(bytes, static_cast<uint32_t>(bytes));
+      std::ofstream(in, std::ios::binary) << U8Npy(data);
+      ASSERT_EQ(Tool("mcd-create", {name, "--from", in, "--device", "0", "-q"}).exit_code, 0);
+      std::string key = KeySpace().Tensor(name);
+      std::string offset = conn->Command({"HGET", key, "offset"})->str;
+      // In this process the allocation stays mapped: the next open of it needs no driver call.
+      ASSERT_TRUE(client->Get(name).ok());
+      ASSERT_TRUE(conn->Command({"HSET", key, "offset", std::to_string(uint64_t{1} << 36)}).ok());
+      std::string out = dir_.path() + "/" + name + ".out";
+      for (const char* ref : {"--no-ref", "-q"}) {
+        auto got = Tool("mcd-get", {name, ref, "-o", out + ".bin"});
+        EXPECT_EQ(got.exit_code, 76) << got.err;
+        EXPECT_NE(got.err.find("past the end of its allocation"), std::string::npos) << got.err;
+      }
+      ASSERT_TRUE(client->Close(name).ok());  // the Get's mapping, under the true offset
+      auto again = client->Get(name);  // mapped afresh: the driver gives the allocation's size
+      EXPECT_EQ(again.status().code(), ErrorCode::kUnexpectedReply) << again.status().ToString();
+      ASSERT_TRUE(conn->Command({"HSET", key, "offset", offset}).ok());
+      EXPECT_EQ(conn->Command({"HGET", key, "refcount"})->str, "2");  // the first Get's
+      ASSERT_TRUE(client->Release(name).ok());
+      ASSERT_EQ(Tool("mcd-get", {name, "--no-ref", "-q", "-o", out + ".bin"}).exit_code, 0);
+      EXPECT_TRUE(ReadFile(out + ".bin") == data) << name << ": other bytes than the file's";
+      ASSERT_EQ(Tool("mcd-rm", {name}).exit_code, 0);
+    }
+    // A planted hash naming a mapped allocation with an offset past it: refused with no driver
+    // call, from the allocation's size learnt at its first open.
+    std::string data = RandomBytes(4096, 9);
+    std::string in = dir_.path() + "/kept.npy";
+    std::ofstream(in, std::ios::binary) << U8Npy(data);
+    ASSERT_EQ(Tool("mcd-create", {"kept", "--from", in, "--device", "0", "-q"}).exit_code, 0);
+    ASSERT_TRUE(client->Get("kept").ok());
+    auto fields = conn->Command({"HGETALL", KeySpace().Tensor("kept")});
+    std::vector<std::string> planted = {"HSET", KeySpace().Tensor("planted")};
+    for (const auto& e : fields->elements) planted.push_back(e.str);
+    ASSERT_TRUE(conn->Command(std::vector<std::string_view>(planted.begin(), planted.end())).ok());
+    ASSERT_TRUE(conn->Command({"HSET", KeySpace().Tensor("planted"), "offset",
+                               std::to_string(uint64_t{1} << 36)}).ok());
+    auto planted_get = client->Get("planted");
+    EXPECT_EQ(planted_get.status().code(), ErrorCode::kUnexpectedReply)
+        << planted_get.status().ToString();
+    std::string read(data.size(), '\0');
+    auto kept = client->Open("kept");
+    ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+    ASSERT_TRUE(client->CopyToHost(*kept, read.data(), read.size()).ok());
+    EXPECT_TRUE(read == data);
+    ASSERT_TRUE(conn->Command({"DEL", KeySpace().Tensor("planted")}).ok());
+    ASSERT_TRUE(client->Close("kept").ok());
+    ASSERT_TRUE(client->Release("kept").ok());
+    ASSERT_EQ(Tool("mcd-rm", {"kept"}).exit_code, 0);
+  }
+
   void ExpectAWarmedUpFirstGetMapsItsTensor() {
     ASSERT_EQ(Tool("mcd-create", {"w", "--dtype", "i32", "--shape", "4096", "--device", "0"}).exit_code, 0);
     auto client = Connect();

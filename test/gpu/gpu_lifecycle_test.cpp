@@ -46,6 +46,7 @@ TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
 }
 
 TEST_F(GpuLifecycle, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
+TEST_F(GpuLifecycle, ATensorPastItsAllocationIsRefused) { ExpectATensorPastItsAllocationIsRefused(); }
 
 TEST_F(GpuLifecycle, AWaitingConsumerReadsEveryByteOfAFilledTensor) {
   ExpectAWaitingConsumerReadsEveryByte();

@@ -118,6 +118,7 @@ TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
 }
 
 TEST_F(PoolTest, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
+TEST_F(PoolTest, ATensorPastItsAllocationIsRefused) { ExpectATensorPastItsAllocationIsRefused(); }
 
 TEST_F(PoolTest, AWaitingConsumerReadsEveryByteOfAFilledTensor) {
   ExpectAWaitingConsumerReadsEveryByte();

@@ -138,8 +138,15 @@ Result<T> HandleFromBytes(const std::string& bytes, IpcKind ipc_kind) {
 // record's device. `import_pool` yields this process's import of the owning server's pool
 // (cuda_mempool only; called on the same worker thread).
 using PoolImporter = std::function<Result<cudaMemPool_t>(DeviceContext&)>;
+// A GPU tensor must lie inside the allocation it opens (kUnexpectedReply, nothing left open,
+// otherwise); `allocation_bytes`, when given, is set to the allocation's size from the tensor's
+// base (the opened pointer less its offset), for tensors that share the allocation.
 Result<void*> OpenMapping(DeviceContext& ctx, const TensorRecord& record,
-                          const PoolImporter& import_pool);
+                          const PoolImporter& import_pool, uint64_t* allocation_bytes = nullptr);
+// The bytes from `base` to the end of the device allocation that holds it (cuMemGetAddressRange,
+// on the calling thread's current context); and whether `record` lies within that many.
+Result<uint64_t> AllocationBytes(const void* base);
+Status CheckWithin(const TensorRecord& record, uint64_t allocation_bytes);
 Status CloseMapping(DeviceContext& ctx, const TensorRecord& record, void* ptr);
 // Imports a pool from its shareable descriptor and enables access from the context's device.
 Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, UniqueFd fd);

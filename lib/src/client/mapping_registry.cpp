@@ -9,9 +9,13 @@ Result<void*> MappingRegistry::Open(const TensorRecord& r, const SourceOf& sourc
   std::string base_key = BaseKey(r);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A tensor of an allocation mapped here already must lie inside it, as OpenMapping checks.
+    if (auto base = bases_.find(base_key); base != bases_.end())
+      MCD_RETURN_IF_ERROR(CheckWithin(r, base->second.allocation_bytes));
     if (auto known = ReuseLocked(key, base_key, r)) return *known;
   }
   void* ptr = nullptr;
+  uint64_t allocation_bytes = 0;
   // Pools are imported once per process and server instance (a new instance: a new import).
   PoolImporter import_pool = [&](DeviceContext& ctx) -> Result<cudaMemPool_t> {
     if (auto known = FindPool(r.owner, r.device)) return *known;
@@ -19,7 +23,7 @@ Result<void*> MappingRegistry::Open(const TensorRecord& r, const SourceOf& sourc
     return ImportPoolOf(ctx, r.owner, r.device, source);
   };
   Status opened = RunMappingJob(r.device, [&](DeviceContext& ctx) -> Status {
-    MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r, import_pool));
+    MCD_ASSIGN_OR_RETURN(ptr, OpenMapping(ctx, r, import_pool, &allocation_bytes));
     return Status::Ok();
   });
   if (!opened.ok()) return opened;
@@ -29,7 +33,7 @@ Result<void*> MappingRegistry::Open(const TensorRecord& r, const SourceOf& sourc
     known = ReuseLocked(key, base_key, r);
     if (!known) {
       maps_[key] = Mapping{ptr, 1, r};
-      if (!base_key.empty()) bases_[base_key] = Base{1, r, ptr};
+      if (!base_key.empty()) bases_[base_key] = Base{1, r, ptr, allocation_bytes};
     }
   }
   if (!known) return ptr;

@@ -101,11 +101,13 @@ class MappingRegistry {
     int tensors = 0;
     TensorRecord opener;  // the tensor whose open mapped it; closing that unmaps it
     void* opener_ptr = nullptr;
+    uint64_t allocation_bytes = 0;  // from the allocation's start (OpenMapping)
   };
   // A tensor: carved tensors share their slab's handle and differ in offset.
   static std::string Key(const TensorRecord& r) {
+    // With its size: a mapping is handed again only for the bytes it was opened (and checked) for.
     return r.owner + "/" + IpcKindName(r.ipc_kind) + "/" + std::to_string(r.offset) + "/" +
-           r.ipc_handle;
+           std::to_string(r.bytes) + "/" + r.ipc_handle;
   }
   // The allocation a tensor lies in, for the kinds whose open maps all of it (the driver maps a
   // whole cuda_ipc allocation or pool pointer; a host tensor maps only its own bytes): "" else.
