@@ -1642,5 +1642,26 @@ TEST_F(Lifecycle, AReadWithoutAReferenceOfATensorRemovedMeanwhileIsNotFound) {
   mcd_disconnect(c);
 }
 
+// A read without a reference answers as a get does for a tensor of another node: wrong node,
+// not "its server is not running".
+TEST_F(Lifecycle, AReadWithoutAReferenceOfAnotherNodesTensorIsWrongNodeAsAGetIs) {
+  ASSERT_EQ(Tool("mcd-create", {"here", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  auto fields = conn->Command({"HGETALL", keys_.Tensor("here")});
+  std::vector<std::string> planted = {"HSET", keys_.Tensor("there")};
+  for (const auto& e : fields->elements) planted.push_back(e.str);
+  planted.insert(planted.end(), {"node", "elsewhere"});
+  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(planted.begin(), planted.end())).ok());
+  auto got = Tool("mcd-get", {"there", "-q"});
+  auto read = Tool("mcd-get", {"there", "--no-ref", "-q"});
+  EXPECT_EQ(read.exit_code, got.exit_code) << got.err << read.err;
+  EXPECT_NE(read.err.find("lives on node 'elsewhere'"), std::string::npos) << read.err;
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->Open("there").status().code(), ErrorCode::kWrongNode);
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("there")}).ok());
+  EXPECT_EQ(HashField("here", "refcount"), "1");
+}
+
 }  // namespace
 }  // namespace mcd

@@ -138,6 +138,10 @@ class MCD_API Client {
   Status CopyToHost(const TensorView& view, void* dst, uint64_t bytes);
   Status CopyFromHost(const TensorView& view, const void* src, uint64_t bytes);
 
+  // Whether this client's references would be bound to init (pid 1: a process whose parent has
+  // gone, a container's first process), which Get refuses since init never gives them back.
+  bool BindsToInit() const;
+
   // Initialises this process's CUDA context and worker for `device` ahead of the first Get, so
   // that the first Get pays only for the mapping. After it, a first Get from a pool server also
   // imports the server's pools while its Redis round trip is in flight. No-op for kHostDevice.

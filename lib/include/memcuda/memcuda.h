@@ -125,7 +125,8 @@ MCD_API int32_t mcd_release_reference(mcd_client* client, const char* name);
  * here for the copy. Any device: a GPU tensor is copied by this process's worker for that
  * device, and the copy is complete on return. A copy to host takes no reference, and answers
  * MCD_ERR_NOT_FOUND (nothing to trust in dst) if the tensor was removed while it copied; a
- * copy from host holds a reference of its own while it writes (refcount+1, then -1). */
+ * copy from host holds a reference of its own while it writes (refcount+1, then -1), except
+ * in a client whose references would be bound to init (pid 1), which takes none. */
 MCD_API int32_t mcd_copy_to_host(mcd_client* client, const char* name, void* dst, uint64_t bytes);
 MCD_API int32_t mcd_copy_from_host(mcd_client* client, const char* name, const void* src,
                                    uint64_t bytes);

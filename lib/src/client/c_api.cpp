@@ -199,6 +199,12 @@ static int32_t CopyHost(mcd_client* c, const char* name, void* dst, const void* 
     // a write cannot be undone, so it holds a reference of its own while it writes.
     const bool write = dst == nullptr;
     auto view = write ? c->client->Get(name) : c->client->Open(name);
+    // A client whose references would bind to init (pid 1, which never gives them back) takes
+    // none: it writes without one, as mcd_copy_from_host documents.
+    if (write && view.status().code() == mcd::ErrorCode::kInvalidArgument &&
+        c->client->BindsToInit()) {
+      view = c->client->Open(name);
+    }
     if (!view.ok()) return Fail(c, view.status());
     mcd::Status copied =
         bytes > view->record.bytes
@@ -208,7 +214,8 @@ static int32_t CopyHost(mcd_client* c, const char* name, void* dst, const void* 
         : write ? c->client->CopyFromHost(*view, src, bytes)
                 : c->client->CopyToHost(*view, dst, bytes);
     // The Open's or Get's mapping, not another holder's.
-    mcd::Status closed = write ? c->client->Release(name).status() : c->client->Close(name);
+    mcd::Status closed = write && view->referenced ? c->client->Release(name).status()
+                                                   : c->client->Close(name);
     if (!copied.ok()) return Fail(c, copied);
     return closed.ok() ? MCD_OK : Fail(c, closed);
   });

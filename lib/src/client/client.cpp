@@ -384,12 +384,9 @@ class Client::Impl {
   Status WhyNotOpened(const Status& failed) const {
     if (failed.code() != ErrorCode::kCudaError) return failed;
     int64_t pid = std::atoll(server_->field("pid").c_str());
-    // A killed server stays alive while the kernel tears its GPU context down (1.4 s on an H100),
-    // but is marked exiting at once; otherwise a failed open waits a second for a death.
-    if (pid <= 0 ||
-        (!ProcessExiting(pid) && !server_->DiedWithin(1000) && ProcessAlive(pid, 0))) {
-      return failed;
-    }
+    // A second is far more than a context's teardown takes once the kernel marks the server
+    // exiting (ServerView::DiedWithin), and only a failed open waits it.
+    if (pid <= 0 || (!server_->DiedWithin(1000) && ProcessAlive(pid, 0))) return failed;
     return Status(ErrorCode::kUnavailable,
                   "the mcd-serve that owns the tensor (pid " + std::to_string(pid) +
                       ") has died; its tensors are gone (" + failed.message() + ")");
@@ -557,6 +554,10 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (record.state != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + record.state);
   }
+  if (record.node != impl_->opt_.node) {  // as the reference script answers a get
+    return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + record.node +
+                                             "', not '" + impl_->opt_.node + "'");
+  }
   ServerView& server = *impl_->server_;
   // A hash whose server instance is gone lingers until the node's next server removes it.
   if (record.owner != server.field("instance")) MCD_RETURN_IF_ERROR(server.Refresh().status());
@@ -569,7 +570,8 @@ Result<TensorView> Client::Open(const std::string& name) {
   if (!ptr.ok()) {
     Status why = impl_->WhyNotOpened(ptr.status());
     // Without a reference, the tensor may have been removed since its hash was read.
-    if (why.code() == ErrorCode::kCudaError && !impl_->StillThere(record).ok()) {
+    if (why.code() == ErrorCode::kCudaError &&
+        impl_->StillThere(record).code() == ErrorCode::kNotFound) {
       return Status(ErrorCode::kNotFound,
                     "tensor '" + name + "' was removed while it was being opened");
     }
@@ -640,6 +642,8 @@ Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes) 
   });
 }
 }  // namespace
+
+bool Client::BindsToInit() const { return impl_->holder_ && impl_->holder_->pid == kInitPid; }
 
 Status Client::Warmup(int device) {
   if (device == kHostDevice) return Status::Ok();
