@@ -594,6 +594,10 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
     lock.lock();  // the answer came just now
     fetch->done_cv.wait(lock, [&] { return fetch->done; });
   }
+  lock.unlock();
+  // Failed without an answer (no endpoint, the send refused): its entry goes too, not only those
+  // an answer or a lost peer took out.
+  (void)TakeFetch(fetch_id);
   return fetch->status;
 }
 
