@@ -63,6 +63,11 @@ Result<CopyGrant> CopyGrants::Issue(const std::string& serving_node, const std::
     return Status(set.status().code(),
                   "writing the copy's grant into Redis: " + set.status().message());
   }
+  // NX answers nil when the key is there already: that grant is someone else's, not this one.
+  if (set->type != RedisValue::Type::kStatus || set->str != "OK") {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "writing the copy's grant into Redis: its key was there already");
+  }
   return grant;
 }
 
