@@ -80,7 +80,8 @@ TEST(CopyGrants, AWrongTokenDoesNotBurnTheGrant) {
   auto refused = server.Redeem({ReadOf(forged, 1234)});
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].code(), ErrorCode::kPermissionDenied) << refused[0].ToString();
-  auto exists = redis.Connect()->Command({"EXISTS", asker_opt.keys.CopyGrant(HexEncode(grant->id))});
+  auto exists =
+      redis.Connect()->Command({"EXISTS", asker_opt.keys.CopyGrant(HexEncode(grant->id))});
   ASSERT_TRUE(exists.ok());
   EXPECT_EQ(exists->integer, 1) << "the wrong token burnt the grant";
   // Another tensor's ctime with the right token: refused too.
