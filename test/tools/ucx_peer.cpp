@@ -3,9 +3,18 @@
 //
 //   ucx_peer read ADDRESS NAME CTIME_MS   a READ with a made-up grant; prints each answer,
 //                                         "answer code=C bytes=N" (waits 20 s for the first)
+//   ucx_peer reads ADDRESS NAME CTIME_MS COUNT ANSWERS
+//                                         COUNT such READs at once; prints each answer as above
+//                                         (waits 30 s for ANSWERS of them, then 200 ms more)
 //   ucx_peer flood ADDRESS BYTES SECONDS  DATA answers of BYTES bytes (0xa5) for guessed fetch
 //                                         ids (counters from 1, and random ones), for SECONDS;
 //                                         prints "sent N answers"
+//   ucx_peer serve ADDRESS FILE           a server's side: prints "address HEX" (its worker's),
+//                                         waits 30 s for a READ, answers it with the READ's
+//                                         fetch id from another worker of its own (to ADDRESS,
+//                                         the asker's) with as many bytes of 0xa5, with and
+//                                         without a reply endpoint; 1 s later, from the endpoint
+//                                         asked, with FILE's bytes; prints "answered"
 //
 // Exit 0 when done, 2 on usage, 3 when UCX fails.
 #include <sys/random.h>
@@ -107,6 +116,122 @@ int Read(ucp_ep_h ep, const std::string& name, int64_t ctime_ms) {
   return 0;
 }
 
+int Reads(ucp_ep_h ep, const std::string& name, int64_t ctime_ms, int count, int wanted) {
+  for (int i = 0; i < count; ++i) {
+    ReadHeader h{};
+    RandomId(h.fetch);
+    RandomId(h.grant);
+    RandomId(h.token);
+    h.ctime_ms = ctime_ms;
+    h.name_length = static_cast<uint32_t>(name.size());
+    std::string node = "stranger";
+    h.node_length = static_cast<uint32_t>(node.size());
+    std::string header(reinterpret_cast<const char*>(&h), sizeof(h));
+    static const std::string none;
+    if (!Send(ep, mcd::copy_wire::kReadId, header + name + node, none, UCP_AM_SEND_FLAG_REPLY))
+      return 3;
+  }
+  auto until = Clock::now() + std::chrono::seconds(30);
+  while (answers < wanted && Clock::now() < until) ucp_worker_progress(worker);
+  ProgressFor(std::chrono::milliseconds(200));
+  return 0;
+}
+
+// What the serve mode learnt of the READ it got.
+struct Asked {
+  bool got = false;
+  std::string fetch;
+  ucp_ep_h reply_ep = nullptr;
+} asked;
+
+ucs_status_t OnRead(void*, const void* header, size_t header_length, void*, size_t,
+                    const ucp_am_recv_param_t* param) {
+  ReadHeader h{};
+  if (header_length < sizeof(h) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    return UCS_OK;
+  }
+  std::memcpy(&h, header, sizeof(h));
+  asked.got = true;
+  asked.fetch.assign(reinterpret_cast<const char*>(h.fetch), sizeof(h.fetch));
+  asked.reply_ep = param->reply_ep;
+  return UCS_OK;
+}
+
+std::string DataHeaderFor(const std::string& fetch, size_t bytes) {
+  DataHeader h{};
+  std::memcpy(h.fetch, fetch.data(), sizeof(h.fetch));
+  h.bytes = bytes;
+  return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+}
+
+int Serve(const std::string& asker_address, const std::string& file) {
+  std::FILE* in = std::fopen(file.c_str(), "rb");
+  if (in == nullptr) return 2;
+  std::string bytes;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), in)) > 0;) bytes.append(buf, n);
+  std::fclose(in);
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+  hp.id = mcd::copy_wire::kReadId;
+  hp.cb = OnRead;
+  ucs_status_t s = ucp_worker_set_am_recv_handler(worker, &hp);
+  if (s != UCS_OK) return Fail("ucp_worker_set_am_recv_handler", s);
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  s = ucp_worker_get_address(worker, &address, &length);
+  if (s != UCS_OK) return Fail("ucp_worker_get_address", s);
+  std::string hex;
+  for (size_t i = 0; i < length; ++i) {
+    char two[3];
+    std::snprintf(two, sizeof(two), "%02x", reinterpret_cast<const unsigned char*>(address)[i]);
+    hex += two;
+  }
+  ucp_worker_release_address(worker, address);
+  std::printf("address %s\n", hex.c_str());
+  std::fflush(stdout);
+  auto until = Clock::now() + std::chrono::seconds(30);
+  while (!asked.got && Clock::now() < until) ucp_worker_progress(worker);
+  if (!asked.got) return 4;
+  // Another worker: to the asker, another peer that happens to know the fetch id.
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h other = nullptr;
+  s = ucp_worker_create(context, &wp, &other);
+  if (s != UCS_OK) return Fail("ucp_worker_create", s);
+  std::string remote = FromHex(asker_address);
+  ucp_ep_params_t ep_params{};
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ep_params.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+  ucp_ep_h forger = nullptr;
+  s = ucp_ep_create(other, &ep_params, &forger);
+  if (s != UCS_OK) return Fail("ucp_ep_create", s);
+  std::string forged(bytes.size(), static_cast<char>(0xa5));
+  std::string header = DataHeaderFor(asked.fetch, bytes.size());
+  ucp_worker_h genuine = worker;
+  worker = other;  // Send progresses `worker`
+  for (uint32_t flags : {0u, static_cast<uint32_t>(UCP_AM_SEND_FLAG_REPLY)}) {
+    if (!Send(forger, mcd::copy_wire::kDataId, header, forged, flags)) return 3;
+  }
+  auto forged_until = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < forged_until) {
+    ucp_worker_progress(other);
+    ucp_worker_progress(genuine);
+  }
+  worker = genuine;
+  if (!Send(asked.reply_ep, mcd::copy_wire::kDataId, header, bytes, UCP_AM_SEND_FLAG_REPLY)) {
+    return 3;
+  }
+  auto done_until = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < done_until) {
+    ucp_worker_progress(other);
+    ucp_worker_progress(genuine);
+  }
+  std::printf("answered\n");
+  return 0;
+}
+
 int Flood(ucp_ep_h ep, size_t bytes, int seconds) {
   std::string data(bytes, static_cast<char>(0xa5));
   long sent = 0;
@@ -137,9 +262,14 @@ int Flood(ucp_ep_h ep, size_t bytes, int seconds) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.size() != 4 || (args[0] != "read" && args[0] != "flood")) {
+  bool usage = args.empty() || (args[0] == "read" || args[0] == "flood" ? args.size() != 4
+                                : args[0] == "reads"                    ? args.size() != 6
+                                : args[0] == "serve"                    ? args.size() != 3
+                                                                        : true);
+  if (usage) {
     std::fprintf(stderr,
-                 "usage: ucx_peer read ADDRESS NAME CTIME_MS | flood ADDRESS BYTES SECONDS\n");
+                 "usage: ucx_peer read ADDRESS NAME CTIME_MS | reads ADDRESS NAME CTIME_MS COUNT "
+                 "ANSWERS | flood ADDRESS BYTES SECONDS | serve ADDRESS FILE\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -163,6 +293,11 @@ int main(int argc, char** argv) {
   hp.cb = OnAnswer;
   s = ucp_worker_set_am_recv_handler(worker, &hp);
   if (s != UCS_OK) return Fail("ucp_worker_set_am_recv_handler", s);
+  if (args[0] == "serve") {
+    int code = Serve(args[1], args[2]);
+    std::fflush(stdout);
+    _exit(code);
+  }
   std::string address = FromHex(args[1]);
   ucp_ep_params_t ep_params{};
   ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
@@ -171,7 +306,9 @@ int main(int argc, char** argv) {
   s = ucp_ep_create(worker, &ep_params, &ep);
   if (s != UCS_OK) return Fail("ucp_ep_create", s);
   int code = args[0] == "read" ? Read(ep, args[2], std::stoll(args[3]))
-                               : Flood(ep, std::stoul(args[2]), std::stoi(args[3]));
+             : args[0] == "reads"
+                 ? Reads(ep, args[2], std::stoll(args[3]), std::stoi(args[4]), std::stoi(args[5]))
+                 : Flood(ep, std::stoul(args[2]), std::stoi(args[3]));
   // Without closing anything (a stranger owes the server nothing), nor a leak check of UCX's.
   std::fflush(stdout);
   _exit(code);

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -9,6 +10,17 @@
 #include "server/copy_wire.h"
 
 namespace mcd {
+
+namespace {
+// Takes the grant out only when it holds what the read says: the key's name is no secret (other
+// Redis users may see it through SCAN), so a read with the right id and a wrong token must not
+// burn the grant. Compared as SHA-1 digests, so that how long the comparison takes tells nothing
+// of the value held.
+constexpr const char* kRedeemScript =
+    "local held = redis.call('GET', KEYS[1]) "
+    "if held and redis.sha1hex(held) == redis.sha1hex(ARGV[1]) then "
+    "redis.call('DEL', KEYS[1]) return 1 end return 0";
+}  // namespace
 
 Status SecureRandom(void* out, size_t n) {
   auto* at = static_cast<unsigned char*>(out);
@@ -24,13 +36,6 @@ Status SecureRandom(void* out, size_t n) {
   return Status::Ok();
 }
 
-bool SameSecret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char differ = 0;
-  for (size_t i = 0; i < a.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return differ == 0;
-}
-
 std::string CopyGrantValue(std::string_view token, std::string_view serving_node,
                            std::string_view asker_node, int64_t ctime_ms, std::string_view name) {
   std::string value = HexEncode(token);
@@ -41,12 +46,31 @@ std::string CopyGrantValue(std::string_view token, std::string_view serving_node
 
 Result<RedisConnection*> CopyGrants::Connection() {
   if (conn_ && conn_->connected()) return conn_.get();
-  conn_.reset();
+  if (conn_) Lost();
+  // Every attempt may cost the serving loop a connect timeout, or a command timeout on a Redis
+  // that accepts and never answers: while Redis has failed lately, reads are refused at once
+  // instead, so that a Redis outage, or a flood of reads meanwhile, does not stall the loop.
+  if (std::chrono::steady_clock::now() < retry_at_) {
+    return Status(ErrorCode::kUnavailable, "Redis failed a moment ago; trying again shortly");
+  }
   RedisOptions ropt;
   ropt.command_timeout_ms = 5000;
-  MCD_ASSIGN_OR_RETURN(conn_, RedisConnection::Connect(opt_.redis_url, ropt));
+  auto connected = RedisConnection::Connect(opt_.redis_url, ropt);
+  if (!connected.ok()) {
+    Lost();
+    return connected.status();
+  }
+  conn_ = std::move(connected.value());
   return conn_.get();
 }
+
+void CopyGrants::Lost() {
+  conn_.reset();
+  retry_at_ = std::chrono::steady_clock::now() + backoff_;
+  backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+}
+
+void CopyGrants::Answered() { backoff_ = kMinBackoff; }
 
 Result<CopyGrant> CopyGrants::Issue(const std::string& serving_node, const std::string& name,
                                     int64_t ctime_ms, int ttl_ms) {
@@ -59,9 +83,15 @@ Result<CopyGrant> CopyGrants::Issue(const std::string& serving_node, const std::
   std::string value = CopyGrantValue(grant.token, serving_node, opt_.node, ctime_ms, name);
   auto set = conn->Command(
       {"SET", opt_.keys.CopyGrant(HexEncode(grant.id)), value, "PX", std::to_string(ttl_ms), "NX"});
+  if (conn->connected()) Answered();
   if (!set.ok()) {
     return Status(set.status().code(),
                   "writing the copy's grant into Redis: " + set.status().message());
+  }
+  // NX answers nil when the key is there already: that grant is someone else's, not this one.
+  if (set->type != RedisValue::Type::kStatus || set->str != "OK") {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "writing the copy's grant into Redis: its key was there already");
   }
   return grant;
 }
@@ -75,13 +105,17 @@ void CopyGrants::Withdraw(const CopyGrant& grant) {
 std::vector<Status> CopyGrants::Redeem(const std::vector<CopyService::Read>& reads) {
   auto conn = Connection();
   Status lost = conn.ok() ? Status::Ok() : conn.status();
-  // One round trip for every read waiting: a flood of reads costs a pipelined GETDEL each.
+  // One round trip for every read waiting: a flood of reads costs a pipelined script each.
   for (size_t i = 0; i < reads.size() && lost.ok(); ++i) {
-    lost = conn.value()->Append({"GETDEL", opt_.keys.CopyGrant(HexEncode(reads[i].grant.id))});
+    const CopyService::Read& read = reads[i];
+    std::string expected =
+        CopyGrantValue(read.grant.token, opt_.node, read.asker_node, read.ctime_ms, read.name);
+    lost = conn.value()->Append(
+        {"EVAL", kRedeemScript, "1", opt_.keys.CopyGrant(HexEncode(read.grant.id)), expected});
   }
-  if (!lost.ok()) conn_.reset();
+  if (conn.ok() && !lost.ok()) Lost();
   std::vector<Status> out;
-  for (const CopyService::Read& read : reads) {
+  for (size_t i = 0; i < reads.size(); ++i) {
     auto unavailable = [](const Status& why) {
       return Status(ErrorCode::kUnavailable, "checking the read's grant: " + why.message());
     };
@@ -89,20 +123,19 @@ std::vector<Status> CopyGrants::Redeem(const std::vector<CopyService::Read>& rea
       out.push_back(unavailable(lost));
       continue;
     }
-    Result<RedisValue> held = conn.value()->ReadCommandReply("GETDEL");
-    if (!held.ok()) {
+    Result<RedisValue> taken = conn.value()->ReadCommandReply("EVAL");
+    if (!taken.ok()) {
       // An error reply leaves the connection in step; anything else loses it, with the replies
-      // still due on it: connect again next time.
+      // still due on it: connect again later.
       if (!conn.value()->connected()) {
-        lost = held.status();
-        conn_.reset();
+        lost = taken.status();
+        Lost();
       }
-      out.push_back(unavailable(held.status()));
+      out.push_back(unavailable(taken.status()));
       continue;
     }
-    std::string expected =
-        CopyGrantValue(read.grant.token, opt_.node, read.asker_node, read.ctime_ms, read.name);
-    if (held->type != RedisValue::Type::kString || !SameSecret(held->str, expected)) {
+    Answered();
+    if (taken->type != RedisValue::Type::kInteger || taken->integer != 1) {
       out.push_back(Status(ErrorCode::kPermissionDenied,
                            "no grant for that read in this server's Redis: copies are served only "
                            "to servers that share its Redis and prefix"));

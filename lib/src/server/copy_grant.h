@@ -3,13 +3,16 @@
 // server serves a read only against a grant. The asking server writes a grant into the Redis it
 // shares with the serving one: a key <prefix>:copy:<id> holding 128 random bits (the token) and
 // what they grant (the serving node, the tensor, its ctime, the asking node), with a TTL; its
-// READ carries id and token. The serving server takes the key out of its own Redis (GETDEL: a
-// grant serves once) and compares what it held with what the read says, in constant time. So
-// only a holder of Redis credentials that may write under the serving server's prefix can make
-// a grant: a stranger's READ, or a stranger's server with a Redis of its own, gets nothing.
-// The id, not the token, names the key: other Redis users may see key names (SCAN), not values.
+// READ carries id and token. The serving server compares what the key holds with what the read
+// says and deletes it only when they match, in one script (a grant serves once); the comparison
+// is of SHA-1 digests, so its time tells nothing of the value. So only a holder of Redis
+// credentials that may write under the serving server's prefix can make a grant: a stranger's
+// READ, or a stranger's server with a Redis of its own, gets nothing. The id, not the token,
+// names the key: other Redis users may see key names (SCAN), not values, and a read with the
+// id and a wrong token leaves the grant as it was.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,9 +29,6 @@ namespace mcd {
 // `n` bytes from the kernel's random source (getrandom), or kInternal where it has none: ids
 // that must not be guessed never fall back to anything weaker.
 Status SecureRandom(void* out, size_t n);
-
-// Whether `a` and `b` are equal, in a time that depends on their lengths only.
-bool SameSecret(std::string_view a, std::string_view b);
 
 // What a grant's key holds: the token and what it grants, one field a line (the name last).
 std::string CopyGrantValue(std::string_view token, std::string_view serving_node,
@@ -47,15 +47,26 @@ class CopyGrants {
   // Deletes a grant the serving server may not have used (its fetch failed).
   void Withdraw(const CopyGrant& grant);
   // For each read, in order: Ok when its grant was in Redis and granted what the read asks of
-  // this node, kPermissionDenied when not, kUnavailable when Redis could not be asked. Every
-  // grant named is used up either way.
+  // this node (the grant is used up then), kPermissionDenied when not (a grant the read names
+  // with another token, or for something else, stays), kUnavailable when Redis could not be
+  // asked.
   std::vector<Status> Redeem(const std::vector<CopyService::Read>& reads);
 
  private:
+  static constexpr std::chrono::milliseconds kMinBackoff{500};
+  static constexpr std::chrono::milliseconds kMaxBackoff{8000};
+
+  // The connection, or kUnavailable at once while the backoff after a failure lasts.
   Result<RedisConnection*> Connection();
+  // The connection failed: dropped, and no new one tried for the backoff, which doubles.
+  void Lost();
+  // Redis answered: the backoff starts small again.
+  void Answered();
 
   const ServerOptions& opt_;
   std::unique_ptr<RedisConnection> conn_;
+  std::chrono::steady_clock::time_point retry_at_{};
+  std::chrono::milliseconds backoff_ = kMinBackoff;
 };
 
 }  // namespace mcd

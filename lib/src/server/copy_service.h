@@ -64,7 +64,14 @@ class CopyService {
   virtual bool reads_gpu_memory() const = 0;
   // The UCX version ("1.22.0"): the heartbeat's ucx_version.
   virtual std::string version() const = 0;
-  virtual std::vector<Read> TakeReads() = 0;
+  // The reads waiting for the serving loop, taken out, and how many were answered unavailable
+  // at once since the last call instead, for coming while too many waited (a peer that floods
+  // the worker): the serving loop logs them.
+  struct Waiting {
+    std::vector<Read> reads;
+    uint64_t turned_away = 0;
+  };
+  virtual Waiting TakeReads() = 0;
   // Sends `bytes` at `data` (in `memory`) back for `read`, or the error that stops it (no bytes
   // then). `release` runs, on the service's thread, once UCX no longer reads `data`.
   virtual void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,

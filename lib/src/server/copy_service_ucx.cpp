@@ -96,7 +96,8 @@ const UcxApi* ucx = nullptr;  // set by CopyService::Start before any use
 constexpr std::chrono::milliseconds kServeReadsEvery(2);
 
 // Reads waiting for the serving loop at most: more, from a peer that floods the worker, are
-// dropped unanswered rather than kept.
+// answered unavailable at once rather than kept (or dropped, which would leave a real asker
+// waiting out its whole timeout).
 constexpr size_t kMaxWaitingReads = 1024;
 
 using copy_wire::DataHeader;
@@ -178,7 +179,7 @@ class UcxCopyService final : public CopyService {
   const std::string& address_hex() const override { return address_hex_; }
   bool reads_gpu_memory() const override { return reads_gpu_memory_; }
   std::string version() const override { return ucx->ucp_get_version_string(); }
-  std::vector<Read> TakeReads() override;
+  Waiting TakeReads() override;
   void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory memory,
               std::function<void()> release) override;
   Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
@@ -211,6 +212,7 @@ class UcxCopyService final : public CopyService {
   std::deque<std::function<void()>> jobs_;
   std::mutex reads_mutex_;
   std::vector<Read> reads_;
+  uint64_t turned_away_ = 0;  // under reads_mutex_
   std::mutex fetches_mutex_;
   std::map<std::string, std::shared_ptr<PendingFetch>> fetches_;  // by fetch id
   std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
@@ -398,12 +400,28 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.asker_node.assign(text + h.name_length, h.node_length);
   read.reply_ep = param->reply_ep;
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
+  bool kept = false;
+  bool first = false;  // the serving loop has nothing of this kind to take yet: woken
   {
     std::lock_guard<std::mutex> lock(reads_mutex_);
-    if (reads_.size() >= kMaxWaitingReads) return UCS_OK;
-    reads_.push_back(std::move(read));
+    kept = reads_.size() < kMaxWaitingReads;
+    if (kept) {
+      first = reads_.empty();
+      reads_.push_back(std::move(read));
+    } else {
+      first = turned_away_++ == 0;
+    }
   }
-  if (wake_) wake_();
+  if (!kept) {
+    Answer(
+        read,
+        Status(ErrorCode::kUnavailable, "the other server has " + std::to_string(kMaxWaitingReads) +
+                                            " reads waiting already: try again"),
+        nullptr, 0, Memory::kHost, nullptr);
+  }
+  // Once until the loop takes them: a wake costs a Redis round trip on this thread, which a
+  // flood of reads must not multiply.
+  if (first && wake_) wake_();
   return UCS_OK;
 }
 
@@ -493,10 +511,11 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   return UCS_OK;
 }
 
-std::vector<CopyService::Read> UcxCopyService::TakeReads() {
+CopyService::Waiting UcxCopyService::TakeReads() {
   std::lock_guard<std::mutex> lock(reads_mutex_);
-  std::vector<Read> out;
-  out.swap(reads_);
+  Waiting out;
+  out.reads.swap(reads_);
+  std::swap(out.turned_away, turned_away_);
   return out;
 }
 
@@ -594,6 +613,10 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
     lock.lock();  // the answer came just now
     fetch->done_cv.wait(lock, [&] { return fetch->done; });
   }
+  lock.unlock();
+  // Failed without an answer (no endpoint, the send refused): its entry goes too, not only those
+  // an answer or a lost peer took out.
+  (void)TakeFetch(fetch_id);
   return fetch->status;
 }
 

@@ -107,13 +107,26 @@ Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocati
 
 void NodeCopier::ServeReads() {
   if (service_ == nullptr) return;
-  std::vector<CopyService::Read> reads = service_->TakeReads();
+  CopyService::Waiting waiting = service_->TakeReads();
+  if (waiting.turned_away > 0) {
+    LogRefusals(waiting.turned_away, [&] {
+      return "turned away " + std::to_string(waiting.turned_away) +
+             " reads from UCX peers at once (unavailable): too many waited already, as when a "
+             "peer floods the copy service";
+    });
+  }
+  const std::vector<CopyService::Read>& reads = waiting.reads;
   if (reads.empty()) return;
   std::vector<Status> granted = grants_.Redeem(reads);
   for (size_t i = 0; i < reads.size(); ++i) {
     const CopyService::Read& read = reads[i];
     if (!granted[i].ok()) {
-      LogRefused(read, granted[i]);
+      // The name and node are the peer's word, whatever bytes it sent: shown printable.
+      LogRefusals(1, [&] {
+        return "refused a read of '" + Printable(read.name, 80) +
+               "' from a UCX peer that says it is node '" + Printable(read.asker_node, 64) +
+               "': " + granted[i].ToString();
+      });
       service_->Answer(read, granted[i], nullptr, 0, Memory::kHost, nullptr);
       continue;
     }
@@ -142,20 +155,23 @@ void NodeCopier::ServeReads() {
   }
 }
 
-void NodeCopier::LogRefused(const CopyService::Read& read, const Status& why) {
+void NodeCopier::LogRefusals(uint64_t count, const std::function<std::string()>& line) {
   auto now = std::chrono::steady_clock::now();
   if (now - refusals_since_ >= std::chrono::seconds(1)) {
-    if (refusals_ > 10) {
-      Log(LogLevel::kWarn, std::to_string(refusals_ - 10) + " more reads refused in that second");
+    if (unlogged_refusals_ > 0) {
+      Log(LogLevel::kWarn,
+          std::to_string(unlogged_refusals_) + " more reads refused in that second");
     }
     refusals_since_ = now;
-    refusals_ = 0;
+    refusal_lines_ = 0;
+    unlogged_refusals_ = 0;
   }
-  if (++refusals_ > 10) return;
-  // The name and node are the peer's word, whatever bytes it sent: shown printable.
-  Log(LogLevel::kWarn, "refused a read of '" + Printable(read.name, 80) +
-                           "' from a UCX peer that says it is node '" +
-                           Printable(read.asker_node, 64) + "': " + why.ToString());
+  if (refusal_lines_ >= 10) {
+    unlogged_refusals_ += count;
+    return;
+  }
+  ++refusal_lines_;
+  Log(LogLevel::kWarn, line());
 }
 
 Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {

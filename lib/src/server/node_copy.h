@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,9 +57,9 @@ class NodeCopier {
   // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory in place or
   // through a pinned host buffer filled on the device's worker.
   Status Serve(const CopyService::Read& read, const Entry& entry);
-  // Says, at warn, that `read` was refused for `why`: each one, up to 10 a second, then how many
-  // more there were (a peer that floods the worker does not flood the log).
-  void LogRefused(const CopyService::Read& read, const Status& why);
+  // Says `line` at warn, for `count` reads refused: up to 10 lines a second, then how many more
+  // reads there were (a peer that floods the worker does not flood the log).
+  void LogRefusals(uint64_t count, const std::function<std::string()>& line);
 
   const ServerOptions& opt_;
   RedisConnection& redis_;
@@ -68,7 +69,8 @@ class NodeCopier {
   const std::string off_;
   CopyGrants grants_;
   std::chrono::steady_clock::time_point refusals_since_{};
-  int refusals_ = 0;
+  int refusal_lines_ = 0;
+  uint64_t unlogged_refusals_ = 0;
 };
 
 }  // namespace mcd

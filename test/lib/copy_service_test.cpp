@@ -1,0 +1,101 @@
+// The UCX copy service (server/copy_service_ucx.cpp) on its own, with the raw UCX peer of
+// test/tools/ucx_peer.cpp on the other side, over TCP on loopback: what the service does with
+// reads nobody takes, and with answers from a peer that learnt a real fetch id.
+#include "server/copy_service.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+class CopyServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    struct stat peer;
+    if (stat(test::ToolPath("ucx_peer").c_str(), &peer) != 0) {
+      GTEST_SKIP() << "no ucx_peer in this build (UCX's headers or libucp missing)";
+    }
+    // As copy_test's servers: no mmap patching (it crashes LeakSanitizer's check at exit).
+    for (const auto& [name, value] : Env()) setenv(name.c_str(), value.c_str(), 1);
+    auto started = CopyService::Start(nullptr);
+    if (!started.ok()) GTEST_SKIP() << "no UCX here: " << started.status().ToString();
+    service_ = std::move(started).value();
+  }
+  static std::map<std::string, std::string> Env() {
+    return {{"UCX_MEM_MMAP_HOOK_MODE", "none"}, {"UCX_NET_DEVICES", "lo"}, {"UCX_TLS", "tcp"}};
+  }
+  // How many lines of `out` start with `prefix`.
+  static size_t Lines(const std::string& out, const std::string& prefix) {
+    size_t n = 0;
+    for (size_t at = 0; at < out.size(); at = out.find('\n', at) + 1) {
+      if (out.compare(at, prefix.size(), prefix) == 0) ++n;
+      if (out.find('\n', at) == std::string::npos) break;
+    }
+    return n;
+  }
+
+  test::TempDir dir_;
+  std::unique_ptr<CopyService> service_;
+};
+
+// Nobody takes the reads (a serving loop that is busy): past 1024 waiting, each read is answered
+// unavailable at once, not dropped for its asker to wait out its timeout, and counted.
+TEST_F(CopyServiceTest, ReadsPastTheWaitingLimitAreAnsweredUnavailableAtOnce) {
+  constexpr int kReads = 1100, kLimit = 1024;
+  auto peer = test::Run({test::ToolPath("ucx_peer"), "reads", service_->address_hex(), "t", "1",
+                         std::to_string(kReads), std::to_string(kReads - kLimit)},
+                        Env());
+  ASSERT_EQ(peer.exit_code, 0) << peer.err;
+  EXPECT_EQ(Lines(peer.out, "answer code=6 bytes=0"), static_cast<size_t>(kReads - kLimit))
+      << "reads past the limit were not answered unavailable:\n"
+      << peer.out << peer.err;
+  EXPECT_EQ(Lines(peer.out, "answer "), static_cast<size_t>(kReads - kLimit)) << peer.out;
+  CopyService::Waiting waiting = service_->TakeReads();
+  EXPECT_EQ(waiting.reads.size(), static_cast<size_t>(kLimit));
+  EXPECT_EQ(waiting.turned_away, static_cast<uint64_t>(kReads - kLimit));
+  EXPECT_EQ(service_->TakeReads().turned_away, 0u) << "counted once";
+}
+
+// A peer that learnt the real fetch id (here it is the asked server itself, answering from a
+// second worker of its own, with and without a reply endpoint) cannot fill the fetch: only the
+// answer from the endpoint the read went to counts. Its forged answers go a second before it.
+TEST_F(CopyServiceTest, AnAnswerWithTheRealFetchIdFromAnotherEndpointFillsNothing) {
+  std::string genuine = test::RandomBytes(4096, 44);
+  std::string file = dir_.path() + "/genuine.bin";
+  std::ofstream(file, std::ios::binary) << genuine;
+  std::string log = dir_.path() + "/peer.log";
+  test::Background peer({test::ToolPath("ucx_peer"), "serve", service_->address_hex(), file}, Env(),
+                        log);
+  std::string address;
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        std::string out = test::ReadFile(log);
+        size_t at = out.find("address ");
+        size_t end = out.find('\n', at);
+        if (at == std::string::npos || end == std::string::npos) return false;
+        address = out.substr(at + 8, end - at - 8);
+        return true;
+      },
+      20000))
+      << test::ReadFile(log);
+  CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
+  std::string into(genuine.size(), '\0');
+  Status got = service_->Fetch(address, "t", 1, grant, "asker", into.data(), into.size(),
+                               Memory::kHost, 30000, nullptr);
+  ASSERT_TRUE(got.ok()) << got.ToString() << test::ReadFile(log);
+  EXPECT_TRUE(into == genuine) << "the fetch took a forged answer ("
+                               << (into == std::string(into.size(), '\xa5') ? "0xa5 bytes"
+                                                                            : "other bytes")
+                               << ")";
+  EXPECT_EQ(peer.Wait(30), 0) << test::ReadFile(log);
+  EXPECT_NE(test::ReadFile(log).find("answered"), std::string::npos) << test::ReadFile(log);
+}
+
+}  // namespace
+}  // namespace mcd
