@@ -927,6 +927,43 @@ TEST_F(Lifecycle, HumanOutputEscapesControlCharactersAndJsonKeepsThemExact) {
   ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.Tensor(name)}).ok());
 }
 
+// Errors and records quote what a hash holds (a state, a node) on stdout and stderr: every tool
+// shows it escaped, whatever path prints it.
+TEST_F(Lifecycle, ToolErrorsAndRecordsEscapePlantedFields) {
+  ASSERT_EQ(Tool("mcd-create", {"src", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  auto plant = [&](const std::string& field, const std::string& value) {
+    std::vector<std::string> hset = {"HSET", keys_.Tensor("planted")};
+    auto fields = conn->Command({"HGETALL", keys_.Tensor("src")});
+    for (const auto& e : fields->elements) hset.push_back(e.str);
+    hset.insert(hset.end(), {"holder:1:1", "0", field, value});
+    ASSERT_TRUE(conn->Command(std::vector<std::string_view>(hset.begin(), hset.end())).ok());
+  };
+  auto expect_escaped = [](const test::ProcessResult& r, const std::string& shown) {
+    std::string all = r.out + r.err;
+    for (char c : all) {
+      auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE((u >= 0x20 && u < 0x7f) || c == '\n') << "raw byte " << int(u) << " in:\n" << all;
+    }
+    EXPECT_NE(all.find(shown), std::string::npos) << all;
+  };
+  const std::vector<std::vector<std::string>> runs = {
+      {"mcd-get", "planted"}, {"mcd-get", "planted", "--wait", "1"}, {"mcd-rm", "planted"},
+      {"mcd-get", "planted", "--no-ref"}};
+  plant("state", "bad\x1b]0;pwned\x07\x1b[2J\xc2\x9b\x9b");
+  for (const auto& run : runs) {
+    SCOPED_TRACE(run[0] + " " + run[1] + (run.size() > 2 ? " " + run[2] : ""));
+    expect_escaped(Tool(run[0], {run.begin() + 1, run.end()}), "bad\\x1b]0;pwned\\x07\\x1b[2J\\u009b\\x9b");
+  }
+  plant("state", "ready");
+  plant("node", "vm\x1b[2J");
+  for (const auto& run : runs) {
+    SCOPED_TRACE(run[0] + " " + run[1] + (run.size() > 2 ? " " + run[2] : ""));
+    expect_escaped(Tool(run[0], {run.begin() + 1, run.end()}), "vm\\x1b[2J");
+  }
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("planted")}).ok());
+}
+
 // Thousands of commands mutated from valid ones (values swapped for odd ones, fields dropped or
 // repeated, bytes changed, cut short), pushed while a client works: the server keeps serving,
 // answers every well-formed one that names a req with a JSON reply, leaves none in its

@@ -21,7 +21,8 @@ const pid_t parent_at_start = getppid();
 }  // namespace
 
 int Fail(const char* tool, const Status& status) {
-  std::cerr << tool << ": error: " << status.message() << " (" << ErrorName(status.code())
+  // Messages quote what Redis holds (a state, a node, a key name).
+  std::cerr << tool << ": error: " << Escaped(status.message()) << " (" << ErrorName(status.code())
             << ")\n";
   return ExitCodeFor(status.code());
 }
@@ -58,7 +59,7 @@ Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOpti
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   if (client->node_discovered() && !quiet) {
     std::cerr << tool << ": note: no server for this host's node; using node '"
-              << client->options().node << "', the only one live on "
+              << Escaped(client->options().node) << "', the only one live on "
               << client->options().redis_url.Redacted() << " (--node or MCD_NODE to be explicit)\n";
   }
   return client;
