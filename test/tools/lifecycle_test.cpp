@@ -964,6 +964,43 @@ TEST_F(Lifecycle, ToolErrorsAndRecordsEscapePlantedFields) {
   ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("planted")}).ok());
 }
 
+// The same for the two other human outputs that print what Redis holds: a watch line of a
+// planted event, and a --servers row of a planted heartbeat.
+TEST_F(Lifecycle, WatchLinesAndServerRowsEscapeControlCharacters) {
+  auto raw_bytes = [](const std::string& out) {
+    std::string found;
+    for (char c : out) {
+      auto u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && c != '\n') || u == 0x7f || u == 0x9b) found += std::to_string(u) + " ";
+    }
+    return found;
+  };
+  const std::string evil = "e\x1b[2J\x1b[H\nFORGED\r\x7f\xc2\x9b";
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"XADD", keys_.Events(), "*", "event", "create", "name", evil, "node", evil,
+                             "refcount", "1", "pid", "1", "reason", evil}).ok());
+  // Events without a name (the server's start) pass any glob: the planted one is the second.
+  // Not Tool(), whose --node would leave out the planted event of another node.
+  auto watch = test::Run({test::ToolPath("mcd-ls"), "--watch", "e*", "--since", "all", "--count", "2"}, Env());
+  EXPECT_EQ(watch.exit_code, 0) << watch.err;
+  EXPECT_EQ(raw_bytes(watch.out), "") << watch.out;
+  EXPECT_NE(watch.out.find("e\\x1b[2J\\x1b[H\\nFORGED\\r\\x7f\\u009b"), std::string::npos) << watch.out;
+  auto watch_json = test::Run(
+      {test::ToolPath("mcd-ls"), "--watch", "e*", "--json", "--since", "all", "--count", "2"}, Env());
+  ASSERT_EQ(watch_json.exit_code, 0) << watch_json.err;
+  EXPECT_EQ(json::parse(watch_json.out.substr(watch_json.out.find('\n') + 1))["name"], evil) << watch_json.out;
+
+  std::vector<std::string> heartbeat = {"HSET", keys_.Server(evil)};
+  auto fields = conn->Command({"HGETALL", keys_.Server(node_)});
+  for (const auto& e : fields->elements) heartbeat.push_back(e.str);
+  heartbeat.insert(heartbeat.end(), {"node", evil, "instance", "i\x1b[31m", "version", evil});
+  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(heartbeat.begin(), heartbeat.end())).ok());
+  auto servers = test::Run({test::ToolPath("mcd-ls"), "--servers"}, Env());
+  EXPECT_EQ(raw_bytes(servers.out + servers.err), "") << servers.out << servers.err;
+  EXPECT_NE(servers.out.find("FORGED"), std::string::npos) << "the planted row is shown:\n" << servers.out;
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Server(evil)}).ok());
+}
+
 // Thousands of commands mutated from valid ones (values swapped for odd ones, fields dropped or
 // repeated, bytes changed, cut short), pushed while a client works: the server keeps serving,
 // answers every well-formed one that names a req with a JSON reply, leaves none in its
