@@ -25,7 +25,8 @@ Result<std::string> StartAfter(EventStream& events, const std::string& since) {
   if (since == "all") return std::string("0-0");
   if (std::regex_match(since, std::regex("[0-9]+-[0-9]+"))) return since;
   MCD_ASSIGN_OR_RETURN(int64_t age_ms, ParseDuration(since));
-  return events.Since(age_ms);
+  // 0 ago is now (EventStream::Since reads 0 as the oldest kept; "all" asks for that).
+  return age_ms == 0 ? events.Newest() : events.Since(age_ms);
 }
 
 // "HH:MM:SS.mmm" in local time.
