@@ -927,6 +927,26 @@ TEST_F(Lifecycle, HumanOutputEscapesControlCharactersAndJsonKeepsThemExact) {
   ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.Tensor(name)}).ok());
 }
 
+// Hashes written by hand without a tensor's fields are named on stderr, five at most, by the
+// table, -l and --json alike, and left out of what they print.
+TEST_F(Lifecycle, ListNamesHashesWithoutTensorFields) {
+  ASSERT_EQ(Tool("mcd-create", {"real", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  for (int i = 1; i <= 6; ++i) {
+    ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("junk" + std::to_string(i)), "foo", "bar"}).ok());
+  }
+  for (const std::string& flag : {"--no-headers", "-l", "--json"}) {
+    SCOPED_TRACE(flag);
+    auto ls = test::Run({test::ToolPath("mcd-ls"), flag}, Env());
+    EXPECT_EQ(ls.exit_code, 0) << ls.err;
+    EXPECT_NE(ls.err.find("6 key(s) under the tensor prefix hold no readable tensor"), std::string::npos) << ls.err;
+    for (int i = 1; i <= 5; ++i) EXPECT_NE(ls.err.find("\n  junk" + std::to_string(i) + ": "), std::string::npos) << ls.err;
+    EXPECT_NE(ls.err.find("... and 1 more"), std::string::npos) << ls.err;
+    EXPECT_EQ(ls.out.find("junk"), std::string::npos) << ls.out;
+    EXPECT_NE(ls.out.find("real"), std::string::npos) << ls.out;
+  }
+}
+
 // Errors and records quote what a hash holds (a state, a node) on stdout and stderr: every tool
 // shows it escaped, whatever path prints it.
 TEST_F(Lifecycle, ToolErrorsAndRecordsEscapePlantedFields) {
