@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
+
+#include "npy.h"
+#include "test_support.h"
 
 namespace mcd::tools {
 namespace {
@@ -34,6 +38,51 @@ TEST(Escaped, ShowsEveryControlAndStrayByteAndKeepsPrintableUtf8) {
       {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 \xc2\xa0", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 \xc2\xa0"},
   };
   for (const Case& c : cases) EXPECT_EQ(Escaped(c.in), c.out) << "of the bytes of " << c.out;
+}
+
+}  // namespace
+}  // namespace mcd::tools
+
+namespace mcd::tools {
+namespace {
+
+// A version 1.0 .npy of `descr` and `shape` (as NumPy writes the header), then `data`.
+std::string Npy(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  return out + header + data;
+}
+
+// What ReadNpy refuses: no shape the file does not state, no bytes its header does not cover.
+TEST(ReadNpy, RefusesZeroDimensionalArraysAndBytesPastTheData) {
+  test::TempDir dir;
+  const std::string data = test::RandomBytes(16, 7);
+  auto read = [&](const std::string& contents) {
+    std::string path = dir.path() + "/a.npy";
+    std::ofstream(path, std::ios::binary) << contents;
+    return ReadNpy(path);
+  };
+  auto whole = read(Npy("|u1", "(16,)", data));
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->data, data);
+  auto scalar = read(Npy("<f4", "()", data.substr(0, 4)));
+  ASSERT_FALSE(scalar.ok()) << "made shape " << ShapeText(scalar->shape);
+  EXPECT_EQ(scalar.status().code(), ErrorCode::kInvalidArgument) << scalar.status().ToString();
+  auto trailing = read(Npy("|u1", "(16,)", data + "x"));
+  ASSERT_FALSE(trailing.ok());
+  EXPECT_EQ(trailing.status().code(), ErrorCode::kIoError) << trailing.status().ToString();
+  auto short_data = read(Npy("|u1", "(16,)", data.substr(1)));
+  EXPECT_EQ(short_data.status().code(), ErrorCode::kIoError);
+}
+
+// --print takes a count: -1 is a usage error, not "all of them".
+TEST(McdGet, RefusesANegativePrintCount) {
+  auto get = test::Run({test::ToolPath("mcd-get"), "x", "--print", "-1", "--no-ref"}, {});
+  EXPECT_EQ(get.exit_code, 64) << get.out << get.err;
 }
 
 }  // namespace

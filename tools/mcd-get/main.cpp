@@ -58,7 +58,8 @@ void AddFlags(CLI::App& app, GetFlags& f) {
                         "it back");
   app.add_option("-o,--output", f.output,
                  "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
-  app.add_option("--print", f.print_count, "Print the first N values");
+  app.add_option("--print", f.print_count, "Print the first N values")
+      ->check(CLI::NonNegativeNumber);  // "-1" would wrap to all of them
   app.add_option("--wait", f.wait_s,
                  "Wait up to SECONDS for NAME to exist and be ready (0: without end), woken by the "
                  "server's event; exit 75 when it did not")
