@@ -305,6 +305,22 @@ TEST_F(Events, TheHistoryIsCappedAndALateWatcherReadsWhatIsKept) {
   EXPECT_EQ(Tool("mcd-ls", {"--watch", "--since", "yesterday"}).exit_code, 64);
 }
 
+// --since takes a duration ago: 0 (or 0s) is now, and the watch shows only what comes after.
+TEST_F(Events, SinceZeroStartsNow) {
+  Create("before");
+  for (const std::string zero : {"0", "0s"}) {
+    SCOPED_TRACE(zero);
+    std::string log = "zero" + zero + ".log";
+    auto watcher = Start("mcd-ls", {"--watch", "--json", "--since", zero, "--count", "1"}, log);
+    ASSERT_TRUE(test::WaitFor([&] { return BlockedReaders(1); }, 10000)) << Log(log);
+    Create("after" + zero);
+    ASSERT_EQ(watcher->Wait(30), 0) << Log(log);
+    auto lines = JsonLines(log);
+    ASSERT_EQ(lines.size(), 1u) << Log(log);
+    EXPECT_EQ(lines[0]["name"], "after" + zero) << Log(log);
+  }
+}
+
 // Two watchers stopped while the capped stream moves on past them: each says, once it runs
 // again, how many events it lost (a table line and a JSON event), and goes on with the oldest
 // kept. A watch that resumes from an id whose events were trimmed says that some were.

@@ -927,6 +927,100 @@ TEST_F(Lifecycle, HumanOutputEscapesControlCharactersAndJsonKeepsThemExact) {
   ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.Tensor(name)}).ok());
 }
 
+// Hashes written by hand without a tensor's fields are named on stderr, five at most, by the
+// table, -l and --json alike, and left out of what they print.
+TEST_F(Lifecycle, ListNamesHashesWithoutTensorFields) {
+  ASSERT_EQ(Tool("mcd-create", {"real", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  for (int i = 1; i <= 6; ++i) {
+    ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("junk" + std::to_string(i)), "foo", "bar"}).ok());
+  }
+  for (const std::string& flag : {"--no-headers", "-l", "--json"}) {
+    SCOPED_TRACE(flag);
+    auto ls = test::Run({test::ToolPath("mcd-ls"), flag}, Env());
+    EXPECT_EQ(ls.exit_code, 0) << ls.err;
+    EXPECT_NE(ls.err.find("6 key(s) under the tensor prefix hold no readable tensor"), std::string::npos) << ls.err;
+    for (int i = 1; i <= 5; ++i) EXPECT_NE(ls.err.find("\n  junk" + std::to_string(i) + ": "), std::string::npos) << ls.err;
+    EXPECT_NE(ls.err.find("... and 1 more"), std::string::npos) << ls.err;
+    EXPECT_EQ(ls.out.find("junk"), std::string::npos) << ls.out;
+    EXPECT_NE(ls.out.find("real"), std::string::npos) << ls.out;
+  }
+}
+
+// Errors and records quote what a hash holds (a state, a node) on stdout and stderr: every tool
+// shows it escaped, whatever path prints it.
+TEST_F(Lifecycle, ToolErrorsAndRecordsEscapePlantedFields) {
+  ASSERT_EQ(Tool("mcd-create", {"src", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  auto conn = redis_.Connect();
+  auto plant = [&](const std::string& field, const std::string& value) {
+    std::vector<std::string> hset = {"HSET", keys_.Tensor("planted")};
+    auto fields = conn->Command({"HGETALL", keys_.Tensor("src")});
+    for (const auto& e : fields->elements) hset.push_back(e.str);
+    hset.insert(hset.end(), {"holder:1:1", "0", field, value});
+    ASSERT_TRUE(conn->Command(std::vector<std::string_view>(hset.begin(), hset.end())).ok());
+  };
+  auto expect_escaped = [](const test::ProcessResult& r, const std::string& shown) {
+    std::string all = r.out + r.err;
+    for (char c : all) {
+      auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE((u >= 0x20 && u < 0x7f) || c == '\n') << "raw byte " << int(u) << " in:\n" << all;
+    }
+    EXPECT_NE(all.find(shown), std::string::npos) << all;
+  };
+  const std::vector<std::vector<std::string>> runs = {
+      {"mcd-get", "planted"}, {"mcd-get", "planted", "--wait", "1"}, {"mcd-rm", "planted"},
+      {"mcd-get", "planted", "--no-ref"}};
+  plant("state", "bad\x1b]0;pwned\x07\x1b[2J\xc2\x9b\x9b");
+  for (const auto& run : runs) {
+    SCOPED_TRACE(run[0] + " " + run[1] + (run.size() > 2 ? " " + run[2] : ""));
+    expect_escaped(Tool(run[0], {run.begin() + 1, run.end()}), "bad\\x1b]0;pwned\\x07\\x1b[2J\\u009b\\x9b");
+  }
+  plant("state", "ready");
+  plant("node", "vm\x1b[2J");
+  for (const auto& run : runs) {
+    SCOPED_TRACE(run[0] + " " + run[1] + (run.size() > 2 ? " " + run[2] : ""));
+    expect_escaped(Tool(run[0], {run.begin() + 1, run.end()}), "vm\\x1b[2J");
+  }
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("planted")}).ok());
+}
+
+// The same for the two other human outputs that print what Redis holds: a watch line of a
+// planted event, and a --servers row of a planted heartbeat.
+TEST_F(Lifecycle, WatchLinesAndServerRowsEscapeControlCharacters) {
+  auto raw_bytes = [](const std::string& out) {
+    std::string found;
+    for (char c : out) {
+      auto u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && c != '\n') || u == 0x7f || u == 0x9b) found += std::to_string(u) + " ";
+    }
+    return found;
+  };
+  const std::string evil = "e\x1b[2J\x1b[H\nFORGED\r\x7f\xc2\x9b";
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"XADD", keys_.Events(), "*", "event", "create", "name", evil, "node", evil,
+                             "refcount", "1", "pid", "1", "reason", evil}).ok());
+  // Events without a name (the server's start) pass any glob: the planted one is the second.
+  // Not Tool(), whose --node would leave out the planted event of another node.
+  auto watch = test::Run({test::ToolPath("mcd-ls"), "--watch", "e*", "--since", "all", "--count", "2"}, Env());
+  EXPECT_EQ(watch.exit_code, 0) << watch.err;
+  EXPECT_EQ(raw_bytes(watch.out), "") << watch.out;
+  EXPECT_NE(watch.out.find("e\\x1b[2J\\x1b[H\\nFORGED\\r\\x7f\\u009b"), std::string::npos) << watch.out;
+  auto watch_json = test::Run(
+      {test::ToolPath("mcd-ls"), "--watch", "e*", "--json", "--since", "all", "--count", "2"}, Env());
+  ASSERT_EQ(watch_json.exit_code, 0) << watch_json.err;
+  EXPECT_EQ(json::parse(watch_json.out.substr(watch_json.out.find('\n') + 1))["name"], evil) << watch_json.out;
+
+  std::vector<std::string> heartbeat = {"HSET", keys_.Server(evil)};
+  auto fields = conn->Command({"HGETALL", keys_.Server(node_)});
+  for (const auto& e : fields->elements) heartbeat.push_back(e.str);
+  heartbeat.insert(heartbeat.end(), {"node", evil, "instance", "i\x1b[31m", "version", evil});
+  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(heartbeat.begin(), heartbeat.end())).ok());
+  auto servers = test::Run({test::ToolPath("mcd-ls"), "--servers"}, Env());
+  EXPECT_EQ(raw_bytes(servers.out + servers.err), "") << servers.out << servers.err;
+  EXPECT_NE(servers.out.find("FORGED"), std::string::npos) << "the planted row is shown:\n" << servers.out;
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Server(evil)}).ok());
+}
+
 // Thousands of commands mutated from valid ones (values swapped for odd ones, fields dropped or
 // repeated, bytes changed, cut short), pushed while a client works: the server keeps serving,
 // answers every well-formed one that names a req with a JSON reply, leaves none in its

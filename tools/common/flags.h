@@ -116,7 +116,7 @@ inline int ParseArgs(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << ToolName(argv[0]) << ": error: " << e.what() << "\n"
+    std::cerr << ToolName(argv[0]) << ": error: " << Escaped(e.what()) << "\n"
               << "Run with --help for more information.\n";
     return 64;
   }

@@ -148,7 +148,12 @@ Result<NpyArray> ReadNpy(const std::string& path) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  if (out.shape.empty()) out.shape.push_back(1);  // a 0-d array holds one element
+  if (out.shape.empty()) {
+    // A tensor has at least one dimension: making it [1] silently would change its shape.
+    return Status(ErrorCode::kInvalidArgument,
+                  path + ": a 0-d array (shape ()) has no tensor shape; save it with shape (1,) "
+                         "(np.atleast_1d)");
+  }
   MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
   // What the header claims is checked against the file before anything is allocated: a small
   // file must not make this process (or the server) set aside gigabytes.
@@ -157,8 +162,10 @@ Result<NpyArray> ReadNpy(const std::string& path) {
   std::streamoff file_size = in.tellg();
   in.seekg(data_at);
   uint64_t held = file_size > data_at ? static_cast<uint64_t>(file_size - data_at) : 0;
-  if (held < bytes) {
-    return Status(ErrorCode::kIoError, path + ": holds " + std::to_string(held) + " data bytes, fewer than the " +
+  if (held != bytes) {
+    // More is not one array either (two files joined, a header that lies about its shape).
+    return Status(ErrorCode::kIoError, path + ": holds " + std::to_string(held) + " data bytes, " +
+                                           (held < bytes ? "fewer" : "more") + " than the " +
                                            std::to_string(bytes) + " its header promises");
   }
   try {

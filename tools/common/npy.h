@@ -18,8 +18,9 @@ struct NpyArray {
   std::string data;  // raw little-endian bytes, C order
 };
 
-// Reads an array; kInvalidArgument for Fortran order, big-endian or unsupported dtypes,
-// kIoError when the file cannot be read or is truncated.
+// Reads an array; kInvalidArgument for Fortran order, big-endian or unsupported dtypes and 0-d
+// arrays, kIoError when the file cannot be read or holds fewer or more data bytes than its
+// header's shape.
 Result<NpyArray> ReadNpy(const std::string& path);
 // Writes a version 1.0 file (with WriteWhole). bf16 (no NumPy dtype) is written as raw '<u2'
 // bits.

@@ -21,7 +21,8 @@ const pid_t parent_at_start = getppid();
 }  // namespace
 
 int Fail(const char* tool, const Status& status) {
-  std::cerr << tool << ": error: " << status.message() << " (" << ErrorName(status.code())
+  // Messages quote what Redis holds (a state, a node, a key name).
+  std::cerr << tool << ": error: " << Escaped(status.message()) << " (" << ErrorName(status.code())
             << ")\n";
   return ExitCodeFor(status.code());
 }
@@ -58,7 +59,7 @@ Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOpti
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   if (client->node_discovered() && !quiet) {
     std::cerr << tool << ": note: no server for this host's node; using node '"
-              << client->options().node << "', the only one live on "
+              << Escaped(client->options().node) << "', the only one live on "
               << client->options().redis_url.Redacted() << " (--node or MCD_NODE to be explicit)\n";
   }
   return client;
@@ -188,27 +189,73 @@ int TerminalWidth() {
   return ws.ws_col;
 }
 
+namespace {
+
+// The code point of the well-formed UTF-8 sequence at text[i] (its length in `length`), or -1
+// when the bytes there are not one: a stray continuation byte, a lead byte without its
+// continuations, an overlong form (C0 9B for U+001B), a surrogate or a code point past U+10FFFF.
+int32_t DecodeUtf8(std::string_view text, size_t i, size_t& length) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  unsigned char lead = byte(i);
+  // C0 and C1 would only start overlong forms, F5 to FF code points past U+10FFFF.
+  if (lead < 0xc2 || lead > 0xf4) return -1;
+  length = lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
+  const int32_t min = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+  if (text.size() - i < length) return -1;
+  int32_t cp = lead & (0x3f >> (length - 1));
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return -1;
+    cp = (cp << 6) | (byte(i + k) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;
+  return cp;
+}
+
+// C1 controls (8-bit CSI, OSC, ...) and the Unicode Bidi_Control characters, which reorder how
+// the rest of a line is shown.
+bool IsHiddenCodePoint(int32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x61c || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
 std::string Escaped(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
+  char buf[16];
+  for (size_t i = 0; i < text.size();) {
     auto c = static_cast<unsigned char>(text[i]);
-    bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-              static_cast<unsigned char>(text[i + 1]) <= 0x9f;
-    if (c >= 0x20 && c != 0x7f && c != '\\' && !c1) {
-      out.push_back(static_cast<char>(c));
+    if (c < 0x80) {
+      ++i;
+      switch (c) {
+        case '\n': out += "\\n"; break;
+        case '\t': out += "\\t"; break;
+        case '\r': out += "\\r"; break;
+        case '\\': out += "\\\\"; break;
+        default:
+          if (c >= 0x20 && c != 0x7f) {
+            out.push_back(static_cast<char>(c));
+          } else {
+            std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+            out += buf;
+          }
+      }
       continue;
     }
-    char buf[8];
-    if (c1) c = static_cast<unsigned char>(text[++i]);
-    switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '\\': out += "\\\\"; break;
-      default:
-        std::snprintf(buf, sizeof(buf), c1 ? "\\u%04x" : "\\x%02x", c);
-        out += buf;
+    size_t length = 1;
+    int32_t cp = DecodeUtf8(text, i, length);
+    if (cp < 0) {
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);  // one byte, then decode again after it
+      out += buf;
+      ++i;
+    } else if (IsHiddenCodePoint(cp)) {
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+      i += length;
+    } else {
+      out.append(text, i, length);
+      i += length;
     }
   }
   return out;

@@ -62,9 +62,12 @@ int64_t NowMs();  // wall clock, ms since the epoch (as ctime)
 bool StdoutIsTerminal();
 int TerminalWidth();  // columns of stdout's terminal, 0 when not a terminal
 
-// `text` safe to show on a terminal: C0 controls, DEL and the C1 controls of UTF-8 (U+0080 to
-// U+009F) as \n, \t, \r or \xNN, backslash as \\; everything else as it is. Every Redis-provided
-// string a tool prints for people goes through this (--json output is JSON, escaped by its writer).
+// `text` safe to show on a terminal, and reversibly: newline, tab and CR as \n, \t, \r, a
+// backslash as \\, the other C0 controls, DEL and every byte that is not part of a well-formed
+// UTF-8 sequence (a bare 0x9b, 0xff, overlong forms, surrogates) as \xNN, the C1 controls
+// (U+0080 to U+009F) and the bidi controls (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to
+// U+2069) as \uNNNN; other UTF-8 as it is. Every Redis-provided string a tool prints for people
+// goes through this (--json output is JSON, escaped by its writer).
 std::string Escaped(std::string_view text);
 
 // A plain text table: columns padded to their widest cell; the last column is not padded.

@@ -129,7 +129,7 @@ static int ToolMain(int argc, char** argv) {
   if (flags.common.json) {
     std::cout << RecordToJson(r) << "\n";
   } else if (!flags.common.quiet) {
-    std::cout << "created " << r.name << " " << DTypeName(r.dtype) << "["
+    std::cout << "created " << tools::Escaped(r.name) << " " << DTypeName(r.dtype) << "["
               << tools::ShapeText(r.shape) << "] on "
               << (r.device == kHostDevice ? "cpu" : "device " + std::to_string(r.device)) << " ("
               << tools::HumanBytes(r.bytes) << ", " << IpcKindName(r.ipc_kind) << ")\n";

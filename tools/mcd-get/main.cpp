@@ -11,17 +11,18 @@ namespace {
 
 void PrintRecord(const mcd::TensorRecord& r) {
   using namespace mcd;
-  std::cout << "name:      " << r.name << "\n"
+  // The strings are the hash's, as anyone with Redis credentials wrote them.
+  std::cout << "name:      " << tools::Escaped(r.name) << "\n"
             << "dtype:     " << DTypeName(r.dtype) << "\n"
             << "shape:     " << ShapeToJson(r.shape) << "\n"
             << "device:    " << DeviceName(r.device) << "\n"
             << "bytes:     " << r.bytes << " (" << tools::HumanBytes(r.bytes) << ")\n"
             << "refcount:  " << r.refcount << "\n"
-            << "state:     " << r.state << "\n"
+            << "state:     " << tools::Escaped(r.state) << "\n"
             << "lifetime:  " << LifetimeName(r.lifetime) << "\n"
             << "ipc_kind:  " << IpcKindName(r.ipc_kind) << "\n"
-            << "node:      " << r.node << "\n"
-            << "owner:     " << r.owner << "\n";
+            << "node:      " << tools::Escaped(r.node) << "\n"
+            << "owner:     " << tools::Escaped(r.owner) << "\n";
 }
 
 bool EndsWith(const std::string& text, const std::string& suffix) {
@@ -57,7 +58,8 @@ void AddFlags(CLI::App& app, GetFlags& f) {
                         "it back");
   app.add_option("-o,--output", f.output,
                  "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
-  app.add_option("--print", f.print_count, "Print the first N values");
+  app.add_option("--print", f.print_count, "Print the first N values")
+      ->check(CLI::NonNegativeNumber);  // "-1" would wrap to all of them
   app.add_option("--wait", f.wait_s,
                  "Wait up to SECONDS for NAME to exist and be ready (0: without end), woken by the "
                  "server's event; exit 75 when it did not")
@@ -97,7 +99,7 @@ mcd::Status WriteOutput(const std::string& output, const mcd::TensorRecord& r,
       npy ? tools::WriteNpy(output, r.dtype, r.shape, contents.data(), contents.size())
           : tools::WriteWhole(output, {contents}));
   if (r.dtype == DType::kBF16 && npy) {
-    std::cerr << "mcd-get: note: NumPy has no bfloat16; " << output
+    std::cerr << "mcd-get: note: NumPy has no bfloat16; " << tools::Escaped(output)
               << " holds the raw bits as uint16\n";
   }
   return Status::Ok();

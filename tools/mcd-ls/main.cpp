@@ -74,7 +74,7 @@ static int ToolMain(int argc, char** argv) {
     auto format = prometheus ? tools::ServersFormat::kPrometheus
                              : json ? tools::ServersFormat::kJson : tools::ServersFormat::kTable;
     if (names_only && format == tools::ServersFormat::kTable) {
-      for (auto& server : live.value()) std::cout << server["node"] << "\n";  // nodes only
+      for (auto& server : live.value()) std::cout << tools::Escaped(server["node"]) << "\n";  // nodes only
     } else if (!live->empty() || format != tools::ServersFormat::kTable) {
       std::cout << tools::FormatServers(live.value(), format, !no_headers);
     }
@@ -90,7 +90,7 @@ static int ToolMain(int argc, char** argv) {
     // there, rather than list another server's tensors (or none) as if they were this one's.
     auto here = client.value()->ServerInfo();
     if (!here.ok() && here.status().code() == ErrorCode::kUnavailable) {
-      std::cerr << tool << ": note: " << here.status().message() << "\n";
+      std::cerr << tool << ": note: " << tools::Escaped(here.status().message()) << "\n";
     }
   }
   std::string out;

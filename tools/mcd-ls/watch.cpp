@@ -25,7 +25,8 @@ Result<std::string> StartAfter(EventStream& events, const std::string& since) {
   if (since == "all") return std::string("0-0");
   if (std::regex_match(since, std::regex("[0-9]+-[0-9]+"))) return since;
   MCD_ASSIGN_OR_RETURN(int64_t age_ms, ParseDuration(since));
-  return events.Since(age_ms);
+  // 0 ago is now (EventStream::Since reads 0 as the oldest kept; "all" asks for that).
+  return age_ms == 0 ? events.Newest() : events.Since(age_ms);
 }
 
 // "HH:MM:SS.mmm" in local time.
@@ -85,7 +86,7 @@ int Watch(const char* tool, const ClientOptions& client, const WatchOptions& opt
     auto got = events.value()->Read(cursor.value(), kBlockMs);
     if (!got.ok()) {
       // Redis went away: say so once, and go on from where the watch was when it is back.
-      if (backoff_ms == 100) std::cerr << tool << ": " << got.status().message() << "; reconnecting\n";
+      if (backoff_ms == 100) std::cerr << tool << ": " << Escaped(got.status().message()) << "; reconnecting\n";
       std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
       backoff_ms = std::min(backoff_ms * 2, 5000);
       if (events.value()->Reconnect().ok()) backoff_ms = 100;

@@ -73,7 +73,7 @@ static int ToolMain(int argc, char** argv) {
       json += "{\"name\":\"" + name + "\",\"refcount\":" + std::to_string(std::max<int64_t>(0, record->refcount)) +
               ",\"freed\":" + (freed ? "true" : "false") + "}";
     } else if (!flags.quiet) {
-      std::cout << name << ": " << (freed ? "freed" : "refcount " + std::to_string(record->refcount)) << "\n";
+      std::cout << tools::Escaped(name) << ": " << (freed ? "freed" : "refcount " + std::to_string(record->refcount)) << "\n";
     }
   }
   if (flags.json) std::cout << json << "]\n";

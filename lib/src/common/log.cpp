@@ -14,6 +14,27 @@ std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::mutex g_mutex;
 std::string g_tag = "memcuda";  // guarded by g_mutex
 const char* const kLevelNames[] = {"error", "warn", "info", "debug"};
+
+// The message with every byte outside printable ASCII as \xNN (a backslash as \\): lines quote
+// what Redis holds (a state, a node, a reason a script gave), which must not drive the terminal
+// or forge a line of whoever follows the log.
+std::string LogSafe(const std::string& message) {
+  std::string out;
+  out.reserve(message.size());
+  for (char c : message) {
+    auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\\') {
+      out.push_back(c);
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
+      out += buf;
+    }
+  }
+  return out;
+}
 }  // namespace
 
 void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
@@ -25,8 +46,10 @@ void SetLogTag(const std::string& tag) {
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) <= g_level.load(); }
 
+
 void Log(LogLevel level, const std::string& message) {
   if (!LogEnabled(level)) return;
+  const std::string safe = LogSafe(message);
   auto now = std::chrono::system_clock::now();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   std::time_t secs = static_cast<std::time_t>(ms / 1000);
@@ -37,7 +60,7 @@ void Log(LogLevel level, const std::string& message) {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::fprintf(stderr, "%s.%03dZ %s[%d] %s: %s\n", stamp, static_cast<int>(ms % 1000),
                g_tag.c_str(), static_cast<int>(getpid()), kLevelNames[static_cast<int>(level)],
-               message.c_str());
+               safe.c_str());
   std::fflush(stderr);
 }
 

@@ -1,4 +1,5 @@
-// One-line log records on stderr: "2026-11-22T03:04:05.123Z mcd-serve[123] info: ...".
+// One-line log records on stderr: "2026-11-22T03:04:05.123Z mcd-serve[123] info: ...", the
+// message with every byte outside printable ASCII shown as \xNN and a backslash as \\.
 #pragma once
 
 #include <string>
