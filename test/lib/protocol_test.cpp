@@ -180,6 +180,14 @@ TEST(Protocol, RecordHashAndJsonRoundTrip) {
   ASSERT_TRUE(from_json.ok()) << from_json.status().ToString();
   EXPECT_EQ(from_json->ipc_handle, r.ipc_handle);
   EXPECT_EQ(from_json->refcount, 3);
+  // A lifetime is read as written: no other value passes for heap.
+  for (const char* lifetime : {"bogus", "heap\nX", "", "Stack"}) {
+    auto bad = fields;
+    bad["lifetime"] = lifetime;
+    EXPECT_EQ(RecordFromHash("t", bad).status().code(), ErrorCode::kUnexpectedReply) << lifetime;
+  }
+  fields["lifetime"] = "stack";
+  EXPECT_EQ(RecordFromHash("t", fields)->lifetime, Lifetime::kStack);
   fields.erase("dtype");
   EXPECT_EQ(RecordFromHash("t", fields).status().code(), ErrorCode::kUnexpectedReply);
 }

@@ -501,5 +501,18 @@ TEST_F(Events, AServerWhoseHeartbeatLapsedReclaimsItsNode) {
   EXPECT_EQ(Tool("mcd-get", {"kept", "--no-ref", "-q"}).exit_code, 0);
 }
 
+// A hand-written event whose numbers are not numbers shows them as -1, not as a count of 0.
+TEST_F(Events, AnEventNumberThatIsNoNumberShowsAsMinusOne) {
+  ASSERT_TRUE(redis_.Connect()->Command({"XADD", keys_.Events(), "*", "event", "create", "name", "odd",
+                                         "node", node_, "refcount", "abc", "pid", "99999999999999999999",
+                                         "reason", ""}).ok());
+  auto watch = Tool("mcd-ls", {"--watch", "odd", "--json", "--since", "all", "--count", "2"});
+  ASSERT_EQ(watch.exit_code, 0) << watch.err;
+  json e = json::parse(watch.out.substr(watch.out.find('\n') + 1));
+  EXPECT_EQ(e["name"], "odd") << watch.out;
+  EXPECT_EQ(e["refcount"], -1) << watch.out;
+  EXPECT_EQ(e["pid"], -1) << watch.out;
+}
+
 }  // namespace
 }  // namespace mcd

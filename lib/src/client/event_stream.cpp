@@ -7,6 +7,7 @@
 // that knows how many entries had come up to its position lost the difference. The counters are
 // read in the same MULTI as the entries, so that both describe one instant.
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <utility>
 
@@ -18,6 +19,14 @@ namespace {
 
 // An entry of XREAD or XRANGE: [id, [field, value, ...]]. Fields it does not know are skipped,
 // so that a later version may add some.
+// A number field of an event; -1 when it is not a decimal int64 (a hand-written entry), which
+// readers show as such rather than as a count it never was.
+int64_t Number(const std::string& text) {
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  return ec == std::errc() && end == text.data() + text.size() ? n : -1;
+}
+
 Result<LifecycleEvent> ParseEntry(const RedisValue& entry) {
   if (entry.elements.size() != 2 || entry.elements[1].elements.size() % 2 != 0) {
     return Status(ErrorCode::kUnexpectedReply, "an event stream entry of an unexpected shape");
@@ -32,8 +41,8 @@ Result<LifecycleEvent> ParseEntry(const RedisValue& entry) {
     if (field == "event") e.event = value;
     else if (field == "name") e.name = value;
     else if (field == "node") e.node = value;
-    else if (field == "refcount") e.refcount = std::strtoll(value.c_str(), nullptr, 10);
-    else if (field == "pid") e.pid = std::strtoll(value.c_str(), nullptr, 10);
+    else if (field == "refcount") e.refcount = Number(value);
+    else if (field == "pid") e.pid = Number(value);
     else if (field == "reason") e.reason = value;
   }
   return e;

@@ -282,7 +282,10 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   if ((value = get(kIpcHandle)) != nullptr) r.ipc_handle = *value;
   if ((value = get(kOwner)) != nullptr) r.owner = *value;
   if ((value = get(kEpoch)) != nullptr) r.epoch = *value;
-  if ((value = get(kLifetime)) != nullptr) r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
+  if ((value = get(kLifetime)) != nullptr) {  // read as written: no other value is read as heap
+    if (*value != "stack" && *value != "heap") return bad("lifetime");
+    r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
+  }
   MCD_RETURN_IF_ERROR(ValidateRecord(r));
   return r;
 }
