@@ -80,7 +80,7 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
 Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std::string& epoch,
                                               bool retried) {
   if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
-  Transport::Outgoing out = transport_.Prepare(DeleteCommand(name, holder_));
+  MCD_ASSIGN_OR_RETURN(Transport::Outgoing out, transport_.Prepare(DeleteCommand(name, holder_)));
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
   std::vector<std::string_view> argv = {

@@ -1,28 +1,9 @@
 #include "server/copy_grant.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "memcuda/protocol.h"
 #include "server/copy_wire.h"
 
 namespace mcd {
-
-Status SecureRandom(void* out, size_t n) {
-  auto* at = static_cast<unsigned char*>(out);
-  while (n > 0) {
-    ssize_t got = getrandom(at, n, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      return Status(ErrorCode::kInternal, std::string("getrandom: ") + std::strerror(errno));
-    }
-    at += got;
-    n -= static_cast<size_t>(got);
-  }
-  return Status::Ok();
-}
 
 bool SameSecret(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;

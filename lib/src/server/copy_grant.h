@@ -16,16 +16,13 @@
 #include <string_view>
 #include <vector>
 
+#include "common/process.h"  // SecureRandom
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
 #include "memcuda/status.h"
 #include "server/copy_service.h"
 
 namespace mcd {
-
-// `n` bytes from the kernel's random source (getrandom), or kInternal where it has none: ids
-// that must not be guessed never fall back to anything weaker.
-Status SecureRandom(void* out, size_t n);
 
 // Whether `a` and `b` are equal, in a time that depends on their lengths only.
 bool SameSecret(std::string_view a, std::string_view b);

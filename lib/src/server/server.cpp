@@ -115,7 +115,7 @@ Status Server::Impl::Start() {
   }
   SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
   SetLogTag("mcd-serve");
-  instance_ = RandomHex(8);
+  MCD_ASSIGN_OR_RETURN(instance_, RandomHex(8));
   // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
   char url_tag[16];
   std::snprintf(url_tag, sizeof(url_tag), "%08zx",
