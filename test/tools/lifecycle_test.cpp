@@ -1172,7 +1172,8 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
   auto conn = redis_.Connect();
   ASSERT_EQ(conn->Command({"EXPIRE", keys_.Server(node_), "60"})->integer, 1);
   const std::vector<std::vector<std::string>> commands = {
-      {"mcd-get", "a", "-q"}, {"mcd-get", "a", "--detached", "-q"}, {"mcd-rm", "a"},
+      {"mcd-get", "a", "-q"}, {"mcd-get", "a", "--detached", "-q"}, {"mcd-get", "a", "--no-ref", "-q"},
+      {"mcd-rm", "a"},
       {"mcd-create", "b", "--dtype", "u8", "--shape", "4", "--device", "cpu"}};
   for (const std::vector<std::string>& args : commands) {
     std::vector<std::string> rest(args.begin() + 1, args.end());
