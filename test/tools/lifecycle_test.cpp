@@ -1171,6 +1171,19 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
   // Lingering for as long as the test needs, as a longer --heartbeat-ttl would keep it.
   auto conn = redis_.Connect();
   ASSERT_EQ(conn->Command({"EXPIRE", keys_.Server(node_), "60"})->integer, 1);
+  // Not live for mcd-ls --servers either: not listed, not counted, not ready, and said so.
+  auto listed = Tool("mcd-ls", {"--servers"});
+  EXPECT_EQ(listed.exit_code, 69) << listed.out << listed.err;
+  EXPECT_EQ(listed.out.find(node_), std::string::npos) << listed.out;
+  EXPECT_NE(listed.err.find("mcd-serve of node '" + node_ + "' (pid " + std::to_string(server_->pid()) +
+                            ") is not running"),
+            std::string::npos)
+      << listed.err;
+  auto quiet = Tool("mcd-ls", {"--servers", "-q"});
+  EXPECT_EQ(quiet.exit_code, 69);
+  EXPECT_EQ(quiet.out, "");
+  auto metrics = Tool("mcd-ls", {"--servers", "--prometheus"});
+  EXPECT_NE(metrics.out.find("mcd_servers_live 0\n"), std::string::npos) << metrics.out;
   const std::vector<std::vector<std::string>> commands = {
       {"mcd-get", "a", "-q"}, {"mcd-get", "a", "--detached", "-q"}, {"mcd-get", "a", "--no-ref", "-q"},
       {"mcd-rm", "a"},

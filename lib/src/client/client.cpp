@@ -459,9 +459,12 @@ const ClientOptions& Client::options() const noexcept { return impl_->opt_; }
 
 Result<std::map<std::string, std::string>> Client::ServerInfo() { return impl_->server_->Read(); }
 
-Result<std::vector<std::map<std::string, std::string>>> Client::LiveServers() {
-  return impl_->Retrying("listing servers", true,
-                         [&] { return ServerView::Live(*impl_->redis_, impl_->opt_.keys); });
+Result<std::vector<std::map<std::string, std::string>>> Client::LiveServers(
+    std::vector<std::map<std::string, std::string>>* dead) {
+  return impl_->Retrying("listing servers", true, [&] {
+    if (dead != nullptr) dead->clear();
+    return ServerView::Live(*impl_->redis_, impl_->opt_.keys, dead);
+  });
 }
 
 bool Client::node_discovered() const noexcept { return impl_->node_discovered_; }
