@@ -1218,6 +1218,47 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
   EXPECT_TRUE(ShmFreedSoon());
 }
 
+// A SIGKILLed server cannot remove its sockets: the next instance of the node removes those of
+// dead instances from the runtime folder, and only those: a socket someone listens on (a live
+// server of another Redis whose node has the same name) and another node's stay.
+TEST_F(Lifecycle, ADeadInstancesSocketsAreRemovedByTheNextAndLiveOnesStay) {
+  std::string old_socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
+  ASSERT_EQ(access(old_socket.c_str(), F_OK), 0) << old_socket;
+  const std::string folder = old_socket.substr(0, old_socket.rfind('/'));
+  std::string tag = node_;
+  for (char& c : tag) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  auto bound = [](const std::string& path, bool listening) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
+    if (listening) EXPECT_EQ(listen(fd, 4), 0);
+    return fd;
+  };
+  const std::string stale = folder + "/pool-" + tag + "-00112233445566aa.sock";
+  const std::string live = folder + "/cmd-" + tag + "-00112233445566bb.sock";
+  const std::string other = folder + "/cmd-" + tag + "x-00112233445566cc.sock";
+  close(bound(stale, false));  // left behind: nobody listens
+  int live_fd = bound(live, true);
+  close(bound(other, false));
+  ASSERT_EQ(kill(server_->pid(), SIGKILL), 0);
+  EXPECT_EQ(server_->Stop(SIGKILL), -SIGKILL);
+  ASSERT_EQ(access(old_socket.c_str(), F_OK), 0) << "a SIGKILLed server removed its socket";
+  StartServer();
+  std::string new_socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
+  EXPECT_NE(new_socket, old_socket);
+  EXPECT_EQ(access(new_socket.c_str(), F_OK), 0) << new_socket;
+  EXPECT_NE(access(old_socket.c_str(), F_OK), 0) << "the dead instance's socket was left";
+  EXPECT_NE(access(stale.c_str(), F_OK), 0) << "a dead instance's pool socket was left";
+  EXPECT_EQ(access(live.c_str(), F_OK), 0) << "a socket someone listens on was removed";
+  EXPECT_EQ(access(other.c_str(), F_OK), 0) << "another node's socket was removed";
+  EXPECT_NE(ServeLog().find("2 dead instances' socket(s)"), std::string::npos) << ServeLog();
+  close(live_fd);
+  unlink(live.c_str());
+  unlink(other.c_str());
+}
+
 // A pid means something only where it was taken: a heartbeat written on another host (or in
 // another PID namespace) whose pid runs nothing here is not judged dead, by the tools nor by a
 // server starting for the node, which waits for its TTL instead. The same heartbeat with this
