@@ -154,6 +154,33 @@ TEST(Protocol, RequestIdIsRecoveredFromBadCommands) {
     EXPECT_FALSE(ParseCommand(raw, &req).ok()) << raw;
     EXPECT_EQ(req, expected) << raw;
   }
+  // A number cut at the end of the input may have lost digits: not taken.
+  req = "x";
+  EXPECT_FALSE(ParseCommand(R"({"op":"get","req":12)", &req).ok());
+  EXPECT_EQ(req, "");
+}
+
+// One definition of a req: what the scan of an unreadable command takes is what the parser takes
+// from a whole one, whatever the value and whatever JSON lets follow it.
+TEST(Protocol, TheScanForAReqAgreesWithTheParser) {
+  const std::string values[] = {
+      "-5", "7", "0", "18446744073709551615", "-9223372036854775808", "1.5", "1e3", "-0", "true",
+      "null", R"("r-1")", R"("r\u002d1")", R"("a b")", R"("")", R"("r\"1")", "[1]"};
+  for (const std::string& value : values) {
+    std::string parsed = "unset";
+    auto whole = ParseCommand(R"({"op":"get","name":"a","req":)" + value + "}", &parsed);
+    std::string expected = whole.ok() ? whole->req : "";
+    if (!whole.ok()) EXPECT_EQ(parsed, "unset") << value;  // a bad req is not reported as one
+    for (std::string after : {",", " ", "\t", "\r", "\n", "}", "]"}) {
+      std::string raw = R"({"name":"a","req":)" + value + after + R"("op":)";
+      std::string found = "unset";
+      EXPECT_FALSE(ParseCommand(raw, &found).ok()) << raw;
+      EXPECT_EQ(found, expected) << value << " followed by " << static_cast<int>(after[0]);
+    }
+  }
+  std::string negative;
+  ASSERT_TRUE(ParseCommand(R"({"op":"get","name":"a","req":-5})", &negative).ok());
+  EXPECT_EQ(negative, "-5");
 }
 
 TEST(Protocol, RecordHashAndJsonRoundTrip) {

@@ -156,8 +156,42 @@ TEST(Redis, ServerKilledMidCommandThenReconnect) {
   killer.join();
   EXPECT_EQ(blocked.status().code(), ErrorCode::kUnavailable) << blocked.status().ToString();
   EXPECT_FALSE(conn->connected());
+  EXPECT_TRUE(conn->awaiting_reply()) << "the BLPOP was sent: its outcome is unknown";
   EXPECT_EQ(conn->Command({"PING"}).status().code(), ErrorCode::kUnavailable);
   EXPECT_EQ(conn->Reconnect().code(), ErrorCode::kUnavailable);  // still down
+}
+
+// A connection Redis closed while idle (a restart) is told from one that lost an answer: what
+// goes on it never leaves (a Unix socket's write fails at once), or it is found dead before
+// anything is sent (DropIfClosedByPeer, needed on TCP, where the first write still succeeds).
+TEST(Redis, ARequestOnAConnectionRedisClosedIsKnownNotToHaveLeft) {
+  for (bool tcp : {false, true}) {
+    test::RedisServerOptions opts;
+    opts.tcp = tcp;
+    test::RedisServer server(opts);
+    auto conn = server.Connect();
+    ASSERT_TRUE(conn->Command({"PING"}).ok());
+    conn->DropIfClosedByPeer();
+    EXPECT_TRUE(conn->connected()) << "a live idle connection is kept (tcp " << tcp << ")";
+    server.Restart();
+    if (!tcp) {
+      auto lost = conn->Command({"INCR", "n"});
+      EXPECT_EQ(lost.status().code(), ErrorCode::kUnavailable) << lost.status().ToString();
+      EXPECT_FALSE(conn->awaiting_reply()) << lost.status().ToString();
+      ASSERT_TRUE(conn->Reconnect().ok());
+      auto n = conn->Command({"GET", "n"});
+      ASSERT_TRUE(n.ok());
+      EXPECT_TRUE(n->is_nil()) << "the INCR reached Redis";
+      server.Restart();
+    }
+    conn->DropIfClosedByPeer();
+    EXPECT_FALSE(conn->connected()) << "tcp " << tcp;
+    EXPECT_FALSE(conn->awaiting_reply());
+    ASSERT_TRUE(conn->Reconnect().ok());
+    conn->DropIfClosedByPeer();
+    EXPECT_TRUE(conn->connected());
+    EXPECT_EQ(conn->Command({"INCR", "n"})->integer, 1);
+  }
 }
 
 }  // namespace

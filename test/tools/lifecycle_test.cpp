@@ -563,6 +563,29 @@ TEST_F(Lifecycle, AHandEditedHashIsRefusedAndAFailedGetGivesItsReferenceBack) {
   EXPECT_EQ(HashField("t", "refcount"), "2");
 }
 
+// A release that took effect is reported as one even when the hash it read back fails
+// validation (edited since the get): an error would have a caller that retries give back a
+// second reference.
+TEST_F(Lifecycle, AReleaseOfAHandEditedHashSucceedsAndGivesBackOneReference) {
+  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "f32", "--shape", "4,4", "--device", "cpu"}).exit_code, 0);
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(client->Get("t").ok()) << i;
+  EXPECT_EQ(HashField("t", "refcount"), "5");
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("t"), "dtype", "f64"}).ok());
+  auto released = client->Release("t");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->name, "t");
+  EXPECT_EQ(released->refcount, 4);
+  EXPECT_EQ(HashField("t", "refcount"), "4");
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("t"), "ctime", "yesterday"}).ok());
+  released = client->Release("t");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->refcount, 3);
+  EXPECT_EQ(HashField("t", "refcount"), "3");
+}
+
 // An output that cannot be written whole (here past the file-size limit, as on a full disk)
 // leaves the file it would have replaced as it was and nothing beside it, says why, and gives
 // the reference back; one that can replaces it whole, keeping its permission bits.
@@ -1242,8 +1265,22 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
   // Lingering for as long as the test needs, as a longer --heartbeat-ttl would keep it.
   auto conn = redis_.Connect();
   ASSERT_EQ(conn->Command({"EXPIRE", keys_.Server(node_), "60"})->integer, 1);
+  // Not live for mcd-ls --servers either: not listed, not counted, not ready, and said so.
+  auto listed = Tool("mcd-ls", {"--servers"});
+  EXPECT_EQ(listed.exit_code, 69) << listed.out << listed.err;
+  EXPECT_EQ(listed.out.find(node_), std::string::npos) << listed.out;
+  EXPECT_NE(listed.err.find("mcd-serve of node '" + node_ + "' (pid " + std::to_string(server_->pid()) +
+                            ") is not running"),
+            std::string::npos)
+      << listed.err;
+  auto quiet = Tool("mcd-ls", {"--servers", "-q"});
+  EXPECT_EQ(quiet.exit_code, 69);
+  EXPECT_EQ(quiet.out, "");
+  auto metrics = Tool("mcd-ls", {"--servers", "--prometheus"});
+  EXPECT_NE(metrics.out.find("mcd_servers_live 0\n"), std::string::npos) << metrics.out;
   const std::vector<std::vector<std::string>> commands = {
-      {"mcd-get", "a", "-q"}, {"mcd-get", "a", "--detached", "-q"}, {"mcd-rm", "a"},
+      {"mcd-get", "a", "-q"}, {"mcd-get", "a", "--detached", "-q"}, {"mcd-get", "a", "--no-ref", "-q"},
+      {"mcd-rm", "a"},
       {"mcd-create", "b", "--dtype", "u8", "--shape", "4", "--device", "cpu"}};
   for (const std::vector<std::string>& args : commands) {
     std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -1273,6 +1310,47 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
   EXPECT_TRUE(client->Release("a").ok());
   EXPECT_TRUE(client->Release("a").ok());
   EXPECT_TRUE(ShmFreedSoon());
+}
+
+// A SIGKILLed server cannot remove its sockets: the next instance of the node removes those of
+// dead instances from the runtime folder, and only those: a socket someone listens on (a live
+// server of another Redis whose node has the same name) and another node's stay.
+TEST_F(Lifecycle, ADeadInstancesSocketsAreRemovedByTheNextAndLiveOnesStay) {
+  std::string old_socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
+  ASSERT_EQ(access(old_socket.c_str(), F_OK), 0) << old_socket;
+  const std::string folder = old_socket.substr(0, old_socket.rfind('/'));
+  std::string tag = node_;
+  for (char& c : tag) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  auto bound = [](const std::string& path, bool listening) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
+    if (listening) EXPECT_EQ(listen(fd, 4), 0);
+    return fd;
+  };
+  const std::string stale = folder + "/pool-" + tag + "-00112233445566aa.sock";
+  const std::string live = folder + "/cmd-" + tag + "-00112233445566bb.sock";
+  const std::string other = folder + "/cmd-" + tag + "x-00112233445566cc.sock";
+  close(bound(stale, false));  // left behind: nobody listens
+  int live_fd = bound(live, true);
+  close(bound(other, false));
+  ASSERT_EQ(kill(server_->pid(), SIGKILL), 0);
+  EXPECT_EQ(server_->Stop(SIGKILL), -SIGKILL);
+  ASSERT_EQ(access(old_socket.c_str(), F_OK), 0) << "a SIGKILLed server removed its socket";
+  StartServer();
+  std::string new_socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
+  EXPECT_NE(new_socket, old_socket);
+  EXPECT_EQ(access(new_socket.c_str(), F_OK), 0) << new_socket;
+  EXPECT_NE(access(old_socket.c_str(), F_OK), 0) << "the dead instance's socket was left";
+  EXPECT_NE(access(stale.c_str(), F_OK), 0) << "a dead instance's pool socket was left";
+  EXPECT_EQ(access(live.c_str(), F_OK), 0) << "a socket someone listens on was removed";
+  EXPECT_EQ(access(other.c_str(), F_OK), 0) << "another node's socket was removed";
+  EXPECT_NE(ServeLog().find("2 dead instances' socket(s)"), std::string::npos) << ServeLog();
+  close(live_fd);
+  unlink(live.c_str());
+  unlink(other.c_str());
 }
 
 // A pid means something only where it was taken: a heartbeat written on another host (or in

@@ -69,8 +69,16 @@ static int ToolMain(int argc, char** argv) {
   auto client = Client::Connect(options.value());
   if (!client.ok()) return tools::Fail(tool, client.status());
   if (servers) {
-    auto live = client.value()->LiveServers();
+    std::vector<std::map<std::string, std::string>> dead;
+    auto live = client.value()->LiveServers(&dead);
     if (!live.ok()) return tools::Fail(tool, live.status());
+    // A killed server of this host is not live, though its heartbeat lingers until its TTL.
+    for (auto& server : dead) {
+      if (names_only) break;
+      std::cerr << tool << ": note: the mcd-serve of node '" << tools::Escaped(server["node"])
+                << "' (pid " << tools::Escaped(server["pid"])
+                << ") is not running (killed or crashed); its heartbeat lingers until it expires\n";
+    }
     auto format = prometheus ? tools::ServersFormat::kPrometheus
                              : json ? tools::ServersFormat::kJson : tools::ServersFormat::kTable;
     if (names_only && format == tools::ServersFormat::kTable) {

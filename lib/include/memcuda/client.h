@@ -149,8 +149,11 @@ class MCD_API Client {
 
   // The heartbeat of the serving node, or kUnavailable when none is alive.
   Result<std::map<std::string, std::string>> ServerInfo();
-  // The heartbeats of every live server on this Redis (this prefix), sorted by node.
-  Result<std::vector<std::map<std::string, std::string>>> LiveServers();
+  // The heartbeats of every live server on this Redis (this prefix), sorted by node. A server
+  // of this host (the heartbeat's pid_space) whose process is gone is not live, though its
+  // heartbeat lingers until its TTL: it is left out, and its heartbeat added to `dead` when given.
+  Result<std::vector<std::map<std::string, std::string>>> LiveServers(
+      std::vector<std::map<std::string, std::string>>* dead = nullptr);
   // True when the node was not given (ClientOptions::node, MCD_NODE) and this host's name had no
   // server, so the only live server on the Redis was taken: options().node names it.
   bool node_discovered() const noexcept;

@@ -130,6 +130,15 @@ class MCD_API RedisConnection {
   // Reconnects with the same URL, re-authenticates, re-selects the db, restores the timeout.
   Status Reconnect();
   bool connected() const noexcept;
+  // Whether a request left for Redis and its reply was not read: after the connection broke,
+  // true when a command may have run, false when none of what was queued ever left (the write
+  // failed before any byte went, or nothing was sent), which is then safe to send again on a
+  // fresh connection even when it is not repeatable.
+  bool awaiting_reply() const noexcept { return unanswered_ > 0; }
+  // Between requests (no reply awaited): a connection that Redis closed (a restart, CLIENT
+  // KILL, its idle timeout) is marked lost now, so that the next request goes on a fresh one
+  // rather than onto a dead socket, where its fate would be unknown. One poll(2), no wait.
+  void DropIfClosedByPeer() noexcept;
 
   const RedisUrl& url() const noexcept { return url_; }
 
@@ -145,6 +154,10 @@ class MCD_API RedisConnection {
   int timeout_ms_;
   redisContext* ctx_ = nullptr;
   bool broken_ = false;
+  // Commands appended and not yet written, and those written (wholly or in part) whose reply
+  // is not read yet: what awaiting_reply() tells after a failure.
+  size_t queued_ = 0;
+  size_t unanswered_ = 0;
 };
 
 // Convenience accessors that turn wrong reply types into kUnexpectedReply.

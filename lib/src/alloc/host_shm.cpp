@@ -3,18 +3,17 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "alloc/allocator.h"
+#include "common/process.h"
 #include "common/trust.h"
 #include "memcuda/unique_fd.h"
 
@@ -23,17 +22,6 @@ namespace {
 
 std::string Errno(const std::string& call, int err) {
   return call + ": " + std::strerror(err);
-}
-
-// 16 hex digits from the kernel's random source (no file to open on every create).
-std::string RandomSuffix() {
-  uint64_t value = 0;
-  if (getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
-    value = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 class HostShmAllocator final : public Allocator {
@@ -58,7 +46,8 @@ class HostShmAllocator final : public Allocator {
     std::string name;
     UniqueFd fd;
     for (int attempt = 0; attempt < 8 && !fd; ++attempt) {
-      name = prefix_ + std::to_string(seq_.fetch_add(1) + 1) + "-" + RandomSuffix();
+      MCD_ASSIGN_OR_RETURN(std::string suffix, RandomHex(8));
+      name = prefix_ + std::to_string(seq_.fetch_add(1) + 1) + "-" + suffix;
       fd = UniqueFd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
       if (!fd && errno != EEXIST) break;
     }

@@ -141,24 +141,29 @@ class Client::Impl {
   }
 
   // Runs `op` again while Redis answers that it is loading, busy or failing over (kTryAgain:
-  // it did not run), and, where `repeatable`, while the connection is lost or refused (Redis
-  // restarting), until the timeout. A lost connection that does not come back in time is
-  // kTryAgain; one lost by an op that is not repeatable leaves its outcome unknown. A template,
-  // not a std::function: it wraps every get and release.
+  // it did not run), while the connection is lost before any of the op's requests left (it
+  // did not run either), and, where `repeatable`, while the connection is lost or refused
+  // (Redis restarting), until the timeout. A lost connection that does not come back in time
+  // is kTryAgain; one lost with a request of an op that is not repeatable sent and unanswered
+  // leaves its outcome unknown. A template, not a std::function: it wraps every get and
+  // release.
   template <typename Op>
   auto Retrying(const char* what, bool repeatable, Op op) -> decltype(op()) {
     Backoff backoff(opt_.timeout_ms);
     for (;;) {
-      // A connection lost before the op was sent is reconnected first (refused: still lost).
+      // A connection Redis closed since the last request (a restart) is found before the op
+      // is sent, and reconnected first (refused: still lost).
+      if (!repeatable) redis_->DropIfClosedByPeer();
       Status failed = redis_->connected() ? Status::Ok() : redis_->Reconnect();
-      bool sent = failed.ok();
-      if (sent) {
+      bool tried = failed.ok();
+      if (tried) {
         auto result = op();
         if (result.ok()) return result;
         failed = result.status();
       }
       bool lost = !redis_->connected();
-      if (lost && sent && !repeatable && failed.code() != ErrorCode::kTryAgain) {
+      if (lost && tried && !repeatable && redis_->awaiting_reply() &&
+          failed.code() != ErrorCode::kTryAgain) {
         return Status(ErrorCode::kUnavailable,
                       std::string("Redis went away during the ") + what +
                           ", which may or may not have taken effect: check with mcd-ls before "
@@ -464,9 +469,12 @@ const ClientOptions& Client::options() const noexcept { return impl_->opt_; }
 
 Result<std::map<std::string, std::string>> Client::ServerInfo() { return impl_->server_->Read(); }
 
-Result<std::vector<std::map<std::string, std::string>>> Client::LiveServers() {
-  return impl_->Retrying("listing servers", true,
-                         [&] { return ServerView::Live(*impl_->redis_, impl_->opt_.keys); });
+Result<std::vector<std::map<std::string, std::string>>> Client::LiveServers(
+    std::vector<std::map<std::string, std::string>>* dead) {
+  return impl_->Retrying("listing servers", true, [&] {
+    if (dead != nullptr) dead->clear();
+    return ServerView::Live(*impl_->redis_, impl_->opt_.keys, dead);
+  });
 }
 
 bool Client::node_discovered() const noexcept { return impl_->node_discovered_; }

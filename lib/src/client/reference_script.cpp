@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <charconv>
+
 #include "client/records.h"
 #include "protocol/not_held.h"
 #include "redis/lua_scripts.h"
@@ -12,6 +14,27 @@ namespace {
 // How long the marker of a release that the script answered may stay: it is popped at once by
 // the BLPOP sent right behind the script, so this only bounds one whose client died.
 constexpr const char* kMarkerTtl = "60";
+
+// The record a release that took effect returns: the hash as the script read it, or, when a
+// field of it does not pass validation (a hand-edited hash), the name, state and refcount alone.
+// Failing there would report an error for a reference already given back, and a caller that
+// retried would give back a second one.
+TensorRecord ReleasedRecord(const std::string& name, RedisValue& hmget) {
+  RedisValue values = hmget;
+  auto full = RecordFromHmget(name, values);
+  if (full.ok()) return std::move(full).value();
+  TensorRecord record;
+  record.name = name;
+  const std::vector<std::string>& fields = TensorFieldNames();
+  for (size_t i = 0; i < fields.size() && i < hmget.elements.size(); ++i) {
+    const std::string& value = hmget.elements[i].str;
+    if (fields[i] == "state") record.state = value;
+    if (fields[i] == "refcount") {
+      std::from_chars(value.data(), value.data() + value.size(), record.refcount);
+    }
+  }
+  return record;
+}
 }  // namespace
 
 ReferenceScript::ReferenceScript(RedisConnection& redis, const ClientOptions& opt,
@@ -57,7 +80,7 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
 Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std::string& epoch,
                                               bool retried) {
   if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
-  Transport::Outgoing out = transport_.Prepare(DeleteCommand(name, holder_));
+  MCD_ASSIGN_OR_RETURN(Transport::Outgoing out, transport_.Prepare(DeleteCommand(name, holder_)));
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
   std::vector<std::string_view> argv = {
@@ -85,15 +108,18 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
     return transport_.ServerReply(out, std::move(popped));
   }
   if (!popped.ok()) return popped.status();
-  return Answer(name, script.value());
+  return Answer(name, script.value(), true);
 }
 
-Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue& reply) {
+Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue& reply,
+                                             bool release) {
   if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
   const std::string& kind = reply.elements[0].str;
   std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
-  if ((kind == "ok" || kind == "forgotten") && reply.elements.size() == 2)
+  if ((kind == "ok" || kind == "forgotten") && reply.elements.size() == 2) {
+    if (release) return ReleasedRecord(name, reply.elements[1]);
     return RecordFromHmget(name, reply.elements[1]);
+  }
   if (kind == "missing" && reply.elements.size() == 3)
     return server_.Missing(name, !detail.empty(), reply.elements[2].str);
   if (kind == "not_ready")

@@ -37,8 +37,8 @@ class ReferenceScript {
                                bool retried = false);
 
  private:
-  // What the script answered, for `name`.
-  Result<TensorRecord> Answer(const std::string& name, RedisValue& reply);
+  // What the script answered, for `name`; `release`: to a release.
+  Result<TensorRecord> Answer(const std::string& name, RedisValue& reply, bool release = false);
 
   static constexpr const char* kNotLoaded = "0";
   RedisConnection& redis_;

@@ -39,8 +39,9 @@ Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& a
   return fields;
 }
 
-Result<std::vector<std::map<std::string, std::string>>> ServerView::Live(RedisConnection& redis,
-                                                                         const KeySpace& keys) {
+Result<std::vector<std::map<std::string, std::string>>> ServerView::Live(
+    RedisConnection& redis, const KeySpace& keys,
+    std::vector<std::map<std::string, std::string>>* dead) {
   std::vector<std::string> names;
   MCD_RETURN_IF_ERROR(redis.Scan(keys.Server("*"), 1000, [&](const std::vector<RedisValue>& page) {
     for (const RedisValue& key : page) names.push_back(key.str);
@@ -52,7 +53,13 @@ Result<std::vector<std::map<std::string, std::string>>> ServerView::Live(RedisCo
     MCD_ASSIGN_OR_RETURN(RedisValue all, redis.Command({"HGETALL", key}));
     if (all.type == RedisValue::Type::kError) continue;  // not a hash: not a heartbeat
     auto fields = FieldMap(all);
-    if (!fields.empty() && !fields["instance"].empty()) out.push_back(std::move(fields));
+    if (fields.empty() || fields["instance"].empty()) continue;
+    // A SIGKILLed server's heartbeat lingers until its TTL: not live where that can be told.
+    if (!DeadHere(fields)) {
+      out.push_back(std::move(fields));
+    } else if (dead != nullptr) {
+      dead->push_back(std::move(fields));
+    }
   }
   return out;
 }
@@ -168,21 +175,26 @@ void ServerView::Watch() {
   if (opened.ok()) {
     process_ = std::move(opened).value();
   } else {
-    dead_ = Gone();  // and without a pidfd (or one that cannot be checked), Alive asks each time
+    dead_ = DeadHere(info_);  // and without a pidfd (or one not checkable), Alive asks each time
   }
 }
 
-bool ServerView::Gone() {
-  int64_t pid = std::strtoll(info_["pid"].c_str(), nullptr, 10);
+bool ServerView::DeadHere(const std::map<std::string, std::string>& heartbeat) {
+  auto field = [&](const char* name) {
+    auto it = heartbeat.find(name);
+    return it == heartbeat.end() ? std::string() : it->second;
+  };
+  if (field("pid_space").empty() || field("pid_space") != PidSpace()) return false;
+  int64_t pid = std::strtoll(field("pid").c_str(), nullptr, 10);
   if (pid <= 0) return false;
   if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
   // A /proc entry this process may not read (hidepid) says nothing: not judged.
   if (ProcessStartTime(pid) == 0) return false;
-  return !ProcessAlive(pid, std::strtoull(info_["pid_start"].c_str(), nullptr, 10));
+  return !ProcessAlive(pid, std::strtoull(field("pid_start").c_str(), nullptr, 10));
 }
 
 Status ServerView::Alive() {
-  if (!dead_ && local_) dead_ = process_ ? process_->Exited() : Gone();
+  if (!dead_ && local_) dead_ = process_ ? process_->Exited() : DeadHere(info_);
   if (!dead_) return Status::Ok();
   return Status(ErrorCode::kUnavailable,
                 "the mcd-serve of node '" + opt_.node + "' (pid " + info_["pid"] +

@@ -24,9 +24,15 @@ class ServerView {
 
   // HGETALL of the heartbeat, or kUnavailable when no server is alive for the node.
   Result<std::map<std::string, std::string>> Read();
-  // The heartbeats of every live server on the Redis, sorted by node.
-  static Result<std::vector<std::map<std::string, std::string>>> Live(RedisConnection& redis,
-                                                                       const KeySpace& keys);
+  // The heartbeats of every live server on the Redis, sorted by node. A heartbeat that names a
+  // process of this host that is gone (DeadHere) is left out, and added to `dead` when given.
+  static Result<std::vector<std::map<std::string, std::string>>> Live(
+      RedisConnection& redis, const KeySpace& keys,
+      std::vector<std::map<std::string, std::string>>* dead = nullptr);
+  // Whether `heartbeat` names a server process that is known to be gone, where this process can
+  // tell: one of its boot and PID namespace (pid_space) whose pid is free, taken by another
+  // process, or a zombie's. One whose /proc entry this process may not read is not judged.
+  static bool DeadHere(const std::map<std::string, std::string>& heartbeat);
   Result<std::map<std::string, std::string>> Parse(const RedisValue& all);
   // Takes `info` as the node's heartbeat and prepares, here where it is read rather than on a
   // first Get's path, what a first Get needs of it: the server pinned for copying its pools'
@@ -77,9 +83,6 @@ class ServerView {
   ProcessIdentity Identity();
   // For a newly read server: its process pinned where this process can see it (local_).
   void Watch();
-  // Whether the server process is known to be gone: its pid free, taken by another process, or
-  // a zombie's. One whose /proc entry this process may not read is not judged.
-  bool Gone();
   // The heartbeat's fields for `device`'s pool; without a pinned server, the socket only.
   PoolSource PoolSourceFrom(int device);
   // "<device>:<value>,..." of a heartbeat field, GPU devices only, malformed items skipped.

@@ -49,14 +49,15 @@ Transport::Transport(RedisConnection& redis, const ClientOptions& opt, ServerVie
   }
 }
 
-std::string NewRequestId(const std::string& prefix) {
+Result<std::string> NewRequestId(const std::string& prefix) {
   // 128 fresh random bits in every req: a reply key nobody can write ahead of the request, not
   // even one who saw this process's earlier reqs (memcuda(7), TRUST).
-  return prefix + RandomHex(16);
+  MCD_ASSIGN_OR_RETURN(std::string random, RandomHex(16));
+  return prefix + random;
 }
 
-Transport::Outgoing Transport::Prepare(Command cmd) {
-  cmd.req = NewRequestId(req_prefix_);
+Result<Transport::Outgoing> Transport::Prepare(Command cmd) {
+  MCD_ASSIGN_OR_RETURN(cmd.req, NewRequestId(req_prefix_));
   cmd.node = opt_.node;
   cmd.pid = getpid();
   cmd.sent_ms = NowMs();
@@ -70,7 +71,7 @@ Transport::Outgoing Transport::Prepare(Command cmd) {
 }
 
 Result<TensorRecord> Transport::Request(Command cmd) {
-  Outgoing out = Prepare(std::move(cmd));
+  MCD_ASSIGN_OR_RETURN(Outgoing out, Prepare(std::move(cmd)));
   MCD_ASSIGN_OR_RETURN(bool socket, SocketReady());
   if (socket) {
     auto sent = SocketRequest(out);

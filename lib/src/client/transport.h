@@ -19,7 +19,8 @@
 namespace mcd {
 
 // A request id: `prefix` and 32 hex digits of fresh random bits, drawn anew for every request.
-std::string NewRequestId(const std::string& prefix);
+// kInternal where the kernel has no random source.
+Result<std::string> NewRequestId(const std::string& prefix);
 
 class Transport {
  public:
@@ -37,7 +38,7 @@ class Transport {
   Transport& operator=(const Transport&) = delete;
 
   // Gives the command its unique req, this node and this process's pid.
-  Outgoing Prepare(Command cmd);
+  Result<Outgoing> Prepare(Command cmd);
   // Sends a command and waits for its reply: on the server's command socket when it has one,
   // else through the queue.
   Result<TensorRecord> Request(Command cmd);

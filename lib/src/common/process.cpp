@@ -125,21 +125,26 @@ int64_t SteadyMs() {
       .count();
 }
 
-std::string RandomHex(size_t bytes) {
+Status SecureRandom(void* out, size_t n) {
   // The kernel's CSPRNG: ids made from this are promises that nobody can guess them, so there
   // is no fallback that someone could predict (getrandom without flags blocks only until the
   // pool is first seeded at boot).
-  std::string raw(bytes, '\0');
-  size_t got = 0;
-  while (got < bytes) {
-    ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::fprintf(stderr, "memcuda: getrandom: %s\n", std::strerror(errno));
-      std::abort();
+  auto* at = static_cast<unsigned char*>(out);
+  while (n > 0) {
+    ssize_t got = getrandom(at, n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return Status(ErrorCode::kInternal, std::string("getrandom: ") + std::strerror(errno));
     }
-    got += static_cast<size_t>(n);
+    at += got;
+    n -= static_cast<size_t>(got);
   }
+  return Status::Ok();
+}
+
+Result<std::string> RandomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  MCD_RETURN_IF_ERROR(SecureRandom(raw.data(), raw.size()));
   return HexEncode(raw);
 }
 

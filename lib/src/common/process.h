@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "memcuda/status.h"
+
 namespace mcd {
 
 // Start time of `pid` in clock ticks since boot (/proc/<pid>/stat field 22); 0 when it is gone.
@@ -38,8 +40,11 @@ const std::string& PidSpace();
 std::string HostName();
 int64_t NowMs();  // wall clock, ms since the Unix epoch
 int64_t SteadyMs();  // monotonic clock, ms: for intervals (idle times)
-// A random hex id of `bytes` bytes from the kernel's CSPRNG (getrandom); aborts the process
-// where the kernel has none rather than make a guessable id.
-std::string RandomHex(size_t bytes);
+// `n` bytes from the kernel's CSPRNG (getrandom), or kInternal where it has none: ids that
+// must not be guessed never fall back to anything weaker, and a library never aborts its host
+// process for it. The one source of random bits.
+Status SecureRandom(void* out, size_t n);
+// A random hex id of `bytes` bytes from SecureRandom.
+Result<std::string> RandomHex(size_t bytes);
 
 }  // namespace mcd

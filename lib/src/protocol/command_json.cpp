@@ -77,9 +77,28 @@ Status ParseRequestId(const rj::Value& req, Command& cmd) {
   return Status::Ok();
 }
 
+// The text of the JSON value that starts at `at`, when it may be a req: a string up to its
+// closing quote (escapes included), or anything else up to what may follow a value (whitespace,
+// ',', '}' or ']'). "" when it is longer than a req can be, or runs to the end of `raw` (a number
+// there may have lost digits).
+std::string_view ValueText(std::string_view raw, size_t at) {
+  constexpr size_t kMaxText = 2 + 128 * 6;  // 128 characters, each escaped as \uXXXX
+  size_t end = at;
+  if (at < raw.size() && raw[at] == '"') {
+    for (end = at + 1; end < raw.size() && end - at < kMaxText && raw[end] != '"'; ++end) {
+      if (raw[end] == '\\') ++end;
+    }
+    return end < raw.size() && raw[end] == '"' ? raw.substr(at, end + 1 - at) : "";
+  }
+  constexpr std::string_view kAfterValue = " \t\r\n,}]";
+  auto after_value = [&](size_t i) { return kAfterValue.find(raw[i]) != std::string_view::npos; };
+  while (end < raw.size() && end - at < kMaxText && !after_value(end)) ++end;
+  return end < raw.size() && after_value(end) ? raw.substr(at, end - at) : "";
+}
+
 // The req of a command that cannot be read as a JSON object (cut short, too large, too deep,
-// not an object): the first "req" key followed by a valid request id, so that its sender hears
-// why instead of waiting out its timeout. "" when there is none.
+// not an object): the first "req" key whose value ParseRequestId takes, as it takes it, so
+// that its sender hears why instead of waiting out its timeout. "" when there is none.
 std::string FindRequestId(std::string_view raw) {
   constexpr std::string_view kKey = "\"req\"";
   auto skip_space = [&](size_t at) {
@@ -89,17 +108,13 @@ std::string FindRequestId(std::string_view raw) {
   for (size_t key = raw.find(kKey); key != std::string_view::npos; key = raw.find(kKey, key + 1)) {
     size_t at = skip_space(key + kKey.size());
     if (at >= raw.size() || raw[at] != ':') continue;
-    at = skip_space(at + 1);
-    bool quoted = at < raw.size() && raw[at] == '"';
-    size_t start = quoted ? at + 1 : at, end = start;
-    while (end < raw.size() && end - start <= 128 &&
-           (quoted ? IsNameChar(raw[end]) : (raw[end] >= '0' && raw[end] <= '9'))) {
-      ++end;
+    std::string_view text = ValueText(raw, skip_space(at + 1));
+    if (text.empty()) continue;
+    PooledDocument pooled;
+    Command cmd;
+    if (ParseJson(text, 1, "req", pooled).ok() && ParseRequestId(pooled.doc(), cmd).ok()) {
+      return cmd.req;
     }
-    bool closed = quoted ? end < raw.size() && raw[end] == '"'
-                         : end == raw.size() || raw[end] == ',' || raw[end] == '}' ||
-                               raw[end] == ' ' || raw[end] == '\n';
-    if (end > start && end - start <= 128 && closed) return std::string(raw.substr(start, end - start));
   }
   return "";
 }

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <cctype>
 #include <cerrno>
@@ -262,6 +263,8 @@ Status RedisConnection::Open() {
     ctx_ = nullptr;
   }
   broken_ = false;
+  queued_ = 0;
+  unanswered_ = 0;
   if (url_.via_sentinel()) MCD_RETURN_IF_ERROR(FindMaster());
   timeval tv{options_.connect_timeout_ms / 1000, (options_.connect_timeout_ms % 1000) * 1000};
   ctx_ = url_.is_unix ? redisConnectUnixWithTimeout(url_.path.c_str(), tv)
@@ -431,6 +434,7 @@ Status RedisConnection::AppendFormatted(std::string_view resp) {
   if (redisAppendFormattedCommand(ctx_, resp.data(), resp.size()) != REDIS_OK) {
     return ContextError("redisAppendFormattedCommand");
   }
+  ++queued_;
   return Status::Ok();
 }
 
@@ -448,16 +452,39 @@ Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
       REDIS_OK) {
     return ContextError("redisAppendCommandArgv");
   }
+  ++queued_;
   return Status::Ok();
 }
 
 Status RedisConnection::FlushOutput() {
   if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
+  // A write that fails before any byte of the queued commands left (EPIPE on a connection
+  // Redis closed) sent nothing: those commands cannot have run.
+  size_t pending = sdslen(ctx_->obuf);
   int done = 0;
   while (!done) {
-    if (redisBufferWrite(ctx_, &done) != REDIS_OK) return ContextError("write");
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) {
+      if (sdslen(ctx_->obuf) != pending) unanswered_ += queued_;
+      queued_ = 0;
+      return ContextError("write");
+    }
   }
+  unanswered_ += queued_;
+  queued_ = 0;
   return Status::Ok();
+}
+
+void RedisConnection::DropIfClosedByPeer() noexcept {
+  if (!connected() || queued_ > 0 || unanswered_ > 0 || ReplyBuffered()) return;
+  // Redis sends nothing unasked on a connection like this one, so a readable socket is one it
+  // closed (end of file or a reset); anything else is left for the next read to report.
+  pollfd pfd{ctx_->fd, POLLIN, 0};
+  if (poll(&pfd, 1, 0) <= 0) return;
+  char byte;
+  ssize_t n = recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    broken_ = true;
+  }
 }
 
 int RedisConnection::fd() const noexcept { return connected() ? ctx_->fd : -1; }
@@ -469,14 +496,17 @@ bool RedisConnection::ReplyBuffered() const noexcept {
 Result<RedisValue> RedisConnection::ReadReply() {
   if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
   void* raw = nullptr;
+  // Written here rather than inside redisGetReply, so that a failed write is told apart from a
+  // lost answer (awaiting_reply).
+  MCD_RETURN_IF_ERROR(FlushOutput());
   if (options_.spin_us > 0 && ctx_->reader->pos >= ctx_->reader->len) {
-    // Nothing buffered: send what is pending, then poll (without sleeping) for a while.
-    MCD_RETURN_IF_ERROR(FlushOutput());
+    // Nothing buffered: poll (without sleeping) for a while.
     pollfd pfd{ctx_->fd, POLLIN, 0};
     SpinUntil([&] { return poll(&pfd, 1, 0) != 0; }, options_.spin_us);
   }
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return ContextError("read reply");
   ReplyPtr reply(raw);
+  if (unanswered_ > 0) --unanswered_;
   RedisValue value = Copy(static_cast<redisReply*>(reply.get()));
   // A master demoted under this connection: the next use connects again, which through the
   // sentinels reaches the new one.

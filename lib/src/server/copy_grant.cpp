@@ -1,10 +1,6 @@
 #include "server/copy_grant.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include "memcuda/protocol.h"
 #include "server/copy_wire.h"
@@ -21,20 +17,6 @@ constexpr const char* kRedeemScript =
     "if held and redis.sha1hex(held) == redis.sha1hex(ARGV[1]) then "
     "redis.call('DEL', KEYS[1]) return 1 end return 0";
 }  // namespace
-
-Status SecureRandom(void* out, size_t n) {
-  auto* at = static_cast<unsigned char*>(out);
-  while (n > 0) {
-    ssize_t got = getrandom(at, n, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      return Status(ErrorCode::kInternal, std::string("getrandom: ") + std::strerror(errno));
-    }
-    at += got;
-    n -= static_cast<size_t>(got);
-  }
-  return Status::Ok();
-}
 
 std::string CopyGrantValue(std::string_view token, std::string_view serving_node,
                            std::string_view asker_node, int64_t ctime_ms, std::string_view name) {

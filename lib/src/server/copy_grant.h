@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/process.h"  // SecureRandom
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
 #include "memcuda/status.h"
@@ -26,9 +27,6 @@
 
 namespace mcd {
 
-// `n` bytes from the kernel's random source (getrandom), or kInternal where it has none: ids
-// that must not be guessed never fall back to anything weaker.
-Status SecureRandom(void* out, size_t n);
 
 // What a grant's key holds: the token and what it grants, one field a line (the name last).
 std::string CopyGrantValue(std::string_view token, std::string_view serving_node,

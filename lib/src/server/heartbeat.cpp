@@ -230,7 +230,8 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
 Status Heartbeat::MarkSettled(RedisConnection& conn) {
   // A script no other instance, and no earlier settle of this one, loads: its SHA names this
   // settle in this Redis process.
-  std::string body = "return 'memcuda settled " + instance_ + " " + RandomHex(8) + "'";
+  MCD_ASSIGN_OR_RETURN(std::string nonce, RandomHex(8));
+  std::string body = "return 'memcuda settled " + instance_ + " " + nonce + "'";
   MCD_ASSIGN_OR_RETURN(RedisValue sha, conn.Command({"SCRIPT", "LOAD", body}));
   if (sha.type != RedisValue::Type::kString || sha.str.empty())
     return Status(ErrorCode::kUnexpectedReply, "SCRIPT LOAD of the settled marker");

@@ -95,7 +95,7 @@ Status Resettle::Republish(Entry& entry) {
   // with the one reference that is bound to nobody (its creator's); the references taken before
   // the loss are not known any more. A new epoch tells their releases apart, which then give
   // back nothing rather than the creator's reference (reference.lua).
-  entry.record.epoch = RandomHex(8);
+  MCD_ASSIGN_OR_RETURN(entry.record.epoch, RandomHex(8));
   std::vector<std::string> fields;
   for (auto& [field, value] : HashFields(entry.record)) {
     fields.push_back(field);

@@ -115,7 +115,7 @@ Status Server::Impl::Start() {
   }
   SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
   SetLogTag("mcd-serve");
-  instance_ = RandomHex(8);
+  MCD_ASSIGN_OR_RETURN(instance_, RandomHex(8));
   // Two Redis servers on one host may each have a node of the same name: keep their objects apart.
   char url_tag[16];
   std::snprintf(url_tag, sizeof(url_tag), "%08zx",
@@ -143,7 +143,9 @@ Status Server::Impl::Start() {
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(*redis_);
-  MCD_RETURN_IF_ERROR(ReconcileNode(*redis_, opt_, instance_, shm_prefix_));
+  // The runtime folder, where the default sockets are, when it is this user's alone.
+  std::string socket_dir = CheckOwnFolder(RuntimeDir()).ok() ? RuntimeDir() : "";
+  MCD_RETURN_IF_ERROR(ReconcileNode(*redis_, opt_, instance_, shm_prefix_, socket_dir));
   MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(*redis_));
   relay_ = std::make_unique<QueueRelay>(opt_);
   relay_->Start();
@@ -234,9 +236,7 @@ Status Server::Impl::OpenSockets() {
 Result<std::string> Server::Impl::SocketPath(const std::string& given, const char* kind) const {
   if (!given.empty()) return given;
   MCD_ASSIGN_OR_RETURN(std::string dir, OwnRuntimeDir());
-  std::string node;
-  for (char c : opt_.node) node.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-  return dir + "/" + kind + "-" + node.substr(0, 40) + "-" + instance_ + ".sock";
+  return dir + "/" + SocketFileName(kind, opt_.node, instance_);
 }
 
 Result<PeerPolicy> Server::Impl::Peers() const {

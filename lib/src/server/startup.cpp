@@ -1,13 +1,21 @@
 #include "server/startup.h"
 
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "alloc/allocator.h"
 #include "common/log.h"
+#include "memcuda/unique_fd.h"
 #include "protocol/text.h"
 #include "server/commit_pipeline.h"
 
@@ -41,7 +49,7 @@ Status ScanNodeHashes(RedisConnection& redis, const ServerOptions& opt,
 }
 
 Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
-                     const std::string& shm_prefix) {
+                     const std::string& shm_prefix, const std::string& socket_dir) {
   int removed = 0;
   Status scanned = ScanNodeHashes(
       redis, opt, {"ipc_kind", "ipc_handle"}, [&](const std::string& key, RedisValue& f) -> Status {
@@ -74,12 +82,69 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
       });
   MCD_RETURN_IF_ERROR(scanned);
   int shm_removed = RemoveHostShmObjects(shm_prefix);
+  int sockets_removed = RemoveDeadSockets(socket_dir, opt.node, instance);
   MCD_ASSIGN_OR_RETURN(RedisValue pending, redis.Command({"LLEN", opt.keys.Processing(opt.node)}));
   Log(LogLevel::kInfo, "startup: removed " + std::to_string(removed) +
                            " stale tensor(s) of dead instances, " + std::to_string(shm_removed) +
-                           " orphaned shm object(s); " + std::to_string(pending.integer) +
+                           " orphaned shm object(s), " + std::to_string(sockets_removed) +
+                           " dead instances' socket(s); " + std::to_string(pending.integer) +
                            " unfinished command(s) to resume");
   return Status::Ok();
+}
+
+std::string SocketFileName(const std::string& kind, const std::string& node,
+                           const std::string& instance) {
+  std::string tag;
+  for (char c : node.substr(0, 40)) tag.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return kind + "-" + tag + "-" + instance + ".sock";
+}
+
+namespace {
+
+// Whether nobody listens on the Unix socket at `path`: a connection is refused. A live
+// listener, a full backlog or any other failure says no.
+bool NobodyListens(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return false;
+  return connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 &&
+         errno == ECONNREFUSED;
+}
+
+}  // namespace
+
+int RemoveDeadSockets(const std::string& dir, const std::string& node,
+                      const std::string& instance) {
+  if (dir.empty()) return 0;
+  DIR* folder = opendir(dir.c_str());
+  if (folder == nullptr) return 0;
+  int removed = 0;
+  const std::string kSuffix = ".sock";
+  for (dirent* entry = readdir(folder); entry != nullptr; entry = readdir(folder)) {
+    const std::string name = entry->d_name;
+    for (const char* kind : {"cmd", "pool"}) {
+      std::string head = SocketFileName(kind, node, "");
+      head.resize(head.size() - kSuffix.size());  // "<kind>-<node>-"
+      // Every instance id has the same length as this one's.
+      if (name.size() != head.size() + instance.size() + kSuffix.size() ||
+          name.rfind(head, 0) != 0 ||
+          name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+        continue;
+      }
+      std::string other = name.substr(head.size(), instance.size());
+      std::string path = dir + "/" + name;
+      struct stat st {};
+      if (other == instance || lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+      if (!NobodyListens(path) || unlink(path.c_str()) != 0) continue;
+      Log(LogLevel::kInfo, "removed the socket " + path + " of dead instance " + Printable(other));
+      ++removed;
+    }
+  }
+  closedir(folder);
+  return removed;
 }
 
 Status CheckRedisVersion(RedisConnection& redis, const std::string& where) {

@@ -18,10 +18,24 @@ Status ScanNodeHashes(RedisConnection& redis, const ServerOptions& opt,
 
 // Removes the hashes of node `opt.node` owned by an instance other than `instance` (their
 // memory died with their process, or is unlinked here for host shm), then every shm object named
-// under `shm_prefix` that no hash refers to. Logs what it removed and how many commands wait in
-// the processing list.
+// under `shm_prefix` that no hash refers to, and the sockets dead instances left in
+// `socket_dir` (RemoveDeadSockets; "" for none). Logs what it removed and how many commands wait
+// in the processing list.
 Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
-                     const std::string& shm_prefix);
+                     const std::string& shm_prefix, const std::string& socket_dir);
+
+// "<kind>-<node>-<instance>.sock": the name of a server's socket of `kind` ("cmd", "pool") in
+// the runtime folder, the node cut to 40 characters with all but letters and digits as '_'.
+std::string SocketFileName(const std::string& kind, const std::string& node,
+                           const std::string& instance);
+
+// Removes the command and pool sockets that other instances of node `node` left in `dir` (a
+// SIGKILLed server cannot remove its own): those named by SocketFileName for an instance other
+// than `instance` on which nobody listens (a connection is refused), so that the socket of a
+// live server whose node shares the name's cut (another Redis, a node of a longer name) stays.
+// Returns how many.
+int RemoveDeadSockets(const std::string& dir, const std::string& node,
+                      const std::string& instance);
 
 // Redis 7.0 or newer, or kUnavailable: older versions keep the scripts a server loads (its
 // settled marker, heartbeat.h) across a restart and on replicas. Read from HELLO, else (before
