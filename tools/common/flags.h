@@ -16,7 +16,7 @@ inline constexpr const char* kEnvironmentFooter =
     "Environment:\n"
     "  MCD_REDIS_URL       Redis URL when --redis-url is not given (then REDIS_URL); without\n"
     "                      either, the private Redis of `mcd-serve --spawn-redis` when it\n"
-    "                      runs, else redis://127.0.0.1:6379\n"
+    "                      runs, else exit 69 (redis:// names redis://127.0.0.1:6379)\n"
     "  MCD_REDIS_PASSWORD  password when the URL has none (then MCD_REDIS_PASSWORD_FILE, a\n"
     "                      file holding it, then REDISCLI_AUTH); never printed\n"
     "  MCD_NODE            the node when --node is not given\n"

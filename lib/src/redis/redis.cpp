@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "common/spin.h"
+#include "redis/name_a_redis.h"
 
 namespace mcd {
 namespace {
@@ -215,6 +216,7 @@ std::string RedisUrl::Redacted() const {
     }
     return "redis-sentinel://" + auth + hosts + "/" + master + (db != 0 ? "/" + std::to_string(db) : "");
   }
+  if (!named()) return "(no Redis named)";
   bool v6 = host.find(':') != std::string::npos;
   return "redis://" + auth + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
          (db != 0 ? "/" + std::to_string(db) : "");
@@ -260,6 +262,7 @@ Status RedisConnection::Open() {
     ctx_ = nullptr;
   }
   broken_ = false;
+  if (!url_.named()) return Status(ErrorCode::kUnavailable, std::string("no Redis named: ") + kNameARedis);
   if (url_.via_sentinel()) MCD_RETURN_IF_ERROR(FindMaster());
   timeval tv{options_.connect_timeout_ms / 1000, (options_.connect_timeout_ms % 1000) * 1000};
   ctx_ = url_.is_unix ? redisConnectUnixWithTimeout(url_.path.c_str(), tv)
@@ -310,6 +313,7 @@ Status RedisConnection::Open() {
 
 Status RedisConnection::FindMaster() {
   std::string tried;
+  bool answered = false;  // a sentinel that answers but names no master: a failover under way
   timeval tv{std::min(options_.connect_timeout_ms, 1000) / 1000,
              (std::min(options_.connect_timeout_ms, 1000) % 1000) * 1000};
   for (const auto& [host, port] : url_.sentinels) {
@@ -324,6 +328,7 @@ Status RedisConnection::FindMaster() {
     auto* reply = static_cast<redisReply*>(
         redisCommand(c, "SENTINEL get-master-addr-by-name %s", url_.master.c_str()));
     ReplyPtr owned(reply);
+    answered = answered || reply != nullptr;
     bool found = reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2;
     int master_port = 0;
     if (found) found = ParseInt(reply->element[1]->str, master_port);
@@ -338,6 +343,10 @@ Status RedisConnection::FindMaster() {
               : reply->type == REDIS_REPLY_ERROR ? std::string(reply->str)
                                                   : "does not know master '" + url_.master + "'");
     redisFree(c);
+  }
+  if (answered) {
+    return Status(ErrorCode::kTryAgain, "no sentinel of " + url_.Redacted() +
+                                            " names a master yet (a failover under way?)" + tried);
   }
   return Status(ErrorCode::kUnavailable,
                 "no sentinel of " + url_.Redacted() + " named the master" + tried);
