@@ -199,10 +199,13 @@ TEST_F(Trust, TheCommandSocketServesTheServersUserRootAndItsGroupOnly) {
 }
 
 // A heartbeat anyone wrote to Redis cannot keep a node from being served: one without the TTL
-// that every server's write sets, or one naming a process that does not run as named.
+// that every server's write sets, one that expires later than any server's, one naming a
+// process that does not run as named, or a live process that is not that instance's server.
 TEST_F(Trust, AHeartbeatPlantedInRedisDoesNotKeepTheNodeFromBeingServed) {
-  ASSERT_EQ(server_->Stop(SIGTERM), 0);
   auto conn = redis_.Connect();
+  const std::string pid_space = conn->Command({"HGET", keys_.Server(node_), "pid_space"})->str;
+  ASSERT_FALSE(pid_space.empty());
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
   ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted", "pid", "1"}).ok());
   StartServer();
   EXPECT_NE(ServeLog().find("(instance planted) has no expiry"), std::string::npos) << ServeLog();
@@ -220,6 +223,27 @@ TEST_F(Trust, AHeartbeatPlantedInRedisDoesNotKeepTheNodeFromBeingServed) {
   StartServer();
   EXPECT_NE(ServeLog().find("(instance planted2) names pid 1 started at " + wrong_start + ", which is not running"),
             std::string::npos)
+      << ServeLog();
+  // pid 1 as it runs, in this PID namespace, with an expiry a server could have set: a live
+  // process, but not a server of that instance.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  const std::string right_start = std::to_string(std::stoull(field));
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted3", "pid", "1", "pid_start",
+                             right_start, "pid_space", pid_space})
+                  .ok());
+  ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "600"}).ok());
+  StartServer();
+  EXPECT_NE(ServeLog().find("(instance planted3) names pid 1, which runs but is no server of instance planted3"),
+            std::string::npos)
+      << ServeLog();
+  // From a PID namespace this host cannot look into, with an expiry no server sets.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted4", "pid", "1", "pid_start",
+                             right_start, "pid_space", "elsewhere/1"})
+                  .ok());
+  ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), std::to_string(100 * 24 * 3600)}).ok());
+  StartServer();
+  EXPECT_TRUE(std::regex_search(ServeLog(), std::regex(R"(\(instance planted4\) expires in 86[0-9]{5} s, later than any server's heartbeat)")))
       << ServeLog();
   // A live server's heartbeat still keeps a second one out.
   auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 30);

@@ -113,6 +113,10 @@ Status Server::Impl::Start() {
     const char* env = std::getenv("MCD_NODE");
     opt_.node = env != nullptr && env[0] != '\0' ? env : HostName();
   }
+  if (opt_.heartbeat_ttl_s < 1 || opt_.heartbeat_ttl_s > kMaxHeartbeatTtlS) {
+    return Status(ErrorCode::kInvalidArgument, "the heartbeat TTL must be 1 to " +
+                                                   std::to_string(kMaxHeartbeatTtlS) + " s");
+  }
   SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
   SetLogTag("mcd-serve");
   instance_ = RandomHex(8);
