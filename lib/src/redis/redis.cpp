@@ -262,7 +262,8 @@ Status RedisConnection::Open() {
     ctx_ = nullptr;
   }
   broken_ = false;
-  if (!url_.named()) return Status(ErrorCode::kUnavailable, std::string("no Redis named: ") + kNameARedis);
+  if (!url_.named())
+    return Status(ErrorCode::kUnavailable, std::string("no Redis named: ") + kNameARedis);
   if (url_.via_sentinel()) MCD_RETURN_IF_ERROR(FindMaster());
   timeval tv{options_.connect_timeout_ms / 1000, (options_.connect_timeout_ms % 1000) * 1000};
   ctx_ = url_.is_unix ? redisConnectUnixWithTimeout(url_.path.c_str(), tv)

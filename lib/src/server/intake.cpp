@@ -58,7 +58,8 @@ Result<RedisValue> Intake::WaitForCommand() {
   }
   MCD_RETURN_IF_ERROR(SendTake());
   std::vector<pollfd> fds;
-  for (;;) {
+  // Read with the LREM's reply, the take's answer is no longer on the socket to wake the poll.
+  while (!redis_.ReplyBuffered()) {
     fds.clear();
     fds.push_back(pollfd{redis_.fd(), POLLIN, 0});
     socket_->AddPollFds(fds);
@@ -80,12 +81,18 @@ Result<RedisValue> Intake::CallOffTake() {
     auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
     if (conn.ok()) wake_conn_ = std::move(conn).value();
   }
-  if (wake_conn_) Wake(*wake_conn_);
+  Status woken = wake_conn_ ? Wake(*wake_conn_) : Status::Ok();
+  if (!woken.ok() && wake_conn_->connected()) {
+    // Redis refuses the marker (out of memory, a read-only replica), so it would refuse these
+    // commands' changes too: their clients hear why now, not after the take's timeout.
+    RefuseSocketLines(Status(woken.code(), "Redis refused to wake the server's take of commands (" +
+                                               woken.message() + "); nothing changed"));
+  }
   return redis_.ReadCommandReply("BLMOVE");
 }
 
-void Intake::Wake(RedisConnection& conn) const {
-  (void)conn.Command({"RPUSH", queue_key_, kWakeMarker});
+Status Intake::Wake(RedisConnection& conn) const {
+  return conn.Command({"RPUSH", queue_key_, kWakeMarker}).status();
 }
 
 bool Intake::IsWakeMarker(const std::string& taken) {
@@ -99,8 +106,7 @@ Status Intake::SendTake() {
   // its own on a wake's way back to sleep.
   bool remove = markers_taken_ > 0;
   if (remove) MCD_RETURN_IF_ERROR(redis_.Append({"LREM", processing_key_, "0", kWakeMarker}));
-  MCD_RETURN_IF_ERROR(redis_.Append(
-      {"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"}));
   MCD_RETURN_IF_ERROR(redis_.FlushOutput());
   if (!remove) return Status::Ok();
   auto removed = redis_.ReadCommandReply("LREM");

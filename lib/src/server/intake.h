@@ -38,8 +38,9 @@ class Intake {
   // kWakeMarker onto the node's queue, at the end the take reads first. A key of the server's
   // own, so the Redis user needs no right over other connections (CLIENT UNBLOCK acts on every
   // connection of that Redis, other tenants' included); and a marker that reaches Redis before
-  // the take is taken by it all the same. Taken while busy, it is dropped.
-  void Wake(RedisConnection& conn) const;
+  // the take is taken by it all the same. Taken while busy, it is dropped. Fails as the RPUSH
+  // does (refused when Redis is out of memory or read-only).
+  Status Wake(RedisConnection& conn) const;
   // Whether `taken` (from the list: the take's answer, the processing list at resume) is a wake
   // marker, not a command; one is removed from the processing list before the next blocking take.
   bool IsWakeMarker(const std::string& taken);
@@ -89,8 +90,8 @@ class Intake {
   const std::string queue_key_;  // the node's queue
   const std::string processing_key_;
   std::unique_ptr<CommandSocket> socket_;
-  std::unique_ptr<RedisConnection> wake_conn_;  // calls off the main connection's BLMOVE
-  size_t markers_taken_ = 0;  // wake markers in the processing list
+  std::unique_ptr<RedisConnection> wake_conn_;   // calls off the main connection's BLMOVE
+  size_t markers_taken_ = 0;                     // wake markers in the processing list
   std::vector<Incoming> socket_in_;              // socket commands collected, not yet handled
   std::unordered_set<uint64_t> socket_waiting_;  // tokens of socket commands not yet answered
   uint64_t next_token_ = 1;

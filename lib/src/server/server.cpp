@@ -113,8 +113,8 @@ Status Server::Impl::Start() {
     opt_.node = env != nullptr && env[0] != '\0' ? env : HostName();
   }
   if (opt_.heartbeat_ttl_s < 1 || opt_.heartbeat_ttl_s > kMaxHeartbeatTtlS) {
-    return Status(ErrorCode::kInvalidArgument, "the heartbeat TTL must be 1 to " +
-                                                   std::to_string(kMaxHeartbeatTtlS) + " s");
+    return Status(ErrorCode::kInvalidArgument,
+                  "the heartbeat TTL must be 1 to " + std::to_string(kMaxHeartbeatTtlS) + " s");
   }
   SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
   SetLogTag("mcd-serve");
@@ -151,7 +151,7 @@ Status Server::Impl::Start() {
   relay_ = std::make_unique<QueueRelay>(opt_);
   relay_->Start();
   // Wakes the main connection out of its BLMOVE so that Run() returns at once.
-  heartbeat_->Start([this](RedisConnection& conn) { intake_->Wake(conn); });
+  heartbeat_->Start([this](RedisConnection& conn) { (void)intake_->Wake(conn); });
   Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
  opt_.redis_url.Redacted() + ", queue '" +
                            opt_.keys.NodeQueue(opt_.node) + "' (and '" + opt_.keys.queue +
@@ -197,7 +197,7 @@ void Server::Impl::WakeForRead() {
     if (!conn.ok()) return;  // the take's own timeout (1 s) wakes the loop then
     wake_conn_ = std::move(conn).value();
   }
-  intake_->Wake(*wake_conn_);
+  (void)intake_->Wake(*wake_conn_);
 }
 
 Status Server::Impl::Prepare() { return pipeline_->LoadScript(); }
@@ -302,7 +302,10 @@ Status Server::Impl::Run() {
     }
     bool from_socket = intake_->has_socket_lines();
     for (Intake::Incoming& in : intake_->TakeSocketLines()) commands.push_back(std::move(in));
-    if (commands.empty()) continue;
+    if (commands.empty()) {
+      busy = false;  // a take sent ahead that brought a wake marker alone: no take is out now
+      continue;
+    }
     // While commands come on the socket, the list is looked at with each batch, without blocking.
     busy = busy || from_socket;
     if (busy) pipeline_->SendTake();
