@@ -45,6 +45,7 @@ Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy)
 Result<RedisValue> Intake::WaitForCommand() {
   if (!socket_) {
     MCD_RETURN_IF_ERROR(SendTake());
+    MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
     return redis_.ReadCommandReply("BLMOVE");
   }
   // A socket client that just had its reply often sends its next command soon: look for it a
@@ -58,18 +59,29 @@ Result<RedisValue> Intake::WaitForCommand() {
   }
   MCD_RETURN_IF_ERROR(SendTake());
   std::vector<pollfd> fds;
-  // Read with the LREM's reply, the take's answer is no longer on the socket to wake the poll.
-  while (!redis_.ReplyBuffered()) {
-    fds.clear();
-    fds.push_back(pollfd{redis_.fd(), POLLIN, 0});
-    socket_->AddPollFds(fds);
-    int n = poll(fds.data(), fds.size(), redis_.timeout_ms());
-    if (n < 0 && errno == EINTR) continue;
-    // The take's answer, or no answer in time: ReadCommandReply reads it or says what is wrong.
-    if (n <= 0 || fds[0].revents != 0) break;
+  for (;;) {
+    // Redis answered (the LREM sent ahead, then the take); one read may bring both, and the
+    // take's answer is then no longer on the socket to wake the poll.
+    bool answered = redis_.ReplyBuffered();
+    if (!answered) {
+      fds.clear();
+      fds.push_back(pollfd{redis_.fd(), POLLIN, 0});
+      socket_->AddPollFds(fds);
+      int n = poll(fds.data(), fds.size(), redis_.timeout_ms());
+      if (n < 0 && errno == EINTR) continue;
+      // No answer in time: ReadCommandReply says what is wrong.
+      if (n <= 0) break;
+      answered = fds[0].revents != 0;
+    }
+    if (answered && !lrem_pending_) break;
+    if (answered) {
+      MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
+      continue;
+    }
     CollectSocket();
     if (!socket_in_.empty()) return CallOffTake();
   }
+  MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
   return redis_.ReadCommandReply("BLMOVE");
 }
 
@@ -88,6 +100,7 @@ Result<RedisValue> Intake::CallOffTake() {
     RefuseSocketLines(Status(woken.code(), "Redis refused to wake the server's take of commands (" +
                                                woken.message() + "); nothing changed"));
   }
+  MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
   return redis_.ReadCommandReply("BLMOVE");
 }
 
@@ -102,13 +115,18 @@ bool Intake::IsWakeMarker(const std::string& taken) {
 }
 
 Status Intake::SendTake() {
-  // The markers taken leave the processing list in the same write as the take: no round trip of
-  // its own on a wake's way back to sleep.
-  bool remove = markers_taken_ > 0;
-  if (remove) MCD_RETURN_IF_ERROR(redis_.Append({"LREM", processing_key_, "0", kWakeMarker}));
+  // The markers taken leave the processing list in the same write as the take, and its reply is
+  // read as it comes: no round trip of its own on a wake's way back to sleep.
+  lrem_pending_ = markers_taken_ > 0;
+  if (lrem_pending_)
+    MCD_RETURN_IF_ERROR(redis_.Append({"LREM", processing_key_, "0", kWakeMarker}));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"}));
-  MCD_RETURN_IF_ERROR(redis_.FlushOutput());
-  if (!remove) return Status::Ok();
+  return redis_.FlushOutput();
+}
+
+Status Intake::ReadMarkersRemoved() {
+  if (!lrem_pending_) return Status::Ok();
+  lrem_pending_ = false;
   auto removed = redis_.ReadCommandReply("LREM");
   if (removed.ok()) {
     markers_taken_ = 0;

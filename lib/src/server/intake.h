@@ -84,6 +84,8 @@ class Intake {
   Result<RedisValue> CallOffTake();
   // Sends the blocking take (its answer is left to read), after an LREM of the markers taken.
   Status SendTake();
+  // Reads the reply of the LREM that SendTake sent ahead of the take, when it sent one.
+  Status ReadMarkersRemoved();
 
   RedisConnection& redis_;
   const ServerOptions& opt_;
@@ -92,6 +94,7 @@ class Intake {
   std::unique_ptr<CommandSocket> socket_;
   std::unique_ptr<RedisConnection> wake_conn_;   // calls off the main connection's BLMOVE
   size_t markers_taken_ = 0;                     // wake markers in the processing list
+  bool lrem_pending_ = false;                    // SendTake's LREM not answered yet
   std::vector<Incoming> socket_in_;              // socket commands collected, not yet handled
   std::unordered_set<uint64_t> socket_waiting_;  // tokens of socket commands not yet answered
   uint64_t next_token_ = 1;
