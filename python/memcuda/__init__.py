@@ -38,7 +38,7 @@ def version():
 
 def connect(redis_url=None, node=None, timeout=5.0):
     """A client of the node's mcd-serve. `redis_url` as the tools take it (None: MCD_REDIS_URL,
-    REDIS_URL, the private Redis of `mcd-serve --spawn-redis`, else redis://127.0.0.1:6379; the
+    REDIS_URL, else the private Redis of `mcd-serve --spawn-redis` (none: memcuda.Unavailable); the
     password may come from MCD_REDIS_PASSWORD or MCD_REDIS_PASSWORD_FILE); `node` None:
     MCD_NODE, else the host name, or the node of the only live server when the host name has
     none; `timeout` in seconds, per request."""

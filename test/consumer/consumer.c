@@ -11,5 +11,5 @@ int main(void) {
   printf("libmemcuda %s, ABI %d\n", mcd_version(), (int)mcd_abi_version());
   rc = mcd_connect("redis://127.0.0.1:1", "nowhere", 300, &client);
   printf("connect to a dead Redis: %s (%s)\n", mcd_error_name(rc), mcd_last_error(NULL));
-  return rc == MCD_ERR_TRY_AGAIN && client == NULL && strlen(mcd_last_error(NULL)) > 0 ? 0 : 2;
+  return rc == MCD_ERR_UNAVAILABLE && client == NULL && strlen(mcd_last_error(NULL)) > 0 ? 0 : 2;
 }

@@ -16,5 +16,5 @@ int main() {
   options.timeout_ms = 300;
   auto client = mcd::Client::Connect(options);
   std::cout << "connect to a dead Redis: " << client.status().ToString() << "\n";
-  return !client.ok() && client.status().code() == mcd::ErrorCode::kTryAgain ? 0 : 2;
+  return !client.ok() && client.status().code() == mcd::ErrorCode::kUnavailable ? 0 : 2;
 }

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -1194,11 +1195,11 @@ TEST_F(Lifecycle, ToolExitCodes) {
                           "--device", "cpu", "--node", "stuck", "--queue", "stuck-queue",
                           "--timeout-ms", "300"}, Env());
   EXPECT_EQ(stuck.exit_code, 75) << stuck.err;
-  // Redis unreachable: waited for within the timeout (it may be restarting), then 75.
+  // Redis not there: 69 at once, naming it (RedisAbsent tries more forms).
   auto down = test::Run({test::ToolPath("mcd-get"), "a", "--no-ref", "--timeout-ms", "300", "--redis-url",
                          "unix:///nonexistent.sock"});
-  EXPECT_EQ(down.exit_code, 75) << down.err;
-  EXPECT_NE(down.err.find("not running, or restarting"), std::string::npos) << down.err;
+  EXPECT_EQ(down.exit_code, 69) << down.err;
+  EXPECT_NE(down.err.find("cannot connect to Redis at unix:///nonexistent.sock"), std::string::npos) << down.err;
   EXPECT_NE(down.err.find("is Redis running?"), std::string::npos) << down.err;
 }
 
@@ -1833,6 +1834,121 @@ TEST_F(Lifecycle, AReadWithoutAReferenceOfAnotherNodesTensorIsWrongNodeAsAGetIs)
   EXPECT_EQ(client->Open("there").status().code(), ErrorCode::kWrongNode);
   ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("there")}).ok());
   EXPECT_EQ(HashField("here", "refcount"), "1");
+}
+
+}  // namespace
+}  // namespace mcd
+
+namespace mcd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// With no Redis named and no private Redis running, every tool, the C ABI and a ClientOptions{}
+// say at once how to name one (69), rather than guess one on a default port and send it the
+// password.
+TEST_F(SpawnRedis, WithNoRedisNamedNorFoundEveryToolSaysHowToNameOneAtOnce) {
+  std::map<std::string, std::string> with_password = env;
+  with_password["MCD_REDIS_PASSWORD"] = "not-for-strangers";
+  const std::vector<std::vector<std::string>> commands = {
+      {"mcd-ls"},
+      {"mcd-ls", "--servers", "-q"},
+      {"mcd-ls", "--watch"},
+      {"mcd-create", "x", "--dtype", "u8", "--shape", "4", "--device", "cpu"},
+      {"mcd-get", "x", "--wait", "10"},
+      {"mcd-rm", "x"},
+      {"mcd-serve", "--devices", "cpu"}};
+  for (std::vector<std::string> argv : commands) {
+    std::string tool = argv[0];
+    argv[0] = test::ToolPath(tool);
+    auto t0 = Clock::now();
+    auto ran = test::Run(argv, with_password, 30);
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3)) << tool;
+    EXPECT_EQ(ran.exit_code, 69) << tool << ": " << ran.err << ran.out;
+    std::string said = ran.err + ran.out;
+    EXPECT_NE(said.find("no Redis named"), std::string::npos) << tool << ": " << said;
+    EXPECT_NE(said.find("MCD_REDIS_URL"), std::string::npos) << tool << ": " << said;
+    EXPECT_NE(said.find("--spawn-redis"), std::string::npos) << tool << ": " << said;
+  }
+  // The C ABI resolves the URL from this process's environment.
+  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+  mcd_client* c = nullptr;
+  EXPECT_EQ(mcd_connect(nullptr, nullptr, 5000, &c), MCD_ERR_UNAVAILABLE);
+  EXPECT_NE(std::string(mcd_last_error(nullptr)).find("no Redis named"), std::string::npos)
+      << mcd_last_error(nullptr);
+  unsetenv("XDG_RUNTIME_DIR");
+  auto bare = Client::Connect(ClientOptions{});
+  EXPECT_EQ(bare.status().code(), ErrorCode::kUnavailable) << bare.status().ToString();
+  EXPECT_NE(bare.status().message().find("no Redis named"), std::string::npos) << bare.status().ToString();
+}
+
+// The readiness loop of a script that starts `mcd-serve --spawn-redis` beside it: each try
+// before the server is up fails at once, and the loop ends against the private Redis, with the
+// node served there.
+TEST_F(SpawnRedis, AReadinessLoopBesideASpawnedRedisEndsFastAgainstIt) {
+  std::string node = "ready" + std::to_string(getpid());
+  test::Background server({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node},
+                          env, runtime.path() + "/serve.log");
+  auto began = Clock::now();
+  test::ProcessResult ran;
+  int tries = 0;
+  while (Clock::now() - began < std::chrono::seconds(30)) {
+    auto t0 = Clock::now();
+    ran = test::Run({test::ToolPath("mcd-ls"), "--servers", "-q"}, env, 30);
+    ++tries;
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2)) << "try " << tries << ": " << ran.err;
+    if (ran.exit_code == 0) break;
+    EXPECT_EQ(ran.exit_code, 69) << ran.err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(ran.exit_code, 0) << ran.err << test::ReadFile(runtime.path() + "/serve.log");
+  EXPECT_EQ(ran.out, node + "\n");
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
+// A Redis that is not there (no socket file, a port that refuses) is unavailable at once, with
+// its address, not "try again" after --timeout-ms; one whose sentinels name no master yet (a
+// failover under way) is still "try again".
+TEST(RedisAbsent, NoSocketFileOrARefusedPortIsUnavailableAtOnceNamingTheAddress) {
+  test::TempDir dir;
+  // A port bound but not listening refuses connections for as long as this test holds it.
+  int held = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::string refused = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  std::string missing = "unix://" + dir.path() + "/no-such.sock";
+  for (const std::string& url : {refused, missing}) {
+    for (const char* tool : {"mcd-ls", "mcd-create", "mcd-get", "mcd-rm", "mcd-serve"}) {
+      std::vector<std::string> argv = {test::ToolPath(tool), "--redis-url", url};
+      if (std::string(tool) != "mcd-serve" && std::string(tool) != "mcd-ls") argv.insert(argv.end(), {"--timeout-ms", "8000"});
+      if (std::string(tool) == "mcd-create") argv.insert(argv.end(), {"x", "--dtype", "u8", "--shape", "4"});
+      if (std::string(tool) == "mcd-get" || std::string(tool) == "mcd-rm") argv.push_back("x");
+      auto t0 = Clock::now();
+      auto ran = test::Run(argv, {{"XDG_RUNTIME_DIR", dir.path()}}, 30);
+      EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3)) << tool << " " << url;
+      EXPECT_EQ(ran.exit_code, 69) << tool << " " << url << ": " << ran.err;
+      EXPECT_NE(ran.err.find("cannot connect to Redis at " + url), std::string::npos) << ran.err;
+    }
+  }
+  close(held);
+
+  // One sentinel that knows no master: it answers, so a failover may be under way.
+  int port = test::FreePort();
+  std::string conf = dir.path() + "/sentinel.conf";
+  std::ofstream(conf) << "port " << port << "\nbind 127.0.0.1\ndir " << dir.path() << "\n";
+  test::Background sentinel({"redis-server", conf, "--sentinel"}, {}, dir.path() + "/sentinel.log");
+  ASSERT_TRUE(test::WaitFor([&] {
+    return RedisConnection::Connect(RedisUrl::Parse("redis://127.0.0.1:" + std::to_string(port)).value()).ok();
+  }, 10000)) << test::ReadFile(dir.path() + "/sentinel.log");
+  auto ran = test::Run({test::ToolPath("mcd-rm"), "x", "--timeout-ms", "500", "--redis-url",
+                        "redis-sentinel://127.0.0.1:" + std::to_string(port) + "/nomaster"},
+                       {{"XDG_RUNTIME_DIR", dir.path()}}, 30);
+  EXPECT_EQ(ran.exit_code, 75) << ran.err;
+  EXPECT_NE(ran.err.find("names a master yet"), std::string::npos) << ran.err;
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -265,10 +267,13 @@ TEST_F(Trust, TheCommandSocketServesTheServersUserRootAndItsGroupOnly) {
 }
 
 // A heartbeat anyone wrote to Redis cannot keep a node from being served: one without the TTL
-// that every server's write sets, or one naming a process that does not run as named.
+// that every server's write sets, one that expires later than any server's, one naming a
+// process that does not run as named, or a live process that is not that instance's server.
 TEST_F(Trust, AHeartbeatPlantedInRedisDoesNotKeepTheNodeFromBeingServed) {
-  ASSERT_EQ(server_->Stop(SIGTERM), 0);
   auto conn = redis_.Connect();
+  const std::string pid_space = conn->Command({"HGET", keys_.Server(node_), "pid_space"})->str;
+  ASSERT_FALSE(pid_space.empty());
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
   ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted", "pid", "1"}).ok());
   StartServer();
   EXPECT_NE(ServeLog().find("(instance planted) has no expiry"), std::string::npos) << ServeLog();
@@ -286,6 +291,27 @@ TEST_F(Trust, AHeartbeatPlantedInRedisDoesNotKeepTheNodeFromBeingServed) {
   StartServer();
   EXPECT_NE(ServeLog().find("(instance planted2) names pid 1 started at " + wrong_start + ", which is not running"),
             std::string::npos)
+      << ServeLog();
+  // pid 1 as it runs, in this PID namespace, with an expiry a server could have set: a live
+  // process, but not a server of that instance.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  const std::string right_start = std::to_string(std::stoull(field));
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted3", "pid", "1", "pid_start",
+                             right_start, "pid_space", pid_space})
+                  .ok());
+  ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "600"}).ok());
+  StartServer();
+  EXPECT_NE(ServeLog().find("(instance planted3) names pid 1, which runs but is no server of instance planted3"),
+            std::string::npos)
+      << ServeLog();
+  // From a PID namespace this host cannot look into, with an expiry no server sets.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted4", "pid", "1", "pid_start",
+                             right_start, "pid_space", "elsewhere/1"})
+                  .ok());
+  ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), std::to_string(100 * 24 * 3600)}).ok());
+  StartServer();
+  EXPECT_TRUE(std::regex_search(ServeLog(), std::regex(R"(\(instance planted4\) expires in 86[0-9]{5} s, later than any server's heartbeat)")))
       << ServeLog();
   // A live server's heartbeat still keeps a second one out.
   auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 30);
@@ -368,11 +394,13 @@ TEST_F(Trust, IdleConnectionsCannotStopTheServerNorMakeItSpin) {
 // told why.
 class Tenants : public Trust {
  protected:
-  // The ACL of docs/design.md's shared deployment: each tenant's keys, and every command but
-  // the dangerous ones, less the one the server needs to wake its own blocked take.
-  Tenants()
-      : Trust({"user alice on >alice-pw ~alice:* resetchannels -@all +@all -@dangerous +client|unblock",
-               "user bob on >bob-pw ~bob:* resetchannels -@all +@all -@dangerous +client|unblock"}) {}
+  // The ACL of memcuda(7)'s shared deployment (TRUST): each tenant's keys, and every command
+  // but those that act on other connections or on all of Redis.
+  static std::string Acl(const std::string& tenant) {
+    return "user " + tenant + " on >" + tenant + "-pw ~" + tenant +
+           ":* resetchannels -@all +@all -@dangerous -script|flush -script|kill -function";
+  }
+  Tenants() : Trust({Acl("alice"), Acl("bob")}) {}
 
   std::string UrlOf(const std::string& userinfo) const {
     return "redis://" + userinfo + "@" + redis_.url().substr(std::strlen("redis://"));
@@ -437,6 +465,140 @@ TEST_F(Tenants, AnAclUserConfinedToItsPrefixCannotSeeInsideNorChangeAnotherTenan
   EXPECT_EQ(As(alice, "mcd-rm", {"a1", "--detached"}).exit_code, 0);
   EXPECT_EQ(As(alice, "mcd-rm", {"a1", "--detached"}).exit_code, 0);
   EXPECT_EQ(server.Stop(SIGTERM), 0) << test::ReadFile(dir_.path() + "/alice-serve.log");
+}
+
+// Two tenants of one Redis, each with its server, as memcuda(7) recommends: bob, with every
+// command his ACL allows, cannot touch alice's calls. While he tries, from his own connection,
+// to wake, kill, list or pause her connections, flush the scripts, or write into her queue, her
+// server or her keys, every try is refused; her wait and her watch go on, her creates through
+// the socket and the queue succeed, those through the socket without waiting out the server's
+// blocking take (which a wake the ACL refused would cost), and every tensor has its bytes.
+TEST_F(Tenants, ATenantCannotBreakAnothersWaitsWatchesCreatesOrIntake) {
+  std::map<std::string, std::string> alice = {{"MCD_REDIS_URL", UrlOf("alice:alice-pw")}};
+  std::map<std::string, std::string> bob = {{"MCD_REDIS_URL", UrlOf("bob:bob-pw")}};
+  auto with = [&](std::vector<std::string> argv, const std::string& tenant) {
+    argv[0] = test::ToolPath(argv[0]);
+    for (const std::string& flag : TenantFlags(tenant)) argv.push_back(flag);
+    return argv;
+  };
+  std::vector<std::unique_ptr<test::Background>> servers;
+  for (const auto& [tenant, env] : {std::pair{std::string("alice"), alice}, std::pair{std::string("bob"), bob}}) {
+    std::string log = dir_.path() + "/" + tenant + "-serve.log";
+    servers.push_back(std::make_unique<test::Background>(
+        with({"mcd-serve", "--devices", "cpu", "--heartbeat-ttl", "3"}, tenant), env, log));
+    ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(log).find("serving node") != std::string::npos; }, 10000))
+        << test::ReadFile(log);
+  }
+  std::string alice_log = dir_.path() + "/alice-serve.log";
+  test::Background watch(with({"mcd-ls", "--watch", "--json"}, "alice"), alice, dir_.path() + "/watch.log");
+  std::string awaited = test::RandomBytes(100000, 7);
+  std::ofstream(dir_.path() + "/w.npy", std::ios::binary) << test::U8Npy(awaited);
+  test::Background waiter(with({"mcd-get", "w", "--wait", "120", "--no-ref", "-q", "-o", dir_.path() + "/w.bin"}, "alice"),
+                          alice, dir_.path() + "/waiter.log");
+  ASSERT_TRUE(test::WaitFor([&] { return test::BlockedClients(*redis_.Connect(), "xread") >= 2; }, 20000))
+      << test::ReadFile(dir_.path() + "/waiter.log") << test::ReadFile(dir_.path() + "/watch.log");
+
+  // Bob, from his own connection, round after round until alice is done.
+  std::atomic<bool> done{false};
+  std::atomic<int> rounds{0};
+  std::vector<std::string> let_through;  // commands of bob's that Redis did not refuse
+  std::thread attacker([&] {
+    auto conn = RedisConnection::Connect(RedisUrl::Parse(UrlOf("bob:bob-pw")).value(), RedisOptions{});
+    if (!conn.ok()) return let_through.push_back("connect: " + conn.status().ToString());
+    std::string node = node_ + "-alice";
+    std::vector<std::vector<std::string>> refused = {
+        {"CLIENT", "LIST"}, {"CLIENT", "KILL", "USER", "alice"}, {"CLIENT", "PAUSE", "2000"},
+        {"CLIENT", "NO-EVICT", "on"}, {"SCRIPT", "FLUSH"}, {"SCRIPT", "KILL"}, {"FUNCTION", "FLUSH"},
+        {"FLUSHALL"}, {"FLUSHDB"}, {"CONFIG", "SET", "maxmemory", "1"},
+        {"LPUSH", "alice:lifecycle", R"({"op":"delete","name":"t0"})"}, {"RPUSH", "alice:lifecycle:" + node, "wake"},
+        {"DEL", "alice:processing:" + node}, {"DEL", "alice:server:" + node}, {"XADD", "alice:events", "*", "a", "b"},
+        {"HSET", "alice:tensor:{t0}", "refcount", "0"}};
+    for (int id = 1; id <= 300; ++id) {
+      for (const char* how : {"TIMEOUT", "ERROR"}) refused.push_back({"CLIENT", "UNBLOCK", std::to_string(id), how});
+      refused.push_back({"CLIENT", "KILL", "ID", std::to_string(id)});
+    }
+    // What his ACL allows, tried too: none of it reaches her connections.
+    std::vector<std::vector<std::string>> allowed = {{"SCAN", "0", "COUNT", "1000"}, {"RANDOMKEY"}, {"SELECT", "0"},
+                                                     {"WAIT", "0", "1"}, {"CLIENT", "INFO"}};
+    while (!done) {
+      for (const auto& command : refused) {
+        auto reply = (*conn)->Command(std::vector<std::string_view>(command.begin(), command.end()));
+        if (reply.status().code() != ErrorCode::kPermissionDenied) let_through.push_back(command[0] + " " + command[1]);
+      }
+      for (const auto& command : allowed) {
+        (void)(*conn)->Command(std::vector<std::string_view>(command.begin(), command.end()));
+      }
+      ++rounds;
+    }
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return rounds >= 2; }, 20000));
+
+  std::vector<std::string> names;
+  for (int i = 0; i < 10; ++i) {
+    std::string name = "t" + std::to_string(i);
+    std::ofstream(dir_.path() + "/" + name + ".npy", std::ios::binary) << test::U8Npy(test::RandomBytes(4096 + i, i));
+    auto env = alice;
+    if (i % 2 == 1) env["MCD_VIA_QUEUE"] = "1";  // half through the queue, half through the socket
+    auto created =
+        test::Run(with({"mcd-create", name, "--from", dir_.path() + "/" + name + ".npy", "--device", "cpu", "-q"}, "alice"),
+                  env);
+    EXPECT_EQ(created.exit_code, 0) << name << ": " << created.err << test::ReadFile(alice_log);
+    names.push_back(name);
+  }
+  auto created = test::Run(with({"mcd-create", "w", "--from", dir_.path() + "/w.npy", "--device", "cpu", "-q"}, "alice"),
+                           alice);
+  EXPECT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_EQ(waiter.Wait(60), 0) << test::ReadFile(dir_.path() + "/waiter.log");
+  EXPECT_TRUE(test::ReadFile(dir_.path() + "/w.bin") == awaited) << "the wait got other bytes";
+  for (int i = 0; i < 10; ++i) {
+    std::string out = dir_.path() + "/" + names[i] + ".bin";
+    auto got = test::Run(with({"mcd-get", names[i], "--no-ref", "-q", "-o", out}, "alice"), alice);
+    EXPECT_EQ(got.exit_code, 0) << got.err;
+    EXPECT_TRUE(test::ReadFile(out) == test::RandomBytes(4096 + i, i)) << names[i] << " has other bytes";
+  }
+  // Alice's library client through the socket, each create after the server went back to its
+  // blocking take: woken at once, not when the take times out (a second).
+  ClientOptions opt;
+  opt.redis_url = RedisUrl::Parse(UrlOf("alice:alice-pw")).value();
+  opt.keys.prefix = "alice";
+  opt.keys.queue = "alice:lifecycle";
+  opt.node = node_ + "-alice";
+  auto client = Client::Connect(opt);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<double> socket_ms;
+  for (int i = 0; i < 9; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    auto t0 = std::chrono::steady_clock::now();
+    auto made = (*client)->Create(HostSpec("lib" + std::to_string(i)));
+    socket_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    EXPECT_TRUE((*client)->Release("lib" + std::to_string(i)).ok());
+  }
+  std::sort(socket_ms.begin(), socket_ms.end());
+  EXPECT_LT(socket_ms[4], 200) << "median create through the socket " << socket_ms[4] << " ms";
+  // Bob's own tensor, through his own server, all the while.
+  std::ofstream(dir_.path() + "/b.npy", std::ios::binary) << test::U8Npy(test::RandomBytes(5000, 99));
+  auto his = test::Run(with({"mcd-create", "b", "--from", dir_.path() + "/b.npy", "--device", "cpu", "-q"}, "bob"), bob);
+  EXPECT_EQ(his.exit_code, 0) << his.err;
+  done = true;
+  attacker.join();
+  EXPECT_GT(rounds.load(), 2);
+  EXPECT_TRUE(let_through.empty()) << let_through.size() << " let through, first: " << let_through[0];
+  std::string watched = test::ReadFile(dir_.path() + "/watch.log");
+  for (const std::string& name : names) {
+    EXPECT_NE(watched.find(R"("event":"create","name":")" + name + "\""), std::string::npos) << name << ": " << watched;
+  }
+  EXPECT_TRUE(test::Running(watch.pid())) << watched;
+  std::string log = test::ReadFile(alice_log);
+  EXPECT_EQ(log.find("refuse"), std::string::npos) << log;
+  EXPECT_EQ(log.find("error"), std::string::npos) << log;
+  for (const std::string& name : names) EXPECT_EQ(As(alice, "mcd-rm", {name, "--detached", "-q"}).exit_code, 0);
+  EXPECT_EQ(As(alice, "mcd-rm", {"w", "--detached", "-q"}).exit_code, 0);
+  for (auto& server : servers) EXPECT_EQ(server->Stop(SIGTERM), 0);
+  // The server's wake markers went with it.
+  for (const std::string& list : {"alice:lifecycle:" + node_ + "-alice", "alice:processing:" + node_ + "-alice"}) {
+    EXPECT_EQ(redis_.Connect()->Command({"LLEN", list})->integer, 0) << list;
+  }
 }
 
 // A .npy header is checked against the file before anything is allocated: a 150-byte file that

@@ -16,14 +16,14 @@ inline constexpr const char* kEnvironmentFooter =
     "Environment:\n"
     "  MCD_REDIS_URL       Redis URL when --redis-url is not given (then REDIS_URL); without\n"
     "                      either, the private Redis of `mcd-serve --spawn-redis` when it\n"
-    "                      runs, else redis://127.0.0.1:6379\n"
+    "                      runs, else exit 69 (redis:// names redis://127.0.0.1:6379)\n"
     "  MCD_REDIS_PASSWORD  password when the URL has none (then MCD_REDIS_PASSWORD_FILE, a\n"
     "                      file holding it, then REDISCLI_AUTH); never printed\n"
     "  MCD_NODE            the node when --node is not given\n"
     "  MCD_TRUSTED_USERS   users besides this one and root whose server this tool may use\n"
     "Exit codes: 0 ok, 1 not found / already exists / not held, 64 usage, 69 unavailable\n"
-    "  (Redis, server, GPU or memory), 70 internal, 74 I/O, 75 timeout, not ready, or Redis\n"
-    "  loading or restarting (try again), 76 unexpected Redis reply.";
+    "  (Redis none named or not there, server, GPU or memory), 70 internal, 74 I/O, 75 timeout,\n"
+    "  not ready, or Redis loading or failing over (try again), 76 unexpected Redis reply.";
 
 inline void AddConnectionFlags(CLI::App& app, CommonFlags& flags) {
   app.add_option("--redis-url", flags.redis_url,

@@ -14,7 +14,7 @@ namespace mcd::tools {
 
 // Flags every tool shares; filled by AddCommonFlags (flags.h).
 struct CommonFlags {
-  std::string redis_url;  // empty: MCD_REDIS_URL, REDIS_URL, the private socket, 127.0.0.1:6379
+  std::string redis_url;  // empty: MCD_REDIS_URL, REDIS_URL, the private socket (none: 69)
   int timeout_ms = 5000;
   bool json = false;
   bool quiet = false;

@@ -56,7 +56,7 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
   app.add_option("--redis-server", f.redis_server, "redis-server binary for --spawn-redis")
       ->capture_default_str();
   app.add_option("--heartbeat-ttl", f.heartbeat_ttl, "Seconds a heartbeat stays valid")
-      ->check(CLI::Range(2, 3600))
+      ->check(CLI::Range(2, kMaxHeartbeatTtlS))
       ->capture_default_str();
   app.add_option("--req-ttl", f.req_ttl,
                  "Seconds a command's first reply is kept, so that a repeat of its req gets it "

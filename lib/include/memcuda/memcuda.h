@@ -75,8 +75,9 @@ typedef struct mcd_tensor {
   void* data;
 } mcd_tensor;
 
-/* Connects. redis_url NULL: MCD_REDIS_URL, REDIS_URL, the private socket of
- * `mcd-serve --spawn-redis`, else redis://127.0.0.1:6379. node NULL: MCD_NODE, else the host
+/* Connects. redis_url NULL: MCD_REDIS_URL, REDIS_URL, else the private socket of
+ * `mcd-serve --spawn-redis`; with none, MCD_ERR_UNAVAILABLE at once (mcd_last_error(NULL) says
+ * how to name a Redis; "redis://" names redis://127.0.0.1:6379). node NULL: MCD_NODE, else the host
  * name, or the node of the only live server when the host name has none.
  * timeout_ms <= 0: 5000. MCD_ERR_UNAVAILABLE when Redis or the node's mcd-serve is not there.
  * On failure *out is NULL. */

@@ -25,10 +25,11 @@ namespace mcd {
 // redis://), or redis-sentinel://[user:password@]host[:port][,host[:port]...]/MASTER[/db], the
 // form redis-py uses: every connection asks the sentinels (in order, without credentials) where
 // master MASTER is, and checks that what it reached is a master. Defaults: port 6379 (26379 for
-// a sentinel), db 0.
+// a sentinel), db 0; `redis://` alone is redis://127.0.0.1:6379. A RedisUrl{} names no Redis:
+// connecting with it fails with kUnavailable, saying how to name one.
 struct MCD_API RedisUrl {
   bool is_unix = false;
-  std::string host = "127.0.0.1";
+  std::string host;  // empty: no Redis named
   int port = 6379;
   std::string path;  // Unix socket path
   // redis-sentinel://: the sentinels and the master's name; host and port then hold where the
@@ -40,17 +41,22 @@ struct MCD_API RedisUrl {
   std::string password;
   int db = 0;
   // Set by ResolveRedisUrl when no URL was named (flag or environment), so that the private
-  // Redis of `mcd-serve --spawn-redis` or the local default was taken.
+  // Redis of `mcd-serve --spawn-redis` was taken.
   bool found = false;
+  // Whether this names a Redis (Parse always does; a RedisUrl{} does not).
+  bool named() const { return is_unix || via_sentinel() || !host.empty(); }
 
   static Result<RedisUrl> Parse(std::string_view url);
   // The URL with the password replaced by "***": safe to print.
   std::string Redacted() const;
 };
 
-// The Redis URL when none is given: MCD_REDIS_URL, REDIS_URL, the private socket of
-// `mcd-serve --spawn-redis` when it exists, else redis://127.0.0.1:6379. MCD_REDIS_PASSWORD /
-// REDISCLI_AUTH fill in a missing password. Every tool and the C ABI resolve it this way.
+// The Redis URL when none is given: MCD_REDIS_URL, REDIS_URL, else the private socket of
+// `mcd-serve --spawn-redis` when it exists; with none of them, kUnavailable at once, saying how
+// to name one (no Redis is guessed: a password would go to whoever listens there; a local one
+// is asked for by naming it, `redis://` for redis://127.0.0.1:6379). MCD_REDIS_PASSWORD,
+// MCD_REDIS_PASSWORD_FILE and REDISCLI_AUTH fill in a missing password. Every tool and the C ABI
+// resolve it this way.
 MCD_API Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value);
 
 // A reply, copied out of hiredis so that callers never hold hiredis memory.

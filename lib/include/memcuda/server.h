@@ -15,13 +15,17 @@
 
 namespace mcd {
 
+// The longest heartbeat TTL a server sets: a heartbeat that expires later was not written by a
+// server, and does not keep a node from being served.
+inline constexpr int kMaxHeartbeatTtlS = 3600;
+
 struct MCD_API ServerOptions {
   RedisUrl redis_url;
   KeySpace keys;
   std::string node;                // default: the host name
   bool all_devices = true;         // every CUDA device on the machine
   std::vector<int> devices;        // when !all_devices (host memory, "cpu", is always served)
-  int heartbeat_ttl_s = 5;
+  int heartbeat_ttl_s = 5;         // 1 to kMaxHeartbeatTtlS
   int reply_ttl_s = 60;            // lifetime of <prefix>:reply:<req>
   int done_ttl_s = 60;             // how long a repeated req is recognised (its first reply kept)
   int log_level = 2;               // 0 error, 1 warn, 2 info, 3 debug

@@ -61,8 +61,10 @@ class Client::Impl {
     if (CommandsViaQueue()) opt_.command_socket = false;
   }
 
-  // Connects, trying again within the timeout while Redis refuses connections, drops them or
-  // says it is loading (a restart): a tool started while Redis restarts waits for it.
+  // Connects, trying again within the timeout while Redis drops the connection it accepted or
+  // says it is loading or failing over: a tool started while Redis loads waits for it. A Redis
+  // that is not there (connection refused, no socket file) is unavailable at once: waiting
+  // would only turn a wrong address into a "try again" after the whole timeout.
   Status Connect() {
     if (opt_.node.empty()) {
       const char* env = std::getenv("MCD_NODE");
@@ -76,7 +78,7 @@ class Client::Impl {
     for (;;) {
       Status connected = ConnectOnce();
       bool passes = connected.code() == ErrorCode::kTryAgain ||
-                    (connected.code() == ErrorCode::kUnavailable && (!redis_ || !redis_->connected()));
+                    (connected.code() == ErrorCode::kUnavailable && redis_ && !redis_->connected());
       if (connected.ok() || !passes) return connected;
       if (!backoff.Wait()) {
         if (connected.code() == ErrorCode::kTryAgain) return connected;

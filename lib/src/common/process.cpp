@@ -2,6 +2,7 @@
 
 #include "memcuda/unique_fd.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -92,6 +93,25 @@ bool ProcessAlive(int64_t pid, uint64_t start_time) {
   // A zombie has exited and only waits for its parent to reap it: it holds nothing any more.
   if (stat.state == 'Z' || stat.state == 'X') return false;
   return start_time == 0 || stat.start_time == start_time;
+}
+
+bool ProcessHasThreadNamed(int64_t pid, const std::string& name) {
+  if (pid <= 0) return false;
+  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return false;
+  bool found = false;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream comm(tasks + "/" + entry->d_name + "/comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) {
+      found = true;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
 }
 
 const std::string& PidSpace() {

@@ -16,6 +16,7 @@
 
 #include "common/spin.h"
 #include "protocol/text.h"
+#include "redis/name_a_redis.h"
 
 namespace mcd {
 namespace {
@@ -218,6 +219,7 @@ std::string RedisUrl::Redacted() const {
     }
     return "redis-sentinel://" + auth + hosts + "/" + master + (db != 0 ? "/" + std::to_string(db) : "");
   }
+  if (!named()) return "(no Redis named)";
   bool v6 = host.find(':') != std::string::npos;
   return "redis://" + auth + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
          (db != 0 ? "/" + std::to_string(db) : "");
@@ -265,6 +267,8 @@ Status RedisConnection::Open() {
   broken_ = false;
   queued_ = 0;
   unanswered_ = 0;
+  if (!url_.named())
+    return Status(ErrorCode::kUnavailable, std::string("no Redis named: ") + kNameARedis);
   if (url_.via_sentinel()) MCD_RETURN_IF_ERROR(FindMaster());
   timeval tv{options_.connect_timeout_ms / 1000, (options_.connect_timeout_ms % 1000) * 1000};
   ctx_ = url_.is_unix ? redisConnectUnixWithTimeout(url_.path.c_str(), tv)
@@ -323,13 +327,14 @@ Result<std::pair<std::string, int>> MasterAddress(const redisReply* reply, const
   };
   if (reply->type == REDIS_REPLY_ERROR) {
     std::string words(reply->str, reply->len);
+    // Any refusal but for credentials: the sentinel answered, and names no master (yet).
     ErrorCode code = words.rfind("NOAUTH", 0) == 0 || words.rfind("WRONGPASS", 0) == 0
                          ? ErrorCode::kAuthFailed
-                         : ErrorCode::kUnavailable;
+                         : ErrorCode::kTryAgain;
     return Status(code, Printable(words, 200));
   }
   if (reply->type == REDIS_REPLY_NIL) {
-    return Status(ErrorCode::kUnavailable, "does not know master '" + master + "'");
+    return Status(ErrorCode::kTryAgain, "does not know master '" + master + "' (yet)");
   }
   if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2)
     return malformed("something other than a host and a port");
@@ -390,6 +395,7 @@ Result<std::pair<std::string, int>> AskSentinel(const RedisUrl& url, const std::
 
 Status RedisConnection::FindMaster() {
   std::string tried;
+  bool answered = false;  // a sentinel that answers but names no master: a failover under way
   timeval tv{std::min(options_.connect_timeout_ms, 1000) / 1000,
              (std::min(options_.connect_timeout_ms, 1000) % 1000) * 1000};
   // Unavailable unless a sentinel answered and what it answered was wrong: then the worst.
@@ -402,9 +408,15 @@ Status RedisConnection::FindMaster() {
       return Status::Ok();
     }
     tried += "; " + host + ":" + std::to_string(port) + ": " + address.status().message();
-    if (address.status().code() == ErrorCode::kUnexpectedReply ||
-        (address.status().code() == ErrorCode::kAuthFailed && code != ErrorCode::kUnexpectedReply))
-      code = address.status().code();
+    ErrorCode why = address.status().code();
+    answered = answered || why == ErrorCode::kTryAgain;
+    if (why == ErrorCode::kUnexpectedReply ||
+        (why == ErrorCode::kAuthFailed && code != ErrorCode::kUnexpectedReply))
+      code = why;
+  }
+  if (answered && code == ErrorCode::kUnavailable) {
+    return Status(ErrorCode::kTryAgain, "no sentinel of " + url_.Redacted() +
+                                            " names a master yet (a failover under way?)" + tried);
   }
   return Status(code, "no sentinel of " + url_.Redacted() + " named the master" + tried);
 }

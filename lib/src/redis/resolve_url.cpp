@@ -7,6 +7,7 @@
 
 #include "common/runtime_dir.h"
 #include "memcuda/redis.h"
+#include "redis/name_a_redis.h"
 
 namespace mcd {
 namespace {
@@ -25,6 +26,10 @@ Result<std::string> PasswordFromFile(const std::string& path) {
 
 }  // namespace
 
+const char* const kNameARedis =
+    "name one with --redis-url or MCD_REDIS_URL (redis://host:port, unix:///path/to.sock; "
+    "redis:// for redis://127.0.0.1:6379), or start a private one with `mcd-serve --spawn-redis`";
+
 Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
   std::string text = flag_value;
   for (const char* var : {"MCD_REDIS_URL", "REDIS_URL"}) {
@@ -36,11 +41,15 @@ Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
   if (found) {
     // The private Redis's socket, when there is one, and only in a runtime folder of this
     // user's own: one that another user made would hand this user's tensors to that user.
+    // Nothing else is guessed: whoever listens on a default port would be sent the password.
     std::string socket = PrivateRedisSocketPath();
     struct stat st {};
-    bool present = lstat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-    if (present) MCD_RETURN_IF_ERROR(CheckOwnFolder(RuntimeDir()));
-    text = present ? "unix://" + socket : "redis://127.0.0.1:6379";
+    if (lstat(socket.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+      return Status(ErrorCode::kUnavailable, "no Redis named and no private Redis running (no " +
+                                                 socket + "): " + kNameARedis);
+    }
+    MCD_RETURN_IF_ERROR(CheckOwnFolder(RuntimeDir()));
+    text = "unix://" + socket;
   }
   MCD_ASSIGN_OR_RETURN(RedisUrl url, RedisUrl::Parse(text));
   url.found = found;

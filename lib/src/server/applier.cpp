@@ -93,7 +93,8 @@ Status CommandApplier::ResumeUnfinished() {
   MCD_ASSIGN_OR_RETURN(RedisValue left, redis_.Command({"LRANGE", processing_key_, "0", "-1"}));
   std::vector<Intake::Incoming> commands;
   for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) {
-    commands.push_back(Intake::Incoming{0, std::move(it->str), false});
+    if (!intake_.IsWakeMarker(it->str))
+      commands.push_back(Intake::Incoming{0, std::move(it->str), false});
   }
   if (!commands.empty())
     Log(LogLevel::kInfo, "resuming " + std::to_string(commands.size()) + " unfinished command(s)");

@@ -1,5 +1,6 @@
 #include "server/heartbeat.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,11 @@ Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& 
   started_ms_ = NowMs();
   pid_start_ = ProcessStartTime(getpid());
   pid_ino_ = PidfdInode(getpid());
+  thread_ = std::thread([this] { Run(); });
+}
+
+std::string Heartbeat::ThreadName(const std::string& instance) {
+  return "mcd-" + instance.substr(0, 11);  // the kernel keeps 15 characters
 }
 
 Status Heartbeat::Claim(RedisConnection& conn) {
@@ -155,24 +161,54 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
   holder.pid_start = std::strtoull(reply.elements[3].str.c_str(), nullptr, 10);
   holder.expires = reply.elements[4].integer != -1;
   holder.pid_space = reply.elements[5].str;
+  holder.pttl_ms = reply.elements[4].integer;
   return std::optional<NodeHolder>(std::move(holder));
 }
 
 std::string Heartbeat::Stale(const NodeHolder& holder) {
   if (!holder.expires) return "has no expiry, which a server's heartbeat always has";
+  if (holder.pttl_ms > int64_t{kMaxHeartbeatTtlS} * 1000) {
+    return "expires in " + std::to_string(holder.pttl_ms / 1000) +
+           " s, later than any server's heartbeat (at most " + std::to_string(kMaxHeartbeatTtlS) +
+           " s)";
+  }
   if (holder.pid <= 0) return "names no process";
   // A pid of another host or PID namespace says nothing here: that heartbeat lives until its TTL.
   if (!holder.pid_space.empty() && holder.pid_space != PidSpace()) return "";
+  std::string pid = "names pid " + std::to_string(holder.pid);
   if (!ProcessAlive(holder.pid, holder.pid_start)) {
-    return "names pid " + std::to_string(holder.pid) +
-           (holder.pid_start != 0 ? " started at " + std::to_string(holder.pid_start) : "") +
+    return pid + (holder.pid_start != 0 ? " started at " + std::to_string(holder.pid_start) : "") +
            ", which is not running";
+  }
+  // A live process is the node's server only when it has the instance's heartbeat thread: any
+  // other (pid 1, say) was named by someone who wrote the heartbeat by hand.
+  std::string thread = ThreadName(holder.instance);
+  if (!ProcessHasThreadNamed(holder.pid, thread)) {
+    return pid + ", which runs but is no server of instance " + holder.instance +
+           " (it has no thread '" + thread + "')";
   }
   return "";
 }
 
+void Heartbeat::Run() {
+  pthread_setname_np(pthread_self(), ThreadName(instance_).c_str());
+  std::function<void(RedisConnection&)> on_stop;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait(lock, [this] { return started_ || stop_.load(); });
+    if (!started_) return;  // stopped before it served: nothing to wake
+    on_stop = std::move(on_stop_);
+  }
+  Loop(on_stop);
+}
+
 void Heartbeat::Start(std::function<void(RedisConnection&)> on_stop) {
-  thread_ = std::thread([this, on_stop = std::move(on_stop)] { Loop(on_stop); });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    on_stop_ = std::move(on_stop);
+    started_ = true;
+  }
+  wake_.notify_all();
 }
 
 void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {

@@ -24,6 +24,8 @@ namespace mcd {
 
 class Heartbeat {
  public:
+  // Starts the heartbeat thread, named ThreadName(instance) from before the first claim, which
+  // waits for Start() to write.
   Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices,
             const TensorTable& table, const OutcomeLog& outcomes);
   ~Heartbeat() { Stop(); }
@@ -45,7 +47,10 @@ class Heartbeat {
   // Writes the heartbeat, taking the node over from an instance whose process is gone;
   // kAlreadyExists while a live one holds it.
   Status Claim(RedisConnection& conn);
-  // Starts the thread that rewrites it. `on_stop` runs on that thread once a stop is asked or
+  // The name of instance `instance`'s heartbeat thread, which anyone on the machine may read in
+  // /proc: a heartbeat keeps the node only while the process it names has it.
+  static std::string ThreadName(const std::string& instance);
+  // Lets the thread rewrite the heartbeat. `on_stop` runs on that thread once a stop is asked or
   // the node was lost, with a connection to Redis: it wakes the main thread's blocking take.
   void Start(std::function<void(RedisConnection&)> on_stop);
   // Thread-safe; wakes the heartbeat thread at once.
@@ -76,6 +81,7 @@ class Heartbeat {
     uint64_t pid_start = 0;  // 0: not given
     bool expires = true;     // false: its hash has no TTL, which every server's write sets
     std::string pid_space;   // where `pid` names it (PidSpace()); "" when not said
+    int64_t pttl_ms = -1;    // when its hash expires
   };
   // Why `holder` cannot be a live server ("" when it may be): a heartbeat anyone may have
   // written to Redis must not keep the node from being served.
@@ -83,6 +89,8 @@ class Heartbeat {
   // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
   // then nothing is written, and that instance is returned.
   Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");
+  // The thread: waits for Start() (or a stop before it), then rewrites the heartbeat.
+  void Run();
   void Loop(const std::function<void(RedisConnection&)>& on_stop);
   // Whether Redis still has the `settled` script; sets settled_lost_ when it has not.
   void CheckSettled(RedisConnection& conn);
@@ -110,6 +118,8 @@ class Heartbeat {
   std::string node_lost_;  // under mutex_
   std::string settled_;    // under mutex_: the SHA of the script MarkSettled loaded last
   std::atomic<bool> settled_lost_{false};  // written under mutex_
+  std::function<void(RedisConnection&)> on_stop_;  // under mutex_; set by Start()
+  bool started_ = false;                           // under mutex_
   std::thread thread_;
 };
 

@@ -43,10 +43,13 @@ Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy)
 }
 
 Result<RedisValue> Intake::WaitForCommand() {
-  std::vector<std::string_view> take = {"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"};
-  if (!socket_) return redis_.Command(take);
+  if (!socket_) {
+    MCD_RETURN_IF_ERROR(SendTake());
+    MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
+    return redis_.ReadCommandReply("BLMOVE");
+  }
   // A socket client that just had its reply often sends its next command soon: look for it a
-  // while before blocking, since the blocking take costs a wake and an UNBLOCK to call off.
+  // while before blocking, since the blocking take costs a wake and a marker to call off.
   // Commands in the queue wait meanwhile, which is why the spin is short by default.
   if (last_from_socket_ && SpinUntil([this] {
         CollectSocket();
@@ -54,42 +57,90 @@ Result<RedisValue> Intake::WaitForCommand() {
       }, ServerSpinMicros())) {
     return RedisValue{};
   }
-  MCD_RETURN_IF_ERROR(redis_.Append(take));
-  MCD_RETURN_IF_ERROR(redis_.FlushOutput());
+  MCD_RETURN_IF_ERROR(SendTake());
   std::vector<pollfd> fds;
   for (;;) {
-    fds.clear();
-    fds.push_back(pollfd{redis_.fd(), POLLIN, 0});
-    socket_->AddPollFds(fds);
-    int n = poll(fds.data(), fds.size(), redis_.timeout_ms());
-    if (n < 0 && errno == EINTR) continue;
-    // The take's answer, or no answer in time: ReadCommandReply reads it or says what is wrong.
-    if (n <= 0 || fds[0].revents != 0) break;
+    // Redis answered (the LREM sent ahead, then the take); one read may bring both, and the
+    // take's answer is then no longer on the socket to wake the poll.
+    bool answered = redis_.ReplyBuffered();
+    if (!answered) {
+      fds.clear();
+      fds.push_back(pollfd{redis_.fd(), POLLIN, 0});
+      socket_->AddPollFds(fds);
+      int n = poll(fds.data(), fds.size(), redis_.timeout_ms());
+      if (n < 0 && errno == EINTR) continue;
+      // No answer in time: ReadCommandReply says what is wrong.
+      if (n <= 0) break;
+      answered = fds[0].revents != 0;
+    }
+    if (answered && !lrem_pending_) break;
+    if (answered) {
+      MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
+      continue;
+    }
     CollectSocket();
     if (!socket_in_.empty()) return CallOffTake();
   }
+  MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
   return redis_.ReadCommandReply("BLMOVE");
 }
 
 Result<RedisValue> Intake::CallOffTake() {
-  std::string id = std::to_string(client_id_.load());
-  // The UNBLOCK travels on another connection, so it may reach Redis before the BLMOVE does
-  // (then it answers 0): it is sent again until the take has answered, at most for a second,
-  // after which the BLMOVE answers by its own timeout.
-  for (int tries = 0; tries < 500; ++tries) {
-    if (!unblock_conn_ || !unblock_conn_->connected()) {
-      RedisOptions ropt;
-      ropt.command_timeout_ms = 2000;
-      auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
-      if (!conn.ok()) break;
-      unblock_conn_ = std::move(conn).value();
-    }
-    auto unblocked = unblock_conn_->Command({"CLIENT", "UNBLOCK", id});
-    if (!unblocked.ok() || unblocked->integer == 1) break;
-    pollfd p{redis_.fd(), POLLIN, 0};
-    if (redis_.ReplyBuffered() || poll(&p, 1, 2) != 0) break;
+  // Without a connection for the marker, the BLMOVE answers by its own timeout (a second).
+  if (!wake_conn_ || !wake_conn_->connected()) {
+    RedisOptions ropt;
+    ropt.command_timeout_ms = 2000;
+    auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
+    if (conn.ok()) wake_conn_ = std::move(conn).value();
   }
+  Status woken = wake_conn_ ? Wake(*wake_conn_) : Status::Ok();
+  if (!woken.ok() && wake_conn_->connected()) {
+    // Redis refuses the marker (out of memory, a read-only replica), so it would refuse these
+    // commands' changes too: their clients hear why now, not after the take's timeout.
+    RefuseSocketLines(Status(woken.code(), "Redis refused to wake the server's take of commands (" +
+                                               woken.message() + "); nothing changed"));
+  }
+  MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
   return redis_.ReadCommandReply("BLMOVE");
+}
+
+Status Intake::Wake(RedisConnection& conn) const {
+  return conn.Command({"RPUSH", queue_key_, kWakeMarker}).status();
+}
+
+bool Intake::IsWakeMarker(const std::string& taken) {
+  if (taken != kWakeMarker) return false;
+  ++markers_taken_;
+  return true;
+}
+
+Status Intake::SendTake() {
+  // The markers taken leave the processing list in the same write as the take, and its reply is
+  // read as it comes: no round trip of its own on a wake's way back to sleep.
+  lrem_pending_ = markers_taken_ > 0;
+  if (lrem_pending_)
+    MCD_RETURN_IF_ERROR(redis_.Append({"LREM", processing_key_, "0", kWakeMarker}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"}));
+  return redis_.FlushOutput();
+}
+
+Status Intake::ReadMarkersRemoved() {
+  if (!lrem_pending_) return Status::Ok();
+  lrem_pending_ = false;
+  auto removed = redis_.ReadCommandReply("LREM");
+  if (removed.ok()) {
+    markers_taken_ = 0;
+  } else if (!redis_.connected()) {
+    return removed.status();
+  }  // refused: tried again with the next take, whose answer is still to be read
+  return Status::Ok();
+}
+
+void Intake::RemoveMarkersAtStop() {
+  if (!redis_.connected()) return;
+  for (const std::string& list : {queue_key_, processing_key_})
+    (void)redis_.Command({"LREM", list, "0", kWakeMarker});
+  markers_taken_ = 0;
 }
 
 void Intake::CollectSocket() {

@@ -1,13 +1,13 @@
 // Taking commands: from the lifecycle list (a blocking BLMOVE into the node's processing list
 // while idle; LMOVEs sent ahead by the commit pipeline while busy) and from the command socket,
 // whose commands are answered on their connection. Main thread of the server only, but for
-// set_client_id, which the heartbeat thread reads to wake a blocked take.
+// Wake, which any thread calls with a connection of its own.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -18,6 +18,10 @@
 #include "server/recurring.h"
 
 namespace mcd {
+
+// What a server pushes onto its own queue to wake its blocking take: taken like a command, and
+// dropped. Not JSON, so no command is ever mistaken for it.
+inline constexpr std::string_view kWakeMarker = "wake";
 
 class Intake {
  public:
@@ -30,9 +34,16 @@ class Intake {
   Status ListenOnSocket(const std::string& path, const PeerPolicy& policy);
   // "" without a command socket.
   std::string socket_path() const { return socket_ ? socket_->path() : std::string(); }
-  // The main connection's CLIENT ID, for CallOffTake and the heartbeat's wake-up at stop.
-  void set_client_id(long long id) { client_id_ = id; }
-  long long client_id() const { return client_id_.load(); }
+  // Wakes the blocking take, from any thread, on `conn` (not the main connection): pushes
+  // kWakeMarker onto the node's queue, at the end the take reads first. A key of the server's
+  // own, so the Redis user needs no right over other connections (CLIENT UNBLOCK acts on every
+  // connection of that Redis, other tenants' included); and a marker that reaches Redis before
+  // the take is taken by it all the same. Taken while busy, it is dropped. Fails as the RPUSH
+  // does (refused when Redis is out of memory or read-only).
+  Status Wake(RedisConnection& conn) const;
+  // Whether `taken` (from the list: the take's answer, the processing list at resume) is a wake
+  // marker, not a command; one is removed from the processing list before the next blocking take.
+  bool IsWakeMarker(const std::string& taken);
 
   // Idle: waits for the next command, on the list (a BLMOVE, whose answer is returned) or on
   // the command socket (its lines are kept for TakeSocketLines; the BLMOVE is then called off
@@ -52,6 +63,9 @@ class Intake {
   bool Answer(const Route& route, const std::string& reply);
   bool Waiting(const Route& route) const { return socket_waiting_.count(route.token) != 0; }
   void CloseConnection(uint64_t conn);
+  // At stop, once nothing wakes the take any more: the markers left in the queue and the
+  // processing list are removed.
+  void RemoveMarkersAtStop();
   // Closes the socket; its clients see the connection close at once rather than wait out their
   // timeout.
   void CloseSocket();
@@ -66,17 +80,21 @@ class Intake {
   void TakeAccepted();
 
  private:
-  // Wakes the main connection's BLMOVE (CLIENT UNBLOCK from another connection) and returns its
-  // answer.
+  // Wakes the main connection's BLMOVE (Wake on another connection) and returns its answer.
   Result<RedisValue> CallOffTake();
+  // Sends the blocking take (its answer is left to read), after an LREM of the markers taken.
+  Status SendTake();
+  // Reads the reply of the LREM that SendTake sent ahead of the take, when it sent one.
+  Status ReadMarkersRemoved();
 
   RedisConnection& redis_;
   const ServerOptions& opt_;
   const std::string queue_key_;  // the node's queue
   const std::string processing_key_;
   std::unique_ptr<CommandSocket> socket_;
-  std::unique_ptr<RedisConnection> unblock_conn_;  // calls off the main connection's BLMOVE
-  std::atomic<long long> client_id_{0};
+  std::unique_ptr<RedisConnection> wake_conn_;   // calls off the main connection's BLMOVE
+  size_t markers_taken_ = 0;                     // wake markers in the processing list
+  bool lrem_pending_ = false;                    // SendTake's LREM not answered yet
   std::vector<Incoming> socket_in_;              // socket commands collected, not yet handled
   std::unordered_set<uint64_t> socket_waiting_;  // tokens of socket commands not yet answered
   uint64_t next_token_ = 1;

@@ -62,8 +62,7 @@ class Server::Impl {
   ServerOptions opt_;
 
  private:
-  // After connecting (and reconnecting): the connection's id, for waking its blocking take, and
-  // the commit script.
+  // After connecting (and reconnecting): the commit script.
   Status Prepare();
   bool stopping() const { return heartbeat_->stopping(); }
   // The path given (--pool-socket, --command-socket), or one of this instance in the runtime
@@ -113,6 +112,10 @@ Status Server::Impl::Start() {
     const char* env = std::getenv("MCD_NODE");
     opt_.node = env != nullptr && env[0] != '\0' ? env : HostName();
   }
+  if (opt_.heartbeat_ttl_s < 1 || opt_.heartbeat_ttl_s > kMaxHeartbeatTtlS) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "the heartbeat TTL must be 1 to " + std::to_string(kMaxHeartbeatTtlS) + " s");
+  }
   SetLogLevel(static_cast<LogLevel>(std::clamp(opt_.log_level, 0, 3)));
   SetLogTag("mcd-serve");
   MCD_ASSIGN_OR_RETURN(instance_, RandomHex(8));
@@ -149,10 +152,8 @@ Status Server::Impl::Start() {
   MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(*redis_));
   relay_ = std::make_unique<QueueRelay>(opt_);
   relay_->Start();
-  heartbeat_->Start([this](RedisConnection& conn) {
-    // Wakes the main connection out of its BLMOVE so that Run() returns at once.
-    (void)conn.Command({"CLIENT", "UNBLOCK", std::to_string(intake_->client_id())});
-  });
+  // Wakes the main connection out of its BLMOVE so that Run() returns at once.
+  heartbeat_->Start([this](RedisConnection& conn) { (void)intake_->Wake(conn); });
   Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
  opt_.redis_url.Redacted() + ", queue '" +
                            opt_.keys.NodeQueue(opt_.node) + "' (and '" + opt_.keys.queue +
@@ -198,15 +199,10 @@ void Server::Impl::WakeForRead() {
     if (!conn.ok()) return;  // the take's own timeout (1 s) wakes the loop then
     wake_conn_ = std::move(conn).value();
   }
-  (void)wake_conn_->Command({"CLIENT", "UNBLOCK", std::to_string(intake_->client_id())});
+  (void)intake_->Wake(*wake_conn_);
 }
 
-Status Server::Impl::Prepare() {
-  MCD_ASSIGN_OR_RETURN(RedisValue id, redis_->Command({"CLIENT", "ID"}));
-  MCD_ASSIGN_OR_RETURN(long long client_id, AsInteger(id, "CLIENT ID"));
-  intake_->set_client_id(client_id);
-  return pipeline_->LoadScript();
-}
+Status Server::Impl::Prepare() { return pipeline_->LoadScript(); }
 
 Status Server::Impl::OpenSockets() {
   // Claimed before the reconciliation, which removes what other instances of the node left, and
@@ -298,13 +294,18 @@ Status Server::Impl::Run() {
     backoff_ms = 100;
     intake_->TakeAccepted();
     std::vector<Intake::Incoming> commands;
-    if (!taken->is_nil()) {  // nil: BLMOVE timeout, or CLIENT UNBLOCK
-      for (RedisValue& v : taken->elements)
-        commands.push_back(Intake::Incoming{0, std::move(v.str), false});
+    if (!taken->is_nil()) {  // nil: BLMOVE timeout
+      for (RedisValue& v : taken->elements) {
+        if (!intake_->IsWakeMarker(v.str))
+          commands.push_back(Intake::Incoming{0, std::move(v.str), false});
+      }
     }
     bool from_socket = intake_->has_socket_lines();
     for (Intake::Incoming& in : intake_->TakeSocketLines()) commands.push_back(std::move(in));
-    if (commands.empty()) continue;
+    if (commands.empty()) {
+      busy = false;  // a take sent ahead that brought a wake marker alone: no take is out now
+      continue;
+    }
     // While commands come on the socket, the list is looked at with each batch, without blocking.
     busy = busy || from_socket;
     if (busy) pipeline_->SendTake();
@@ -391,6 +392,7 @@ void Server::Impl::Shutdown() {
   if (pipeline_) pipeline_->Drain();
   if (intake_) intake_->CloseSocket();
   copies_.reset();  // its thread stops: no read is served past here
+  if (intake_) intake_->RemoveMarkersAtStop();
   size_t total = table_.held();
   size_t freed = DeleteAndFreeAll();
   if (heartbeat_ && redis_) heartbeat_->Remove(*redis_);
