@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -346,6 +347,30 @@ TEST_F(RedisRestart, AReferenceTakenBeforeRedisLostItsDataGivesBackNothing) {
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   EXPECT_TRUE(HashField("kept", "state").empty());
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0u; }, 5000));
+}
+
+// A Redis back from a slow load may hold no heartbeat (it expired while Redis loaded, with the
+// server unable to write it) until the server writes it again: a tool that waited through the
+// load waits for that too, within its timeout, rather than saying no server runs.
+TEST_F(RedisRestart, AToolThatWaitedThroughALoadWaitsForTheHeartbeatToo) {
+  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  PersistWithFiller(50000);
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  RestartLoadingSlowly();
+  ASSERT_TRUE(LoadingSoon());
+  test::Background patient({test::ToolPath("mcd-get"), "kept", "--no-ref", "-q", "--timeout-ms", "60000",
+                            "--node", node_},
+                           Env(), dir_.path() + "/patient.log");
+  // Loaded, and the heartbeat expired: only the stopped server can write it again.
+  auto conn = redis_.Connect();
+  bool gone = test::WaitFor([&] {
+    auto exists = conn->Command({"EXISTS", keys_.Server(node_)});
+    return !Loading() && exists.ok() && exists->integer == 0;
+  }, 30000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  ASSERT_TRUE(gone) << "the heartbeat outlived the load";
+  EXPECT_EQ(patient.Wait(60), 0) << test::ReadFile(dir_.path() + "/patient.log");
 }
 
 }  // namespace

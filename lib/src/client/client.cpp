@@ -77,10 +77,15 @@ class Client::Impl {
     Backoff backoff(opt_.timeout_ms);
     for (;;) {
       Status connected = ConnectOnce();
-      bool passes = connected.code() == ErrorCode::kTryAgain ||
-                    (connected.code() == ErrorCode::kUnavailable && redis_ && !redis_->connected());
-      if (connected.ok() || !passes) return connected;
+      bool away = connected.code() == ErrorCode::kTryAgain ||
+                  (connected.code() == ErrorCode::kUnavailable && redis_ && !redis_->connected());
+      // A Redis back from a restart or a load has no live heartbeat until the server writes it
+      // again, a moment after Redis answers: "no server" then is waited through too.
+      bool heartbeat_due = connected.code() == ErrorCode::kUnavailable && RedisWasAwayLately();
+      if (connected.ok() || (!away && !heartbeat_due)) return connected;
+      if (away) redis_away_ms_ = SteadyMs();
       if (!backoff.Wait()) {
+        if (heartbeat_due) return connected;
         if (connected.code() == ErrorCode::kTryAgain) return connected;
         return Status(ErrorCode::kTryAgain,
                       "Redis did not answer within " + std::to_string(opt_.timeout_ms) +
@@ -142,13 +147,19 @@ class Client::Impl {
     return Status::Ok();
   }
 
+  // Whether this client found Redis away (restarting, loading) within its timeout: a Redis
+  // back from that has no live heartbeat until the server writes it again.
+  bool RedisWasAwayLately() const {
+    return redis_away_ms_ != 0 && SteadyMs() - redis_away_ms_ < opt_.timeout_ms;
+  }
+
   // Runs `op` again while Redis answers that it is loading, busy or failing over (kTryAgain:
   // it did not run), while the connection is lost before any of the op's requests left (it
   // did not run either), and, where `repeatable`, while the connection is lost or refused
   // (Redis restarting), until the timeout. A lost connection that does not come back in time
   // is kTryAgain; one lost with a request of an op that is not repeatable sent and unanswered
-  // leaves its outcome unknown. A template, not a std::function: it wraps every get and
-  // release.
+  // leaves its outcome unknown; "no server" just after Redis was away is waited through too.
+  // A template, not a std::function: it wraps every get and release.
   template <typename Op>
   auto Retrying(const char* what, bool repeatable, Op op) -> decltype(op()) {
     Backoff backoff(opt_.timeout_ms);
@@ -171,9 +182,12 @@ class Client::Impl {
                           ", which may or may not have taken effect: check with mcd-ls before "
                           "repeating it (" + failed.message() + ")");
       }
-      if (failed.code() != ErrorCode::kTryAgain && !lost) return failed;
+      // As at connect: after Redis was away, its heartbeat may be back only a moment later.
+      bool heartbeat_due = failed.code() == ErrorCode::kUnavailable && RedisWasAwayLately();
+      if (failed.code() != ErrorCode::kTryAgain && !lost && !heartbeat_due) return failed;
+      if (failed.code() == ErrorCode::kTryAgain || lost) redis_away_ms_ = SteadyMs();
       if (!backoff.Wait()) {
-        if (failed.code() == ErrorCode::kTryAgain) return failed;
+        if (failed.code() == ErrorCode::kTryAgain || heartbeat_due) return failed;
         return Status(ErrorCode::kTryAgain,
                       "Redis at " + opt_.redis_url.Redacted() + " did not come back within " +
                           std::to_string(opt_.timeout_ms) + " ms (restarting?): try again (" +
@@ -452,6 +466,7 @@ class Client::Impl {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ReferenceScript> script_;
   static constexpr size_t kSeenMax = 1 << 16;
+  int64_t redis_away_ms_ = 0;  // SteadyMs when Redis was last found away; see Retrying
   std::unordered_map<std::string, int64_t> seen_refcount_;  // by name; see Saw
   // The epoch of each reference taken and not given back, oldest first, by name (bounded as
   // seen_refcount_); see Release.
@@ -583,7 +598,9 @@ Result<TensorView> Client::Open(const std::string& name) {
   }
   ServerView& server = *impl_->server_;
   // A hash whose server instance is gone lingers until the node's next server removes it.
-  if (record.owner != server.field("instance")) MCD_RETURN_IF_ERROR(server.Refresh().status());
+  if (record.owner != server.field("instance")) {
+    MCD_RETURN_IF_ERROR(impl_->Retrying("read", true, [&] { return server.Refresh(); }).status());
+  }
   if (record.owner != server.field("instance")) {
     return Status(ErrorCode::kUnavailable,
                   "the mcd-serve instance that owns tensor '" + name + "' is not running");

@@ -27,7 +27,12 @@ Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& a
   if (fields.empty()) {
     std::string live;
     if (auto servers = Live(redis_, opt_.keys); servers.ok()) {
-      for (auto& server : servers.value()) live += (live.empty() ? "" : ", ") + server["node"];
+      for (auto& server : servers.value()) {
+        // Written meanwhile: a Redis back from a restart has no heartbeat until the server
+        // writes it again, a moment after it answers.
+        if (server["node"] == opt_.node) return std::move(server);
+        live += (live.empty() ? "" : ", ") + server["node"];
+      }
     }
     return Status(ErrorCode::kUnavailable,
                   "no mcd-serve is running for node '" + opt_.node + "' on " +
