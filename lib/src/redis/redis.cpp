@@ -19,6 +19,13 @@
 #include "redis/name_a_redis.h"
 
 namespace mcd {
+
+// Beside the connection that refuses a RedisUrl{} naming none (and built with it into the fuzz
+// targets, which take this file without the rest of the library).
+const char* const kNameARedis =
+    "name one with --redis-url or MCD_REDIS_URL (redis://host:port, unix:///path/to.sock; "
+    "redis:// for redis://127.0.0.1:6379), or start a private one with `mcd-serve --spawn-redis`";
+
 namespace {
 
 void IgnoreSigpipeOnce() {

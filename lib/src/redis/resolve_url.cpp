@@ -26,10 +26,6 @@ Result<std::string> PasswordFromFile(const std::string& path) {
 
 }  // namespace
 
-const char* const kNameARedis =
-    "name one with --redis-url or MCD_REDIS_URL (redis://host:port, unix:///path/to.sock; "
-    "redis:// for redis://127.0.0.1:6379), or start a private one with `mcd-serve --spawn-redis`";
-
 Result<RedisUrl> ResolveRedisUrl(const std::string& flag_value) {
   std::string text = flag_value;
   for (const char* var : {"MCD_REDIS_URL", "REDIS_URL"}) {
