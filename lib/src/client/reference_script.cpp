@@ -62,7 +62,7 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   std::string server = opt_.keys.Server(opt_.node);
   std::vector<std::string_view> argv = {
       "EVALSHA", sha_,      "5",        key,   server, holders_key_, held_key_, events_key_,
-      "1",       opt_.node, holder_id_, pid_,  name,   "",           "",       "*"};
+      "1",       opt_.node, holder_id_, pid_,  name,   "",           "",       kAnyEpoch};
   for (const std::string& field : TensorFieldNames()) argv.push_back(field);
   auto reply = redis_.Command(argv);
   if (!reply.ok() && IsNoScript(reply.status().message())) {

@@ -212,8 +212,7 @@ bool ServerView::DiedWithin(int wait_ms) {
   // on an H100, 18 s on a busy one), but the kernel marks it exiting at once.
   if (!dead_ && local_) {
     int64_t pid = std::strtoll(info_["pid"].c_str(), nullptr, 10);
-    dead_ = ProcessExiting(pid) &&
-            ProcessStartTime(pid) == std::strtoull(info_["pid_start"].c_str(), nullptr, 10);
+    dead_ = ProcessExiting(pid, std::strtoull(info_["pid_start"].c_str(), nullptr, 10));
   }
   if (!dead_ && local_ && process_) dead_ = process_->Exited(wait_ms);
   return !Alive().ok();

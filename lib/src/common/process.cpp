@@ -66,10 +66,11 @@ uint64_t ProcessStartTime(int64_t pid) {
   return ReadStat(pid, stat) ? stat.start_time : 0;
 }
 
-bool ProcessExiting(int64_t pid) {
+bool ProcessExiting(int64_t pid, uint64_t start_time) {
   constexpr uint64_t kPfExiting = 0x4;  // PF_EXITING, include/linux/sched.h
   Stat stat;
   if (!ReadStat(pid, stat)) return false;  // gone, or not ours to read: ProcessAlive tells
+  if (start_time != 0 && stat.start_time != start_time) return false;  // another process now
   return stat.state == 'Z' || stat.state == 'X' || (stat.flags & kPfExiting) != 0;
 }
 

@@ -28,11 +28,11 @@ struct ProcessIdentity {
 // True when `pid` runs and (when start_time != 0) started at `start_time`. A zombie (exited,
 // not yet reaped by its parent) does not run.
 bool ProcessAlive(int64_t pid, uint64_t start_time);
-// True when `pid` is on its way out (false when it cannot be read: gone, or hidden): a killed
-// process keeps its pid, and stays alive to ProcessAlive and its pidfd, while the kernel tears
-// down what it held (a GPU context's teardown took 1.4 s on an H100), but the kernel marks it
-// exiting (PF_EXITING) at once.
-bool ProcessExiting(int64_t pid);
+// True when `pid` (started at `start_time`, when not 0) is on its way out; false when it cannot
+// be read (gone, or hidden). A killed process keeps its pid, and stays alive to ProcessAlive and
+// its pidfd, while the kernel tears down what it held (a GPU context's teardown took 1.4 s on an
+// H100), but the kernel marks it exiting (PF_EXITING) at once. One read of /proc/<pid>/stat.
+bool ProcessExiting(int64_t pid, uint64_t start_time);
 // Whether a thread of process `pid` is named `name` (its /proc/<pid>/task/<tid>/comm, which
 // every user may read): how a process shows what it is to others without being theirs.
 bool ProcessHasThreadNamed(int64_t pid, const std::string& name);
