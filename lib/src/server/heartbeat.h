@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "memcuda/heartbeat.h"
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
 #include "server/device_set.h"
@@ -86,6 +87,8 @@ class Heartbeat {
   // Why `holder` cannot be a live server ("" when it may be): a heartbeat anyone may have
   // written to Redis must not keep the node from being served.
   static std::string Stale(const NodeHolder& holder);
+  // The heartbeat as this instance writes it now.
+  HeartbeatRecord Record();
   // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
   // then nothing is written, and that instance is returned.
   Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");
