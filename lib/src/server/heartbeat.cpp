@@ -15,10 +15,11 @@
 
 namespace mcd {
 
-Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices,
-                     const TensorTable& table, const OutcomeLog& outcomes)
+Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, StopSignal& stop,
+                     DeviceSet& devices, const TensorTable& table, const OutcomeLog& outcomes)
     : opt_(opt),
       instance_(std::move(instance)),
+      stop_(stop),
       devices_(devices),
       table_(table),
       outcomes_(outcomes) {
@@ -168,7 +169,7 @@ void Heartbeat::Run() {
   std::function<void(RedisConnection&)> on_stop;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait(lock, [this] { return started_ || stop_.load(); });
+    wake_.wait(lock, [this] { return started_ || quit_; });
     if (!started_) return;  // stopped before it served: nothing to wake
     on_stop = std::move(on_stop_);
   }
@@ -196,9 +197,7 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
   };
   auto interval = std::chrono::milliseconds(std::max(200, opt_.heartbeat_ttl_s * 1000 / 4));
   Recurring failed;
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_) {
-    lock.unlock();
+  while (!stop_.requested()) {
     if (devices_.has_pool_socket()) pool_used_ = devices_.PoolUsedBytes();
     if (connect()) {
       auto written = Write(*conn);
@@ -207,14 +206,17 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         // paused), and another one took the node over and removed this one's hashes as
         // stale: stop serving, and leave the keys alone, which are the other one's now.
         const NodeHolder& holder = **written;
-        lock.lock();
-        node_lost_ =
+        std::string lost =
             "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
             holder.instance + ") took node '" + opt_.node +
             "' over while this one was not heard from for " +
             "longer than its heartbeat TTL; this one stops and leaves that one's keys alone";
-        Log(LogLevel::kError, node_lost_);
-        stop_ = true;
+        Log(LogLevel::kError, lost);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          node_lost_ = std::move(lost);
+        }
+        stop_.Request();  // after node_lost_, which the serving loop reads once it sees the stop
         break;
       }
       if (written.ok()) CheckSettled(*conn);
@@ -229,10 +231,8 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         failed.Over();
       }
     }
-    lock.lock();
-    wake_.wait_for(lock, interval, [this] { return stop_.load(); });
+    stop_.WaitFor(interval);
   }
-  lock.unlock();
   if (connect()) on_stop(*conn);
 }
 
@@ -271,16 +271,13 @@ std::string Heartbeat::settled() {
   return settled_;
 }
 
-void Heartbeat::RequestStop() {
+void Heartbeat::Stop() {
+  stop_.Request();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    quit_ = true;
   }
   wake_.notify_all();
-}
-
-void Heartbeat::Stop() {
-  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 
