@@ -15,9 +15,14 @@
 
 namespace mcd {
 
-Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, StopSignal& stop,
+HeartbeatOptions HeartbeatOptions::Of(const ServerOptions& opt) {
+  return HeartbeatOptions{opt.node, opt.keys, opt.redis_url, opt.heartbeat_ttl_s,
+                          opt.event_history};
+}
+
+Heartbeat::Heartbeat(HeartbeatOptions opt, std::string instance, StopSignal& stop,
                      DeviceSet& devices, const TensorTable& table, const OutcomeLog& outcomes)
-    : opt_(opt),
+    : opt_(std::move(opt)),
       instance_(std::move(instance)),
       stop_(stop),
       devices_(devices),
@@ -111,7 +116,7 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    opt_.keys.Events(),
                                    instance_,
                                    replace,
-                                   std::to_string(opt_.heartbeat_ttl_s),
+                                   std::to_string(opt_.ttl_s),
                                    std::to_string(opt_.event_history),
                                    owned_ ? "1" : ""};
   for (auto& [field, value] : HeartbeatFields(Record())) {
@@ -195,7 +200,7 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
     if (c.ok()) conn = std::move(c).value();
     return conn && conn->connected();
   };
-  auto interval = std::chrono::milliseconds(std::max(200, opt_.heartbeat_ttl_s * 1000 / 4));
+  auto interval = std::chrono::milliseconds(std::max(200, opt_.ttl_s * 1000 / 4));
   Recurring failed;
   while (!stop_.requested()) {
     if (devices_.has_pool_socket()) pool_used_ = devices_.PoolUsedBytes();
@@ -288,8 +293,12 @@ std::string Heartbeat::node_lost() {
 
 void Heartbeat::Remove(RedisConnection& conn) {
   if (!owned_ || !conn.connected()) return;
-  auto command = DeleteIfCommand(opt_, opt_.keys.Server(opt_.node), heartbeat_field::kInstance, instance_,
-                                 CommitEvent{"server_stop", getpid()}, "");
+  ServerOptions server;  // what DeleteIfCommand reads of the server's options
+  server.node = opt_.node;
+  server.keys = opt_.keys;
+  server.event_history = opt_.event_history;
+  auto command = DeleteIfCommand(server, opt_.keys.Server(opt_.node), heartbeat_field::kInstance,
+                                 instance_, CommitEvent{"server_stop", getpid()}, "");
   (void)conn.Command(std::vector<std::string_view>(command.begin(), command.end()));
 }
 

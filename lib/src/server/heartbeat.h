@@ -24,11 +24,23 @@
 
 namespace mcd {
 
+// The server's options the heartbeat reads.
+struct HeartbeatOptions {
+  std::string node;
+  KeySpace keys;
+  RedisUrl redis_url;  // for the heartbeat thread's own connection
+  int ttl_s = 5;
+  uint64_t event_history = 0;  // the event stream's cap
+  static HeartbeatOptions Of(const ServerOptions& opt);
+};
+
 class Heartbeat {
  public:
   // Starts the heartbeat thread, named ThreadName(instance) from before the first claim, which
   // waits for Start() to write, and then beats until `stop` is asked.
-  Heartbeat(const ServerOptions& opt, std::string instance, StopSignal& stop, DeviceSet& devices,
+  // `devices`, `table` and `outcomes` are what it publishes: served devices, primers, pool
+  // descriptors and byte counts, and the counters.
+  Heartbeat(HeartbeatOptions opt, std::string instance, StopSignal& stop, DeviceSet& devices,
             const TensorTable& table, const OutcomeLog& outcomes);
   ~Heartbeat() { Stop(); }
   Heartbeat(const Heartbeat&) = delete;
@@ -99,7 +111,7 @@ class Heartbeat {
   void CheckSettled(RedisConnection& conn);
   std::string settled();
 
-  const ServerOptions& opt_;
+  const HeartbeatOptions opt_;
   const std::string instance_;
   StopSignal& stop_;
   DeviceSet& devices_;

@@ -130,7 +130,8 @@ Status Server::Impl::Start() {
 
   // Host memory is always served; GPUs as asked (all by default).
   MCD_ASSIGN_OR_RETURN(devices_, DeviceSet::Open(opt_, shm_prefix_ + instance_ + "-"));
-  heartbeat_ = std::make_unique<Heartbeat>(opt_, instance_, stop_, *devices_, table_, outcomes_);
+  heartbeat_ = std::make_unique<Heartbeat>(HeartbeatOptions::Of(opt_), instance_, stop_, *devices_,
+                                           table_, outcomes_);
   RedisOptions ropt;
   ropt.command_timeout_ms = 10000;
   MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
