@@ -4,73 +4,60 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "memcuda/heartbeat.h"
 #include "tool_common.h"
 
 namespace mcd::tools {
 namespace {
 
-using Heartbeat = std::map<std::string, std::string>;
+using Heartbeats = std::vector<HeartbeatRecord>;
 
-std::string Field(const Heartbeat& hb, const std::string& name) {
-  auto it = hb.find(name);
-  return it == hb.end() ? "" : it->second;
+double UptimeSeconds(const HeartbeatRecord& hb) {
+  return hb.started_ms > 0 ? static_cast<double>(NowMs() - hb.started_ms) / 1000.0 : 0.0;
 }
 
-uint64_t Number(const Heartbeat& hb, const std::string& name) {
-  return std::strtoull(Field(hb, name).c_str(), nullptr, 10);
+// Per-code error counters, by code.
+std::map<std::string, uint64_t> Errors(const HeartbeatRecord& hb) {
+  return std::map<std::string, uint64_t>(hb.errors.begin(), hb.errors.end());
 }
 
-double UptimeSeconds(const Heartbeat& hb) {
-  int64_t started = static_cast<int64_t>(Number(hb, "started"));
-  return started > 0 ? static_cast<double>(NowMs() - started) / 1000.0 : 0.0;
-}
-
-// Per-code error counters: the heartbeat's errors_<code> fields.
-std::map<std::string, uint64_t> Errors(const Heartbeat& hb) {
-  std::map<std::string, uint64_t> errors;
-  for (const auto& [field, value] : hb) {
-    if (field.rfind("errors_", 0) == 0) errors[field.substr(7)] = std::strtoull(value.c_str(), nullptr, 10);
-  }
-  return errors;
-}
-
-std::string Table(const std::vector<Heartbeat>& servers, bool headers) {
+std::string Table(const Heartbeats& servers, bool headers) {
   std::vector<std::vector<std::string>> rows;
   if (headers) {
     rows.push_back({"NODE", "INSTANCE", "PID", "DEVICES", "ALLOCATOR", "COPIES", "UP", "TENSORS", "HELD", "OK", "FAILED"});
   }
-  for (const Heartbeat& hb : servers) {
-    std::string copies = Field(hb, "node_copies");
+  for (const HeartbeatRecord& hb : servers) {
+    std::string copies = hb.node_copies;
     if (copies == "in_place") copies = "in place";
-    rows.push_back({Field(hb, "node"), Field(hb, "instance"), Field(hb, "pid"), Field(hb, "devices"),
-                    Field(hb, "allocator"), copies.empty() ? "-" : copies,
-                    HumanAge(static_cast<int64_t>(UptimeSeconds(hb) * 1000)),
-                    std::to_string(Number(hb, "tensors")), HumanBytes(Number(hb, "tensor_bytes")),
-                    std::to_string(Number(hb, "commands_ok")), std::to_string(Number(hb, "commands_failed"))});
+    rows.push_back({hb.node, hb.instance, std::to_string(hb.pid), hb.devices, hb.allocator,
+                    copies.empty() ? "-" : copies, HumanAge(static_cast<int64_t>(UptimeSeconds(hb) * 1000)),
+                    std::to_string(hb.tensors), HumanBytes(hb.tensor_bytes), std::to_string(hb.commands_ok),
+                    std::to_string(hb.commands_failed)});
   }
   return FormatTable(rows, TerminalWidth(), 0);
 }
 
-std::string Json(const std::vector<Heartbeat>& servers) {
+std::string Json(const Heartbeats& servers) {
   nlohmann::json out = nlohmann::json::array();
-  for (const Heartbeat& hb : servers) {
-    out.push_back({{"node", Field(hb, "node")},
-                   {"instance", Field(hb, "instance")},
-                   {"pid", Number(hb, "pid")},
-                   {"devices", Field(hb, "devices")},
-                   {"allocator", Field(hb, "allocator")},
-                   {"node_copies", Field(hb, "node_copies")},
-                   {"started_ms", Number(hb, "started")},
+  for (const HeartbeatRecord& hb : servers) {
+    // pid and started_ms as unsigned, as they always were printed.
+    out.push_back({{"node", hb.node},
+                   {"instance", hb.instance},
+                   {"pid", static_cast<uint64_t>(hb.pid)},
+                   {"devices", hb.devices},
+                   {"allocator", hb.allocator},
+                   {"node_copies", hb.node_copies},
+                   {"started_ms", static_cast<uint64_t>(hb.started_ms)},
                    {"uptime_s", UptimeSeconds(hb)},
-                   {"tensors", Number(hb, "tensors")},
-                   {"tensor_bytes", Number(hb, "tensor_bytes")},
-                   {"commands_ok", Number(hb, "commands_ok")},
-                   {"commands_failed", Number(hb, "commands_failed")},
+                   {"tensors", hb.tensors},
+                   {"tensor_bytes", hb.tensor_bytes},
+                   {"commands_ok", hb.commands_ok},
+                   {"commands_failed", hb.commands_failed},
                    {"errors", Errors(hb)},
-                   {"pool_used_bytes", Number(hb, "pool_used")},
-                   {"ready_bytes", Number(hb, "ready_bytes")},
-                   {"slab_bytes", Number(hb, "slab_bytes")},
-                   {"queue", Field(hb, "queue")}});
+                   {"pool_used_bytes", hb.pool_used},
+                   {"ready_bytes", hb.ready_bytes},
+                   {"slab_bytes", hb.slab_bytes},
+                   {"queue", hb.queue}});
   }
   return out.dump(1) + "\n";
 }
@@ -99,7 +86,7 @@ std::string SecondsText(uint64_t us) {
   return digits;
 }
 
-std::string Prometheus(const std::vector<Heartbeat>& servers) {
+std::string Prometheus(const Heartbeats& servers) {
   std::ostringstream out;
   out << "# HELP mcd_servers_live mcd-serve instances with a live heartbeat on this Redis.\n"
          "# TYPE mcd_servers_live gauge\n"
@@ -108,38 +95,37 @@ std::string Prometheus(const std::vector<Heartbeat>& servers) {
     const char* name;
     const char* type;
     const char* help;
-    std::string field;
+    uint64_t HeartbeatRecord::*field;  // nullptr: the uptime
   };
   const Gauge gauges[] = {
-      {"mcd_server_uptime_seconds", "gauge", "Seconds since the server started.", ""},
-      {"mcd_tensors", "gauge", "Tensors the server holds.", "tensors"},
-      {"mcd_tensor_bytes", "gauge", "Bytes of the tensors the server holds.", "tensor_bytes"},
-      {"mcd_pool_used_bytes", "gauge", "Bytes in use in the server's IPC pools.", "pool_used"},
-      {"mcd_ready_bytes", "gauge", "Bytes kept as zeroed ready blocks.", "ready_bytes"},
-      {"mcd_slab_bytes", "gauge", "Bytes of the slabs small tensors are carved from.", "slab_bytes"},
-      {"mcd_commands_ok_total", "counter", "Commands applied since the server started.", "commands_ok"},
+      {"mcd_server_uptime_seconds", "gauge", "Seconds since the server started.", nullptr},
+      {"mcd_tensors", "gauge", "Tensors the server holds.", &HeartbeatRecord::tensors},
+      {"mcd_tensor_bytes", "gauge", "Bytes of the tensors the server holds.", &HeartbeatRecord::tensor_bytes},
+      {"mcd_pool_used_bytes", "gauge", "Bytes in use in the server's IPC pools.", &HeartbeatRecord::pool_used},
+      {"mcd_ready_bytes", "gauge", "Bytes kept as zeroed ready blocks.", &HeartbeatRecord::ready_bytes},
+      {"mcd_slab_bytes", "gauge", "Bytes of the slabs small tensors are carved from.", &HeartbeatRecord::slab_bytes},
+      {"mcd_commands_ok_total", "counter", "Commands applied since the server started.",
+       &HeartbeatRecord::commands_ok},
       {"mcd_commands_failed_total", "counter", "Commands answered with an error since the server started.",
-       "commands_failed"},
+       &HeartbeatRecord::commands_failed},
   };
   for (const Gauge& g : gauges) {
     out << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " " << g.type << "\n";
-    for (const Heartbeat& hb : servers) {
-      out << g.name << "{node=\"" << Label(Field(hb, "node")) << "\",instance=\"" << Label(Field(hb, "instance"))
-          << "\"} ";
-      if (g.field.empty()) {
+    for (const HeartbeatRecord& hb : servers) {
+      out << g.name << "{node=\"" << Label(hb.node) << "\",instance=\"" << Label(hb.instance) << "\"} ";
+      if (g.field == nullptr) {
         out << UptimeSeconds(hb) << "\n";
       } else {
-        out << Number(hb, g.field) << "\n";
+        out << hb.*g.field << "\n";
       }
     }
   }
   out << "# HELP mcd_command_duration_seconds Time the server took over a command, by op.\n"
          "# TYPE mcd_command_duration_seconds histogram\n";
-  for (const Heartbeat& hb : servers) {
-    for (const auto& [field, text] : hb) {
-      if (field.rfind("latency_", 0) != 0) continue;
-      std::string labels = "node=\"" + Label(Field(hb, "node")) + "\",instance=\"" +
-                           Label(Field(hb, "instance")) + "\",op=\"" + Label(field.substr(8)) + "\"";
+  for (const HeartbeatRecord& hb : servers) {
+    for (const auto& [op, text] : hb.latency) {
+      std::string labels =
+          "node=\"" + Label(hb.node) + "\",instance=\"" + Label(hb.instance) + "\",op=\"" + Label(op) + "\"";
       // "50:12,100:3,...,+Inf:0;sum_us;count": buckets not cumulative, bounds in us.
       std::istringstream parts(text);
       std::string buckets, sum, count;
@@ -161,10 +147,10 @@ std::string Prometheus(const std::vector<Heartbeat>& servers) {
   }
   out << "# HELP mcd_command_errors_total Commands answered with an error, by code.\n"
          "# TYPE mcd_command_errors_total counter\n";
-  for (const Heartbeat& hb : servers) {
+  for (const HeartbeatRecord& hb : servers) {
     for (const auto& [code, n] : Errors(hb)) {
-      out << "mcd_command_errors_total{node=\"" << Label(Field(hb, "node")) << "\",instance=\""
-          << Label(Field(hb, "instance")) << "\",code=\"" << Label(code) << "\"} " << n << "\n";
+      out << "mcd_command_errors_total{node=\"" << Label(hb.node) << "\",instance=\"" << Label(hb.instance)
+          << "\",code=\"" << Label(code) << "\"} " << n << "\n";
     }
   }
   return out.str();
@@ -172,7 +158,15 @@ std::string Prometheus(const std::vector<Heartbeat>& servers) {
 
 }  // namespace
 
-std::string FormatServers(const std::vector<Heartbeat>& servers, ServersFormat format, bool headers) {
+std::string FormatServers(const std::vector<std::map<std::string, std::string>>& fields, ServersFormat format,
+                          bool headers) {
+  // Read through the heartbeat's codec, as the library read them (it only lists heartbeats that
+  // pass it).
+  Heartbeats servers;
+  for (const auto& heartbeat : fields) {
+    auto record = HeartbeatFromFields(heartbeat);
+    if (record.ok()) servers.push_back(std::move(record).value());
+  }
   switch (format) {
     case ServersFormat::kJson:
       return Json(servers);

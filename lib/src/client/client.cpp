@@ -140,8 +140,8 @@ class Client::Impl {
   // the one meant. With none or several, the caller's error lists them.
   Status DiscoverNode() {
     MCD_ASSIGN_OR_RETURN(auto live, ServerView::Live(*redis_, opt_.keys));
-    if (live.size() == 1 && !live[0]["node"].empty()) {
-      opt_.node = live[0]["node"];
+    if (live.size() == 1 && !live[0].node.empty()) {
+      opt_.node = live[0].node;
       node_discovered_ = true;
     }
     return Status::Ok();
@@ -417,7 +417,7 @@ class Client::Impl {
   // any tensor of a server that is gone, not a CUDA error.
   Status WhyNotOpened(const Status& failed) const {
     if (failed.code() != ErrorCode::kCudaError) return failed;
-    int64_t pid = std::atoll(server_->field("pid").c_str());
+    int64_t pid = server_->heartbeat().pid;
     // A second is far more than a context's teardown takes once the kernel marks the server
     // exiting (ServerView::DiedWithin), and only a failed open waits it.
     if (pid <= 0 || (!server_->DiedWithin(1000) && ProcessAlive(pid, 0))) return failed;
@@ -484,14 +484,26 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 
 const ClientOptions& Client::options() const noexcept { return impl_->opt_; }
 
-Result<std::map<std::string, std::string>> Client::ServerInfo() { return impl_->server_->Read(); }
+Result<std::map<std::string, std::string>> Client::ServerInfo() {
+  MCD_ASSIGN_OR_RETURN(HeartbeatRecord heartbeat, impl_->server_->Read());
+  return HeartbeatMap(heartbeat);
+}
 
 Result<std::vector<std::map<std::string, std::string>>> Client::LiveServers(
     std::vector<std::map<std::string, std::string>>* dead) {
-  return impl_->Retrying("listing servers", true, [&] {
-    if (dead != nullptr) dead->clear();
-    return ServerView::Live(*impl_->redis_, impl_->opt_.keys, dead);
-  });
+  std::vector<HeartbeatRecord> dead_ones;
+  MCD_ASSIGN_OR_RETURN(auto live, impl_->Retrying("listing servers", true, [&] {
+    dead_ones.clear();
+    return ServerView::Live(*impl_->redis_, impl_->opt_.keys,
+                            dead != nullptr ? &dead_ones : nullptr);
+  }));
+  std::vector<std::map<std::string, std::string>> out;
+  for (const HeartbeatRecord& server : live) out.push_back(HeartbeatMap(server));
+  if (dead != nullptr) {
+    dead->clear();
+    for (const HeartbeatRecord& server : dead_ones) dead->push_back(HeartbeatMap(server));
+  }
+  return out;
 }
 
 bool Client::node_discovered() const noexcept { return impl_->node_discovered_; }
@@ -598,10 +610,10 @@ Result<TensorView> Client::Open(const std::string& name) {
   }
   ServerView& server = *impl_->server_;
   // A hash whose server instance is gone lingers until the node's next server removes it.
-  if (record.owner != server.field("instance")) {
+  if (record.owner != server.heartbeat().instance) {
     MCD_RETURN_IF_ERROR(impl_->Retrying("read", true, [&] { return server.Refresh(); }).status());
   }
-  if (record.owner != server.field("instance")) {
+  if (record.owner != server.heartbeat().instance) {
     return Status(ErrorCode::kUnavailable,
                   "the mcd-serve instance that owns tensor '" + name + "' is not running");
   }

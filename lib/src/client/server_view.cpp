@@ -14,12 +14,14 @@
 
 namespace mcd {
 
-Result<std::map<std::string, std::string>> ServerView::Read() {
+namespace hb = heartbeat_field;
+
+Result<HeartbeatRecord> ServerView::Read() {
   MCD_ASSIGN_OR_RETURN(RedisValue all, redis_.Command({"HGETALL", opt_.keys.Server(opt_.node)}));
   return Parse(all);
 }
 
-Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& all) {
+Result<HeartbeatRecord> ServerView::Parse(const RedisValue& all) {
   if (all.type == RedisValue::Type::kError) {
     return RedisErrorStatus("HGETALL " + opt_.keys.Server(opt_.node), all.str);
   }
@@ -30,8 +32,8 @@ Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& a
       for (auto& server : servers.value()) {
         // Written meanwhile: a Redis back from a restart has no heartbeat until the server
         // writes it again, a moment after it answers.
-        if (server["node"] == opt_.node) return std::move(server);
-        live += (live.empty() ? "" : ", ") + server["node"];
+        if (server.node == opt_.node) return std::move(server);
+        live += (live.empty() ? "" : ", ") + server.node;
       }
     }
     return Status(ErrorCode::kUnavailable,
@@ -41,42 +43,47 @@ Result<std::map<std::string, std::string>> ServerView::Parse(const RedisValue& a
                       (live.empty() ? "no server is live there: start one with mcd-serve"
                                     : "live there: " + live + " (--node or MCD_NODE picks one)"));
   }
-  return fields;
+  auto record = HeartbeatFromFields(fields);
+  if (!record.ok()) {
+    return Status(record.status().code(), "the heartbeat of node '" + opt_.node + "' at " +
+                                              opt_.keys.Server(opt_.node) + ": " +
+                                              record.status().message());
+  }
+  return record;
 }
 
-Result<std::vector<std::map<std::string, std::string>>> ServerView::Live(
-    RedisConnection& redis, const KeySpace& keys,
-    std::vector<std::map<std::string, std::string>>* dead) {
+Result<std::vector<HeartbeatRecord>> ServerView::Live(RedisConnection& redis, const KeySpace& keys,
+                                                      std::vector<HeartbeatRecord>* dead) {
   std::vector<std::string> names;
   MCD_RETURN_IF_ERROR(redis.Scan(keys.Server("*"), 1000, [&](const std::vector<RedisValue>& page) {
     for (const RedisValue& key : page) names.push_back(key.str);
     return Status::Ok();
   }));
   std::sort(names.begin(), names.end());
-  std::vector<std::map<std::string, std::string>> out;
+  std::vector<HeartbeatRecord> out;
   for (const std::string& key : names) {
     MCD_ASSIGN_OR_RETURN(RedisValue all, redis.Command({"HGETALL", key}));
     if (all.type == RedisValue::Type::kError) continue;  // not a hash: not a heartbeat
-    auto fields = FieldMap(all);
-    if (fields.empty() || fields["instance"].empty()) continue;
+    auto record = HeartbeatFromFields(FieldMap(all));
+    if (!record.ok() || record->instance.empty()) continue;  // no server wrote it
     // A SIGKILLed server's heartbeat lingers until its TTL: not live where that can be told.
-    if (!DeadHere(fields)) {
-      out.push_back(std::move(fields));
+    if (!DeadHere(*record)) {
+      out.push_back(std::move(record).value());
     } else if (dead != nullptr) {
-      dead->push_back(std::move(fields));
+      dead->push_back(std::move(record).value());
     }
   }
   return out;
 }
 
-Result<std::map<std::string, std::string>> ServerView::Refresh() {
+Result<HeartbeatRecord> ServerView::Refresh() {
   auto info = Read();
   if (info.ok()) Adopt(info.value());
   return info;
 }
 
 Status ServerView::Missing(const std::string& name, bool heartbeat, const std::string& settled) {
-  const std::string& sha = heartbeat ? settled : field("settled");
+  const std::string& sha = heartbeat ? settled : info_.settled;
   bool lost = false;  // Redis lacks the script: it is not the one the server settled in
   if (!sha.empty()) {
     MCD_ASSIGN_OR_RETURN(RedisValue exists, redis_.Command({"SCRIPT", "EXISTS", sha}));
@@ -102,7 +109,8 @@ Status ServerView::Missing(const std::string& name, bool heartbeat, const std::s
 Status ServerView::Missing(const std::string& name) {
   MCD_RETURN_IF_ERROR(redis_.Append({"MULTI"}));
   MCD_RETURN_IF_ERROR(redis_.Append({"EXISTS", opt_.keys.Tensor(name)}));
-  MCD_RETURN_IF_ERROR(redis_.Append({"HMGET", opt_.keys.Server(opt_.node), "instance", "settled"}));
+  MCD_RETURN_IF_ERROR(
+      redis_.Append({"HMGET", opt_.keys.Server(opt_.node), hb::kInstance, hb::kSettled}));
   MCD_RETURN_IF_ERROR(redis_.Append({"EXEC"}));
   Result<RedisValue> reply = RedisValue{};
   for (int i = 0; i < 4 && reply.ok(); ++i) reply = redis_.ReadReply();
@@ -117,20 +125,16 @@ Status ServerView::Missing(const std::string& name) {
   return Missing(name, !heartbeat[0].is_nil(), heartbeat[1].str);
 }
 
-std::string ServerView::field(const std::string& name) const {
-  auto it = info_.find(name);
-  return it == info_.end() ? std::string() : it->second;
-}
-
-void ServerView::Adopt(std::map<std::string, std::string> info) {
-  bool same = info["instance"] == info_["instance"] && info["pid"] == info_["pid"];
+void ServerView::Adopt(HeartbeatRecord info) {
+  bool same = known_ && info.instance == info_.instance && info.pid == info_.pid;
   info_ = std::move(info);
-  auto& hb = info_;
-  queue_ = hb["node_queue"].empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
+  known_ = true;
+  const HeartbeatRecord& hb = info_;
+  queue_ = hb.node_queue.empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
   if (!same) Watch();
-  if (!server_pin_ && !hb["pool_fd"].empty()) {
+  if (!server_pin_ && !hb.pool_fd.empty()) {
     // Not pinned (another PID namespace, a kernel before 5.3): the pool socket serves.
-    int64_t pid = std::strtoll(hb["pid"].c_str(), nullptr, 10);
+    int64_t pid = hb.pid;
     std::shared_ptr<const PinnedProcess> pinned = process_;
     if (!pinned) {
       auto opened = PinnedProcess::Open(pid, Identity());
@@ -144,29 +148,28 @@ void ServerView::Adopt(std::map<std::string, std::string> info) {
   // server instance): the prefetch is done, only the pin is of use.
   if (prefetched_) return;
   // "0:<hex of a cudaIpcMemHandle>,1:..." and "0:<hex of a cudaMemPoolPtrExportData>,..."
-  auto primers = [&hb](const char* field) {
+  auto primers = [](const std::string& items) {
     std::map<int, std::string> by_device;
-    for (const auto& [device, hex] : DeviceItems(hb[field])) {
+    for (const auto& [device, hex] : DeviceItems(items)) {
       auto bytes = HexDecode(hex);
       if (bytes.ok()) by_device[device] = std::move(bytes).value();
     }
     return by_device;
   };
-  auto pool_primers = primers("pool_primer");
+  auto pool_primers = primers(hb.pool_primer);
   pool_prefetch_.clear();
-  bool pool_socket = !hb["pool_socket"].empty();
+  bool pool_socket = !hb.pool_socket.empty();
   // "0:cuda_mempool,1:cuda_mempool,cpu:host_shm"
-  for (const auto& [device, kind] : DeviceItems(hb["allocator"])) {
+  for (const auto& [device, kind] : DeviceItems(hb.allocator)) {
     if (ParseIpcKind(kind) == IpcKind::kCudaMempool && pool_socket) {
       pool_prefetch_.push_back({device, PoolSourceFrom(device), std::move(pool_primers[device])});
     }
   }
-  ipc_prefetch_ = primers("ipc_primer");
+  ipc_prefetch_ = primers(hb.ipc_primer);
 }
 
 ProcessIdentity ServerView::Identity() {
-  return ProcessIdentity{std::strtoull(info_["pid_ino"].c_str(), nullptr, 10),
-                         std::strtoull(info_["pid_start"].c_str(), nullptr, 10)};
+  return ProcessIdentity{info_.pid_ino, info_.pid_start};
 }
 
 void ServerView::Watch() {
@@ -174,9 +177,9 @@ void ServerView::Watch() {
   process_.reset();
   dead_ = false;
   // Only a heartbeat of this boot and PID namespace names a process this one can look at.
-  local_ = !info_["pid_space"].empty() && info_["pid_space"] == PidSpace();
+  local_ = !info_.pid_space.empty() && info_.pid_space == PidSpace();
   if (!local_) return;
-  auto opened = PinnedProcess::Open(std::strtoll(info_["pid"].c_str(), nullptr, 10), Identity());
+  auto opened = PinnedProcess::Open(info_.pid, Identity());
   if (opened.ok()) {
     process_ = std::move(opened).value();
   } else {
@@ -184,25 +187,21 @@ void ServerView::Watch() {
   }
 }
 
-bool ServerView::DeadHere(const std::map<std::string, std::string>& heartbeat) {
-  auto field = [&](const char* name) {
-    auto it = heartbeat.find(name);
-    return it == heartbeat.end() ? std::string() : it->second;
-  };
-  if (field("pid_space").empty() || field("pid_space") != PidSpace()) return false;
-  int64_t pid = std::strtoll(field("pid").c_str(), nullptr, 10);
+bool ServerView::DeadHere(const HeartbeatRecord& heartbeat) {
+  if (heartbeat.pid_space.empty() || heartbeat.pid_space != PidSpace()) return false;
+  int64_t pid = heartbeat.pid;
   if (pid <= 0) return false;
   if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
   // A /proc entry this process may not read (hidepid) says nothing: not judged.
   if (ProcessStartTime(pid) == 0) return false;
-  return !ProcessAlive(pid, std::strtoull(field("pid_start").c_str(), nullptr, 10));
+  return !ProcessAlive(pid, heartbeat.pid_start);
 }
 
 Status ServerView::Alive() {
   if (!dead_ && local_) dead_ = process_ ? process_->Exited() : DeadHere(info_);
   if (!dead_) return Status::Ok();
   return Status(ErrorCode::kUnavailable,
-                "the mcd-serve of node '" + opt_.node + "' (pid " + info_["pid"] +
+                "the mcd-serve of node '" + opt_.node + "' (pid " + std::to_string(info_.pid) +
                     ") is not running: it was killed or crashed, and its heartbeat lingers "
                     "until it expires; start it again (a new one takes the node over at once)");
 }
@@ -211,8 +210,7 @@ bool ServerView::DiedWithin(int wait_ms) {
   // A killed server stays alive to its pidfd while the kernel tears its GPU context down (1.4 s
   // on an H100, 18 s on a busy one), but the kernel marks it exiting at once.
   if (!dead_ && local_) {
-    int64_t pid = std::strtoll(info_["pid"].c_str(), nullptr, 10);
-    dead_ = ProcessExiting(pid, std::strtoull(info_["pid_start"].c_str(), nullptr, 10));
+    dead_ = ProcessExiting(info_.pid, info_.pid_start);
   }
   if (!dead_ && local_ && process_) dead_ = process_->Exited(wait_ms);
   return !Alive().ok();
@@ -227,16 +225,15 @@ Status ServerView::EnsureAlive() {
 MappingRegistry::SourceOf ServerView::PoolSourceOf() {
   return [this](const std::string& owner, int device) -> Result<PoolSource> {
     // The heartbeat read at connect usually names the owner already: no round trip then.
-    if (info_["instance"] != owner || info_["pool_socket"].empty()) {
+    if (info_.instance != owner || info_.pool_socket.empty()) {
       MCD_ASSIGN_OR_RETURN(auto info, Read());
       Adopt(std::move(info));
     }
-    auto& info = info_;
-    if (info["instance"] != owner) {
+    if (info_.instance != owner) {
       return Status(ErrorCode::kUnavailable,
                     "the server instance " + owner + " that owns this tensor is gone");
     }
-    if (info["pool_socket"].empty()) {
+    if (info_.pool_socket.empty()) {
       return Status(ErrorCode::kUnavailable, "the server publishes no pool socket");
     }
     return PoolSourceFrom(device);
@@ -245,19 +242,19 @@ MappingRegistry::SourceOf ServerView::PoolSourceOf() {
 
 PoolSource ServerView::PoolSourceFrom(int device) {
   PoolSource source;
-  source.socket = info_["pool_socket"];
+  source.socket = info_.pool_socket;
   source.server = server_pin_;
-  source.server_pid = std::strtoll(info_["pid"].c_str(), nullptr, 10);
-  for (const auto& [d, fd] : DeviceItems(info_["pool_fd"])) {
+  source.server_pid = info_.pid;
+  for (const auto& [d, fd] : DeviceItems(info_.pool_fd)) {
     if (d == device) source.fd = std::atoi(fd.c_str());
   }
   return source;
 }
 
 void ServerView::PrefetchImports() {
-  if (prefetched_ || info_.empty()) return;
+  if (prefetched_ || !known_) return;
   prefetched_ = true;
-  const std::string& instance = info_["instance"];
+  const std::string& instance = info_.instance;
   for (auto& pool : pool_prefetch_) {
     MappingRegistry::Get().PrefetchPool(instance, pool.device, std::move(pool.source),
                                         std::move(pool.primer));

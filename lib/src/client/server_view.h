@@ -14,6 +14,7 @@
 #include "client/mapping_registry.h"
 #include "common/process.h"
 #include "memcuda/client.h"
+#include "memcuda/heartbeat.h"
 #include "memcuda/redis.h"
 
 namespace mcd {
@@ -22,26 +23,28 @@ class ServerView {
  public:
   ServerView(RedisConnection& redis, const ClientOptions& opt) : redis_(redis), opt_(opt) {}
 
-  // HGETALL of the heartbeat, or kUnavailable when no server is alive for the node.
-  Result<std::map<std::string, std::string>> Read();
+  // HGETALL of the heartbeat through its codec (HeartbeatFromFields), or kUnavailable when no
+  // server is alive for the node, or kUnexpectedReply naming a malformed field.
+  Result<HeartbeatRecord> Read();
   // The heartbeats of every live server on the Redis, sorted by node. A heartbeat that names a
-  // process of this host that is gone (DeadHere) is left out, and added to `dead` when given.
-  static Result<std::vector<std::map<std::string, std::string>>> Live(
-      RedisConnection& redis, const KeySpace& keys,
-      std::vector<std::map<std::string, std::string>>* dead = nullptr);
+  // process of this host that is gone (DeadHere) is left out, and added to `dead` when given;
+  // one without an instance, or with a malformed field, is no server's and left out.
+  static Result<std::vector<HeartbeatRecord>> Live(RedisConnection& redis, const KeySpace& keys,
+                                                   std::vector<HeartbeatRecord>* dead = nullptr);
   // Whether `heartbeat` names a server process that is known to be gone, where this process can
   // tell: one of its boot and PID namespace (pid_space) whose pid is free, taken by another
   // process, or a zombie's. One whose /proc entry this process may not read is not judged.
-  static bool DeadHere(const std::map<std::string, std::string>& heartbeat);
-  Result<std::map<std::string, std::string>> Parse(const RedisValue& all);
+  static bool DeadHere(const HeartbeatRecord& heartbeat);
+  // Read's answer from its HGETALL reply `all`, which the caller sent.
+  Result<HeartbeatRecord> Parse(const RedisValue& all);
   // Takes `info` as the node's heartbeat and prepares, here where it is read rather than on a
   // first Get's path, what a first Get needs of it: the server pinned for copying its pools'
   // descriptors (a pidfd_open and an fstat, ~15-30 us in a fresh process on the H100 hosts),
   // and each device's pool source and primer, parsed and decoded.
-  void Adopt(std::map<std::string, std::string> info);
+  void Adopt(HeartbeatRecord info);
   // Read, then Adopt: after the command socket failed, a server that took the node over names
   // its own socket.
-  Result<std::map<std::string, std::string>> Refresh();
+  Result<HeartbeatRecord> Refresh();
   // What a tensor hash found missing means, from the heartbeat read in the same atomic step
   // (`heartbeat`: whether there was one, `settled`: its settled field): kNotFound, unless Redis
   // lacks the script that field names, which a server loads once it has put its hashes back
@@ -64,9 +67,9 @@ class ServerView {
   // Alive, or, when the server it knew has died, the heartbeat read again: a server that took
   // the node over is alive.
   Status EnsureAlive();
-  // A field of the heartbeat as last read ("" when absent or never read).
-  std::string field(const std::string& name) const;
-  bool known() const { return !info_.empty(); }
+  // The heartbeat as last read (all empty before the first).
+  const HeartbeatRecord& heartbeat() const { return info_; }
+  bool known() const { return known_; }
   // The list to push commands onto: the node's own when its server names one (node_queue), the
   // shared one for a server that has none (an older version). Set by Adopt.
   const std::string& queue() const { return queue_; }
@@ -90,7 +93,8 @@ class ServerView {
 
   RedisConnection& redis_;
   const ClientOptions& opt_;
-  std::map<std::string, std::string> info_;  // the node's heartbeat, as last read
+  HeartbeatRecord info_;  // the node's heartbeat, as last read
+  bool known_ = false;    // one was read
   std::string queue_ = opt_.keys.queue;
   std::shared_ptr<const PinnedProcess> server_pin_;  // process_ where its pools may be copied
   std::shared_ptr<const PinnedProcess> process_;     // the server process, where local_

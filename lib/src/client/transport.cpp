@@ -85,7 +85,7 @@ Result<TensorRecord> Transport::Request(Command cmd) {
 Result<bool> Transport::SocketReady() {
   if (cmd_fd_) return true;
   if (!opt_.command_socket || !server_.known()) return false;
-  std::string path = server_.field("command_socket");
+  const std::string& path = server_.heartbeat().command_socket;
   if (path.empty() || path == socket_refused_) return false;
   auto fd = ConnectUnix(path, opt_.timeout_ms, "command socket");
   if (!fd.ok()) {
@@ -94,8 +94,8 @@ Result<bool> Transport::SocketReady() {
   }
   // A command carries what it creates or frees, and its reply names the memory this process
   // then writes: only the heartbeat's own server, of a trusted user, gets it.
-  int64_t pid = std::strtoll(server_.field("pid").c_str(), nullptr, 10);
-  MCD_RETURN_IF_ERROR(CheckServerPeer(fd->get(), pid, "the command socket " + path));
+  MCD_RETURN_IF_ERROR(
+      CheckServerPeer(fd->get(), server_.heartbeat().pid, "the command socket " + path));
   cmd_fd_ = std::move(fd).value();
   return true;
 }
@@ -173,7 +173,7 @@ std::optional<Result<TensorRecord>> Transport::SocketRequest(const Outgoing& out
   }
 }
 
-Result<std::map<std::string, std::string>> Transport::RefreshServer() {
+Result<HeartbeatRecord> Transport::RefreshServer() {
   socket_buf_.clear();
   return server_.Refresh();
 }

@@ -54,7 +54,7 @@ class Transport {
   // connection before): then nothing reached it.
   std::optional<Result<TensorRecord>> SocketRequest(const Outgoing& out);
   // The node's heartbeat read again after the command socket failed.
-  Result<std::map<std::string, std::string>> RefreshServer();
+  Result<HeartbeatRecord> RefreshServer();
   // Pushes a command and waits for its reply: LPUSH and BLPOP go out in one write.
   Result<TensorRecord> QueueRequest(const Outgoing& out);
   // No reply in time. A command the server has not taken yet is taken back off the queue, so

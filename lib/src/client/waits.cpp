@@ -11,6 +11,7 @@
 
 #include "memcuda/client.h"
 #include "memcuda/events.h"
+#include "memcuda/heartbeat.h"
 
 namespace mcd {
 
@@ -85,8 +86,8 @@ Result<std::unique_ptr<EventStream>> OpenEvents(Client& client) {
 Status Client::CanWait() {
   // The node's server must write events, or a wait would block to its end for nothing.
   MCD_ASSIGN_OR_RETURN(auto info, ServerInfo());
-  auto kept = info.find("event_history");
-  if (kept == info.end() || kept->second.empty() || kept->second == "0") {
+  MCD_ASSIGN_OR_RETURN(HeartbeatRecord heartbeat, HeartbeatFromFields(info));
+  if (heartbeat.event_history == 0) {
     return Status(ErrorCode::kUnavailable,
                   "the server of node '" + options().node +
                       "' keeps no lifecycle events (mcd-serve --event-history), which waits need");

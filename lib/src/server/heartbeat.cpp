@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "common/log.h"
+#include "memcuda/heartbeat.h"
 #include "common/process.h"
 #include "redis/lua_scripts.h"
 #include "server/commit_pipeline.h"
@@ -14,10 +15,16 @@
 
 namespace mcd {
 
-Heartbeat::Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices,
-                     const TensorTable& table, const OutcomeLog& outcomes)
-    : opt_(opt),
+HeartbeatOptions HeartbeatOptions::Of(const ServerOptions& opt) {
+  return HeartbeatOptions{opt.node, opt.keys, opt.redis_url, opt.heartbeat_ttl_s,
+                          opt.event_history};
+}
+
+Heartbeat::Heartbeat(HeartbeatOptions opt, std::string instance, StopSignal& stop,
+                     DeviceSet& devices, const TensorTable& table, const OutcomeLog& outcomes)
+    : opt_(std::move(opt)),
       instance_(std::move(instance)),
+      stop_(stop),
       devices_(devices),
       table_(table),
       outcomes_(outcomes) {
@@ -62,8 +69,46 @@ Status Heartbeat::Claim(RedisConnection& conn) {
                     "' keeps changing hands: are other mcd-serve starting?");
 }
 
+HeartbeatRecord Heartbeat::Record() {
+  HeartbeatRecord r;
+  r.instance = instance_;
+  r.pid = getpid();
+  r.pid_start = pid_start_;
+  r.pid_ino = pid_ino_;
+  r.pid_space = PidSpace();
+  r.node = opt_.node;
+  r.devices = devices_.devices_text();
+  r.allocator = devices_.allocator_text();
+  r.pool_socket = pool_socket_;
+  r.pool_fd = devices_.PoolFdText();
+  r.ipc_primer = devices_.PrimerText(IpcKind::kCudaIpc);
+  r.pool_primer = devices_.PrimerText(IpcKind::kCudaMempool);
+  r.command_socket = command_socket_;
+  r.ucx_address = ucx_address_;
+  r.ucx_version = ucx_version_;
+  r.node_copies = node_copies_;
+  r.pool_used = pool_used_.load();
+  r.ready_bytes = devices_.ReadyBytes();
+  r.slab_bytes = devices_.SlabBytes();
+  r.slab_free_bytes = devices_.SlabFreeBytes();
+  r.started_ms = started_ms_;
+  r.queue = opt_.keys.queue;
+  r.node_queue = opt_.keys.NodeQueue(opt_.node);
+  r.version = "1";
+  r.event_history = opt_.event_history;
+  r.tensors = table_.count();
+  r.tensor_bytes = table_.bytes();
+  r.commands_ok = outcomes_.ok();
+  r.settled = settled();
+  r.errors = outcomes_.Errors();
+  for (const auto& [code, n] : r.errors) r.commands_failed += n;
+  for (size_t op = 0; op < OutcomeLog::kTimedOps.size(); ++op)
+    r.latency.emplace_back(OutcomeLog::kTimedOps[op], outcomes_.LatencyText(op));
+  return r;
+}
+
 Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& conn,
-                                                          const std::string& replace) {
+                                                              const std::string& replace) {
   std::vector<std::string> args = {"EVAL",
                                    kHeartbeatScript,
                                    "2",
@@ -71,78 +116,12 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
                                    opt_.keys.Events(),
                                    instance_,
                                    replace,
-                                   std::to_string(opt_.heartbeat_ttl_s),
+                                   std::to_string(opt_.ttl_s),
                                    std::to_string(opt_.event_history),
-                                   owned_ ? "1" : "",
-                                   "instance",
-                                   instance_,
-                                   "pid",
-                                   std::to_string(getpid()),
-                                   "pid_start",
-                                   std::to_string(pid_start_),
-                                   "pid_ino",
-                                   pid_ino_ != 0 ? std::to_string(pid_ino_) : "",
-                                   "pid_space",
-                                   PidSpace(),
-                                   "node",
-                                   opt_.node,
-                                   "devices",
-                                   devices_.devices_text(),
-                                   "allocator",
-                                   devices_.allocator_text(),
-                                   "pool_socket",
-                                   pool_socket_,
-                                   "pool_fd",
-                                   devices_.PoolFdText(),
-                                   "ipc_primer",
-                                   devices_.PrimerText(IpcKind::kCudaIpc),
-                                   "pool_primer",
-                                   devices_.PrimerText(IpcKind::kCudaMempool),
-                                   "command_socket",
-                                   command_socket_,
-                                   "ucx_address",
-                                   ucx_address_,
-                                   "ucx_version",
-                                   ucx_version_,
-                                   "node_copies",
-                                   node_copies_,
-                                   "pool_used",
-                                   std::to_string(pool_used_.load()),
-                                   "ready_bytes",
-                                   std::to_string(devices_.ReadyBytes()),
-                                   "slab_bytes",
-                                   std::to_string(devices_.SlabBytes()),
-                                   "slab_free_bytes",
-                                   std::to_string(devices_.SlabFreeBytes()),
-                                   "started",
-                                   std::to_string(started_ms_),
-                                   "queue",
-                                   opt_.keys.queue,
-                                   "node_queue",
-                                   opt_.keys.NodeQueue(opt_.node),
-                                   "version",
-                                   "1",
-                                   "event_history",
-                                   std::to_string(opt_.event_history),
-                                   "tensors",
-                                   std::to_string(table_.count()),
-                                   "tensor_bytes",
-                                   std::to_string(table_.bytes()),
-                                   "commands_ok",
-                                   std::to_string(outcomes_.ok()),
-                                   "settled",
-                                   settled()};
-  uint64_t failed = 0;
-  for (const auto& [code, n] : outcomes_.Errors()) {
-    failed += n;
-    args.push_back("errors_" + code);
-    args.push_back(std::to_string(n));
-  }
-  args.push_back("commands_failed");
-  args.push_back(std::to_string(failed));
-  for (size_t op = 0; op < OutcomeLog::kTimedOps.size(); ++op) {
-    args.push_back(std::string("latency_") + OutcomeLog::kTimedOps[op]);
-    args.push_back(outcomes_.LatencyText(op));
+                                   owned_ ? "1" : ""};
+  for (auto& [field, value] : HeartbeatFields(Record())) {
+    args.push_back(std::move(field));
+    args.push_back(std::move(value));
   }
   std::vector<std::string_view> argv(args.begin(), args.end());
   // An error reply (OOM under maxmemory, say) is a failure too, not only a lost connection.
@@ -195,7 +174,7 @@ void Heartbeat::Run() {
   std::function<void(RedisConnection&)> on_stop;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait(lock, [this] { return started_ || stop_.load(); });
+    wake_.wait(lock, [this] { return started_ || quit_; });
     if (!started_) return;  // stopped before it served: nothing to wake
     on_stop = std::move(on_stop_);
   }
@@ -221,11 +200,9 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
     if (c.ok()) conn = std::move(c).value();
     return conn && conn->connected();
   };
-  auto interval = std::chrono::milliseconds(std::max(200, opt_.heartbeat_ttl_s * 1000 / 4));
+  auto interval = std::chrono::milliseconds(std::max(200, opt_.ttl_s * 1000 / 4));
   Recurring failed;
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_) {
-    lock.unlock();
+  while (!stop_.requested()) {
     if (devices_.has_pool_socket()) pool_used_ = devices_.PoolUsedBytes();
     if (connect()) {
       auto written = Write(*conn);
@@ -234,14 +211,17 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         // paused), and another one took the node over and removed this one's hashes as
         // stale: stop serving, and leave the keys alone, which are the other one's now.
         const NodeHolder& holder = **written;
-        lock.lock();
-        node_lost_ =
+        std::string lost =
             "another mcd-serve (pid " + std::to_string(holder.pid) + ", instance " +
             holder.instance + ") took node '" + opt_.node +
             "' over while this one was not heard from for " +
             "longer than its heartbeat TTL; this one stops and leaves that one's keys alone";
-        Log(LogLevel::kError, node_lost_);
-        stop_ = true;
+        Log(LogLevel::kError, lost);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          node_lost_ = std::move(lost);
+        }
+        stop_.Request();  // after node_lost_, which the serving loop reads once it sees the stop
         break;
       }
       if (written.ok()) CheckSettled(*conn);
@@ -256,10 +236,8 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
         failed.Over();
       }
     }
-    lock.lock();
-    wake_.wait_for(lock, interval, [this] { return stop_.load(); });
+    stop_.WaitFor(interval);
   }
-  lock.unlock();
   if (connect()) on_stop(*conn);
 }
 
@@ -298,16 +276,13 @@ std::string Heartbeat::settled() {
   return settled_;
 }
 
-void Heartbeat::RequestStop() {
+void Heartbeat::Stop() {
+  stop_.Request();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    quit_ = true;
   }
   wake_.notify_all();
-}
-
-void Heartbeat::Stop() {
-  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -318,8 +293,12 @@ std::string Heartbeat::node_lost() {
 
 void Heartbeat::Remove(RedisConnection& conn) {
   if (!owned_ || !conn.connected()) return;
-  auto command = DeleteIfCommand(opt_, opt_.keys.Server(opt_.node), "instance", instance_,
-                                 CommitEvent{"server_stop", getpid()}, "");
+  ServerOptions server;  // what DeleteIfCommand reads of the server's options
+  server.node = opt_.node;
+  server.keys = opt_.keys;
+  server.event_history = opt_.event_history;
+  auto command = DeleteIfCommand(server, opt_.keys.Server(opt_.node), heartbeat_field::kInstance,
+                                 instance_, CommitEvent{"server_stop", getpid()}, "");
   (void)conn.Command(std::vector<std::string_view>(command.begin(), command.end()));
 }
 

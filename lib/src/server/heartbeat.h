@@ -1,8 +1,8 @@
 // The node's heartbeat (<prefix>:server:<node>): claimed at start (refused while another live
 // instance holds the node), then rewritten by a thread every TTL/4 with what clients read from
-// it (sockets, primers, pool descriptors) and the server's counters. Also where the server's
-// stop is signalled: the heartbeat thread is what notices a node taken over, and what wakes the
-// main connection's blocking take when the server stops.
+// it (sockets, primers, pool descriptors) and the server's counters, until the server's stop
+// (StopSignal). The heartbeat thread is what notices a node taken over (it asks for the stop
+// then), and what wakes the main connection's blocking take when the server stops.
 #pragma once
 
 #include <atomic>
@@ -14,19 +14,33 @@
 #include <string>
 #include <thread>
 
+#include "memcuda/heartbeat.h"
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
 #include "server/device_set.h"
 #include "server/outcome_log.h"
+#include "server/stop_signal.h"
 #include "server/tensor_table.h"
 
 namespace mcd {
 
+// The server's options the heartbeat reads.
+struct HeartbeatOptions {
+  std::string node;
+  KeySpace keys;
+  RedisUrl redis_url;  // for the heartbeat thread's own connection
+  int ttl_s = 5;
+  uint64_t event_history = 0;  // the event stream's cap
+  static HeartbeatOptions Of(const ServerOptions& opt);
+};
+
 class Heartbeat {
  public:
   // Starts the heartbeat thread, named ThreadName(instance) from before the first claim, which
-  // waits for Start() to write.
-  Heartbeat(const ServerOptions& opt, std::string instance, DeviceSet& devices,
+  // waits for Start() to write, and then beats until `stop` is asked.
+  // `devices`, `table` and `outcomes` are what it publishes: served devices, primers, pool
+  // descriptors and byte counts, and the counters.
+  Heartbeat(HeartbeatOptions opt, std::string instance, StopSignal& stop, DeviceSet& devices,
             const TensorTable& table, const OutcomeLog& outcomes);
   ~Heartbeat() { Stop(); }
   Heartbeat(const Heartbeat&) = delete;
@@ -50,13 +64,12 @@ class Heartbeat {
   // The name of instance `instance`'s heartbeat thread, which anyone on the machine may read in
   // /proc: a heartbeat keeps the node only while the process it names has it.
   static std::string ThreadName(const std::string& instance);
-  // Lets the thread rewrite the heartbeat. `on_stop` runs on that thread once a stop is asked or
-  // the node was lost, with a connection to Redis: it wakes the main thread's blocking take.
+  // Lets the thread rewrite the heartbeat. `on_stop` runs on that thread once the stop is asked
+  // (the node lost asks it too), with a connection to Redis: it wakes the main thread's blocking
+  // take.
   void Start(std::function<void(RedisConnection&)> on_stop);
-  // Thread-safe; wakes the heartbeat thread at once.
-  void RequestStop();
-  bool stopping() const { return stop_.load(); }
-  // Asks for the stop and waits for the thread. Idempotent.
+  // Ends the thread: asks for the server's stop, which the thread beats until, and waits for it.
+  // Idempotent.
   void Stop();
   // Why the node was lost to another instance ("" when it was not).
   std::string node_lost();
@@ -86,6 +99,8 @@ class Heartbeat {
   // Why `holder` cannot be a live server ("" when it may be): a heartbeat anyone may have
   // written to Redis must not keep the node from being served.
   static std::string Stale(const NodeHolder& holder);
+  // The heartbeat as this instance writes it now.
+  HeartbeatRecord Record();
   // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
   // then nothing is written, and that instance is returned.
   Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");
@@ -96,8 +111,9 @@ class Heartbeat {
   void CheckSettled(RedisConnection& conn);
   std::string settled();
 
-  const ServerOptions& opt_;
+  const HeartbeatOptions opt_;
   const std::string instance_;
+  StopSignal& stop_;
   DeviceSet& devices_;
   const TensorTable& table_;
   const OutcomeLog& outcomes_;
@@ -112,9 +128,9 @@ class Heartbeat {
   std::atomic<uint64_t> pool_used_{0};
   std::atomic<bool> owned_{false};  // claimed: later writes that find no heartbeat reclaim
 
-  std::atomic<bool> stop_{false};
   std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_;  // Start() or Stop() for a thread not started yet
+  bool quit_ = false;             // under mutex_: Stop() came
   std::string node_lost_;  // under mutex_
   std::string settled_;    // under mutex_: the SHA of the script MarkSettled loaded last
   std::atomic<bool> settled_lost_{false};  // written under mutex_

@@ -5,6 +5,7 @@
 
 #include "alloc/allocator.h"
 #include "common/log.h"
+#include "memcuda/heartbeat.h"
 #include "protocol/text.h"
 
 namespace mcd {
@@ -46,8 +47,10 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                    ": a copy has its dtype and shape");
   }
   source.ctime_ms = std::strtoll(f.elements[2].str.c_str(), nullptr, 10);
-  MCD_ASSIGN_OR_RETURN(RedisValue server, redis_.Command({"HMGET", opt_.keys.Server(source.node), "instance",
-                                                         "ucx_address", "ucx_version"}));
+  MCD_ASSIGN_OR_RETURN(RedisValue server, redis_.Command({"HMGET", opt_.keys.Server(source.node),
+                                                         heartbeat_field::kInstance,
+                                                         heartbeat_field::kUcxAddress,
+                                                         heartbeat_field::kUcxVersion}));
   if (server.elements.size() != 3 || server.elements[0].is_nil()) {
     return Status(ErrorCode::kUnavailable, "tensor '" + name + "' lives on node '" + source.node +
                                                "', which has no live server");

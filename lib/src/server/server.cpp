@@ -9,7 +9,8 @@
 //   commit_pipeline.h every change committed to Redis by one script call, pipelined
 //   tensor_table.h    the tensors held, by name
 //   device_set.h      workers, allocators and the pool socket of each device
-//   heartbeat.h       the node's claim and heartbeat, and the stop signal
+//   heartbeat.h       the node's claim and heartbeat
+//   stop_signal.h     the server's stop, seen by the serving loop and the heartbeat thread
 //   node_copy.h       copies between nodes (over copy_service.h, UCX)
 //   startup.h         the clean-up after dead instances
 #include "memcuda/server.h"
@@ -42,6 +43,7 @@
 #include "server/replies.h"
 #include "server/resettle.h"
 #include "server/startup.h"
+#include "server/stop_signal.h"
 #include "server/tensor_table.h"
 
 namespace mcd {
@@ -64,7 +66,7 @@ class Server::Impl {
  private:
   // After connecting (and reconnecting): the commit script.
   Status Prepare();
-  bool stopping() const { return heartbeat_->stopping(); }
+  bool stopping() const { return stop_.requested(); }
   // The path given (--pool-socket, --command-socket), or one of this instance in the runtime
   // folder: <kind>-<node>-<instance>.sock.
   Result<std::string> SocketPath(const std::string& given, const char* kind) const;
@@ -91,6 +93,7 @@ class Server::Impl {
   std::unique_ptr<DeviceSet> devices_;
   TensorTable table_;
   OutcomeLog outcomes_;
+  StopSignal stop_;
   std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<Intake> intake_;
   std::unique_ptr<QueueRelay> relay_;
@@ -127,7 +130,8 @@ Status Server::Impl::Start() {
 
   // Host memory is always served; GPUs as asked (all by default).
   MCD_ASSIGN_OR_RETURN(devices_, DeviceSet::Open(opt_, shm_prefix_ + instance_ + "-"));
-  heartbeat_ = std::make_unique<Heartbeat>(opt_, instance_, *devices_, table_, outcomes_);
+  heartbeat_ = std::make_unique<Heartbeat>(HeartbeatOptions::Of(opt_), instance_, stop_, *devices_,
+                                           table_, outcomes_);
   RedisOptions ropt;
   ropt.command_timeout_ms = 10000;
   MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
@@ -380,9 +384,7 @@ void Server::Impl::Housekeeping() {
   devices_->TrimReadyStock();
 }
 
-void Server::Impl::RequestStop() {
-  if (heartbeat_) heartbeat_->RequestStop();
-}
+void Server::Impl::RequestStop() { stop_.Request(); }
 
 void Server::Impl::Shutdown() {
   if (shut_down_) return;

@@ -33,12 +33,12 @@ local function answer(out)
 end
 local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount', 'node', 'epoch')
 if not f[1] then
-  local hb = redis.call('HMGET', KEYS[2], 'instance', 'settled')
+  local hb = redis.call('HMGET', KEYS[2], HB_INSTANCE, HB_SETTLED)
   return answer({'missing', hb[1] or '', hb[2] or ''})
 end
 if f[4] ~= ARGV[2] then return answer({'wrong_node', f[4]}) end
 if f[1] ~= 'ready' then return answer({'not_ready', f[1]}) end
-local server = redis.call('HMGET', KEYS[2], 'instance', 'event_history')
+local server = redis.call('HMGET', KEYS[2], HB_INSTANCE, HB_EVENT_HISTORY)
 if server[1] ~= f[2] then return answer({'gone'}) end
 if release and ARGV[8] ~= '*' and ARGV[8] ~= (f[5] or '') then
   return answer({'forgotten', redis.call('HMGET', KEYS[1], unpack(ARGV, 9))})
