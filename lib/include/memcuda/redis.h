@@ -167,9 +167,22 @@ class MCD_API RedisConnection {
 };
 
 // Convenience accessors that turn wrong reply types into kUnexpectedReply.
+// What Redis's error reply `reply` says, by its first word: the one reading of Redis's refusals,
+// which RedisErrorStatus and the server's handling of a refused commit share.
+enum class RedisRefusal {
+  kPasses,        // a state that passes: LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, READONLY
+  kNoPermission,  // NOPERM (also inside a script's error): the user's ACL, which may be changed
+  kNoScript,      // NOSCRIPT: Redis lost its scripts (a restart, SCRIPT FLUSH) until loaded again
+  kWrongType,     // WRONGTYPE
+  kAuth,          // NOAUTH, WRONGPASS
+  kOther,
+};
+MCD_API RedisRefusal ClassifyRedisError(std::string_view reply);
+
 // The status of Redis's error reply `reply` to `command`: kTryAgain for the states that pass
-// (LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN), with what to do; kUnexpectedReply for
-// WRONGTYPE; kAuthFailed for NOAUTH and WRONGPASS; kRedisError for the rest.
+// (LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, READONLY), with what to do;
+// kPermissionDenied for NOPERM; kUnexpectedReply for WRONGTYPE; kAuthFailed for NOAUTH and
+// WRONGPASS; kRedisError for the rest.
 MCD_API Status RedisErrorStatus(std::string_view command, std::string_view reply);
 
 // The field/value pairs of an HGETALL reply as a map (empty for a missing hash).

@@ -552,29 +552,40 @@ Result<RedisValue> RedisConnection::ReadCommandReply(std::string_view command) {
   return value;
 }
 
-Status RedisErrorStatus(std::string_view command, std::string_view reply) {
-  std::string text = "Redis " + std::string(command) + ": " + std::string(reply);
+RedisRefusal ClassifyRedisError(std::string_view reply) {
   // Redis's error replies start with a word in capitals, then a space.
   auto starts = [&](std::string_view word) {
     return reply.substr(0, word.size()) == word &&
            (reply.size() == word.size() || reply[word.size()] == ' ');
   };
-  if (starts("WRONGTYPE")) return Status(ErrorCode::kUnexpectedReply, text);
-  if (starts("NOAUTH") || starts("WRONGPASS")) return Status(ErrorCode::kAuthFailed, text);
+  if (starts("WRONGTYPE")) return RedisRefusal::kWrongType;
+  if (starts("NOAUTH") || starts("WRONGPASS")) return RedisRefusal::kAuth;
   // Also inside a script's error ("ERR ... NOPERM ..."), as Redis words it for a key a
   // script touches.
-  if (starts("NOPERM") || reply.find("NOPERM") != std::string_view::npos) {
-    return Status(ErrorCode::kPermissionDenied,
-                  text + " (this Redis user's ACL does not cover these keys or commands: check "
-                         "its key patterns against --prefix and --queue)");
-  }
+  if (reply.find("NOPERM") != std::string_view::npos) return RedisRefusal::kNoPermission;
   for (std::string_view passing :
        {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY"}) {
-    if (starts(passing)) {
+    if (starts(passing)) return RedisRefusal::kPasses;
+  }
+  if (starts("NOSCRIPT")) return RedisRefusal::kNoScript;
+  return RedisRefusal::kOther;
+}
+
+Status RedisErrorStatus(std::string_view command, std::string_view reply) {
+  std::string text = "Redis " + std::string(command) + ": " + std::string(reply);
+  switch (ClassifyRedisError(reply)) {
+    case RedisRefusal::kWrongType: return Status(ErrorCode::kUnexpectedReply, text);
+    case RedisRefusal::kAuth: return Status(ErrorCode::kAuthFailed, text);
+    case RedisRefusal::kNoPermission:
+      return Status(ErrorCode::kPermissionDenied,
+                    text + " (this Redis user's ACL does not cover these keys or commands: check "
+                           "its key patterns against --prefix and --queue)");
+    case RedisRefusal::kPasses:
       return Status(ErrorCode::kTryAgain,
                     text + " (Redis is loading its data, busy or failing over; nothing changed: "
                            "try again in a moment)");
-    }
+    case RedisRefusal::kNoScript:
+    case RedisRefusal::kOther: break;
   }
   return Status(ErrorCode::kRedisError, text);
 }

@@ -10,95 +10,73 @@
 
 namespace mcd {
 
-CommandApplier::CommandApplier(const ServerOptions& opt, std::string instance,
-                               RedisConnection& redis, CommitPipeline& pipeline, Intake& intake,
+CommandApplier::CommandApplier(ApplierOptions opt, CommitPipeline& pipeline, Intake& intake,
                                TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes,
                                NodeCopier& copier)
-    : opt_(opt),
-      instance_(std::move(instance)),
-      processing_key_(opt.keys.Processing(opt.node)),
-      redis_(redis),
+    : opt_(std::move(opt)),
       pipeline_(pipeline),
       intake_(intake),
       table_(table),
       devices_(devices),
       outcomes_(outcomes),
       copier_(copier),
-      responder_(opt, redis, pipeline, intake) {}
+      responder_(opt_.keys.Processing(opt_.node), pipeline, intake) {}
 
-void CommandApplier::ProcessBatch(std::vector<Intake::Incoming> commands) {
+void CommandApplier::ProcessBatch(std::vector<Request> requests) {
   std::vector<std::string> touched;
   bool from_socket = false;
-  for (Intake::Incoming& in : commands) {
-    responder_.set_route(Route{});
-    if (in.conn != 0) {
-      from_socket = true;
-      responder_.set_route(intake_.NewRoute(in.conn));
-      if (in.overlong) {
-        Status status(ErrorCode::kTooLarge, "command line is over the limit of " +
-                                                std::to_string(kMaxCommandBytes) +
-                                                " bytes; the connection is closed");
-        intake_.Answer(responder_.route(), ErrorReplyJson("", nullptr, status));
-        outcomes_.Record("invalid", "", status, Clock::now(), "via=socket");
-        intake_.CloseConnection(in.conn);
-        continue;
-      }
+  for (Request& request : requests) {
+    from_socket = from_socket || request.route.socket();
+    if (request.overlong) {
+      Status status(ErrorCode::kTooLarge, "command line is over the limit of " +
+                                              std::to_string(kMaxCommandBytes) +
+                                              " bytes; the connection is closed");
+      intake_.Answer(request.route, ErrorReplyJson("", nullptr, status));
+      outcomes_.Record("invalid", "", status, Clock::now(), "via=socket");
+      intake_.CloseConnection(request.route.conn);
+      continue;
     }
-    const std::string& raw = in.line;
-    std::string req;
-    auto parsed = ParseCommand(raw, &req);
-    if (parsed.ok() && in.conn == 0 && parsed->sent_ms > 0) outcomes_.RecordQueueWait(NowMs() - parsed->sent_ms);
+    const Result<Command>& parsed = request.parsed;
+    if (parsed.ok() && !request.route.socket() && parsed->sent_ms > 0)
+      outcomes_.RecordQueueWait(NowMs() - parsed->sent_ms);
     if (parsed.ok()) {
       if (std::find(touched.begin(), touched.end(), parsed->name) != touched.end()) {
         pipeline_.Flush();
         pipeline_.Drain();
         touched.clear();
       } else if (pipeline_.IsDue(parsed->name)) {
-        pipeline_.Drain();
+        pipeline_.Drain();  // its result decides what this command finds
       }
       touched.push_back(parsed->name);
     }
-    Handle(raw, parsed, req);
+    Handle(request);
   }
   intake_.set_last_from_socket(from_socket);
-  responder_.set_route(Route{});
   pipeline_.Flush();
 }
 
-void CommandApplier::Settle(Pending& pending, Result<CommitResult> result) {
-  Route previous = responder_.route();
-  responder_.set_route(pending.route);  // where the result's handling answers
-  const Route& route = pending.route;
-  bool socket = route.socket();
-  if (socket && result.ok() && result->kind == CommitResult::kOk) {
-    intake_.Answer(route, CommitPipeline::SocketReply(pending, *result));
-  }
-  Status failed = result.ok() ? Status::Ok() : result.status();
-  if (pending.done) pending.done(std::move(result));
-  if (socket && intake_.Waiting(route)) {
-    // Not answered by the handling: the commit got no answer from Redis (the connection broke).
-    Status unknown(
-        failed.ok() ? ErrorCode::kInternal : failed.code(),
-        "the server lost Redis before the change was confirmed, so it may or may not have "
-        "taken effect: check with mcd-ls before repeating it (" +
-            failed.message() + ")");
-    intake_.Answer(route, ErrorReplyJson(pending.req, nullptr, unknown));
-  }
-  responder_.set_route(previous);
+template <typename Then>
+void CommandApplier::Queue(Pending pending, Request& request, Then then) {
+  // The request moves into the continuation: its strings are not copied on their way.
+  pending.done = [this, request = std::move(request), then = std::move(then)](
+                     Pending& p, Result<CommitResult> committed) mutable {
+    responder_.Committed(p, std::move(committed),
+                         [&](Result<CommitResult> r) { then(request, std::move(r)); });
+  };
+  pipeline_.Queue(std::move(pending));
 }
 
 Status CommandApplier::ResumeUnfinished() {
   // Commands taken from the queue but not committed (by a previous instance of this node, or
   // before a lost connection), oldest first. A committed command is no longer in the list.
-  MCD_ASSIGN_OR_RETURN(RedisValue left, redis_.Command({"LRANGE", processing_key_, "0", "-1"}));
-  std::vector<Intake::Incoming> commands;
+  MCD_ASSIGN_OR_RETURN(RedisValue left, pipeline_.Command({"LRANGE", opt_.keys.Processing(opt_.node), "0", "-1"}));
+  std::vector<Request> requests;
   for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) {
-    if (!intake_.IsWakeMarker(it->str))
-      commands.push_back(Intake::Incoming{0, std::move(it->str), false});
+    if (!intake_.IsWakeMarker(it->str)) requests.push_back(Intake::FromList(std::move(it->str)));
   }
-  if (!commands.empty())
-    Log(LogLevel::kInfo, "resuming " + std::to_string(commands.size()) + " unfinished command(s)");
-  ProcessBatch(std::move(commands));
+  if (!requests.empty())
+    Log(LogLevel::kInfo, "resuming " + std::to_string(requests.size()) + " unfinished command(s)");
+  ProcessBatch(std::move(requests));
   return Status::Ok();
 }
 
@@ -111,49 +89,47 @@ void CommandApplier::ResumeNow() {
   responder_.EndResume();
 }
 
-void CommandApplier::Handle(const std::string& raw, const Result<Command>& parsed,
-                            const std::string& req) {
+void CommandApplier::Handle(Request& request) {
   auto t0 = Clock::now();
-  if (!parsed.ok()) {
-    responder_.Fail(raw, req, nullptr, parsed.status());
-    outcomes_.Record("invalid", "", parsed.status(), t0);
+  if (!request.parsed.ok()) {
+    responder_.Fail(request, nullptr, request.parsed.status());
+    outcomes_.Record("invalid", "", request.parsed.status(), t0);
     return;
   }
-  const Command& cmd = parsed.value();
+  const Command& cmd = request.parsed.value();
   if (cmd.node && *cmd.node != opt_.node) {
-    if (!responder_.route().socket() && Forwarded(raw, *cmd.node)) {
+    if (!request.route.socket() && Forwarded(request.raw, *cmd.node)) {
       return outcomes_.Record(OpName(cmd.op), cmd.name, Status::Ok(), t0,
                               "forwarded_to=" + *cmd.node);
     }
     Status status(ErrorCode::kWrongNode, "command is for node '" + *cmd.node +
                                              "', which has no live server on this Redis (this "
                                              "server serves '" + opt_.node + "')");
-    responder_.Fail(raw, req, OpName(cmd.op), status);
+    responder_.Fail(request, OpName(cmd.op), status);
     outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
     return;
   }
   switch (cmd.op) {
     case Op::kCreate:
-      HandleCreate(raw, cmd);
+      HandleCreate(request);
       break;
     case Op::kGet:
-      HandleRefcount(raw, cmd, +1);
+      HandleRefcount(request, +1);
       break;
     case Op::kDelete:
-      HandleRefcount(raw, cmd, -1);
+      HandleRefcount(request, -1);
       break;
     case Op::kPublish:
-      HandlePublish(raw, cmd);
+      HandlePublish(request);
       break;
     case Op::kAbandon:
-      HandleAbandon(raw, cmd);
+      HandleAbandon(request);
       break;
   }
 }
 
 bool CommandApplier::Forwarded(const std::string& raw, const std::string& node) {
-  pipeline_.Drain();  // the connection is used here, outside the pipeline
-  auto forwarded = redis_.Command({"EVAL", kForwardScript, "3", opt_.keys.Processing(opt_.node),
+  auto forwarded = pipeline_.Command({"EVAL", kForwardScript, "3", opt_.keys.Processing(opt_.node),
                                    opt_.keys.NodeQueue(node), opt_.keys.Server(node), raw});
   if (!forwarded.ok()) {
     Log(LogLevel::kWarn, "forwarding a command to node '" + node + "': " + forwarded.status().ToString());
@@ -163,8 +139,7 @@ bool CommandApplier::Forwarded(const std::string& raw, const std::string& node) 
 }
 
 Status CommandApplier::MissingStatus(const std::string& name) {
-  pipeline_.Drain();
-  auto fields = redis_.Command({"HMGET", opt_.keys.Tensor(name), "node", "state", "owner"});
+  auto fields = pipeline_.Command({"HMGET", opt_.keys.Tensor(name), "node", "state", "owner"});
   if (!fields.ok()) return fields.status();
   auto entry = table_.find(name);
   if (fields->elements.size() == 3 && !fields->elements[0].is_nil()) {
@@ -213,7 +188,7 @@ TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
   record.state = cmd.fill ? "creating" : "ready";
   record.ctime_ms = NowMs();
   record.node = opt_.node;
-  record.owner = instance_;
+  record.owner = opt_.instance;
   record.lifetime = cmd.lifetime;
   record.creator_pid = cmd.pid;
   if (cmd.lifetime == Lifetime::kStack) {
@@ -224,10 +199,11 @@ TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
   return record;
 }
 
-void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
+void CommandApplier::HandleCreate(Request& request) {
   auto t0 = Clock::now();
+  const Command& cmd = request.parsed.value();
   auto fail = [&](const Status& status) {
-    responder_.Fail(raw, cmd.req, "create", status);
+    responder_.Fail(request, "create", status);
     outcomes_.Record("create", cmd.name, status, t0);
   };
   if (table_.find(cmd.name) != table_.end()) {
@@ -267,7 +243,6 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
   }
   std::optional<NodeCopier::Source> source;
   if (!cmd.copy_of.empty()) {
-    pipeline_.Drain();  // the copier reads Redis on this connection
     auto located = copier_.Locate(cmd);
     if (!located.ok()) return fail(located.status());
     source = std::move(located).value();
@@ -293,18 +268,19 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
     fields.push_back(std::move(value));
   }
   std::string reply = ReplyHeadJson(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
-  pipeline_.Queue(pipeline_.Make(
-      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset",
-      // A tensor being filled is announced when it is published, ready.
-      filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}, fields,
-      [this, raw, req = cmd.req, t0,
-       entry = std::move(entry)](Result<CommitResult> committed) mutable {
-        CreateCommitted(raw, req, std::move(entry), t0, std::move(committed));
-      }));
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset",
+                       // A tensor being filled is announced when it is published, ready.
+                       filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}, fields),
+        request,
+        [this, t0, entry = std::move(entry)](const Request& made,
+                                             Result<CommitResult> committed) mutable {
+          CreateCommitted(made, std::move(entry), t0, std::move(committed));
+        });
 }
 
-void CommandApplier::CreateCommitted(const std::string& raw, const std::string& req, Entry entry,
-                                     Clock::time_point t0, Result<CommitResult> committed) {
+void CommandApplier::CreateCommitted(const Request& request, Entry entry, Clock::time_point t0,
+                                     Result<CommitResult> committed) {
+  const std::string& req = request.req;
   const std::string name = entry.record.name;  // a copy: the entry may move into the table
   if (committed.ok() && committed->kind == CommitResult::kOk) {
     std::string detail = "device=" + DeviceName(entry.record.device) +
@@ -313,7 +289,7 @@ void CommandApplier::CreateCommitted(const std::string& raw, const std::string& 
     outcomes_.Record("create", name, Status::Ok(), t0, detail);
     return;
   }
-  if (!committed.ok() && !redis_.connected()) {
+  if (!committed.ok() && !pipeline_.connected()) {
     // The connection broke: the script may or may not have run. Decided after reconnecting.
     table_.Unsettled(std::move(entry));
     return outcomes_.Record("create", name, committed.status(), t0, "outcome=unknown");
@@ -321,7 +297,7 @@ void CommandApplier::CreateCommitted(const std::string& raw, const std::string& 
   Status freed = devices_.Free(entry.record.device, entry.allocation);
   if (!freed.ok()) Log(LogLevel::kError, "free after failed create: " + freed.ToString());
   if (!committed.ok()) {
-    responder_.Refused(raw, req, "create", committed.status());
+    responder_.Refused(request, "create", committed.status());
     return outcomes_.Record("create", name, committed.status(), t0);
   }
   if (committed->kind == CommitResult::kDup) {
@@ -329,40 +305,40 @@ void CommandApplier::CreateCommitted(const std::string& raw, const std::string& 
   }
   Status exists(ErrorCode::kAlreadyExists,
                 "tensor '" + name + "' already exists (made by another server)");
-  responder_.AnswerNow(raw, req, "create", exists);
+  responder_.AnswerNow(request, "create", exists);
   outcomes_.Record("create", name, exists, t0);
 }
 
-void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, int delta) {
+void CommandApplier::HandleRefcount(Request& request, int delta) {
   auto t0 = Clock::now();
+  const Command& cmd = request.parsed.value();
   const char* op = OpName(cmd.op);
   auto it = table_.find(cmd.name);
   Status status = it == table_.end() ? MissingStatus(cmd.name) : Status::Ok();
   if (!status.ok()) {
-    responder_.Fail(raw, cmd.req, op, status);
+    responder_.Fail(request, op, status);
     return outcomes_.Record(op, cmd.name, status, t0);
   }
   if (it->second.filler) {
     Status filling(ErrorCode::kNotReady, "tensor '" + cmd.name + "' is creating: process " +
                                              std::to_string(it->second.filler->pid) +
                                              " is still writing its bytes");
-    responder_.Fail(raw, cmd.req, op, filling);
+    responder_.Fail(request, op, filling);
     return outcomes_.Record(op, cmd.name, filling, t0);
   }
   auto holder = HolderOf(cmd);
   if (!holder.ok()) {
-    responder_.Fail(raw, cmd.req, op, holder.status());
+    responder_.Fail(request, op, holder.status());
     return outcomes_.Record(op, cmd.name, holder.status(), t0);
   }
   std::string head = ReplyHeadJson(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
-  pipeline_.Queue(pipeline_.Make(
-      responder_.route(), raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
-      CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
-      {holder.value(), std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})",
-       R"(},"freed":true})"},
-      [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
-        RefcountCommitted(raw, req, name, op, t0, std::move(committed));
-      }));
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
+                       CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
+                       {holder.value(), std::to_string(delta),
+                        delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"}),
+        request, [this, op, t0](const Request& made, Result<CommitResult> committed) {
+          RefcountCommitted(made, op, t0, std::move(committed));
+        });
 }
 
 Status CommandApplier::FillerCheck(const Entry& entry, const Command& cmd) const {
@@ -378,19 +354,21 @@ Status CommandApplier::FillerCheck(const Entry& entry, const Command& cmd) const
   return Status::Ok();
 }
 
-TensorTable::Map::iterator CommandApplier::FillersEntry(const std::string& raw, const Command& cmd,
+TensorTable::Map::iterator CommandApplier::FillersEntry(const Request& request,
                                                         Clock::time_point t0) {
+  const Command& cmd = request.parsed.value();
   auto it = table_.find(cmd.name);
   Status status = it == table_.end() ? MissingStatus(cmd.name) : FillerCheck(it->second, cmd);
   if (status.ok()) return it;
-  responder_.Fail(raw, cmd.req, OpName(cmd.op), status);
+  responder_.Fail(request, OpName(cmd.op), status);
   outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
   return table_.end();
 }
 
-void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
+void CommandApplier::HandlePublish(Request& request) {
   auto t0 = Clock::now();
-  auto it = FillersEntry(raw, cmd, t0);
+  const Command& cmd = request.parsed.value();
+  auto it = FillersEntry(request, t0);
   if (it == table_.end()) return;
   TensorRecord ready = it->second.record;
   ready.state = "ready";
@@ -398,57 +376,65 @@ void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
   // creator's 1.
   std::string reply =
       ReplyHeadJson(cmd.req, Op::kPublish) + RecordJsonHead(ready) + R"(,"refcount":1}})";
-  pipeline_.Queue(pipeline_.Make(
-      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kCreating, "hset",
-      CommitEvent{"create", cmd.pid}, {"state", "ready"},
-      [this, raw, req = cmd.req, name = cmd.name, t0](Result<CommitResult> committed) {
-        if (committed.ok() && committed->kind == CommitResult::kOk) {
-          if (auto found = table_.find(name); found != table_.end()) table_.Published(found);
-          return outcomes_.Record("publish", name, Status::Ok(), t0);
-        }
-        if (!committed.ok()) {
-          // A publish that Redis may have applied is found out by resettle, before the next.
-          responder_.Refused(raw, req, "publish", committed.status());
-          return outcomes_.Record("publish", name, committed.status(), t0);
-        }
-        if (committed->kind == CommitResult::kDup) {
-          return outcomes_.Record("publish", name, Status::Ok(), t0, "repeated_req=" + req);
-        }
-        Status missing = MissingStatus(name);
-        responder_.AnswerNow(raw, req, "publish", missing);
-        outcomes_.Record("publish", name, missing, t0);
-      }));
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
+                       "hset", CommitEvent{"create", cmd.pid}, {"state", "ready"}),
+        request, [this, t0](const Request& made, Result<CommitResult> committed) {
+          PublishCommitted(made, t0, std::move(committed));
+        });
 }
 
-void CommandApplier::HandleAbandon(const std::string& raw, const Command& cmd) {
+void CommandApplier::PublishCommitted(const Request& request, Clock::time_point t0,
+                                      Result<CommitResult> committed) {
+  const std::string& name = request.parsed->name;
+  if (committed.ok() && committed->kind == CommitResult::kOk) {
+    if (auto found = table_.find(name); found != table_.end()) table_.Published(found);
+    return outcomes_.Record("publish", name, Status::Ok(), t0);
+  }
+  if (!committed.ok()) {
+    // A publish that Redis may have applied is found out by resettle, before the next.
+    responder_.Refused(request, "publish", committed.status());
+    return outcomes_.Record("publish", name, committed.status(), t0);
+  }
+  if (committed->kind == CommitResult::kDup) {
+    return outcomes_.Record("publish", name, Status::Ok(), t0, "repeated_req=" + request.req);
+  }
+  Status missing = MissingStatus(name);
+  responder_.AnswerNow(request, "publish", missing);
+  outcomes_.Record("publish", name, missing, t0);
+}
+
+void CommandApplier::HandleAbandon(Request& request) {
   auto t0 = Clock::now();
-  auto it = FillersEntry(raw, cmd, t0);
+  const Command& cmd = request.parsed.value();
+  auto it = FillersEntry(request, t0);
   if (it == table_.end()) return;
   std::string reply = ReplyHeadJson(cmd.req, Op::kAbandon) + it->second.json_head +
                       R"(,"refcount":0},"freed":true})";
   // Never announced, so no event: the stream names a tensor from its publish on.
-  pipeline_.Queue(pipeline_.Make(
-      responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kCreating, "del", CommitEvent{}, {},
-      [this, raw, req = cmd.req, name = cmd.name, t0](Result<CommitResult> committed) {
-        if (committed.ok() && committed->kind == CommitResult::kOk) {
-          auto found = table_.find(name);
-          if (found == table_.end()) return;
-          Entry entry = table_.Forget(found);
-          Status freed = devices_.Free(entry.record.device, entry.allocation);
-          return outcomes_.Record("abandon", name, freed, t0,
-                                  "freed=" + std::to_string(entry.record.bytes));
-        }
-        RefcountCommitted(raw, req, name, "abandon", t0, std::move(committed));
-      }));
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
+                       "del", CommitEvent{}, {}),
+        request, [this, t0](const Request& made, Result<CommitResult> committed) {
+          const std::string& name = made.parsed->name;
+          if (committed.ok() && committed->kind == CommitResult::kOk) {
+            auto found = table_.find(name);
+            if (found == table_.end()) return;
+            Entry entry = table_.Forget(found);
+            Status freed = devices_.Free(entry.record.device, entry.allocation);
+            return outcomes_.Record("abandon", name, freed, t0,
+                                    "freed=" + std::to_string(entry.record.bytes));
+          }
+          RefcountCommitted(made, "abandon", t0, std::move(committed));
+        });
 }
 
-void CommandApplier::RefcountCommitted(const std::string& raw, const std::string& req,
-                                       const std::string& name, const char* op,
+void CommandApplier::RefcountCommitted(const Request& request, const char* op,
                                        Clock::time_point t0, Result<CommitResult> committed) {
+  const std::string& name = request.parsed->name;
+  const std::string& req = request.req;
   if (!committed.ok()) {
     // The connection broke: the commit may have removed the hash. Decided after reconnecting.
-    if (!redis_.connected() && std::string_view(op) == "delete") table_.MaybeDeleted(name);
-    responder_.Refused(raw, req, op, committed.status());
+    if (!pipeline_.connected() && std::string_view(op) == "delete") table_.MaybeDeleted(name);
+    responder_.Refused(request, op, committed.status());
     return outcomes_.Record(op, name, committed.status(), t0);
   }
   if (committed->kind == CommitResult::kDup) {
@@ -456,7 +442,7 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
   }
   if (committed->kind == CommitResult::kNotHeld) {
     Status not_held = NotHeldStatus(name);
-    responder_.AnswerNow(raw, req, op, not_held);
+    responder_.AnswerNow(request, op, not_held);
     return outcomes_.Record(op, name, not_held, t0);
   }
   if (committed->kind == CommitResult::kOk) {
@@ -478,7 +464,7 @@ void CommandApplier::RefcountCommitted(const std::string& raw, const std::string
   }
   // The hash is gone or not ready (changed by hand): say which.
   Status missing = MissingStatus(name);
-  responder_.AnswerNow(raw, req, op, missing);
+  responder_.AnswerNow(request, op, missing);
   outcomes_.Record(op, name, missing, t0);
 }
 

@@ -1,6 +1,7 @@
 #include "server/commit_pipeline.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "common/log.h"
 #include "redis/lua_scripts.h"
@@ -31,20 +32,30 @@ std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::st
           event.reason};
 }
 
-CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt,
-                               std::string instance, Settle settle)
-    : redis_(redis),
+CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, const ServerOptions& opt,
+                               std::string instance)
+    : redis_(std::move(redis)),
       opt_(opt),
       instance_(std::move(instance)),
       queue_key_(opt.keys.NodeQueue(opt.node)),
       processing_key_(opt.keys.Processing(opt.node)),
       holders_key_(opt.keys.Holders(opt.node)),
       events_key_(opt.keys.Events()),
-      event_cap_(std::to_string(opt.event_history)),
-      settle_(std::move(settle)) {}
+      event_cap_(std::to_string(opt.event_history)) {}
+
+RedisConnection& CommitPipeline::Drained() {
+  assert(!reading_ && "the serving connection is used while a drain reads its replies");
+  Drain();
+  return *redis_;
+}
 
 Status CommitPipeline::LoadScript() {
-  MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kCommitScript}));
+  Drained();
+  return LoadScriptNow();
+}
+
+Status CommitPipeline::LoadScriptNow() {
+  MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_->Command({"SCRIPT", "LOAD", kCommitScript}));
   MCD_ASSIGN_OR_RETURN(commit_sha_, AsString(sha, "SCRIPT LOAD"));
   return Status::Ok();
 }
@@ -53,7 +64,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
                              const std::string& name, const std::string& reply, Pre pre,
                              const char* action, const CommitEvent& event,
                              const std::vector<std::string>& extra,
-                             std::function<void(Result<CommitResult>)> done) const {
+                             Continuation done) const {
   Pending p;
   p.route = route;
   p.name = name;
@@ -103,18 +114,19 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
 }
 
 void CommitPipeline::Flush() {
+  assert(!reading_ && "a commit is sent while a drain reads its replies");
   size_t earlier = due_.size();  // the last batch's commits, a take sent ahead
   std::vector<Pending> sent = std::move(batch_);
   batch_.clear();
   for (Pending& p : sent) {
     if (send_failed_.ok()) {
       std::vector<std::string_view> argv(p.args.begin(), p.args.end());
-      send_failed_ = redis_.Append(argv);
+      send_failed_ = redis_->Append(argv);
     }
     due_.push_back(Due{0, std::move(p)});
   }
   // Sent now, not with the next read, so that Redis runs them while the server goes on.
-  if (!sent.empty() && send_failed_.ok()) send_failed_ = redis_.FlushOutput();
+  if (!sent.empty() && send_failed_.ok()) send_failed_ = redis_->FlushOutput();
   // Then what was due before them, which has mostly arrived by now.
   Drain(earlier);
 }
@@ -125,20 +137,24 @@ bool CommitPipeline::IsDue(const std::string& name) const {
 }
 
 void CommitPipeline::SendTake() {
+  assert(!reading_ && "a take is sent while a drain reads its replies");
   // Plain LMOVEs in one write rather than a script: each moves one command atomically into the
   // processing list, and one that finds the queue empty costs Redis about a microsecond, where a
   // script call costs it ~15 (most of it the script machinery).
   Status sent;
   for (int i = 0; i < take_size_ && sent.ok(); ++i) {
-    sent = redis_.Append({"LMOVE", queue_key_, processing_key_, "RIGHT", "LEFT"});
+    sent = redis_->Append({"LMOVE", queue_key_, processing_key_, "RIGHT", "LEFT"});
   }
-  if (sent.ok()) sent = redis_.FlushOutput();
+  if (sent.ok()) sent = redis_->FlushOutput();
   if (!sent.ok() && send_failed_.ok()) send_failed_ = sent;
   due_.push_back(Due{take_size_, {}});
 }
 
-std::optional<Result<RedisValue>> CommitPipeline::TakeReply() {
-  std::optional<Result<RedisValue>> out = std::move(take_reply_);
+Result<RedisValue> CommitPipeline::TakeReply() {
+  // Usually read already, with the commits sent before it (Flush); else read with all that is due.
+  if (!take_reply_) Drain();
+  if (!take_reply_) return Status(ErrorCode::kInternal, "no take was sent ahead");
+  Result<RedisValue> out = std::move(*take_reply_);
   take_reply_.reset();
   return out;
 }
@@ -148,7 +164,7 @@ Result<RedisValue> CommitPipeline::ReadTake(int moves) {
   RedisValue taken{RedisValue::Type::kArray, 0, "", {}};
   Status failed;
   for (int i = 0; i < moves; ++i) {
-    Result<RedisValue> moved = redis_.ReadReply();
+    Result<RedisValue> moved = redis_->ReadReply();
     if (!moved.ok()) return moved.status();  // the connection is gone: nothing more to read
     if (moved->type == RedisValue::Type::kError) {
       // An error answer (the queue is not a list, say): the answers after it are still read.
@@ -176,18 +192,20 @@ void CommitPipeline::Drain(size_t count) {
         continue;
       }
       Result<RedisValue> reply =
-          send_failed_.ok() ? redis_.ReadReply() : Result<RedisValue>(send_failed_);
+          send_failed_.ok() ? redis_->ReadReply() : Result<RedisValue>(send_failed_);
       results.push_back(ParseCommit(std::move(reply)));
       if (!results.back().ok() && IsNoScript(results.back().status().message())) reload = true;
       sent.push_back(std::move(d.commit));
     }
   };
+  assert(!reading_ && "a drain is entered while another one reads");
+  reading_ = true;
   read(count);
   if (reload) read(due_.size());  // commits are run again on a connection with nothing due
   if (due_.empty()) send_failed_ = Status::Ok();
   if (reload) {
     // Redis restarted or SCRIPT FLUSH: the scripts ran nowhere, so load them and run them again.
-    Status loaded = LoadScript();
+    Status loaded = LoadScriptNow();
     Log(loaded.ok() ? LogLevel::kInfo : LogLevel::kWarn,
         loaded.ok()
             ? "Redis had lost the server's scripts (SCRIPT FLUSH?): loaded them again"
@@ -197,7 +215,12 @@ void CommitPipeline::Drain(size_t count) {
         results[i] = RunCommit(sent[i]);
     }
   }
-  for (size_t i = 0; i < sent.size(); ++i) settle_(sent[i], std::move(results[i]));
+  reading_ = false;
+  // Each commit's result goes to the code that made it; one that uses the connection drains
+  // what is due after this batch first (Drained).
+  for (size_t i = 0; i < sent.size(); ++i) {
+    if (sent[i].done) sent[i].done(sent[i], std::move(results[i]));
+  }
 }
 
 std::string CommitPipeline::SocketReply(const Pending& pending, const CommitResult& result) {
@@ -208,7 +231,7 @@ std::string CommitPipeline::SocketReply(const Pending& pending, const CommitResu
 }
 
 Result<CommitResult> CommitPipeline::CommitNow(Pending pending) {
-  Drain();
+  Drained();
   return RunCommit(pending);
 }
 
@@ -218,9 +241,9 @@ Result<CommitResult> CommitPipeline::RunCommit(Pending& pending) {
   for (int attempt = 1;; ++attempt) {
     std::vector<std::string_view> argv(pending.args.begin(), pending.args.end());
     Result<CommitResult> result =
-        ParseCommit(redis_.CommandRaw(argv));  // errors read as pipelined ones
+        ParseCommit(redis_->CommandRaw(argv));  // errors read as pipelined ones
     if (result.ok() || !IsNoScript(result.status().message()) || attempt == 8) return result;
-    MCD_RETURN_IF_ERROR(LoadScript());
+    MCD_RETURN_IF_ERROR(LoadScriptNow());
     pending.args[1] = commit_sha_;
   }
 }

@@ -1,30 +1,28 @@
-// Committing to Redis: every change a command makes (its hash, its reply, its removal from the
-// processing list) is one call of the commit script, so it happens whole or not at all. A batch's
-// commits go out pipelined, without waiting for their results, and a take of the next commands
-// (plain LMOVEs) can travel on the same connection ahead of them; results are read back in the
-// order sent (Drain) and handed to the server's `settle` callback. NOSCRIPT (Redis restarted or
-// flushed its scripts) is handled here, once for every caller. Main thread of the server only.
+// The serving connection and every change committed on it. One owner: the server's main
+// connection to Redis is held here alone, with the queue of replies due on it, so that no reply
+// is read out of order by construction: the other modules reach Redis through Command (or
+// Drained, for a call that takes a connection), which first reads every reply due and settles
+// its commit. Every change a command makes (its hash, its reply, its removal from the processing
+// list) is one call of the commit script, so it happens whole or not at all. A batch's commits go
+// out pipelined, without waiting for their results, and a take of the next commands (plain
+// LMOVEs) can travel on the same connection ahead of them; results are read back in the order
+// sent (Drain) and handed to each commit's own continuation. NOSCRIPT (Redis restarted or flushed
+// its scripts) is handled here, once for every caller. Main thread of the server only.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
+#include "server/request.h"
 
 namespace mcd {
-
-// Where a command came from and its reply goes: the lifecycle list (conn 0), or a connection of
-// the command socket, whose commands are answered there and leave no reply in Redis.
-struct Route {
-  uint64_t conn = 0;
-  uint64_t token = 0;  // this command's, among those of the socket waiting for a reply
-  bool socket() const { return conn != 0; }
-};
 
 struct CommitResult {
   // kNotHeld: a delete by a holder that holds none, of a tensor whose references are all other
@@ -47,12 +45,16 @@ struct CommitEvent {
   const char* reason = "";
 };
 
-// A commit waiting to be sent with the rest of its batch, and what to do with its result (run
-// after every result of the batch has been read, in order).
+struct Pending;
+// What the code that made a commit does with its result: run after every result read with it
+// has been read, in the order sent.
+using Continuation = std::function<void(Pending&, Result<CommitResult>)>;
+
+// A commit waiting to be sent with the rest of its batch, and its continuation.
 struct Pending {
   std::vector<std::string> args;
   std::string name;  // the tensor it changes ("" for none)
-  std::function<void(Result<CommitResult>)> done;
+  Continuation done;
   Route route;
   std::string req;  // a socket command's
   // A socket command's success reply, which the commit does not write to Redis: `reply`, and
@@ -69,10 +71,20 @@ std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::st
 
 class CommitPipeline {
  public:
-  // Called for each commit whose result was read, in the order sent.
-  using Settle = std::function<void(Pending&, Result<CommitResult>)>;
-  CommitPipeline(RedisConnection& redis, const ServerOptions& opt, std::string instance,
-                 Settle settle);
+  CommitPipeline(std::unique_ptr<RedisConnection> redis, const ServerOptions& opt,
+                 std::string instance);
+
+  // The serving connection, once every reply due on it was read and its commit settled: the
+  // only way to it, for a call that needs one (a script, a claim of the heartbeat). Not kept past
+  // that call. Using it while a drain is reading is a bug, asserted (a settle runs only after).
+  RedisConnection& Drained();
+  // One plain command on the serving connection, after every reply due.
+  Result<RedisValue> Command(const std::vector<std::string_view>& argv) {
+    return Drained().Command(argv);
+  }
+  bool connected() const { return redis_->connected(); }
+  // After a lost connection: the replies due fail (they had no answer), then the reconnect.
+  Status Reconnect() { return Drained().Reconnect(); }
 
   // Loads the commit script (after connecting, and whenever Redis lost it).
   Status LoadScript();
@@ -83,16 +95,16 @@ class CommitPipeline {
   Pending Make(const Route& route, const std::string& raw, const std::string& req,
                const std::string& name, const std::string& reply, Pre pre, const char* action,
                const CommitEvent& event, const std::vector<std::string>& extra,
-               std::function<void(Result<CommitResult>)> done = nullptr) const;
+               Continuation done = nullptr) const;
   // Plans a commit for the current batch; Flush sends the batch.
   void Queue(Pending pending) { batch_.push_back(std::move(pending)); }
   // Sends the batch's commits without waiting for them, then reads what was due before them.
   void Flush();
-  // Reads the first `count` replies due (all by default), in order: settles the commits and
-  // keeps a take's answer (TakeReply). A full Drain must precede any other use of the
-  // connection and any decision that depends on a commit sent. A settle that uses the
-  // connection drains the rest first; those commits name other tensors (the server drains
-  // before handling a command that names one that is due).
+  // Reads the first `count` replies due (all by default), in order, then settles their commits
+  // (runs each one's continuation) and keeps a take's answer (TakeReply). Called directly only
+  // where a decision waits for commits sent (Command and Drained call it for a use of the
+  // connection). A settle that uses the connection drains the rest first; those commits name
+  // other tensors (the server drains before handling a command that names one that is due).
   void Drain(size_t count = SIZE_MAX);
   // Runs one commit now, after draining what is due.
   Result<CommitResult> CommitNow(Pending pending);
@@ -104,9 +116,9 @@ class CommitPipeline {
   // handling. Plain LMOVEs into the processing list, `take size` of them (twice what the last
   // take got, 2 to 64).
   void SendTake();
-  // The answer of the take sent ahead, once Drain read it (the commands moved, oldest first).
-  std::optional<Result<RedisValue>> TakeReply();
-  bool take_read() const { return take_reply_.has_value(); }
+  // The answer of the take sent ahead (the commands moved, oldest first), read (with every
+  // reply due) if it was not yet.
+  Result<RedisValue> TakeReply();
 
   // The success reply of a socket command whose commit went through, as the script would have
   // written it.
@@ -120,10 +132,11 @@ class CommitPipeline {
   // Runs one commit on a connection with nothing due; after each NOSCRIPT loads the script and
   // runs it again (a few times at most).
   Result<CommitResult> RunCommit(Pending& pending);
+  Status LoadScriptNow();  // on a connection with nothing due (or in a drain's reload)
   Result<RedisValue> ReadTake(int moves);
   static Result<CommitResult> ParseCommit(Result<RedisValue> reply);
 
-  RedisConnection& redis_;
+  std::unique_ptr<RedisConnection> redis_;
   const ServerOptions& opt_;
   const std::string instance_;
   const std::string queue_key_;  // the node's
@@ -131,12 +144,12 @@ class CommitPipeline {
   const std::string holders_key_;
   const std::string events_key_;
   const std::string event_cap_;  // --event-history, "0" for none
-  Settle settle_;
   std::string commit_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent
   std::deque<Due> due_;         // replies due on the connection, in the order sent
   Status send_failed_;          // not ok: a send failed, so no reply will come
   std::optional<Result<RedisValue>> take_reply_;
+  bool reading_ = false;  // a drain is reading replies: the connection is not to be used
   int take_size_ = 4;
 };
 

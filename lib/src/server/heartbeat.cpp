@@ -171,7 +171,7 @@ std::string Heartbeat::Stale(const NodeHolder& holder) {
 
 void Heartbeat::Run() {
   pthread_setname_np(pthread_self(), ThreadName(instance_).c_str());
-  std::function<void(RedisConnection&)> on_stop;
+  std::function<void()> on_stop;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait(lock, [this] { return started_ || quit_; });
@@ -181,7 +181,7 @@ void Heartbeat::Run() {
   Loop(on_stop);
 }
 
-void Heartbeat::Start(std::function<void(RedisConnection&)> on_stop) {
+void Heartbeat::Start(std::function<void()> on_stop) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     on_stop_ = std::move(on_stop);
@@ -190,7 +190,7 @@ void Heartbeat::Start(std::function<void(RedisConnection&)> on_stop) {
   wake_.notify_all();
 }
 
-void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
+void Heartbeat::Loop(const std::function<void()>& on_stop) {
   RedisOptions ropt;
   ropt.command_timeout_ms = 2000;
   std::unique_ptr<RedisConnection> conn;
@@ -238,7 +238,7 @@ void Heartbeat::Loop(const std::function<void(RedisConnection&)>& on_stop) {
     }
     stop_.WaitFor(interval);
   }
-  if (connect()) on_stop(*conn);
+  on_stop();
 }
 
 Status Heartbeat::MarkSettled(RedisConnection& conn) {

@@ -65,9 +65,8 @@ class Heartbeat {
   // /proc: a heartbeat keeps the node only while the process it names has it.
   static std::string ThreadName(const std::string& instance);
   // Lets the thread rewrite the heartbeat. `on_stop` runs on that thread once the stop is asked
-  // (the node lost asks it too), with a connection to Redis: it wakes the main thread's blocking
-  // take.
-  void Start(std::function<void(RedisConnection&)> on_stop);
+  // (the node lost asks it too): it wakes the main thread's blocking take (Waker, intake.h).
+  void Start(std::function<void()> on_stop);
   // Ends the thread: asks for the server's stop, which the thread beats until, and waits for it.
   // Idempotent.
   void Stop();
@@ -106,7 +105,7 @@ class Heartbeat {
   Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");
   // The thread: waits for Start() (or a stop before it), then rewrites the heartbeat.
   void Run();
-  void Loop(const std::function<void(RedisConnection&)>& on_stop);
+  void Loop(const std::function<void()>& on_stop);
   // Whether Redis still has the `settled` script; sets settled_lost_ when it has not.
   void CheckSettled(RedisConnection& conn);
   std::string settled();
@@ -134,7 +133,7 @@ class Heartbeat {
   std::string node_lost_;  // under mutex_
   std::string settled_;    // under mutex_: the SHA of the script MarkSettled loaded last
   std::atomic<bool> settled_lost_{false};  // written under mutex_
-  std::function<void(RedisConnection&)> on_stop_;  // under mutex_; set by Start()
+  std::function<void()> on_stop_;  // under mutex_; set by Start()
   bool started_ = false;                           // under mutex_
   std::thread thread_;
 };

@@ -15,11 +15,21 @@
 
 namespace mcd {
 
-Intake::Intake(RedisConnection& redis, const ServerOptions& opt)
-    : redis_(redis),
-      opt_(opt),
-      queue_key_(opt.keys.NodeQueue(opt.node)),
-      processing_key_(opt.keys.Processing(opt.node)) {}
+Status Waker::Wake() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!conn_ || !conn_->connected()) {
+    RedisOptions ropt;
+    ropt.command_timeout_ms = 2000;
+    auto conn = RedisConnection::Connect(url_, ropt);
+    if (!conn.ok()) return Status::Ok();  // the take's own timeout wakes it then
+    conn_ = std::move(conn).value();
+  }
+  Status pushed = conn_->Command({"RPUSH", queue_key_, kWakeMarker}).status();
+  return conn_->connected() ? pushed : Status::Ok();
+}
+
+Intake::Intake(std::string queue_key, std::string processing_key, Waker& waker)
+    : queue_key_(std::move(queue_key)), processing_key_(std::move(processing_key)), waker_(waker) {}
 
 Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy) {
   // As Redis does for its clients: the soft limit on descriptors raised to the hard one, and a
@@ -42,11 +52,11 @@ Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy)
   return Status::Ok();
 }
 
-Result<RedisValue> Intake::WaitForCommand() {
+Result<RedisValue> Intake::WaitForCommand(RedisConnection& redis) {
   if (!socket_) {
-    MCD_RETURN_IF_ERROR(SendTake());
-    MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
-    return redis_.ReadCommandReply("BLMOVE");
+    MCD_RETURN_IF_ERROR(SendTake(redis));
+    MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
+    return redis.ReadCommandReply("BLMOVE");
   }
   // A socket client that just had its reply often sends its next command soon: look for it a
   // while before blocking, since the blocking take costs a wake and a marker to call off.
@@ -57,17 +67,17 @@ Result<RedisValue> Intake::WaitForCommand() {
       }, ServerSpinMicros())) {
     return RedisValue{};
   }
-  MCD_RETURN_IF_ERROR(SendTake());
+  MCD_RETURN_IF_ERROR(SendTake(redis));
   std::vector<pollfd> fds;
   for (;;) {
     // Redis answered (the LREM sent ahead, then the take); one read may bring both, and the
     // take's answer is then no longer on the socket to wake the poll.
-    bool answered = redis_.ReplyBuffered();
+    bool answered = redis.ReplyBuffered();
     if (!answered) {
       fds.clear();
-      fds.push_back(pollfd{redis_.fd(), POLLIN, 0});
+      fds.push_back(pollfd{redis.fd(), POLLIN, 0});
       socket_->AddPollFds(fds);
-      int n = poll(fds.data(), fds.size(), redis_.timeout_ms());
+      int n = poll(fds.data(), fds.size(), redis.timeout_ms());
       if (n < 0 && errno == EINTR) continue;
       // No answer in time: ReadCommandReply says what is wrong.
       if (n <= 0) break;
@@ -75,37 +85,26 @@ Result<RedisValue> Intake::WaitForCommand() {
     }
     if (answered && !lrem_pending_) break;
     if (answered) {
-      MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
+      MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
       continue;
     }
     CollectSocket();
-    if (!socket_in_.empty()) return CallOffTake();
+    if (!socket_in_.empty()) return CallOffTake(redis);
   }
-  MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
-  return redis_.ReadCommandReply("BLMOVE");
+  MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
+  return redis.ReadCommandReply("BLMOVE");
 }
 
-Result<RedisValue> Intake::CallOffTake() {
-  // Without a connection for the marker, the BLMOVE answers by its own timeout (a second).
-  if (!wake_conn_ || !wake_conn_->connected()) {
-    RedisOptions ropt;
-    ropt.command_timeout_ms = 2000;
-    auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
-    if (conn.ok()) wake_conn_ = std::move(conn).value();
-  }
-  Status woken = wake_conn_ ? Wake(*wake_conn_) : Status::Ok();
-  if (!woken.ok() && wake_conn_->connected()) {
+Result<RedisValue> Intake::CallOffTake(RedisConnection& redis) {
+  Status woken = waker_.Wake();
+  if (!woken.ok()) {
     // Redis refuses the marker (out of memory, a read-only replica), so it would refuse these
     // commands' changes too: their clients hear why now, not after the take's timeout.
     RefuseSocketLines(Status(woken.code(), "Redis refused to wake the server's take of commands (" +
                                                woken.message() + "); nothing changed"));
   }
-  MCD_RETURN_IF_ERROR(ReadMarkersRemoved());
-  return redis_.ReadCommandReply("BLMOVE");
-}
-
-Status Intake::Wake(RedisConnection& conn) const {
-  return conn.Command({"RPUSH", queue_key_, kWakeMarker}).status();
+  MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
+  return redis.ReadCommandReply("BLMOVE");
 }
 
 bool Intake::IsWakeMarker(const std::string& taken) {
@@ -114,32 +113,32 @@ bool Intake::IsWakeMarker(const std::string& taken) {
   return true;
 }
 
-Status Intake::SendTake() {
+Status Intake::SendTake(RedisConnection& redis) {
   // The markers taken leave the processing list in the same write as the take, and its reply is
   // read as it comes: no round trip of its own on a wake's way back to sleep.
   lrem_pending_ = markers_taken_ > 0;
   if (lrem_pending_)
-    MCD_RETURN_IF_ERROR(redis_.Append({"LREM", processing_key_, "0", kWakeMarker}));
-  MCD_RETURN_IF_ERROR(redis_.Append({"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"}));
-  return redis_.FlushOutput();
+    MCD_RETURN_IF_ERROR(redis.Append({"LREM", processing_key_, "0", kWakeMarker}));
+  MCD_RETURN_IF_ERROR(redis.Append({"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"}));
+  return redis.FlushOutput();
 }
 
-Status Intake::ReadMarkersRemoved() {
+Status Intake::ReadMarkersRemoved(RedisConnection& redis) {
   if (!lrem_pending_) return Status::Ok();
   lrem_pending_ = false;
-  auto removed = redis_.ReadCommandReply("LREM");
+  auto removed = redis.ReadCommandReply("LREM");
   if (removed.ok()) {
     markers_taken_ = 0;
-  } else if (!redis_.connected()) {
+  } else if (!redis.connected()) {
     return removed.status();
   }  // refused: tried again with the next take, whose answer is still to be read
   return Status::Ok();
 }
 
-void Intake::RemoveMarkersAtStop() {
-  if (!redis_.connected()) return;
+void Intake::RemoveMarkersAtStop(RedisConnection& redis) {
+  if (!redis.connected()) return;
   for (const std::string& list : {queue_key_, processing_key_})
-    (void)redis_.Command({"LREM", list, "0", kWakeMarker});
+    (void)redis.Command({"LREM", list, "0", kWakeMarker});
   markers_taken_ = 0;
 }
 
@@ -147,8 +146,31 @@ void Intake::CollectSocket() {
   if (socket_) socket_->Collect(socket_in_, kMaxCommandBytes);
 }
 
-std::vector<Intake::Incoming> Intake::TakeSocketLines() {
-  std::vector<Incoming> out = std::move(socket_in_);
+Request Intake::FromList(std::string line) {
+  Request request;
+  request.raw = std::move(line);
+  request.parsed = ParseCommand(request.raw, &request.req);
+  return request;
+}
+
+std::vector<Request> Intake::Requests(RedisValue taken) {
+  std::vector<Request> out;
+  auto from_list = [&](RedisValue& line) {
+    if (!IsWakeMarker(line.str)) out.push_back(FromList(std::move(line.str)));
+  };
+  if (taken.type == RedisValue::Type::kArray) {
+    for (RedisValue& line : taken.elements) from_list(line);
+  } else if (!taken.is_nil()) {  // nil: BLMOVE timeout
+    from_list(taken);
+  }
+  for (Incoming& in : socket_in_) {
+    Request request;
+    request.route = NewRoute(in.conn);
+    request.raw = std::move(in.line);
+    request.overlong = in.overlong;
+    if (!in.overlong) request.parsed = ParseCommand(request.raw, &request.req);
+    out.push_back(std::move(request));
+  }
   socket_in_.clear();
   return out;
 }

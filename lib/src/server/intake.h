@@ -1,11 +1,13 @@
 // Taking commands: from the lifecycle list (a blocking BLMOVE into the node's processing list
-// while idle; LMOVEs sent ahead by the commit pipeline while busy) and from the command socket,
-// whose commands are answered on their connection. Main thread of the server only, but for
-// Wake, which any thread calls with a connection of its own.
+// while idle, on the serving connection lent for the wait; LMOVEs sent ahead by the commit
+// pipeline while busy) and from the command socket, whose commands are answered on their
+// connection; each is handed on as a Request (request.h). Main thread of the server only, but for
+// the Waker, which any thread calls.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -13,9 +15,8 @@
 
 #include "ipc/command_socket.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
-#include "server/commit_pipeline.h"
 #include "server/recurring.h"
+#include "server/request.h"
 
 namespace mcd {
 
@@ -23,49 +24,69 @@ namespace mcd {
 // dropped. Not JSON, so no command is ever mistaken for it.
 inline constexpr std::string_view kWakeMarker = "wake";
 
+// The one way to wake the blocking take, from any thread (the copy service's, the heartbeat's,
+// the main one calling off its own take): pushes kWakeMarker onto the node's queue, at the end
+// the take reads first, on a side connection of its own. A key of the server's own, so the Redis
+// user needs no right over other connections (CLIENT UNBLOCK acts on every connection of that
+// Redis, other tenants' included); and a marker that reaches Redis before the take is taken by it
+// all the same. Taken while busy, it is dropped. Thread-safe.
+class Waker {
+ public:
+  Waker(RedisUrl url, std::string queue_key)
+      : url_(std::move(url)), queue_key_(std::move(queue_key)) {}
+  // Ok when the marker is pushed, and when Redis cannot be reached (the take's own timeout, a
+  // second, wakes it then); Redis's refusal of the RPUSH on a live connection (out of memory,
+  // a read-only replica) otherwise.
+  Status Wake();
+
+ private:
+  const RedisUrl url_;
+  const std::string queue_key_;
+  std::mutex mutex_;
+  std::unique_ptr<RedisConnection> conn_;  // under mutex_
+};
+
 class Intake {
  public:
   using Incoming = CommandSocket::Incoming;  // conn 0: from the lifecycle list
 
-  Intake(RedisConnection& redis, const ServerOptions& opt);
+  // The node's queue and processing list; `waker` calls off the take when the socket has
+  // commands.
+  Intake(std::string queue_key, std::string processing_key, Waker& waker);
   static constexpr size_t kMaxSocketConnections = 1024;
   // Listens on the command socket at `path` for `policy`'s peers, at most a quarter of the
   // descriptor limit (raised to its hard limit first) or kMaxSocketConnections at once.
   Status ListenOnSocket(const std::string& path, const PeerPolicy& policy);
   // "" without a command socket.
   std::string socket_path() const { return socket_ ? socket_->path() : std::string(); }
-  // Wakes the blocking take, from any thread, on `conn` (not the main connection): pushes
-  // kWakeMarker onto the node's queue, at the end the take reads first. A key of the server's
-  // own, so the Redis user needs no right over other connections (CLIENT UNBLOCK acts on every
-  // connection of that Redis, other tenants' included); and a marker that reaches Redis before
-  // the take is taken by it all the same. Taken while busy, it is dropped. Fails as the RPUSH
-  // does (refused when Redis is out of memory or read-only).
-  Status Wake(RedisConnection& conn) const;
   // Whether `taken` (from the list: the take's answer, the processing list at resume) is a wake
   // marker, not a command; one is removed from the processing list before the next blocking take.
   bool IsWakeMarker(const std::string& taken);
 
-  // Idle: waits for the next command, on the list (a BLMOVE, whose answer is returned) or on
-  // the command socket (its lines are kept for TakeSocketLines; the BLMOVE is then called off
-  // and what it answered, nil or a command moved meanwhile, returned all the same).
-  Result<RedisValue> WaitForCommand();
+  // Idle: waits for the next command, on the list (a BLMOVE on `redis`, the serving connection
+  // with nothing due, whose answer is returned) or on the command socket (its lines are kept for
+  // Requests; the BLMOVE is then called off and what it answered, nil or a command moved
+  // meanwhile, returned all the same).
+  Result<RedisValue> WaitForCommand(RedisConnection& redis);
   // Reads what the command socket has, without blocking.
   void CollectSocket();
-  std::vector<Incoming> TakeSocketLines();
   bool has_socket_lines() const { return !socket_in_.empty(); }
+  // The requests of a take's answer `taken` (an array of lines or one line; nil: none), wake
+  // markers dropped, then those of the socket lines collected: each parsed and routed.
+  std::vector<Request> Requests(RedisValue taken);
+  // A request of a line from the lifecycle list (the take's, or the processing list's at resume).
+  static Request FromList(std::string line);
   // Every socket command collected gets `why` as its error reply (Redis is out of reach).
   void RefuseSocketLines(const Status& why);
 
-  // A route for a command of socket connection `conn`, waiting for its one reply.
-  Route NewRoute(uint64_t conn);
   // Sends a reply to the socket command of `route`, once: false when it was answered already or
   // its client is gone.
   bool Answer(const Route& route, const std::string& reply);
   bool Waiting(const Route& route) const { return socket_waiting_.count(route.token) != 0; }
   void CloseConnection(uint64_t conn);
   // At stop, once nothing wakes the take any more: the markers left in the queue and the
-  // processing list are removed.
-  void RemoveMarkersAtStop();
+  // processing list are removed, on the serving connection `redis`.
+  void RemoveMarkersAtStop(RedisConnection& redis);
   // Closes the socket; its clients see the connection close at once rather than wait out their
   // timeout.
   void CloseSocket();
@@ -80,19 +101,19 @@ class Intake {
   void TakeAccepted();
 
  private:
-  // Wakes the main connection's BLMOVE (Wake on another connection) and returns its answer.
-  Result<RedisValue> CallOffTake();
+  // A route for a command of socket connection `conn`, waiting for its one reply.
+  Route NewRoute(uint64_t conn);
+  // Wakes the serving connection's BLMOVE (through the Waker) and returns its answer.
+  Result<RedisValue> CallOffTake(RedisConnection& redis);
   // Sends the blocking take (its answer is left to read), after an LREM of the markers taken.
-  Status SendTake();
+  Status SendTake(RedisConnection& redis);
   // Reads the reply of the LREM that SendTake sent ahead of the take, when it sent one.
-  Status ReadMarkersRemoved();
+  Status ReadMarkersRemoved(RedisConnection& redis);
 
-  RedisConnection& redis_;
-  const ServerOptions& opt_;
   const std::string queue_key_;  // the node's queue
   const std::string processing_key_;
+  Waker& waker_;
   std::unique_ptr<CommandSocket> socket_;
-  std::unique_ptr<RedisConnection> wake_conn_;   // calls off the main connection's BLMOVE
   size_t markers_taken_ = 0;                     // wake markers in the processing list
   bool lrem_pending_ = false;                    // SendTake's LREM not answered yet
   std::vector<Incoming> socket_in_;              // socket commands collected, not yet handled

@@ -27,7 +27,7 @@ std::string MajorMinor(const std::string& version) {
 Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   const std::string& name = cmd.copy_of;
   MCD_ASSIGN_OR_RETURN(RedisValue f,
-                       redis_.Command({"HMGET", opt_.keys.Tensor(name), "node", "bytes", "ctime", "state"}));
+                       serving_.Command({"HMGET", opt_.keys.Tensor(name), "node", "bytes", "ctime", "state"}));
   if (f.elements.size() != 4 || f.elements[0].is_nil()) {
     return Status(ErrorCode::kNotFound, "no tensor named '" + name + "' to copy");
   }
@@ -47,7 +47,7 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                    ": a copy has its dtype and shape");
   }
   source.ctime_ms = std::strtoll(f.elements[2].str.c_str(), nullptr, 10);
-  MCD_ASSIGN_OR_RETURN(RedisValue server, redis_.Command({"HMGET", opt_.keys.Server(source.node),
+  MCD_ASSIGN_OR_RETURN(RedisValue server, serving_.Command({"HMGET", opt_.keys.Server(source.node),
                                                          heartbeat_field::kInstance,
                                                          heartbeat_field::kUcxAddress,
                                                          heartbeat_field::kUcxVersion}));

@@ -15,6 +15,7 @@
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
+#include "server/commit_pipeline.h"
 #include "server/copy_grant.h"
 #include "server/copy_service.h"
 #include "server/device_set.h"
@@ -25,10 +26,10 @@ namespace mcd {
 class NodeCopier {
  public:
   // `service` null: copies are off, for the reason `off`.
-  NodeCopier(const ServerOptions& opt, RedisConnection& redis, TensorTable& table,
+  NodeCopier(const ServerOptions& opt, CommitPipeline& serving, TensorTable& table,
              DeviceSet& devices, CopyService* service, std::string off)
       : opt_(opt),
-        redis_(redis),
+        serving_(serving),
         table_(table),
         devices_(devices),
         service_(service),
@@ -42,7 +43,7 @@ class NodeCopier {
     std::string ucx_address;  // its server's
   };
   // Checks that cmd.copy_of is a ready tensor of another node with cmd's bytes, whose server
-  // copies. The pipeline must be drained (the connection is used here).
+  // copies. Reads Redis on the serving connection.
   Result<Source> Locate(const Command& cmd);
   // Fills `allocation` (cmd.bytes on cmd.device) with the source's bytes.
   Status Fill(const Command& cmd, const Source& source, const Allocation& allocation);
@@ -62,7 +63,7 @@ class NodeCopier {
   void LogRefusals(uint64_t count, const std::function<std::string()>& line);
 
   const ServerOptions& opt_;
-  RedisConnection& redis_;
+  CommitPipeline& serving_;
   TensorTable& table_;
   DeviceSet& devices_;
   CopyService* service_;

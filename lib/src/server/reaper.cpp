@@ -6,13 +6,11 @@
 
 namespace mcd {
 
-Reaper::Reaper(const ServerOptions& opt, std::string instance, RedisConnection& redis,
-               CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices,
-               OutcomeLog& outcomes)
+Reaper::Reaper(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+               TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes)
     : opt_(opt),
       instance_(std::move(instance)),
       holders_key_(opt.keys.Holders(opt.node)),
-      redis_(redis),
       pipeline_(pipeline),
       table_(table),
       devices_(devices),
@@ -48,8 +46,7 @@ void Reaper::ReapDeadFillers() {
 }
 
 void Reaper::ReapDeadHolders() {
-  pipeline_.Drain();
-  auto holders = redis_.Command({"SMEMBERS", holders_key_});
+  auto holders = pipeline_.Command({"SMEMBERS", holders_key_});
   if (!holders.ok()) {
     Log(LogLevel::kWarn, "reading the node's holders: " + holders.status().ToString());
     return;
@@ -66,7 +63,7 @@ Status Reaper::GiveBackAll(const std::string& holder) {
   std::string held_key = opt_.keys.Held(opt_.node, holder);
   std::optional<Holder> parsed = ParseHolderId(holder);
   CommitEvent event{"reclaim", parsed ? parsed->pid : 0, "holder_exited"};
-  MCD_ASSIGN_OR_RETURN(RedisValue held, redis_.Command({"SMEMBERS", held_key}));
+  MCD_ASSIGN_OR_RETURN(RedisValue held, pipeline_.Command({"SMEMBERS", held_key}));
   // One commit per tensor, pipelined: a holder may have touched thousands.
   for (const RedisValue& key : held.elements) {
     std::string name = opt_.keys.NameFromTensorKey(key.str);
@@ -76,7 +73,7 @@ Status Reaper::GiveBackAll(const std::string& holder) {
     // holds (none when it gave them back itself).
     pipeline_.Queue(pipeline_.Make(
         Route{}, "", "", name, "", Pre::kMine, "unhold", event, {holder},
-        [this, name, holder, t0](Result<CommitResult> committed) {
+        [this, name, holder, t0](Pending&, Result<CommitResult> committed) {
           if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
             return outcomes_.Record("release_dead", name, Status::Ok(), t0,
                                     "holder=" + holder +
@@ -86,11 +83,11 @@ Status Reaper::GiveBackAll(const std::string& holder) {
         }));
   }
   pipeline_.Flush();
-  pipeline_.Drain();
-  if (!redis_.connected()) return Status(ErrorCode::kUnavailable, "Redis went away");
+  pipeline_.Drain();  // every reference given back, before the holder may be forgotten
+  if (!pipeline_.connected()) return Status(ErrorCode::kUnavailable, "Redis went away");
   // Forgotten only by the script that finds nothing of it left: a get bound to it that came
   // after the SMEMBERS above keeps it for the next round (forget_holder.lua).
-  return redis_
+  return pipeline_
       .Command({"EVAL", kForgetHolderScript, "2", holders_key_, held_key, holder, instance_})
       .status();
 }
@@ -99,7 +96,7 @@ void Reaper::Reclaimed(const char* what, const std::string& name, Result<CommitR
                        OutcomeLog::Clock::time_point t0, const std::string& detail) {
   if (!committed.ok()) {
     Log(LogLevel::kWarn, std::string(what) + " of '" + name + "': " + committed.status().ToString());
-    if (!redis_.connected()) table_.MaybeDeleted(name);  // decided after reconnecting
+    if (!pipeline_.connected()) table_.MaybeDeleted(name);  // decided after reconnecting
     return;
   }
   auto found = table_.find(name);

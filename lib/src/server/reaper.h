@@ -16,8 +16,8 @@ namespace mcd {
 
 class Reaper {
  public:
-  Reaper(const ServerOptions& opt, std::string instance, RedisConnection& redis,
-         CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
+  Reaper(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+         TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
 
   // Deletes the stack tensors whose owner process is gone, and frees their memory.
   void ReapStackTensors();
@@ -39,7 +39,6 @@ class Reaper {
   const ServerOptions& opt_;
   const std::string instance_;
   const std::string holders_key_;
-  RedisConnection& redis_;
   CommitPipeline& pipeline_;
   TensorTable& table_;
   DeviceSet& devices_;

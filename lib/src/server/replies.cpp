@@ -12,11 +12,12 @@ std::string RedisWords(const Status& status) {
 }
 
 bool MayPass(const std::string& words) {
-  for (const char* passing :
-       {"BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "READONLY", "NOSCRIPT", "NOPERM"}) {
-    if (words.rfind(passing, 0) == 0) return true;
-  }
-  return false;
+  // A commit's reply is read raw (its status built without RedisErrorStatus): its words are
+  // classified here by the same reading. Beside the states that pass, a commit refused for its
+  // ACL or for a script Redis lost may go through once either is put back.
+  RedisRefusal refusal = ClassifyRedisError(words);
+  return refusal == RedisRefusal::kPasses || refusal == RedisRefusal::kNoPermission ||
+         refusal == RedisRefusal::kNoScript;
 }
 
 }  // namespace mcd

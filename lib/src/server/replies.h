@@ -5,14 +5,15 @@
 #include <string>
 
 #include "memcuda/protocol.h"
+#include "memcuda/redis.h"
 #include "memcuda/status.h"
 
 namespace mcd {
 
 // Redis's own words from a refused commit, without the script's name and line.
 std::string RedisWords(const Status& status);
-// A refusal that may pass: Redis busy with another script, loading, failing over, without the
-// scripts for a moment, or an ACL being changed.
+// A refusal that may pass (ClassifyRedisError, memcuda/redis.h): Redis busy with another script,
+// loading, failing over, without the scripts for a moment, or an ACL being changed.
 bool MayPass(const std::string& words);
 // Redis answered a command of the server's with an error (it did not run): kRedisError,
 // kTryAgain for the states that pass, kPermissionDenied for its ACL (NOPERM).

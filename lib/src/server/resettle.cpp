@@ -11,12 +11,11 @@
 
 namespace mcd {
 
-Resettle::Resettle(const ServerOptions& opt, std::string instance, RedisConnection& redis,
-                   CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices,
-                   Heartbeat& heartbeat, CommandApplier& applier, std::function<void()> stop)
+Resettle::Resettle(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+                   TensorTable& table, DeviceSet& devices, Heartbeat& heartbeat,
+                   CommandApplier& applier, std::function<void()> stop)
     : opt_(opt),
       instance_(std::move(instance)),
-      redis_(redis),
       pipeline_(pipeline),
       table_(table),
       devices_(devices),
@@ -26,14 +25,14 @@ Resettle::Resettle(const ServerOptions& opt, std::string instance, RedisConnecti
 
 Status Resettle::Settle() {
   // The heartbeat first, in case Redis lost it: clients look for it before anything else.
-  Status claimed = heartbeat_.Claim(redis_);
+  Status claimed = heartbeat_.Claim(pipeline_.Drained());
   if (claimed.code() == ErrorCode::kAlreadyExists) {
     Log(LogLevel::kError, "after reconnecting: " + claimed.message());
     stop_();  // another instance serves the node now
   }
   MCD_RETURN_IF_ERROR(claimed);
   auto owner_of = [&](const std::string& name) -> Result<RedisValue> {
-    return redis_.Command({"HMGET", opt_.keys.Tensor(name), "owner", "ipc_handle", "offset"});
+    return pipeline_.Command({"HMGET", opt_.keys.Tensor(name), "owner", "ipc_handle", "offset"});
   };
   for (Entry& entry : table_.TakeUnsettled()) {
     // Its allocation is its handle and offset: tensors carved from one slab share the handle.
@@ -54,7 +53,7 @@ Status Resettle::Settle() {
   std::vector<std::string> lost, published;
   for (const auto& [name, entry] : table_.tensors()) {
     MCD_ASSIGN_OR_RETURN(RedisValue f,
-                         redis_.Command({"HMGET", opt_.keys.Tensor(name), "owner", "state"}));
+                         pipeline_.Command({"HMGET", opt_.keys.Tensor(name), "owner", "state"}));
     if (f.elements.size() != 2 || f.elements[0].str != instance_) {
       lost.push_back(name);
     } else if (entry.filler && f.elements[1].str == "ready") {
@@ -77,7 +76,7 @@ Status Resettle::Settle() {
     }
     Status republished = Republish(found->second);
     if (republished.ok()) continue;
-    if (!redis_.connected()) return republished;
+    if (!pipeline_.connected()) return republished;
     // Another instance's hash has the name now, or Redis refuses: processes may still map the
     // memory, so it is kept until shutdown.
     Log(LogLevel::kWarn, "tensor '" + name + "' lost its hash and cannot have it back (" +
@@ -86,7 +85,7 @@ Status Resettle::Settle() {
   }
   MCD_RETURN_IF_ERROR(RemovePhantoms());
   MCD_RETURN_IF_ERROR(applier_.ResumeUnfinished());
-  return heartbeat_.MarkSettled(redis_);
+  return heartbeat_.MarkSettled(pipeline_.Drained());
 }
 
 Status Resettle::Republish(Entry& entry) {
@@ -122,7 +121,7 @@ Result<bool> Resettle::RemovalCommitted(const std::string& name) {
   if (opt_.event_history == 0) return false;
   // The removal was among this server's last changes; the window is the stream's cap.
   MCD_ASSIGN_OR_RETURN(RedisValue events,
-                       redis_.Command({"XREVRANGE", opt_.keys.Events(), "+", "-", "COUNT",
+                       pipeline_.Command({"XREVRANGE", opt_.keys.Events(), "+", "-", "COUNT",
                                        std::to_string(opt_.event_history)}));
   for (const RedisValue& entry : events.elements) {
     if (entry.elements.size() != 2) continue;
@@ -135,7 +134,7 @@ Result<bool> Resettle::RemovalCommitted(const std::string& name) {
 
 Status Resettle::RemovePhantoms() {
   std::vector<std::string> phantoms;
-  Status scanned = ScanNodeHashes(redis_, opt_, {}, [&](const std::string& key, RedisValue& f) {
+  Status scanned = ScanNodeHashes(pipeline_.Drained(), opt_, {}, [&](const std::string& key, RedisValue& f) {
     std::string name = opt_.keys.NameFromTensorKey(key);
     if (f.elements[0].str == instance_ && table_.find(name) == table_.end()) phantoms.push_back(name);
     return Status::Ok();
@@ -145,7 +144,7 @@ Status Resettle::RemovePhantoms() {
     auto command = DeleteIfCommand(opt_, opt_.keys.Tensor(name), "owner", instance_,
                                    CommitEvent{"reclaim", getpid(), "stale"}, name);
     MCD_RETURN_IF_ERROR(
-        redis_.Command(std::vector<std::string_view>(command.begin(), command.end())).status());
+        pipeline_.Command(std::vector<std::string_view>(command.begin(), command.end())).status());
     Log(LogLevel::kWarn, "removed the hash of tensor '" + name +
                              "', which Redis brought back after it was removed (its memory is "
                              "freed already)");

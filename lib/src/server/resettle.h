@@ -20,9 +20,9 @@ namespace mcd {
 
 class Resettle {
  public:
-  Resettle(const ServerOptions& opt, std::string instance, RedisConnection& redis,
-           CommitPipeline& pipeline, TensorTable& table, DeviceSet& devices, Heartbeat& heartbeat,
-           CommandApplier& applier, std::function<void()> stop);
+  Resettle(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+           TensorTable& table, DeviceSet& devices, Heartbeat& heartbeat, CommandApplier& applier,
+           std::function<void()> stop);
 
   // In order: the heartbeat (another instance holding the node now stops this one), creates of
   // unknown outcome kept or freed by what their hash says, tensors whose removal had no answer
@@ -47,7 +47,6 @@ class Resettle {
 
   const ServerOptions& opt_;
   const std::string instance_;
-  RedisConnection& redis_;
   CommitPipeline& pipeline_;
   TensorTable& table_;
   DeviceSet& devices_;

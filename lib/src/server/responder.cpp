@@ -8,54 +8,58 @@
 
 namespace mcd {
 
-Responder::Responder(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
-                     Intake& intake)
-    : opt_(opt),
-      processing_key_(opt.keys.Processing(opt.node)),
-      redis_(redis),
-      pipeline_(pipeline),
-      intake_(intake) {}
+Responder::Responder(std::string processing_key, CommitPipeline& pipeline, Intake& intake)
+    : processing_key_(std::move(processing_key)), pipeline_(pipeline), intake_(intake) {}
 
-void Responder::Fail(const std::string& raw, const std::string& req, const char* op,
-                     const Status& status) {
-  if (route_.socket()) {
-    intake_.Answer(route_, ErrorReplyJson(req, op, status));
+void Responder::Fail(const Request& request, const char* op, const Status& status) {
+  if (request.route.socket()) {
+    intake_.Answer(request.route, ErrorReplyJson(request.req, op, status));
     return;
   }
-  pipeline_.Queue(pipeline_.Make(route_, raw, req, "", ErrorReplyJson(req, op, status), Pre::kNone,
-                                 "none", CommitEvent{}, {}, [this, raw](Result<CommitResult> r) {
-                                   if (!r.ok()) Unanswered(raw, r.status());
-                                 }));
+  pipeline_.Queue(pipeline_.Make(
+      request.route, request.raw, request.req, "", ErrorReplyJson(request.req, op, status),
+      Pre::kNone, "none", CommitEvent{}, {},
+      [this, raw = request.raw](Pending&, Result<CommitResult> r) {
+        if (!r.ok()) Unanswered(raw, r.status());
+      }));
 }
 
-void Responder::AnswerNow(const std::string& raw, const std::string& req, const char* op,
-                          const Status& status) {
-  if (route_.socket()) {
-    intake_.Answer(route_, ErrorReplyJson(req, op, status));
+void Responder::AnswerNow(const Request& request, const char* op, const Status& status) {
+  if (request.route.socket()) {
+    intake_.Answer(request.route, ErrorReplyJson(request.req, op, status));
     return;
   }
-  auto answered = pipeline_.CommitNow(pipeline_.Make(
-      route_, raw, req, "", ErrorReplyJson(req, op, status), Pre::kNone, "none", CommitEvent{},
-      {}));
-  if (!answered.ok()) Unanswered(raw, answered.status());
+  auto answered = pipeline_.CommitNow(
+      pipeline_.Make(request.route, request.raw, request.req, "",
+                     ErrorReplyJson(request.req, op, status), Pre::kNone, "none", CommitEvent{}, {}));
+  if (!answered.ok()) Unanswered(request.raw, answered.status());
+}
+
+void Responder::AnswerUnknown(const Pending& pending, const Status& failed) {
+  if (!intake_.Waiting(pending.route)) return;
+  // Not answered by the handling: the commit got no answer from Redis (the connection broke).
+  Status unknown(failed.ok() ? ErrorCode::kInternal : failed.code(),
+                 "the server lost Redis before the change was confirmed, so it may or may not have "
+                 "taken effect: check with mcd-ls before repeating it (" +
+                     failed.message() + ")");
+  intake_.Answer(pending.route, ErrorReplyJson(pending.req, nullptr, unknown));
 }
 
 void Responder::Unanswered(const std::string& raw, const Status& status) {
-  if (RefusedByRedis(status) && redis_.connected()) {
+  if (RefusedByRedis(status) && pipeline_.connected()) {
     return MayPass(RedisWords(status)) ? ResumeLater() : Drop(raw, status);
   }
   Log(LogLevel::kError, "cannot write error reply: " + status.ToString());
 }
 
-void Responder::Refused(const std::string& raw, const std::string& req, const char* op,
-                        const Status& status) {
-  if (!RefusedByRedis(status) || !redis_.connected() || raw.empty()) return;
+void Responder::Refused(const Request& request, const char* op, const Status& status) {
+  if (!RefusedByRedis(status) || !pipeline_.connected() || request.raw.empty()) return;
   std::string words = RedisWords(status);
   // A socket command is not kept to be tried again: its client hears Redis's words and decides
   // (AnswerNow answers it on the socket), told to try again when the refusal may pass.
   bool passes = MayPass(words);
-  if (!route_.socket() && passes) return ResumeLater();
-  AnswerNow(raw, req, op,
+  if (!request.route.socket() && passes) return ResumeLater();
+  AnswerNow(request, op,
             Status(passes ? ErrorCode::kTryAgain : ErrorCode::kRedisError,
                    "Redis refused the change: " + words +
                        (passes ? " (nothing changed: try again in a moment)" : "")));
@@ -67,8 +71,7 @@ void Responder::ResumeLater() {
 }
 
 void Responder::Drop(const std::string& raw, const Status& why) {
-  pipeline_.Drain();
-  auto removed = redis_.Command({"LREM", processing_key_, "-1", raw});
+  auto removed = pipeline_.Command({"LREM", processing_key_, "-1", raw});
   std::string what = "command " + raw.substr(0, 200) + " got no reply (" + why.message() + ")";
   if (removed.ok()) return Log(LogLevel::kWarn, what + "; dropped");
   Log(LogLevel::kError, what + " and cannot be dropped: " + removed.status().ToString());

@@ -1,35 +1,30 @@
 // Where a command's answer goes, and what happens when Redis refuses one: an error reply on the
-// command's route (its socket connection, or a commit that writes the reply to Redis and takes
+// request's route (its socket connection, or a commit that writes the reply to Redis and takes
 // the command off the processing list), a command left in the list to be resumed when Redis's
-// refusal may pass, or dropped when it will not. Main thread of the server only.
+// refusal may pass, or dropped when it will not; and the socket reply of a commit that went
+// through. Main thread of the server only.
 #pragma once
 
 #include <chrono>
 #include <string>
 
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 #include "server/commit_pipeline.h"
 #include "server/intake.h"
+#include "server/request.h"
 
 namespace mcd {
 
 class Responder {
  public:
   using Clock = std::chrono::steady_clock;
-  Responder(const ServerOptions& opt, RedisConnection& redis, CommitPipeline& pipeline,
-            Intake& intake);
+  // `processing_key`: the node's processing list, where the list's commands wait for their commit.
+  Responder(std::string processing_key, CommitPipeline& pipeline, Intake& intake);
 
-  // The route of the command being handled, or whose commit's result is being acted on: where
-  // the replies below go, and how commits are made. Conn 0 (the list) otherwise.
-  const Route& route() const { return route_; }
-  void set_route(const Route& route) { route_ = route; }
-
-  // Error replies. Fail: queued with the batch (on the socket: sent at once). AnswerNow: written
-  // now, and the command leaves the processing list.
-  void Fail(const std::string& raw, const std::string& req, const char* op, const Status& status);
-  void AnswerNow(const std::string& raw, const std::string& req, const char* op,
-                 const Status& status);
+  // Error replies to `request`. Fail: queued with the batch (on the socket: sent at once).
+  // AnswerNow: written now, and the command leaves the processing list.
+  void Fail(const Request& request, const char* op, const Status& status);
+  void AnswerNow(const Request& request, const char* op, const Status& status);
   // After a commit that Redis answered with an error (a key of the wrong type, Redis out of
   // memory under maxmemory): nothing of it was applied. The client gets an error reply; if Redis
   // refuses that too, the command still leaves the processing list (Drop), so that it is neither
@@ -37,8 +32,21 @@ class Responder {
   // script, loading, a missing ACL permission) leaves the command in the list instead, to be
   // resumed. Only on a live connection: after a lost one, the commands left in the list are
   // resumed after reconnecting.
-  void Refused(const std::string& raw, const std::string& req, const char* op,
-               const Status& status);
+  void Refused(const Request& request, const char* op, const Status& status);
+
+  // The commit `pending` of a request came back with `result`: a socket command whose commit went
+  // through gets its success reply, then `then(result)` handles the result (and may answer
+  // otherwise), then a socket command still unanswered is told that its outcome is unknown (its
+  // commit got no answer from Redis: the connection broke).
+  template <typename Then>
+  void Committed(Pending& pending, Result<CommitResult> result, Then&& then) {
+    bool socket = pending.route.socket();
+    if (socket && result.ok() && result->kind == CommitResult::kOk)
+      intake_.Answer(pending.route, CommitPipeline::SocketReply(pending, *result));
+    Status failed = result.ok() ? Status::Ok() : result.status();
+    then(std::move(result));
+    if (socket) AnswerUnknown(pending, failed);
+  }
 
   // Commands left in the processing list by a refusal that may pass are resumed from there once
   // nothing is in flight: a second after the refusal, then after 2, 4, 8 and 10 s while they keep
@@ -48,6 +56,7 @@ class Responder {
   void EndResume();
 
  private:
+  void AnswerUnknown(const Pending& pending, const Status& failed);
   // An error reply that could not be written: logged; on a live connection the command is
   // dropped all the same, or resumed later when the refusal may pass.
   void Unanswered(const std::string& raw, const Status& status);
@@ -56,12 +65,9 @@ class Responder {
   void Drop(const std::string& raw, const Status& why);
   void ResumeLater();
 
-  const ServerOptions& opt_;
   const std::string processing_key_;
-  RedisConnection& redis_;
   CommitPipeline& pipeline_;
   Intake& intake_;
-  Route route_;
   bool resume_due_ = false;
   Clock::time_point resume_at_{};
   int resume_rounds_ = 0;  // resumes in a row that left commands behind again

@@ -1,12 +1,13 @@
 // The server's lifecycle: Start (devices, Redis, the node's claim, sockets, startup clean-up),
 // the serving loop, the reconnect after a lost Redis, and Shutdown. The parts it drives:
-//   intake.h          commands from the node's queue and the command socket
+//   intake.h          requests from the node's queue and the command socket; the Waker
 //   queue_relay.h     the shared queue's commands moved into the node's queue
 //   applier.h         each command applied through the allocators
 //   reaper.h          what dead processes held: stack tensors, references
 //   resettle.h        what a lost Redis connection left open, settled after the reconnect
-//   responder.h       replies on the command's route, and Redis's refusals
-//   commit_pipeline.h every change committed to Redis by one script call, pipelined
+//   responder.h       replies on the request's route, and Redis's refusals
+//   commit_pipeline.h the serving connection's one owner: every change committed to Redis by
+//                     one script call, pipelined; plain commands after the replies due
 //   tensor_table.h    the tensors held, by name
 //   device_set.h      workers, allocators and the pool socket of each device
 //   heartbeat.h       the node's claim and heartbeat
@@ -82,25 +83,21 @@ class Server::Impl {
   void Housekeeping();
   // Starts the copy service (or says why copies are off) and the copier over it.
   void StartNodeCopies();
-  // From the copy service's thread, when another server asks for a copy: wakes the serving
-  // loop out of its blocking take, as the heartbeat does to stop it.
-  void WakeForRead();
   // Deletes the hashes still this instance's own (pipelined), then frees every allocation.
   size_t DeleteAndFreeAll();
 
   std::string shm_prefix_;
-  std::unique_ptr<RedisConnection> redis_;
   std::unique_ptr<DeviceSet> devices_;
   TensorTable table_;
   OutcomeLog outcomes_;
   StopSignal stop_;
   std::unique_ptr<Heartbeat> heartbeat_;
+  std::unique_ptr<Waker> waker_;  // any thread: the copy service's, the heartbeat's, the main one
   std::unique_ptr<Intake> intake_;
   std::unique_ptr<QueueRelay> relay_;
   std::unique_ptr<CopyService> copies_;
   std::unique_ptr<NodeCopier> copier_;
-  std::unique_ptr<RedisConnection> wake_conn_;  // the copy service's thread only
-  std::unique_ptr<CommitPipeline> pipeline_;
+  std::unique_ptr<CommitPipeline> pipeline_;  // the serving connection's owner
   std::unique_ptr<CommandApplier> applier_;
   std::unique_ptr<Reaper> reaper_;
   std::unique_ptr<Resettle> resettler_;
@@ -134,30 +131,32 @@ Status Server::Impl::Start() {
                                            table_, outcomes_);
   RedisOptions ropt;
   ropt.command_timeout_ms = 10000;
-  MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
-  MCD_RETURN_IF_ERROR(CheckRedisVersion(*redis_, opt_.redis_url.Redacted()));
-  intake_ = std::make_unique<Intake>(*redis_, opt_);
-  pipeline_ = std::make_unique<CommitPipeline>(
-      *redis_, opt_, instance_,
-      [this](Pending& p, Result<CommitResult> r) { applier_->Settle(p, std::move(r)); });
+  MCD_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> redis,
+                       RedisConnection::Connect(opt_.redis_url, ropt));
+  MCD_RETURN_IF_ERROR(CheckRedisVersion(*redis, opt_.redis_url.Redacted()));
+  pipeline_ = std::make_unique<CommitPipeline>(std::move(redis), opt_, instance_);
+  waker_ = std::make_unique<Waker>(opt_.redis_url, opt_.keys.NodeQueue(opt_.node));
+  intake_ = std::make_unique<Intake>(opt_.keys.NodeQueue(opt_.node),
+                                     opt_.keys.Processing(opt_.node), *waker_);
   StartNodeCopies();
-  applier_ = std::make_unique<CommandApplier>(opt_, instance_, *redis_, *pipeline_, *intake_,
-                                              table_, *devices_, outcomes_, *copier_);
-  reaper_ =
-      std::make_unique<Reaper>(opt_, instance_, *redis_, *pipeline_, table_, *devices_, outcomes_);
-  resettler_ = std::make_unique<Resettle>(opt_, instance_, *redis_, *pipeline_, table_, *devices_,
-                                         *heartbeat_, *applier_, [this] { RequestStop(); });
+  applier_ = std::make_unique<CommandApplier>(ApplierOptions{opt_.keys, opt_.node, instance_},
+                                              *pipeline_, *intake_, table_, *devices_, outcomes_,
+                                              *copier_);
+  reaper_ = std::make_unique<Reaper>(opt_, instance_, *pipeline_, table_, *devices_, outcomes_);
+  resettler_ = std::make_unique<Resettle>(opt_, instance_, *pipeline_, table_, *devices_,
+                                          *heartbeat_, *applier_, [this] { RequestStop(); });
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
-  WarnIfRedisEvicts(*redis_);
+  WarnIfRedisEvicts(pipeline_->Drained());
   // The runtime folder, where the default sockets are, when it is this user's alone.
   std::string socket_dir = CheckOwnFolder(RuntimeDir()).ok() ? RuntimeDir() : "";
-  MCD_RETURN_IF_ERROR(ReconcileNode(*redis_, opt_, instance_, shm_prefix_, socket_dir));
-  MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(*redis_));
+  MCD_RETURN_IF_ERROR(
+      ReconcileNode(pipeline_->Drained(), opt_, instance_, shm_prefix_, socket_dir));
+  MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(pipeline_->Drained()));
   relay_ = std::make_unique<QueueRelay>(opt_);
   relay_->Start();
-  // Wakes the main connection out of its BLMOVE so that Run() returns at once.
-  heartbeat_->Start([this](RedisConnection& conn) { (void)intake_->Wake(conn); });
+  // Wakes the serving connection out of its BLMOVE so that Run() returns at once.
+  heartbeat_->Start([this] { (void)waker_->Wake(); });
   Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
  opt_.redis_url.Redacted() + ", queue '" +
                            opt_.keys.NodeQueue(opt_.node) + "' (and '" + opt_.keys.queue +
@@ -168,14 +167,15 @@ Status Server::Impl::Start() {
 void Server::Impl::StartNodeCopies() {
   std::string off = "copies between nodes are off on this server (--no-node-copies)";
   if (opt_.node_copies) {
-    auto started = CopyService::Start([this] { WakeForRead(); });
+    // A read asked by another server wakes the serving loop out of its blocking take.
+    auto started = CopyService::Start([this] { (void)waker_->Wake(); });
     if (started.ok()) {
       copies_ = std::move(started).value();
     } else {
       off = started.status().message();
     }
   }
-  copier_ = std::make_unique<NodeCopier>(opt_, *redis_, table_, *devices_, copies_.get(), off);
+  copier_ = std::make_unique<NodeCopier>(opt_, *pipeline_, table_, *devices_, copies_.get(), off);
   if (!copies_) {
     Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
     heartbeat_->set_node_copies("", "", "off");
@@ -195,17 +195,6 @@ void Server::Impl::StartNodeCopies() {
                               !gpus || copier_->gpu_direct() ? "in_place" : "staged");
 }
 
-void Server::Impl::WakeForRead() {
-  if (!wake_conn_ || !wake_conn_->connected()) {
-    RedisOptions ropt;
-    ropt.command_timeout_ms = 2000;
-    auto conn = RedisConnection::Connect(opt_.redis_url, ropt);
-    if (!conn.ok()) return;  // the take's own timeout (1 s) wakes the loop then
-    wake_conn_ = std::move(conn).value();
-  }
-  (void)intake_->Wake(*wake_conn_);
-}
-
 Status Server::Impl::Prepare() { return pipeline_->LoadScript(); }
 
 Status Server::Impl::OpenSockets() {
@@ -217,7 +206,7 @@ Status Server::Impl::OpenSockets() {
     MCD_ASSIGN_OR_RETURN(pool_socket, SocketPath(opt_.pool_socket, "pool"));
   }
   heartbeat_->set_pool_socket(pool_socket);
-  MCD_RETURN_IF_ERROR(heartbeat_->Claim(*redis_));
+  MCD_RETURN_IF_ERROR(heartbeat_->Claim(pipeline_->Drained()));
   if (pools) {
     MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
     MCD_RETURN_IF_ERROR(devices_->StartPoolSocket(pool_socket, policy));
@@ -230,7 +219,7 @@ Status Server::Impl::OpenSockets() {
   // without one sends through the queue for as long as it runs: name it now, before the server
   // says it serves, not when the heartbeat thread first gets to it.
   heartbeat_->set_command_socket(intake_->socket_path());
-  return heartbeat_->Claim(*redis_);
+  return heartbeat_->Claim(pipeline_->Drained());
 }
 
 Result<std::string> Server::Impl::SocketPath(const std::string& given, const char* kind) const {
@@ -259,17 +248,13 @@ Status Server::Impl::Run() {
   int backoff_ms = 100;
   bool busy = false;
   while (!stopping()) {
-    if (!busy && !resettle_ && heartbeat_->settled_lost()) {
-      pipeline_->Drain();  // nothing may be in flight while Resettle uses the connection
-      resettle_ = true;
-    }
+    if (!busy && !resettle_ && heartbeat_->settled_lost()) resettle_ = true;
     if (!Resettled()) continue;
     Housekeeping();
     copier_->ServeReads();
     Result<RedisValue> taken = RedisValue{};
     if (busy) {
-      if (!pipeline_->take_read()) pipeline_->Drain();  // the take sent ahead is due
-      taken = std::move(*pipeline_->TakeReply());
+      taken = pipeline_->TakeReply();
       busy = taken.ok() && !taken->elements.empty();
     }
     intake_->CollectSocket();
@@ -281,13 +266,9 @@ Status Server::Impl::Run() {
         continue;
       }
       auto t0 = Clock::now();
-      taken = intake_->WaitForCommand();
-      if (taken.ok() && !taken->is_nil()) {
-        // An answer faster than a context switch means the command was already waiting.
-        busy = Clock::now() - t0 < std::chrono::microseconds(60);
-        RedisValue one = std::move(taken.value());
-        taken = RedisValue{RedisValue::Type::kArray, 0, "", {std::move(one)}};
-      }
+      taken = intake_->WaitForCommand(pipeline_->Drained());
+      // An answer faster than a context switch means the command was already waiting.
+      if (taken.ok() && !taken->is_nil()) busy = Clock::now() - t0 < std::chrono::microseconds(60);
     }
     if (!taken.ok()) {
       pipeline_->Drain();  // on this connection, before any reconnect: a lost one fails them all
@@ -297,23 +278,16 @@ Status Server::Impl::Run() {
     }
     backoff_ms = 100;
     intake_->TakeAccepted();
-    std::vector<Intake::Incoming> commands;
-    if (!taken->is_nil()) {  // nil: BLMOVE timeout
-      for (RedisValue& v : taken->elements) {
-        if (!intake_->IsWakeMarker(v.str))
-          commands.push_back(Intake::Incoming{0, std::move(v.str), false});
-      }
-    }
     bool from_socket = intake_->has_socket_lines();
-    for (Intake::Incoming& in : intake_->TakeSocketLines()) commands.push_back(std::move(in));
-    if (commands.empty()) {
+    std::vector<Request> requests = intake_->Requests(std::move(taken).value());
+    if (requests.empty()) {
       busy = false;  // a take sent ahead that brought a wake marker alone: no take is out now
       continue;
     }
     // While commands come on the socket, the list is looked at with each batch, without blocking.
     busy = busy || from_socket;
     if (busy) pipeline_->SendTake();
-    applier_->ProcessBatch(std::move(commands));
+    applier_->ProcessBatch(std::move(requests));
   }
   pipeline_->Drain();
   std::string lost = heartbeat_->node_lost();
@@ -326,7 +300,7 @@ void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
   // Redis answered, with an error (OOM under maxmemory, a missing permission): the same error a
   // commit it refused gives, whichever of the two commands met it first.
   bool refused = (code == ErrorCode::kUnexpectedReply || RefusedByRedis(status)) &&
-                 redis_->connected();
+                 pipeline_->connected();
   Status why = refused
                    ? Status(code, "Redis refused the server's take of commands (" +
                                       status.message() + "); nothing changed")
@@ -343,7 +317,7 @@ void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
   Log(LogLevel::kWarn, "Redis: " + status.ToString() + "; reconnecting");
   std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
   backoff_ms = std::min(backoff_ms * 2, 5000);
-  if (redis_->Reconnect().ok()) {
+  if (pipeline_->Reconnect().ok()) {
     Log(LogLevel::kInfo, "Redis connection restored");
     backoff_ms = 100;
     resettle_ = true;
@@ -355,10 +329,10 @@ bool Server::Impl::Resettled() {
   // A Redis that restarts answers LOADING until its data is back: nothing is served (socket
   // clients hear why) until the server has settled what the lost connection left open.
   // Prepare again on every try: a connection lost meanwhile is a new one, with another id.
-  Status settled = redis_->connected() ? Status::Ok() : redis_->Reconnect();
+  Status settled = pipeline_->connected() ? Status::Ok() : pipeline_->Reconnect();
   if (settled.ok()) settled = Prepare();
   if (settled.ok()) settled = resettler_->Settle();
-  if (settled.ok() && redis_->connected()) {
+  if (settled.ok() && pipeline_->connected()) {
     resettle_ = false;
     resettle_waits_ = 0;
     return true;
@@ -394,10 +368,10 @@ void Server::Impl::Shutdown() {
   if (pipeline_) pipeline_->Drain();
   if (intake_) intake_->CloseSocket();
   copies_.reset();  // its thread stops: no read is served past here
-  if (intake_) intake_->RemoveMarkersAtStop();
+  if (intake_ && pipeline_) intake_->RemoveMarkersAtStop(pipeline_->Drained());
   size_t total = table_.held();
   size_t freed = DeleteAndFreeAll();
-  if (heartbeat_ && redis_) heartbeat_->Remove(*redis_);
+  if (heartbeat_ && pipeline_) heartbeat_->Remove(pipeline_->Drained());
   if (devices_) devices_->Stop();
   if (heartbeat_ && heartbeat_->owned()) {
     Log(LogLevel::kInfo,
@@ -408,17 +382,18 @@ void Server::Impl::Shutdown() {
 size_t Server::Impl::DeleteAndFreeAll() {
   // Hashes first (pipelined: nobody can get a tensor any more), then the memory, one worker job
   // per device rather than one per tensor.
-  if (redis_ && redis_->connected()) {
+  if (pipeline_ && pipeline_->connected()) {
+    RedisConnection& redis = pipeline_->Drained();
     size_t pending = 0;
     auto drain = [&] {
-      for (; pending > 0; --pending) (void)redis_->ReadReply();
+      for (; pending > 0; --pending) (void)redis.ReadReply();
     };
     // Only those still this instance's own: another instance that took the node over may have
     // made tensors of the same names since.
     CommitEvent event{"reclaim", getpid(), "server_stopped"};
     for (const auto& [name, entry] : table_.tensors()) {
       auto command = DeleteIfCommand(opt_, opt_.keys.Tensor(name), "owner", instance_, event, name);
-      if (!redis_->Append(std::vector<std::string_view>(command.begin(), command.end())).ok())
+      if (!redis.Append(std::vector<std::string_view>(command.begin(), command.end())).ok())
         break;
       if (++pending == 1000) drain();
     }

@@ -176,7 +176,7 @@ TEST_F(HeartbeatTest, BeatsUntilTheStopWhichWakesTheServingLoop) {
   auto hb = Make("0123456789abcdef");
   ASSERT_TRUE(hb->Claim(*conn_).ok());
   std::atomic<int> woken{0};
-  hb->Start([&](RedisConnection&) { ++woken; });
+  hb->Start([&] { ++woken; });
   // A beat rewrites what changed: a counter, and a field removed behind its back.
   ASSERT_TRUE(conn_->Command({"HDEL", opt_.keys.Server("n1"), "tensors"}).ok());
   outcomes_.Record("create", "t", Status::Ok(), OutcomeLog::Clock::now());
@@ -205,7 +205,7 @@ TEST_F(HeartbeatTest, ANodeTakenOverStopsTheServer) {
   auto hb = Make("0123456789abcdef");
   ASSERT_TRUE(hb->Claim(*conn_).ok());
   std::atomic<int> woken{0};
-  hb->Start([&](RedisConnection&) { ++woken; });
+  hb->Start([&] { ++woken; });
   // Another instance wrote the node's heartbeat while this one was not heard from.
   ASSERT_TRUE(
       conn_->Command({"HSET", opt_.keys.Server("n1"), "instance", "other", "pid", "1"}).ok());

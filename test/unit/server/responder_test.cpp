@@ -1,0 +1,110 @@
+// Responder (server/responder.h) over a real redis-server: an error reply goes to a socket
+// command's connection, and to Redis for a list command (which then leaves the processing list);
+// a refusal that may pass leaves the list command to be resumed, one that will not answers it.
+#include "server/responder.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "protocol/json_codec.h"
+#include "test_support.h"
+#include "unit/socket_client.h"
+
+namespace mcd {
+namespace {
+
+const char* kCommand = R"({"op":"get","name":"t1","req":"r1"})";
+
+ServerOptions Options(const test::RedisServer& redis) {
+  ServerOptions opt;
+  opt.redis_url = redis.parsed_url();
+  opt.node = "n1";
+  return opt;
+}
+
+class ResponderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(pipeline_.LoadScript().ok());
+    ASSERT_TRUE(side_->Command({"LPUSH", processing_, kCommand}).ok());
+  }
+  std::vector<std::string> List(const std::string& key) {
+    std::vector<std::string> out;
+    auto v = side_->Command({"LRANGE", key, "0", "-1"});
+    if (v.ok())
+      for (auto& e : v->elements) out.push_back(e.str);
+    return out;
+  }
+
+  test::RedisServer redis_;
+  ServerOptions opt_ = Options(redis_);
+  std::string processing_ = opt_.keys.Processing("n1");
+  std::unique_ptr<RedisConnection> side_ = redis_.Connect();
+  CommitPipeline pipeline_{redis_.Connect(), opt_, "inst1"};
+  Waker waker_{redis_.parsed_url(), opt_.keys.NodeQueue("n1")};
+  Intake intake_{opt_.keys.NodeQueue("n1"), processing_, waker_};
+  Responder responder_{processing_, pipeline_, intake_};
+  Status not_found_{ErrorCode::kNotFound, "no tensor named 't1'"};
+};
+
+TEST_F(ResponderTest, AListCommandsErrorReplyIsCommittedAndTheCommandLeavesTheList) {
+  Request request = Intake::FromList(kCommand);
+  responder_.Fail(request, "get", not_found_);
+  EXPECT_EQ(List(processing_).size(), 1u);  // queued with the batch, not sent yet
+  pipeline_.Flush();
+  pipeline_.Drain();
+  EXPECT_EQ(List(opt_.keys.Reply("r1")),
+            std::vector<std::string>{ErrorReplyJson("r1", "get", not_found_)});
+  EXPECT_TRUE(List(processing_).empty());
+}
+
+TEST_F(ResponderTest, ASocketCommandsErrorReplyGoesToItsConnectionAndNotToRedis) {
+  test::TempDir dir;
+  ASSERT_TRUE(intake_.ListenOnSocket(dir.path() + "/cmd.sock", PeerPolicy{geteuid()}).ok());
+  test::SocketClient client(dir.path() + "/cmd.sock");
+  client.Send(kCommand);
+  test::CollectSocketLine(intake_);
+  std::vector<Request> requests = intake_.Requests(RedisValue{});
+  ASSERT_EQ(requests.size(), 1u);
+  responder_.Fail(requests[0], "get", not_found_);
+  EXPECT_EQ(client.ReadLine(), ErrorReplyJson("r1", "get", not_found_));
+  EXPECT_FALSE(intake_.Waiting(requests[0].route));
+  pipeline_.Flush();
+  pipeline_.Drain();
+  EXPECT_TRUE(List(opt_.keys.Reply("r1")).empty());
+  EXPECT_EQ(List(processing_).size(), 1u);  // the list's own command, untouched
+}
+
+TEST_F(ResponderTest, ARefusalThatMayPassLeavesTheCommandToBeResumed) {
+  Request request = Intake::FromList(kCommand);
+  responder_.Refused(request, "get",
+                     Status(ErrorCode::kTryAgain,
+                            "Redis EVALSHA: BUSY Redis is busy running a "
+                            "script. script: abc, on @user_script:1."));
+  EXPECT_EQ(List(processing_), std::vector<std::string>{kCommand});
+  EXPECT_TRUE(List(opt_.keys.Reply("r1")).empty());
+  EXPECT_FALSE(responder_.ResumeDue());  // a second after the refusal
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!responder_.ResumeDue() && std::chrono::steady_clock::now() < deadline)
+    poll(nullptr, 0, 50);
+  EXPECT_TRUE(responder_.ResumeDue());
+}
+
+TEST_F(ResponderTest, ARefusalThatWillNotPassIsAnsweredAndTheCommandLeavesTheList) {
+  Request request = Intake::FromList(kCommand);
+  responder_.Refused(request, "get",
+                     Status(ErrorCode::kRedisError,
+                            "Redis EVALSHA: OOM command not allowed when used memory > "
+                            "'maxmemory'. script: abc, on @user_script:1."));
+  EXPECT_TRUE(List(processing_).empty());
+  std::vector<std::string> reply = List(opt_.keys.Reply("r1"));
+  ASSERT_EQ(reply.size(), 1u);
+  EXPECT_NE(reply[0].find("Redis refused the change: OOM command not allowed"), std::string::npos)
+      << reply[0];
+  EXPECT_FALSE(responder_.ResumeDue());
+}
+
+}  // namespace
+}  // namespace mcd
