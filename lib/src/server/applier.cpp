@@ -6,7 +6,7 @@
 #include "common/process.h"
 #include "protocol/json_codec.h"
 #include "protocol/not_held.h"
-#include "redis/lua_scripts.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -153,13 +153,15 @@ void CommandApplier::Handle(const std::string& raw, const Result<Command>& parse
 
 bool CommandApplier::Forwarded(const std::string& raw, const std::string& node) {
   pipeline_.Drain();  // the connection is used here, outside the pipeline
-  auto forwarded = redis_.Command({"EVAL", kForwardScript, "3", opt_.keys.Processing(opt_.node),
-                                   opt_.keys.NodeQueue(node), opt_.keys.Server(node), raw});
+  std::string queue = opt_.keys.NodeQueue(node);
+  std::string heartbeat = opt_.keys.Server(node);
+  auto forwarded =
+      ParseForwardReply(redis_.Command(ForwardCall({processing_key_, queue, heartbeat, raw})));
   if (!forwarded.ok()) {
     Log(LogLevel::kWarn, "forwarding a command to node '" + node + "': " + forwarded.status().ToString());
     return false;
   }
-  return forwarded->integer == 1;
+  return forwarded.value();
 }
 
 Status CommandApplier::MissingStatus(const std::string& name) {

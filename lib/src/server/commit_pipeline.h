@@ -15,6 +15,7 @@
 
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -24,27 +25,6 @@ struct Route {
   uint64_t conn = 0;
   uint64_t token = 0;  // this command's, among those of the socket waiting for a reply
   bool socket() const { return conn != 0; }
-};
-
-struct CommitResult {
-  // kNotHeld: a delete by a holder that holds none, of a tensor whose references are all other
-  // processes' (commit.lua).
-  enum Kind { kOk, kDup, kConflict, kNotHeld } kind = kOk;
-  long long refcount = 0;  // after an "incr" or "unhold"
-};
-
-// The commit script's precondition on the tensor hash (lua_scripts.h).
-// kMine: a ready hash of this instance; kCreating: one of this instance that its creator is
-// still filling.
-enum class Pre { kNone, kAbsent, kMine, kCreating };
-
-// The lifecycle event a commit appends to the event stream when it changes the tensor
-// (events.lua): `kind` "" for none, "create", "ref" (the script names it "get", "release" or
-// "delete" by the change) or "reclaim"; `pid` the process it is about, `reason` why (memcuda(7)).
-struct CommitEvent {
-  const char* kind = "";
-  int64_t pid = 0;
-  const char* reason = "";
 };
 
 // A commit waiting to be sent with the rest of its batch, and what to do with its result (run
@@ -61,8 +41,9 @@ struct Pending {
   std::vector<std::string> tails;
 };
 
-// The EVAL of delete_if.lua, for the keys a server removes outside a command: deletes `key` while
-// its `field` holds `value`, appending `event` about tensor `name` ("" for a server event).
+// The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
+// deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
+// server event).
 std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
                                          const std::string& field, const std::string& value,
                                          const CommitEvent& event, const std::string& name);
