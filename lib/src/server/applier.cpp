@@ -294,7 +294,7 @@ void CommandApplier::HandleCreate(const std::string& raw, const Command& cmd) {
     fields.push_back(field);
     fields.push_back(std::move(value));
   }
-  std::string reply = ReplyHeadJson(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
+  std::string reply = TensorReplyJson(cmd.req, Op::kCreate, entry.json_head, 1);
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset",
       // A tensor being filled is announced when it is published, ready.
@@ -356,12 +356,12 @@ void CommandApplier::HandleRefcount(const std::string& raw, const Command& cmd, 
     responder_.Fail(raw, cmd.req, op, holder.status());
     return outcomes_.Record(op, cmd.name, holder.status(), t0);
   }
-  std::string head = ReplyHeadJson(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
+  // The script writes the reply around the count it makes.
+  TensorReplyParts reply = TensorReplyHead(cmd.req, cmd.op, it->second.json_head);
   pipeline_.Queue(pipeline_.Make(
-      responder_.route(), raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
+      responder_.route(), raw, cmd.req, cmd.name, reply.head, Pre::kMine, "incr",
       CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
-      {holder.value(), std::to_string(delta), delta > 0 ? "}}" : R"(},"freed":false})",
-       R"(},"freed":true})"},
+      {holder.value(), std::to_string(delta), reply.held_tail, reply.freed_tail},
       [this, raw, req = cmd.req, name = cmd.name, op, t0](Result<CommitResult> committed) {
         RefcountCommitted(raw, req, name, op, t0, std::move(committed));
       }));
@@ -398,8 +398,7 @@ void CommandApplier::HandlePublish(const std::string& raw, const Command& cmd) {
   ready.state = "ready";
   // Nobody can take or give back a reference of a tensor being filled: its count is still the
   // creator's 1.
-  std::string reply =
-      ReplyHeadJson(cmd.req, Op::kPublish) + RecordJsonHead(ready) + R"(,"refcount":1}})";
+  std::string reply = TensorReplyJson(cmd.req, Op::kPublish, RecordJsonHead(ready), 1);
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kCreating, "hset",
       CommitEvent{"create", cmd.pid}, {"state", "ready"},
@@ -426,8 +425,7 @@ void CommandApplier::HandleAbandon(const std::string& raw, const Command& cmd) {
   auto t0 = Clock::now();
   auto it = FillersEntry(raw, cmd, t0);
   if (it == table_.end()) return;
-  std::string reply = ReplyHeadJson(cmd.req, Op::kAbandon) + it->second.json_head +
-                      R"(,"refcount":0},"freed":true})";
+  std::string reply = TensorReplyJson(cmd.req, Op::kAbandon, it->second.json_head, 0);
   // Never announced, so no event: the stream names a tensor from its publish on.
   pipeline_.Queue(pipeline_.Make(
       responder_.route(), raw, cmd.req, cmd.name, reply, Pre::kCreating, "del", CommitEvent{}, {},

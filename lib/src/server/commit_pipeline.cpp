@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "common/log.h"
+#include "protocol/json_codec.h"
 #include "redis/lua_scripts.h"
 
 namespace mcd {
@@ -215,8 +216,7 @@ void CommitPipeline::Drain(size_t count) {
 std::string CommitPipeline::SocketReply(const Pending& pending, const CommitResult& result) {
   if (pending.tails.empty()) return pending.reply;
   // As the commit script assembles an "incr" reply: the count, then how the tensor stands.
-  if (result.refcount <= 0) return pending.reply + "0" + pending.tails[1];
-  return pending.reply + std::to_string(result.refcount) + pending.tails[0];
+  return TensorReplyJson(pending.reply, result.refcount, pending.tails[0], pending.tails[1]);
 }
 
 Result<CommitResult> CommitPipeline::CommitNow(Pending pending) {
