@@ -44,7 +44,6 @@ CommitPipeline::CommitPipeline(RedisConnection& redis, const ServerOptions& opt,
       processing_key_(opt.keys.Processing(opt.node)),
       holders_key_(opt.keys.Holders(opt.node)),
       events_key_(opt.keys.Events()),
-      event_cap_(std::to_string(opt.event_history)),
       settle_(std::move(settle)) {}
 
 Status CommitPipeline::LoadScript() {

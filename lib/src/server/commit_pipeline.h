@@ -111,7 +111,6 @@ class CommitPipeline {
   const std::string processing_key_;
   const std::string holders_key_;
   const std::string events_key_;
-  const std::string event_cap_;  // --event-history, "0" for none
   Settle settle_;
   std::string commit_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent
