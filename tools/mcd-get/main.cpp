@@ -124,12 +124,8 @@ void PrintResult(const GetFlags& f, const mcd::TensorRecord& r, const std::strin
   using namespace mcd;
   uint64_t shown = std::min<uint64_t>(f.print_count, r.bytes / DTypeSize(r.dtype));
   if (f.common.json) {
-    std::string json = RecordToJson(r);
-    if (f.print_count > 0) {
-      json.pop_back();
-      json += ",\"values\":[" + tools::FormatValues(contents.data(), r.dtype, shown) + "]}";
-    }
-    std::cout << json << "\n";
+    std::string values = "[" + tools::FormatValues(contents.data(), r.dtype, shown) + "]";
+    std::cout << (f.print_count > 0 ? RecordToJson(r, "values", values) : RecordToJson(r)) << "\n";
   } else if (!f.common.quiet) {
     PrintRecord(r);
     if (f.print_count > 0) {

@@ -167,6 +167,10 @@ MCD_API Result<TensorRecord> RecordFromHash(const std::string& name,
 // The JSON object of a record (stable keys, sorted; ipc_handle as "ipc_handle_hex"), and back.
 MCD_API std::string RecordToJson(const TensorRecord& record);
 MCD_API Result<TensorRecord> RecordFromJson(std::string_view json);
+// RecordToJson with one more member after the record's: `key`, whose value `json` is JSON
+// already (mcd-get's "values").
+MCD_API std::string RecordToJson(const TensorRecord& record, std::string_view key,
+                                 std::string_view json);
 // RecordToJson without "refcount" and without the closing brace: replies are assembled around
 // a refcount that only Redis knows at the moment of the change.
 MCD_API std::string RecordJsonHead(const TensorRecord& record);

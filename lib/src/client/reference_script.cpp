@@ -7,6 +7,7 @@
 #include "client/records.h"
 #include "protocol/not_held.h"
 #include "redis/lua_scripts.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -57,22 +58,38 @@ Status ReferenceScript::Load() {
   return Status::Ok();
 }
 
+ReferenceArgs ReferenceScript::Args(const std::string& name, const std::string& key,
+                                    const std::string& server) const {
+  ReferenceArgs args;
+  args.tensor = key;
+  args.heartbeat = server;
+  args.holders = holders_key_;
+  args.held = held_key_;
+  args.events = events_key_;
+  args.node = opt_.node;
+  args.holder = holder_id_;
+  args.pid = pid_;
+  args.name = name;
+  args.fields = &TensorFieldNames();
+  return args;
+}
+
 Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
-  std::vector<std::string_view> argv = {
-      "EVALSHA", sha_,      "5",        key,   server, holders_key_, held_key_, events_key_,
-      "1",       opt_.node, holder_id_, pid_,  name,   "",           "",       kAnyEpoch};
-  for (const std::string& field : TensorFieldNames()) argv.push_back(field);
+  ReferenceArgs args = Args(name, key, server);
+  std::vector<std::string_view> argv = ReferenceCall(sha_, args);
   auto reply = redis_.Command(argv);
   if (!reply.ok() && IsNoScript(reply.status().message())) {
     MCD_RETURN_IF_ERROR(Load());
-    argv[1] = sha_;
+    argv[kReferenceShaIndex] = sha_;
     reply = redis_.Command(argv);
   }
   if (!reply.ok()) return reply.status();
-  bool taken = !reply->elements.empty() && reply->elements[0].str == "ok";
-  auto record = Answer(name, reply.value());
+  auto answer = ParseReferenceReply(std::move(reply).value());
+  if (!answer.ok()) return answer.status();
+  bool taken = answer->kind == ReferenceReply::kOk;
+  auto record = Answer(name, answer.value());
   if (!record.ok() && taken) (void)Release(name, kAnyEpoch);  // a hash it cannot read: give it back
   return record;
 }
@@ -83,12 +100,14 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
   MCD_ASSIGN_OR_RETURN(Transport::Outgoing out, transport_.Prepare(DeleteCommand(name, holder_)));
   std::string key = opt_.keys.Tensor(name);
   std::string server = opt_.keys.Server(opt_.node);
-  std::vector<std::string_view> argv = {
-      "EVALSHA",  sha_,        "7",    key,        server,    holders_key_, held_key_,
-      events_key_, out.queue, out.reply_key, "-1", opt_.node, holder_id_, pid_,
-      name,       out.body,    kMarkerTtl, epoch};
-  for (const std::string& field : TensorFieldNames()) argv.push_back(field);
-  MCD_RETURN_IF_ERROR(redis_.Append(argv));
+  ReferenceArgs args = Args(name, key, server);
+  args.release = true;
+  args.queue = out.queue;
+  args.reply_list = out.reply_key;
+  args.delete_command = out.body;
+  args.marker_ttl_s = kMarkerTtl;
+  args.epoch = epoch;
+  MCD_RETURN_IF_ERROR(redis_.Append(ReferenceCall(sha_, args)));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
   auto script = redis_.ReadReply();
   if (!script.ok()) return script.status();
@@ -104,38 +123,38 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
     return Release(name, epoch, true);
   }
   auto popped = redis_.ReadReply();
-  if (!script->elements.empty() && script->elements[0].str == "queued") {
+  auto answer = ParseReferenceReply(std::move(script).value());
+  if (answer.ok() && answer->kind == ReferenceReply::kQueued) {
     return transport_.ServerReply(out, std::move(popped));
   }
   if (!popped.ok()) return popped.status();
-  return Answer(name, script.value(), true);
+  if (!answer.ok()) return answer.status();
+  return Answer(name, answer.value(), true);
 }
 
-Result<TensorRecord> ReferenceScript::Answer(const std::string& name, RedisValue& reply,
+Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceReply& reply,
                                              bool release) {
-  if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
-  const std::string& kind = reply.elements[0].str;
-  std::string detail = reply.elements.size() > 1 ? reply.elements[1].str : "";
-  if ((kind == "ok" || kind == "forgotten") && reply.elements.size() == 2) {
-    if (release) return ReleasedRecord(name, reply.elements[1]);
-    return RecordFromHmget(name, reply.elements[1]);
+  switch (reply.kind) {
+    case ReferenceReply::kOk:
+    case ReferenceReply::kForgotten:
+      if (release) return ReleasedRecord(name, reply.values);
+      return RecordFromHmget(name, reply.values);
+    case ReferenceReply::kMissing:
+      return server_.Missing(name, !reply.detail.empty(), reply.settled);
+    case ReferenceReply::kNotReady:
+      return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + reply.detail);
+    case ReferenceReply::kWrongNode:
+      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" +
+                                               reply.detail + "', not '" + opt_.node + "'");
+    case ReferenceReply::kNotHeld:
+      return NotHeldStatus(name);
+    case ReferenceReply::kGone:
+      return Status(ErrorCode::kUnavailable,
+                    "the mcd-serve instance that owns tensor '" + name + "' is not running");
+    case ReferenceReply::kQueued:
+      break;
   }
-  if (kind == "missing" && reply.elements.size() == 3)
-    return server_.Missing(name, !detail.empty(), reply.elements[2].str);
-  if (kind == "not_ready")
-    return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + detail);
-  if (kind == "wrong_node") {
-    return Status(ErrorCode::kWrongNode,
-                  "tensor '" + name + "' lives on node '" + detail + "', not '" + opt_.node + "'");
-  }
-  if (kind == "not_held") {
-    return NotHeldStatus(name);
-  }
-  if (kind == "gone") {
-    return Status(ErrorCode::kUnavailable,
-                  "the mcd-serve instance that owns tensor '" + name + "' is not running");
-  }
-  return Status(ErrorCode::kUnexpectedReply, "reference script answered '" + kind + "'");
+  return Status(ErrorCode::kUnexpectedReply, "reference script answered 'queued'");
 }
 
 }  // namespace mcd

@@ -11,6 +11,7 @@
 #include "client/transport.h"
 #include "memcuda/client.h"
 #include "memcuda/redis.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -32,13 +33,18 @@ class ReferenceScript {
   // is returned as it is. The BLPOP for the server's reply goes out behind the script in one
   // write; when the script answered itself, it also pushed a marker, so the BLPOP returns at
   // once. One round trip in every case. After a NOSCRIPT, loads the script and tries once more.
-  static constexpr const char* kAnyEpoch = "*";
+  static constexpr const char* kAnyEpoch = ::mcd::kAnyEpoch;
   Result<TensorRecord> Release(const std::string& name, const std::string& epoch,
                                bool retried = false);
 
  private:
+  // The arguments shared by a get and a release of `name`, whose key and heartbeat key they
+  // point to.
+  ReferenceArgs Args(const std::string& name, const std::string& key,
+                     const std::string& server) const;
   // What the script answered, for `name`; `release`: to a release.
-  Result<TensorRecord> Answer(const std::string& name, RedisValue& reply, bool release = false);
+  Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply,
+                              bool release = false);
 
   static constexpr const char* kNotLoaded = "0";
   RedisConnection& redis_;

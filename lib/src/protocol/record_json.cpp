@@ -166,6 +166,16 @@ std::string RecordJsonHead(const TensorRecord& r) {
   return pooled.str();  // the object stays open
 }
 
+std::string RecordToJson(const TensorRecord& r, std::string_view key, std::string_view json) {
+  PooledWriter pooled;
+  Writer& w = pooled.w();
+  WriteRecordFields(w, r, true);
+  w.Key(key.data(), static_cast<rj::SizeType>(key.size()));
+  w.RawValue(json.data(), json.size(), rj::kArrayType);
+  w.EndObject();
+  return pooled.str();
+}
+
 Result<TensorRecord> RecordFromJson(std::string_view text) {
   PooledDocument pooled;
   Status parsed = ParseJson(text, 2, "tensor record", pooled);
@@ -230,6 +240,28 @@ std::string ReplyHeadJson(const std::string& req, Op op) {
   // Left open at the tensor, whose ':' the writer would put before the next value: the caller
   // appends the record and the closing braces.
   return pooled.str() + ":";
+}
+
+TensorReplyParts TensorReplyHead(const std::string& req, Op op, std::string_view record_head) {
+  static constexpr std::string_view kRefcount = R"(,"refcount":)";
+  TensorReplyParts parts{ReplyHeadJson(req, op), "}}", R"(},"freed":true})"};
+  // Room for the count and the longest tail too, so that the reply grows in place.
+  parts.head.reserve(parts.head.size() + record_head.size() + kRefcount.size() + 40);
+  parts.head.append(record_head).append(kRefcount);
+  if (op == Op::kDelete || op == Op::kAbandon) parts.held_tail = R"(},"freed":false})";
+  return parts;
+}
+
+std::string TensorReplyJson(std::string head, long long refcount, std::string_view held_tail,
+                            std::string_view freed_tail) {
+  if (refcount <= 0) return std::move(head.append("0").append(freed_tail));
+  return std::move(head.append(std::to_string(refcount)).append(held_tail));
+}
+
+std::string TensorReplyJson(const std::string& req, Op op, std::string_view record_head,
+                            long long refcount) {
+  TensorReplyParts parts = TensorReplyHead(req, op, record_head);
+  return TensorReplyJson(std::move(parts.head), refcount, parts.held_tail, parts.freed_tail);
 }
 
 }  // namespace mcd

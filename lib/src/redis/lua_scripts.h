@@ -1,6 +1,7 @@
 // The Lua scripts that make every change to a tensor hash atomic with its reply. Each lives in
 // its own file under redis/scripts/, with its keys, arguments and answers described at its top;
-// the build embeds the files' text here (lib/CMakeLists.txt).
+// the build embeds the files' text here (lib/CMakeLists.txt). Callers build their argv and read
+// their replies through script_calls.h.
 #pragma once
 
 namespace mcd {
@@ -17,5 +18,7 @@ extern const char* const kForwardScript;
 extern const char* const kDeleteIfScript;
 // scripts/forget_holder.lua
 extern const char* const kForgetHolderScript;
+// scripts/redeem_grant.lua
+extern const char* const kRedeemGrantScript;
 
 }  // namespace mcd

@@ -6,7 +6,7 @@
 #include "common/process.h"
 #include "protocol/json_codec.h"
 #include "protocol/not_held.h"
-#include "redis/lua_scripts.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -129,13 +129,13 @@ void CommandApplier::Handle(Request& request) {
 }
 
 bool CommandApplier::Forwarded(const std::string& raw, const std::string& node) {
-  auto forwarded = pipeline_.Command({"EVAL", kForwardScript, "3", opt_.keys.Processing(opt_.node),
-                                   opt_.keys.NodeQueue(node), opt_.keys.Server(node), raw});
+  auto forwarded = ParseForwardReply(pipeline_.Command(ForwardCall(
+      {opt_.keys.Processing(opt_.node), opt_.keys.NodeQueue(node), opt_.keys.Server(node), raw})));
   if (!forwarded.ok()) {
     Log(LogLevel::kWarn, "forwarding a command to node '" + node + "': " + forwarded.status().ToString());
     return false;
   }
-  return forwarded->integer == 1;
+  return forwarded.value();
 }
 
 Status CommandApplier::MissingStatus(const std::string& name) {
@@ -267,7 +267,7 @@ void CommandApplier::HandleCreate(Request& request) {
     fields.push_back(field);
     fields.push_back(std::move(value));
   }
-  std::string reply = ReplyHeadJson(cmd.req, Op::kCreate) + entry.json_head + R"(,"refcount":1}})";
+  std::string reply = TensorReplyJson(cmd.req, Op::kCreate, entry.json_head, 1);
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset",
                        // A tensor being filled is announced when it is published, ready.
                        filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}, fields),
@@ -331,11 +331,11 @@ void CommandApplier::HandleRefcount(Request& request, int delta) {
     responder_.Fail(request, op, holder.status());
     return outcomes_.Record(op, cmd.name, holder.status(), t0);
   }
-  std::string head = ReplyHeadJson(cmd.req, cmd.op) + it->second.json_head + R"(,"refcount":)";
-  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, head, Pre::kMine, "incr",
+  // The script writes the reply around the count it makes.
+  TensorReplyParts reply = TensorReplyHead(cmd.req, cmd.op, it->second.json_head);
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply.head, Pre::kMine, "incr",
                        CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
-                       {holder.value(), std::to_string(delta),
-                        delta > 0 ? "}}" : R"(},"freed":false})", R"(},"freed":true})"}),
+                       {holder.value(), std::to_string(delta), reply.held_tail, reply.freed_tail}),
         request, [this, op, t0](const Request& made, Result<CommitResult> committed) {
           RefcountCommitted(made, op, t0, std::move(committed));
         });
@@ -374,8 +374,7 @@ void CommandApplier::HandlePublish(Request& request) {
   ready.state = "ready";
   // Nobody can take or give back a reference of a tensor being filled: its count is still the
   // creator's 1.
-  std::string reply =
-      ReplyHeadJson(cmd.req, Op::kPublish) + RecordJsonHead(ready) + R"(,"refcount":1}})";
+  std::string reply = TensorReplyJson(cmd.req, Op::kPublish, RecordJsonHead(ready), 1);
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
                        "hset", CommitEvent{"create", cmd.pid}, {"state", "ready"}),
         request, [this, t0](const Request& made, Result<CommitResult> committed) {
@@ -408,8 +407,7 @@ void CommandApplier::HandleAbandon(Request& request) {
   const Command& cmd = request.parsed.value();
   auto it = FillersEntry(request, t0);
   if (it == table_.end()) return;
-  std::string reply = ReplyHeadJson(cmd.req, Op::kAbandon) + it->second.json_head +
-                      R"(,"refcount":0},"freed":true})";
+  std::string reply = TensorReplyJson(cmd.req, Op::kAbandon, it->second.json_head, 0);
   // Never announced, so no event: the stream names a tensor from its publish on.
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
                        "del", CommitEvent{}, {}),

@@ -2,34 +2,38 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 
 #include "common/log.h"
+#include "protocol/json_codec.h"
 #include "redis/lua_scripts.h"
 
 namespace mcd {
 
 namespace {
-const char* PreName(Pre pre) {
-  switch (pre) {
-    case Pre::kNone: return "none";
-    case Pre::kAbsent: return "absent";
-    case Pre::kMine: return "mine";
-    case Pre::kCreating: return "creating";
-  }
-  return "none";
+CommitAction ActionOf(std::string_view action) {
+  if (action == "hset") return CommitAction::kHset;
+  if (action == "del") return CommitAction::kDel;
+  if (action == "incr") return CommitAction::kIncr;
+  if (action == "unhold") return CommitAction::kUnhold;
+  return CommitAction::kNone;
 }
 }  // namespace
 
 std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
                                          const std::string& field, const std::string& value,
                                          const CommitEvent& event, const std::string& name) {
-  return {"EVAL",    kDeleteIfScript,
-          "2",       key,
-          opt.keys.Events(), field,
-          value,     std::to_string(opt.event_history),
-          event.kind, name,
-          opt.node,  std::to_string(event.pid),
-          event.reason};
+  std::string events = opt.keys.Events();
+  DeleteIfArgs args;
+  args.key = key;
+  args.events = events;
+  args.field = field;
+  args.value = value;
+  args.event_cap = opt.event_history;
+  args.event = event;
+  args.name = name;
+  args.node = opt.node;
+  return DeleteIfCall(args);
 }
 
 CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, const ServerOptions& opt,
@@ -40,8 +44,7 @@ CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, const Ser
       queue_key_(opt.keys.NodeQueue(opt.node)),
       processing_key_(opt.keys.Processing(opt.node)),
       holders_key_(opt.keys.Holders(opt.node)),
-      events_key_(opt.keys.Events()),
-      event_cap_(std::to_string(opt.event_history)) {}
+      events_key_(opt.keys.Events()) {}
 
 RedisConnection& CommitPipeline::Drained() {
   assert(!reading_ && "the serving connection is used while a drain reads its replies");
@@ -65,50 +68,59 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
                              const char* action, const CommitEvent& event,
                              const std::vector<std::string>& extra,
                              Continuation done) const {
-  Pending p;
-  p.route = route;
-  p.name = name;
-  p.done = std::move(done);
   // From the socket, the reply goes there: the commit writes none (and no first result: the
   // client never sends the command again) and has nothing to take off the processing list.
   bool socket = route.socket();
-  bool incr = std::string_view(action) == "incr";
-  bool holds = incr || std::string_view(action) == "unhold";
-  const std::string holder = holds ? extra.at(0) : "";
-  p.args = {"EVALSHA",
-            commit_sha_,
-            "7",
-            name.empty() ? opt_.keys.Unused() : opt_.keys.Tensor(name),
-            processing_key_,
-            socket || req.empty() ? opt_.keys.Unused() : opt_.keys.Reply(req),
-            socket || req.empty() ? opt_.keys.Unused() : opt_.keys.Done(req),
-            holders_key_,
-            holder.empty() ? opt_.keys.Unused() : opt_.keys.Held(opt_.node, holder),
-            events_key_,
-            socket ? "" : raw,
-            socket ? "" : reply,
-            std::to_string(opt_.reply_ttl_s),
-            std::to_string(opt_.done_ttl_s),
-            socket || req.empty() ? "0" : "1",
-            PreName(pre),
-            instance_,
-            action,
-            event_cap_,
-            event.kind,
-            name,
-            opt_.node,
-            std::to_string(event.pid),
-            event.reason};
-  p.args.insert(p.args.end(), extra.begin(), extra.end());
+  bool written = !socket && !req.empty();
+  CommitArgs a;
+  a.action = ActionOf(action);
+  bool incr = a.action == CommitAction::kIncr;
+  if (incr || a.action == CommitAction::kUnhold) a.holder = extra.at(0);
+  std::string tensor_key = name.empty() ? opt_.keys.Unused() : opt_.keys.Tensor(name);
+  std::string reply_key = written ? opt_.keys.Reply(req) : opt_.keys.Unused();
+  std::string first_key = written ? opt_.keys.Done(req) : opt_.keys.Unused();
+  std::string held_key =
+      a.holder.empty() ? opt_.keys.Unused() : opt_.keys.Held(opt_.node, a.holder);
+  a.tensor = tensor_key;
+  a.processing = processing_key_;
+  a.reply_list = reply_key;
+  a.first_result = first_key;
+  a.holders = holders_key_;
+  a.held = held_key;
+  a.events = events_key_;
+  if (!socket) {
+    a.raw = raw;
+    a.reply = reply;
+  }
+  a.reply_ttl_s = opt_.reply_ttl_s;
+  a.first_result_ttl_s = opt_.done_ttl_s;
+  a.has_req = written;
+  a.pre = pre;
+  a.owner = instance_;
+  a.event_cap = opt_.event_history;
+  a.event = event;
+  a.name = name;
+  a.node = opt_.node;
+  if (a.action == CommitAction::kHset) a.fields = &extra;
+  if (incr) {
+    const std::string& delta = extra.at(1);
+    std::from_chars(delta.data(), delta.data() + delta.size(), a.delta);
+    // From the socket the script assembles no reply, so the tails stay here (SocketReply) and
+    // travel empty.
+    if (!socket) {
+      a.held_tail = extra.at(2);
+      a.freed_tail = extra.at(3);
+    }
+  }
+  Pending p;
+  p.args = CommitCall(commit_sha_, a);
+  p.route = route;
+  p.name = name;
+  p.done = std::move(done);
   if (socket) {
     p.req = req;
     p.reply = reply;
-    if (incr) {
-      // The script assembles no reply, so the tails stay here (SocketReply) and travel empty.
-      p.tails = {extra.at(2), extra.at(3)};
-      p.args[p.args.size() - 2].clear();
-      p.args[p.args.size() - 1].clear();
-    }
+    if (incr) p.tails = {extra.at(2), extra.at(3)};
   }
   return p;
 }
@@ -226,8 +238,7 @@ void CommitPipeline::Drain(size_t count) {
 std::string CommitPipeline::SocketReply(const Pending& pending, const CommitResult& result) {
   if (pending.tails.empty()) return pending.reply;
   // As the commit script assembles an "incr" reply: the count, then how the tensor stands.
-  if (result.refcount <= 0) return pending.reply + "0" + pending.tails[1];
-  return pending.reply + std::to_string(result.refcount) + pending.tails[0];
+  return TensorReplyJson(pending.reply, result.refcount, pending.tails[0], pending.tails[1]);
 }
 
 Result<CommitResult> CommitPipeline::CommitNow(Pending pending) {
@@ -244,27 +255,12 @@ Result<CommitResult> CommitPipeline::RunCommit(Pending& pending) {
         ParseCommit(redis_->CommandRaw(argv));  // errors read as pipelined ones
     if (result.ok() || !IsNoScript(result.status().message()) || attempt == 8) return result;
     MCD_RETURN_IF_ERROR(LoadScriptNow());
-    pending.args[1] = commit_sha_;
+    pending.args[kCommitShaIndex] = commit_sha_;
   }
 }
 
 Result<CommitResult> CommitPipeline::ParseCommit(Result<RedisValue> result) {
-  if (!result.ok()) return result.status();
-  // A pipelined reply comes as a value even when it is an error (NOSCRIPT after SCRIPT FLUSH):
-  // keep its text, which decides whether the script is loaded again.
-  if (result->type == RedisValue::Type::kError)
-    return Status(ErrorCode::kRedisError, "Redis EVALSHA: " + result->str);
-  if (result->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "commit script reply");
-  const std::string& kind = result->elements[0].str;
-  CommitResult out;
-  out.kind = kind == "ok"         ? CommitResult::kOk
-             : kind == "dup"      ? CommitResult::kDup
-             : kind == "not_held" ? CommitResult::kNotHeld
-                                  : CommitResult::kConflict;
-  if (result->elements.size() > 1 && result->elements[1].type == RedisValue::Type::kInteger) {
-    out.refcount = result->elements[1].integer;
-  }
-  return out;
+  return ParseCommitReply(std::move(result));
 }
 
 }  // namespace mcd

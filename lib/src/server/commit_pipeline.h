@@ -20,30 +20,10 @@
 
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
+#include "redis/script_calls.h"
 #include "server/request.h"
 
 namespace mcd {
-
-struct CommitResult {
-  // kNotHeld: a delete by a holder that holds none, of a tensor whose references are all other
-  // processes' (commit.lua).
-  enum Kind { kOk, kDup, kConflict, kNotHeld } kind = kOk;
-  long long refcount = 0;  // after an "incr" or "unhold"
-};
-
-// The commit script's precondition on the tensor hash (lua_scripts.h).
-// kMine: a ready hash of this instance; kCreating: one of this instance that its creator is
-// still filling.
-enum class Pre { kNone, kAbsent, kMine, kCreating };
-
-// The lifecycle event a commit appends to the event stream when it changes the tensor
-// (events.lua): `kind` "" for none, "create", "ref" (the script names it "get", "release" or
-// "delete" by the change) or "reclaim"; `pid` the process it is about, `reason` why (memcuda(7)).
-struct CommitEvent {
-  const char* kind = "";
-  int64_t pid = 0;
-  const char* reason = "";
-};
 
 struct Pending;
 // What the code that made a commit does with its result: run after every result read with it
@@ -63,8 +43,9 @@ struct Pending {
   std::vector<std::string> tails;
 };
 
-// The EVAL of delete_if.lua, for the keys a server removes outside a command: deletes `key` while
-// its `field` holds `value`, appending `event` about tensor `name` ("" for a server event).
+// The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
+// deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
+// server event).
 std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
                                          const std::string& field, const std::string& value,
                                          const CommitEvent& event, const std::string& name);
@@ -143,7 +124,6 @@ class CommitPipeline {
   const std::string processing_key_;
   const std::string holders_key_;
   const std::string events_key_;
-  const std::string event_cap_;  // --event-history, "0" for none
   std::string commit_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent
   std::deque<Due> due_;         // replies due on the connection, in the order sent

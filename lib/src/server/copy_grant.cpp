@@ -3,20 +3,10 @@
 #include <algorithm>
 
 #include "memcuda/protocol.h"
+#include "redis/script_calls.h"
 #include "server/copy_wire.h"
 
 namespace mcd {
-
-namespace {
-// Takes the grant out only when it holds what the read says: the key's name is no secret (other
-// Redis users may see it through SCAN), so a read with the right id and a wrong token must not
-// burn the grant. Compared as SHA-1 digests, so that how long the comparison takes tells nothing
-// of the value held.
-constexpr const char* kRedeemScript =
-    "local held = redis.call('GET', KEYS[1]) "
-    "if held and redis.sha1hex(held) == redis.sha1hex(ARGV[1]) then "
-    "redis.call('DEL', KEYS[1]) return 1 end return 0";
-}  // namespace
 
 std::string CopyGrantValue(std::string_view token, std::string_view serving_node,
                            std::string_view asker_node, int64_t ctime_ms, std::string_view name) {
@@ -92,8 +82,8 @@ std::vector<Status> CopyGrants::Redeem(const std::vector<CopyService::Read>& rea
     const CopyService::Read& read = reads[i];
     std::string expected =
         CopyGrantValue(read.grant.token, opt_.node, read.asker_node, read.ctime_ms, read.name);
-    lost = conn.value()->Append(
-        {"EVAL", kRedeemScript, "1", opt_.keys.CopyGrant(HexEncode(read.grant.id)), expected});
+    std::string grant = opt_.keys.CopyGrant(HexEncode(read.grant.id));
+    lost = conn.value()->Append(RedeemGrantCall({grant, expected}));
   }
   if (conn.ok() && !lost.ok()) Lost();
   std::vector<Status> out;
@@ -105,7 +95,7 @@ std::vector<Status> CopyGrants::Redeem(const std::vector<CopyService::Read>& rea
       out.push_back(unavailable(lost));
       continue;
     }
-    Result<RedisValue> taken = conn.value()->ReadCommandReply("EVAL");
+    Result<bool> taken = ParseRedeemGrantReply(conn.value()->ReadCommandReply("EVAL"));
     if (!taken.ok()) {
       // An error reply leaves the connection in step; anything else loses it, with the replies
       // still due on it: connect again later.
@@ -117,7 +107,7 @@ std::vector<Status> CopyGrants::Redeem(const std::vector<CopyService::Read>& rea
       continue;
     }
     Answered();
-    if (taken->type != RedisValue::Type::kInteger || taken->integer != 1) {
+    if (!taken.value()) {
       out.push_back(Status(ErrorCode::kPermissionDenied,
                            "no grant for that read in this server's Redis: copies are served only "
                            "to servers that share its Redis and prefix"));

@@ -2,7 +2,7 @@
 
 #include "common/log.h"
 #include "common/process.h"
-#include "redis/lua_scripts.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -87,8 +87,8 @@ Status Reaper::GiveBackAll(const std::string& holder) {
   if (!pipeline_.connected()) return Status(ErrorCode::kUnavailable, "Redis went away");
   // Forgotten only by the script that finds nothing of it left: a get bound to it that came
   // after the SMEMBERS above keeps it for the next round (forget_holder.lua).
-  return pipeline_
-      .Command({"EVAL", kForgetHolderScript, "2", holders_key_, held_key, holder, instance_})
+  return ParseForgetHolderReply(
+             pipeline_.Command(ForgetHolderCall({holders_key_, held_key, holder, instance_})))
       .status();
 }
 

@@ -1,28 +1,33 @@
 -- Commit: applies one command's effect, writes its reply and removes it from the processing
 -- list, all at once, so no reader sees half a change and no command is applied twice.
 --
--- KEYS[1] tensor hash, KEYS[2] processing list, KEYS[3] reply list, KEYS[4] first-result key,
--- KEYS[5] the node's set of holders, KEYS[6] the holder's set of tensors (holders.lua; <prefix>:- for
--- actions without a holder), KEYS[7] the event stream (events.lua)
--- ARGV[1] the raw command (LREM'ed from the processing list, searched from its tail, where the
+-- Its call is built and its reply read by CommitCall / ParseCommitReply (redis/script_calls.h),
+-- whose CommitArgs fields carry the names below.
+-- KEYS[1] tensor (the hash), KEYS[2] processing (the list), KEYS[3] reply_list, KEYS[4]
+-- first_result, KEYS[5] holders (the node's set), KEYS[6] held (the holder's set of tensors,
+-- holders.lua; <prefix>:- for actions without a holder), KEYS[7] events (the stream, events.lua)
+-- ARGV[1] raw: the command (LREM'ed from the processing list, searched from its tail, where the
 -- oldest commands are and commits happen oldest first; "" for internal actions and commands
 -- that came on the command socket, whose LREM then finds nothing, or an empty command that a
 -- client pushed, which is junk either way)
--- ARGV[2] reply JSON (for "incr": the part before the new refcount)
--- ARGV[3] reply TTL (s), ARGV[4] first-result TTL (s)
--- ARGV[5] "1" when the command has a req (reply + first-result are written)
--- ARGV[6] precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner ARGV[7]) |
--- "creating" (state creating, owner ARGV[7]: a tensor its creator is still filling)
+-- ARGV[2] reply: the reply JSON (for "incr": the part before the new refcount)
+-- ARGV[3] reply_ttl_s, ARGV[4] first_result_ttl_s
+-- ARGV[5] has_req: "1" when the command has a req (reply + first result are written)
+-- ARGV[6] pre, the precondition: "none" | "absent" (no such hash) | "mine" (state ready, owner
+-- ARGV[7]) | "creating" (state creating, owner ARGV[7]: a tensor its creator is still filling)
 -- ARGV[7] owner
--- ARGV[8] action: "none" | "hset" (pairs from ARGV[15]) | "del" | "incr" | "unhold" (below)
--- ARGV[9] the event stream's cap, ARGV[10] the event the change makes: "" (none) | "create" |
--- "ref" (an incr: "get", "release", or "delete" when it frees the tensor) | "reclaim";
--- ARGV[11] tensor name, ARGV[12] node, ARGV[13] the pid it is about, ARGV[14] reason.
--- incr (needs "mine"): ARGV[15] the holder ("PID:START", or "" for a reference bound to nobody),
--- ARGV[16] delta, ARGV[17] reply tail while referenced, ARGV[18] reply tail when freed. A get
--- takes a reference of the holder; a delete gives back the holder's own if it holds one, else
--- one bound to nobody, and answers "not_held" when every reference is another process's.
--- unhold (needs "mine"): ARGV[15] a holder that died: every reference it held is given back.
+-- ARGV[8] action: "none" | "hset" (fields from ARGV[15]) | "del" | "incr" | "unhold" (below)
+-- ARGV[9] event_cap, the event stream's cap, ARGV[10] event, the event the change makes: ""
+-- (none) | "create" | "ref" (an incr: "get", "release", or "delete" when it frees the tensor) |
+-- "reclaim"; ARGV[11] name (the tensor's), ARGV[12] node, ARGV[13] pid, the one it is about,
+-- ARGV[14] reason.
+-- hset: ARGV[15..] fields, field/value pairs.
+-- incr (needs "mine"): ARGV[15] holder ("PID:START", or "" for a reference bound to nobody),
+-- ARGV[16] delta, ARGV[17] held_tail, the reply's tail while referenced, ARGV[18] freed_tail,
+-- its tail when freed. A get takes a reference of the holder; a delete gives back the holder's
+-- own if it holds one, else one bound to nobody, and answers "not_held" when every reference is
+-- another process's.
+-- unhold (needs "mine"): ARGV[15] holder, one that died: every reference it held is given back.
 -- After incr and unhold, at refcount <= 0 the hash is deleted (the caller then frees the memory).
 -- Returns {"ok"} | {"ok", refcount} (incr, unhold: the count after; del under "mine": the count
 -- it had) | {"dup", first_reply} | {"conflict"} | {"not_held"}.

@@ -1,8 +1,9 @@
--- Deletes KEYS[1], a hash, only while its field ARGV[1] holds ARGV[2], and then appends the event
--- that says so to the stream KEYS[2] (events.lua): a stopping server removes only the hashes and
--- the heartbeat that are still its own, a starting one the hashes of a dead instance.
--- ARGV[3] the stream's cap, ARGV[4] event, ARGV[5] tensor name ("" for a server event),
--- ARGV[6] node, ARGV[7] pid, ARGV[8] reason. Returns the number of keys deleted.
+-- Deletes KEYS[1] key, a hash, only while its field ARGV[1] field holds ARGV[2] value, and then
+-- appends the event that says so to the stream KEYS[2] events (events.lua): a stopping server
+-- removes only the hashes and the heartbeat that are still its own, a starting one the hashes of a
+-- dead instance. ARGV[3] event_cap, the stream's cap, ARGV[4] event, ARGV[5] name, the tensor's
+-- ("" for a server event), ARGV[6] node, ARGV[7] pid, ARGV[8] reason. Returns the number of keys
+-- deleted. Called through DeleteIfCall / ParseDeleteIfReply (redis/script_calls.h).
 -- A tensor still "creating" goes without an event: no event names a tensor before its publish.
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')

@@ -6,8 +6,9 @@
 -- next round, which gives that reference back too. Forgotten any other way, its hash would keep
 -- a field that no set leads the server to, and mcd_hold, which adds to the sets only at a
 -- holder's first reference to a tensor, would never put it back.
--- KEYS[1] the node's set of holders, KEYS[2] the holder's set of tensors.
--- ARGV[1] the holder ("PID:START"), ARGV[2] the server's instance.
+-- KEYS[1] holders, the node's set, KEYS[2] held, the holder's set of tensors.
+-- ARGV[1] holder ("PID:START"), ARGV[2] instance, the server's.
+-- Called through ForgetHolderCall / ParseForgetHolderReply (redis/script_calls.h).
 -- Returns how many tensors of the instance still name the holder (0: it is forgotten).
 local field = 'holder:' .. ARGV[1]
 local left = 0

@@ -3,8 +3,9 @@
 -- is neither lost nor applied twice. Only while that node has a live server: otherwise nothing
 -- changes and the taker answers wrong_node.
 --
--- KEYS[1] the taker's processing list, KEYS[2] the other node's queue, KEYS[3] its heartbeat
--- ARGV[1] the raw command. Returns 1 when forwarded, 0 when the node has no live server.
+-- KEYS[1] processing, the taker's list, KEYS[2] queue, the other node's, KEYS[3] heartbeat, its
+-- ARGV[1] raw, the command. Returns 1 when forwarded, 0 when the node has no live server.
+-- Called through ForwardCall / ParseForwardReply (redis/script_calls.h).
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 redis.call('LPUSH', KEYS[2], ARGV[1])
 redis.call('LREM', KEYS[1], -1, ARGV[1])

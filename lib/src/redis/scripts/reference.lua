@@ -2,15 +2,17 @@
 -- not the last one. The last release must go through the server, which frees the memory: a
 -- release names its delete command, and the script queues it in that case.
 --
--- KEYS[1] tensor hash, KEYS[2] the heartbeat of the client's node, KEYS[3] the node's set of
--- holders, KEYS[4] the holder's set of tensors (<prefix>:- when ARGV[3] is ""), KEYS[5] the event
--- stream (events.lua; its cap is the heartbeat's event_history); a release also KEYS[6] the
--- command queue and KEYS[7] the reply list of its delete command's req.
--- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] the client's node, ARGV[3] the holder
--- ("PID:START", holders.lua; "" for a reference bound to nobody), ARGV[4] the pid the event
--- names, ARGV[5] the tensor's name, ARGV[6] (release) the delete command, ARGV[7] (release) the
--- reply list's TTL (s), ARGV[8] (release) the hash's epoch when the reference was taken ("*":
--- not known), ARGV[9..] hash fields to return.
+-- Called through ReferenceCall / ParseReferenceReply (redis/script_calls.h), whose
+-- ReferenceArgs fields carry the names below.
+-- KEYS[1] tensor (the hash), KEYS[2] heartbeat, the client's node's, KEYS[3] holders, the node's
+-- set, KEYS[4] held, the holder's set of tensors (<prefix>:- when ARGV[3] is ""), KEYS[5] events,
+-- the stream (events.lua; its cap is the heartbeat's event_history); a release also KEYS[6]
+-- queue, the command queue, and KEYS[7] reply_list, its delete command's req's.
+-- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] node, the client's, ARGV[3] holder
+-- ("PID:START", holders.lua; "" for a reference bound to nobody), ARGV[4] pid, the one the event
+-- names, ARGV[5] name, the tensor's, ARGV[6] (release) delete_command, ARGV[7] (release)
+-- marker_ttl_s, the reply list's TTL, ARGV[8] (release) epoch, the hash's when the reference
+-- was taken ("*": not known), ARGV[9..] fields, the hash's to return.
 -- A release that is answered here also pushes an empty marker onto its reply list, so that the
 -- BLPOP the client sends right behind the script returns at once whatever happened.
 -- Returns {"ok", {values}} | {"missing", instance, settled} (the heartbeat's, "" without one:

@@ -1,0 +1,209 @@
+#include "redis/script_calls.h"
+
+#include "redis/lua_scripts.h"
+
+namespace mcd {
+
+namespace {
+const char* PreName(Pre pre) {
+  switch (pre) {
+    case Pre::kNone:
+      return "none";
+    case Pre::kAbsent:
+      return "absent";
+    case Pre::kMine:
+      return "mine";
+    case Pre::kCreating:
+      return "creating";
+  }
+  return "none";
+}
+
+const char* ActionName(CommitAction action) {
+  switch (action) {
+    case CommitAction::kNone:
+      return "none";
+    case CommitAction::kHset:
+      return "hset";
+    case CommitAction::kDel:
+      return "del";
+    case CommitAction::kIncr:
+      return "incr";
+    case CommitAction::kUnhold:
+      return "unhold";
+  }
+  return "none";
+}
+
+// A reply of Command (an error reply is a failed Result) or of ReadReply (an error is a value).
+Result<RedisValue> Answered(Result<RedisValue> reply, const char* script) {
+  if (!reply.ok()) return reply.status();
+  if (reply->type == RedisValue::Type::kError) return RedisErrorStatus(script, reply->str);
+  return std::move(reply).value();
+}
+
+Result<int64_t> IntegerReply(Result<RedisValue> reply, const char* script) {
+  MCD_ASSIGN_OR_RETURN(RedisValue value, Answered(std::move(reply), script));
+  if (value.type != RedisValue::Type::kInteger) {
+    return Status(ErrorCode::kUnexpectedReply, std::string(script) + " answered no integer");
+  }
+  return value.integer;
+}
+}  // namespace
+
+std::vector<std::string> CommitCall(std::string_view sha, const CommitArgs& a) {
+  size_t extra = a.action == CommitAction::kHset     ? (a.fields ? a.fields->size() : 0)
+                 : a.action == CommitAction::kIncr   ? 4
+                 : a.action == CommitAction::kUnhold ? 1
+                                                     : 0;
+  std::vector<std::string> argv;
+  argv.reserve(24 + extra);
+  for (std::string_view arg :
+       {std::string_view("EVALSHA"), sha, std::string_view("7"), a.tensor, a.processing,
+        a.reply_list, a.first_result, a.holders, a.held, a.events, a.raw, a.reply}) {
+    argv.emplace_back(arg);
+  }
+  argv.push_back(std::to_string(a.reply_ttl_s));
+  argv.push_back(std::to_string(a.first_result_ttl_s));
+  argv.emplace_back(a.has_req ? "1" : "0");
+  argv.emplace_back(PreName(a.pre));
+  argv.emplace_back(a.owner);
+  argv.emplace_back(ActionName(a.action));
+  argv.push_back(std::to_string(a.event_cap));
+  argv.emplace_back(a.event.kind);
+  argv.emplace_back(a.name);
+  argv.emplace_back(a.node);
+  argv.push_back(std::to_string(a.event.pid));
+  argv.emplace_back(a.event.reason);
+  switch (a.action) {
+    case CommitAction::kHset:
+      if (a.fields) argv.insert(argv.end(), a.fields->begin(), a.fields->end());
+      break;
+    case CommitAction::kIncr:
+      argv.emplace_back(a.holder);
+      argv.push_back(std::to_string(a.delta));
+      argv.emplace_back(a.held_tail);
+      argv.emplace_back(a.freed_tail);
+      break;
+    case CommitAction::kUnhold:
+      argv.emplace_back(a.holder);
+      break;
+    default:
+      break;
+  }
+  return argv;
+}
+
+Result<CommitResult> ParseCommitReply(Result<RedisValue> result) {
+  if (!result.ok()) return result.status();
+  // A pipelined reply comes as a value even when it is an error (NOSCRIPT after SCRIPT FLUSH):
+  // keep its text, which decides whether the script is loaded again.
+  if (result->type == RedisValue::Type::kError)
+    return Status(ErrorCode::kRedisError, "Redis EVALSHA: " + result->str);
+  if (result->elements.empty()) return Status(ErrorCode::kUnexpectedReply, "commit script reply");
+  const std::string& kind = result->elements[0].str;
+  CommitResult out;
+  out.kind = kind == "ok"         ? CommitResult::kOk
+             : kind == "dup"      ? CommitResult::kDup
+             : kind == "not_held" ? CommitResult::kNotHeld
+                                  : CommitResult::kConflict;
+  if (result->elements.size() > 1 && result->elements[1].type == RedisValue::Type::kInteger) {
+    out.refcount = result->elements[1].integer;
+  }
+  return out;
+}
+
+std::vector<std::string> DeleteIfCall(const DeleteIfArgs& a) {
+  std::vector<std::string> argv;
+  argv.reserve(13);
+  for (std::string_view arg : {std::string_view("EVAL"), std::string_view(kDeleteIfScript),
+                               std::string_view("2"), a.key, a.events, a.field, a.value}) {
+    argv.emplace_back(arg);
+  }
+  argv.push_back(std::to_string(a.event_cap));
+  argv.emplace_back(a.event.kind);
+  argv.emplace_back(a.name);
+  argv.emplace_back(a.node);
+  argv.push_back(std::to_string(a.event.pid));
+  argv.emplace_back(a.event.reason);
+  return argv;
+}
+
+Result<bool> ParseDeleteIfReply(Result<RedisValue> reply) {
+  MCD_ASSIGN_OR_RETURN(int64_t deleted, IntegerReply(std::move(reply), "EVAL (delete_if)"));
+  return deleted == 1;
+}
+
+std::vector<std::string_view> ForwardCall(const ForwardArgs& a) {
+  return {"EVAL", kForwardScript, "3", a.processing, a.queue, a.heartbeat, a.raw};
+}
+
+Result<bool> ParseForwardReply(Result<RedisValue> reply) {
+  MCD_ASSIGN_OR_RETURN(int64_t forwarded, IntegerReply(std::move(reply), "EVAL (forward)"));
+  return forwarded == 1;
+}
+
+std::vector<std::string_view> ForgetHolderCall(const ForgetHolderArgs& a) {
+  return {"EVAL", kForgetHolderScript, "2", a.holders, a.held, a.holder, a.instance};
+}
+
+Result<int64_t> ParseForgetHolderReply(Result<RedisValue> reply) {
+  return IntegerReply(std::move(reply), "EVAL (forget_holder)");
+}
+
+std::vector<std::string_view> ReferenceCall(std::string_view sha, const ReferenceArgs& a) {
+  std::vector<std::string_view> argv;
+  argv.reserve(18 + (a.fields ? a.fields->size() : 0));
+  if (a.release) {
+    argv = {"EVALSHA", sha,      "7",     a.tensor,         a.heartbeat,    a.holders,
+            a.held,    a.events, a.queue, a.reply_list,     "-1",           a.node,
+            a.holder,  a.pid,    a.name,  a.delete_command, a.marker_ttl_s, a.epoch};
+  } else {
+    // A get has no delete command, no reply list and no epoch to check.
+    argv = {"EVALSHA", sha,    "5",      a.tensor, a.heartbeat, a.holders, a.held, a.events,
+            "1",       a.node, a.holder, a.pid,    a.name,      "",        "",     kAnyEpoch};
+  }
+  if (a.fields) argv.insert(argv.end(), a.fields->begin(), a.fields->end());
+  return argv;
+}
+
+Result<ReferenceReply> ParseReferenceReply(RedisValue reply) {
+  if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "reference script reply");
+  std::vector<RedisValue>& e = reply.elements;
+  const std::string& kind = e[0].str;
+  ReferenceReply out{ReferenceReply::kOk, {}, {}, {}};
+  if ((kind == "ok" || kind == "forgotten") && e.size() == 2) {
+    out.kind = kind == "ok" ? ReferenceReply::kOk : ReferenceReply::kForgotten;
+    out.values = std::move(e[1]);
+    return out;
+  }
+  if (e.size() > 1) out.detail = std::move(e[1].str);
+  if (kind == "missing" && e.size() == 3) {
+    out.kind = ReferenceReply::kMissing;
+    out.settled = std::move(e[2].str);
+  } else if (kind == "not_ready") {
+    out.kind = ReferenceReply::kNotReady;
+  } else if (kind == "wrong_node") {
+    out.kind = ReferenceReply::kWrongNode;
+  } else if (kind == "not_held") {
+    out.kind = ReferenceReply::kNotHeld;
+  } else if (kind == "gone") {
+    out.kind = ReferenceReply::kGone;
+  } else if (kind == "queued") {
+    out.kind = ReferenceReply::kQueued;
+  } else {
+    return Status(ErrorCode::kUnexpectedReply, "reference script answered '" + kind + "'");
+  }
+  return out;
+}
+
+std::vector<std::string_view> RedeemGrantCall(const RedeemGrantArgs& a) {
+  return {"EVAL", kRedeemGrantScript, "1", a.grant, a.expected};
+}
+
+Result<bool> ParseRedeemGrantReply(Result<RedisValue> reply) {
+  if (!reply.ok()) return reply.status();
+  return reply->type == RedisValue::Type::kInteger && reply->integer == 1;
+}
+
+}  // namespace mcd

@@ -1,0 +1,170 @@
+// The calls of the Lua scripts (lua_scripts.h), each defined once as a pair: a struct of named
+// arguments made into the command's argv (EVALSHA or EVAL, keys, arguments, in the order the
+// script reads them), and the script's reply read into a typed result. The fields carry the names
+// that the scripts' headers give their KEYS and ARGV. An argv of string_views points into the
+// struct's fields and what they name, which must outlive it. Thread-safe (no state).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memcuda/redis.h"
+#include "memcuda/status.h"
+
+namespace mcd {
+
+// ---- commit.lua ----------------------------------------------------------------------------
+
+// The commit's precondition on the tensor hash. kMine: a ready hash of this instance; kCreating:
+// one of this instance that its creator is still filling.
+enum class Pre { kNone, kAbsent, kMine, kCreating };
+
+// What the commit does to the tensor hash.
+enum class CommitAction { kNone, kHset, kDel, kIncr, kUnhold };
+
+// The lifecycle event a commit appends to the event stream when it changes the tensor
+// (events.lua): `kind` "" for none, "create", "ref" (the script names it "get", "release" or
+// "delete" by the change) or "reclaim"; `pid` the process it is about, `reason` why (memcuda(7)).
+// delete_if.lua takes one too.
+struct CommitEvent {
+  const char* kind = "";
+  int64_t pid = 0;
+  const char* reason = "";
+};
+
+struct CommitArgs {
+  // KEYS, in order; <prefix>:- (Keys::Unused) where one does not apply.
+  std::string_view tensor;        // the tensor hash
+  std::string_view processing;    // the node's processing list
+  std::string_view reply_list;    // the req's reply list
+  std::string_view first_result;  // the req's first-result key
+  std::string_view holders;       // the node's set of holders
+  std::string_view held;          // the holder's set of tensors
+  std::string_view events;        // the event stream
+  // ARGV, in order.
+  std::string_view raw;    // the command, taken off the processing list ("" for none)
+  std::string_view reply;  // the reply written (an incr: the part before the new refcount)
+  int64_t reply_ttl_s = 0;
+  int64_t first_result_ttl_s = 0;
+  bool has_req = false;  // the reply and first result are written
+  Pre pre = Pre::kNone;
+  std::string_view owner;  // the instance that `pre` names
+  CommitAction action = CommitAction::kNone;
+  uint64_t event_cap = 0;  // the event stream's
+  CommitEvent event;       // its kind; its pid and reason follow `node`
+  std::string_view name;   // the tensor's
+  std::string_view node;
+  // By action. kHset: field/value pairs. kIncr: holder ("" for a reference bound to nobody),
+  // delta, then the reply's tails while the tensor is referenced and once it is freed. kUnhold:
+  // holder (one that died).
+  const std::vector<std::string>* fields = nullptr;
+  std::string_view holder;
+  int delta = 0;
+  std::string_view held_tail;
+  std::string_view freed_tail;
+};
+
+struct CommitResult {
+  // kNotHeld: a delete by a holder that holds none, of a tensor whose references are all other
+  // processes'.
+  enum Kind { kOk, kDup, kConflict, kNotHeld } kind = kOk;
+  long long refcount = 0;  // after an "incr" or "unhold"; a "del" under kMine: the count it had
+};
+
+// EVALSHA `sha` (at kCommitShaIndex, replaced when the script is loaded again). Owned strings:
+// the argv waits in the commit pipeline for its batch.
+inline constexpr size_t kCommitShaIndex = 1;
+std::vector<std::string> CommitCall(std::string_view sha, const CommitArgs& args);
+// A reply read raw (an error reply as a value, whose text says whether the script was lost).
+Result<CommitResult> ParseCommitReply(Result<RedisValue> reply);
+
+// ---- delete_if.lua -------------------------------------------------------------------------
+
+struct DeleteIfArgs {
+  std::string_view key;     // KEYS[1], a hash
+  std::string_view events;  // KEYS[2]
+  std::string_view field;   // deleted only while it holds `value`
+  std::string_view value;
+  uint64_t event_cap = 0;
+  CommitEvent event;      // kind, then name and node, then pid and reason
+  std::string_view name;  // "" for a server event
+  std::string_view node;
+};
+std::vector<std::string> DeleteIfCall(const DeleteIfArgs& args);  // EVAL
+// True when the key was deleted.
+Result<bool> ParseDeleteIfReply(Result<RedisValue> reply);
+
+// ---- forward.lua ---------------------------------------------------------------------------
+
+struct ForwardArgs {
+  std::string_view processing;  // KEYS[1] the taker's processing list
+  std::string_view queue;       // KEYS[2] the other node's queue
+  std::string_view heartbeat;   // KEYS[3] its heartbeat
+  std::string_view raw;         // ARGV[1] the command
+};
+std::vector<std::string_view> ForwardCall(const ForwardArgs& args);  // EVAL
+// True when forwarded, false when the node has no live server.
+Result<bool> ParseForwardReply(Result<RedisValue> reply);
+
+// ---- forget_holder.lua ---------------------------------------------------------------------
+
+struct ForgetHolderArgs {
+  std::string_view holders;   // KEYS[1] the node's set of holders
+  std::string_view held;      // KEYS[2] the holder's set of tensors
+  std::string_view holder;    // ARGV[1] "PID:START"
+  std::string_view instance;  // ARGV[2] the server's
+};
+std::vector<std::string_view> ForgetHolderCall(const ForgetHolderArgs& args);  // EVAL
+// How many tensors of the instance still name the holder (0: it is forgotten).
+Result<int64_t> ParseForgetHolderReply(Result<RedisValue> reply);
+
+// ---- reference.lua -------------------------------------------------------------------------
+
+struct ReferenceArgs {
+  // KEYS
+  std::string_view tensor;
+  std::string_view heartbeat;  // of the client's node
+  std::string_view holders;
+  std::string_view held;  // <prefix>:- for a reference bound to nobody
+  std::string_view events;
+  std::string_view queue;       // release only: the command queue
+  std::string_view reply_list;  // release only: its delete command's reply list
+  // ARGV
+  bool release = false;  // delta "-1", else "1" (a get)
+  std::string_view node;
+  std::string_view holder;  // "PID:START", "" for none
+  std::string_view pid;     // the one the event names
+  std::string_view name;
+  std::string_view delete_command;                   // release only
+  std::string_view marker_ttl_s;                     // release only
+  std::string_view epoch;                            // release only; kAnyEpoch when not known
+  const std::vector<std::string>* fields = nullptr;  // hash fields returned
+};
+inline constexpr const char* kAnyEpoch = "*";
+// EVALSHA `sha`, at kReferenceShaIndex.
+inline constexpr size_t kReferenceShaIndex = 1;
+std::vector<std::string_view> ReferenceCall(std::string_view sha, const ReferenceArgs& args);
+
+struct ReferenceReply {
+  enum Kind { kOk, kMissing, kNotReady, kWrongNode, kGone, kNotHeld, kForgotten, kQueued } kind;
+  RedisValue values;    // kOk, kForgotten: the fields asked for, as HMGET gives them
+  std::string detail;   // kNotReady: the state; kWrongNode: the node; kMissing: the heartbeat's
+                        // instance ("" without one)
+  std::string settled;  // kMissing: the heartbeat's settled
+};
+// A reply that is no answer of the script is kUnexpectedReply.
+Result<ReferenceReply> ParseReferenceReply(RedisValue reply);
+
+// ---- redeem_grant.lua ----------------------------------------------------------------------
+
+struct RedeemGrantArgs {
+  std::string_view grant;     // KEYS[1] the grant's key
+  std::string_view expected;  // ARGV[1] the value the read says it holds
+};
+std::vector<std::string_view> RedeemGrantCall(const RedeemGrantArgs& args);  // EVAL
+// True when the grant held `expected` and is taken out.
+Result<bool> ParseRedeemGrantReply(Result<RedisValue> reply);
+
+}  // namespace mcd
