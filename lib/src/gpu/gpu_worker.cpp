@@ -41,7 +41,7 @@ Status DeviceContext::EnsureGpu() {
 }
 
 void DeviceContext::Reset() noexcept {
-  // Seed order: no outstanding work, then interop registrations and allocator caches (hooks,
+  // Teardown order: no outstanding work, then interop registrations and allocator caches (hooks,
   // newest first), then the stream itself.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   while (!reset_hooks_.empty()) {
