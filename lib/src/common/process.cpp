@@ -1,5 +1,7 @@
 #include "common/process.h"
 
+#include "common/hex.h"
+
 #include "memcuda/unique_fd.h"
 
 #include <dirent.h>
@@ -19,7 +21,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "memcuda/protocol.h"
 
 namespace mcd {
 

@@ -1,4 +1,5 @@
 // Records and replies as JSON: what the tools print, what the server answers, and reading both.
+#include "common/hex.h"
 #include "protocol/json_codec.h"
 #include "protocol/json_support.h"
 #include "protocol/text.h"
