@@ -157,6 +157,7 @@ std::string RecordToJson(const TensorRecord& r) {
   Writer& w = pooled.w();
   WriteRecordFields(w, r, true);
   w.EndObject();
+  assert(w.IsComplete());  // every object and array opened here is closed
   return pooled.str();
 }
 
@@ -164,6 +165,7 @@ std::string RecordJsonHead(const TensorRecord& r) {
   PooledWriter pooled;
   Writer& w = pooled.w();
   WriteRecordFields(w, r, false);
+  assert(!w.IsComplete());
   return pooled.str();  // the object stays open
 }
 
@@ -216,6 +218,7 @@ std::string ErrorReplyJson(const std::string& req, const char* op, const Status&
   if (!req.empty()) WriteKeyString(w, "req", req);
   if (op != nullptr) WriteKeyString(w, "op", op);
   w.EndObject();
+  assert(w.IsComplete());
   return pooled.str();
 }
 
