@@ -6,7 +6,7 @@
 namespace mcd {
 namespace {
 
-TEST(Protocol, SeedFormParses) {
+TEST(Protocol, MinimalFormParses) {
   auto cmd = ParseCommand(
       R"({"op":"create","name":"X","dtype":"f32","shape":[2,3],"device":0,"pid":123,"node":"n1"})");
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();

@@ -281,7 +281,7 @@ TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {
 }
 
 // Raw commands: a get with owner_pid is bound to that process; one without is bound to nobody,
-// as the seed protocol has it; a get for a process that is not running is refused.
+// as the minimal form has it; a get for a process that is not running is refused.
 TEST_F(Holders, RawCommandsAreBoundOnlyWhenTheyNameAnOwner) {
   Create("q");
   test::Background sleeper({"sleep", "60"}, {}, dir_.path() + "/sleep.log");

@@ -110,7 +110,7 @@ TEST_F(Lifecycle, CAbiFromPlainC) {
   EXPECT_TRUE(ShmFreedSoon());
 }
 
-TEST_F(Lifecycle, SeedRedisCliFormWorks) {
+TEST_F(Lifecycle, MinimalRedisCliFormWorks) {
   std::string body = R"({"op":"create","name":"X","dtype":"f32","shape":[2,3],"device":-1,"pid":1,"node":")" +
                      node_ + "\"}";
   auto pushed = test::Run({"redis-cli", "-u", redis_.url(), "LPUSH", "tensor_lifecycle", body});

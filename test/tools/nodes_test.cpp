@@ -1,5 +1,5 @@
 // Many nodes on one Redis: each server takes only its own node's commands (its queue
-// <queue>:<node>), the shared queue of the seed's form still works, mcd-ls sees every node, and
+// <queue>:<node>), the shared queue of the minimal form still works, mcd-ls sees every node, and
 // a tool pointed at the wrong node says which node holds the tensor. Real redis-server, real
 // mcd-serve processes (host memory), the real tools.
 #include <gtest/gtest.h>
@@ -50,8 +50,8 @@ class Nodes : public ::testing::Test {
   std::string Instance(const std::string& node) {
     return redis_.Connect()->Command({"HGET", keys_.Server(node), "instance"})->str;
   }
-  // Pushes a command in the seed's form onto the shared queue and returns the server's reply.
-  json Seed(const std::string& body, const std::string& req) {
+  // Pushes a command in the minimal form onto the shared queue and returns the server's reply.
+  json PushMinimal(const std::string& body, const std::string& req) {
     auto conn = redis_.Connect();
     EXPECT_TRUE(conn->Command({"LPUSH", keys_.queue, body}).ok());
     auto reply = conn->Command({"BLPOP", keys_.Reply(req), "10"});
@@ -94,11 +94,11 @@ TEST_F(Nodes, TwoNodesShareOneRedisAndEachServesItsOwn) {
   EXPECT_NE(wrong_rm.err.find("lives on node '" + b + "'"), std::string::npos) << wrong_rm.err;
   EXPECT_EQ(HashField("on-b", "refcount"), "1");
 
-  // The seed's form on the shared queue: whichever server takes a command naming a node, it is
+  // The minimal form on the shared queue: whichever server takes a command naming a node, it is
   // made on that node (forwarded when the other server took it).
   for (int i = 0; i < 8; ++i) {
-    std::string name = "seed" + std::to_string(i), req = "seed-req-" + std::to_string(i);
-    json reply = Seed(R"({"op":"create","name":")" + name + R"(","dtype":"f32","shape":[2],"device":"cpu","node":")" +
+    std::string name = "minimal" + std::to_string(i), req = "minimal-req-" + std::to_string(i);
+    json reply = PushMinimal(R"({"op":"create","name":")" + name + R"(","dtype":"f32","shape":[2],"device":"cpu","node":")" +
                           b + R"(","req":")" + req + R"("})",
                       req);
     ASSERT_EQ(reply["ok"], true) << reply.dump();
@@ -107,13 +107,13 @@ TEST_F(Nodes, TwoNodesShareOneRedisAndEachServesItsOwn) {
   }
   EXPECT_NE(Log(a).find("forwarded_to=" + b), std::string::npos) << "both servers take from the shared queue";
   // Without a node, the server that takes it makes it on its own node.
-  json anywhere = Seed(R"({"op":"create","name":"anywhere","dtype":"u8","shape":[1],"device":"cpu","req":"any"})", "any");
+  json anywhere = PushMinimal(R"({"op":"create","name":"anywhere","dtype":"u8","shape":[1],"device":"cpu","req":"any"})", "any");
   ASSERT_EQ(anywhere["ok"], true) << anywhere.dump();
   std::string node = HashField("anywhere", "node");
   EXPECT_TRUE(node == a || node == b) << node;
   EXPECT_EQ(HashField("anywhere", "owner"), Instance(node));
   // A node with no live server: a clear error, nothing made.
-  json ghost = Seed(R"({"op":"create","name":"g","dtype":"u8","shape":[1],"device":"cpu","node":"ghost","req":"gh"})",
+  json ghost = PushMinimal(R"({"op":"create","name":"g","dtype":"u8","shape":[1],"device":"cpu","node":"ghost","req":"gh"})",
                     "gh");
   EXPECT_EQ(ghost["ok"], false);
   EXPECT_EQ(ghost["error"]["code"], "wrong_node");

@@ -88,9 +88,10 @@ Status WriteInPlace(const std::string& path, const std::vector<std::string_view>
 
 }  // namespace
 
-Result<NpyArray> ReadNpy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(ErrorCode::kIoError, "cannot open " + path + ": " + std::strerror(errno));
+namespace {
+
+// The header's text, after the magic, the version and the header's length.
+Result<std::string> ReadNpyHeader(std::ifstream& in, const std::string& path) {
   char magic[8];
   if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) {
     return Status(ErrorCode::kInvalidArgument, path + " is not a NumPy .npy file");
@@ -111,8 +112,39 @@ Result<NpyArray> ReadNpy(const std::string& path) {
   if (header_len > 65536) return Status(ErrorCode::kInvalidArgument, path + ": header too large");
   std::string header(header_len, '\0');
   if (!in.read(header.data(), header_len)) return Status(ErrorCode::kIoError, path + ": truncated header");
+  return header;
+}
 
-  NpyArray out;
+// The dimensions of the header's shape tuple, "(2, 3)" or "(4,)"; at least one.
+Status ParseNpyShape(const std::string& header, const std::string& path, std::vector<int64_t>& shape) {
+  std::string shape_text = ValueOf(header, "shape");
+  if (shape_text.size() < 2) return Status(ErrorCode::kInvalidArgument, path + ": header lacks shape");
+  std::string inner = shape_text.substr(1, shape_text.size() - 2);
+  size_t start = 0;
+  while (start < inner.size()) {
+    size_t comma = inner.find(',', start);
+    std::string part = inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    part.erase(0, part.find_first_not_of(' '));
+    if (!part.empty()) {
+      char* end = nullptr;
+      long long dim = std::strtoll(part.c_str(), &end, 10);
+      if (end == part.c_str()) return Status(ErrorCode::kInvalidArgument, path + ": bad shape " + shape_text);
+      shape.push_back(dim);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (shape.empty()) {
+    // A tensor has at least one dimension: making it [1] silently would change its shape.
+    return Status(ErrorCode::kInvalidArgument,
+                  path + ": a 0-d array (shape ()) has no tensor shape; save it with shape (1,) "
+                         "(np.atleast_1d)");
+  }
+  return Status::Ok();
+}
+
+// The dtype, order and shape the header says, into `out`.
+Status ParseNpyHeader(const std::string& header, const std::string& path, NpyArray& out) {
   std::string descr = ValueOf(header, "descr");
   bool known = false;
   for (const Descr& d : kDescrs) {
@@ -131,30 +163,11 @@ Result<NpyArray> ReadNpy(const std::string& path) {
   if (ValueOf(header, "fortran_order") == "True") {
     return Status(ErrorCode::kInvalidArgument, path + ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)");
   }
-  std::string shape_text = ValueOf(header, "shape");
-  if (shape_text.size() < 2) return Status(ErrorCode::kInvalidArgument, path + ": header lacks shape");
-  std::string inner = shape_text.substr(1, shape_text.size() - 2);
-  size_t start = 0;
-  while (start < inner.size()) {
-    size_t comma = inner.find(',', start);
-    std::string part = inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    part.erase(0, part.find_first_not_of(' '));
-    if (!part.empty()) {
-      char* end = nullptr;
-      long long dim = std::strtoll(part.c_str(), &end, 10);
-      if (end == part.c_str()) return Status(ErrorCode::kInvalidArgument, path + ": bad shape " + shape_text);
-      out.shape.push_back(dim);
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (out.shape.empty()) {
-    // A tensor has at least one dimension: making it [1] silently would change its shape.
-    return Status(ErrorCode::kInvalidArgument,
-                  path + ": a 0-d array (shape ()) has no tensor shape; save it with shape (1,) "
-                         "(np.atleast_1d)");
-  }
-  MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
+  return ParseNpyShape(header, path, out.shape);
+}
+
+// The `bytes` of data after the header, which must be all the file holds.
+Status ReadNpyData(std::ifstream& in, const std::string& path, uint64_t bytes, std::string& data) {
   // What the header claims is checked against the file before anything is allocated: a small
   // file must not make this process (or the server) set aside gigabytes.
   std::streamoff data_at = in.tellg();
@@ -169,14 +182,27 @@ Result<NpyArray> ReadNpy(const std::string& path) {
                                            std::to_string(bytes) + " its header promises");
   }
   try {
-    out.data.resize(bytes);
+    data.resize(bytes);
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfMemory, path + ": not enough memory to read its " + std::to_string(bytes) + " bytes");
   }
-  if (!in.read(out.data.data(), static_cast<std::streamsize>(bytes))) {
+  if (!in.read(data.data(), static_cast<std::streamsize>(bytes))) {
     return Status(ErrorCode::kIoError, path + ": holds fewer than the " + std::to_string(bytes) +
                                            " data bytes its header promises");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<NpyArray> ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(ErrorCode::kIoError, "cannot open " + path + ": " + std::strerror(errno));
+  MCD_ASSIGN_OR_RETURN(std::string header, ReadNpyHeader(in, path));
+  NpyArray out;
+  MCD_RETURN_IF_ERROR(ParseNpyHeader(header, path, out));
+  MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
+  MCD_RETURN_IF_ERROR(ReadNpyData(in, path, bytes, out.data));
   return out;
 }
 

@@ -4,82 +4,102 @@
 
 #include "flags.h"
 
-static int ToolMain(int argc, char** argv) {
-  using namespace mcd;
-  CLI::App app{"mcd-rm: drop one reference per tensor; a tensor is freed when its refcount reaches 0"};
-  tools::SetupApp(app);
-  app.footer(std::string("Examples:\n"
-                         "  mcd-rm weights                  # the shell's reference, else an unbound one\n"
-                         "  mcd-rm batch.7 --wait-free 600  # and wait until every consumer let go\n"
-                         "  mcd-ls -q 'tmp.*' | xargs -r mcd-rm --ignore-missing\n\n") +
-             tools::kEnvironmentFooter);
-  tools::CommonFlags flags;
-  tools::AddCommonFlags(app, flags);
+namespace mcd {
+namespace {
+
+constexpr const char* kTool = "mcd-rm";
+
+struct RmFlags {
+  tools::CommonFlags common;
   std::vector<std::string> names;
   bool ignore_missing = false;
-  app.add_option("NAME", names, "Tensor names")->required();
-  app.add_flag("--ignore-missing", ignore_missing, "A name that does not exist is not an error");
   double wait_s = -1;
-  app.add_option("--wait-free", wait_s,
+  tools::HolderFlags holder;
+};
+
+void AddFlags(CLI::App& app, RmFlags& f) {
+  app.footer(
+      std::string("Examples:\n"
+                  "  mcd-rm weights                  # the shell's reference, else an unbound one\n"
+                  "  mcd-rm batch.7 --wait-free 600  # and wait until every consumer let go\n"
+                  "  mcd-ls -q 'tmp.*' | xargs -r mcd-rm --ignore-missing\n\n") +
+      tools::kEnvironmentFooter);
+  tools::AddCommonFlags(app, f.common);
+  app.add_option("NAME", f.names, "Tensor names")->required();
+  app.add_flag("--ignore-missing", f.ignore_missing, "A name that does not exist is not an error");
+  app.add_option("--wait-free", f.wait_s,
                  "Then wait up to SECONDS until each tensor is freed, every other holder's "
                  "reference given back too (0: without end); exit 75 when one is still held")
       ->check(CLI::Range(0.0, 1e7));
-  tools::HolderFlags holder;
-  tools::AddHolderFlags(app, holder, "give back",
+  tools::AddHolderFlags(app, f.holder, "give back",
                         "Give back only a reference bound to no process (mcd-get --detached, a "
                         "creator's)");
-  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
-  const char* tool = "mcd-rm";
+}
 
-  auto options = tools::MakeClientOptions(flags, true);
-  if (!options.ok()) return tools::Fail(tool, options.status());
-  auto holder_pid = tools::HolderPid(holder, "give back");
-  if (!holder_pid.ok()) return tools::Fail(tool, holder_pid.status());
-  options->holder_pid = holder_pid.value();
-  auto client = tools::ConnectClient(tool, options.value(), flags.quiet);
-  if (!client.ok()) return tools::Fail(tool, client.status());
+Result<std::unique_ptr<Client>> Connect(const RmFlags& f) {
+  MCD_ASSIGN_OR_RETURN(ClientOptions options, tools::MakeClientOptions(f.common, true));
+  MCD_ASSIGN_OR_RETURN(options.holder_pid, tools::HolderPid(f.holder, "give back"));
+  MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                       tools::ConnectClient(kTool, options, f.common.quiet));
   // Nothing is given back for a wait that could not run.
-  if (wait_s >= 0) {
-    Status can_wait = client.value()->CanWait();
-    if (!can_wait.ok()) return tools::Fail(tool, can_wait);
+  if (f.wait_s >= 0) MCD_RETURN_IF_ERROR(client->CanWait());
+  return client;
+}
+
+// Gives back one reference to `name` (then, with --wait-free, waits until it is freed) and
+// reports it: on stdout, or appended to `json`. The exit code of its failure, else 0.
+int Remove(const RmFlags& f, Client& client, const std::string& name, std::string& json) {
+  auto record = client.Release(name);
+  if (!record.ok()) {
+    if (f.ignore_missing && record.status().code() == ErrorCode::kNotFound) return 0;
+    return tools::Fail(kTool, record.status());
   }
+  bool freed = record->refcount <= 0;
+  if (!freed && f.wait_s >= 0) {
+    Status waited = client.WaitFreed(name, record->ctime_ms, tools::TimeoutMs(f.wait_s));
+    if (!waited.ok()) {
+      // The reference is given back: repeating the mcd-rm would give back another's.
+      return tools::Fail(
+          kTool, Status(waited.code(), "gave back the reference of '" + name + "' (refcount " +
+                                           std::to_string(record->refcount) +
+                                           "), then: " + waited.message()));
+    }
+    freed = true;
+    record->refcount = 0;
+  }
+  if (f.common.json) {
+    if (json.size() > 1) json += ",";
+    json += "{\"name\":\"" + name +
+            "\",\"refcount\":" + std::to_string(std::max<int64_t>(0, record->refcount)) +
+            ",\"freed\":" + (freed ? "true" : "false") + "}";
+  } else if (!f.common.quiet) {
+    std::cout << tools::Escaped(name) << ": "
+              << (freed ? "freed" : "refcount " + std::to_string(record->refcount)) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace mcd
+
+static int ToolMain(int argc, char** argv) {
+  using namespace mcd;
+  CLI::App app{
+      "mcd-rm: drop one reference per tensor; a tensor is freed when its refcount reaches 0"};
+  tools::SetupApp(app);
+  RmFlags flags;
+  AddFlags(app, flags);
+  if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  auto client = Connect(flags);
+  if (!client.ok()) return tools::Fail(kTool, client.status());
   int exit_code = 0;
   std::string json = "[";
-  for (const std::string& name : names) {
-    auto record = client.value()->Release(name);
-    if (!record.ok()) {
-      if (ignore_missing && record.status().code() == ErrorCode::kNotFound) continue;
-      int rc = tools::Fail(tool, record.status());
-      if (exit_code == 0) exit_code = rc;
-      continue;
-    }
-    bool freed = record->refcount <= 0;
-    if (!freed && wait_s >= 0) {
-      Status waited = client.value()->WaitFreed(name, record->ctime_ms, tools::TimeoutMs(wait_s));
-      if (!waited.ok()) {
-        // The reference is given back: repeating the mcd-rm would give back another's.
-        int rc = tools::Fail(tool, Status(waited.code(), "gave back the reference of '" + name +
-                                                            "' (refcount " +
-                                                            std::to_string(record->refcount) +
-                                                            "), then: " + waited.message()));
-        if (exit_code == 0) exit_code = rc;
-        continue;
-      }
-      freed = true;
-      record->refcount = 0;
-    }
-    if (flags.json) {
-      if (json.size() > 1) json += ",";
-      json += "{\"name\":\"" + name + "\",\"refcount\":" + std::to_string(std::max<int64_t>(0, record->refcount)) +
-              ",\"freed\":" + (freed ? "true" : "false") + "}";
-    } else if (!flags.quiet) {
-      std::cout << tools::Escaped(name) << ": " << (freed ? "freed" : "refcount " + std::to_string(record->refcount)) << "\n";
-    }
+  for (const std::string& name : flags.names) {
+    int rc = Remove(flags, *client.value(), name, json);
+    if (exit_code == 0) exit_code = rc;
   }
-  if (flags.json) std::cout << json << "]\n";
+  if (flags.common.json) std::cout << json << "]\n";
   return exit_code;
 }
 
-int main(int argc, char** argv) {
-  return mcd::tools::Guarded("mcd-rm", ToolMain, argc, argv);
-}
+int main(int argc, char** argv) { return mcd::tools::Guarded("mcd-rm", ToolMain, argc, argv); }

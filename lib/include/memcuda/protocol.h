@@ -179,6 +179,8 @@ MCD_API std::string DeviceName(int device);  // "0", "cpu"
 // "0", "cuda:0", "cpu", "-1" -> ordinal or kHostDevice.
 MCD_API Result<int> ParseDevice(std::string_view text);
 
+// Bytes as two lowercase hex digits each, and back (either case; kInvalidArgument for an odd
+// length or another character).
 MCD_API std::string HexEncode(std::string_view bytes);
 MCD_API Result<std::string> HexDecode(std::string_view hex);
 

@@ -45,7 +45,7 @@ class CudaMempoolAllocator final : public Allocator {
     int fd = -1;
     MCD_CUDA_RETURN(cudaMemPoolExportToShareableHandle(&fd, pool_, cudaMemHandleTypePosixFileDescriptor, 0));
     fd_ = fd;
-    // Seed order at Reset: the stream is drained first, then the pool is trimmed and destroyed.
+    // Teardown order at Reset: the stream is drained first, then the pool is trimmed and destroyed.
     ctx.AddResetHook([this] {
       FreePrimer();
       cudaMemPoolTrimTo(pool_, 0);
@@ -54,8 +54,8 @@ class CudaMempoolAllocator final : public Allocator {
       UniqueFd exported(fd_.exchange(-1));  // closed here
     });
     // The primer: a process's first cudaMemPoolImportPointer costs ~50-70 us more than later ones
-    // (docs/design.md, "Primers"), which a client pays while its first Get waits on Redis by
-    // importing this pointer along with the pool (MappingRegistry::PrefetchPool).
+    // (docs/design.md, "Fast paths and knobs": Primers), which a client pays while its first Get
+    // waits on Redis by importing this pointer along with the pool (MappingRegistry::PrefetchPool).
     void* primer = nullptr;
     uint64_t used_before = PoolUsedBytes(ctx);
     MCD_CUDA_RETURN(cudaMallocFromPoolAsync(&primer, kPrimerBytes, pool_, ctx.stream()));

@@ -7,6 +7,7 @@
 // runs on the stream while the worker goes on (Stock, TakeZeroed).
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <deque>
 #include <map>
 #include <vector>
@@ -54,6 +55,7 @@ class ReadyStock final : public Allocator {
       shelf.wanted = std::min(shelf.wanted + 1, kReadyPerSize);
       if (!shelf.blocks.empty()) {
         MCD_ASSIGN_OR_RETURN(Allocation block, TakeZeroed(shelf));
+        assert(block.bytes == bytes);  // a shelf holds blocks of its own size only
         Hold(-static_cast<int64_t>(bytes));
         return block;
       }
@@ -175,6 +177,7 @@ class ReadyStock final : public Allocator {
   // finished ones are a prefix of the shelf: the search stops at the first that is not. A block
   // never carries a former tenant's bytes.
   Result<Allocation> TakeZeroed(Shelf& shelf) {
+    assert(!shelf.blocks.empty());
     auto pick = shelf.blocks.end();
     for (auto it = shelf.blocks.begin(); it != shelf.blocks.end(); ++it) {
       if (cudaEventQuery(it->zeroed) != cudaSuccess) break;
@@ -193,7 +196,11 @@ class ReadyStock final : public Allocator {
   }
 
   uint64_t Held() const noexcept { return held_.load(std::memory_order_relaxed); }
-  void Hold(int64_t delta) { held_.fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed); }
+  // The worker thread alone changes it, so the check before the add holds after it.
+  void Hold(int64_t delta) {
+    assert(delta >= 0 || Held() >= static_cast<uint64_t>(-delta));
+    held_.fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed);
+  }
 
   std::unique_ptr<Allocator> inner_;
   const uint64_t max_bytes_;

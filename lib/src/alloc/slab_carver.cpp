@@ -2,6 +2,7 @@
 #include "alloc/slab_carver.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 
 namespace mcd {
@@ -14,7 +15,9 @@ uint64_t SlabCarver::ClassOf(uint64_t bytes) {
   uint64_t power = 1;
   while (power <= bytes / 2) power <<= 1;  // the largest power of two <= bytes
   uint64_t step = std::max(kAlign, power / 4);
-  return (bytes + step - 1) / step * step;
+  uint64_t class_bytes = (bytes + step - 1) / step * step;
+  assert(class_bytes >= bytes && class_bytes % kAlign == 0);
+  return class_bytes;
 }
 
 uint64_t SlabCarver::SlabBytesOf(uint64_t class_bytes) const {
@@ -51,6 +54,7 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
     fresh->class_bytes = class_bytes;
     fresh->bytes = slab_bytes;
     fresh->slots = static_cast<uint32_t>(slab_bytes / class_bytes);
+    assert(fresh->slots >= static_cast<uint32_t>(kMinBlocksPerSlab));  // SlabBytesOf's promise
     empty_bytes_.fetch_add(slab_bytes, std::memory_order_relaxed);  // taken from just below
     // Handed out from the front: slot 0 first.
     for (uint32_t slot = fresh->slots; slot-- > 0;) fresh->free_slots.push_back(slot);
@@ -59,6 +63,7 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
     slab_bytes_.fetch_add(slab_bytes, std::memory_order_relaxed);
     slabs.push_back(std::move(fresh));
   }
+  assert(!slab->free_slots.empty() && slab->class_bytes == class_bytes);
   if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   uint32_t slot = slab->free_slots.back();
   slab->free_slots.pop_back();
@@ -66,6 +71,7 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
   slab->last_used_ms = now_ms;
   Allocation block;
   block.offset = static_cast<uint64_t>(slot) * class_bytes;
+  assert(slot < slab->slots && block.offset + class_bytes <= slab->bytes && bytes <= class_bytes);
   block.ptr = static_cast<char*>(slab->memory.base) + block.offset;
   block.bytes = bytes;
   block.ipc_handle = slab->memory.handle;
@@ -78,6 +84,8 @@ bool SlabCarver::Give(const Allocation& block) {
   if (found == by_base_.end()) return false;
   Slab* slab = found->second;
   if (block.offset % slab->class_bytes != 0 || block.offset / slab->class_bytes >= slab->slots) return false;
+  // A slot given back twice would be handed out twice: the allocator gives each block back once.
+  assert(slab->free_slots.size() < slab->slots);
   slab->free_slots.push_back(static_cast<uint32_t>(block.offset / slab->class_bytes));
   carved_bytes_.fetch_sub(slab->class_bytes, std::memory_order_relaxed);
   if (!slab->empty()) return true;
@@ -89,6 +97,7 @@ bool SlabCarver::Give(const Allocation& block) {
     if (slabs[i]->empty()) ++empties;
     if (slabs[i].get() == slab) at = i;
   }
+  assert(slabs[at].get() == slab);
   if (empties > 1) FreeSlab(slabs, at);
   return true;
 }
@@ -112,6 +121,7 @@ void SlabCarver::FreeAll() {
 }
 
 void SlabCarver::FreeSlab(Slabs& slabs, size_t index) {
+  assert(index < slabs.size());
   std::unique_ptr<Slab> slab = std::move(slabs[index]);
   slabs.erase(slabs.begin() + static_cast<std::ptrdiff_t>(index));
   by_base_.erase(static_cast<const char*>(slab->memory.base));

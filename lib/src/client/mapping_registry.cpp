@@ -1,5 +1,7 @@
 #include "client/mapping_registry.h"
 
+#include <cassert>
+
 #include "ipc/fd_passing.h"
 
 namespace mcd {
@@ -96,12 +98,14 @@ Status MappingRegistry::Close(const TensorRecord& r) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = maps_.find(Key(r));
     if (it == maps_.end()) return Status::Ok();
+    assert(it->second.opens > 0);  // a mapping with no open left is erased
     if (--it->second.opens > 0) return Status::Ok();
     opener = it->second.record;
     opener_ptr = it->second.ptr;
     maps_.erase(it);
     auto base = bases_.find(BaseKey(opener));
     if (base != bases_.end()) {
+      assert(base->second.tensors > 0);  // one per mapping of the base, which erases it at 0
       if (--base->second.tensors > 0) return Status::Ok();
       opener = base->second.opener;
       opener_ptr = base->second.opener_ptr;

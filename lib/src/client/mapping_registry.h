@@ -67,15 +67,16 @@ class MappingRegistry {
   // without waiting: a Get that is about to need it overlaps the import with its Redis round
   // trip (the Open job queues behind it on the same worker). Then imports and frees `primer`
   // (the heartbeat's pool_primer, when the server publishes one): a process's first pointer
-  // import costs ~50-70 us more than later ones (docs/design.md, "Primers"), paid there too.
+  // import costs ~50-70 us more than later ones (docs/design.md, "Fast paths and knobs":
+  // Primers), paid there too.
   // Errors are left to the Open. Only where this process has the device's CUDA context up
   // already: a process that maps host tensors only must not get a CUDA context from this.
   void PrefetchPool(const std::string& owner, int device, PoolSource source, std::string primer);
 
   // Opens, on `device`'s worker and without waiting, the small allocation that the server
   // publishes for this (the heartbeat's ipc_primer), and closes it again. A process's first
-  // cudaIpcOpenMemHandle costs ~100-240 us more than the ones after it (docs/design.md,
-  // "Primers"): a Get that is about to open a cuda_ipc tensor overlaps that with its Redis round
+  // cudaIpcOpenMemHandle costs ~100-240 us more than the ones after it (docs/design.md, "Fast
+  // paths and knobs": Primers): a Get that is about to open a cuda_ipc tensor overlaps that with its Redis round
   // trip (the Open job queues behind it on the same worker). Once per device and process;
   // errors are ignored (the tensor's own open reports what is wrong). Only where the device's
   // CUDA context is up already, as for PrefetchPool.

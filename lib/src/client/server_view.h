@@ -1,7 +1,8 @@
 // The node's server as this client knows it: its heartbeat (<prefix>:server:<node>), read at
 // connect and again when the server changed, and what a first Get needs of it, prepared where
 // the heartbeat is read rather than on the Get's path: the server process pinned (for copying
-// its pools' descriptors), each device's pool source, and the primers (docs/design.md, "Primers").
+// its pools' descriptors), each device's pool source, and the primers (docs/design.md, "Fast
+// paths and knobs": Primers).
 // Used by one Client, so by one thread at a time.
 #pragma once
 

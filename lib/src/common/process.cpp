@@ -1,5 +1,7 @@
 #include "common/process.h"
 
+#include "common/hex.h"
+
 #include "memcuda/unique_fd.h"
 
 #include <dirent.h>
@@ -19,7 +21,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "memcuda/protocol.h"
 
 namespace mcd {
 
@@ -150,7 +151,7 @@ int64_t SteadyMs() {
 Status SecureRandom(void* out, size_t n) {
   // The kernel's CSPRNG: ids made from this are promises that nobody can guess them, so there
   // is no fallback that someone could predict (getrandom without flags blocks only until the
-  // pool is first seeded at boot).
+  // kernel's entropy pool is first initialized at boot).
   auto* at = static_cast<unsigned char*>(out);
   while (n > 0) {
     ssize_t got = getrandom(at, n, 0);

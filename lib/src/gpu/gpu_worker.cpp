@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cassert>
 #include <exception>
 
 #include "gpu/cuda_check.h"
@@ -41,7 +42,7 @@ Status DeviceContext::EnsureGpu() {
 }
 
 void DeviceContext::Reset() noexcept {
-  // Seed order: no outstanding work, then interop registrations and allocator caches (hooks,
+  // Teardown order: no outstanding work, then interop registrations and allocator caches (hooks,
   // newest first), then the stream itself.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   while (!reset_hooks_.empty()) {
@@ -106,6 +107,7 @@ Status GpuWorker::Enqueue(std::packaged_task<Status()> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     MCD_RETURN_IF_ERROR(StartLocked());
+    assert(task.valid() && started_ && !stopping_);
     queue_.push_back(std::move(task));
     queued_.store(queue_.size(), std::memory_order_release);
   }
@@ -140,6 +142,7 @@ int32_t GpuWorker::SubmitAndWait(std::function<int32_t()> fn) {
 }
 
 void GpuWorker::Loop() {
+  assert(tls_current_worker == nullptr);  // one worker per thread
   tls_current_worker = this;
   for (;;) {
     std::packaged_task<Status()> task;
@@ -153,6 +156,7 @@ void GpuWorker::Loop() {
       queue_.pop_front();
       queued_.store(queue_.size(), std::memory_order_release);
     }
+    assert(task.valid());
     task();
   }
   context_.Reset();

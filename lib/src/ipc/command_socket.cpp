@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 
 #include "common/log.h"
@@ -30,12 +31,16 @@ CommandSocket::~CommandSocket() {
 
 void CommandSocket::AddPollFds(std::vector<pollfd>& fds, std::vector<uint64_t>* ids) const {
   fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
+  [[maybe_unused]] size_t listen_at = fds.size() - 1;
+  [[maybe_unused]] size_t ids_before = ids != nullptr ? ids->size() : 0;
   for (const auto& [id, conn] : conns_) {
     if (conn.cut) continue;
     // POLLRDHUP: a client that closed after sending is seen closing along with its bytes.
     fds.push_back(pollfd{conn.fd.get(), POLLIN | POLLRDHUP, 0});
     if (ids != nullptr) ids->push_back(id);
   }
+  // Collect pairs each connection's pollfd with its id by position.
+  assert(ids == nullptr || ids->size() - ids_before == fds.size() - listen_at - 1);
 }
 
 void CommandSocket::Accept() {
@@ -69,6 +74,7 @@ void CommandSocket::Accept() {
                                std::to_string(refused_));
       refused_ = 0;
     }
+    assert(conns_.count(next_id_) == 0);  // ids are never reused
     conns_[next_id_++] = Conn{std::move(fd), {}};
   }
 }

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cassert>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +66,7 @@ void FdServer::Loop() {
   for (;;) {
     fds.assign({{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}});
     for (const Waiting& w : waiting) fds.push_back(pollfd{w.fd.get(), POLLIN, 0});
+    assert(fds.size() == waiting.size() + 2 && waiting.size() <= kMaxWaiting);
     int timeout = waiting.empty() ? -1 : 100;
     if (poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
@@ -110,6 +112,7 @@ void FdServer::Serve(int conn) {
   } else if ((fd = fd_for_(device)) < 0) {
     code = static_cast<int32_t>(ErrorCode::kNoDevice);
   }
+  assert(code != 0 || fd >= 0);  // an answer of 0 carries the descriptor
   msghdr msg{};
   iovec iov{&code, sizeof(code)};
   msg.msg_iov = &iov;

@@ -330,6 +330,7 @@ std::string CommandToJson(const Command& cmd) {
     w.Uint64(cmd.owner_start);
   }
   w.EndObject();
+  assert(w.IsComplete());  // every object and array opened here is closed
   return pooled.str();
 }
 
@@ -337,6 +338,7 @@ std::string ShapeToJson(const std::vector<int64_t>& shape) {
   PooledWriter pooled;
   Writer& w = pooled.w();
   WriteShape(w, shape);
+  assert(w.IsComplete());
   return pooled.str();
 }
 

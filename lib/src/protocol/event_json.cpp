@@ -28,6 +28,7 @@ std::string EventToJson(const LifecycleEvent& e) {
     }
   }
   w.EndObject();
+  assert(w.IsComplete());  // every object and array opened here is closed
   return pooled.str();
 }
 

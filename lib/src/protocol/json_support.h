@@ -14,6 +14,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <cassert>
 #include <cstdint>
 #include <string>
 #include <string_view>

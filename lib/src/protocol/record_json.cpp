@@ -1,4 +1,5 @@
 // Records and replies as JSON: what the tools print, what the server answers, and reading both.
+#include "common/hex.h"
 #include "protocol/json_codec.h"
 #include "protocol/json_support.h"
 #include "protocol/text.h"
@@ -156,6 +157,7 @@ std::string RecordToJson(const TensorRecord& r) {
   Writer& w = pooled.w();
   WriteRecordFields(w, r, true);
   w.EndObject();
+  assert(w.IsComplete());  // every object and array opened here is closed
   return pooled.str();
 }
 
@@ -163,6 +165,7 @@ std::string RecordJsonHead(const TensorRecord& r) {
   PooledWriter pooled;
   Writer& w = pooled.w();
   WriteRecordFields(w, r, false);
+  assert(!w.IsComplete());
   return pooled.str();  // the object stays open
 }
 
@@ -225,6 +228,7 @@ std::string ErrorReplyJson(const std::string& req, const char* op, const Status&
   if (!req.empty()) WriteKeyString(w, "req", req);
   if (op != nullptr) WriteKeyString(w, "op", op);
   w.EndObject();
+  assert(w.IsComplete());
   return pooled.str();
 }
 

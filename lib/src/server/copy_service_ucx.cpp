@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "server/copy_grant.h"
 #include "server/copy_service.h"
@@ -108,29 +109,6 @@ using copy_wire::ReadHeader;
 
 ucs_memory_type_t UcxMemoryType(Memory memory) {
   return memory == Memory::kGpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
-}
-
-std::string ToHex(const void* data, size_t size) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < size; ++i) {
-    unsigned char c = static_cast<const unsigned char*>(data)[i];
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-bool FromHex(const std::string& hex, std::string& out) {
-  if (hex.size() % 2 != 0) return false;
-  out.clear();
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-    int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out.push_back(static_cast<char>(hi * 16 + lo));
-  }
-  return true;
 }
 
 Status UcxError(const std::string& what, ucs_status_t status) {
@@ -242,7 +220,7 @@ Status UcxCopyService::Init() {
   size_t address_length = 0;
   s = ucx->ucp_worker_get_address(worker_, &address, &address_length);
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
-  address_hex_ = ToHex(address, address_length);
+  address_hex_ = HexEncode(std::string_view(reinterpret_cast<const char*>(address), address_length));
   ucx->ucp_worker_release_address(worker_, address);
   for (unsigned id : {kReadId, kDataId}) {
     ucp_am_handler_param_t hp{};
@@ -351,14 +329,14 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
 Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
   auto found = endpoints_.find(address_hex);
   if (found != endpoints_.end()) return found->second;
-  std::string address;
-  if (!FromHex(address_hex, address)) {
+  Result<std::string> address = HexDecode(address_hex);
+  if (!address.ok()) {
     return Status(ErrorCode::kUnexpectedReply, "the other server's ucx_address is not hex");
   }
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.address = reinterpret_cast<const ucp_address_t*>(address->data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.arg = this;
   params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {

@@ -1,5 +1,6 @@
 #include "server/device_set.h"
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "gpu/cuda_check.h"
 #include "memcuda/protocol.h"

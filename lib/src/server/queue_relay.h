@@ -1,5 +1,5 @@
 // The shared queue's relay: a thread of its own that moves each command pushed onto the shared
-// lifecycle list (`tensor_lifecycle`, the seed's form, which a plain `redis-cli LPUSH` uses) into
+// lifecycle list (`tensor_lifecycle`, the minimal form, which a plain `redis-cli LPUSH` uses) into
 // this node's queue (`tensor_lifecycle:<node>`), where the serving loop takes it. Each move is
 // one BLMOVE, atomic in Redis, so a command is never lost nor doubled between the two lists.
 // With several nodes on one Redis, every server relays: a command lands on whichever server was

@@ -346,7 +346,7 @@ class VulkanProbe {
     return Compare(back.data(), pattern);
   }
 
-  // Seed order: CUDA's interop registrations first (semaphores, the mapping, the imported
+  // Teardown order: CUDA's interop registrations first (semaphores, the mapping, the imported
   // memory), then the graphics side. Idempotent; also runs on every early exit.
   std::string Release() {
     std::string error;
