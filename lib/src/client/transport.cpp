@@ -40,8 +40,8 @@ bool NamesReq(std::string_view reply, std::string_view req) {
 
 }  // namespace
 
-Transport::Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server)
-    : redis_(redis), opt_(opt), server_(server) {
+Transport::Transport(RedisConnection& redis, TransportOptions opt, ServerView& server)
+    : redis_(redis), opt_(std::move(opt)), server_(server) {
   // Who sent a request, for logs; the req's own 128 bits are drawn per request (NewRequestId).
   req_prefix_ = opt_.node.substr(0, 32) + "-" + std::to_string(getpid()) + "-";
   for (char& c : req_prefix_) {

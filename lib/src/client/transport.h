@@ -11,12 +11,20 @@
 #include <string>
 
 #include "client/server_view.h"
-#include "memcuda/client.h"
+#include "memcuda/keys.h"
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
 #include "memcuda/unique_fd.h"
 
 namespace mcd {
+
+// What a Transport reads of the client's options, fixed once the node is known.
+struct TransportOptions {
+  std::string node;     // this client's node: named in each command, and in its req
+  KeySpace keys;        // where replies come (KeySpace::Reply)
+  int timeout_ms = 0;   // how long a command waits for its reply
+  bool command_socket = true;  // whether the server's command socket may be used (ClientOptions)
+};
 
 // A request id: `prefix` and 32 hex digits of fresh random bits, drawn anew for every request.
 // kInternal where the kernel has no random source.
@@ -33,7 +41,9 @@ class Transport {
     std::string queue;      // the node's queue (the shared one for a server that has none)
   };
 
-  Transport(RedisConnection& redis, const ClientOptions& opt, ServerView& server);
+  // `server`: the node's heartbeat, which names the command socket and the queue, read again
+  // when the socket fails.
+  Transport(RedisConnection& redis, TransportOptions opt, ServerView& server);
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
@@ -65,7 +75,7 @@ class Transport {
   Result<TensorRecord> Unanswered(const Outgoing& out);
 
   RedisConnection& redis_;
-  const ClientOptions& opt_;
+  const TransportOptions opt_;
   ServerView& server_;
   std::string req_prefix_;  // "<node>-<pid>-": a req is this and 128 fresh random bits
   UniqueFd cmd_fd_;             // connection to the server's command socket, when open

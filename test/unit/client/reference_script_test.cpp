@@ -43,7 +43,9 @@ class ReferenceScriptTest : public ::testing::Test {
     Do(std::vector<std::string_view>(hset.begin(), hset.end()));
     Do({"HSET", opt_.keys.Server("n"), "instance", "inst", "event_history", "100"});
     server_ = std::make_unique<ServerView>(*conn_, opt_);
-    transport_ = std::make_unique<Transport>(*conn_, opt_, *server_);
+    transport_ = std::make_unique<Transport>(
+        *conn_, TransportOptions{opt_.node, opt_.keys, opt_.timeout_ms, opt_.command_socket},
+        *server_);
     script_ = std::make_unique<ReferenceScript>(*conn_, opt_, *transport_, holder_, *server_);
     ASSERT_TRUE(script_->Load().ok());
   }

@@ -1,0 +1,97 @@
+// The requests that change a tensor (Client::Impl, client_impl.h): create, publish and abandon
+// through the server; get and release by the reference script, or a release through the server
+// where it is most likely the last; each retried while Redis is away, and each noted in the
+// ReferenceBook. Also the reads that change nothing, retried the same way. The client's thread.
+#include "client/client_impl.h"
+#include "client/records.h"
+
+namespace mcd {
+
+// Repeated after a lost connection: at worst this process then holds one more reference, given
+// back when it exits.
+Result<TensorRecord> Client::Impl::DirectGet(const std::string& name) {
+  if (holder_ && holder_->pid == kInitPid) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "this client's references would be bound to pid 1 (init), which never "
+                  "exits while the server runs, and never be given back: bind them to "
+                  "another process or to none (holder_pid kNoHolder), or run the program "
+                  "under an init (docker run --init)");
+  }
+  auto record = Retrying("get", true, [&]() -> Result<TensorRecord> {
+    MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // its tensors died with it
+    return script_->Get(name);
+  });
+  if (record.ok()) book_.Took(name, record->refcount, record->epoch);
+  return record;
+}
+
+Result<TensorRecord> Client::Impl::ServerRequest(const char* what, const Command& cmd) {
+  return Retrying(what, false, [&]() -> Result<TensorRecord> {
+    // Nobody would take the command, or the tensor died with its server.
+    MCD_RETURN_IF_ERROR(server_->EnsureAlive());
+    return transport_->Request(cmd);
+  });
+}
+
+// The tensor is then one this client tracks (ReferenceBook::Created).
+Result<TensorRecord> Client::Impl::Create(Command cmd) {
+  auto created = ServerRequest("create", cmd);
+  if (created.ok()) book_.Created(cmd.name, created->refcount);
+  return created;
+}
+
+Result<TensorRecord> Client::Impl::Publish(const std::string& name) {
+  Command cmd;
+  cmd.op = Op::kPublish;
+  cmd.name = name;
+  return ServerRequest("publish", cmd);
+}
+
+// Only a tensor this process is filling is touched, so it is safe whenever the create's outcome
+// is not known; a failure is the original error's to report (the reaper removes it once this
+// process exits).
+void Client::Impl::Abandon(const std::string& name) {
+  Command cmd;
+  cmd.op = Op::kAbandon;
+  cmd.name = name;
+  (void)ServerRequest("abandon", cmd);
+  book_.Saw(name, 0);
+}
+
+// A tensor this client created and whose refcount it last saw at 1 is most likely released for
+// the last time, which only the server can do: its delete command goes to the server at once.
+// Were another process to have taken a reference since, the server's delete gives one back just
+// the same. Any other release runs the reference script, which answers a release that leaves
+// references itself and queues the delete command of the last one. A reference this client took
+// names the epoch it was taken in, so that one taken before Redis lost the hash does not give
+// back another's (TensorRecord::epoch).
+Result<TensorRecord> Client::Impl::Release(const std::string& name) {
+  ReferenceBook::Release plan = book_.PlanRelease(name, ReferenceScript::kAnyEpoch);
+  Result<TensorRecord> released = Retrying("release", false, [&]() -> Result<TensorRecord> {
+    MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // nobody holds its memory any more
+    return plan.last ? transport_->Request(DeleteCommand(name, holder_))
+                     : script_->Release(name, plan.epoch);
+  });
+  book_.Saw(name, released.ok() ? released->refcount : 0);  // a failed one: no longer tracked
+  return released;
+}
+
+Result<TensorRecord> Client::Impl::Stat(const std::string& name) {
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  return Retrying("read", true, [&] { return reads_->Stat(name); });
+}
+
+Result<std::vector<TensorRecord>> Client::Impl::List(const std::string& glob,
+                                                     std::vector<std::string>* unreadable,
+                                                     bool holders) {
+  return Retrying("listing", true, [&] {
+    if (unreadable) unreadable->clear();
+    return reads_->List(glob, unreadable, holders);
+  });
+}
+
+Result<std::vector<std::string>> Client::Impl::ListNames(const std::string& glob) {
+  return Retrying("listing", true, [&] { return reads_->ListNames(glob); });
+}
+
+}  // namespace mcd

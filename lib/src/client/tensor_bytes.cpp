@@ -1,0 +1,52 @@
+// The reads and writes of a tensor's bytes (client.h): copies between an opened tensor and host
+// memory, host tensors with memcpy on the calling thread, device tensors on the device's worker
+// (MappingRegistry), where every CUDA call of this process for that device runs. The client's
+// thread, blocking on the worker for the copy.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "client/client_impl.h"
+#include "client/mapping_registry.h"
+#include "gpu/cuda_check.h"
+
+namespace mcd {
+
+namespace {
+
+Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes) {
+  if (bytes > view.record.bytes) {
+    return Status(ErrorCode::kInvalidArgument, "copy of " + std::to_string(bytes) +
+                                                   " bytes into a tensor of " +
+                                                   std::to_string(view.record.bytes));
+  }
+  if (view.record.device == kHostDevice) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  return MappingRegistry::Get().Worker(view.record.device).Call([&](DeviceContext& ctx) -> Status {
+    MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
+    MCD_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream()));
+    MCD_CUDA_RETURN(cudaStreamSynchronize(ctx.stream()));
+    return Status::Ok();
+  });
+}
+
+}  // namespace
+
+Status Client::Warmup(int device) {
+  if (device == kHostDevice) return Status::Ok();
+  return MappingRegistry::Get().Worker(device).Call(
+      [](DeviceContext& ctx) { return ctx.EnsureGpu(); });
+}
+
+Status Client::CopyToHost(const TensorView& view, void* dst, uint64_t bytes) {
+  MCD_RETURN_IF_ERROR(Copy(view, dst, view.data, bytes));
+  return view.referenced ? Status::Ok() : impl_->StillThere(view.record);
+}
+
+Status Client::CopyFromHost(const TensorView& view, const void* src, uint64_t bytes) {
+  return Copy(view, view.data, src, bytes);
+}
+
+}  // namespace mcd
