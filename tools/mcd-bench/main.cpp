@@ -159,8 +159,8 @@ Result<Plan> MakePlan(Options& opt, SelfServe& self, int gpus) {
     if (gpus > 0 && wanted("cuda_mempool")) plan.emplace_back("cuda_mempool", opt.device);
   } else {
     auto client = ConnectOrDie(opt.flags);
-    auto info = client->ServerInfo();
-    std::string allocators = info.ok() ? info.value()["allocator"] : "";
+    auto info = client->ServerRecord();
+    std::string allocators = info.ok() ? info->allocator : "";
     auto served = [&](const char* item) { return allocators.find(item) != std::string::npos; };
     const std::string on = std::to_string(opt.device) + ":";
     if (gpus > 0 && served((on + "cuda_mempool").c_str()) && wanted("cuda_mempool"))

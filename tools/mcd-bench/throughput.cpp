@@ -27,9 +27,9 @@ double RedisCpuSeconds(RedisConnection* redis) {
 }
 
 std::pair<double, double> ServerCpuSeconds(Client& client) {
-  auto info = client.ServerInfo();
-  if (!info.ok() || info->count("pid") == 0) return {-1, -1};
-  const std::string pid = info->at("pid");
+  auto info = client.ServerRecord();
+  if (!info.ok() || info->pid <= 0) return {-1, -1};
+  const std::string pid = std::to_string(info->pid);
   return {ProcCpuSeconds("/proc/" + pid + "/stat"),
           ProcCpuSeconds("/proc/" + pid + "/task/" + pid + "/stat")};
 }

@@ -62,22 +62,22 @@ void AddFlags(CLI::App& app, LsFlags& f) {
 
 // --servers: the live servers as the flags ask; exit 69 when none is live.
 int ListServers(const LsFlags& f, Client& client) {
-  std::vector<std::map<std::string, std::string>> dead;
-  auto live = client.LiveServers(&dead);
+  std::vector<HeartbeatRecord> dead;
+  auto live = client.LiveServerRecords(&dead);
   if (!live.ok()) return tools::Fail(kTool, live.status());
   // A killed server of this host is not live, though its heartbeat lingers until its TTL.
-  for (auto& server : dead) {
+  for (const HeartbeatRecord& server : dead) {
     if (f.names_only) break;
-    std::cerr << kTool << ": note: the mcd-serve of node '" << tools::Escaped(server["node"])
-              << "' (pid " << tools::Escaped(server["pid"])
+    std::cerr << kTool << ": note: the mcd-serve of node '" << tools::Escaped(server.node)
+              << "' (pid " << server.pid
               << ") is not running (killed or crashed); its heartbeat lingers until it expires\n";
   }
   auto format = f.prometheus ? tools::ServersFormat::kPrometheus
                 : f.json     ? tools::ServersFormat::kJson
                              : tools::ServersFormat::kTable;
   if (f.names_only && format == tools::ServersFormat::kTable) {
-    for (auto& server : live.value())
-      std::cout << tools::Escaped(server["node"]) << "\n";  // nodes only
+    for (const HeartbeatRecord& server : live.value())
+      std::cout << tools::Escaped(server.node) << "\n";  // nodes only
   } else if (!live->empty() || format != tools::ServersFormat::kTable) {
     std::cout << tools::FormatServers(live.value(), format, !f.no_headers);
   }
@@ -136,7 +136,7 @@ int ListTensors(const LsFlags& f, Client& client, const std::string& only_node) 
   if (client.options().redis_url.found) {
     // The Redis was found, not named: say whose it is when this host's node has no server
     // there, rather than list another server's tensors (or none) as if they were this one's.
-    auto here = client.ServerInfo();
+    auto here = client.ServerRecord();
     if (!here.ok() && here.status().code() == ErrorCode::kUnavailable) {
       std::cerr << kTool << ": note: " << tools::Escaped(here.status().message()) << "\n";
     }

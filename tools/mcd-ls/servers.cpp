@@ -158,15 +158,8 @@ std::string Prometheus(const Heartbeats& servers) {
 
 }  // namespace
 
-std::string FormatServers(const std::vector<std::map<std::string, std::string>>& fields, ServersFormat format,
+std::string FormatServers(const std::vector<HeartbeatRecord>& servers, ServersFormat format,
                           bool headers) {
-  // Read through the heartbeat's codec, as the library read them (it only lists heartbeats that
-  // pass it).
-  Heartbeats servers;
-  for (const auto& heartbeat : fields) {
-    auto record = HeartbeatFromFields(heartbeat);
-    if (record.ok()) servers.push_back(std::move(record).value());
-  }
   switch (format) {
     case ServersFormat::kJson:
       return Json(servers);

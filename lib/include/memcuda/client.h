@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memcuda/export.h"
+#include "memcuda/heartbeat.h"
 #include "memcuda/keys.h"
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
@@ -147,11 +148,15 @@ class MCD_API Client {
   // imports the server's pools while its Redis round trip is in flight. No-op for kHostDevice.
   Status Warmup(int device);
 
-  // The heartbeat of the serving node, or kUnavailable when none is alive.
-  Result<std::map<std::string, std::string>> ServerInfo();
+  // The heartbeat of the serving node (memcuda/heartbeat.h), or kUnavailable when none is alive.
+  Result<HeartbeatRecord> ServerRecord();
   // The heartbeats of every live server on this Redis (this prefix), sorted by node. A server
   // of this host (the heartbeat's pid_space) whose process is gone is not live, though its
   // heartbeat lingers until its TTL: it is left out, and its heartbeat added to `dead` when given.
+  Result<std::vector<HeartbeatRecord>> LiveServerRecords(
+      std::vector<HeartbeatRecord>* dead = nullptr);
+  // The same two as the hash's field/value maps (HeartbeatMap).
+  Result<std::map<std::string, std::string>> ServerInfo();
   Result<std::vector<std::map<std::string, std::string>>> LiveServers(
       std::vector<std::map<std::string, std::string>>* dead = nullptr);
   // True when the node was not given (ClientOptions::node, MCD_NODE) and this host's name had no

@@ -77,19 +77,24 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 
 const ClientOptions& Client::options() const noexcept { return impl_->options(); }
 
+Result<HeartbeatRecord> Client::ServerRecord() { return impl_->server().Read(); }
+
+Result<std::vector<HeartbeatRecord>> Client::LiveServerRecords(std::vector<HeartbeatRecord>* dead) {
+  return impl_->Retrying("listing servers", true, [&] {
+    if (dead != nullptr) dead->clear();
+    return ServerView::Live(impl_->redis(), impl_->options().keys, dead);
+  });
+}
+
 Result<std::map<std::string, std::string>> Client::ServerInfo() {
-  MCD_ASSIGN_OR_RETURN(HeartbeatRecord heartbeat, impl_->server().Read());
+  MCD_ASSIGN_OR_RETURN(HeartbeatRecord heartbeat, ServerRecord());
   return HeartbeatMap(heartbeat);
 }
 
 Result<std::vector<std::map<std::string, std::string>>> Client::LiveServers(
     std::vector<std::map<std::string, std::string>>* dead) {
   std::vector<HeartbeatRecord> dead_ones;
-  MCD_ASSIGN_OR_RETURN(auto live, impl_->Retrying("listing servers", true, [&] {
-    dead_ones.clear();
-    return ServerView::Live(impl_->redis(), impl_->options().keys,
-                            dead != nullptr ? &dead_ones : nullptr);
-  }));
+  MCD_ASSIGN_OR_RETURN(auto live, LiveServerRecords(dead != nullptr ? &dead_ones : nullptr));
   std::vector<std::map<std::string, std::string>> out;
   for (const HeartbeatRecord& server : live) out.push_back(HeartbeatMap(server));
   if (dead != nullptr) {

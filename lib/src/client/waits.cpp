@@ -85,8 +85,7 @@ Result<std::unique_ptr<EventStream>> OpenEvents(Client& client) {
 
 Status Client::CanWait() {
   // The node's server must write events, or a wait would block to its end for nothing.
-  MCD_ASSIGN_OR_RETURN(auto info, ServerInfo());
-  MCD_ASSIGN_OR_RETURN(HeartbeatRecord heartbeat, HeartbeatFromFields(info));
+  MCD_ASSIGN_OR_RETURN(HeartbeatRecord heartbeat, ServerRecord());
   if (heartbeat.event_history == 0) {
     return Status(ErrorCode::kUnavailable,
                   "the server of node '" + options().node +
