@@ -21,13 +21,15 @@ constexpr int kTensors = 16;
 
 std::string HexOf(const cudaIpcMemHandle_t& handle) {
   char out[129];
-  for (int i = 0; i < 64; ++i) std::snprintf(out + 2 * i, 3, "%02x", static_cast<unsigned char>(handle.reserved[i]));
+  for (int i = 0; i < 64; ++i)
+    std::snprintf(out + 2 * i, 3, "%02x", static_cast<unsigned char>(handle.reserved[i]));
   return out;
 }
 
 cudaIpcMemHandle_t HandleOf(const char* hex) {
   cudaIpcMemHandle_t handle{};
-  for (int i = 0; i < 64; ++i) std::sscanf(hex + 2 * i, "%2hhx", reinterpret_cast<unsigned char*>(&handle.reserved[i]));
+  for (int i = 0; i < 64; ++i)
+    std::sscanf(hex + 2 * i, "%2hhx", reinterpret_cast<unsigned char*>(&handle.reserved[i]));
   return handle;
 }
 
@@ -63,7 +65,8 @@ int Child(char** hex) {
     auto t0 = Clock::now();
     Check(cudaIpcOpenMemHandle(&base[i], slab, cudaIpcMemLazyEnablePeerAccess), "open slab");
     auto t1 = Clock::now();
-    Check(cudaMemcpy(&byte, static_cast<char*>(base[i]) + i * kMiB, 1, cudaMemcpyDeviceToHost), "read");
+    Check(cudaMemcpy(&byte, static_cast<char*>(base[i]) + i * kMiB, 1, cudaMemcpyDeviceToHost),
+          "read");
     shared.push_back(Us(t0, t1));
     shared_read.push_back(Us(t1, Clock::now()));
     if (base[i] != base[0]) std::printf("slab opened at two addresses\n");
@@ -73,10 +76,13 @@ int Child(char** hex) {
   for (int i = kTensors - 1; i > 0; --i) Check(cudaIpcCloseMemHandle(base[i]), "close slab");
   Check(cudaMemcpy(&byte, base[0], 1, cudaMemcpyDeviceToHost), "read after 15 closes");
   Check(cudaIpcCloseMemHandle(base[0]), "last close");
-  std::printf("first open %.1f | further own allocations: open %.1f, first read %.1f | the slab: first open %.1f, "
-              "again %.1f (max %.1f), first read of each tensor %.1f\n",
-              first, Median(own), Median(own_read), shared[0], Median({shared.begin() + 1, shared.end()}),
-              *std::max_element(shared.begin() + 1, shared.end()), Median({shared_read.begin() + 1, shared_read.end()}));
+  std::printf(
+      "first open %.1f | further own allocations: open %.1f, first read %.1f | the slab: first "
+      "open %.1f, "
+      "again %.1f (max %.1f), first read of each tensor %.1f\n",
+      first, Median(own), Median(own_read), shared[0], Median({shared.begin() + 1, shared.end()}),
+      *std::max_element(shared.begin() + 1, shared.end()),
+      Median({shared_read.begin() + 1, shared_read.end()}));
   return 0;
 }
 

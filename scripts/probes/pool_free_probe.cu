@@ -48,7 +48,7 @@ int Child(const std::string& how, int fd, char** hex) {
   double call[kPointers] = {}, wait[kPointers] = {};
   cudaStream_t busy;
   Check(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking), "cudaStreamCreate");
-  double spin_us = 0;  // how long the kernel runs alone
+  double spin_us = 0;               // how long the kernel runs alone
   const char* still_running = "-";  // after the first free: was the kernel still running?
   if (how == "free-busy") {
     auto s0 = Clock::now();
@@ -65,12 +65,15 @@ int Child(const std::string& how, int fd, char** hex) {
     if (how == "free" || how == "free-busy") {
       Check(cudaFree(ptr[i]), "cudaFree");
     } else {
-      Check(cudaFreeAsync(ptr[i], how == "async-legacy" ? cudaStream_t{} : stream), "cudaFreeAsync");
+      Check(cudaFreeAsync(ptr[i], how == "async-legacy" ? cudaStream_t{} : stream),
+            "cudaFreeAsync");
     }
     auto t1 = Clock::now();
-    if (how == "free-busy" && i == 0) still_running = cudaStreamQuery(busy) == cudaErrorNotReady ? "yes" : "no";
+    if (how == "free-busy" && i == 0)
+      still_running = cudaStreamQuery(busy) == cudaErrorNotReady ? "yes" : "no";
     if (how == "async-sync") Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    if (how == "async-legacy") Check(cudaStreamSynchronize(cudaStream_t{}), "cudaStreamSynchronize");
+    if (how == "async-legacy")
+      Check(cudaStreamSynchronize(cudaStream_t{}), "cudaStreamSynchronize");
     auto t2 = Clock::now();
     call[i] = Us(t0, t1);
     wait[i] = Us(t1, t2);
@@ -85,9 +88,13 @@ int Child(const std::string& how, int fd, char** hex) {
     std::sort(rest.begin(), rest.end());
     return rest[rest.size() / 2];
   };
-  std::printf("%-12s first free: call %.0f wait %.0f  others (median): call %.0f wait %.0f  final sync %.0f us",
-              how.c_str(), call[0], wait[0], median(call), median(wait), last_sync);
-  if (how == "free-busy") std::printf("  (kernel alone %.0f us; still running after the first free: %s)", spin_us, still_running);
+  std::printf(
+      "%-12s first free: call %.0f wait %.0f  others (median): call %.0f wait %.0f  final sync "
+      "%.0f us",
+      how.c_str(), call[0], wait[0], median(call), median(wait), last_sync);
+  if (how == "free-busy")
+    std::printf("  (kernel alone %.0f us; still running after the first free: %s)", spin_us,
+                still_running);
   std::printf("\n");
   return 0;
 }
@@ -95,7 +102,8 @@ int Child(const std::string& how, int fd, char** hex) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 + kPointers && std::string(argv[1]) == "child") return Child(argv[2], std::atoi(argv[3]), argv + 4);
+  if (argc == 4 + kPointers && std::string(argv[1]) == "child")
+    return Child(argv[2], std::atoi(argv[3]), argv + 4);
   cudaMemPool_t pool = MakeIpcPool();
   cudaStream_t stream;
   Check(cudaStreamCreate(&stream), "cudaStreamCreate");

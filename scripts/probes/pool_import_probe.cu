@@ -30,8 +30,8 @@ int Child(int fd, const char* hex) {
   char byte = 0;
   Check(cudaMemcpy(&byte, ptr, 1, cudaMemcpyDeviceToHost), "touch");
   auto t4 = Clock::now();
-  std::printf("import %.0f  set_access %.0f  import_pointer %.0f  touch %.0f  total %.0f us\n", Us(t0, t1),
-              Us(t1, t2), Us(t2, t3), Us(t3, t4), Us(t0, t4));
+  std::printf("import %.0f  set_access %.0f  import_pointer %.0f  touch %.0f  total %.0f us\n",
+              Us(t0, t1), Us(t1, t2), Us(t2, t3), Us(t3, t4), Us(t0, t4));
   return 0;
 }
 

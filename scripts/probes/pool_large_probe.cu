@@ -52,8 +52,9 @@ int main(int argc, char** argv) {
   std::printf("parent: %zu bytes allocated from the pool\n", bytes);
   std::fflush(stdout);
   int status = RunFreshChild(argv[0], {"child", std::to_string(fd), Hex(ExportPointer(ptr))});
-  std::printf("parent: the child %s\n", WIFSIGNALED(status) ? strsignal(WTERMSIG(status))
-                                          : WEXITSTATUS(status) == 0 ? "read the byte" : "failed");
+  std::printf("parent: the child %s\n", WIFSIGNALED(status)        ? strsignal(WTERMSIG(status))
+                                        : WEXITSTATUS(status) == 0 ? "read the byte"
+                                                                   : "failed");
   Check(cudaFreeAsync(ptr, nullptr), "cudaFreeAsync");
   return status == 0 ? 0 : 1;
 }

@@ -34,9 +34,12 @@ int Child(int fd, char** hex) {
   auto t6 = Clock::now();
   Check(cudaMemcpy(&byte, ptr[3], 1, cudaMemcpyDeviceToHost), "read D");
   auto t7 = Clock::now();
-  std::printf("pool+access %.0f  A (first) %.0f  B (other chunk) %.0f  C (next to B) %.0f  D (made later) %.0f  "
-              "read B %.0f  read D %.0f us\n",
-              Us(t0, t[0]), Us(t[0], t[1]), Us(t[1], t[2]), Us(t[2], t[3]), Us(t[3], t[4]), Us(t[4], t6), Us(t6, t7));
+  std::printf(
+      "pool+access %.0f  A (first) %.0f  B (other chunk) %.0f  C (next to B) %.0f  D (made later) "
+      "%.0f  "
+      "read B %.0f  read D %.0f us\n",
+      Us(t0, t[0]), Us(t[0], t[1]), Us(t[1], t[2]), Us(t[2], t[3]), Us(t[3], t[4]), Us(t[4], t6),
+      Us(t6, t7));
   return 0;
 }
 
@@ -55,7 +58,8 @@ int main(int argc, char** argv) {
   Check(cudaMemsetAsync(b, 1, kMiB, stream), "cudaMemsetAsync");
   Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   std::string fd_text = std::to_string(ExportForChildren(pool));
-  std::string hex_a = Hex(ExportPointer(a)), hex_b = Hex(ExportPointer(b)), hex_c = Hex(ExportPointer(c));
+  std::string hex_a = Hex(ExportPointer(a)), hex_b = Hex(ExportPointer(b)),
+              hex_c = Hex(ExportPointer(c));
   for (int i = 0; i < 6; ++i) {
     void* d = nullptr;
     Check(cudaMallocFromPoolAsync(&d, kMiB, pool, stream), "D");

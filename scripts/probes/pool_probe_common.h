@@ -31,7 +31,8 @@ inline void Check(cudaError_t err, const char* what) {
 
 inline std::string Hex(const cudaMemPoolPtrExportData& data) {
   char out[129];
-  for (int i = 0; i < 64; ++i) std::snprintf(out + 2 * i, 3, "%02x", static_cast<unsigned char>(data.reserved[i]));
+  for (int i = 0; i < 64; ++i)
+    std::snprintf(out + 2 * i, 3, "%02x", static_cast<unsigned char>(data.reserved[i]));
   return out;
 }
 
@@ -52,7 +53,8 @@ inline cudaMemPool_t MakeIpcPool() {
   cudaMemPool_t pool;
   Check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
   unsigned long long keep_all = ~0ull;
-  Check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all), "release threshold");
+  Check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+        "release threshold");
   return pool;
 }
 
@@ -79,7 +81,8 @@ inline void ContextUp() {
 
 inline cudaMemPool_t ImportPool(int fd) {
   cudaMemPool_t pool;
-  Check(cudaMemPoolImportFromShareableHandle(&pool, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+  Check(cudaMemPoolImportFromShareableHandle(&pool,
+                                             reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
                                              cudaMemHandleTypePosixFileDescriptor, 0),
         "cudaMemPoolImportFromShareableHandle");
   return pool;

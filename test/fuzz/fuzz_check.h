@@ -8,12 +8,12 @@
 
 #include "memcuda/protocol.h"
 
-#define FUZZ_CHECK(cond)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
+#define FUZZ_CHECK(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
       std::fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                         \
-    }                                                                       \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)
 
 // What every record a parser accepts promises whoever maps it, checked here apart from
@@ -28,9 +28,9 @@ inline void FuzzCheckSafeToMap(const mcd::TensorRecord& r) {
   FUZZ_CHECK(r.device >= mcd::kHostDevice && r.device <= 1023);
   if (r.ipc_kind == mcd::IpcKind::kHostShm) {
     FUZZ_CHECK(r.device == mcd::kHostDevice);
-    FUZZ_CHECK(r.ipc_handle.empty() || (r.ipc_handle[0] == '/' &&
-                                        r.ipc_handle.find('/', 1) == std::string::npos &&
-                                        r.ipc_handle.find('\0') == std::string::npos));
+    FUZZ_CHECK(r.ipc_handle.empty() ||
+               (r.ipc_handle[0] == '/' && r.ipc_handle.find('/', 1) == std::string::npos &&
+                r.ipc_handle.find('\0') == std::string::npos));
   } else if (r.ipc_kind != mcd::IpcKind::kUnknown) {
     FUZZ_CHECK(r.device != mcd::kHostDevice);
     FUZZ_CHECK(r.ipc_handle.empty() || r.ipc_handle.size() == mcd::kCudaHandleBytes);

@@ -18,9 +18,19 @@ int DeviceCount() {
 }
 
 nlohmann::json Bench(const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {test::ToolPath("mcd-bench"), "--self-serve", "--sizes", "1MiB,64MiB",
-                                   "--iterations", "12", "--max-seconds", "1", "--clients", "2",
-                                   "--fresh", "2", "--json"};
+  std::vector<std::string> args = {test::ToolPath("mcd-bench"),
+                                   "--self-serve",
+                                   "--sizes",
+                                   "1MiB,64MiB",
+                                   "--iterations",
+                                   "12",
+                                   "--max-seconds",
+                                   "1",
+                                   "--clients",
+                                   "2",
+                                   "--fresh",
+                                   "2",
+                                   "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   auto run = test::Run(args, {}, 400);
   EXPECT_EQ(run.exit_code, 0) << run.err;
@@ -28,7 +38,8 @@ nlohmann::json Bench(const std::vector<std::string>& extra) {
 }
 
 // (row, allocator, bytes) -> the row.
-std::map<std::tuple<std::string, std::string, uint64_t>, nlohmann::json> ByKey(const nlohmann::json& record) {
+std::map<std::tuple<std::string, std::string, uint64_t>, nlohmann::json> ByKey(
+    const nlohmann::json& record) {
   std::map<std::tuple<std::string, std::string, uint64_t>, nlohmann::json> rows;
   for (const auto& row : record["rows"]) rows[{row["row"], row["allocator"], row["bytes"]}] = row;
   return rows;
@@ -43,7 +54,8 @@ TEST(BenchGpu, BareFloorsAndBothShareRowsForEachGpuAllocator) {
   auto rows = ByKey(record);
   for (const char* kind : {"cuda_ipc", "cuda_mempool"}) {
     for (uint64_t bytes : {1ull << 20, 64ull << 20}) {
-      for (const char* name : {"get_first", "open_first_bare", "share", "share_existing", "share_bare"}) {
+      for (const char* name :
+           {"get_first", "open_first_bare", "share", "share_existing", "share_bare"}) {
         SCOPED_TRACE(std::string(kind) + " " + name + " " + std::to_string(bytes));
         auto it = rows.find({name, kind, bytes});
         ASSERT_NE(it, rows.end());
@@ -54,7 +66,9 @@ TEST(BenchGpu, BareFloorsAndBothShareRowsForEachGpuAllocator) {
       }
       // The bare share's own open is part of its round trip; a memcuda share that hands over an
       // existing tensor times no create, a fresh one does.
-      auto row = [&](const char* name) { return rows[std::make_tuple(std::string(name), std::string(kind), bytes)]; };
+      auto row = [&](const char* name) {
+        return rows[std::make_tuple(std::string(name), std::string(kind), bytes)];
+      };
       std::string bare_note = row("share_bare")["note"];
       EXPECT_NE(bare_note.find("the open alone, median"), std::string::npos) << bare_note;
       EXPECT_FALSE(row("share_existing").contains("create_median_us"));
@@ -63,17 +77,20 @@ TEST(BenchGpu, BareFloorsAndBothShareRowsForEachGpuAllocator) {
       EXPECT_NE(first_note.find("CUDA alone"), std::string::npos) << first_note;
     }
     // Cross-device copies only where there is another GPU to read from.
-    EXPECT_EQ(rows.count(std::make_tuple(std::string("copy_cross_device"), std::string(kind), 64ull << 20)),
+    EXPECT_EQ(rows.count(std::make_tuple(std::string("copy_cross_device"), std::string(kind),
+                                         64ull << 20)),
               DeviceCount() >= 2 ? 1u : 0u);
   }
 }
 
 TEST(BenchGpu, DeviceOutOfRangeIsAUsageError) {
   if (!test::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
-  auto run = test::Run({test::ToolPath("mcd-bench"), "--self-serve", "--device", std::to_string(DeviceCount()),
-                        "--sizes", "4KiB"});
+  auto run = test::Run({test::ToolPath("mcd-bench"), "--self-serve", "--device",
+                        std::to_string(DeviceCount()), "--sizes", "4KiB"});
   EXPECT_EQ(run.exit_code, 64) << run.err;
-  EXPECT_NE(run.err.find("this host has " + std::to_string(DeviceCount()) + " GPU(s)"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("this host has " + std::to_string(DeviceCount()) + " GPU(s)"),
+            std::string::npos)
+      << run.err;
 }
 
 // On a second GPU: the rows run there, and the cross-device copy reads that GPU's tensor from

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <vector>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
 
 #include "memcuda/client.h"
 #include "memcuda/keys.h"
@@ -41,9 +41,13 @@ class GpuServerTest : public ::testing::Test {
     size_t before = ServeLog().size();
     server_ = std::make_unique<Background>(argv, Env(), dir_.path() + "/serve.log");
     // The heartbeat claims the node first; the log line says the start is complete.
-    ASSERT_TRUE(WaitFor([&] {
-      return !Heartbeat("instance").empty() && ServeLog().find("serving node", before) != std::string::npos;
-    }, 20000)) << ServeLog();
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return !Heartbeat("instance").empty() &&
+                 ServeLog().find("serving node", before) != std::string::npos;
+        },
+        20000))
+        << ServeLog();
   }
 
   std::string Heartbeat(const std::string& field) const {
@@ -79,7 +83,8 @@ class GpuServerTest : public ::testing::Test {
   // A float32 .npy of n values i * 0.5 + 1.
   std::string WriteNpy(int n) {
     std::string path = dir_.path() + "/in" + std::to_string(n) + ".npy";
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
+    std::string header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
     header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
     std::ofstream out(path, std::ios::binary);
     out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size() & 0xff)
@@ -104,16 +109,17 @@ class GpuServerTest : public ::testing::Test {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         c = static_cast<char>(x);
       }
-      std::string in = dir_.path() + "/" + name + ".npy", out = dir_.path() + "/" + name + ".out.npy";
-      std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" +
-                           std::to_string(kBytes) + ",), }";
+      std::string in = dir_.path() + "/" + name + ".npy",
+                  out = dir_.path() + "/" + name + ".out.npy";
+      std::string header =
+          "{'descr': '|u1', 'fortran_order': False, 'shape': (" + std::to_string(kBytes) + ",), }";
       header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
       std::ofstream(in, std::ios::binary)
           << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(header.size() & 0xff)
           << static_cast<char>(header.size() >> 8) << header << data;
-      Background consumer({ToolPath("mcd-get"), name, "--wait", "60", "--no-ref", "-q", "-o", out,
-                           "--node", node_},
-                          Env(), dir_.path() + "/" + name + ".log");
+      Background consumer(
+          {ToolPath("mcd-get"), name, "--wait", "60", "--no-ref", "-q", "-o", out, "--node", node_},
+          Env(), dir_.path() + "/" + name + ".log");
       auto created = Tool("mcd-create", {name, "--from", in, "--device", "0", "-q"});
       ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
       ASSERT_EQ(consumer.Wait(60), 0) << ReadFile(dir_.path() + "/" + name + ".log");
@@ -175,7 +181,8 @@ class GpuServerTest : public ::testing::Test {
       auto again = client->Get(name);
       ASSERT_TRUE(again.ok()) << again.status().ToString();
       ASSERT_TRUE(client->CopyToHost(again.value(), bytes.data(), kBytes).ok());
-      EXPECT_EQ(static_cast<size_t>(std::count(bytes.begin(), bytes.end(), uint8_t{0})), kBytes) << name;
+      EXPECT_EQ(static_cast<size_t>(std::count(bytes.begin(), bytes.end(), uint8_t{0})), kBytes)
+          << name;
     }
     EXPECT_EQ(reused, 1);
     for (const char* name : {"second", "third"}) {
@@ -236,7 +243,8 @@ class GpuServerTest : public ::testing::Test {
     for (const auto& e : fields->elements) planted.push_back(e.str);
     ASSERT_TRUE(conn->Command(std::vector<std::string_view>(planted.begin(), planted.end())).ok());
     ASSERT_TRUE(conn->Command({"HSET", KeySpace().Tensor("planted"), "offset",
-                               std::to_string(uint64_t{1} << 36)}).ok());
+                               std::to_string(uint64_t{1} << 36)})
+                    .ok());
     auto planted_get = client->Get("planted");
     EXPECT_EQ(planted_get.status().code(), ErrorCode::kUnexpectedReply)
         << planted_get.status().ToString();
@@ -252,7 +260,9 @@ class GpuServerTest : public ::testing::Test {
   }
 
   void ExpectAWarmedUpFirstGetMapsItsTensor() {
-    ASSERT_EQ(Tool("mcd-create", {"w", "--dtype", "i32", "--shape", "4096", "--device", "0"}).exit_code, 0);
+    ASSERT_EQ(
+        Tool("mcd-create", {"w", "--dtype", "i32", "--shape", "4096", "--device", "0"}).exit_code,
+        0);
     auto client = Connect();
     ASSERT_NE(client, nullptr);
     ASSERT_TRUE(client->Warmup(0).ok());

@@ -35,8 +35,11 @@ TEST_F(GpuLifecycle, CreateFromNpyReadBackInAnotherProcessAndScaleInPlace) {
 }
 
 TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
-  ASSERT_EQ(Tool("mcd-create", {"small", "--dtype", "f32", "--shape", "256", "--device", "0"}).exit_code, 0);
-  auto oom = Tool("mcd-create", {"huge", "--dtype", "u8", "--shape", "1099511627776", "--device", "0"});
+  ASSERT_EQ(
+      Tool("mcd-create", {"small", "--dtype", "f32", "--shape", "256", "--device", "0"}).exit_code,
+      0);
+  auto oom =
+      Tool("mcd-create", {"huge", "--dtype", "u8", "--shape", "1099511627776", "--device", "0"});
   EXPECT_EQ(oom.exit_code, 69);
   EXPECT_NE(oom.err.find("out_of_memory"), std::string::npos) << oom.err;
   EXPECT_NE(oom.err.find("requested 1099511627776 bytes"), std::string::npos) << oom.err;
@@ -46,7 +49,9 @@ TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
 }
 
 TEST_F(GpuLifecycle, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
-TEST_F(GpuLifecycle, ATensorPastItsAllocationIsRefused) { ExpectATensorPastItsAllocationIsRefused(); }
+TEST_F(GpuLifecycle, ATensorPastItsAllocationIsRefused) {
+  ExpectATensorPastItsAllocationIsRefused();
+}
 
 TEST_F(GpuLifecycle, AWaitingConsumerReadsEveryByteOfAFilledTensor) {
   ExpectAWaitingConsumerReadsEveryByte();
@@ -94,13 +99,17 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
   // The heartbeat counts the slab, and the part of it that no tensor (or stocked block) holds;
   // both from one heartbeat.
   long long slab_bytes = 0, slab_free = 0;
-  EXPECT_TRUE(test::WaitFor([&] {
-    auto both = redis_->Connect()->Command({"HMGET", KeySpace().Server(node_), "slab_bytes", "slab_free_bytes"});
-    if (!both.ok() || both->elements.size() != 2) return false;
-    slab_bytes = std::atoll(both->elements[0].str.c_str());
-    slab_free = std::atoll(both->elements[1].str.c_str());
-    return slab_bytes >= (2 << 20);
-  }, 5000)) << "slab_bytes " << slab_bytes;
+  EXPECT_TRUE(test::WaitFor(
+      [&] {
+        auto both = redis_->Connect()->Command(
+            {"HMGET", KeySpace().Server(node_), "slab_bytes", "slab_free_bytes"});
+        if (!both.ok() || both->elements.size() != 2) return false;
+        slab_bytes = std::atoll(both->elements[0].str.c_str());
+        slab_free = std::atoll(both->elements[1].str.c_str());
+        return slab_bytes >= (2 << 20);
+      },
+      5000))
+      << "slab_bytes " << slab_bytes;
   EXPECT_GT(slab_free, 0);
   EXPECT_LE(slab_free, slab_bytes - 3 * (1 << 20)) << "three 1 MiB blocks are carved out";
 
@@ -110,7 +119,9 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
   for (int i = 1; i < 3; ++i) {
     std::vector<uint8_t> back(kBytes);
     ASSERT_TRUE(client->CopyToHost(views[i], back.data(), kBytes).ok());
-    EXPECT_EQ(static_cast<size_t>(std::count(back.begin(), back.end(), static_cast<uint8_t>(0x11 * (i + 1)))), kBytes)
+    EXPECT_EQ(static_cast<size_t>(
+                  std::count(back.begin(), back.end(), static_cast<uint8_t>(0x11 * (i + 1)))),
+              kBytes)
         << names[i];
   }
   // Another process, through the same handle and its offset: 0x33 = 51.
@@ -161,7 +172,8 @@ TEST_F(GpuLifecycle, SmallTensorsShareASlabAndKeepTheirOwnBytes) {
   EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
       << "ready_bytes " << Heartbeat("ready_bytes");
   EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("slab_bytes") == "0"; }, 3000))
-      << "slab_bytes " << Heartbeat("slab_bytes") << ": no slab should outlive its tensors and the idle time";
+      << "slab_bytes " << Heartbeat("slab_bytes")
+      << ": no slab should outlive its tensors and the idle time";
   EXPECT_EQ(Heartbeat("slab_free_bytes"), "0");
 }
 
@@ -204,7 +216,9 @@ TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {
   auto refused = [&] {
     std::string log = ServeLog();
     int n = 0;
-    for (size_t at = log.find("got no reply"); at != std::string::npos; at = log.find("got no reply", at + 1)) ++n;
+    for (size_t at = log.find("got no reply"); at != std::string::npos;
+         at = log.find("got no reply", at + 1))
+      ++n;
     return n;
   };
   ASSERT_TRUE(test::WaitFor([&] { return refused() == kCreates; }, 20000)) << ServeLog();
@@ -212,8 +226,11 @@ TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
   EXPECT_EQ(conn->Command({"LLEN", keys.Processing(node_)})->integer, 0);
   // 2 GiB would be missing had they leaked; allow for the server's own context and stock.
-  EXPECT_GT(free_after + (512ull << 20), free_before) << "free before " << free_before << ", after " << free_after;
-  EXPECT_EQ(Tool("mcd-create", {"ok", "--dtype", "u8", "--shape", "268435456", "--device", "0"}).exit_code, 0)
+  EXPECT_GT(free_after + (512ull << 20), free_before)
+      << "free before " << free_before << ", after " << free_after;
+  EXPECT_EQ(Tool("mcd-create", {"ok", "--dtype", "u8", "--shape", "268435456", "--device", "0"})
+                .exit_code,
+            0)
       << ServeLog();
 }
 

@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <cstring>
 
-#include "ipc/fd_passing.h"
-#include "gpu_fixture.h"
 #include "common/process.h"
+#include "gpu_fixture.h"
+#include "ipc/fd_passing.h"
 
 namespace mcd {
 namespace {
@@ -31,7 +31,8 @@ void DenyDescriptorCopies() {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
   sock_fprog program{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
     _exit(126);
   }
 }
@@ -40,8 +41,9 @@ void DenyDescriptorCopies() {
 cudaError_t ImportPoolHere(const UniqueFd& fd, cudaMemPool_t* pool) {
   cudaError_t err = cudaSetDevice(0);
   if (err == cudaSuccess) {
-    err = cudaMemPoolImportFromShareableHandle(pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
-                                               cudaMemHandleTypePosixFileDescriptor, 0);
+    err = cudaMemPoolImportFromShareableHandle(
+        pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+        cudaMemHandleTypePosixFileDescriptor, 0);
   }
   return err;
 }
@@ -76,8 +78,9 @@ TEST_F(PoolTest, ImportReadAndWriteInOtherProcesses) {
 TEST_F(PoolTest, ASecondServerWithTheSamePoolSocketLeavesTheLiveOneAlone) {
   std::string socket = Heartbeat("pool_socket");
   ASSERT_FALSE(socket.empty());
-  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "0", "--node", node_, "--allocator", "pool",
-                           "--pool-socket", socket}, Env(), 60);
+  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "0", "--node", node_,
+                           "--allocator", "pool", "--pool-socket", socket},
+                          Env(), 60);
   EXPECT_EQ(second.exit_code, 1) << second.err;
   EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
   EXPECT_EQ(access(socket.c_str(), F_OK), 0) << "the live server's pool socket is gone";
@@ -101,7 +104,8 @@ TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
     live.name = name;
     ASSERT_TRUE(client->Create(live).ok());
   }
-  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat("pool_used") != "0" && !Heartbeat("pool_used").empty(); }, 5000));
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return Heartbeat("pool_used") != "0" && !Heartbeat("pool_used").empty(); }, 5000));
   uint64_t used_live = std::stoull(Heartbeat("pool_used"));
   EXPECT_GE(used_live, 3u << 20);
   CreateSpec spec = live;
@@ -152,7 +156,8 @@ TEST_F(PoolWithStockTest, ACreateThatRunsOutOfMemoryGetsTheStockBackFirst) {
   spec.shape = {176 << 20};
   auto big = client->Create(spec);
   ASSERT_TRUE(big.ok()) << big.status().ToString() << ServeLog();
-  EXPECT_NE(ServeLog().find("giving back the 100663296 bytes held ready"), std::string::npos) << ServeLog();
+  EXPECT_NE(ServeLog().find("giving back the 100663296 bytes held ready"), std::string::npos)
+      << ServeLog();
   ASSERT_TRUE(client->Release("big").ok());
 }
 
@@ -160,18 +165,24 @@ TEST_F(PoolWithStockTest, ACreateThatRunsOutOfMemoryGetsTheStockBackFirst) {
 // cudaMemPoolImportPointer): the create is refused with a clear error, whatever the pool's size,
 // and the server goes on serving.
 TEST_F(PoolTest, ATensorAboveThePoolImportLimitIsRefused) {
-  auto big = Tool("mcd-create", {"big", "--dtype", "u8", "--shape", "5370806272", "--device", "0"});  // 5 GiB + 2 MiB
+  auto big = Tool("mcd-create", {"big", "--dtype", "u8", "--shape", "5370806272", "--device",
+                                 "0"});  // 5 GiB + 2 MiB
   EXPECT_EQ(big.exit_code, 64) << big.err;
   EXPECT_NE(big.err.find("too_large"), std::string::npos) << big.err;
   EXPECT_NE(big.err.find("--allocator cuda"), std::string::npos) << big.err;
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
-  ASSERT_EQ(Tool("mcd-create", {"small", "--dtype", "u8", "--shape", "4096", "--device", "0"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"small", "--dtype", "u8", "--shape", "4096", "--device", "0"}).exit_code,
+      0);
   EXPECT_EQ(Tool("mcd-get", {"small", "--no-ref", "--print", "2"}).exit_code, 0);
 }
 
 TEST_F(PoolTest, OutOfMemoryAtThePoolMaximum) {
-  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "201326592", "--device", "0"}).exit_code, 0);  // 192 MiB
-  auto oom = Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "134217728", "--device", "0"});  // 128 MiB
+  ASSERT_EQ(
+      Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "201326592", "--device", "0"}).exit_code,
+      0);  // 192 MiB
+  auto oom = Tool("mcd-create",
+                  {"b", "--dtype", "u8", "--shape", "134217728", "--device", "0"});  // 128 MiB
   EXPECT_EQ(oom.exit_code, 69) << oom.err;
   EXPECT_NE(oom.err.find("out_of_memory"), std::string::npos) << oom.err;
   EXPECT_NE(oom.err.find("requested 134217728 bytes"), std::string::npos) << oom.err;
@@ -234,8 +245,8 @@ TEST_F(PoolTest, TheServersUserCopiesThePoolDescriptorAndOthersAskThePoolSocket)
   ASSERT_EQ(Tool("mcd-create", {"p", "--from", in, "--device", "0"}).exit_code, 0) << ServeLog();
   std::string out = dir_.path() + "/out.npy";
   auto without_copy = [&] {
-    return test::Run({test::ToolPath("mcd-get"), "p", "--no-ref", "-o", out, "--node", node_}, Env(), 60,
-                     DenyDescriptorCopies);
+    return test::Run({test::ToolPath("mcd-get"), "p", "--no-ref", "-o", out, "--node", node_},
+                     Env(), 60, DenyDescriptorCopies);
   };
   auto asked = without_copy();
   ASSERT_EQ(asked.exit_code, 0) << asked.err;

@@ -18,7 +18,8 @@ TEST(ProbeGpu, VulkanInteropPassesEveryStep) {
   EXPECT_EQ(run.exit_code, 0) << run.out;
   EXPECT_EQ(report["vulkan"]["passed"], true) << run.out;
   EXPECT_EQ(report["vulkan"]["steps"].size(), 10u) << run.out;  // 3 to find Vulkan, 7 of interop
-  for (const auto& step : report["vulkan"]["steps"]) EXPECT_TRUE(step["ok"].get<bool>()) << step.dump();
+  for (const auto& step : report["vulkan"]["steps"])
+    EXPECT_TRUE(step["ok"].get<bool>()) << step.dump();
 }
 
 }  // namespace

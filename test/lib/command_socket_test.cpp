@@ -34,7 +34,8 @@ class CommandSocketTest : public ::testing::Test {
     return fd.ok() ? std::move(fd).value() : UniqueFd();
   }
   static void Write(const UniqueFd& fd, const std::string& text) {
-    ASSERT_EQ(send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+    ASSERT_EQ(send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(text.size()));
   }
   // Collects until `count` lines came or a second passed.
   std::vector<CommandSocket::Incoming> CollectLines(size_t count, size_t max_line = 4096) {
@@ -107,7 +108,8 @@ TEST_F(CommandSocketTest, AClientThatClosedTakesItsLinesWithItAndIsForgotten) {
   std::vector<CommandSocket::Incoming> out;
   socket_->Collect(out, 4096);
   socket_->Collect(out, 4096);
-  EXPECT_TRUE(out.empty()) << "a command of a client that had closed was handed out: " << out[0].line;
+  EXPECT_TRUE(out.empty()) << "a command of a client that had closed was handed out: "
+                           << out[0].line;
   EXPECT_EQ(socket_->connections(), 0u);
 }
 
@@ -125,7 +127,8 @@ TEST_F(CommandSocketTest, AKnownClientThatSentAndClosedIsSeenGoneBeforeItsLineIs
   a.reset();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   socket_->Collect(out, 4096);
-  EXPECT_TRUE(out.empty()) << "a command of a client that had closed was handed out: " << out[0].line;
+  EXPECT_TRUE(out.empty()) << "a command of a client that had closed was handed out: "
+                           << out[0].line;
   EXPECT_EQ(socket_->connections(), 0u);
 }
 

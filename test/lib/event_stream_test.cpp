@@ -1,11 +1,10 @@
 // EventStream against a real redis-server: the stream written by hand, with the cap the servers
 // use (XADD MAXLEN ~) or an exact trim, so that what a reader lost is known to the entry.
-#include "memcuda/events.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "memcuda/events.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -22,9 +21,9 @@ class EventStreamTest : public ::testing::Test {
   void Add(const std::string& prefix, int count, int cap = 50) {
     auto conn = redis_.Connect();
     for (int i = 0; i < count; ++i) {
-      ASSERT_TRUE(conn->Append({"XADD", keys_.Events(), "MAXLEN", "~", std::to_string(cap), "*", "event",
-                                "create", "name", prefix + std::to_string(i), "node", "n", "refcount", "1",
-                                "pid", "1", "reason", ""})
+      ASSERT_TRUE(conn->Append({"XADD", keys_.Events(), "MAXLEN", "~", std::to_string(cap), "*",
+                                "event", "create", "name", prefix + std::to_string(i), "node", "n",
+                                "refcount", "1", "pid", "1", "reason", ""})
                       .ok());
     }
     for (int i = 0; i < count; ++i) ASSERT_TRUE(conn->ReadReply().ok());
@@ -55,7 +54,8 @@ TEST_F(EventStreamTest, AReaderLeftBehindByTheCapGetsAGapWithTheCountLost) {
   EXPECT_EQ(got[0].id, from.value());
   EXPECT_EQ(got[0].missed, trimmed - 5);
   EXPECT_EQ(got[0].reason, "trimmed");
-  EXPECT_EQ(got[1].name, "b" + std::to_string(trimmed - 5)) << "the first kept: every entry is lost or read";
+  EXPECT_EQ(got[1].name, "b" + std::to_string(trimmed - 5))
+      << "the first kept: every entry is lost or read";
   EXPECT_EQ(got[0].time_ms, got[1].time_ms);
   EXPECT_EQ(got.back().name, "b299");
   std::string text = EventToJson(got[0]);

@@ -33,7 +33,8 @@ class FdPassing : public ::testing::Test {
     close(pipe_[1]);
   }
   Result<std::unique_ptr<FdServer>> Start(PeerPolicy policy) {
-    return FdServer::Start(path_, policy, [this](int device) { return device == 3 ? pipe_[0] : -1; });
+    return FdServer::Start(path_, policy,
+                           [this](int device) { return device == 3 ? pipe_[0] : -1; });
   }
   // Runs FetchFd in a child that first becomes `uid` (and `gid`); returns the code it got.
   int FetchAs(uid_t uid, gid_t gid) {
@@ -126,8 +127,10 @@ TEST_F(FdPassing, IdlePeersDoNotDelayOthers) {
   for (int i = 0; i < 200; ++i) {
     t0 = std::chrono::steady_clock::now();
     auto busy = FetchFd(path_, 3, 2000, getpid());
-    ASSERT_EQ(busy.status().code(), ErrorCode::kUnavailable) << i << ": " << busy.status().ToString();
-    EXPECT_NE(busy.status().message().find("peers waiting already"), std::string::npos) << busy.status().message();
+    ASSERT_EQ(busy.status().code(), ErrorCode::kUnavailable)
+        << i << ": " << busy.status().ToString();
+    EXPECT_NE(busy.status().message().find("peers waiting already"), std::string::npos)
+        << busy.status().message();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
   }
 }
@@ -141,7 +144,8 @@ TEST_F(FdPassing, APeerThatIsNotTheNamedServerIsRefused) {
   ASSERT_TRUE(server.ok());
   auto fd = FetchFd(path_, 3, 2000, 1);
   EXPECT_EQ(fd.status().code(), ErrorCode::kPermissionDenied);
-  EXPECT_NE(fd.status().message().find("not by the server process"), std::string::npos) << fd.status().message();
+  EXPECT_NE(fd.status().message().find("not by the server process"), std::string::npos)
+      << fd.status().message();
 }
 
 TEST_F(FdPassing, NobodyListening) {
@@ -211,7 +215,8 @@ TEST_F(FdOfProcess, AStartTimeIsInClockTicksSinceBoot) {
   EXPECT_GE(start_, ProcessStartTime(getpid()));  // the child started after this process
   double uptime = 0;
   std::ifstream("/proc/uptime") >> uptime;
-  EXPECT_LE(start_, static_cast<uint64_t>((uptime + 1) * static_cast<double>(sysconf(_SC_CLK_TCK))));
+  EXPECT_LE(start_,
+            static_cast<uint64_t>((uptime + 1) * static_cast<double>(sysconf(_SC_CLK_TCK))));
   EXPECT_EQ(ProcessStartTime(child_), start_);
   EXPECT_EQ(ProcessStartTime(0), 0u);
 }
@@ -251,7 +256,8 @@ TEST_F(FdOfProcess, RefusesAnotherProcessUnderThePidAndAGoneOne) {
   EXPECT_FALSE(not_open.ok());
   EXPECT_NE(not_open.status().code(), ErrorCode::kNotFound) << not_open.status().ToString();
   EXPECT_EQ(CopyFdOfProcess(child_, by_start_, -1).status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(CopyFdOfProcess(child_, ProcessIdentity{}, fd_).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(CopyFdOfProcess(child_, ProcessIdentity{}, fd_).status().code(),
+            ErrorCode::kInvalidArgument);
   pid_t gone = child_;
   Stop();
   for (const ProcessIdentity& who : Identities()) {
@@ -274,7 +280,8 @@ TEST_F(FdOfProcess, APinnedProcessCopiesUntilItExits) {
   ProcessIdentity other = by_start_;
   other.start_time++;
   EXPECT_EQ(PinnedProcess::Open(child_, other).status().code(), ErrorCode::kNotFound);
-  EXPECT_EQ(PinnedProcess::Open(child_, ProcessIdentity{}).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(PinnedProcess::Open(child_, ProcessIdentity{}).status().code(),
+            ErrorCode::kInvalidArgument);
   // Gone: the pin refuses, whoever gets the pid next.
   Stop();
   auto after = pinned.value()->CopyFd(fd_);

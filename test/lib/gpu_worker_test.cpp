@@ -54,10 +54,12 @@ TEST(GpuWorker, FifoOrderWithEightSubmitters) {
   constexpr int kPerThread = 12500;  // 100,000 jobs
   std::vector<std::vector<int>> seen(kThreads);
   std::thread::id worker_thread;
-  ASSERT_TRUE(worker.Call([&](DeviceContext&) {
-    worker_thread = std::this_thread::get_id();
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(worker
+                  .Call([&](DeviceContext&) {
+                    worker_thread = std::this_thread::get_id();
+                    return Status::Ok();
+                  })
+                  .ok());
   std::atomic<int> off_thread{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -76,7 +78,8 @@ TEST(GpuWorker, FifoOrderWithEightSubmitters) {
   EXPECT_EQ(off_thread.load(), 0);
   for (int t = 0; t < kThreads; ++t) {
     ASSERT_EQ(seen[static_cast<size_t>(t)].size(), static_cast<size_t>(kPerThread));
-    for (int i = 0; i < kPerThread; ++i) ASSERT_EQ(seen[static_cast<size_t>(t)][static_cast<size_t>(i)], i);
+    for (int i = 0; i < kPerThread; ++i)
+      ASSERT_EQ(seen[static_cast<size_t>(t)][static_cast<size_t>(i)], i);
   }
 }
 
@@ -99,9 +102,12 @@ TEST(GpuWorker, StopWhileOthersSubmitLosesNothing) {
             ran++;
             return Status::Ok();
           });
-          if (s.ok()) ok++;
-          else if (s.code() == ErrorCode::kStopped) stopped++;
-          else other++;
+          if (s.ok())
+            ok++;
+          else if (s.code() == ErrorCode::kStopped)
+            stopped++;
+          else
+            other++;
         }
       });
     }
@@ -119,25 +125,33 @@ TEST(GpuWorker, PostedJobsRunInOrderWithCallsAndStopRunsTheRest) {
   std::vector<int> order;  // touched only by jobs, on the worker thread
   std::atomic<bool> release{false};
   // The first posted job holds the worker, so Post must return before any job has run.
-  ASSERT_TRUE(worker.Post([&](DeviceContext&) {
-    while (!release) std::this_thread::yield();
-    order.push_back(1);
-    return Status::Ok();
-  }).ok());
-  ASSERT_TRUE(worker.Post([&](DeviceContext&) {
-    order.push_back(2);
-    return Status(ErrorCode::kInternal, "nobody waits for this");
-  }).ok());
+  ASSERT_TRUE(worker
+                  .Post([&](DeviceContext&) {
+                    while (!release) std::this_thread::yield();
+                    order.push_back(1);
+                    return Status::Ok();
+                  })
+                  .ok());
+  ASSERT_TRUE(worker
+                  .Post([&](DeviceContext&) {
+                    order.push_back(2);
+                    return Status(ErrorCode::kInternal, "nobody waits for this");
+                  })
+                  .ok());
   release = true;
-  ASSERT_TRUE(worker.Call([&](DeviceContext&) {
-    order.push_back(3);
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(worker
+                  .Call([&](DeviceContext&) {
+                    order.push_back(3);
+                    return Status::Ok();
+                  })
+                  .ok());
   for (int i = 4; i <= 100; ++i) {
-    ASSERT_TRUE(worker.Post([&order, i](DeviceContext&) {
-      order.push_back(i);
-      return Status::Ok();
-    }).ok());
+    ASSERT_TRUE(worker
+                    .Post([&order, i](DeviceContext&) {
+                      order.push_back(i);
+                      return Status::Ok();
+                    })
+                    .ok());
   }
   worker.Stop();  // drains what was posted
   ASSERT_EQ(order.size(), 100u);
@@ -159,25 +173,30 @@ TEST(GpuWorker, ExceptionsBecomeCodes) {
   Status s = worker.Call([](DeviceContext&) -> Status { throw std::runtime_error("boom"); });
   EXPECT_EQ(s.code(), ErrorCode::kInternal);
   EXPECT_NE(s.message().find("boom"), std::string::npos);
-  EXPECT_EQ(worker.SubmitAndWait([]() -> int32_t { throw 42; }), static_cast<int32_t>(ErrorCode::kInternal));
+  EXPECT_EQ(worker.SubmitAndWait([]() -> int32_t { throw 42; }),
+            static_cast<int32_t>(ErrorCode::kInternal));
   EXPECT_TRUE(worker.Call([](DeviceContext&) { return Status::Ok(); }).ok());  // still serving
 }
 
 TEST(GpuWorker, ReentrantWaitIsRefused) {
   GpuWorker worker(kHostDevice);
   Status inner;
-  ASSERT_TRUE(worker.Call([&](DeviceContext&) {
-    inner = worker.Call([](DeviceContext&) { return Status::Ok(); });
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(worker
+                  .Call([&](DeviceContext&) {
+                    inner = worker.Call([](DeviceContext&) { return Status::Ok(); });
+                    return Status::Ok();
+                  })
+                  .ok());
   EXPECT_EQ(inner.code(), ErrorCode::kWouldDeadlock);
   // A job may still wait on a *different* worker.
   GpuWorker other(kHostDevice);
   Status nested;
-  ASSERT_TRUE(worker.Call([&](DeviceContext&) {
-    nested = other.Call([](DeviceContext&) { return Status::Ok(); });
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(worker
+                  .Call([&](DeviceContext&) {
+                    nested = other.Call([](DeviceContext&) { return Status::Ok(); });
+                    return Status::Ok();
+                  })
+                  .ok());
   EXPECT_TRUE(nested.ok());
 }
 

@@ -25,8 +25,10 @@ TEST(Log, ShowsEveryByteOutsidePrintableAsciiEscaped) {
   dup2(saved, STDERR_FILENO);
   close(saved);
   std::string line = test::ReadFile(path);
-  EXPECT_NE(line.find(" error: state 'a\\x1b]0;t\\x07\\x0aFORGED\\x0d\\x7f\\xc2\\x9b\\x9b\\\\' end\n"),
-            std::string::npos) << line;
+  EXPECT_NE(
+      line.find(" error: state 'a\\x1b]0;t\\x07\\x0aFORGED\\x0d\\x7f\\xc2\\x9b\\x9b\\\\' end\n"),
+      std::string::npos)
+      << line;
   EXPECT_EQ(line.find('\n'), line.size() - 1) << line;
 }
 

@@ -1,6 +1,7 @@
 #include "memcuda/protocol.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 namespace mcd {
@@ -78,16 +79,26 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
       {R"({"name":"a"})", ErrorCode::kInvalidArgument, "missing \"op\""},
       {R"({"op":"get"})", ErrorCode::kInvalidArgument, "missing \"name\""},
       {R"({"op":"get","name":7})", ErrorCode::kInvalidArgument, "must be a string"},
-      {R"({"op":"create","name":"a","dtype":"f128","shape":[1],"device":0})", ErrorCode::kInvalidArgument, "unknown dtype"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[-1],"device":0})", ErrorCode::kInvalidArgument, "positive"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[0],"device":0})", ErrorCode::kInvalidArgument, "positive"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[2.5],"device":0})", ErrorCode::kInvalidArgument, "integers"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1,1,1,1,1,1,1,1,1],"device":0})", ErrorCode::kInvalidArgument, "dimensions"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":"[2]","device":0})", ErrorCode::kInvalidArgument, "array"},
-      {R"({"op":"create","name":"a","dtype":"f64","shape":[4294967296,4294967296],"device":0})", ErrorCode::kTooLarge, "overflows"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":-5})", ErrorCode::kInvalidArgument, "out of range"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1]})", ErrorCode::kInvalidArgument, "missing \"device\""},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":"gpu7"})", ErrorCode::kInvalidArgument, "bad device"},
+      {R"({"op":"create","name":"a","dtype":"f128","shape":[1],"device":0})",
+       ErrorCode::kInvalidArgument, "unknown dtype"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[-1],"device":0})",
+       ErrorCode::kInvalidArgument, "positive"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[0],"device":0})",
+       ErrorCode::kInvalidArgument, "positive"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[2.5],"device":0})",
+       ErrorCode::kInvalidArgument, "integers"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1,1,1,1,1,1,1,1,1],"device":0})",
+       ErrorCode::kInvalidArgument, "dimensions"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":"[2]","device":0})",
+       ErrorCode::kInvalidArgument, "array"},
+      {R"({"op":"create","name":"a","dtype":"f64","shape":[4294967296,4294967296],"device":0})",
+       ErrorCode::kTooLarge, "overflows"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":-5})",
+       ErrorCode::kInvalidArgument, "out of range"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1]})", ErrorCode::kInvalidArgument,
+       "missing \"device\""},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":"gpu7"})",
+       ErrorCode::kInvalidArgument, "bad device"},
       {R"({"op":"get","name":""})", ErrorCode::kInvalidArgument, "empty"},
       {R"({"op":"get","name":"a\u0001b"})", ErrorCode::kInvalidArgument, "0x01"},
       {R"({"op":"get","name":"\u0000"})", ErrorCode::kInvalidArgument, "0x00"},
@@ -99,19 +110,27 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
       {R"({"op":"get","name":"a","dtype":"f32"})", ErrorCode::kInvalidArgument, "only valid"},
       {R"({"op":"get","name":"a","extra":1})", ErrorCode::kInvalidArgument, "unknown field"},
       {R"({"op":"get","name":"a","pid":"12"})", ErrorCode::kInvalidArgument, "integer"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack"})", ErrorCode::kInvalidArgument, "stack"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":1,"pid":5})", ErrorCode::kInvalidArgument, "true or false"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true})", ErrorCode::kInvalidArgument, "the process that fills it"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":5,"copy_of":"b"})", ErrorCode::kInvalidArgument, "exclude"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack"})",
+       ErrorCode::kInvalidArgument, "stack"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":1,"pid":5})",
+       ErrorCode::kInvalidArgument, "true or false"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true})",
+       ErrorCode::kInvalidArgument, "the process that fills it"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":5,"copy_of":"b"})",
+       ErrorCode::kInvalidArgument, "exclude"},
       {R"({"op":"get","name":"a","fill":true})", ErrorCode::kInvalidArgument, "only valid"},
       {R"({"op":"publish","name":"a"})", ErrorCode::kInvalidArgument, "the process that filled"},
       {R"({"op":"abandon","name":"a"})", ErrorCode::kInvalidArgument, "the process that filled"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"pid":5,"pid_space":"b/1"})", ErrorCode::kInvalidArgument, "goes with"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":1})", ErrorCode::kInvalidArgument, "init"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"pid":5,"pid_space":"b/1"})",
+       ErrorCode::kInvalidArgument, "goes with"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"fill":true,"pid":1})",
+       ErrorCode::kInvalidArgument, "init"},
       // init never exits: nothing bound to it would ever be given back.
       {R"({"op":"get","name":"a","owner_pid":1})", ErrorCode::kInvalidArgument, "init"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack","pid":1})", ErrorCode::kInvalidArgument, "init"},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack","pid":7,"owner_pid":1})", ErrorCode::kInvalidArgument, "init"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack","pid":1})",
+       ErrorCode::kInvalidArgument, "init"},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack","pid":7,"owner_pid":1})",
+       ErrorCode::kInvalidArgument, "init"},
   };
   for (const BadCase& c : cases) {
     auto parsed = ParseCommand(c.json);
@@ -128,7 +147,9 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
 // pid only says who sent it.
 TEST(Protocol, OnlyBindingToInitIsRefused) {
   EXPECT_TRUE(ParseCommand(R"({"op":"delete","name":"a","owner_pid":1})").ok());
-  EXPECT_TRUE(ParseCommand(R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"pid":1})").ok());
+  EXPECT_TRUE(
+      ParseCommand(R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"pid":1})")
+          .ok());
   EXPECT_TRUE(ParseCommand(R"({"op":"get","name":"a","owner_pid":2})").ok());
 }
 
@@ -163,9 +184,22 @@ TEST(Protocol, RequestIdIsRecoveredFromBadCommands) {
 // One definition of a req: what the scan of an unreadable command takes is what the parser takes
 // from a whole one, whatever the value and whatever JSON lets follow it.
 TEST(Protocol, TheScanForAReqAgreesWithTheParser) {
-  const std::string values[] = {
-      "-5", "7", "0", "18446744073709551615", "-9223372036854775808", "1.5", "1e3", "-0", "true",
-      "null", R"("r-1")", R"("r\u002d1")", R"("a b")", R"("")", R"("r\"1")", "[1]"};
+  const std::string values[] = {"-5",
+                                "7",
+                                "0",
+                                "18446744073709551615",
+                                "-9223372036854775808",
+                                "1.5",
+                                "1e3",
+                                "-0",
+                                "true",
+                                "null",
+                                R"("r-1")",
+                                R"("r\u002d1")",
+                                R"("a b")",
+                                R"("")",
+                                R"("r\"1")",
+                                "[1]"};
   for (const std::string& value : values) {
     std::string parsed = "unset";
     auto whole = ParseCommand(R"({"op":"get","name":"a","req":)" + value + "}", &parsed);
@@ -298,8 +332,12 @@ TEST(Protocol, RecordJsonIsValidJsonAndTheHeadIsItWithoutRefcount) {
   EXPECT_EQ(RecordFromJson(RecordToJson(r)).status().code(), ErrorCode::kUnexpectedReply);
   r.bytes = 2 * 3 * 262144 * 2;
   const std::pair<const char*, const char*> nodes[] = {
-      {"gpu-host-1", "gpu-host-1"}, {"q\"uote\\back", "q\"uote\\back"}, {"tab\tnew\nline\x01", "tab\tnew\nline\x01"},
-      {"\xc3\xa9t\xc3\xa9", "\xc3\xa9t\xc3\xa9"}, {"bad\xff\xfeutf8", "bad\xef\xbf\xbd\xef\xbf\xbdutf8"}, {"del\x7f", "del\x7f"}};
+      {"gpu-host-1", "gpu-host-1"},
+      {"q\"uote\\back", "q\"uote\\back"},
+      {"tab\tnew\nline\x01", "tab\tnew\nline\x01"},
+      {"\xc3\xa9t\xc3\xa9", "\xc3\xa9t\xc3\xa9"},
+      {"bad\xff\xfeutf8", "bad\xef\xbf\xbd\xef\xbf\xbdutf8"},
+      {"del\x7f", "del\x7f"}};
   for (const auto& [node, read_back] : nodes) {
     for (Lifetime lifetime : {Lifetime::kHeap, Lifetime::kStack}) {
       r.node = node;
@@ -329,10 +367,13 @@ TEST(Protocol, RecordJsonIsValidJsonAndTheHeadIsItWithoutRefcount) {
 TEST(Protocol, CommandCodecRefusesWhatIsNotOneJsonObject) {
   std::string with_nul = std::string(R"({"op":"get","name":"a"})") + '\0' + "garbage";
   EXPECT_EQ(ParseCommand(with_nul).status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(ParseCommand("{\"op\":\"get\",\"name\":\"\xff\"}").status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(ParseCommand(std::string(4000, '[')).status().message().find("nests"), std::string::npos);
-  EXPECT_NE(ParseCommand(R"({"op":"get","name":"a","x":1,"x":2})").status().message().find("repeats"),
+  EXPECT_EQ(ParseCommand("{\"op\":\"get\",\"name\":\"\xff\"}").status().code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(ParseCommand(std::string(4000, '[')).status().message().find("nests"),
             std::string::npos);
+  EXPECT_NE(
+      ParseCommand(R"({"op":"get","name":"a","x":1,"x":2})").status().message().find("repeats"),
+      std::string::npos);
   auto big = ParseCommand(R"({"op":"get","name":"a","pid":18446744073709551615})");
   EXPECT_EQ(big.status().code(), ErrorCode::kTooLarge);
   auto huge = ParseCommand(R"({"op":"get","name":"a","pid":1e999})");

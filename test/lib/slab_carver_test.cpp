@@ -17,22 +17,21 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 class SlabCarverTest : public ::testing::Test {
  protected:
   SlabBackend Backend() {
-    return SlabBackend{
-        [this](uint64_t bytes) -> Result<SlabMemory> {
-          if (held_ + bytes > limit_) return Status(ErrorCode::kOutOfMemory, "full");
-          SlabMemory memory;
-          memory.base = std::aligned_alloc(SlabCarver::kAlign, bytes);
-          memory.handle = "slab-" + std::to_string(++made_);
-          held_ += bytes;
-          sizes_[memory.base] = bytes;
-          return memory;
-        },
-        [this](const SlabMemory& memory) {
-          held_ -= sizes_.at(memory.base);
-          sizes_.erase(memory.base);
-          std::free(memory.base);
-          ++freed_;
-        }};
+    return SlabBackend{[this](uint64_t bytes) -> Result<SlabMemory> {
+                         if (held_ + bytes > limit_) return Status(ErrorCode::kOutOfMemory, "full");
+                         SlabMemory memory;
+                         memory.base = std::aligned_alloc(SlabCarver::kAlign, bytes);
+                         memory.handle = "slab-" + std::to_string(++made_);
+                         held_ += bytes;
+                         sizes_[memory.base] = bytes;
+                         return memory;
+                       },
+                       [this](const SlabMemory& memory) {
+                         held_ -= sizes_.at(memory.base);
+                         sizes_.erase(memory.base);
+                         std::free(memory.base);
+                         ++freed_;
+                       }};
   }
   void TearDown() override { EXPECT_EQ(held_, 0u) << "slabs left allocated"; }
 
@@ -90,7 +89,8 @@ TEST_F(SlabCarverTest, BlocksOfOneSlabShareItsHandleAndNeverOverlap) {
   for (const Allocation& b : blocks) EXPECT_EQ(static_cast<const char*>(b.ptr), base + b.offset);
   EXPECT_EQ(carver.SlabCount(), 1u);
   EXPECT_EQ(carver.EmptySlabBytes(), 0u);
-  EXPECT_EQ(carver.FreeBytes(), 0u) << "16 blocks fill a slab of 16 (the rounding inside a block is not counted)";
+  EXPECT_EQ(carver.FreeBytes(), 0u)
+      << "16 blocks fill a slab of 16 (the rounding inside a block is not counted)";
   auto next = carver.Take(kMiB, 0);  // the 17th: a second slab
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->ipc_handle, "slab-2");
@@ -171,7 +171,7 @@ TEST_F(SlabCarverTest, RunningOutFreesOtherClassesEmptySlabsBeforeGivingUp) {
   ASSERT_TRUE(carver.Give(small));            // kept empty
   auto big = carver.Take(kMiB, 0);            // 16 MiB: fits beside it
   ASSERT_TRUE(big.ok());
-  auto other = carver.Take(2 * kMiB, 0);      // 32 MiB: does not fit at all
+  auto other = carver.Take(2 * kMiB, 0);  // 32 MiB: does not fit at all
   EXPECT_EQ(other.status().code(), ErrorCode::kOutOfMemory);
   EXPECT_EQ(carver.SlabCount(), 1u) << "the empty 2 MiB slab was given back trying";
   ASSERT_TRUE(carver.Give(big.value()));

@@ -126,10 +126,14 @@ void RedisServer::Launch(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"redis-server", conf_};
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = Spawn(argv, {}, -1, -1);
-  bool up = WaitFor([&] { return RedisConnection::Connect(parsed_url()).ok() ||
-                                 RedisConnection::Connect(parsed_url()).status().code() == ErrorCode::kAuthFailed; },
-                    10000);
-  if (!up) throw std::runtime_error("redis-server did not start: " + ReadFile(dir_.path() + "/redis.log"));
+  bool up = WaitFor(
+      [&] {
+        return RedisConnection::Connect(parsed_url()).ok() ||
+               RedisConnection::Connect(parsed_url()).status().code() == ErrorCode::kAuthFailed;
+      },
+      10000);
+  if (!up)
+    throw std::runtime_error("redis-server did not start: " + ReadFile(dir_.path() + "/redis.log"));
 }
 
 RedisServer::~RedisServer() { Kill(); }
@@ -151,8 +155,9 @@ std::unique_ptr<RedisConnection> RedisServer::Connect() const {
   return std::move(conn).value();
 }
 
-ProcessResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                  int timeout_s, const std::function<void()>& in_child) {
+ProcessResult Run(const std::vector<std::string>& argv,
+                  const std::map<std::string, std::string>& env, int timeout_s,
+                  const std::function<void()>& in_child) {
   TempDir dir;
   std::string out_path = dir.path() + "/out";
   std::string err_path = dir.path() + "/err";
@@ -230,8 +235,10 @@ int BlockedClients(RedisConnection& redis, const std::string& cmd) {
   std::istringstream lines(list->str);
   for (std::string line; std::getline(lines, line);) {
     size_t at = line.find(" flags=");
-    std::string flags = at == std::string::npos ? "" : line.substr(at + 7, line.find(' ', at + 1) - at - 7);
-    if (flags.find('b') != std::string::npos && line.find(" cmd=" + cmd + " ") != std::string::npos) ++blocked;
+    std::string flags =
+        at == std::string::npos ? "" : line.substr(at + 7, line.find(' ', at + 1) - at - 7);
+    if (flags.find('b') != std::string::npos && line.find(" cmd=" + cmd + " ") != std::string::npos)
+      ++blocked;
   }
   return blocked;
 }
@@ -244,8 +251,8 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 }
 
 std::string U8Npy(const std::string& data) {
-  std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" +
-                       std::to_string(data.size()) + ",), }";
+  std::string header =
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (" + std::to_string(data.size()) + ",), }";
   header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
   return std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size() & 0xff) +
          static_cast<char>(header.size() >> 8) + header + data;
@@ -285,7 +292,8 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
     long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
     auto fields = StatFields(static_cast<pid_t>(pid));
-    if (fields.size() == 2 && fields[1] == std::to_string(parent)) out.push_back(static_cast<pid_t>(pid));
+    if (fields.size() == 2 && fields[1] == std::to_string(parent))
+      out.push_back(static_cast<pid_t>(pid));
   }
   closedir(dir);
   return out;

@@ -38,7 +38,7 @@ class RedisServer {
   const std::string& url() const { return url_; }  // unix:///... or redis://127.0.0.1:PORT
   RedisUrl parsed_url() const;
   pid_t pid() const { return pid_; }
-  void Kill();     // SIGKILL now
+  void Kill();  // SIGKILL now
   // SIGKILL, then start again on the same socket or port: the data is lost unless the config
   // keeps it (an "appendonly yes" line in `extra`). `args` are added to the command line (e.g.
   // "--key-load-delay", "20": a slow load, which Redis answers with LOADING until it is over).
@@ -84,7 +84,7 @@ class Background {
 };
 
 std::string ToolPath(const std::string& tool);  // build/bin/<tool>
-int FreePort();  // a loopback TCP port free right now
+int FreePort();                                 // a loopback TCP port free right now
 std::string ReadFile(const std::string& path);
 // `n` random bytes, the same for the same seed: what a data-path test writes (never zeros).
 std::string RandomBytes(size_t n, uint32_t seed);

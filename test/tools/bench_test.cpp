@@ -15,9 +15,10 @@ namespace mcd {
 namespace {
 
 TEST(Bench, SelfServeHostRecordIsComplete) {
-  auto run = test::Run({test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB,64KiB",
-                        "--iterations", "20", "--max-seconds", "1", "--clients", "1,2", "--fresh", "2",
-                        "--json"}, {}, 300);
+  auto run = test::Run(
+      {test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB,64KiB",
+       "--iterations", "20", "--max-seconds", "1", "--clients", "1,2", "--fresh", "2", "--json"},
+      {}, 300);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   auto record = nlohmann::json::parse(run.out);
   EXPECT_EQ(record["tool"], "mcd-bench");
@@ -36,7 +37,8 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
     EXPECT_GT(row["ops_per_s"].get<double>(), 0);
     EXPECT_GT(row["x_floor"].get<double>(), 0);
     if (name != "redis_rtt") EXPECT_EQ(row["allocator"], "host_shm");
-    EXPECT_FALSE(row.contains("note") && row["note"].get<std::string>().find("error") != std::string::npos);
+    EXPECT_FALSE(row.contains("note") &&
+                 row["note"].get<std::string>().find("error") != std::string::npos);
     // Throughput rows say how much of Redis's CPU each pair took: the bound at high rates.
     bool throughput = name.rfind("create+delete_x", 0) == 0;
     EXPECT_EQ(row.contains("redis_cpu_us_per_op"), throughput);
@@ -60,7 +62,8 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
       bool has = at == "create" ? throughput || fresh_share : at == "delete" ? throughput : share;
       EXPECT_EQ(row.contains(at + "_p99_us"), has) << step;
       if (!has) continue;
-      double step_median = row[at + "_median_us"], step_p90 = row[at + "_p90_us"], step_p99 = row[at + "_p99_us"];
+      double step_median = row[at + "_median_us"], step_p90 = row[at + "_p90_us"],
+             step_p99 = row[at + "_p99_us"];
       EXPECT_GT(step_median, 0) << step;
       EXPECT_LE(step_median, step_p90) << step;
       EXPECT_LE(step_p90, step_p99) << step;
@@ -81,18 +84,21 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
     if (first) {
       EXPECT_GT(row["connect_median_us"].get<double>(), 0);
       EXPECT_LE(row["connect_median_us"].get<double>(), row["connect_p99_us"].get<double>());
-      EXPECT_NE(row["note"].get<std::string>().find("its Client::Connect before, median"), std::string::npos);
+      EXPECT_NE(row["note"].get<std::string>().find("its Client::Connect before, median"),
+                std::string::npos);
     }
   }
   EXPECT_EQ(record["config"]["clients"], nlohmann::json::array({1, 2}));
   EXPECT_EQ(record["config"]["commands_via"], "socket");
   // What it ran against: the Redis server's version, as INFO gives it (7.0.15, say).
   std::string redis_version = record["config"].value("redis_version", "");
-  EXPECT_TRUE(!redis_version.empty() && std::isdigit(static_cast<unsigned char>(redis_version[0])) &&
+  EXPECT_TRUE(!redis_version.empty() &&
+              std::isdigit(static_cast<unsigned char>(redis_version[0])) &&
               redis_version.find('.') != std::string::npos)
       << record["config"].dump();
-  for (const char* expected : {"redis_rtt", "create", "get_warm", "delete", "get_first", "share",
-                               "share_existing", "create+delete_x1", "create+delete_x2", "copy_from_mapping", "copy_local"}) {
+  for (const char* expected :
+       {"redis_rtt", "create", "get_warm", "delete", "get_first", "share", "share_existing",
+        "create+delete_x1", "create+delete_x2", "copy_from_mapping", "copy_local"}) {
     EXPECT_EQ(seen.count(expected), 1u) << expected;
   }
   // Every row of both sizes: 6 per size, plus the floor, a throughput row per client count and
@@ -127,14 +133,17 @@ TEST(Bench, SelfServeStopsItsRedisAndServerHoweverItEnds) {
                             "--iterations", "100000", "--max-seconds", "2", "--clients", "2"},
                            {{"TMPDIR", dir.path()}}, dir.path() + "/bench.log");
     std::vector<pid_t> helpers;  // its redis-server and mcd-serve
-    ASSERT_TRUE(test::WaitFor([&] {
-      helpers.clear();
-      for (pid_t child : test::ChildrenOf(bench.pid())) {
-        std::string comm = test::ReadFile("/proc/" + std::to_string(child) + "/comm");
-        if (comm == "redis-server\n" || comm == "mcd-serve\n") helpers.push_back(child);
-      }
-      return helpers.size() == 2;
-    }, 20000)) << test::ReadFile(dir.path() + "/bench.log");
+    ASSERT_TRUE(test::WaitFor(
+        [&] {
+          helpers.clear();
+          for (pid_t child : test::ChildrenOf(bench.pid())) {
+            std::string comm = test::ReadFile("/proc/" + std::to_string(child) + "/comm");
+            if (comm == "redis-server\n" || comm == "mcd-serve\n") helpers.push_back(child);
+          }
+          return helpers.size() == 2;
+        },
+        20000))
+        << test::ReadFile(dir.path() + "/bench.log");
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the rows
     EXPECT_EQ(bench.Stop(sig), sig == SIGTERM ? 128 + SIGTERM : -SIGKILL);
     for (pid_t helper : helpers) {
@@ -142,10 +151,10 @@ TEST(Bench, SelfServeStopsItsRedisAndServerHoweverItEnds) {
     }
     EXPECT_EQ(BenchFolders(dir.path()).size(), kept.size() + (sig == SIGKILL ? 1 : 0));
   }
-  auto next = test::Run({test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB",
-                         "--iterations", "5", "--max-seconds", "0.2", "--clients", "1", "--fresh", "1",
-                         "--json"},
-                        {{"TMPDIR", dir.path()}}, 120);
+  auto next = test::Run(
+      {test::ToolPath("mcd-bench"), "--self-serve", "--cpu", "--sizes", "4KiB", "--iterations", "5",
+       "--max-seconds", "0.2", "--clients", "1", "--fresh", "1", "--json"},
+      {{"TMPDIR", dir.path()}}, 120);
   EXPECT_EQ(next.exit_code, 0) << next.err;
   EXPECT_EQ(BenchFolders(dir.path()), kept);
 }

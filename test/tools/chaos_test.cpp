@@ -26,7 +26,8 @@ class Chaos : public Lifecycle {
  protected:
   Chaos() { devices_ = device_; }
   void SetUp() override {
-    if (device_ != "cpu" && !test::HasCudaDevice()) GTEST_SKIP() << "no CUDA device for MCD_CHAOS_DEVICE=" << device_;
+    if (device_ != "cpu" && !test::HasCudaDevice())
+      GTEST_SKIP() << "no CUDA device for MCD_CHAOS_DEVICE=" << device_;
     Lifecycle::SetUp();
   }
   std::string device_ = std::getenv("MCD_CHAOS_DEVICE") ? std::getenv("MCD_CHAOS_DEVICE") : "cpu";
@@ -39,11 +40,13 @@ class Chaos : public Lifecycle {
     std::ofstream out(path);
     out << "id=$1; i=0\n"
         << "run() { t0=$EPOCHREALTIME; \"$@\" --node " << node_ << " --timeout-ms " << kTimeoutMs
-        << " -q 2>>" << dir_.path() << "/client$id.err; rc=$?; echo \"${1##*/} $rc $t0 $EPOCHREALTIME\" >> "
-        << dir_.path() << "/client$id.log; }\n"
+        << " -q 2>>" << dir_.path()
+        << "/client$id.err; rc=$?; echo \"${1##*/} $rc $t0 $EPOCHREALTIME\" >> " << dir_.path()
+        << "/client$id.log; }\n"
         << "while [ ! -e " << dir_.path() << "/stop ]; do\n"
         << "  n=c$id.$$.$i; i=$((i+1))\n"
-        << "  run " << test::ToolPath("mcd-create") << " $n --dtype u8 --shape 4096 --device " << device_ << "\n"
+        << "  run " << test::ToolPath("mcd-create") << " $n --dtype u8 --shape 4096 --device "
+        << device_ << "\n"
         << "  run " << test::ToolPath("mcd-get") << " $n\n"
         << "  run " << test::ToolPath("mcd-rm") << " $n\n"
         << "  run " << test::ToolPath("mcd-rm") << " $n\n"
@@ -68,14 +71,16 @@ class Chaos : public Lifecycle {
     return false;
   }
 
-
   // GPU memory of process `pid` in MiB, as nvidia-smi sees it; -1 when it has none.
   static long long GpuMiB(pid_t pid) {
-    auto smi = test::Run({"/bin/sh", "-c", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits"});
+    auto smi = test::Run(
+        {"/bin/sh", "-c",
+         "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits"});
     std::istringstream lines(smi.out);
     for (std::string line; std::getline(lines, line);) {
       size_t comma = line.find(',');
-      if (comma != std::string::npos && std::atoll(line.c_str()) == pid) return std::atoll(line.c_str() + comma + 1);
+      if (comma != std::string::npos && std::atoll(line.c_str()) == pid)
+        return std::atoll(line.c_str() + comma + 1);
     }
     return -1;
   }
@@ -111,13 +116,18 @@ class Chaos : public Lifecycle {
   void RestartRedis(const std::string& kind) {
     if (kind != "empty" && !aof_) {
       auto conn = redis_.Connect();
-      ASSERT_TRUE(conn->Command({"EVAL", "for i = 1, 50000 do redis.call('SET', 'filler:' .. i, 'x') end", "0"}).ok());
+      ASSERT_TRUE(
+          conn->Command(
+                  {"EVAL", "for i = 1, 50000 do redis.call('SET', 'filler:' .. i, 'x') end", "0"})
+              .ok());
       ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendonly", "yes"}).ok());
-      ASSERT_TRUE(test::WaitFor([&] {
-        auto info = conn->Command({"INFO", "persistence"});
-        return info.ok() && InfoField(info->str, "aof_rewrite_in_progress") == "0" &&
-               InfoField(info->str, "aof_rewrite_scheduled") == "0";
-      }, 20000));
+      ASSERT_TRUE(test::WaitFor(
+          [&] {
+            auto info = conn->Command({"INFO", "persistence"});
+            return info.ok() && InfoField(info->str, "aof_rewrite_in_progress") == "0" &&
+                   InfoField(info->str, "aof_rewrite_scheduled") == "0";
+          },
+          20000));
       aof_ = true;
     }
     if (kind == "empty") {
@@ -126,7 +136,8 @@ class Chaos : public Lifecycle {
     } else if (kind == "aof") {
       redis_.Restart({"--appendonly", "yes"});
     } else {
-      redis_.Restart({"--appendonly", "yes", "--key-load-delay", "20", "--loading-process-events-interval-bytes", "1024"});
+      redis_.Restart({"--appendonly", "yes", "--key-load-delay", "20",
+                      "--loading-process-events-interval-bytes", "1024"});
     }
     ++faults_["Redis restarted (" + kind + ")"];
   }
@@ -171,7 +182,8 @@ class Chaos : public Lifecycle {
         if (t1 - t0 > kTimeoutMs / 1000.0 + 1) ++late_;
       }
     }
-    EXPECT_EQ(late_, 0) << "commands past their timeout plus a second; slowest " << slowest_ << " s";
+    EXPECT_EQ(late_, 0) << "commands past their timeout plus a second; slowest " << slowest_
+                        << " s";
     std::map<std::string, int> errors;  // what the failed commands said, by their first words
     for (int id = 0; id < kClients; ++id) {
       std::istringstream err(test::ReadFile(dir_.path() + "/client" + std::to_string(id) + ".err"));
@@ -206,11 +218,13 @@ class Chaos : public Lifecycle {
       EXPECT_EQ(f["owner"], instance) << key;
       // Every holder is gone: only the creator's reference, bound to nobody, can be left.
       EXPECT_EQ(f["refcount"], "1") << key;
-      for (const auto& [field, value] : f) EXPECT_NE(field.rfind("holder:", 0), 0u) << key << " " << field;
+      for (const auto& [field, value] : f)
+        EXPECT_NE(field.rfind("holder:", 0), 0u) << key << " " << field;
       EXPECT_TRUE(f["bound"].empty() || f["bound"] == "0") << key << " bound " << f["bound"];
       handles.insert(f["ipc_handle"]);
     }
-    EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes)) << ServeLog();
+    EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "tensors"})->str, std::to_string(hashes))
+        << ServeLog();
     // The reaper gave back every dead holder's references (the hashes above hold none) without
     // an error other than Redis being away: a give-back that a Redis restart cut off is logged
     // and done again on a later pass.
@@ -226,21 +240,25 @@ class Chaos : public Lifecycle {
     }
     if (device_ == "cpu") {
       std::set<std::string> objects;
-      for (const std::string& name : test::ShmObjects("mcd-mcd-" + node_)) objects.insert("/" + name);
+      for (const std::string& name : test::ShmObjects("mcd-mcd-" + node_))
+        objects.insert("/" + name);
       EXPECT_EQ(objects, handles);
     }
     return hashes;
   }
 
   void PrintSummary(size_t hashes) {
-    std::string summary = "chaos: " + std::to_string(commands_) + " commands on device " + device_ + ";";
+    std::string summary =
+        "chaos: " + std::to_string(commands_) + " commands on device " + device_ + ";";
     for (const auto& [what, n] : faults_) summary += " " + std::to_string(n) + " x " + what + ";";
     for (const auto& [tool, by_code] : codes_) {
       summary += " " + tool + ":";
-      for (const auto& [rc, n] : by_code) summary += " " + std::to_string(rc) + "=" + std::to_string(n);
+      for (const auto& [rc, n] : by_code)
+        summary += " " + std::to_string(rc) + "=" + std::to_string(n);
       summary += ";";
     }
-    summary += " tensors left " + std::to_string(hashes) + ", slowest command " + std::to_string(slowest_) + " s";
+    summary += " tensors left " + std::to_string(hashes) + ", slowest command " +
+               std::to_string(slowest_) + " s";
     std::cout << summary << "\n";
     RecordProperty("summary", summary);
   }
@@ -263,7 +281,9 @@ class Chaos : public Lifecycle {
     // heartbeat says how much).
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     auto beat = conn->Command({"HMGET", keys_.Server(node_), "slab_bytes", "ready_bytes"});
-    long long kept_mib = (std::atoll(beat->elements[0].str.c_str()) + std::atoll(beat->elements[1].str.c_str())) >> 20;
+    long long kept_mib =
+        (std::atoll(beat->elements[0].str.c_str()) + std::atoll(beat->elements[1].str.c_str())) >>
+        20;
     long long now_mib = GpuMiB(server_->pid());
     std::cout << "chaos: server GPU memory " << baseline_mib_ << " MiB at its start, " << now_mib
               << " MiB after the clean-up, of which " << kept_mib << " MiB slabs and ready stock\n";
@@ -291,8 +311,11 @@ TEST_F(Chaos, WhatRedisSaysIsWhatTheServerHoldsAfterFaultsUnderLoad) {
   CheckCommands();
   ASSERT_GT(codes_["mcd-create"][0], 100) << "too little load to say anything";
   // Quiescence: the reaper has had its second, the heartbeat its beat.
-  ASSERT_TRUE(test::WaitFor([&] { return redis_.Connect()->Command({"SCARD", keys_.Holders(node_)})->integer == 0; },
-                            5000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return redis_.Connect()->Command({"SCARD", keys_.Holders(node_)})->integer == 0;
+      },
+      5000))
       << ServeLog();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   PrintSummary(CheckQuiescentState());

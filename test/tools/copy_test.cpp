@@ -8,9 +8,8 @@
 
 #include <chrono>
 #include <fstream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "memcuda/keys.h"
 #include "test_support.h"
@@ -35,26 +34,34 @@ class Copies : public ::testing::Test {
     if (!tls.empty()) env["UCX_TLS"] = tls;
     return env;
   }
-  std::string Log(const std::string& node) const { return test::ReadFile(dir_.path() + "/" + node + ".log"); }
+  std::string Log(const std::string& node) const {
+    return test::ReadFile(dir_.path() + "/" + node + ".log");
+  }
   void Serve(const std::string& node, const std::string& tls, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--node", node, "--heartbeat-ttl", "3"};
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--node", node, "--heartbeat-ttl",
+                                     "3"};
     if (extra.empty()) extra = {"--devices", "cpu"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto started = [&] {  // the log is appended to by each start of the node
       std::string log = Log(node);
       size_t n = 0;
-      for (size_t at = log.find("serving node"); at != std::string::npos; at = log.find("serving node", at + 1)) ++n;
+      for (size_t at = log.find("serving node"); at != std::string::npos;
+           at = log.find("serving node", at + 1))
+        ++n;
       return n;
     };
     size_t before = started();
-    servers_[node] = std::make_unique<test::Background>(argv, Env(tls), dir_.path() + "/" + node + ".log");
+    servers_[node] =
+        std::make_unique<test::Background>(argv, Env(tls), dir_.path() + "/" + node + ".log");
     ASSERT_TRUE(test::WaitFor([&] { return started() > before; }, 20000)) << Log(node);
   }
   // Node b's server started again (over tcp, with `extra`), holding a fresh "src" made of `file`.
   void RestartWithSource(const std::string& file, const std::vector<std::string>& extra) {
     ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
     Serve(b_, "tcp", extra);
-    ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+    ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"})
+                  .exit_code,
+              0);
   }
   // A host tensor `name` on `node` holding what the .npy `file` holds.
   test::ProcessResult CreateFrom(const std::string& name, const std::string& file,
@@ -68,7 +75,8 @@ class Copies : public ::testing::Test {
   // A .npy file of `count` u32 values i * 2654435761 (mod 2^32): no two neighbours alike.
   std::string Pattern(size_t count) {
     std::string path = dir_.path() + "/pattern.npy";
-    std::string header = "{'descr': '<u4', 'fortran_order': False, 'shape': (" + std::to_string(count) + ",), }";
+    std::string header =
+        "{'descr': '<u4', 'fortran_order': False, 'shape': (" + std::to_string(count) + ",), }";
     while ((10 + header.size() + 1) % 64 != 0) header += ' ';
     header += '\n';
     std::ofstream out(path, std::ios::binary);
@@ -99,11 +107,13 @@ class Copies : public ::testing::Test {
     return reply.ok() && !reply->is_nil() ? reply->str : "";
   }
   // The copy's bytes, read back on its node, equal the source's file.
-  void ExpectSameBytes(const std::string& copy, const std::string& node, const std::string& source_file) {
+  void ExpectSameBytes(const std::string& copy, const std::string& node,
+                       const std::string& source_file) {
     std::string out = dir_.path() + "/" + copy + ".npy";
     auto got = Tool("mcd-get", {copy, "--no-ref", "-o", out, "--node", node});
     ASSERT_EQ(got.exit_code, 0) << got.err;
-    EXPECT_TRUE(test::ReadFile(out) == test::ReadFile(source_file)) << copy << " differs from its source";
+    EXPECT_TRUE(test::ReadFile(out) == test::ReadFile(source_file))
+        << copy << " differs from its source";
   }
 
   test::TempDir dir_;
@@ -121,8 +131,12 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNodeOverTcpAndSharedMemory) {
     Serve(a_ + tls, tls);
     Serve(b_ + tls, tls);
     EXPECT_EQ(CopiesOf(a_ + tls), "in_place");  // host tensors: no staging, whatever the UCX
-    ASSERT_EQ(Tool("mcd-create", {"src-" + tls, "--from", file, "--device", "cpu", "--node", b_ + tls, "-q"}).exit_code, 0);
-    auto copied = Tool("mcd-create", {"copy-" + tls, "--copy-of", "src-" + tls, "--device", "cpu", "--node", a_ + tls, "--json"});
+    ASSERT_EQ(Tool("mcd-create",
+                   {"src-" + tls, "--from", file, "--device", "cpu", "--node", b_ + tls, "-q"})
+                  .exit_code,
+              0);
+    auto copied = Tool("mcd-create", {"copy-" + tls, "--copy-of", "src-" + tls, "--device", "cpu",
+                                      "--node", a_ + tls, "--json"});
     ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_ + tls) << Log(b_ + tls);
     EXPECT_EQ(HashField("copy-" + tls, "node"), a_ + tls);
     EXPECT_EQ(HashField("copy-" + tls, "refcount"), "1");
@@ -130,8 +144,14 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNodeOverTcpAndSharedMemory) {
     ExpectSameBytes("copy-" + tls, a_ + tls, file);
     // And a small one, which UCX sends eagerly.
     std::ofstream(small, std::ios::binary) << test::ReadFile(Pattern(5));
-    ASSERT_EQ(Tool("mcd-create", {"tiny-" + tls, "--from", small, "--device", "cpu", "--node", b_ + tls, "-q"}).exit_code, 0);
-    ASSERT_EQ(Tool("mcd-create", {"tiny-copy-" + tls, "--copy-of", "tiny-" + tls, "--device", "cpu", "--node", a_ + tls, "-q"}).exit_code, 0);
+    ASSERT_EQ(Tool("mcd-create",
+                   {"tiny-" + tls, "--from", small, "--device", "cpu", "--node", b_ + tls, "-q"})
+                  .exit_code,
+              0);
+    ASSERT_EQ(Tool("mcd-create", {"tiny-copy-" + tls, "--copy-of", "tiny-" + tls, "--device", "cpu",
+                                  "--node", a_ + tls, "-q"})
+                  .exit_code,
+              0);
     ExpectSameBytes("tiny-copy-" + tls, a_ + tls, small);
     file = Pattern(3 * 1024 * 1024 + 7);
   }
@@ -141,15 +161,23 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   Serve(a_, "tcp");
   Serve(b_, "tcp");
   std::string file = Pattern(1024);
-  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
-  ASSERT_EQ(Tool("mcd-create", {"here", "--from", file, "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
-  auto missing = Tool("mcd-create", {"c1", "--copy-of", "nothing", "--device", "cpu", "--node", a_});
+  ASSERT_EQ(
+      Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
+      0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"here", "--from", file, "--device", "cpu", "--node", a_, "-q"}).exit_code,
+      0);
+  auto missing =
+      Tool("mcd-create", {"c1", "--copy-of", "nothing", "--device", "cpu", "--node", a_});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("no tensor named 'nothing'"), std::string::npos) << missing.err;
   auto same = Tool("mcd-create", {"c2", "--copy-of", "here", "--device", "cpu", "--node", a_});
   EXPECT_EQ(same.exit_code, 64);
   EXPECT_NE(same.err.find("is on this node already"), std::string::npos) << same.err;
-  EXPECT_EQ(Tool("mcd-create", {"c3", "--copy-of", "src", "--dtype", "u8", "--device", "cpu", "--node", a_}).exit_code, 64);
+  EXPECT_EQ(Tool("mcd-create",
+                 {"c3", "--copy-of", "src", "--dtype", "u8", "--device", "cpu", "--node", a_})
+                .exit_code,
+            64);
   // A server that does not copy (--no-node-copies, or no UCX there): said at once.
   ASSERT_NO_FATAL_FAILURE(RestartWithSource(file, {"--devices", "cpu", "--no-node-copies"}));
   EXPECT_EQ(CopiesOf(b_), "off");
@@ -165,19 +193,23 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   size_t shm_before = test::ShmObjects("mcd-mcd-" + a_ + "-").size();
   kill(servers_[b_]->pid(), SIGSTOP);
   auto t0 = std::chrono::steady_clock::now();
-  test::Background copy({test::ToolPath("mcd-create"), "c6", "--copy-of", "src", "--device", "cpu", "--node", a_,
-                         "--timeout-ms", "60000"},
+  test::Background copy({test::ToolPath("mcd-create"), "c6", "--copy-of", "src", "--device", "cpu",
+                         "--node", a_, "--timeout-ms", "60000"},
                         Env(), dir_.path() + "/c6.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   servers_[b_]->Stop(SIGKILL);
   EXPECT_EQ(copy.Wait(60), 69) << test::ReadFile(dir_.path() + "/c6.log") << Log(a_);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
-  EXPECT_NE(test::ReadFile(dir_.path() + "/c6.log").find("copying 'src' from node '" + b_ + "'"), std::string::npos)
+  EXPECT_NE(test::ReadFile(dir_.path() + "/c6.log").find("copying 'src' from node '" + b_ + "'"),
+            std::string::npos)
       << test::ReadFile(dir_.path() + "/c6.log");
   EXPECT_EQ(HashField("c6", "state"), "");
   EXPECT_EQ(test::ShmObjects("mcd-mcd-" + a_ + "-").size(), shm_before);
   // The server that waited serves on.
-  EXPECT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-create",
+                 {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--node", a_, "-q"})
+                .exit_code,
+            0);
   // The killed server's shared-memory objects are removed by the next server of its node.
   ASSERT_NO_FATAL_FAILURE(Serve(b_, "tcp"));
   EXPECT_EQ(test::ShmObjects("mcd-mcd-" + b_ + "-").size(), 0u);
@@ -191,13 +223,16 @@ TEST_F(Copies, AServerOfAnotherUcxVersionIsNotConnectedTo) {
   Serve(a_, "tcp");
   Serve(b_, "tcp");
   std::string file = Pattern(1024);
-  ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   auto heartbeat = conn->Command({"HGETALL", keys_.Server(b_)});
   auto hash = conn->Command({"HGETALL", keys_.Tensor("src")});
   ASSERT_TRUE(heartbeat.ok() && hash.ok());
   const std::string other = "cpz" + std::to_string(getpid());
-  auto plant = [&](const std::string& key, const RedisValue& fields, std::map<std::string, std::string> set) {
+  auto plant = [&](const std::string& key, const RedisValue& fields,
+                   std::map<std::string, std::string> set) {
     std::vector<std::string> args = {"HSET", key};
     for (size_t i = 0; i + 1 < fields.elements.size(); i += 2) {
       const std::string& field = fields.elements[i].str;
@@ -208,14 +243,19 @@ TEST_F(Copies, AServerOfAnotherUcxVersionIsNotConnectedTo) {
   };
   std::string ours = HashFieldOf(keys_.Server(b_), "ucx_version");
   ASSERT_FALSE(ours.empty()) << "the heartbeat says its UCX version";
-  plant(keys_.Server(other), *heartbeat, {{"node", other}, {"instance", "planted"}, {"ucx_version", "1.99.0"}});
+  plant(keys_.Server(other), *heartbeat,
+        {{"node", other}, {"instance", "planted"}, {"ucx_version", "1.99.0"}});
   plant(keys_.Tensor("elsewhere"), *hash, {{"node", other}, {"name", "elsewhere"}});
-  auto refused = Tool("mcd-create", {"c", "--copy-of", "elsewhere", "--device", "cpu", "--node", a_});
+  auto refused =
+      Tool("mcd-create", {"c", "--copy-of", "elsewhere", "--device", "cpu", "--node", a_});
   EXPECT_EQ(refused.exit_code, 69) << refused.err;
-  EXPECT_NE(refused.err.find("runs UCX 1.99.0 and this one UCX " + ours), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("runs UCX 1.99.0 and this one UCX " + ours), std::string::npos)
+      << refused.err;
   EXPECT_EQ(HashField("c", "state"), "");
   // Both serve on: a copy from b, whose version is a's, goes through.
-  EXPECT_EQ(Tool("mcd-create", {"c", "--copy-of", "src", "--device", "cpu", "--node", a_, "-q"}).exit_code, 0)
+  EXPECT_EQ(Tool("mcd-create", {"c", "--copy-of", "src", "--device", "cpu", "--node", a_, "-q"})
+                .exit_code,
+            0)
       << Log(a_) << Log(b_);
   ExpectSameBytes("c", a_, file);
 }
@@ -226,14 +266,18 @@ TEST_F(Copies, TwoServersFetchingFromEachOtherAtOnceBothFinish) {
   Serve(a_, "tcp");
   Serve(b_, "tcp");
   std::string file = Pattern(16 * 1024 * 1024);  // 64 MiB: a copy over TCP takes a while
-  ASSERT_EQ(Tool("mcd-create", {"on_a", "--from", file, "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
-  ASSERT_EQ(Tool("mcd-create", {"on_b", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"on_a", "--from", file, "--device", "cpu", "--node", a_, "-q"}).exit_code,
+      0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"on_b", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
+      0);
   auto t0 = std::chrono::steady_clock::now();
-  test::Background to_a({test::ToolPath("mcd-create"), "from_b", "--copy-of", "on_b", "--device", "cpu",
-                         "--node", a_, "--timeout-ms", "60000"},
+  test::Background to_a({test::ToolPath("mcd-create"), "from_b", "--copy-of", "on_b", "--device",
+                         "cpu", "--node", a_, "--timeout-ms", "60000"},
                         Env(), dir_.path() + "/to_a.log");
-  test::Background to_b({test::ToolPath("mcd-create"), "from_a", "--copy-of", "on_a", "--device", "cpu",
-                         "--node", b_, "--timeout-ms", "60000"},
+  test::Background to_b({test::ToolPath("mcd-create"), "from_a", "--copy-of", "on_a", "--device",
+                         "cpu", "--node", b_, "--timeout-ms", "60000"},
                         Env(), dir_.path() + "/to_b.log");
   EXPECT_EQ(to_a.Wait(60), 0) << test::ReadFile(dir_.path() + "/to_a.log") << Log(a_);
   EXPECT_EQ(to_b.Wait(60), 0) << test::ReadFile(dir_.path() + "/to_b.log") << Log(b_);
@@ -373,16 +417,29 @@ TEST_F(Copies, ForgedAnswersFillNothing) {
 
 // GPU to GPU, GPU to host and host to GPU, each read back on its node.
 void Copies::CopyEveryWay(const std::string& file) {
-  ASSERT_EQ(Tool("mcd-create", {"gsrc", "--from", file, "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"gsrc", "--from", file, "--device", "0", "--node", b_, "-q"}).exit_code,
+      0);
   auto to_gpu = Tool("mcd-create", {"gcopy", "--copy-of", "gsrc", "--device", "0", "--node", a_});
   ASSERT_EQ(to_gpu.exit_code, 0) << to_gpu.err << Log(a_) << Log(b_);
   ExpectSameBytes("gcopy", a_, file);
-  ASSERT_EQ(Tool("mcd-create", {"hcopy", "--copy-of", "gsrc", "--device", "cpu", "--node", a_, "-q"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"hcopy", "--copy-of", "gsrc", "--device", "cpu", "--node", a_, "-q"})
+          .exit_code,
+      0);
   ExpectSameBytes("hcopy", a_, file);
-  ASSERT_EQ(Tool("mcd-create", {"gcopy2", "--copy-of", "hcopy", "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"gcopy2", "--copy-of", "hcopy", "--device", "0", "--node", b_, "-q"})
+          .exit_code,
+      0);
   ExpectSameBytes("gcopy2", b_, file);
-  ASSERT_EQ(Tool("mcd-create", {"tiny", "--dtype", "u8", "--shape", "3", "--device", "0", "--node", b_, "-q"}).exit_code, 0);
-  EXPECT_EQ(Tool("mcd-create", {"tiny2", "--copy-of", "tiny", "--device", "0", "--node", a_, "-q"}).exit_code, 0)
+  ASSERT_EQ(Tool("mcd-create",
+                 {"tiny", "--dtype", "u8", "--shape", "3", "--device", "0", "--node", b_, "-q"})
+                .exit_code,
+            0);
+  EXPECT_EQ(Tool("mcd-create", {"tiny2", "--copy-of", "tiny", "--device", "0", "--node", a_, "-q"})
+                .exit_code,
+            0)
       << Log(a_) << Log(b_);
 }
 
@@ -413,35 +470,46 @@ TEST_F(Copies, ACudaAwareUcxCopiesGpuTensorsInPlace) {
   Serve(a_, "tcp,cuda_copy", {"--devices", "0"});
   Serve(b_, "tcp,cuda_copy", {"--devices", "0", "-v"});
   std::string big = Pattern(256 * 1024 * 1024);  // 1 GiB
-  ASSERT_EQ(Tool("mcd-create", {"bsrc", "--from", big, "--device", "0", "--node", b_, "-q"}).exit_code, 0);
-  test::Background copy({test::ToolPath("mcd-create"), "bcopy", "--copy-of", "bsrc", "--device", "0",
-                         "--node", a_, "-q"},
+  ASSERT_EQ(
+      Tool("mcd-create", {"bsrc", "--from", big, "--device", "0", "--node", b_, "-q"}).exit_code,
+      0);
+  test::Background copy({test::ToolPath("mcd-create"), "bcopy", "--copy-of", "bsrc", "--device",
+                         "0", "--node", a_, "-q"},
                         Env(), dir_.path() + "/bcopy.log");
-  ASSERT_TRUE(test::WaitFor([&] { return Log(b_).find("read name=bsrc") != std::string::npos; }, 60000))
+  ASSERT_TRUE(
+      test::WaitFor([&] { return Log(b_).find("read name=bsrc") != std::string::npos; }, 60000))
       << Log(b_);  // b has handed the memory to UCX
   EXPECT_EQ(Tool("mcd-rm", {"bsrc", "--node", b_, "-q"}).exit_code, 0);
   ASSERT_EQ(copy.Wait(120), 0) << test::ReadFile(dir_.path() + "/bcopy.log") << Log(a_) << Log(b_);
   ExpectSameBytes("bcopy", a_, big);
   EXPECT_EQ(HashField("bsrc", "state"), "");
   EXPECT_NE(Log(b_).find("waits for a copy to another node"), std::string::npos)
-      << "the rm came after the copy: nothing was held\n" << Log(b_);
-  EXPECT_TRUE(test::WaitFor([&] { return Log(b_).find("the free that waited for it runs") != std::string::npos; }, 10000))
+      << "the rm came after the copy: nothing was held\n"
+      << Log(b_);
+  EXPECT_TRUE(test::WaitFor(
+      [&] { return Log(b_).find("the free that waited for it runs") != std::string::npos; }, 10000))
       << Log(b_);
   // The source's server killed while UCX reads its memory: the copy fails well before its
   // timeout, nothing is published, and the fetching server serves on.
-  ASSERT_EQ(Tool("mcd-create", {"ksrc", "--from", big, "--device", "0", "--node", b_, "-q"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"ksrc", "--from", big, "--device", "0", "--node", b_, "-q"}).exit_code,
+      0);
   auto t0 = std::chrono::steady_clock::now();
-  test::Background killed({test::ToolPath("mcd-create"), "kcopy", "--copy-of", "ksrc", "--device", "0",
-                           "--node", a_, "--timeout-ms", "60000"},
+  test::Background killed({test::ToolPath("mcd-create"), "kcopy", "--copy-of", "ksrc", "--device",
+                           "0", "--node", a_, "--timeout-ms", "60000"},
                           Env(), dir_.path() + "/kcopy.log");
-  ASSERT_TRUE(test::WaitFor([&] { return Log(b_).find("read name=ksrc") != std::string::npos; }, 60000))
+  ASSERT_TRUE(
+      test::WaitFor([&] { return Log(b_).find("read name=ksrc") != std::string::npos; }, 60000))
       << Log(b_);
   servers_[b_]->Stop(SIGKILL);
   servers_.erase(b_);
   EXPECT_EQ(killed.Wait(60), 69) << test::ReadFile(dir_.path() + "/kcopy.log") << Log(a_);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
   EXPECT_EQ(HashField("kcopy", "state"), "");
-  EXPECT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "4", "--device", "0", "--node", a_, "-q"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-create",
+                 {"after", "--dtype", "u8", "--shape", "4", "--device", "0", "--node", a_, "-q"})
+                .exit_code,
+            0);
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ class Events : public Lifecycle {
     args.push_back(node_);
     return args;
   }
-  std::unique_ptr<test::Background> Start(const std::string& tool, const std::vector<std::string>& args,
+  std::unique_ptr<test::Background> Start(const std::string& tool,
+                                          const std::vector<std::string>& args,
                                           const std::string& log) {
     return std::make_unique<test::Background>(Argv(tool, args), Env(), dir_.path() + "/" + log);
   }
@@ -43,7 +44,8 @@ class Events : public Lifecycle {
     return last.ok() && !last->elements.empty() ? last->elements[0].elements[0].str : "0-0";
   }
   // A watcher of every event after now, as JSON lines, exiting after `count` (0: until stopped).
-  std::unique_ptr<test::Background> Watch(int count, const std::string& log, const std::string& glob = "*") {
+  std::unique_ptr<test::Background> Watch(int count, const std::string& log,
+                                          const std::string& glob = "*") {
     std::vector<std::string> args = {"--watch", glob, "--json", "--since", NewestId()};
     if (count > 0) args.insert(args.end(), {"--count", std::to_string(count)});
     return Start("mcd-ls", args, log);
@@ -71,16 +73,19 @@ class Events : public Lifecycle {
     return out;
   }
   void Create(const std::string& name, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {name, "--dtype", "u8", "--shape", "16", "--device", "cpu", "-q"};
+    std::vector<std::string> args = {name, "--dtype",  "u8",  "--shape",
+                                     "16", "--device", "cpu", "-q"};
     args.insert(args.end(), extra.begin(), extra.end());
     ASSERT_EQ(Tool("mcd-create", args).exit_code, 0);
   }
   // hold_client: a process holding one reference to each of `names` until killed.
-  std::unique_ptr<test::Background> Hold(const std::vector<std::string>& names, const std::string& log) {
+  std::unique_ptr<test::Background> Hold(const std::vector<std::string>& names,
+                                         const std::string& log) {
     std::vector<std::string> argv = {test::ToolPath("hold_client"), redis_.url(), node_};
     argv.insert(argv.end(), names.begin(), names.end());
     auto holder = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/" + log);
-    EXPECT_TRUE(test::WaitFor([&] { return Log(log).find("held") != std::string::npos; }, 10000)) << Log(log);
+    EXPECT_TRUE(test::WaitFor([&] { return Log(log).find("held") != std::string::npos; }, 10000))
+        << Log(log);
     return holder;
   }
   long long XLen() { return redis_.Connect()->Command({"XLEN", keys_.Events()})->integer; }
@@ -89,8 +94,9 @@ class Events : public Lifecycle {
   // server has applied them.
   void Flood() {
     PushCreateGetDelete("h", 200);
-    json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-req"})",
-                    "end-req");
+    json last = Raw(
+        R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-req"})",
+        "end-req");
     ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
   }
   long long DbSize() { return redis_.Connect()->Command({"DBSIZE"})->integer; }
@@ -131,13 +137,15 @@ TEST_F(Events, ATensorMadeWhileTheWaitBeginsIsNeverMissed) {
 TEST_F(Events, EightConsumersWaitingOnOneNameAllTakeAReference) {
   std::vector<std::unique_ptr<test::Background>> consumers;
   for (int i = 0; i < 8; ++i) {
-    consumers.push_back(Start("mcd-get", {"shared", "--wait", "0", "-q"}, "c" + std::to_string(i) + ".log"));
+    consumers.push_back(
+        Start("mcd-get", {"shared", "--wait", "0", "-q"}, "c" + std::to_string(i) + ".log"));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   for (auto& c : consumers) ASSERT_TRUE(test::Running(c->pid()));
   auto t0 = Clock::now();
   Create("shared");
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(consumers[i]->Wait(20), 0) << Log("c" + std::to_string(i) + ".log");
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(consumers[i]->Wait(20), 0) << Log("c" + std::to_string(i) + ".log");
   EXPECT_LT(MsSince(t0), 3000);
   EXPECT_EQ(HashField("shared", "refcount"), "9");
 }
@@ -174,20 +182,23 @@ TEST_F(Events, AWatcherSeesExactlyTheEventsOfAScriptedLifecycleInOrder) {
   EXPECT_EQ(Tool("mcd-get", {"a"}).exit_code, 1);
   EXPECT_EQ(Tool("mcd-rm", {"a"}).exit_code, 1);
   Create("b");
-  EXPECT_EQ(Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 1);
+  EXPECT_EQ(
+      Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 1);
   ASSERT_EQ(Tool("mcd-rm", {"b", "-q"}).exit_code, 0);
   // A stack tensor goes with its owner.
   test::Background owner({"/bin/sleep", "60"}, {}, dir_.path() + "/owner.log");
   Create("s", {"--lifetime", "stack", "--owner-pid", std::to_string(owner.pid())});
   pid_t owner_pid = owner.pid();
   owner.Stop(SIGKILL);
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("s", "refcount").empty(); }, 5000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("s", "refcount").empty(); }, 5000))
+      << ServeLog();
   Create("z");  // had anything else come in between, the sequence below would be off by it
   ASSERT_EQ(watcher->Wait(20), 0) << Log("watch.log");
-  EXPECT_EQ(Summary("watch.log"),
-            (std::vector<std::string>{"create a 1", "get a 2", "reclaim a 1 holder_exited", "get a 2",
-                                      "release a 1", "delete a 0", "create b 1", "delete b 0", "create s 1",
-                                      "reclaim s 0 owner_exited", "create z 1"}));
+  EXPECT_EQ(
+      Summary("watch.log"),
+      (std::vector<std::string>{"create a 1", "get a 2", "reclaim a 1 holder_exited", "get a 2",
+                                "release a 1", "delete a 0", "create b 1", "delete b 0",
+                                "create s 1", "reclaim s 0 owner_exited", "create z 1"}));
   auto lines = JsonLines("watch.log");
   ASSERT_EQ(lines.size(), 11u);
   EXPECT_EQ(lines[1]["pid"], held_by);
@@ -196,7 +207,8 @@ TEST_F(Events, AWatcherSeesExactlyTheEventsOfAScriptedLifecycleInOrder) {
   EXPECT_EQ(lines[9]["pid"], owner_pid);
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i]["node"], node_);
-    if (i > 0) EXPECT_LE(lines[i - 1]["time_ms"].get<int64_t>(), lines[i]["time_ms"].get<int64_t>());
+    if (i > 0)
+      EXPECT_LE(lines[i - 1]["time_ms"].get<int64_t>(), lines[i]["time_ms"].get<int64_t>());
   }
 }
 
@@ -210,13 +222,15 @@ TEST_F(Events, AWatcherCarriesOnAcrossAServerRestartAndAKill) {
   StartServer();
   ASSERT_EQ(watcher->Wait(30), 0) << Log("watch.log") << ServeLog();
   EXPECT_EQ(Summary("watch.log"),
-            (std::vector<std::string>{"create c 1", "reclaim c 0 server_stopped", "server_stop  0", "server_start  0",
-                                      "create d 1", "server_start  0 took_over", "reclaim d 0 server_lost"}))
+            (std::vector<std::string>{"create c 1", "reclaim c 0 server_stopped", "server_stop  0",
+                                      "server_start  0", "create d 1", "server_start  0 took_over",
+                                      "reclaim d 0 server_lost"}))
       << Log("watch.log");
 }
 
 // A tensor still being filled was never announced: when its server stops, or a new server removes
-// what a killed one left, it goes without an event, while a ready tensor beside it gets its reclaim.
+// what a killed one left, it goes without an event, while a ready tensor beside it gets its
+// reclaim.
 TEST_F(Events, ATensorBeingFilledGoesWithoutAnEventWhenItsServerStopsOrIsLost) {
   test::Background filler({"/bin/sleep", "600"}, {}, dir_.path() + "/filler.log");
   auto create_filled = [&](const std::string& name) {
@@ -237,15 +251,18 @@ TEST_F(Events, ATensorBeingFilledGoesWithoutAnEventWhenItsServerStopsOrIsLost) {
   kill(server_->pid(), SIGKILL);
   server_->Wait(10);
   StartServer();
-  EXPECT_TRUE(HashField("lost", "state").empty()) << "the new server removes what the dead one left";
+  EXPECT_TRUE(HashField("lost", "state").empty())
+      << "the new server removes what the dead one left";
   Create("end");
-  ASSERT_TRUE(test::WaitFor([&] { return Log("watch.log").find("\"end\"") != std::string::npos; }, 20000))
+  ASSERT_TRUE(
+      test::WaitFor([&] { return Log("watch.log").find("\"end\"") != std::string::npos; }, 20000))
       << Log("watch.log");
   watcher->Stop(SIGTERM);
   EXPECT_EQ(Summary("watch.log"),
-            (std::vector<std::string>{"create ready1 1", "reclaim ready1 0 server_stopped", "server_stop  0",
-                                      "server_start  0", "create ready2 1", "server_start  0 took_over",
-                                      "reclaim ready2 0 server_lost", "create end 1"}))
+            (std::vector<std::string>{"create ready1 1", "reclaim ready1 0 server_stopped",
+                                      "server_stop  0", "server_start  0", "create ready2 1",
+                                      "server_start  0 took_over", "reclaim ready2 0 server_lost",
+                                      "create end 1"}))
       << Log("watch.log");
 }
 
@@ -269,8 +286,10 @@ TEST_F(Events, RmWaitFreeReturnsOnceTheOtherHoldersLetGo) {
   auto other = Hold({"f"}, "hold2.log");
   auto timed_out = Tool("mcd-rm", {"f", "--wait-free", "1", "--json"});
   EXPECT_EQ(timed_out.exit_code, 75) << timed_out.err;
-  EXPECT_NE(timed_out.err.find("'f' still had 1 reference(s) after 1 s"), std::string::npos) << timed_out.err;
-  EXPECT_NE(timed_out.err.find("gave back the reference of 'f'"), std::string::npos) << timed_out.err;
+  EXPECT_NE(timed_out.err.find("'f' still had 1 reference(s) after 1 s"), std::string::npos)
+      << timed_out.err;
+  EXPECT_NE(timed_out.err.find("gave back the reference of 'f'"), std::string::npos)
+      << timed_out.err;
   EXPECT_EQ(HashField("f", "refcount"), "1");
 }
 
@@ -287,7 +306,8 @@ TEST_F(Events, TheHistoryIsCappedAndALateWatcherReadsWhatIsKept) {
   EXPECT_LT(bytes->integer / kept, 100) << "the documented cost per kept event";
   // A late watcher asking for everything gets the kept history, oldest first, and goes on from
   // an event's id without repeating it.
-  auto all = Tool("mcd-ls", {"--watch", "--json", "--since", "all", "--count", std::to_string(kept)});
+  auto all =
+      Tool("mcd-ls", {"--watch", "--json", "--since", "all", "--count", std::to_string(kept)});
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_EQ(static_cast<long long>(Count(all.out, "\n")), kept);
   json last = json::parse(all.out.substr(all.out.rfind('{')));
@@ -296,7 +316,8 @@ TEST_F(Events, TheHistoryIsCappedAndALateWatcherReadsWhatIsKept) {
   std::vector<std::string> lines;
   std::istringstream split(all.out);
   for (std::string line; std::getline(split, line);) lines.push_back(line);
-  auto resumed = Tool("mcd-ls", {"--watch", "--json", "--since", json::parse(lines[0])["id"], "--count", "1"});
+  auto resumed =
+      Tool("mcd-ls", {"--watch", "--json", "--since", json::parse(lines[0])["id"], "--count", "1"});
   EXPECT_EQ(resumed.out, lines[1] + "\n");
   // A table line on request too, with its header.
   auto table = Tool("mcd-ls", {"--watch", "--since", "all", "--count", "1"});
@@ -330,8 +351,9 @@ TEST_F(Events, AWatcherLeftBehindByTheCapSaysHowManyEventsItMissed) {
   auto json_watch = Start("mcd-ls", {"--watch", "--json", "--since", from}, "json.log");
   auto table_watch = Start("mcd-ls", {"--watch", "--since", from}, "table.log");
   Create("first");
-  ASSERT_TRUE(test::WaitFor([&] { return Count(Log("json.log"), "first") == 1 && Count(Log("table.log"), "first") == 1; },
-                            10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return Count(Log("json.log"), "first") == 1 && Count(Log("table.log"), "first") == 1; },
+      10000))
       << Log("json.log") << Log("table.log");
   test::StreamInfo at_first = Counts();
   std::string first_id = JsonLines("json.log").back()["id"];
@@ -345,15 +367,18 @@ TEST_F(Events, AWatcherLeftBehindByTheCapSaysHowManyEventsItMissed) {
   ASSERT_GT(missed, 0) << "the cap trimmed events the watchers had not read";
   kill(json_watch->pid(), SIGCONT);
   kill(table_watch->pid(), SIGCONT);
-  auto ended = [&](const std::string& log) { return Log(log).find("end ") != std::string::npos ||
-                                                    Log(log).find("\"end\"") != std::string::npos; };
+  auto ended = [&](const std::string& log) {
+    return Log(log).find("end ") != std::string::npos ||
+           Log(log).find("\"end\"") != std::string::npos;
+  };
   ASSERT_TRUE(test::WaitFor([&] { return ended("json.log") && ended("table.log"); }, 20000))
       << Log("json.log") << Log("table.log");
   json_watch->Stop(SIGTERM);
   table_watch->Stop(SIGTERM);
 
   auto lines = JsonLines("json.log");
-  ASSERT_EQ(lines.size(), 2 + static_cast<size_t>(end.length)) << "every kept event once, after the gap";
+  ASSERT_EQ(lines.size(), 2 + static_cast<size_t>(end.length))
+      << "every kept event once, after the gap";
   EXPECT_EQ(lines[0]["name"], "first");
   EXPECT_EQ(lines[1]["event"], "gap");
   EXPECT_EQ(lines[1]["id"], first_id) << "where the watch was";
@@ -364,7 +389,8 @@ TEST_F(Events, AWatcherLeftBehindByTheCapSaysHowManyEventsItMissed) {
   EXPECT_EQ(lines.back()["name"], "end");
   std::string table = Log("table.log");
   EXPECT_EQ(Count(table, " gap "), 1u) << table;
-  EXPECT_NE(table.find(std::to_string(missed) + " event(s) trimmed before this watch read them"), std::string::npos)
+  EXPECT_NE(table.find(std::to_string(missed) + " event(s) trimmed before this watch read them"),
+            std::string::npos)
       << table;
   EXPECT_LT(table.find(" gap "), table.find(" end ")) << table;
 
@@ -396,7 +422,8 @@ TEST_F(Events, AWaitWhoseEventWasTrimmedLooksAgainAtOnce) {
   auto kept = redis_.Connect()->Command({"XRANGE", keys_.Events(), "-", "+"});
   ASSERT_TRUE(kept.ok());
   for (const RedisValue& entry : kept->elements) {
-    for (const RedisValue& value : entry.elements[1].elements) ASSERT_NE(value.str, "late") << "not trimmed";
+    for (const RedisValue& value : entry.elements[1].elements)
+      ASSERT_NE(value.str, "late") << "not trimmed";
   }
   // Events keep coming while it runs again.
   std::atomic<bool> done{false};
@@ -404,8 +431,9 @@ TEST_F(Events, AWaitWhoseEventWasTrimmedLooksAgainAtOnce) {
     auto conn = redis_.Connect();
     for (int i = 0; !done && i < 200; ++i) {
       std::string name = "noise" + std::to_string(i);
-      (void)conn->Command({"LPUSH", keys_.queue, R"({"op":"create","name":")" + name +
-                                                      R"(","dtype":"u8","shape":[1],"device":"cpu","pid":1})"});
+      (void)conn->Command({"LPUSH", keys_.queue,
+                           R"({"op":"create","name":")" + name +
+                               R"(","dtype":"u8","shape":[1],"device":"cpu","pid":1})"});
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
@@ -450,32 +478,39 @@ TEST_F(Events, UnderConcurrentPipelinesEveryChangeIsOneEventInOrder) {
   for (int l = 0; l < kLoops; ++l) {
     std::string bin = test::ToolPath("");
     std::string flags = " --node " + node_ + " -q";
-    std::string script = "for i in $(seq " + std::to_string(kRounds) + "); do n=p" + std::to_string(l) +
-                         ".$i; " + bin + "mcd-create $n --dtype u8 --shape 8 --device cpu" + flags + " && " + bin +
-                         "mcd-get $n" + flags + " && " + bin + "mcd-get missing.$n" + flags + "; " + bin +
-                         "mcd-rm $n" + flags + " && " + bin + "mcd-rm $n" + flags + " || exit 1; done";
-    loops.push_back(std::make_unique<test::Background>(std::vector<std::string>{"/bin/sh", "-c", script}, Env(),
-                                                       dir_.path() + "/loop" + std::to_string(l) + ".log"));
+    std::string script =
+        "for i in $(seq " + std::to_string(kRounds) + "); do n=p" + std::to_string(l) + ".$i; " +
+        bin + "mcd-create $n --dtype u8 --shape 8 --device cpu" + flags + " && " + bin +
+        "mcd-get $n" + flags + " && " + bin + "mcd-get missing.$n" + flags + "; " + bin +
+        "mcd-rm $n" + flags + " && " + bin + "mcd-rm $n" + flags + " || exit 1; done";
+    loops.push_back(
+        std::make_unique<test::Background>(std::vector<std::string>{"/bin/sh", "-c", script}, Env(),
+                                           dir_.path() + "/loop" + std::to_string(l) + ".log"));
   }
-  for (int l = 0; l < kLoops; ++l) EXPECT_EQ(loops[l]->Wait(120), 0) << Log("loop" + std::to_string(l) + ".log");
+  for (int l = 0; l < kLoops; ++l)
+    EXPECT_EQ(loops[l]->Wait(120), 0) << Log("loop" + std::to_string(l) + ".log");
   Create("pz.end");
-  ASSERT_TRUE(test::WaitFor([&] { return Log("watch.log").find("\"pz.end\"") != std::string::npos; }, 30000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return Log("watch.log").find("\"pz.end\"") != std::string::npos; }, 30000))
       << Log("watch.log");
   watcher->Stop(SIGTERM);
   std::map<std::string, std::vector<std::string>> by_name;
   for (const json& e : JsonLines("watch.log")) {
     if (e["name"] == "pz.end") continue;
-    std::string what = e["event"].get<std::string>() + " " + std::to_string(e["refcount"].get<int>());
+    std::string what =
+        e["event"].get<std::string>() + " " + std::to_string(e["refcount"].get<int>());
     if (e["name"] == "") {
       // The server, which runs throughout, may only have claimed its node again.
-      EXPECT_EQ(e["event"].get<std::string>() + " " + e["reason"].get<std::string>(), "server_start reclaimed");
+      EXPECT_EQ(e["event"].get<std::string>() + " " + e["reason"].get<std::string>(),
+                "server_start reclaimed");
       continue;
     }
     by_name[e["name"]].push_back(what);
   }
   EXPECT_EQ(by_name.size(), static_cast<size_t>(kLoops * kRounds));
   for (const auto& [name, events] : by_name) {
-    EXPECT_EQ(events, (std::vector<std::string>{"create 1", "get 2", "release 1", "delete 0"})) << name;
+    EXPECT_EQ(events, (std::vector<std::string>{"create 1", "get 2", "release 1", "delete 0"}))
+        << name;
   }
 }
 
@@ -490,7 +525,8 @@ TEST_F(Events, AServerWhoseHeartbeatLapsedReclaimsItsNode) {
   ASSERT_TRUE(test::WaitFor([&] { return !Heartbeat(); }, 20000));  // --heartbeat-ttl 3
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
   ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << ServeLog();
-  auto watcher = Start("mcd-ls", {"--watch", "--json", "--since", since, "--count", "1"}, "lapse.log");
+  auto watcher =
+      Start("mcd-ls", {"--watch", "--json", "--since", since, "--count", "1"}, "lapse.log");
   ASSERT_EQ(watcher->Wait(30), 0) << Log("lapse.log");
   std::vector<json> events = JsonLines("lapse.log");
   ASSERT_EQ(events.size(), 1u) << Log("lapse.log");
@@ -503,9 +539,10 @@ TEST_F(Events, AServerWhoseHeartbeatLapsedReclaimsItsNode) {
 
 // A hand-written event whose numbers are not numbers shows them as -1, not as a count of 0.
 TEST_F(Events, AnEventNumberThatIsNoNumberShowsAsMinusOne) {
-  ASSERT_TRUE(redis_.Connect()->Command({"XADD", keys_.Events(), "*", "event", "create", "name", "odd",
-                                         "node", node_, "refcount", "abc", "pid", "99999999999999999999",
-                                         "reason", ""}).ok());
+  ASSERT_TRUE(redis_.Connect()
+                  ->Command({"XADD", keys_.Events(), "*", "event", "create", "name", "odd", "node",
+                             node_, "refcount", "abc", "pid", "99999999999999999999", "reason", ""})
+                  .ok());
   auto watch = Tool("mcd-ls", {"--watch", "odd", "--json", "--since", "all", "--count", "2"});
   ASSERT_EQ(watch.exit_code, 0) << watch.err;
   json e = json::parse(watch.out.substr(watch.out.find('\n') + 1));

@@ -28,7 +28,8 @@ void WriteNpy(const std::string& path, const std::string& data) {
 std::string NpyData(const std::string& path) {
   std::string file = test::ReadFile(path);
   if (file.size() < 10) return "";
-  size_t header = 10 + (static_cast<unsigned char>(file[8]) | static_cast<unsigned char>(file[9]) << 8);
+  size_t header =
+      10 + (static_cast<unsigned char>(file[8]) | static_cast<unsigned char>(file[9]) << 8);
   return file.size() < header ? "" : file.substr(header);
 }
 
@@ -91,11 +92,13 @@ TEST_F(Fill, AConsumerStartedBeforeItsProducerGetsTheFilesBytes) {
     std::string name = "batch." + std::to_string(run);
     std::string data = RandomBytes(16 << 20, 1000 + run);
     WriteNpy(Path(name + ".npy"), data);
-    auto consumer = Start("mcd-get", {name, "--wait", "60", "--no-ref", "-q", "-o", Path(name + ".out.npy")},
-                          name + ".get.log");
+    auto consumer =
+        Start("mcd-get", {name, "--wait", "60", "--no-ref", "-q", "-o", Path(name + ".out.npy")},
+              name + ".get.log");
     // The consumer waits on the event stream before the producer starts.
     ASSERT_TRUE(test::WaitFor([&] { return BlockedReaders(1); }, 20000));
-    auto created = Tool("mcd-create", {name, "--from", Path(name + ".npy"), "--device", "cpu", "-q"});
+    auto created =
+        Tool("mcd-create", {name, "--from", Path(name + ".npy"), "--device", "cpu", "-q"});
     ASSERT_EQ(created.exit_code, 0) << created.err;
     ASSERT_EQ(consumer->Wait(60), 0) << test::ReadFile(Path(name + ".get.log"));
     std::string got = NpyData(Path(name + ".out.npy"));
@@ -143,7 +146,8 @@ TEST_F(Fill, ATensorBeingFilledIsNotReadyUntilItsFillerPublishesIt) {
   ASSERT_EQ(created["ok"], true) << created.dump();
   EXPECT_EQ(created["tensor"]["state"], "creating");
   EXPECT_EQ(HashField("f", "state"), "creating");
-  auto waiting = Start("mcd-get", {"f", "--wait", "60", "--no-ref", "-q", "-o", Path("f.npy")}, "wait.log");
+  auto waiting =
+      Start("mcd-get", {"f", "--wait", "60", "--no-ref", "-q", "-o", Path("f.npy")}, "wait.log");
   EXPECT_EQ(Tool("mcd-get", {"f", "-q"}).exit_code, 75);
   EXPECT_EQ(Tool("mcd-get", {"f", "-q", "--no-ref"}).exit_code, 75);
   auto rm = Tool("mcd-rm", {"f"});
@@ -182,13 +186,16 @@ TEST_F(Fill, AFillerThatDiesMidFillLeavesNothing) {
   ASSERT_EQ(CreateFilled("dies", 4096, filler->pid())["ok"], true);
   ASSERT_EQ(ShmCount(), 1u);
   filler->Stop(SIGKILL);
-  EXPECT_TRUE(test::WaitFor([&] { return HashField("dies", "state").empty() && ShmCount() == 0; }, 5000))
+  EXPECT_TRUE(
+      test::WaitFor([&] { return HashField("dies", "state").empty() && ShmCount() == 0; }, 5000))
       << "state '" << HashField("dies", "state") << "', " << ShmCount() << " shm object(s)\n"
       << ServeLog();
   EXPECT_TRUE(EventsOf("dies").empty());
   EXPECT_EQ(Tool("mcd-get", {"dies", "-q"}).exit_code, 1);
   // The name is free again.
-  EXPECT_EQ(Tool("mcd-create", {"dies", "--dtype", "u8", "--shape", "8", "--device", "cpu", "-q"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-create", {"dies", "--dtype", "u8", "--shape", "8", "--device", "cpu", "-q"})
+                .exit_code,
+            0);
 }
 
 // A filler that gives up abandons its tensor: nothing is left. Only its filler may abandon it,
@@ -197,14 +204,16 @@ TEST_F(Fill, AFillerThatGivesUpLeavesNothing) {
   auto filler = Sleeper("filler.log");
   ASSERT_EQ(CreateFilled("quit", 4096, filler->pid())["ok"], true);
   std::string pid = std::to_string(filler->pid());
-  json deleted = Raw(R"({"op":"delete","name":"quit","pid":)" + pid + R"(,"req":"quit-del"})", "quit-del");
+  json deleted =
+      Raw(R"({"op":"delete","name":"quit","pid":)" + pid + R"(,"req":"quit-del"})", "quit-del");
   EXPECT_EQ(deleted["error"]["code"], "not_ready") << deleted.dump();
   json stranger = Raw(R"({"op":"abandon","name":"quit","pid":)" + std::to_string(getpid()) +
                           R"(,"req":"quit-other"})",
                       "quit-other");
   EXPECT_EQ(stranger["error"]["code"], "invalid_argument") << stranger.dump();
   EXPECT_EQ(HashField("quit", "state"), "creating");
-  json abandoned = Raw(R"({"op":"abandon","name":"quit","pid":)" + pid + R"(,"req":"quit-ab"})", "quit-ab");
+  json abandoned =
+      Raw(R"({"op":"abandon","name":"quit","pid":)" + pid + R"(,"req":"quit-ab"})", "quit-ab");
   ASSERT_EQ(abandoned["ok"], true) << abandoned.dump();
   EXPECT_EQ(abandoned["freed"], true);
   EXPECT_EQ(HashField("quit", "state"), "");
@@ -214,22 +223,28 @@ TEST_F(Fill, AFillerThatGivesUpLeavesNothing) {
 
 // A create with "fill" needs a filler on this host, and excludes copy_of.
 TEST_F(Fill, ACreateWithFillNamesALiveFiller) {
-  json no_pid = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"req":"np"})", "np");
+  json no_pid = Raw(
+      R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"req":"np"})",
+      "np");
   EXPECT_EQ(no_pid["error"]["code"], "invalid_argument") << no_pid.dump();
   json dead = CreateFilled("x", 8, 0x3ffffff0);
   EXPECT_EQ(dead["error"]["code"], "invalid_argument") << dead.dump();
   std::string self = std::to_string(getpid());
-  json copy = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":)" +
-                      self + R"(,"copy_of":"y","req":"cp"})",
-                  "cp");
+  json copy = Raw(
+      R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":)" +
+          self + R"(,"copy_of":"y","req":"cp"})",
+      "cp");
   EXPECT_EQ(copy["error"]["code"], "invalid_argument") << copy.dump();
-  EXPECT_NE(copy["error"]["message"].get<std::string>().find("exclude"), std::string::npos) << copy.dump();
+  EXPECT_NE(copy["error"]["message"].get<std::string>().find("exclude"), std::string::npos)
+      << copy.dump();
   // A filler whose pid means another process where the server runs (another PID namespace).
-  json elsewhere = Raw(R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":)" +
-                           self + R"(,"pid_space":"another-boot/4026531836","req":"ns"})",
-                       "ns");
+  json elsewhere = Raw(
+      R"({"op":"create","name":"x","dtype":"u8","shape":[8],"device":"cpu","fill":true,"pid":)" +
+          self + R"(,"pid_space":"another-boot/4026531836","req":"ns"})",
+      "ns");
   EXPECT_EQ(elsewhere["error"]["code"], "invalid_argument") << elsewhere.dump();
-  EXPECT_NE(elsewhere["error"]["message"].get<std::string>().find("PID namespace"), std::string::npos)
+  EXPECT_NE(elsewhere["error"]["message"].get<std::string>().find("PID namespace"),
+            std::string::npos)
       << elsewhere.dump();
   EXPECT_TRUE(TensorKeys().empty());
   EXPECT_EQ(ShmCount(), 0u);

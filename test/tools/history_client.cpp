@@ -97,8 +97,7 @@ class CApi : public Api {
     options.size = sizeof(options);
     options.data = bytes.data();
     options.data_bytes = bytes.size();
-    int32_t rc =
-        mcd_create_ex(client_, name.c_str(), "u8", shape, 1, Device(), &options, nullptr);
+    int32_t rc = mcd_create_ex(client_, name.c_str(), "u8", shape, 1, Device(), &options, nullptr);
     return rc == MCD_OK ? 0 : Failed(rc);
   }
 

@@ -7,6 +7,7 @@
 // MCD_HISTORY_SECONDS sets the length of the first case (default 100; the failover case runs a
 // third of it, at least 30 s); MCD_HISTORY_SEED its random choices; MCD_HISTORY_DUMP names a file
 // to write the whole history to.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -17,8 +18,6 @@
 #include <iostream>
 #include <random>
 #include <thread>
-
-#include <cuda_runtime_api.h>
 
 #include "history_model.h"
 #include "history_workload.h"

@@ -161,7 +161,9 @@ void Workload::WorkerLoop(int worker, uint32_t seed) {
     } else if (live < 8 || (live < 60 && r < 0.45)) {
       double api = Uniform(rng, 0, 1);
       ProduceWithWaiter(rng, NewName(worker),
-                        api < 0.6 ? Api::kTool : api < 0.8 ? Api::kLibrary : Api::kCAbi);
+                        api < 0.6   ? Api::kTool
+                        : api < 0.8 ? Api::kLibrary
+                                    : Api::kCAbi);
     } else if (r < 0.75) {
       Read(rng);
     } else if (r < 0.97) {

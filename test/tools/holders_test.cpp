@@ -17,19 +17,25 @@ namespace {
 class Holders : public Lifecycle {
  protected:
   // A process of hold_client holding one reference to each of `names`, running once it said so.
-  std::unique_ptr<test::Background> Hold(const std::vector<std::string>& names, const std::string& log) {
+  std::unique_ptr<test::Background> Hold(const std::vector<std::string>& names,
+                                         const std::string& log) {
     std::vector<std::string> argv = {test::ToolPath("hold_client"), redis_.url(), node_};
     argv.insert(argv.end(), names.begin(), names.end());
     std::string path = dir_.path() + "/" + log;
     auto holder = std::make_unique<test::Background>(argv, Env(), path);
-    EXPECT_TRUE(test::WaitFor([&] { return test::ReadFile(path).find("held") != std::string::npos; }, 10000))
+    EXPECT_TRUE(test::WaitFor(
+        [&] { return test::ReadFile(path).find("held") != std::string::npos; }, 10000))
         << test::ReadFile(path);
     return holder;
   }
   void Create(const std::string& name) {
-    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "u8", "--shape", "16", "--device", "cpu", "-q"}).exit_code, 0);
+    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "u8", "--shape", "16", "--device", "cpu", "-q"})
+                  .exit_code,
+              0);
   }
-  std::string Holder(pid_t pid) { return "holder:" + std::to_string(pid) + ":" + std::to_string(StartOf(pid)); }
+  std::string Holder(pid_t pid) {
+    return "holder:" + std::to_string(pid) + ":" + std::to_string(StartOf(pid));
+  }
   static uint64_t StartOf(pid_t pid) {
     // /proc/PID/stat field 22, after the command name's closing parenthesis.
     std::string stat = test::ReadFile("/proc/" + std::to_string(pid) + "/stat");
@@ -40,7 +46,9 @@ class Holders : public Lifecycle {
     }
     return std::stoull(field);
   }
-  long long SetSize(const std::string& key) { return redis_.Connect()->Command({"SCARD", key})->integer; }
+  long long SetSize(const std::string& key) {
+    return redis_.Connect()->Command({"SCARD", key})->integer;
+  }
 };
 
 TEST_F(Holders, ADeadProgramsReferencesAreGivenBackWithinASecondOrTwo) {
@@ -59,8 +67,8 @@ TEST_F(Holders, ADeadProgramsReferencesAreGivenBackWithinASecondOrTwo) {
 
   holder->Stop(SIGKILL);
   auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("b", "refcount") == "1" && HashField("a", "refcount") == "1"; },
-                            3000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return HashField("b", "refcount") == "1" && HashField("a", "refcount") == "1"; }, 3000))
       << ServeLog();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2500));
   EXPECT_EQ(HashField("b", field), "");
@@ -76,10 +84,12 @@ TEST_F(Holders, ADeadProgramsReferencesAreGivenBackWithinASecondOrTwo) {
 // cheaper); once it is gone, the field goes too.
 TEST_F(Holders, AGoneHolderLeavesNoTraceInTheHash) {
   Create("z");
-  std::string script = test::ToolPath("mcd-get") + " z -q --node " + node_ + " && " + test::ToolPath("mcd-rm") +
-                       " z -q --node " + node_ + " && echo done && exec sleep 60";
+  std::string script = test::ToolPath("mcd-get") + " z -q --node " + node_ + " && " +
+                       test::ToolPath("mcd-rm") + " z -q --node " + node_ +
+                       " && echo done && exec sleep 60";
   test::Background shell({"/bin/sh", "-c", script}, Env(), dir_.path() + "/shell.log");
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "done\n"; }, 10000));
+  ASSERT_TRUE(
+      test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "done\n"; }, 10000));
   std::string field = Holder(shell.pid());
   EXPECT_EQ(HashField("z", field), "0");
   EXPECT_EQ(HashField("z", "refcount"), "1");
@@ -113,7 +123,8 @@ TEST_F(Holders, AShellsReferencesGoWithTheShellAndDetachedOnesStay) {
   std::string get = test::ToolPath("mcd-get") + " s -q --node " + node_;
   std::string script = get + " && " + get + " --detached && echo held && exec sleep 60";
   test::Background shell({"/bin/sh", "-c", script}, Env(), dir_.path() + "/shell.log");
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "held\n"; }, 10000));
+  ASSERT_TRUE(
+      test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "held\n"; }, 10000));
   EXPECT_EQ(HashField("s", "refcount"), "3");
   EXPECT_EQ(HashField("s", Holder(shell.pid())), "1");
   shell.Stop(SIGKILL);
@@ -134,15 +145,18 @@ TEST_F(Holders, AReferenceTakenFromTheOnlyLiveServerFoundIsGivenBack) {
   auto env = Env();
   env["MCD_NODE"] = "";  // as if unset: the tool looks for the only live server
   test::Background shell({"/bin/sh", "-c", script}, env, dir_.path() + "/shell.log");
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "held\n"; }, 10000))
+  ASSERT_TRUE(
+      test::WaitFor([&] { return test::ReadFile(dir_.path() + "/shell.log") == "held\n"; }, 10000))
       << test::ReadFile(dir_.path() + "/shell.log");
   std::string field = Holder(shell.pid());
   EXPECT_EQ(HashField("d", field), "1");
   EXPECT_EQ(SetSize(keys_.Holders(node_)), 1);
   EXPECT_EQ(SetSize(keys_.Held(node_, field.substr(7))), 1);
   shell.Stop(SIGKILL);
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("d", "refcount") == "1" && HashField("d", field).empty(); }, 3000))
-      << "refcount " << HashField("d", "refcount") << ", " << field << "=" << HashField("d", field) << "\n"
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return HashField("d", "refcount") == "1" && HashField("d", field).empty(); }, 3000))
+      << "refcount " << HashField("d", "refcount") << ", " << field << "=" << HashField("d", field)
+      << "\n"
       << ServeLog();
   EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
   EXPECT_EQ(SetSize(keys_.Holders(host)), 0);
@@ -156,31 +170,40 @@ TEST_F(Holders, AToolWhoseCallerHasExitedBindsNothingToInit) {
   // The subshell waits for the shell ($$) to exit, then `exec` makes the tool itself its orphan.
   const std::string after_exit = "(while kill -0 $$ 2>/dev/null; do sleep 0.05; done; exec ";
   auto orphan = [&](const std::string& tool_args, const std::string& out) {
-    std::string line = after_exit + tool_args + " --node " + node_ + " >" + out + ".out 2>" + out + ".err) & exit 0";
+    std::string line = after_exit + tool_args + " --node " + node_ + " >" + out + ".out 2>" + out +
+                       ".err) & exit 0";
     ASSERT_EQ(test::Run({"/bin/sh", "-c", line}, Env()).exit_code, 0);
   };
   std::string probe = dir_.path() + "/probe";
-  ASSERT_EQ(test::Run({"/bin/sh", "-c", after_exit + "sh -c 'echo $PPID' >" + probe + ") & exit 0"}).exit_code, 0);
+  ASSERT_EQ(test::Run({"/bin/sh", "-c", after_exit + "sh -c 'echo $PPID' >" + probe + ") & exit 0"})
+                .exit_code,
+            0);
   ASSERT_TRUE(test::WaitFor([&] { return !test::ReadFile(probe).empty(); }, 10000));
   if (test::ReadFile(probe) != "1\n") {
-    GTEST_SKIP() << "orphans here are adopted by pid " << test::ReadFile(probe) << ", a subreaper, not init";
+    GTEST_SKIP() << "orphans here are adopted by pid " << test::ReadFile(probe)
+                 << ", a subreaper, not init";
   }
   std::string d = dir_.path();
   orphan(test::ToolPath("mcd-get") + " o", d + "/get");
   orphan(test::ToolPath("mcd-rm") + " o", d + "/rm");
-  orphan(test::ToolPath("mcd-create") + " s --dtype u8 --shape 4 --device cpu --lifetime stack", d + "/create");
+  orphan(test::ToolPath("mcd-create") + " s --dtype u8 --shape 4 --device cpu --lifetime stack",
+         d + "/create");
   orphan(test::ToolPath("mcd-get") + " o --no-ref --json", d + "/read");
   for (const char* tool : {"get", "rm", "create"}) {
     std::string err = d + "/" + tool + ".err";
-    ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(err).find("(invalid_argument)") != std::string::npos; }, 10000))
+    ASSERT_TRUE(test::WaitFor(
+        [&] { return test::ReadFile(err).find("(invalid_argument)") != std::string::npos; }, 10000))
         << tool << ": " << test::ReadFile(err);
-    EXPECT_NE(test::ReadFile(err).find("parent is pid 1"), std::string::npos) << test::ReadFile(err);
+    EXPECT_NE(test::ReadFile(err).find("parent is pid 1"), std::string::npos)
+        << test::ReadFile(err);
     EXPECT_NE(test::ReadFile(err).find("--owner-pid"), std::string::npos) << test::ReadFile(err);
-    EXPECT_TRUE(std::string(tool) == "create" || test::ReadFile(err).find("--detached") != std::string::npos)
+    EXPECT_TRUE(std::string(tool) == "create" ||
+                test::ReadFile(err).find("--detached") != std::string::npos)
         << test::ReadFile(err);
   }
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(d + "/read.out").find("\"name\":\"o\"") != std::string::npos; },
-                            10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(d + "/read.out").find("\"name\":\"o\"") != std::string::npos; },
+      10000))
       << test::ReadFile(d + "/read.err");
   EXPECT_EQ(HashField("o", "refcount"), "1");
   EXPECT_EQ(HashField("o", "bound"), "");
@@ -204,14 +227,18 @@ TEST_F(Holders, AToolRunFromOutsideItsPidNamespaceSaysSoAndBindsNothing) {
   const std::vector<std::vector<std::string>> tools = {
       {test::ToolPath("mcd-get"), "o"},
       {test::ToolPath("mcd-rm"), "o"},
-      {test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack"}};
+      {test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "4", "--device", "cpu",
+       "--lifetime", "stack"}};
   for (const auto& tool : tools) {
     auto refused = outside(tool);
     EXPECT_EQ(refused.exit_code, 64) << tool[0] << ": " << refused.err;
-    EXPECT_NE(refused.err.find("run from outside its PID namespace (docker exec"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("run from outside its PID namespace (docker exec"),
+              std::string::npos)
+        << refused.err;
     EXPECT_EQ(refused.err.find("has exited"), std::string::npos) << refused.err;
     EXPECT_NE(refused.err.find("--owner-pid"), std::string::npos) << refused.err;
-    EXPECT_TRUE(tool[1] == "s" || refused.err.find("--detached") != std::string::npos) << refused.err;
+    EXPECT_TRUE(tool[1] == "s" || refused.err.find("--detached") != std::string::npos)
+        << refused.err;
   }
   auto read = outside({test::ToolPath("mcd-get"), "o", "--no-ref", "-q"});
   EXPECT_EQ(read.exit_code, 0) << "a read binds nothing: " << read.err;
@@ -227,8 +254,8 @@ TEST_F(Holders, NothingIsBoundToInitWhenNamed) {
   EXPECT_EQ(get.exit_code, 64) << get.err;
   EXPECT_NE(get.err.find("--detached"), std::string::npos) << get.err;
   EXPECT_EQ(Tool("mcd-rm", {"i", "--owner-pid", "1"}).exit_code, 64);
-  auto create = Tool("mcd-create", {"s", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack",
-                                    "--owner-pid", "1"});
+  auto create = Tool("mcd-create", {"s", "--dtype", "u8", "--shape", "4", "--device", "cpu",
+                                    "--lifetime", "stack", "--owner-pid", "1"});
   EXPECT_EQ(create.exit_code, 64) << create.err;
   EXPECT_NE(create.err.find("init"), std::string::npos) << create.err;
 
@@ -247,9 +274,9 @@ TEST_F(Holders, NothingIsBoundToInitWhenNamed) {
 
   json raw_get = Raw(R"({"op":"get","name":"i","req":"g1","owner_pid":1})", "g1");
   EXPECT_EQ(raw_get["error"]["code"], "invalid_argument") << raw_get.dump();
-  json raw_create =
-      Raw(R"({"op":"create","name":"s","dtype":"u8","shape":[4],"device":"cpu","lifetime":"stack","pid":1,"req":"c1"})",
-          "c1");
+  json raw_create = Raw(
+      R"({"op":"create","name":"s","dtype":"u8","shape":[4],"device":"cpu","lifetime":"stack","pid":1,"req":"c1"})",
+      "c1");
   EXPECT_EQ(raw_create["error"]["code"], "invalid_argument") << raw_create.dump();
   EXPECT_EQ(HashField("i", "refcount"), "1");
   EXPECT_EQ(SetSize(keys_.Holders(node_)), 0);
@@ -270,11 +297,15 @@ TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {
     EXPECT_NE(rm.err.find("(not_held)"), std::string::npos) << rm.err;
   }
   // The same through the server (the last reference goes there): a raw delete for a holder.
-  json refused = Raw(R"({"op":"delete","name":"r","req":"d1","owner_pid":)" + std::to_string(getpid()) + "}", "d1");
+  json refused =
+      Raw(R"({"op":"delete","name":"r","req":"d1","owner_pid":)" + std::to_string(getpid()) + "}",
+          "d1");
   EXPECT_EQ(refused["error"]["code"], "not_held") << refused.dump();
   EXPECT_EQ(HashField("r", "refcount"), "1");
   // As the holder's, it goes.
-  json given = Raw(R"({"op":"delete","name":"r","req":"d2","owner_pid":)" + std::to_string(holder->pid()) + "}", "d2");
+  json given = Raw(
+      R"({"op":"delete","name":"r","req":"d2","owner_pid":)" + std::to_string(holder->pid()) + "}",
+      "d2");
   EXPECT_EQ(given["ok"], true) << given.dump();
   EXPECT_EQ(given["freed"], true) << given.dump();
   EXPECT_TRUE(ShmFreedSoon());
@@ -286,7 +317,8 @@ TEST_F(Holders, RawCommandsAreBoundOnlyWhenTheyNameAnOwner) {
   Create("q");
   test::Background sleeper({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
   std::string owner = std::to_string(sleeper.pid());
-  EXPECT_EQ(Raw(R"({"op":"get","name":"q","req":"g1","owner_pid":)" + owner + "}", "g1")["ok"], true);
+  EXPECT_EQ(Raw(R"({"op":"get","name":"q","req":"g1","owner_pid":)" + owner + "}", "g1")["ok"],
+            true);
   EXPECT_EQ(Raw(R"({"op":"get","name":"q","req":"g2"})", "g2")["ok"], true);
   EXPECT_EQ(HashField("q", "refcount"), "3");
   json dead = Raw(R"({"op":"get","name":"q","req":"g3","owner_pid":999999999})", "g3");
@@ -296,7 +328,6 @@ TEST_F(Holders, RawCommandsAreBoundOnlyWhenTheyNameAnOwner) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(HashField("q", "refcount"), "2");  // the anonymous one stays
 }
-
 
 // Gets bound to a holder that has just died race the server giving its references back: each
 // reference such a get takes is still given back (at a later round when the get came after the
@@ -350,10 +381,11 @@ TEST_F(Holders, GetsRacingTheGiveBackOfADeadHoldersReferencesAreAllGivenBack) {
   std::string left;
   for (int i = 0; i < kTensors; ++i) {
     std::string name = "g" + std::to_string(i);
-    left += name + " refcount=" + HashField(name, "refcount") + " " + field + "=" + HashField(name, field) +
-            " bound=" + HashField(name, "bound") + "; ";
+    left += name + " refcount=" + HashField(name, "refcount") + " " + field + "=" +
+            HashField(name, field) + " bound=" + HashField(name, "bound") + "; ";
   }
-  EXPECT_TRUE(done) << taken.load() << " gets; left: " << left << " holders: " << SetSize(keys_.Holders(node_))
+  EXPECT_TRUE(done) << taken.load() << " gets; left: " << left
+                    << " holders: " << SetSize(keys_.Holders(node_))
                     << " held: " << SetSize(keys_.Held(node_, id));
 }
 
@@ -379,9 +411,11 @@ TEST_F(Holders, AGiveBackCutOffByARedisThatLostItsDataLosesNoTensor) {
   ASSERT_TRUE(test::WaitFor(give_back_paused, 20000)) << ServeLog();
   redis_.Restart();  // empty: no persistence
   EXPECT_TRUE(test::WaitFor([&] { return HashField("kept", "state") == "ready"; }, 20000))
-      << "the tensor was freed on a guess\n" << ServeLog();
+      << "the tensor was freed on a guess\n"
+      << ServeLog();
   EXPECT_NE(ServeLog().find("release_dead of 'kept': "), std::string::npos)
-      << "the give-back was not cut off by the restart\n" << ServeLog();
+      << "the give-back was not cut off by the restart\n"
+      << ServeLog();
   EXPECT_EQ(HashField("kept", "refcount"), "1");
   EXPECT_EQ(ShmCount(), 1u);
   auto removed = Tool("mcd-rm", {"kept"});
@@ -401,10 +435,10 @@ TEST_F(Holders, AHolderThatGaveEverythingBackLeavesNoReclaimWhenItExits) {
   Create("r");
   std::string get = test::ToolPath("mcd-get"), rm = test::ToolPath("mcd-rm");
   for (int i = 0; i < 5; ++i) {
-    auto ran = test::Run({"/bin/sh", "-c",
-                          get + " r -q --node " + node_ + " && " + rm + " r -q --node " + node_ +
-                              " && sleep 0.3"},
-                         Env());
+    auto ran = test::Run(
+        {"/bin/sh", "-c",
+         get + " r -q --node " + node_ + " && " + rm + " r -q --node " + node_ + " && sleep 0.3"},
+        Env());
     ASSERT_EQ(ran.exit_code, 0) << ran.err;
   }
   // Each shell is dead once Run returns; the reaper looks once a second.

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "memcuda/client.h"
@@ -49,19 +49,22 @@ class Lifecycle : public ::testing::Test {
   }
 
   void StartServer(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", devices_, "--node", node_,
-                                     "--heartbeat-ttl", heartbeat_ttl_};
+    std::vector<std::string> argv = {
+        test::ToolPath("mcd-serve"), "--devices",   devices_, "--node", node_,
+        "--heartbeat-ttl",           heartbeat_ttl_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     size_t started = Count(ServeLog(), "serving node");
     server_ = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/serve.log");
     // The heartbeat claims the node first; the log line says the start is complete.
-    ASSERT_TRUE(test::WaitFor([&] { return Heartbeat() && Count(ServeLog(), "serving node") > started; }, 10000))
+    ASSERT_TRUE(test::WaitFor(
+        [&] { return Heartbeat() && Count(ServeLog(), "serving node") > started; }, 10000))
         << ServeLog();
     // What the server says when it starts serving is complete: a client that read the heartbeat
     // without the socket would send through the queue for its whole life.
     auto socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"});
     ASSERT_TRUE(socket.ok());
-    ASSERT_FALSE(socket->str.empty()) << "the heartbeat names no command socket once the server serves";
+    ASSERT_FALSE(socket->str.empty())
+        << "the heartbeat names no command socket once the server serves";
   }
 
   std::map<std::string, std::string> Env() const {
@@ -109,7 +112,8 @@ class Lifecycle : public ::testing::Test {
   // failed) when there is none.
   int ConnectCommandSocket() {
     auto path = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"});
-    EXPECT_TRUE(path.ok() && !path->is_nil() && !path->str.empty()) << "the heartbeat names no command socket";
+    EXPECT_TRUE(path.ok() && !path->is_nil() && !path->str.empty())
+        << "the heartbeat names no command socket";
     if (!path.ok() || path->str.empty()) return -1;
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -117,7 +121,8 @@ class Lifecycle : public ::testing::Test {
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     timeval tv{10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+        << std::strerror(errno);
     return fd;
   }
   // Sends one line on a fresh connection to the command socket and returns the reply line, or ""
@@ -150,11 +155,13 @@ class Lifecycle : public ::testing::Test {
     std::vector<std::string> args = {"LPUSH", keys_.queue};
     for (int i = 0; i < count; ++i) {
       std::string name = prefix + std::to_string(i);
-      args.push_back(R"({"op":"create","name":")" + name + R"(","dtype":"u8","shape":[64],"device":"cpu","pid":1})");
+      args.push_back(R"({"op":"create","name":")" + name +
+                     R"(","dtype":"u8","shape":[64],"device":"cpu","pid":1})");
       args.push_back(R"({"op":"get","name":")" + name + R"("})");
       args.push_back(R"({"op":"delete","name":")" + name + R"("})");
     }
-    ASSERT_TRUE(redis_.Connect()->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+    ASSERT_TRUE(
+        redis_.Connect()->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
   }
 
   // SCRIPT FLUSH `times` times, `apart` from each other, while the server works through a backlog.
@@ -170,9 +177,13 @@ class Lifecycle : public ::testing::Test {
   // reference: a create "end" sent behind it (with req `end_req`) is answered, each command was
   // applied once, and none is left in the processing list.
   void ExpectBacklogAppliedOnce(const std::string& prefix, int count, const std::string& end_req) {
-    json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":")" + end_req + R"("})", end_req);
+    json last =
+        Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":")" +
+                end_req + R"("})",
+            end_req);
     ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
-    for (int i = 0; i < count; ++i) ASSERT_EQ(HashField(prefix + std::to_string(i), "refcount"), "1") << i << ServeLog();
+    for (int i = 0; i < count; ++i)
+      ASSERT_EQ(HashField(prefix + std::to_string(i), "refcount"), "1") << i << ServeLog();
     EXPECT_EQ(redis_.Connect()->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
     EXPECT_EQ(ShmCount(), static_cast<size_t>(count) + 1);
   }
@@ -181,9 +192,11 @@ class Lifecycle : public ::testing::Test {
   // loads slowly.
   void PersistWithFiller(int keys) {
     auto conn = redis_.Connect();
-    ASSERT_TRUE(conn->Command({"EVAL", "for i = 1, tonumber(ARGV[1]) do redis.call('SET', 'filler:' .. i, 'x') end",
-                               "0", std::to_string(keys)})
-                    .ok());
+    ASSERT_TRUE(
+        conn->Command({"EVAL",
+                       "for i = 1, tonumber(ARGV[1]) do redis.call('SET', 'filler:' .. i, 'x') end",
+                       "0", std::to_string(keys)})
+            .ok());
     // Every write on disk before its reply, so that what the test wrote is there after a SIGKILL.
     ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendfsync", "always"}).ok());
     ASSERT_TRUE(conn->Command({"CONFIG", "SET", "appendonly", "yes"}).ok());
@@ -191,7 +204,8 @@ class Lifecycle : public ::testing::Test {
         [&] {
           auto info = conn->Command({"INFO", "persistence"});
           return info.ok() && InfoField(info->str, "aof_rewrite_in_progress") == "0" &&
-                 InfoField(info->str, "aof_rewrite_scheduled") == "0" && InfoField(info->str, "aof_enabled") == "1";
+                 InfoField(info->str, "aof_rewrite_scheduled") == "0" &&
+                 InfoField(info->str, "aof_enabled") == "1";
         },
         20000));
   }
@@ -202,7 +216,9 @@ class Lifecycle : public ::testing::Test {
   }
 
   // Whether `count` clients are blocked in XREAD.
-  bool BlockedReaders(int count) { return test::BlockedClients(*redis_.Connect(), "xread") == count; }
+  bool BlockedReaders(int count) {
+    return test::BlockedClients(*redis_.Connect(), "xread") == count;
+  }
 
   std::vector<std::string> TensorKeys() {
     auto reply = redis_.Connect()->Command({"KEYS", keys_.TensorPattern("*")});  // test only
@@ -219,11 +235,14 @@ class Lifecycle : public ::testing::Test {
   size_t ShmCount() { return test::ShmObjects("mcd-mcd-" + node_).size(); }
   // The last release is answered once the hash is gone; the server frees the memory right after
   // sending the answer, so a moment may pass before the object disappears.
-  bool ShmFreedSoon() { return test::WaitFor([&] { return ShmCount() == 0; }, 2000); }
+  bool ShmFreedSoon() {
+    return test::WaitFor([&] { return ShmCount() == 0; }, 2000);
+  }
 
-  std::string devices_ = "cpu";  // mcd-serve --devices
+  std::string devices_ = "cpu";      // mcd-serve --devices
   std::string heartbeat_ttl_ = "3";  // mcd-serve --heartbeat-ttl
-  bool via_queue_ = false;  // the tools and clients of this test use the queue, not the command socket
+  bool via_queue_ =
+      false;  // the tools and clients of this test use the queue, not the command socket
   test::TempDir dir_;
   test::RedisServer redis_;
   KeySpace keys_;

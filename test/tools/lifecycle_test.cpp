@@ -2,34 +2,32 @@
 // memory (device cpu), so they run on machines without a GPU.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "lifecycle_fixture.h"
 #include "memcuda/client.h"
 #include "memcuda/keys.h"
 #include "memcuda/memcuda.h"
 #include "memcuda/private_redis.h"
-#include "lifecycle_fixture.h"
 #include "test_support.h"
 
 namespace mcd {
 namespace {
-
 
 TEST_F(Lifecycle, CreateListGetRemove) {
   auto created = Tool("mcd-create", {"w", "--dtype", "f32", "--shape", "2,3", "--device", "cpu"});
@@ -111,14 +109,17 @@ TEST_F(Lifecycle, CAbiFromPlainC) {
 }
 
 TEST_F(Lifecycle, MinimalRedisCliFormWorks) {
-  std::string body = R"({"op":"create","name":"X","dtype":"f32","shape":[2,3],"device":-1,"pid":1,"node":")" +
-                     node_ + "\"}";
+  std::string body =
+      R"({"op":"create","name":"X","dtype":"f32","shape":[2,3],"device":-1,"pid":1,"node":")" +
+      node_ + "\"}";
   auto pushed = test::Run({"redis-cli", "-u", redis_.url(), "LPUSH", "tensor_lifecycle", body});
   if (redis_.url().rfind("unix://", 0) == 0) {
-    pushed = test::Run({"redis-cli", "-s", redis_.url().substr(7), "LPUSH", "tensor_lifecycle", body});
+    pushed =
+        test::Run({"redis-cli", "-s", redis_.url().substr(7), "LPUSH", "tensor_lifecycle", body});
   }
   ASSERT_EQ(pushed.exit_code, 0) << pushed.err;
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("X", "state") == "ready"; }, 5000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("X", "state") == "ready"; }, 5000))
+      << ServeLog();
   EXPECT_EQ(HashField("X", "bytes"), "24");
   EXPECT_EQ(HashField("X", "ipc_kind"), "host_shm");
   EXPECT_EQ(HashField("X", "creator_pid"), "1");
@@ -134,18 +135,23 @@ TEST_F(Lifecycle, CommandsThatDependOnEachOtherKeepTheirOrderAcrossBatches) {
   ASSERT_NO_FATAL_FAILURE(PushCreateGetDelete("d", kNames));
   auto conn = redis_.Connect();
   // A last command with a req: its reply means every command before it was handled.
-  json last = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-1"})", "end-1");
+  json last =
+      Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-1"})",
+          "end-1");
   ASSERT_EQ(last["ok"], true) << last.dump();
   // The heartbeat's counters, once it has been written after the last command.
   auto counters = [&] {
     auto reply = conn->Command({"HMGET", keys_.Server(node_), "commands_ok", "commands_failed"});
-    return std::make_pair(std::atoll(reply->elements[0].str.c_str()), std::atoll(reply->elements[1].str.c_str()));
+    return std::make_pair(std::atoll(reply->elements[0].str.c_str()),
+                          std::atoll(reply->elements[1].str.c_str()));
   };
-  ASSERT_TRUE(test::WaitFor([&] { return counters().first + counters().second >= 3 * kNames + 1; }, 10000))
+  ASSERT_TRUE(
+      test::WaitFor([&] { return counters().first + counters().second >= 3 * kNames + 1; }, 10000))
       << ServeLog();
   EXPECT_EQ(counters(), std::make_pair(3LL * kNames + 1, 0LL));
   // Each name was created, got and given back once: one reference left.
-  for (int i = 0; i < kNames; ++i) ASSERT_EQ(HashField("d" + std::to_string(i), "refcount"), "1") << i;
+  for (int i = 0; i < kNames; ++i)
+    ASSERT_EQ(HashField("d" + std::to_string(i), "refcount"), "1") << i;
   EXPECT_EQ(ShmCount(), static_cast<size_t>(kNames) + 1);
 }
 
@@ -168,9 +174,11 @@ TEST_F(Lifecycle, ABacklogOfCreatesSurvivesScriptFlushesInQuickSuccession) {
   std::vector<std::string> args = {"LPUSH", keys_.queue};
   for (int i = 0; i < kNames; ++i) {
     args.push_back(R"({"op":"create","name":"b)" + std::to_string(i) +
-                   R"(","dtype":"u8","shape":[8],"device":"cpu","req":"b-)" + std::to_string(i) + R"("})");
+                   R"(","dtype":"u8","shape":[8],"device":"cpu","req":"b-)" + std::to_string(i) +
+                   R"("})");
   }
-  ASSERT_TRUE(redis_.Connect()->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
+  ASSERT_TRUE(
+      redis_.Connect()->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
   ASSERT_NO_FATAL_FAILURE(FlushScripts(20, std::chrono::milliseconds(5)));
   ASSERT_NO_FATAL_FAILURE(ExpectBacklogAppliedOnce("b", kNames, "end-3"));
   EXPECT_EQ(ServeLog().find("outcome=redis_error"), std::string::npos) << ServeLog();
@@ -183,7 +191,9 @@ TEST_F(Lifecycle, ReleasesTakeOneRoundTripAndSurviveAScriptFlush) {
   ASSERT_TRUE(client.Create(HostSpec("rel")).ok());
   ASSERT_TRUE(client.Get("rel").ok());  // two references now
   auto conn = redis_.Connect();
-  auto reply_lists = [&] { return conn->Command({"KEYS", keys_.Reply("*")})->elements.size(); };  // test only
+  auto reply_lists = [&] {
+    return conn->Command({"KEYS", keys_.Reply("*")})->elements.size();
+  };  // test only
 
   // Not the last: answered by the script, with a marker its own BLPOP takes at once.
   auto released = client.Release("rel");
@@ -277,7 +287,9 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
   ASSERT_NE(connected, nullptr);
   Client& client = *connected;
   ASSERT_TRUE(client.Create(HostSpec("own")).ok());
-  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   auto queued = [&] { return conn->Command({"LLEN", keys_.NodeQueue(node_)})->integer; };
 
@@ -287,12 +299,15 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
   ASSERT_EQ(conn->Command({"PERSIST", keys_.Server(node_)})->integer, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(conn->Command({"LPUSH", keys_.NodeQueue(node_),
-      R"({"op":"create","name":"first","dtype":"u8","shape":[1],"device":"cpu"})"}).ok());
+  ASSERT_TRUE(
+      conn->Command({"LPUSH", keys_.NodeQueue(node_),
+                     R"({"op":"create","name":"first","dtype":"u8","shape":[1],"device":"cpu"})"})
+          .ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(conn->Command({"DEL", keys_.NodeQueue(node_)}).ok());
   const std::string withdrawn = " was withdrawn from the queue, nothing changed";
-  auto late = Tool("mcd-create", {"late", "--dtype", "u8", "--shape", "16", "--device", "cpu", "--timeout-ms", "300"});
+  auto late = Tool("mcd-create", {"late", "--dtype", "u8", "--shape", "16", "--device", "cpu",
+                                  "--timeout-ms", "300"});
   EXPECT_EQ(late.exit_code, 75) << late.err;
   EXPECT_NE(late.err.find("the create of 'late'" + withdrawn), std::string::npos) << late.err;
   // The release of another process's last reference: the script queues its delete.
@@ -307,8 +322,8 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
   EXPECT_EQ(queued(), 0);
 
   // The heartbeat gone while a request waits: no server, and the command withdrawn just the same.
-  test::Background gone({test::ToolPath("mcd-create"), "gone", "--dtype", "u8", "--shape", "16", "--device",
-                         "cpu", "--timeout-ms", "2000", "--node", node_},
+  test::Background gone({test::ToolPath("mcd-create"), "gone", "--dtype", "u8", "--shape", "16",
+                         "--device", "cpu", "--timeout-ms", "2000", "--node", node_},
                         Env(), dir_.path() + "/gone.log");
   ASSERT_TRUE(test::WaitFor([&] { return queued() == 1; }, 5000));
   ASSERT_EQ(conn->Command({"DEL", keys_.Server(node_)})->integer, 1);
@@ -321,7 +336,9 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
   // The server goes on; a command sent now is answered, so none before it is left to apply.
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
   ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 5000)) << ServeLog();
-  json end = Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-1"})", "end-1");
+  json end =
+      Raw(R"({"op":"create","name":"end","dtype":"u8","shape":[1],"device":"cpu","req":"end-1"})",
+          "end-1");
   ASSERT_EQ(end["ok"], true) << end.dump() << ServeLog();
   EXPECT_EQ(HashField("late", "state"), "");
   EXPECT_EQ(HashField("gone", "state"), "");
@@ -331,15 +348,17 @@ TEST_F(Lifecycle, AnUnansweredCommandIsWithdrawnAndNeverAppliedLater) {
 
   // A consumer took the command and did not answer: it may still take effect, and says so.
   ASSERT_TRUE(conn->Command({"HSET", keys_.Server("stuck"), "pid", "1"}).ok());
-  test::Background stuck({test::ToolPath("mcd-create"), "a", "--dtype", "u8", "--shape", "1", "--device", "cpu",
-                          "--node", "stuck", "--queue", "stuck-queue", "--timeout-ms", "1000"},
-                         Env(), dir_.path() + "/stuck.log");
+  test::Background stuck(
+      {test::ToolPath("mcd-create"), "a", "--dtype", "u8", "--shape", "1", "--device", "cpu",
+       "--node", "stuck", "--queue", "stuck-queue", "--timeout-ms", "1000"},
+      Env(), dir_.path() + "/stuck.log");
   auto taken = conn->Command({"BLMOVE", "stuck-queue", "stuck-taken", "RIGHT", "LEFT", "10"});
   ASSERT_TRUE(taken.ok() && taken->type == RedisValue::Type::kString);
   EXPECT_EQ(stuck.Stop(0), 75);
   std::string stuck_err = test::ReadFile(dir_.path() + "/stuck.log");
   EXPECT_NE(stuck_err.find("the server had taken the create of 'a', which may still take effect"),
-            std::string::npos) << stuck_err;
+            std::string::npos)
+      << stuck_err;
 }
 
 // Tools and clients send creates and a creator's releases to the server's command socket, past
@@ -353,7 +372,9 @@ TEST_F(Lifecycle, ToolsSendTheirCommandsStraightToTheServerPastTheQueue) {
     return at == std::string::npos ? 0 : std::stoi(info.substr(at + command.size() + 15));
   };
   ASSERT_TRUE(conn->Command({"CONFIG", "RESETSTAT"}).ok());
-  ASSERT_EQ(Tool("mcd-create", {"direct", "--dtype", "f32", "--shape", "2,3", "--device", "cpu"}).exit_code, 0)
+  ASSERT_EQ(Tool("mcd-create", {"direct", "--dtype", "f32", "--shape", "2,3", "--device", "cpu"})
+                .exit_code,
+            0)
       << ServeLog();
   EXPECT_EQ(HashField("direct", "state"), "ready");
   EXPECT_EQ(HashField("direct", "shape"), "[2,3]");
@@ -370,7 +391,9 @@ TEST_F(Lifecycle, ToolsSendTheirCommandsStraightToTheServerPastTheQueue) {
   EXPECT_EQ(calls("set"), 0) << "a first result was kept for a command that is never sent again";
 
   via_queue_ = true;
-  ASSERT_EQ(Tool("mcd-create", {"queued", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"queued", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   EXPECT_EQ(calls("lpush"), 1);
   EXPECT_EQ(calls("blpop"), 1);
   EXPECT_EQ(HashField("queued", "state"), "ready");
@@ -386,19 +409,22 @@ TEST_F(Lifecycle, ACommandGivenUpOnTheSocketIsNeverAppliedLater) {
   auto conn = redis_.Connect();
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
   ASSERT_EQ(conn->Command({"PERSIST", keys_.Server(node_)})->integer, 1);
-  auto late = Tool("mcd-create", {"late", "--dtype", "u8", "--shape", "16", "--device", "cpu", "--timeout-ms", "300"});
+  auto late = Tool("mcd-create", {"late", "--dtype", "u8", "--shape", "16", "--device", "cpu",
+                                  "--timeout-ms", "300"});
   EXPECT_EQ(late.exit_code, 75) << late.err;
   EXPECT_NE(late.err.find("the create of 'late' was withdrawn"), std::string::npos) << late.err;
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
-  ASSERT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code, 0)
+  ASSERT_EQ(
+      Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "16", "--device", "cpu"}).exit_code,
+      0)
       << ServeLog();
   EXPECT_EQ(HashField("late", "state"), "") << "a withdrawn create was applied";
   EXPECT_EQ(HashField("after", "state"), "ready");
 
   // Killed while a client waits on its socket.
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
-  test::Background waiting({test::ToolPath("mcd-create"), "orphan", "--dtype", "u8", "--shape", "16", "--device",
-                            "cpu", "--timeout-ms", "20000", "--node", node_},
+  test::Background waiting({test::ToolPath("mcd-create"), "orphan", "--dtype", "u8", "--shape",
+                            "16", "--device", "cpu", "--timeout-ms", "20000", "--node", node_},
                            Env(), dir_.path() + "/waiting.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto t0 = std::chrono::steady_clock::now();
@@ -408,7 +434,9 @@ TEST_F(Lifecycle, ACommandGivenUpOnTheSocketIsNeverAppliedLater) {
   auto waited = std::chrono::steady_clock::now() - t0;
   std::string err = test::ReadFile(dir_.path() + "/waiting.log");
   EXPECT_EQ(code, 69) << err;
-  EXPECT_NE(err.find("closed its command socket before answering the create of 'orphan'"), std::string::npos) << err;
+  EXPECT_NE(err.find("closed its command socket before answering the create of 'orphan'"),
+            std::string::npos)
+      << err;
   EXPECT_LT(waited, std::chrono::seconds(5)) << "the client waited out its timeout";
   StartServer();
   EXPECT_EQ(HashField("orphan", "state"), "");
@@ -420,12 +448,14 @@ TEST_F(Lifecycle, ListingSpansManyPipelinedWindows) {
   constexpr int kCount = 3000;
   auto conn = redis_.Connect();
   for (int i = 0; i < kCount; ++i) {
-    std::string body = R"({"op":"create","name":"m)" + std::to_string(i) + R"(","dtype":"i32","shape":[)" +
-                       std::to_string(i % 7 + 1) + R"(],"device":"cpu","pid":1})";
+    std::string body = R"({"op":"create","name":"m)" + std::to_string(i) +
+                       R"(","dtype":"i32","shape":[)" + std::to_string(i % 7 + 1) +
+                       R"(],"device":"cpu","pid":1})";
     ASSERT_TRUE(conn->Append({"LPUSH", keys_.queue, body}).ok());
   }
   for (int i = 0; i < kCount; ++i) ASSERT_TRUE(conn->ReadReply().ok());
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("m" + std::to_string(kCount - 1), "state") == "ready"; }, 60000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return HashField("m" + std::to_string(kCount - 1), "state") == "ready"; }, 60000))
       << ServeLog();
   ClientOptions opt;
   opt.redis_url = redis_.parsed_url();
@@ -453,7 +483,8 @@ TEST_F(Lifecycle, ListingSpansManyPipelinedWindows) {
 }
 
 TEST_F(Lifecycle, RepeatedReqIsAppliedOnce) {
-  ASSERT_EQ(Tool("mcd-create", {"r", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"r", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code,
+            0);
   std::string body = R"({"op":"get","name":"r","req":"same-1"})";
   json first = Raw(body, "same-1");
   json second = Raw(body, "same-1");
@@ -464,7 +495,8 @@ TEST_F(Lifecycle, RepeatedReqIsAppliedOnce) {
 
 TEST_F(Lifecycle, AReqIsRecognisedForReqTtlSeconds) {
   // By default the first reply is kept as long as the reply list (60 s).
-  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code,
+            0);
   json first = Raw(R"({"op":"get","name":"t","req":"ttl-1"})", "ttl-1");
   ASSERT_EQ(first["ok"], true) << first.dump();
   auto conn = redis_.Connect();
@@ -475,18 +507,24 @@ TEST_F(Lifecycle, AReqIsRecognisedForReqTtlSeconds) {
   // --req-ttl 1: a repeat after that is a new command, applied again.
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
   StartServer({"--req-ttl", "1"});
-  ASSERT_EQ(Tool("mcd-create", {"u", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"u", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code,
+            0);
   std::string body = R"({"op":"get","name":"u","req":"ttl-2"})";
   EXPECT_EQ(Raw(body, "ttl-2")["tensor"]["refcount"], 2);
   EXPECT_LE(conn->Command({"TTL", keys_.Done("ttl-2")})->integer, 1);
   EXPECT_EQ(Raw(body, "ttl-2")["tensor"]["refcount"], 2);  // within the second: the first reply
-  ASSERT_TRUE(test::WaitFor([&] { return conn->Command({"EXISTS", keys_.Done("ttl-2")})->integer == 0; }, 3000));
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return conn->Command({"EXISTS", keys_.Done("ttl-2")})->integer == 0;
+      },
+      3000));
   EXPECT_EQ(Raw(body, "ttl-2")["tensor"]["refcount"], 3);  // expired: applied again
   EXPECT_EQ(HashField("u", "refcount"), "3");
 }
 
 TEST_F(Lifecycle, ServerLoadsItsScriptsAgainAfterAScriptFlush) {
-  ASSERT_EQ(Tool("mcd-create", {"f", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"f", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code,
+            0);
   ASSERT_TRUE(redis_.Connect()->Command({"SCRIPT", "FLUSH"}).ok());
   json reply = Raw(R"({"op":"get","name":"f","req":"after-flush-1"})", "after-flush-1");
   EXPECT_EQ(reply["ok"], true) << reply.dump() << ServeLog();
@@ -494,7 +532,8 @@ TEST_F(Lifecycle, ServerLoadsItsScriptsAgainAfterAScriptFlush) {
 }
 
 TEST_F(Lifecycle, AChangeRedisRefusesIsAnsweredAndNotLeftBehind) {
-  ASSERT_EQ(Tool("mcd-create", {"z", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"z", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
   auto conn = redis_.Connect();
   // Someone replaced the tensor's hash with a string: the delete's commit fails inside Redis.
   ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("z")}).ok());
@@ -504,46 +543,56 @@ TEST_F(Lifecycle, AChangeRedisRefusesIsAnsweredAndNotLeftBehind) {
   EXPECT_EQ(reply["error"]["code"], "redis_error") << reply.dump();
   std::string message = reply["error"]["message"].get<std::string>();
   EXPECT_NE(message.find("WRONGTYPE"), std::string::npos) << message;
-  EXPECT_EQ(message.find("script"), std::string::npos) << message;  // Redis's words, not the script's
+  EXPECT_EQ(message.find("script"), std::string::npos)
+      << message;  // Redis's words, not the script's
   // Not left in the processing list to be run again after the next reconnect.
   EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
   EXPECT_EQ(conn->Command({"GET", keys_.Tensor("z")})->str, "junk");
-  EXPECT_EQ(Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0)
+  EXPECT_EQ(
+      Tool("mcd-create", {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0)
       << ServeLog();
 }
 
 TEST_F(Lifecycle, AHandEditedRefcountReadsAsHincrbyReadsIt) {
-  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
-  ASSERT_EQ(Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
+  ASSERT_EQ(Tool("mcd-create", {"b", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
   auto conn = redis_.Connect();
   ASSERT_TRUE(conn->Command({"HDEL", keys_.Tensor("a"), "refcount"}).ok());
   ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("b"), "refcount", "abc"}).ok());
-  json missing = Raw(R"({"op":"get","name":"a","req":"edit-1"})", "edit-1");  // a missing count is 0
+  json missing =
+      Raw(R"({"op":"get","name":"a","req":"edit-1"})", "edit-1");  // a missing count is 0
   EXPECT_EQ(missing["ok"], true) << missing.dump();
   EXPECT_EQ(missing["tensor"]["refcount"], 1) << missing.dump();
   EXPECT_EQ(HashField("a", "refcount"), "1");
   json garbled = Raw(R"({"op":"get","name":"b","req":"edit-2"})", "edit-2");
   EXPECT_EQ(garbled["error"]["code"], "redis_error") << garbled.dump();
-  EXPECT_EQ(garbled["error"]["message"], "Redis refused the change: ERR hash value is not an integer") << garbled.dump();
+  EXPECT_EQ(garbled["error"]["message"],
+            "Redis refused the change: ERR hash value is not an integer")
+      << garbled.dump();
   EXPECT_EQ(HashField("b", "refcount"), "abc");  // untouched
 }
 
 // A reader trusts shape and dtype to index the memory it maps: a hash whose fields disagree or
 // are malformed is refused, and a get that fails after taking its reference gives it back.
 TEST_F(Lifecycle, AHandEditedHashIsRefusedAndAFailedGetGivesItsReferenceBack) {
-  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "f32", "--shape", "4,4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"t", "--dtype", "f32", "--shape", "4,4", "--device", "cpu"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   struct Edit {
     const char* field;
     const char* value;
     const char* says;
   };
-  for (const Edit& edit : {Edit{"shape", "[4,4,4]", "says \"bytes\" 64, which its shape and dtype do not make (256)"},
-                           Edit{"shape", "[4611686018427387904,4]", "which its shape and dtype do not make"},
-                           Edit{"dtype", "f64", "do not make (128)"},
-                           Edit{"bytes", "65", "says \"bytes\" 65"},
-                           Edit{"offset", "-1", "malformed \"offset\""},
-                           Edit{"ctime", "yesterday", "malformed \"ctime\""}}) {
+  for (const Edit& edit :
+       {Edit{"shape", "[4,4,4]", "says \"bytes\" 64, which its shape and dtype do not make (256)"},
+        Edit{"shape", "[4611686018427387904,4]", "which its shape and dtype do not make"},
+        Edit{"dtype", "f64", "do not make (128)"}, Edit{"bytes", "65", "says \"bytes\" 65"},
+        Edit{"offset", "-1", "malformed \"offset\""},
+        Edit{"ctime", "yesterday", "malformed \"ctime\""}}) {
     SCOPED_TRACE(std::string(edit.field) + "=" + edit.value);
     std::string before = HashField("t", edit.field);
     ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("t"), edit.field, edit.value}).ok());
@@ -568,7 +617,9 @@ TEST_F(Lifecycle, AHandEditedHashIsRefusedAndAFailedGetGivesItsReferenceBack) {
 // validation (edited since the get): an error would have a caller that retries give back a
 // second reference.
 TEST_F(Lifecycle, AReleaseOfAHandEditedHashSucceedsAndGivesBackOneReference) {
-  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "f32", "--shape", "4,4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"t", "--dtype", "f32", "--shape", "4,4", "--device", "cpu"}).exit_code,
+      0);
   auto client = ConnectClient();
   ASSERT_NE(client, nullptr);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(client->Get("t").ok()) << i;
@@ -601,7 +652,8 @@ TEST_F(Lifecycle, AnOutputIsWrittenWholeOrNotAtAll) {
   ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);
   auto files = [&] {
     std::vector<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(out_dir)) names.push_back(entry.path().filename());
+    for (const auto& entry : std::filesystem::directory_iterator(out_dir))
+      names.push_back(entry.path().filename());
     std::sort(names.begin(), names.end());
     return names;
   };
@@ -612,12 +664,14 @@ TEST_F(Lifecycle, AnOutputIsWrittenWholeOrNotAtAll) {
     for (char& c : before) c = static_cast<char>(random());
     std::ofstream(target, std::ios::binary) << before;
     ASSERT_EQ(chmod(target.c_str(), 0640), 0);
-    auto limited = test::Run({test::ToolPath("mcd-get"), "t", "-o", target, "--node", node_}, Env(), 60, [] {
-      rlimit limit{16 << 10, 16 << 10};
-      setrlimit(RLIMIT_FSIZE, &limit);
-    });
+    auto limited =
+        test::Run({test::ToolPath("mcd-get"), "t", "-o", target, "--node", node_}, Env(), 60, [] {
+          rlimit limit{16 << 10, 16 << 10};
+          setrlimit(RLIMIT_FSIZE, &limit);
+        });
     EXPECT_EQ(limited.exit_code, 74) << limited.err;
-    EXPECT_NE(limited.err.find("cannot write " + target + ": " + std::strerror(EFBIG)), std::string::npos)
+    EXPECT_NE(limited.err.find("cannot write " + target + ": " + std::strerror(EFBIG)),
+              std::string::npos)
         << limited.err;
     // (Compared as a whole: a failure prints sizes, not 64 KiB of bytes.)
     std::string left = test::ReadFile(target);
@@ -687,7 +741,8 @@ TEST_F(Lifecycle, AnOutputLinkedToADeviceIsWrittenIntoNotReplaced) {
     ASSERT_EQ(lstat(link.c_str(), &st), 0);
     EXPECT_TRUE(S_ISLNK(st.st_mode));
     std::vector<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(out_dir)) names.push_back(entry.path().filename());
+    for (const auto& entry : std::filesystem::directory_iterator(out_dir))
+      names.push_back(entry.path().filename());
     EXPECT_EQ(names, std::vector<std::string>{name});
     ASSERT_EQ(unlink(link.c_str()), 0);
   }
@@ -698,13 +753,20 @@ TEST_F(Lifecycle, ACreateWhoseReplyRedisRefusesChangesNothing) {
   // not have written the hash either (Redis keeps a script's writes made before an error).
   auto conn = redis_.Connect();
   ASSERT_TRUE(conn->Command({"SET", keys_.Reply("taken-1"), "not a list"}).ok());
-  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue,
-                             R"({"op":"create","name":"c","dtype":"u8","shape":[8],"device":"cpu","req":"taken-1"})"}).ok());
-  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("got no reply") != std::string::npos; }, 5000)) << ServeLog();
+  ASSERT_TRUE(
+      conn->Command(
+              {"LPUSH", keys_.queue,
+               R"({"op":"create","name":"c","dtype":"u8","shape":[8],"device":"cpu","req":"taken-1"})"})
+          .ok());
+  ASSERT_TRUE(
+      test::WaitFor([&] { return ServeLog().find("got no reply") != std::string::npos; }, 5000))
+      << ServeLog();
   EXPECT_EQ(conn->Command({"EXISTS", keys_.Tensor("c")})->integer, 0) << ServeLog();
   EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 2000));  // its memory went back
-  EXPECT_EQ(Tool("mcd-create", {"c", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code, 0) << ServeLog();
+  EXPECT_EQ(Tool("mcd-create", {"c", "--dtype", "u8", "--shape", "8", "--device", "cpu"}).exit_code,
+            0)
+      << ServeLog();
   EXPECT_EQ(HashField("c", "refcount"), "1");
 }
 
@@ -713,9 +775,13 @@ TEST_F(Lifecycle, ACommitRefusedForAWhileIsAppliedOnceRedisAllowsIt) {
   // An operator takes script calls away from the server's user, then gives them back: the take
   // still works, the commit is refused with NOPERM, which may pass.
   ASSERT_TRUE(conn->Command({"ACL", "SETUSER", "default", "-evalsha"}).ok());
-  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue,
-                             R"({"op":"create","name":"late","dtype":"u8","shape":[8],"device":"cpu","req":"late-1"})"}).ok());
-  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("name=late outcome=redis_error") != std::string::npos; }, 5000))
+  ASSERT_TRUE(
+      conn->Command(
+              {"LPUSH", keys_.queue,
+               R"({"op":"create","name":"late","dtype":"u8","shape":[8],"device":"cpu","req":"late-1"})"})
+          .ok());
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return ServeLog().find("name=late outcome=redis_error") != std::string::npos; }, 5000))
       << ServeLog();
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 1);  // kept, not dropped
@@ -740,7 +806,8 @@ TEST_F(Lifecycle, ACommitRefusedForAWhileIsAppliedOnceRedisAllowsIt) {
 TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
   auto conn = redis_.Connect();
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "1"}).ok());
-  auto refused = Tool("mcd-create", {"m", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--timeout-ms", "1000"});
+  auto refused = Tool("mcd-create", {"m", "--dtype", "u8", "--shape", "4", "--device", "cpu",
+                                     "--timeout-ms", "1000"});
   EXPECT_EQ(refused.exit_code, 76) << refused.err;
   EXPECT_NE(refused.err.find("OOM"), std::string::npos) << refused.err;
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -758,14 +825,19 @@ TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
   EXPECT_NE(first, std::string::npos) << log;
   EXPECT_EQ(log.find("heartbeat: ", first + 1), std::string::npos) << log;
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "0"}).ok());
-  EXPECT_EQ(Tool("mcd-create", {"m", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0) << ServeLog();
+  EXPECT_EQ(Tool("mcd-create", {"m", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0)
+      << ServeLog();
   EXPECT_NE(ServeLog().find("hands out commands again"), std::string::npos) << ServeLog();
-  EXPECT_TRUE(test::WaitFor([&] { return ServeLog().find("heartbeat written again") != std::string::npos; }, 3000))
+  EXPECT_TRUE(test::WaitFor(
+      [&] { return ServeLog().find("heartbeat written again") != std::string::npos; }, 3000))
       << ServeLog();
 }
 
 TEST_F(Lifecycle, ListingSaysWhichKeysHoldNoReadableTensor) {
-  ASSERT_EQ(Tool("mcd-create", {"good", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"good", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("by-hand"), "state", "ready"}).ok());
   ASSERT_TRUE(conn->Command({"SET", keys_.Tensor("a-string"), "x"}).ok());
@@ -775,7 +847,9 @@ TEST_F(Lifecycle, ListingSaysWhichKeysHoldNoReadableTensor) {
   EXPECT_NE(ls.out.find("good"), std::string::npos) << ls.out;
   EXPECT_NE(ls.err.find("2 key(s)"), std::string::npos) << ls.err;
   EXPECT_NE(ls.err.find("a-string: not a hash"), std::string::npos) << ls.err;
-  EXPECT_NE(ls.err.find("by-hand: tensor hash of 'by-hand' has a missing or malformed \"dtype\""), std::string::npos) << ls.err;
+  EXPECT_NE(ls.err.find("by-hand: tensor hash of 'by-hand' has a missing or malformed \"dtype\""),
+            std::string::npos)
+      << ls.err;
   auto listed = json::parse(Tool("mcd-ls", {"--json"}).out);
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0]["name"], "good");
@@ -787,11 +861,15 @@ TEST_F(Lifecycle, ListingSaysWhichKeysHoldNoReadableTensor) {
 }
 
 TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
-  ASSERT_EQ(Tool("mcd-create", {"keep", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"keep", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   // A tensor another writer is still creating.
-  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("half"), "dtype", "f32", "shape", "[1]",
-                                         "device", "-1", "bytes", "4", "refcount", "0", "state",
-                                         "creating", "node", node_, "owner", "someone"}).ok());
+  ASSERT_TRUE(redis_.Connect()
+                  ->Command({"HSET", keys_.Tensor("half"), "dtype", "f32", "shape", "[1]", "device",
+                             "-1", "bytes", "4", "refcount", "0", "state", "creating", "node",
+                             node_, "owner", "someone"})
+                  .ok());
   std::string n = node_;
   struct Case {
     std::string body;
@@ -806,33 +884,51 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
       {R"({"op":"get","op":"delete","name":"keep")", "invalid_argument", true},
       {R"({"op":"frobnicate","name":"keep")", "invalid_argument", true},
       {R"({"op":"create","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":"x")", "invalid_argument", true},
-      {R"({"op":"create","name":"a","dtype":"q7","shape":[1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[-2],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[0],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1.5],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1,1,1,1,1,1,1,1,1,1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a","dtype":"f64","shape":[4294967296,4294967296],"device":-1)", "too_large", true},
-      {R"({"op":"create","name":"","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":")" + std::string(300, 'x') + R"(","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a\nb","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a\u0000","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"a*","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
-      {R"({"op":"create","name":"{a}","dtype":"f32","shape":[1],"device":-1)", "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":"x")", "invalid_argument",
+       true},
+      {R"({"op":"create","name":"a","dtype":"q7","shape":[1],"device":-1)", "invalid_argument",
+       true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[-2],"device":-1)", "invalid_argument",
+       true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[0],"device":-1)", "invalid_argument",
+       true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1.5],"device":-1)", "invalid_argument",
+       true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1,1,1,1,1,1,1,1,1,1],"device":-1)",
+       "invalid_argument", true},
+      {R"({"op":"create","name":"a","dtype":"f64","shape":[4294967296,4294967296],"device":-1)",
+       "too_large", true},
+      {R"({"op":"create","name":"","dtype":"f32","shape":[1],"device":-1)", "invalid_argument",
+       true},
+      {R"({"op":"create","name":")" + std::string(300, 'x') +
+           R"(","dtype":"f32","shape":[1],"device":-1)",
+       "invalid_argument", true},
+      {R"({"op":"create","name":"a\nb","dtype":"f32","shape":[1],"device":-1)", "invalid_argument",
+       true},
+      {R"({"op":"create","name":"a\u0000","dtype":"f32","shape":[1],"device":-1)",
+       "invalid_argument", true},
+      {R"({"op":"create","name":"a*","dtype":"f32","shape":[1],"device":-1)", "invalid_argument",
+       true},
+      {R"({"op":"create","name":"{a}","dtype":"f32","shape":[1],"device":-1)", "invalid_argument",
+       true},
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":7)", "no_device", true},
-      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":-1,"node":"elsewhere")", "wrong_node", true},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":-1,"node":"elsewhere")",
+       "wrong_node", true},
       {R"({"op":"get","name":"missing")", "not_found", true},
       {R"({"op":"delete","name":"missing")", "not_found", true},
       {R"({"op":"get","name":"half")", "not_ready", true},
       {R"({"op":"delete","name":"half")", "not_ready", true},
-      {R"({"op":"create","name":"keep","dtype":"f32","shape":[1],"device":-1)", "already_exists", true},
-      {R"({"op":"create","name":"huge","dtype":"u8","shape":[1125899906842624],"device":-1)", "out_of_memory", true},
+      {R"({"op":"create","name":"keep","dtype":"f32","shape":[1],"device":-1)", "already_exists",
+       true},
+      {R"({"op":"create","name":"huge","dtype":"u8","shape":[1125899906842624],"device":-1)",
+       "out_of_memory", true},
   };
   size_t shm_before = ShmCount();
   int i = 0;
   for (const Case& c : cases) {
     // The command socket answers every line, with a req or without one.
-    std::string body = c.with_req ? c.body + R"(,"req":"sock-)" + std::to_string(i) + "\"}" : c.body;
+    std::string body =
+        c.with_req ? c.body + R"(,"req":"sock-)" + std::to_string(i) + "\"}" : c.body;
     std::string line = OnSocket(body);
     json on_socket = json::parse(line, nullptr, false);
     ASSERT_TRUE(on_socket.is_object()) << c.body << " -> " << line << ServeLog();
@@ -849,21 +945,26 @@ TEST_F(Lifecycle, EveryBadInputClassCostsNothing) {
     EXPECT_FALSE(reply["error"]["message"].get<std::string>().empty());
   }
   // Nothing changed, nothing allocated, and the server still serves.
-  ASSERT_EQ(Tool("mcd-create", {"after", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0)
+  ASSERT_EQ(
+      Tool("mcd-create", {"after", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code,
+      0)
       << ServeLog();
   auto keys = TensorKeys();
   std::sort(keys.begin(), keys.end());
-  EXPECT_EQ(keys, (std::vector<std::string>{keys_.Tensor("after"), keys_.Tensor("half"), keys_.Tensor("keep")}));
+  EXPECT_EQ(keys, (std::vector<std::string>{keys_.Tensor("after"), keys_.Tensor("half"),
+                                            keys_.Tensor("keep")}));
   EXPECT_EQ(HashField("keep", "refcount"), "1");
   EXPECT_EQ(HashField("half", "state"), "creating");
   EXPECT_EQ(ShmCount(), shm_before + 1);
   auto processing = redis_.Connect()->Command({"LLEN", keys_.Processing(node_)});
   EXPECT_EQ(processing->integer, 0);
   // Counters are published in the heartbeat.
-  ASSERT_TRUE(test::WaitFor([&] {
-    auto f = redis_.Connect()->Command({"HGET", keys_.Server(node_), "commands_failed"});
-    return f.ok() && !f->is_nil() && std::stoi(f->str) >= static_cast<int>(2 * cases.size());
-  }, 5000));
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        auto f = redis_.Connect()->Command({"HGET", keys_.Server(node_), "commands_failed"});
+        return f.ok() && !f->is_nil() && std::stoi(f->str) >= static_cast<int>(2 * cases.size());
+      },
+      5000));
   std::string log = ServeLog();
   EXPECT_NE(log.find("outcome=wrong_node"), std::string::npos);
   EXPECT_NE(log.find("outcome=out_of_memory"), std::string::npos);
@@ -889,7 +990,8 @@ TEST_F(Lifecycle, EveryMalformedCommandWithAReqIsAnswered) {
       {R"({"req":"REQ","op":42,"name":"a"})", "invalid_argument"},
       {R"({"req":"REQ","op":"get","name":["a"]})", "invalid_argument"},
       {R"({"req":"REQ","op":"zap","name":"a"})", "invalid_argument"},
-      {R"({"req":"REQ","op":"create","name":"a","dtype":"f32","shape":"[1]","device":-1})", "invalid_argument"},
+      {R"({"req":"REQ","op":"create","name":"a","dtype":"f32","shape":"[1]","device":-1})",
+       "invalid_argument"},
       {R"({"req":"REQ","op":"get","name":"a","bogus":1})", "invalid_argument"},
       {R"({"op":"get","name":"a","req":"REQ","name":"b"})", "invalid_argument"},
       {R"({"op":"get","name":"a","pid":"x","req":"REQ")", "invalid_argument"},
@@ -914,28 +1016,49 @@ TEST_F(Lifecycle, EveryMalformedCommandWithAReqIsAnswered) {
 // A hash's strings reach the operator's terminal escaped: no control character of a planted
 // field moves the cursor, clears the screen or forges a line; --json keeps them exact.
 TEST_F(Lifecycle, HumanOutputEscapesControlCharactersAndJsonKeepsThemExact) {
-  ASSERT_EQ(Tool("mcd-create", {"plain", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"plain", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   std::string shm = HashField("plain", "ipc_handle");
   const std::string node = "n\x1b[2J\x1b[H\nFORGED 1\tx\r\x7f\xc2\x9b";
   const std::string name = "evil\x1b]0;t\x07\nline";
-  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor(name), "dtype", "u8", "shape", "[4]", "device", "-1",
-                                         "bytes", "4", "refcount", "1", "state", "ready\x1b[31m", "node", node,
-                                         "ipc_kind", "host_shm", "ipc_handle", shm, "owner", "x"}).ok());
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{}, {"-l"}, {"-q"}}) {
-    auto ls = test::Run([&] {
-      std::vector<std::string> argv = {test::ToolPath("mcd-ls")};
-      argv.insert(argv.end(), args.begin(), args.end());
-      return argv;
-    }(), Env());
+  ASSERT_TRUE(redis_.Connect()
+                  ->Command({"HSET",       keys_.Tensor(name),
+                             "dtype",      "u8",
+                             "shape",      "[4]",
+                             "device",     "-1",
+                             "bytes",      "4",
+                             "refcount",   "1",
+                             "state",      "ready\x1b[31m",
+                             "node",       node,
+                             "ipc_kind",   "host_shm",
+                             "ipc_handle", shm,
+                             "owner",      "x"})
+                  .ok());
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{}, {"-l"}, {"-q"}}) {
+    auto ls = test::Run(
+        [&] {
+          std::vector<std::string> argv = {test::ToolPath("mcd-ls")};
+          argv.insert(argv.end(), args.begin(), args.end());
+          return argv;
+        }(),
+        Env());
     SCOPED_TRACE(args.empty() ? "table" : args[0]);
     EXPECT_EQ(ls.exit_code, 0) << ls.err;
     for (char c : ls.out) {
       auto u = static_cast<unsigned char>(c);
-      EXPECT_TRUE((u >= 0x20 && u != 0x7f && u != 0x9b) || c == '\n') << "raw byte " << int(u) << " in:\n" << ls.out;
+      EXPECT_TRUE((u >= 0x20 && u != 0x7f && u != 0x9b) || c == '\n')
+          << "raw byte " << int(u) << " in:\n"
+          << ls.out;
     }
-    EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), args.empty() || args[0] == "-l" ? 3 : 2) << ls.out;
+    EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'),
+              args.empty() || args[0] == "-l" ? 3 : 2)
+        << ls.out;
     EXPECT_NE(ls.out.find("evil\\x1b]0;t\\x07\\nline"), std::string::npos) << ls.out;
-    if (args.empty()) EXPECT_NE(ls.out.find("n\\x1b[2J\\x1b[H\\nFORGED 1\\tx\\r\\x7f\\u009b"), std::string::npos) << ls.out;
+    if (args.empty())
+      EXPECT_NE(ls.out.find("n\\x1b[2J\\x1b[H\\nFORGED 1\\tx\\r\\x7f\\u009b"), std::string::npos)
+          << ls.out;
   }
   auto json_ls = test::Run({test::ToolPath("mcd-ls"), "--json"}, Env());
   ASSERT_EQ(json_ls.exit_code, 0) << json_ls.err;
@@ -954,17 +1077,23 @@ TEST_F(Lifecycle, HumanOutputEscapesControlCharactersAndJsonKeepsThemExact) {
 // Hashes written by hand without a tensor's fields are named on stderr, five at most, by the
 // table, -l and --json alike, and left out of what they print.
 TEST_F(Lifecycle, ListNamesHashesWithoutTensorFields) {
-  ASSERT_EQ(Tool("mcd-create", {"real", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"real", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   for (int i = 1; i <= 6; ++i) {
-    ASSERT_TRUE(conn->Command({"HSET", keys_.Tensor("junk" + std::to_string(i)), "foo", "bar"}).ok());
+    ASSERT_TRUE(
+        conn->Command({"HSET", keys_.Tensor("junk" + std::to_string(i)), "foo", "bar"}).ok());
   }
   for (const std::string& flag : {"--no-headers", "-l", "--json"}) {
     SCOPED_TRACE(flag);
     auto ls = test::Run({test::ToolPath("mcd-ls"), flag}, Env());
     EXPECT_EQ(ls.exit_code, 0) << ls.err;
-    EXPECT_NE(ls.err.find("6 key(s) under the tensor prefix hold no readable tensor"), std::string::npos) << ls.err;
-    for (int i = 1; i <= 5; ++i) EXPECT_NE(ls.err.find("\n  junk" + std::to_string(i) + ": "), std::string::npos) << ls.err;
+    EXPECT_NE(ls.err.find("6 key(s) under the tensor prefix hold no readable tensor"),
+              std::string::npos)
+        << ls.err;
+    for (int i = 1; i <= 5; ++i)
+      EXPECT_NE(ls.err.find("\n  junk" + std::to_string(i) + ": "), std::string::npos) << ls.err;
     EXPECT_NE(ls.err.find("... and 1 more"), std::string::npos) << ls.err;
     EXPECT_EQ(ls.out.find("junk"), std::string::npos) << ls.out;
     EXPECT_NE(ls.out.find("real"), std::string::npos) << ls.out;
@@ -974,7 +1103,8 @@ TEST_F(Lifecycle, ListNamesHashesWithoutTensorFields) {
 // Errors and records quote what a hash holds (a state, a node) on stdout and stderr: every tool
 // shows it escaped, whatever path prints it.
 TEST_F(Lifecycle, ToolErrorsAndRecordsEscapePlantedFields) {
-  ASSERT_EQ(Tool("mcd-create", {"src", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"src", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
   auto conn = redis_.Connect();
   auto plant = [&](const std::string& field, const std::string& value) {
     std::vector<std::string> hset = {"HSET", keys_.Tensor("planted")};
@@ -991,13 +1121,15 @@ TEST_F(Lifecycle, ToolErrorsAndRecordsEscapePlantedFields) {
     }
     EXPECT_NE(all.find(shown), std::string::npos) << all;
   };
-  const std::vector<std::vector<std::string>> runs = {
-      {"mcd-get", "planted"}, {"mcd-get", "planted", "--wait", "1"}, {"mcd-rm", "planted"},
-      {"mcd-get", "planted", "--no-ref"}};
+  const std::vector<std::vector<std::string>> runs = {{"mcd-get", "planted"},
+                                                      {"mcd-get", "planted", "--wait", "1"},
+                                                      {"mcd-rm", "planted"},
+                                                      {"mcd-get", "planted", "--no-ref"}};
   plant("state", "bad\x1b]0;pwned\x07\x1b[2J\xc2\x9b\x9b");
   for (const auto& run : runs) {
     SCOPED_TRACE(run[0] + " " + run[1] + (run.size() > 2 ? " " + run[2] : ""));
-    expect_escaped(Tool(run[0], {run.begin() + 1, run.end()}), "bad\\x1b]0;pwned\\x07\\x1b[2J\\u009b\\x9b");
+    expect_escaped(Tool(run[0], {run.begin() + 1, run.end()}),
+                   "bad\\x1b]0;pwned\\x07\\x1b[2J\\u009b\\x9b");
   }
   plant("state", "ready");
   plant("node", "vm\x1b[2J");
@@ -1021,27 +1153,34 @@ TEST_F(Lifecycle, WatchLinesAndServerRowsEscapeControlCharacters) {
   };
   const std::string evil = "e\x1b[2J\x1b[H\nFORGED\r\x7f\xc2\x9b";
   auto conn = redis_.Connect();
-  ASSERT_TRUE(conn->Command({"XADD", keys_.Events(), "*", "event", "create", "name", evil, "node", evil,
-                             "refcount", "1", "pid", "1", "reason", evil}).ok());
+  ASSERT_TRUE(conn->Command({"XADD", keys_.Events(), "*", "event", "create", "name", evil, "node",
+                             evil, "refcount", "1", "pid", "1", "reason", evil})
+                  .ok());
   // Events without a name (the server's start) pass any glob: the planted one is the second.
   // Not Tool(), whose --node would leave out the planted event of another node.
-  auto watch = test::Run({test::ToolPath("mcd-ls"), "--watch", "e*", "--since", "all", "--count", "2"}, Env());
+  auto watch = test::Run(
+      {test::ToolPath("mcd-ls"), "--watch", "e*", "--since", "all", "--count", "2"}, Env());
   EXPECT_EQ(watch.exit_code, 0) << watch.err;
   EXPECT_EQ(raw_bytes(watch.out), "") << watch.out;
-  EXPECT_NE(watch.out.find("e\\x1b[2J\\x1b[H\\nFORGED\\r\\x7f\\u009b"), std::string::npos) << watch.out;
+  EXPECT_NE(watch.out.find("e\\x1b[2J\\x1b[H\\nFORGED\\r\\x7f\\u009b"), std::string::npos)
+      << watch.out;
   auto watch_json = test::Run(
-      {test::ToolPath("mcd-ls"), "--watch", "e*", "--json", "--since", "all", "--count", "2"}, Env());
+      {test::ToolPath("mcd-ls"), "--watch", "e*", "--json", "--since", "all", "--count", "2"},
+      Env());
   ASSERT_EQ(watch_json.exit_code, 0) << watch_json.err;
-  EXPECT_EQ(json::parse(watch_json.out.substr(watch_json.out.find('\n') + 1))["name"], evil) << watch_json.out;
+  EXPECT_EQ(json::parse(watch_json.out.substr(watch_json.out.find('\n') + 1))["name"], evil)
+      << watch_json.out;
 
   std::vector<std::string> heartbeat = {"HSET", keys_.Server(evil)};
   auto fields = conn->Command({"HGETALL", keys_.Server(node_)});
   for (const auto& e : fields->elements) heartbeat.push_back(e.str);
   heartbeat.insert(heartbeat.end(), {"node", evil, "instance", "i\x1b[31m", "version", evil});
-  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(heartbeat.begin(), heartbeat.end())).ok());
+  ASSERT_TRUE(
+      conn->Command(std::vector<std::string_view>(heartbeat.begin(), heartbeat.end())).ok());
   auto servers = test::Run({test::ToolPath("mcd-ls"), "--servers"}, Env());
   EXPECT_EQ(raw_bytes(servers.out + servers.err), "") << servers.out << servers.err;
-  EXPECT_NE(servers.out.find("FORGED"), std::string::npos) << "the planted row is shown:\n" << servers.out;
+  EXPECT_NE(servers.out.find("FORGED"), std::string::npos) << "the planted row is shown:\n"
+                                                           << servers.out;
   ASSERT_TRUE(conn->Command({"DEL", keys_.Server(evil)}).ok());
 }
 
@@ -1052,17 +1191,43 @@ TEST_F(Lifecycle, WatchLinesAndServerRowsEscapeControlCharacters) {
 // is freed again.
 TEST_F(Lifecycle, MutatedCommandsNeverBreakTheServerNorLeaveUnlistableTensors) {
   const std::vector<json> bases = {
-      json::parse(R"({"op":"create","name":"m1","dtype":"f32","shape":[2,3],"device":"cpu","pid":1})"),
+      json::parse(
+          R"({"op":"create","name":"m1","dtype":"f32","shape":[2,3],"device":"cpu","pid":1})"),
       json::parse(R"({"op":"get","name":"m1"})"),
       json::parse(R"({"op":"delete","name":"m1"})"),
-      json::parse(R"({"op":"create","name":"m2","dtype":"i8","shape":[4],"device":-1,"lifetime":"stack","pid":1})"),
+      json::parse(
+          R"({"op":"create","name":"m2","dtype":"i8","shape":[4],"device":-1,"lifetime":"stack","pid":1})"),
   };
-  const std::vector<json> odd = {nullptr, true, -1, 0, 1, 1.5, 18446744073709551615ull, -9223372036854775807ll,
-                                 "", std::string(1, '\0'), std::string("a\0b", 3), "a{b}", "*", "x\ny", std::string(300, 'n'),
-                                 json::array(), json::object(), json::array({1, json::array({2})}),
-                                 "cpu", "f32", "create", "delete", "m1", "m2", "heap", "stack", "none"};
-  const std::vector<std::string> fields = {"op", "name", "dtype", "shape", "device", "pid", "node",
-                                           "req", "lifetime", "init", "owner_pid", "bytes", "extra"};
+  const std::vector<json> odd = {nullptr,
+                                 true,
+                                 -1,
+                                 0,
+                                 1,
+                                 1.5,
+                                 18446744073709551615ull,
+                                 -9223372036854775807ll,
+                                 "",
+                                 std::string(1, '\0'),
+                                 std::string("a\0b", 3),
+                                 "a{b}",
+                                 "*",
+                                 "x\ny",
+                                 std::string(300, 'n'),
+                                 json::array(),
+                                 json::object(),
+                                 json::array({1, json::array({2})}),
+                                 "cpu",
+                                 "f32",
+                                 "create",
+                                 "delete",
+                                 "m1",
+                                 "m2",
+                                 "heap",
+                                 "stack",
+                                 "none"};
+  const std::vector<std::string> fields = {"op",        "name",  "dtype", "shape",    "device",
+                                           "pid",       "node",  "req",   "lifetime", "init",
+                                           "owner_pid", "bytes", "extra"};
   std::mt19937 rng(20261122);
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
   std::vector<std::string> bodies;
@@ -1088,17 +1253,28 @@ TEST_F(Lifecycle, MutatedCommandsNeverBreakTheServerNorLeaveUnlistableTensors) {
     std::string body = cmd.dump(-1, ' ', false, json::error_handler_t::replace);
     bool intact = false;
     switch (pick(8)) {
-      case 0: body[pick(body.size())] = static_cast<char>(rng()); break;  // any byte
-      case 1: body.resize(pick(body.size())); break;                       // cut short
-      case 2: body.insert(body.size() - 1, R"(,"op":"get")"); break;       // a repeated key
-      default: intact = true; break;
+      case 0:
+        body[pick(body.size())] = static_cast<char>(rng());
+        break;  // any byte
+      case 1:
+        body.resize(pick(body.size()));
+        break;  // cut short
+      case 2:
+        body.insert(body.size() - 1, R"(,"op":"get")");
+        break;  // a repeated key
+      default:
+        intact = true;
+        break;
     }
     bodies.push_back(body);
     must_answer.push_back(with_req && intact);
   }
-  ASSERT_EQ(Tool("mcd-create", {"shared", "--dtype", "f32", "--shape", "8", "--device", "cpu"}).exit_code, 0);
-  test::Background client({std::string(MCD_TEST_BIN_DIR) + "/stress_client", redis_.url(), node_, "0", "200", "shared"},
-                          {}, dir_.path() + "/client.log");
+  ASSERT_EQ(
+      Tool("mcd-create", {"shared", "--dtype", "f32", "--shape", "8", "--device", "cpu"}).exit_code,
+      0);
+  test::Background client(
+      {std::string(MCD_TEST_BIN_DIR) + "/stress_client", redis_.url(), node_, "0", "200", "shared"},
+      {}, dir_.path() + "/client.log");
   auto conn = redis_.Connect();
   for (size_t at = 0; at < bodies.size(); at += 100) {
     std::vector<std::string_view> args = {"LPUSH", keys_.queue};
@@ -1106,9 +1282,12 @@ TEST_F(Lifecycle, MutatedCommandsNeverBreakTheServerNorLeaveUnlistableTensors) {
     ASSERT_TRUE(conn->Command(args).ok());
   }
   // A last command behind them all: once it is answered, every one before it was handled.
-  json last = Raw(R"({"op":"create","name":"last","dtype":"u8","shape":[1],"device":"cpu","req":"mut-last"})", "mut-last");
+  json last = Raw(
+      R"({"op":"create","name":"last","dtype":"u8","shape":[1],"device":"cpu","req":"mut-last"})",
+      "mut-last");
   ASSERT_EQ(last["ok"], true) << last.dump() << ServeLog();
-  EXPECT_EQ(client.Stop(0, 60), 0) << test::ReadFile(dir_.path() + "/client.log");  // signal 0: waits
+  EXPECT_EQ(client.Stop(0, 60), 0)
+      << test::ReadFile(dir_.path() + "/client.log");  // signal 0: waits
   EXPECT_EQ(HashField("shared", "refcount"), "1");
   EXPECT_EQ(conn->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
   // The replies are JSON saying ok or why not.
@@ -1125,10 +1304,12 @@ TEST_F(Lifecycle, MutatedCommandsNeverBreakTheServerNorLeaveUnlistableTensors) {
   }
   EXPECT_GT(answered, 500u);
   // What was created has a name the tools can show, and mcd-ls lists each of them.
-  const std::string allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@+=,-";
+  const std::string allowed =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@+=,-";
   auto keys = TensorKeys();
   for (const std::string& key : keys) {
-    std::string name = key.substr(keys_.Tensor("").size() - 1, key.size() - keys_.Tensor("").size());
+    std::string name =
+        key.substr(keys_.Tensor("").size() - 1, key.size() - keys_.Tensor("").size());
     EXPECT_EQ(name.find_first_not_of(allowed), std::string::npos) << json(key).dump();
   }
   auto listed = Tool("mcd-ls", {"--json"});
@@ -1151,24 +1332,30 @@ TEST_F(Lifecycle, MutatedCommandsNeverBreakTheServerNorLeaveUnlistableTensors) {
 // through, and after one stopped by SIGTERM halfway, with its own tensors, its child processes'
 // references and those processes themselves.
 TEST_F(Lifecycle, ABenchGivesBackEveryTensorItMadeEvenWhenStopped) {
-  auto run = Tool("mcd-bench", {"--cpu", "--sizes", "4KiB", "--iterations", "20", "--max-seconds", "0.3",
-                                "--fresh", "1", "--clients", "1", "--json"});
+  auto run = Tool("mcd-bench", {"--cpu", "--sizes", "4KiB", "--iterations", "20", "--max-seconds",
+                                "0.3", "--fresh", "1", "--clients", "1", "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.err.find("warning"), std::string::npos) << run.err;
   EXPECT_EQ(TensorKeys(), std::vector<std::string>{});
   EXPECT_TRUE(ShmFreedSoon());
 
-  test::Background bench({test::ToolPath("mcd-bench"), "--cpu", "--sizes", "4KiB,1MiB", "--iterations", "200",
-                          "--max-seconds", "2", "--fresh", "20", "--clients", "2", "--node", node_},
-                         Env(), dir_.path() + "/bench.log");
+  test::Background bench(
+      {test::ToolPath("mcd-bench"), "--cpu", "--sizes", "4KiB,1MiB", "--iterations", "200",
+       "--max-seconds", "2", "--fresh", "20", "--clients", "2", "--node", node_},
+      Env(), dir_.path() + "/bench.log");
   std::vector<pid_t> children;
-  ASSERT_TRUE(test::WaitFor([&] {
-    children = test::ChildrenOf(bench.pid());
-    return !children.empty() && !TensorKeys().empty();
-  }, 20000)) << test::ReadFile(dir_.path() + "/bench.log");
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        children = test::ChildrenOf(bench.pid());
+        return !children.empty() && !TensorKeys().empty();
+      },
+      20000))
+      << test::ReadFile(dir_.path() + "/bench.log");
   EXPECT_EQ(bench.Stop(SIGTERM), 128 + SIGTERM);
   std::string log = test::ReadFile(dir_.path() + "/bench.log");
-  EXPECT_NE(log.find("mcd-bench: stopped by SIGTERM; the run's tensors are given back"), std::string::npos) << log;
+  EXPECT_NE(log.find("mcd-bench: stopped by SIGTERM; the run's tensors are given back"),
+            std::string::npos)
+      << log;
   EXPECT_EQ(TensorKeys(), std::vector<std::string>{});
   EXPECT_TRUE(ShmFreedSoon());
   for (pid_t child : children) EXPECT_FALSE(test::Running(child)) << child;
@@ -1186,31 +1373,38 @@ TEST_F(Lifecycle, ToolExitCodes) {
   EXPECT_NE(help.out.find("MCD_REDIS_URL"), std::string::npos);
   // No server for that node: 69 at once.
   auto none = test::Run({test::ToolPath("mcd-create"), "a", "--dtype", "f32", "--shape", "1",
-                         "--device", "cpu", "--node", "nobody-here"}, Env());
+                         "--device", "cpu", "--node", "nobody-here"},
+                        Env());
   EXPECT_EQ(none.exit_code, 69);
-  EXPECT_NE(none.err.find("no mcd-serve is running for node 'nobody-here'"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("no mcd-serve is running for node 'nobody-here'"), std::string::npos)
+      << none.err;
   // A heartbeat but nobody consuming that queue: 75 after the timeout.
   ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Server("stuck"), "pid", "1"}).ok());
-  auto stuck = test::Run({test::ToolPath("mcd-create"), "a", "--dtype", "f32", "--shape", "1",
-                          "--device", "cpu", "--node", "stuck", "--queue", "stuck-queue",
-                          "--timeout-ms", "300"}, Env());
+  auto stuck =
+      test::Run({test::ToolPath("mcd-create"), "a", "--dtype", "f32", "--shape", "1", "--device",
+                 "cpu", "--node", "stuck", "--queue", "stuck-queue", "--timeout-ms", "300"},
+                Env());
   EXPECT_EQ(stuck.exit_code, 75) << stuck.err;
   // Redis not there: 69 at once, naming it (RedisAbsent tries more forms).
-  auto down = test::Run({test::ToolPath("mcd-get"), "a", "--no-ref", "--timeout-ms", "300", "--redis-url",
-                         "unix:///nonexistent.sock"});
+  auto down = test::Run({test::ToolPath("mcd-get"), "a", "--no-ref", "--timeout-ms", "300",
+                         "--redis-url", "unix:///nonexistent.sock"});
   EXPECT_EQ(down.exit_code, 69) << down.err;
-  EXPECT_NE(down.err.find("cannot connect to Redis at unix:///nonexistent.sock"), std::string::npos) << down.err;
+  EXPECT_NE(down.err.find("cannot connect to Redis at unix:///nonexistent.sock"), std::string::npos)
+      << down.err;
   EXPECT_NE(down.err.find("is Redis running?"), std::string::npos) << down.err;
 }
 
 TEST_F(Lifecycle, ConcurrentClientsKeepExactCounts) {
-  ASSERT_EQ(Tool("mcd-create", {"shared", "--dtype", "f32", "--shape", "8", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"shared", "--dtype", "f32", "--shape", "8", "--device", "cpu"}).exit_code,
+      0);
   std::vector<std::unique_ptr<test::Background>> clients;
   for (int p = 0; p < 8; ++p) {
     clients.push_back(std::make_unique<test::Background>(
-        std::vector<std::string>{std::string(MCD_TEST_BIN_DIR) + "/stress_client", redis_.url(), node_,
-                                 std::to_string(p), "200", "shared"},
-        std::map<std::string, std::string>{}, dir_.path() + "/client" + std::to_string(p) + ".log"));
+        std::vector<std::string>{std::string(MCD_TEST_BIN_DIR) + "/stress_client", redis_.url(),
+                                 node_, std::to_string(p), "200", "shared"},
+        std::map<std::string, std::string>{},
+        dir_.path() + "/client" + std::to_string(p) + ".log"));
   }
   for (int p = 0; p < 8; ++p) {
     EXPECT_EQ(clients[static_cast<size_t>(p)]->Stop(0, 300), 0)
@@ -1223,7 +1417,9 @@ TEST_F(Lifecycle, ConcurrentClientsKeepExactCounts) {
 
 TEST_F(Lifecycle, SigtermFreesEverything) {
   for (const char* name : {"a", "b", "c"}) {
-    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code, 0);
+    ASSERT_EQ(
+        Tool("mcd-create", {name, "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code,
+        0);
   }
   EXPECT_EQ(ShmCount(), 3u);
   EXPECT_EQ(server_->Stop(SIGTERM), 0) << ServeLog();
@@ -1235,16 +1431,22 @@ TEST_F(Lifecycle, SigtermFreesEverything) {
 
 TEST_F(Lifecycle, RestartRemovesWhatADeadInstanceLeft) {
   for (const char* name : {"a", "b"}) {
-    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code, 0);
+    ASSERT_EQ(
+        Tool("mcd-create", {name, "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code,
+        0);
   }
   EXPECT_EQ(server_->Stop(SIGKILL), -SIGKILL);
   EXPECT_EQ(TensorKeys().size(), 2u);
   // A command pushed while no server runs is kept and served by the next instance.
-  ASSERT_TRUE(redis_.Connect()->Command({"LPUSH", keys_.queue,
-      R"({"op":"create","name":"later","dtype":"u8","shape":[4],"device":-1})"}).ok());
+  ASSERT_TRUE(
+      redis_.Connect()
+          ->Command({"LPUSH", keys_.queue,
+                     R"({"op":"create","name":"later","dtype":"u8","shape":[4],"device":-1})"})
+          .ok());
   ASSERT_TRUE(test::WaitFor([&] { return !Heartbeat(); }, 6000));
   StartServer();
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("later", "state") == "ready"; }, 5000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("later", "state") == "ready"; }, 5000))
+      << ServeLog();
   EXPECT_EQ(TensorKeys(), std::vector<std::string>{keys_.Tensor("later")});
   EXPECT_EQ(ShmCount(), 1u);
   EXPECT_NE(ServeLog().find("removed 2 stale tensor(s)"), std::string::npos) << ServeLog();
@@ -1256,7 +1458,8 @@ TEST_F(Lifecycle, RestartRemovesWhatADeadInstanceLeft) {
 // left in a queue nobody takes. A library client connected before the kill is told the same, and
 // goes on with the server that takes the node over.
 TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
-  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
   auto client = ConnectClient();
   ASSERT_TRUE(client);
   ASSERT_TRUE(client->Get("a").ok());
@@ -1270,8 +1473,8 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
   auto listed = Tool("mcd-ls", {"--servers"});
   EXPECT_EQ(listed.exit_code, 69) << listed.out << listed.err;
   EXPECT_EQ(listed.out.find(node_), std::string::npos) << listed.out;
-  EXPECT_NE(listed.err.find("mcd-serve of node '" + node_ + "' (pid " + std::to_string(server_->pid()) +
-                            ") is not running"),
+  EXPECT_NE(listed.err.find("mcd-serve of node '" + node_ + "' (pid " +
+                            std::to_string(server_->pid()) + ") is not running"),
             std::string::npos)
       << listed.err;
   auto quiet = Tool("mcd-ls", {"--servers", "-q"});
@@ -1280,7 +1483,9 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
   auto metrics = Tool("mcd-ls", {"--servers", "--prometheus"});
   EXPECT_NE(metrics.out.find("mcd_servers_live 0\n"), std::string::npos) << metrics.out;
   const std::vector<std::vector<std::string>> commands = {
-      {"mcd-get", "a", "-q"}, {"mcd-get", "a", "--detached", "-q"}, {"mcd-get", "a", "--no-ref", "-q"},
+      {"mcd-get", "a", "-q"},
+      {"mcd-get", "a", "--detached", "-q"},
+      {"mcd-get", "a", "--no-ref", "-q"},
       {"mcd-rm", "a"},
       {"mcd-create", "b", "--dtype", "u8", "--shape", "4", "--device", "cpu"}};
   for (const std::vector<std::string>& args : commands) {
@@ -1288,7 +1493,9 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
     rest.insert(rest.end(), {"--timeout-ms", "10000"});
     auto t0 = std::chrono::steady_clock::now();
     auto dead = Tool(args[0], rest);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     EXPECT_EQ(dead.exit_code, 69) << args[0] << " " << args[1] << ": " << dead.err;
     EXPECT_NE(dead.err.find("is not running"), std::string::npos) << dead.err;
     EXPECT_LT(ms, 5000) << args[0] << " " << args[1] << " waited for a dead server";
@@ -1317,7 +1524,8 @@ TEST_F(Lifecycle, ADeadServerIsDeadAtOnceForTheToolsOnItsHost) {
 // dead instances from the runtime folder, and only those: a socket someone listens on (a live
 // server of another Redis whose node has the same name) and another node's stay.
 TEST_F(Lifecycle, ADeadInstancesSocketsAreRemovedByTheNextAndLiveOnesStay) {
-  std::string old_socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
+  std::string old_socket =
+      redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
   ASSERT_EQ(access(old_socket.c_str(), F_OK), 0) << old_socket;
   const std::string folder = old_socket.substr(0, old_socket.rfind('/'));
   std::string tag = node_;
@@ -1341,7 +1549,8 @@ TEST_F(Lifecycle, ADeadInstancesSocketsAreRemovedByTheNextAndLiveOnesStay) {
   EXPECT_EQ(server_->Stop(SIGKILL), -SIGKILL);
   ASSERT_EQ(access(old_socket.c_str(), F_OK), 0) << "a SIGKILLed server removed its socket";
   StartServer();
-  std::string new_socket = redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
+  std::string new_socket =
+      redis_.Connect()->Command({"HGET", keys_.Server(node_), "command_socket"})->str;
   EXPECT_NE(new_socket, old_socket);
   EXPECT_EQ(access(new_socket.c_str(), F_OK), 0) << new_socket;
   EXPECT_NE(access(old_socket.c_str(), F_OK), 0) << "the dead instance's socket was left";
@@ -1359,21 +1568,23 @@ TEST_F(Lifecycle, ADeadInstancesSocketsAreRemovedByTheNextAndLiveOnesStay) {
 // server starting for the node, which waits for its TTL instead. The same heartbeat with this
 // host's pid_space is dead at once.
 TEST_F(Lifecycle, AHeartbeatOfAnotherHostIsNotJudgedByItsPid) {
-  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
   auto conn = redis_.Connect();
   std::string here = conn->Command({"HGET", keys_.Server(node_), "pid_space"})->str;
   ASSERT_NE(here.find('/'), std::string::npos) << "the heartbeat says where its pid is: " << here;
   test::Background brief({"/bin/true"}, {}, dir_.path() + "/brief.log");
   pid_t gone = brief.pid();
-  ASSERT_EQ(brief.Wait(10), 0);  // its pid now runs nothing
+  ASSERT_EQ(brief.Wait(10), 0);                 // its pid now runs nothing
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);  // its heartbeat thread would write its own pid back
-  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "pid", std::to_string(gone), "pid_ino", "",
-                             "pid_space", "00000000-0000-0000-0000-000000000000/4026531836"})
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "pid", std::to_string(gone), "pid_ino",
+                             "", "pid_space", "00000000-0000-0000-0000-000000000000/4026531836"})
                   .ok());
   ASSERT_EQ(conn->Command({"EXPIRE", keys_.Server(node_), "60"})->integer, 1);
   auto foreign = Tool("mcd-get", {"a", "--detached", "-q", "--timeout-ms", "2000"});
   EXPECT_EQ(foreign.exit_code, 0) << foreign.err;
-  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 10);
+  auto second =
+      test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 10);
   EXPECT_EQ(second.exit_code, 1) << second.err;
   EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
   ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "pid_space", here}).ok());
@@ -1381,20 +1592,32 @@ TEST_F(Lifecycle, AHeartbeatOfAnotherHostIsNotJudgedByItsPid) {
   EXPECT_EQ(local.exit_code, 69) << local.err;
   EXPECT_EQ(HashField("a", "refcount"), "2");
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);  // writes its own heartbeat again
-  ASSERT_TRUE(test::WaitFor([&] { return Tool("mcd-get", {"a", "--detached", "-q"}).exit_code == 0; }, 10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return Tool("mcd-get", {"a", "--detached", "-q"}).exit_code == 0;
+      },
+      10000))
       << ServeLog();
 }
 
 // A Redis restarted without persistence lost every hash: the server, the authority on what it
 // holds, puts back those of its tensors, which live on and are removed as any other.
 TEST_F(Lifecycle, KeepsServingAcrossARedisRestartAndPutsBackLostHashes) {
-  ASSERT_EQ(Tool("mcd-create", {"before", "--dtype", "f32", "--shape", "16", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"before", "--dtype", "f32", "--shape", "16", "--device", "cpu"})
+                .exit_code,
+            0);
   redis_.Restart();  // no persistence: every hash and the heartbeat are gone
   ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 10000)) << ServeLog();
-  auto created = Tool("mcd-create", {"after", "--dtype", "f32", "--shape", "16", "--device", "cpu"});
+  auto created =
+      Tool("mcd-create", {"after", "--dtype", "f32", "--shape", "16", "--device", "cpu"});
   ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
-  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("'before' lost its hash with Redis; put it back") != std::string::npos; },
-                            5000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return ServeLog().find("'before' lost its hash with Redis; put it back") !=
+               std::string::npos;
+      },
+      5000))
+      << ServeLog();
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "after\nbefore\n");
   EXPECT_EQ(HashField("before", "refcount"), "1");
   EXPECT_EQ(Tool("mcd-get", {"before", "--print", "2", "-q", "--detached"}).exit_code, 0);
@@ -1405,7 +1628,8 @@ TEST_F(Lifecycle, KeepsServingAcrossARedisRestartAndPutsBackLostHashes) {
 }
 
 TEST_F(Lifecycle, AServerWarnsOfARedisThatEvictsKeys) {
-  const std::string warning = "Redis's maxmemory-policy is 'allkeys-lru': at its maxmemory (1073741824 bytes)";
+  const std::string warning =
+      "Redis's maxmemory-policy is 'allkeys-lru': at its maxmemory (1073741824 bytes)";
   EXPECT_EQ(ServeLog().find("maxmemory-policy"), std::string::npos) << ServeLog();  // noeviction
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
   auto conn = redis_.Connect();
@@ -1415,22 +1639,26 @@ TEST_F(Lifecycle, AServerWarnsOfARedisThatEvictsKeys) {
   EXPECT_NE(ServeLog().find(warning), std::string::npos) << ServeLog();
   EXPECT_NE(ServeLog().find("set maxmemory-policy noeviction"), std::string::npos) << ServeLog();
   // A warning only: the server serves.
-  EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "0"}).ok());
 }
 
 TEST_F(Lifecycle, AServerStartingOnARedisOutOfMemorySaysSo) {
   auto conn = redis_.Connect();
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "1"}).ok());
-  auto other = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_ + "-other"}, Env(), 10);
+  auto other = test::Run(
+      {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_ + "-other"}, Env(), 10);
   ASSERT_TRUE(conn->Command({"CONFIG", "SET", "maxmemory", "0"}).ok());
   EXPECT_EQ(other.exit_code, 76) << other.err;
-  EXPECT_NE(other.err.find("cannot write the heartbeat: Redis: OOM"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("cannot write the heartbeat: Redis: OOM"), std::string::npos)
+      << other.err;
   EXPECT_EQ(conn->Command({"EXISTS", keys_.Server(node_ + "-other")})->integer, 0);
 }
 
 TEST_F(Lifecycle, SecondServerForTheSameNodeIsRefused) {
-  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 10);
+  auto second =
+      test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 10);
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
   EXPECT_TRUE(Heartbeat());  // the first one is untouched
@@ -1441,13 +1669,16 @@ TEST_F(Lifecycle, SecondServerForTheSameNodeIsRefused) {
 TEST_F(Lifecycle, TwoServersStartedAtOnceForOneNodeLeaveOneServing) {
   for (int round = 0; round < 8; ++round) {
     std::string node = node_ + "-race" + std::to_string(round);
-    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node};
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node",
+                                     node};
     std::string log_a = dir_.path() + "/race-a" + std::to_string(round) + ".log";
     std::string log_b = dir_.path() + "/race-b" + std::to_string(round) + ".log";
     test::Background a(argv, Env(), log_a);
     test::Background b(argv, Env(), log_b);
-    ASSERT_TRUE(test::WaitFor([&] { return !test::Running(a.pid()) || !test::Running(b.pid()); }, 10000))
-        << "both serve node " << node << "\n" << test::ReadFile(log_a) << test::ReadFile(log_b);
+    ASSERT_TRUE(
+        test::WaitFor([&] { return !test::Running(a.pid()) || !test::Running(b.pid()); }, 10000))
+        << "both serve node " << node << "\n"
+        << test::ReadFile(log_a) << test::ReadFile(log_b);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     bool a_serves = test::Running(a.pid());
     EXPECT_NE(a_serves, test::Running(b.pid())) << test::ReadFile(log_a) << test::ReadFile(log_b);
@@ -1467,7 +1698,9 @@ TEST_F(Lifecycle, TwoServersStartedAtOnceForOneNodeLeaveOneServing) {
 // one's heartbeat and hashes alone, a tensor of a name it had included.
 TEST_F(Lifecycle, AServerThatWasGoneTooLongStepsAsideForTheOneThatTookOver) {
   for (const char* name : {"a", "b"}) {
-    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+    ASSERT_EQ(
+        Tool("mcd-create", {name, "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+        0);
   }
   auto conn = redis_.Connect();
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
@@ -1477,11 +1710,14 @@ TEST_F(Lifecycle, AServerThatWasGoneTooLongStepsAsideForTheOneThatTookOver) {
   ASSERT_EQ(conn->Command({"DEL", keys_.Server(node_)})->integer, 1);
   test::Background other({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(),
                          dir_.path() + "/other.log");
-  ASSERT_TRUE(test::WaitFor([&] { return Count(test::ReadFile(dir_.path() + "/other.log"), "serving node") == 1; }, 10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return Count(test::ReadFile(dir_.path() + "/other.log"), "serving node") == 1; },
+      10000))
       << test::ReadFile(dir_.path() + "/other.log");
   std::string other_instance = conn->Command({"HGET", keys_.Server(node_), "instance"})->str;
   EXPECT_TRUE(HashField("a", "state").empty());  // the other one removed them as stale
-  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"a", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
 
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
   EXPECT_EQ(server_->Stop(0), 1) << ServeLog();
@@ -1489,7 +1725,8 @@ TEST_F(Lifecycle, AServerThatWasGoneTooLongStepsAsideForTheOneThatTookOver) {
   EXPECT_EQ(conn->Command({"HGET", keys_.Server(node_), "instance"})->str, other_instance);
   EXPECT_EQ(HashField("a", "owner"), other_instance);
   EXPECT_EQ(HashField("a", "refcount"), "1");
-  EXPECT_EQ(Tool("mcd-create", {"c", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  EXPECT_EQ(Tool("mcd-create", {"c", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+            0);
   EXPECT_EQ(Tool("mcd-rm", {"a"}).out, "a: freed\n");
   EXPECT_EQ(other.Stop(SIGTERM), 0);
   EXPECT_FALSE(Heartbeat());
@@ -1499,9 +1736,13 @@ TEST_F(Lifecycle, AServerThatWasGoneTooLongStepsAsideForTheOneThatTookOver) {
 
 TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
   test::Background owner({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
-  ASSERT_EQ(Tool("mcd-create", {"tmp", "--dtype", "f32", "--shape", "4", "--device", "cpu", "--lifetime",
-                                "stack", "--owner-pid", std::to_string(owner.pid())}).exit_code, 0);
-  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"tmp", "--dtype", "f32", "--shape", "4", "--device", "cpu",
+                                "--lifetime", "stack", "--owner-pid", std::to_string(owner.pid())})
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"kept", "--dtype", "f32", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   ASSERT_EQ(Tool("mcd-get", {"tmp"}).exit_code, 0);  // refcount 2 does not keep it alive
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(HashField("tmp", "state"), "ready");
@@ -1510,8 +1751,9 @@ TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
   EXPECT_EQ(HashField("kept", "state"), "ready");
   // The reaper removes the hash first (nobody can get it any more), frees the memory, then logs
   // the outcome: wait for the log line rather than read the count between the hash and the free.
-  EXPECT_TRUE(test::WaitFor([&] { return ServeLog().find("reclaim name=tmp outcome=ok") != std::string::npos; },
-                            2000)) << ServeLog();
+  EXPECT_TRUE(test::WaitFor(
+      [&] { return ServeLog().find("reclaim name=tmp outcome=ok") != std::string::npos; }, 2000))
+      << ServeLog();
   // The log says how many references the tensor still had: the creator's and mcd-get's.
   std::string log = ServeLog();
   std::string line = log.substr(log.find("reclaim name=tmp"));
@@ -1524,13 +1766,16 @@ TEST_F(Lifecycle, StackTensorsDieWithTheirOwner) {
 // holds nothing: its stack tensors go as they would after the reap.
 TEST_F(Lifecycle, AZombieOwnersStackTensorsAreReclaimed) {
   test::Background owner({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
-  ASSERT_EQ(Tool("mcd-create", {"z", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--lifetime", "stack",
-                                "--owner-pid", std::to_string(owner.pid())}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"z", "--dtype", "u8", "--shape", "4", "--device", "cpu",
+                                "--lifetime", "stack", "--owner-pid", std::to_string(owner.pid())})
+                .exit_code,
+            0);
   ASSERT_EQ(kill(owner.pid(), SIGKILL), 0);  // not waited for: it stays a zombie of this test
   ASSERT_TRUE(test::WaitFor([&] { return !test::Running(owner.pid()); }, 2000));
   EXPECT_TRUE(test::WaitFor([&] { return HashField("z", "state").empty(); }, 5000)) << ServeLog();
-  EXPECT_TRUE(test::WaitFor([&] { return ServeLog().find("reclaim name=z outcome=ok") != std::string::npos; },
-                            2000)) << ServeLog();
+  EXPECT_TRUE(test::WaitFor(
+      [&] { return ServeLog().find("reclaim name=z outcome=ok") != std::string::npos; }, 2000))
+      << ServeLog();
   EXPECT_EQ(ShmCount(), 0u);
 }
 
@@ -1543,14 +1788,17 @@ TEST_F(Lifecycle, AHeapTensorTakingAStackTensorsNameIsNotReclaimed) {
     return Tool("mcd-create", args).exit_code;
   };
   test::Background owner({"sleep", "60"}, {}, dir_.path() + "/sleep.log");
-  ASSERT_EQ(create("deleted", {"--lifetime", "stack", "--owner-pid", std::to_string(owner.pid())}), 0);
+  ASSERT_EQ(create("deleted", {"--lifetime", "stack", "--owner-pid", std::to_string(owner.pid())}),
+            0);
   ASSERT_EQ(Tool("mcd-rm", {"deleted"}).out, "deleted: freed\n");
   ASSERT_EQ(create("deleted", {}), 0);
 
   test::Background brief({"sleep", "60"}, {}, dir_.path() + "/sleep2.log");
-  ASSERT_EQ(create("reclaimed", {"--lifetime", "stack", "--owner-pid", std::to_string(brief.pid())}), 0);
+  ASSERT_EQ(
+      create("reclaimed", {"--lifetime", "stack", "--owner-pid", std::to_string(brief.pid())}), 0);
   brief.Stop(SIGKILL);
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("reclaimed", "state").empty(); }, 5000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("reclaimed", "state").empty(); }, 5000))
+      << ServeLog();
   ASSERT_EQ(create("reclaimed", {}), 0);
 
   // Two passes of the reaper (one a second).
@@ -1576,25 +1824,32 @@ namespace {
 class SpawnRedis : public ::testing::Test {
  protected:
   test::TempDir runtime;
-  std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime.path()},
-                                            {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
+  std::map<std::string, std::string> env = {
+      {"XDG_RUNTIME_DIR", runtime.path()}, {"MCD_REDIS_URL", ""}, {"REDIS_URL", ""}};
   std::string socket = runtime.path() + "/memcuda/redis.sock";
 };
 
 TEST_F(SpawnRedis, ToolsFindThePrivateRedisWithNoFlagAndItStopsWithTheServer) {
   std::string node = "spawn" + std::to_string(getpid());
-  test::Background server({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node},
-                          env, runtime.path() + "/serve.log");
-  ASSERT_TRUE(test::WaitFor([&] {
-    return test::ReadFile(runtime.path() + "/serve.log").find("serving node") != std::string::npos;
-  }, 10000)) << test::ReadFile(runtime.path() + "/serve.log");
+  test::Background server(
+      {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node}, env,
+      runtime.path() + "/serve.log");
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return test::ReadFile(runtime.path() + "/serve.log").find("serving node") !=
+               std::string::npos;
+      },
+      10000))
+      << test::ReadFile(runtime.path() + "/serve.log");
   auto created = test::Run({test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "3",
-                            "--device", "cpu", "--node", node}, env);
+                            "--device", "cpu", "--node", node},
+                           env);
   EXPECT_EQ(created.exit_code, 0) << created.err;
   auto listed = test::Run({test::ToolPath("mcd-ls"), "-q"}, env);
   EXPECT_EQ(listed.out, "s\n");
   // A Redis found rather than named, where this host's node has no server: said on stderr.
-  EXPECT_NE(listed.err.find("note: no mcd-serve is running for node"), std::string::npos) << listed.err;
+  EXPECT_NE(listed.err.find("note: no mcd-serve is running for node"), std::string::npos)
+      << listed.err;
   EXPECT_NE(listed.err.find("live there: " + node), std::string::npos) << listed.err;
   auto named = env;
   named["MCD_NODE"] = node;
@@ -1610,12 +1865,16 @@ TEST_F(SpawnRedis, TheRedisOfALiveServerIsLeftToIt) {
   std::string node = "left" + std::to_string(getpid());
   auto serve = [&](const std::string& which) {
     return std::make_unique<test::Background>(
-        std::vector<std::string>{test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node + which},
+        std::vector<std::string>{test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu",
+                                 "--node", node + which},
         env, runtime.path() + "/" + which + ".log");
   };
   auto serving = [&](const std::string& which) {
-    return test::WaitFor([&] { return Count(test::ReadFile(runtime.path() + "/" + which + ".log"), "serving node") == 1; },
-                         10000);
+    return test::WaitFor(
+        [&] {
+          return Count(test::ReadFile(runtime.path() + "/" + which + ".log"), "serving node") == 1;
+        },
+        10000);
   };
   auto first = serve("a");
   ASSERT_TRUE(serving("a")) << test::ReadFile(runtime.path() + "/a.log");
@@ -1623,8 +1882,9 @@ TEST_F(SpawnRedis, TheRedisOfALiveServerIsLeftToIt) {
   ASSERT_TRUE(serving("b")) << test::ReadFile(runtime.path() + "/b.log");
   EXPECT_EQ(second->Stop(SIGTERM), 0);
   EXPECT_EQ(access(socket.c_str(), F_OK), 0) << "the second server stopped the first one's Redis";
-  auto created = test::Run({test::ToolPath("mcd-create"), "t", "--dtype", "u8", "--shape", "3", "--device", "cpu",
-                            "--node", node + "a"}, env);
+  auto created = test::Run({test::ToolPath("mcd-create"), "t", "--dtype", "u8", "--shape", "3",
+                            "--device", "cpu", "--node", node + "a"},
+                           env);
   EXPECT_EQ(created.exit_code, 0) << created.err;
   EXPECT_EQ(first->Stop(SIGTERM), 0);
   EXPECT_TRUE(test::WaitFor([&] { return access(socket.c_str(), F_OK) != 0; }, 5000));
@@ -1634,28 +1894,35 @@ TEST_F(SpawnRedis, TheRedisOfALiveServerIsLeftToIt) {
 // it: that server uses it and stops it when it stops itself.
 TEST_F(SpawnRedis, TheRedisOfAKilledServerIsAdoptedByTheNextAndStopsWithIt) {
   std::string node = "adopt" + std::to_string(getpid());
-  std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node};
+  std::vector<std::string> argv = {
+      test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node};
   std::string log = runtime.path() + "/serve.log";
   auto serving = [&](size_t times) {
-    return test::WaitFor([&] { return Count(test::ReadFile(log), "serving node") >= times; }, 10000);
+    return test::WaitFor([&] { return Count(test::ReadFile(log), "serving node") >= times; },
+                         10000);
   };
   test::Background first(argv, env, log);
   ASSERT_TRUE(serving(1)) << test::ReadFile(log);
-  ASSERT_EQ(test::Run({test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "3", "--device", "cpu",
-                       "--node", node}, env).exit_code, 0);
+  ASSERT_EQ(test::Run({test::ToolPath("mcd-create"), "s", "--dtype", "u8", "--shape", "3",
+                       "--device", "cpu", "--node", node},
+                      env)
+                .exit_code,
+            0);
   auto redis = RedisConnection::Connect(RedisUrl::Parse("unix://" + socket).value());
   ASSERT_TRUE(redis.ok());
-  pid_t redis_pid = static_cast<pid_t>(std::atoll(InfoField(redis.value()->Command({"INFO", "server"})->str,
-                                                            "process_id").c_str()));
+  pid_t redis_pid = static_cast<pid_t>(
+      std::atoll(InfoField(redis.value()->Command({"INFO", "server"})->str, "process_id").c_str()));
   ASSERT_GT(redis_pid, 0);
   EXPECT_EQ(first.Stop(SIGKILL), -SIGKILL);
   EXPECT_TRUE(test::Running(redis_pid));
 
   test::Background second(argv, env, log);
   ASSERT_TRUE(serving(2)) << test::ReadFile(log);
-  EXPECT_NE(test::ReadFile(log).find("removed stale tensor 's'"), std::string::npos) << test::ReadFile(log);
+  EXPECT_NE(test::ReadFile(log).find("removed stale tensor 's'"), std::string::npos)
+      << test::ReadFile(log);
   EXPECT_EQ(second.Stop(SIGTERM), 0);
-  EXPECT_TRUE(test::WaitFor([&] { return !test::Running(redis_pid); }, 5000)) << "the adopted Redis still runs";
+  EXPECT_TRUE(test::WaitFor([&] { return !test::Running(redis_pid); }, 5000))
+      << "the adopted Redis still runs";
   EXPECT_NE(access(socket.c_str(), F_OK), 0);
   if (test::Running(redis_pid)) kill(redis_pid, SIGKILL);
 }
@@ -1672,11 +1939,16 @@ namespace {
 TEST_F(SpawnRedis, ADeadPrivateRedisIsRestartedAndOneThatKeepsDyingStopsTheServer) {
   std::string node = "sup" + std::to_string(getpid());
   std::string log = runtime.path() + "/serve.log";
-  test::Background server({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node}, env, log);
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(log).find("serving node") != std::string::npos; }, 10000))
+  test::Background server(
+      {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node}, env, log);
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(log).find("serving node") != std::string::npos; }, 10000))
       << test::ReadFile(log);
-  ASSERT_EQ(test::Run({test::ToolPath("mcd-create"), "kept", "--dtype", "u8", "--shape", "3", "--device", "cpu",
-                       "--node", node}, env).exit_code, 0);
+  ASSERT_EQ(test::Run({test::ToolPath("mcd-create"), "kept", "--dtype", "u8", "--shape", "3",
+                       "--device", "cpu", "--node", node},
+                      env)
+                .exit_code,
+            0);
   auto redis_pid = [&]() -> pid_t {
     auto children = test::ChildrenOf(server.pid());
     return children.size() == 1 ? children[0] : -1;
@@ -1685,17 +1957,27 @@ TEST_F(SpawnRedis, ADeadPrivateRedisIsRestartedAndOneThatKeepsDyingStopsTheServe
   ASSERT_GT(first, 0);
   ASSERT_EQ(kill(first, SIGKILL), 0);
   ASSERT_TRUE(test::WaitFor(
-      [&] { return test::ReadFile(log).find("the private Redis died; restarted it") != std::string::npos; }, 5000))
+      [&] {
+        return test::ReadFile(log).find("the private Redis died; restarted it") !=
+               std::string::npos;
+      },
+      5000))
       << test::ReadFile(log);
   EXPECT_NE(redis_pid(), first);
   // Back with the tensor: the server put its hash back.
-  EXPECT_TRUE(test::WaitFor([&] { return test::Run({test::ToolPath("mcd-ls"), "-q"}, env).out == "kept\n"; }, 10000))
+  EXPECT_TRUE(test::WaitFor(
+      [&] {
+        return test::Run({test::ToolPath("mcd-ls"), "-q"}, env).out == "kept\n";
+      },
+      10000))
       << test::ReadFile(log);
-  EXPECT_EQ(test::Run({test::ToolPath("mcd-rm"), "kept", "--node", node}, env).out, "kept: freed\n");
+  EXPECT_EQ(test::Run({test::ToolPath("mcd-rm"), "kept", "--node", node}, env).out,
+            "kept: freed\n");
 
   for (size_t i = 0; i < PrivateRedis::kMaxRestartsPerMinute; ++i) {
     // Each time once it was started again.
-    ASSERT_TRUE(test::WaitFor([&] { return Count(test::ReadFile(log), "restarted it") == i + 1; }, 5000))
+    ASSERT_TRUE(
+        test::WaitFor([&] { return Count(test::ReadFile(log), "restarted it") == i + 1; }, 5000))
         << test::ReadFile(log);
     pid_t now = redis_pid();
     ASSERT_GT(now, 0);
@@ -1718,9 +2000,12 @@ TEST_F(SpawnRedis, ARuntimeFolderOfAnotherUserOrOpenToOthersIsRefused) {
   std::string dir = runtime.path() + "/memcuda";
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
   ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
-  auto server = test::Run({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", "refused"}, env, 20);
+  auto server = test::Run(
+      {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", "refused"}, env,
+      20);
   EXPECT_EQ(server.exit_code, 69) << server.err;
-  EXPECT_NE(server.err.find("is open to other users (mode 0777, not 0700)"), std::string::npos) << server.err;
+  EXPECT_NE(server.err.find("is open to other users (mode 0777, not 0700)"), std::string::npos)
+      << server.err;
   EXPECT_NE(server.err.find("(permission_denied)"), std::string::npos) << server.err;
   EXPECT_NE(access(socket.c_str(), F_OK), 0) << "a Redis was started in the open folder";
 
@@ -1733,15 +2018,18 @@ TEST_F(SpawnRedis, ARuntimeFolderOfAnotherUserOrOpenToOthersIsRefused) {
   auto ls = test::Run({test::ToolPath("mcd-ls")}, env);
   close(fd);
   EXPECT_EQ(ls.exit_code, 69) << ls.err;
-  EXPECT_NE(ls.err.find("another user could see and steer what is in it"), std::string::npos) << ls.err;
+  EXPECT_NE(ls.err.find("another user could see and steer what is in it"), std::string::npos)
+      << ls.err;
 
   if (geteuid() == 0) {  // only root can give the folder away to test the owner check
     ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
     ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
-    auto given_away =
-        test::Run({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", "refused"}, env, 20);
+    auto given_away = test::Run(
+        {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", "refused"},
+        env, 20);
     EXPECT_EQ(given_away.exit_code, 69) << given_away.err;
-    EXPECT_NE(given_away.err.find("belongs to uid 65534, not to this user"), std::string::npos) << given_away.err;
+    EXPECT_NE(given_away.err.find("belongs to uid 65534, not to this user"), std::string::npos)
+        << given_away.err;
     ASSERT_EQ(chown(dir.c_str(), 0, 0), 0);
   }
 }
@@ -1755,9 +2043,13 @@ namespace {
 // Data that could not all be written to standard output is a failure (74, with the reason),
 // not a success with a short file: `mcd-ls --json > state.json && ...` must not go on.
 TEST_F(Lifecycle, AToolWhoseOutputCannotBeWrittenFails) {
-  ASSERT_EQ(Tool("mcd-create", {"out", "--dtype", "u8", "--shape", "64", "--device", "cpu", "-q"}).exit_code, 0);
-  std::vector<std::vector<std::string>> commands = {
-      {"mcd-ls"}, {"mcd-ls", "--json"}, {"mcd-get", "out", "--no-ref", "--print", "64"}, {"mcd-ls", "--servers"}};
+  ASSERT_EQ(Tool("mcd-create", {"out", "--dtype", "u8", "--shape", "64", "--device", "cpu", "-q"})
+                .exit_code,
+            0);
+  std::vector<std::vector<std::string>> commands = {{"mcd-ls"},
+                                                    {"mcd-ls", "--json"},
+                                                    {"mcd-get", "out", "--no-ref", "--print", "64"},
+                                                    {"mcd-ls", "--servers"}};
   for (auto args : commands) {
     std::string tool = args.front();
     args.erase(args.begin());
@@ -1809,7 +2101,8 @@ TEST_F(Lifecycle, AReadWithoutAReferenceOfATensorRemovedMeanwhileIsNotFound) {
   ASSERT_EQ(Tool("mcd-rm", {"r"}).exit_code, 0);
   auto copied = client->CopyToHost(*view, read.data(), read.size());
   EXPECT_EQ(copied.code(), ErrorCode::kNotFound) << copied.ToString();
-  EXPECT_NE(copied.message().find("removed while it was read"), std::string::npos) << copied.ToString();
+  EXPECT_NE(copied.message().find("removed while it was read"), std::string::npos)
+      << copied.ToString();
   EXPECT_TRUE(client->Close("r").ok());
   EXPECT_EQ(mcd_copy_to_host(c, "r", read.data(), read.size()), MCD_ERR_NOT_FOUND);
   mcd_disconnect(c);
@@ -1818,7 +2111,9 @@ TEST_F(Lifecycle, AReadWithoutAReferenceOfATensorRemovedMeanwhileIsNotFound) {
 // A read without a reference answers as a get does for a tensor of another node: wrong node,
 // not "its server is not running".
 TEST_F(Lifecycle, AReadWithoutAReferenceOfAnotherNodesTensorIsWrongNodeAsAGetIs) {
-  ASSERT_EQ(Tool("mcd-create", {"here", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"here", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   auto fields = conn->Command({"HGETALL", keys_.Tensor("here")});
   std::vector<std::string> planted = {"HSET", keys_.Tensor("there")};
@@ -1879,7 +2174,8 @@ TEST_F(SpawnRedis, WithNoRedisNamedNorFoundEveryToolSaysHowToNameOneAtOnce) {
   unsetenv("XDG_RUNTIME_DIR");
   auto bare = Client::Connect(ClientOptions{});
   EXPECT_EQ(bare.status().code(), ErrorCode::kUnavailable) << bare.status().ToString();
-  EXPECT_NE(bare.status().message().find("no Redis named"), std::string::npos) << bare.status().ToString();
+  EXPECT_NE(bare.status().message().find("no Redis named"), std::string::npos)
+      << bare.status().ToString();
 }
 
 // The readiness loop of a script that starts `mcd-serve --spawn-redis` beside it: each try
@@ -1887,8 +2183,9 @@ TEST_F(SpawnRedis, WithNoRedisNamedNorFoundEveryToolSaysHowToNameOneAtOnce) {
 // node served there.
 TEST_F(SpawnRedis, AReadinessLoopBesideASpawnedRedisEndsFastAgainstIt) {
   std::string node = "ready" + std::to_string(getpid());
-  test::Background server({test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node},
-                          env, runtime.path() + "/serve.log");
+  test::Background server(
+      {test::ToolPath("mcd-serve"), "--spawn-redis", "--devices", "cpu", "--node", node}, env,
+      runtime.path() + "/serve.log");
   auto began = Clock::now();
   test::ProcessResult ran;
   int tries = 0;
@@ -1924,8 +2221,10 @@ TEST(RedisAbsent, NoSocketFileOrARefusedPortIsUnavailableAtOnceNamingTheAddress)
   for (const std::string& url : {refused, missing}) {
     for (const char* tool : {"mcd-ls", "mcd-create", "mcd-get", "mcd-rm", "mcd-serve"}) {
       std::vector<std::string> argv = {test::ToolPath(tool), "--redis-url", url};
-      if (std::string(tool) != "mcd-serve" && std::string(tool) != "mcd-ls") argv.insert(argv.end(), {"--timeout-ms", "8000"});
-      if (std::string(tool) == "mcd-create") argv.insert(argv.end(), {"x", "--dtype", "u8", "--shape", "4"});
+      if (std::string(tool) != "mcd-serve" && std::string(tool) != "mcd-ls")
+        argv.insert(argv.end(), {"--timeout-ms", "8000"});
+      if (std::string(tool) == "mcd-create")
+        argv.insert(argv.end(), {"x", "--dtype", "u8", "--shape", "4"});
       if (std::string(tool) == "mcd-get" || std::string(tool) == "mcd-rm") argv.push_back("x");
       auto t0 = Clock::now();
       auto ran = test::Run(argv, {{"XDG_RUNTIME_DIR", dir.path()}}, 30);
@@ -1941,9 +2240,14 @@ TEST(RedisAbsent, NoSocketFileOrARefusedPortIsUnavailableAtOnceNamingTheAddress)
   std::string conf = dir.path() + "/sentinel.conf";
   std::ofstream(conf) << "port " << port << "\nbind 127.0.0.1\ndir " << dir.path() << "\n";
   test::Background sentinel({"redis-server", conf, "--sentinel"}, {}, dir.path() + "/sentinel.log");
-  ASSERT_TRUE(test::WaitFor([&] {
-    return RedisConnection::Connect(RedisUrl::Parse("redis://127.0.0.1:" + std::to_string(port)).value()).ok();
-  }, 10000)) << test::ReadFile(dir.path() + "/sentinel.log");
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return RedisConnection::Connect(
+                   RedisUrl::Parse("redis://127.0.0.1:" + std::to_string(port)).value())
+            .ok();
+      },
+      10000))
+      << test::ReadFile(dir.path() + "/sentinel.log");
   auto ran = test::Run({test::ToolPath("mcd-rm"), "x", "--timeout-ms", "500", "--redis-url",
                         "redis-sentinel://127.0.0.1:" + std::to_string(port) + "/nomaster"},
                        {{"XDG_RUNTIME_DIR", dir.path()}}, 30);

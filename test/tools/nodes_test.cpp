@@ -26,21 +26,27 @@ class Nodes : public ::testing::Test {
     }
   }
   std::map<std::string, std::string> Env() const { return {{"MCD_REDIS_URL", redis_.url()}}; }
-  std::string Log(const std::string& node) const { return test::ReadFile(dir_.path() + "/" + node + ".log"); }
+  std::string Log(const std::string& node) const {
+    return test::ReadFile(dir_.path() + "/" + node + ".log");
+  }
   std::string Node(int i) const { return "n" + std::to_string(getpid()) + "-" + std::to_string(i); }
 
   void Serve(const std::string& node) {
     servers_[node] = std::make_unique<test::Background>(
-        std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node, "--heartbeat-ttl", "3"},
+        std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node,
+                                 "--heartbeat-ttl", "3"},
         Env(), dir_.path() + "/" + node + ".log");
-    ASSERT_TRUE(test::WaitFor([&] { return Log(node).find("serving node") != std::string::npos; }, 10000)) << Log(node);
+    ASSERT_TRUE(
+        test::WaitFor([&] { return Log(node).find("serving node") != std::string::npos; }, 10000))
+        << Log(node);
   }
   test::ProcessResult Tool(const std::string& tool, std::vector<std::string> args) {
     args.insert(args.begin(), test::ToolPath(tool));
     return test::Run(args, Env());
   }
   void Create(const std::string& name, const std::string& node) {
-    auto made = Tool("mcd-create", {name, "--dtype", "u8", "--shape", "8", "--device", "cpu", "--node", node, "-q"});
+    auto made = Tool("mcd-create", {name, "--dtype", "u8", "--shape", "8", "--device", "cpu",
+                                    "--node", node, "-q"});
     ASSERT_EQ(made.exit_code, 0) << made.err;
   }
   std::string HashField(const std::string& name, const std::string& field) {
@@ -98,30 +104,36 @@ TEST_F(Nodes, TwoNodesShareOneRedisAndEachServesItsOwn) {
   // made on that node (forwarded when the other server took it).
   for (int i = 0; i < 8; ++i) {
     std::string name = "minimal" + std::to_string(i), req = "minimal-req-" + std::to_string(i);
-    json reply = PushMinimal(R"({"op":"create","name":")" + name + R"(","dtype":"f32","shape":[2],"device":"cpu","node":")" +
-                          b + R"(","req":")" + req + R"("})",
-                      req);
+    json reply = PushMinimal(R"({"op":"create","name":")" + name +
+                                 R"(","dtype":"f32","shape":[2],"device":"cpu","node":")" + b +
+                                 R"(","req":")" + req + R"("})",
+                             req);
     ASSERT_EQ(reply["ok"], true) << reply.dump();
     EXPECT_EQ(HashField(name, "node"), b);
     EXPECT_EQ(HashField(name, "owner"), Instance(b));
   }
-  EXPECT_NE(Log(a).find("forwarded_to=" + b), std::string::npos) << "both servers take from the shared queue";
+  EXPECT_NE(Log(a).find("forwarded_to=" + b), std::string::npos)
+      << "both servers take from the shared queue";
   // Without a node, the server that takes it makes it on its own node.
-  json anywhere = PushMinimal(R"({"op":"create","name":"anywhere","dtype":"u8","shape":[1],"device":"cpu","req":"any"})", "any");
+  json anywhere = PushMinimal(
+      R"({"op":"create","name":"anywhere","dtype":"u8","shape":[1],"device":"cpu","req":"any"})",
+      "any");
   ASSERT_EQ(anywhere["ok"], true) << anywhere.dump();
   std::string node = HashField("anywhere", "node");
   EXPECT_TRUE(node == a || node == b) << node;
   EXPECT_EQ(HashField("anywhere", "owner"), Instance(node));
   // A node with no live server: a clear error, nothing made.
-  json ghost = PushMinimal(R"({"op":"create","name":"g","dtype":"u8","shape":[1],"device":"cpu","node":"ghost","req":"gh"})",
-                    "gh");
+  json ghost = PushMinimal(
+      R"({"op":"create","name":"g","dtype":"u8","shape":[1],"device":"cpu","node":"ghost","req":"gh"})",
+      "gh");
   EXPECT_EQ(ghost["ok"], false);
   EXPECT_EQ(ghost["error"]["code"], "wrong_node");
-  EXPECT_NE(ghost["error"]["message"].get<std::string>().find("'ghost', which has no live server"), std::string::npos);
+  EXPECT_NE(ghost["error"]["message"].get<std::string>().find("'ghost', which has no live server"),
+            std::string::npos);
   EXPECT_EQ(HashField("g", "state"), "");
   auto conn = redis_.Connect();
-  for (const std::string& list : {keys_.queue, keys_.NodeQueue(a), keys_.NodeQueue(b), keys_.Processing(a),
-                                  keys_.Processing(b)}) {
+  for (const std::string& list : {keys_.queue, keys_.NodeQueue(a), keys_.NodeQueue(b),
+                                  keys_.Processing(a), keys_.Processing(b)}) {
     EXPECT_EQ(conn->Command({"LLEN", list})->integer, 0) << list;
   }
 }
@@ -131,7 +143,8 @@ TEST_F(Nodes, EightServersOnOneRedisEachKeepToTheirNode) {
   for (int i = 0; i < kNodes; ++i) Serve(Node(i));
   auto servers = Tool("mcd-ls", {"--servers", "-q"});
   EXPECT_EQ(servers.exit_code, 0);
-  for (int i = 0; i < kNodes; ++i) EXPECT_NE(servers.out.find(Node(i) + "\n"), std::string::npos) << servers.out;
+  for (int i = 0; i < kNodes; ++i)
+    EXPECT_NE(servers.out.find(Node(i) + "\n"), std::string::npos) << servers.out;
   // Every node's tools at once, each making tensors on its own node.
   std::vector<std::unique_ptr<test::Background>> shells;
   for (int i = 0; i < kNodes; ++i) {
@@ -140,11 +153,13 @@ TEST_F(Nodes, EightServersOnOneRedisEachKeepToTheirNode) {
       script += test::ToolPath("mcd-create") + " t" + std::to_string(i) + "." + std::to_string(k) +
                 " --dtype u8 --shape 8 --device cpu -q --node " + Node(i) + " || exit 1; ";
     }
-    shells.push_back(std::make_unique<test::Background>(std::vector<std::string>{"/bin/sh", "-c", script}, Env(),
-                                                        dir_.path() + "/shell" + std::to_string(i) + ".log"));
+    shells.push_back(
+        std::make_unique<test::Background>(std::vector<std::string>{"/bin/sh", "-c", script}, Env(),
+                                           dir_.path() + "/shell" + std::to_string(i) + ".log"));
   }
   for (int i = 0; i < kNodes; ++i) {
-    EXPECT_EQ(shells[i]->Wait(60), 0) << test::ReadFile(dir_.path() + "/shell" + std::to_string(i) + ".log");
+    EXPECT_EQ(shells[i]->Wait(60), 0)
+        << test::ReadFile(dir_.path() + "/shell" + std::to_string(i) + ".log");
   }
   auto listed = Tool("mcd-ls", {"--json"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
@@ -161,7 +176,8 @@ TEST_F(Nodes, EightServersOnOneRedisEachKeepToTheirNode) {
     EXPECT_EQ(std::count(one.out.begin(), one.out.end(), '\n'), kEach) << one.out;
     // Removed through their own node; a wrong node is refused.
     std::vector<std::string> names;
-    for (int k = 0; k < kEach; ++k) names.push_back("t" + std::to_string(i) + "." + std::to_string(k));
+    for (int k = 0; k < kEach; ++k)
+      names.push_back("t" + std::to_string(i) + "." + std::to_string(k));
     auto wrong = Tool("mcd-rm", {names[0], "--node", Node((i + 1) % kNodes)});
     EXPECT_EQ(wrong.exit_code, 64) << wrong.err;
     names.insert(names.end(), {"--node", Node(i), "-q"});

@@ -33,9 +33,11 @@ class Operations : public Lifecycle {
 TEST_F(Operations, ATheOnlyLiveServerIsFoundAndSaidSoAndMcdNodeNamesOne) {
   // This host's name has no server here: the only live one (this test's node) is taken, and
   // the tool says so.
-  auto created = Unnamed("mcd-create", {"found", "--dtype", "u8", "--shape", "4", "--device", "cpu"});
+  auto created =
+      Unnamed("mcd-create", {"found", "--dtype", "u8", "--shape", "4", "--device", "cpu"});
   ASSERT_EQ(created.exit_code, 0) << created.err;
-  EXPECT_NE(created.err.find("using node '" + node_ + "', the only one live on"), std::string::npos) << created.err;
+  EXPECT_NE(created.err.find("using node '" + node_ + "', the only one live on"), std::string::npos)
+      << created.err;
   EXPECT_EQ(HashField("found", "node"), node_);
   auto quiet = Unnamed("mcd-rm", {"found", "-q"});
   EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
@@ -44,21 +46,28 @@ TEST_F(Operations, ATheOnlyLiveServerIsFoundAndSaidSoAndMcdNodeNamesOne) {
   auto named = Unnamed("mcd-create", {"n", "--dtype", "u8", "--shape", "4", "--device", "cpu"},
                        {{"MCD_NODE", "elsewhere"}});
   EXPECT_EQ(named.exit_code, 69);
-  EXPECT_NE(named.err.find("no mcd-serve is running for node 'elsewhere' on " + redis_.url()), std::string::npos)
+  EXPECT_NE(named.err.find("no mcd-serve is running for node 'elsewhere' on " + redis_.url()),
+            std::string::npos)
       << named.err;
   EXPECT_NE(named.err.find("live there: " + node_), std::string::npos) << named.err;
-  auto by_env = Unnamed("mcd-create", {"e", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"},
-                        {{"MCD_NODE", node_}});
+  auto by_env =
+      Unnamed("mcd-create", {"e", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"},
+              {{"MCD_NODE", node_}});
   EXPECT_EQ(by_env.exit_code, 0) << by_env.err;
   EXPECT_EQ(Tool("mcd-rm", {"e", "-q"}).exit_code, 0);
 }
 
 TEST_F(Operations, WithTwoLiveServersAToolWithoutANodeListsThemAndDoesNothing) {
   std::string other = node_ + "-b";
-  test::Background second({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", other, "--heartbeat-ttl", "3"},
-                          Env(), dir_.path() + "/second.log");
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/second.log").find("serving node") !=
-                                         std::string::npos; }, 10000));
+  test::Background second(
+      {test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", other, "--heartbeat-ttl", "3"},
+      Env(), dir_.path() + "/second.log");
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return test::ReadFile(dir_.path() + "/second.log").find("serving node") !=
+               std::string::npos;
+      },
+      10000));
   auto created = Unnamed("mcd-create", {"x", "--dtype", "u8", "--shape", "4", "--device", "cpu"});
   EXPECT_EQ(created.exit_code, 69);
   EXPECT_NE(created.err.find("live there: "), std::string::npos) << created.err;
@@ -77,16 +86,23 @@ TEST_F(Operations, WithTwoLiveServersAToolWithoutANodeListsThemAndDoesNothing) {
 
 TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExit69) {
   via_queue_ = true;  // through the queue: its wait is timed too
-  ASSERT_EQ(Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu", "-q"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu", "-q"})
+                .exit_code,
+            0);
   via_queue_ = false;
   // A command the server answers with an error.
-  EXPECT_EQ(Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu"}).exit_code, 1);
+  EXPECT_EQ(
+      Tool("mcd-create", {"m", "--dtype", "f32", "--shape", "256", "--device", "cpu"}).exit_code,
+      1);
   // The heartbeat carries the counters from its next write on (every TTL/4).
-  ASSERT_TRUE(test::WaitFor([&] {
-    auto listed = Tool("mcd-ls", {"--servers", "--json"});
-    auto s = json::parse(listed.out, nullptr, false);
-    return s.is_array() && s.size() == 1 && s[0]["tensors"] == 1 && s[0]["commands_failed"] == 1;
-  }, 5000));
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        auto listed = Tool("mcd-ls", {"--servers", "--json"});
+        auto s = json::parse(listed.out, nullptr, false);
+        return s.is_array() && s.size() == 1 && s[0]["tensors"] == 1 &&
+               s[0]["commands_failed"] == 1;
+      },
+      5000));
   auto table = Tool("mcd-ls", {"--servers"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_EQ(table.out.rfind("NODE", 0), 0u) << table.out;
@@ -99,22 +115,30 @@ TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExi
   EXPECT_EQ(s["pid"], server_->pid());
   auto prom = Tool("mcd-ls", {"--servers", "--prometheus"});
   ASSERT_EQ(prom.exit_code, 0) << prom.err;
-  std::string label = "{node=\"" + node_ + "\",instance=\"" + s["instance"].get<std::string>() + "\"}";
+  std::string label =
+      "{node=\"" + node_ + "\",instance=\"" + s["instance"].get<std::string>() + "\"}";
   EXPECT_NE(prom.out.find("mcd_servers_live 1\n"), std::string::npos) << prom.out;
   EXPECT_NE(prom.out.find("mcd_tensors" + label + " 1\n"), std::string::npos) << prom.out;
   EXPECT_NE(prom.out.find("mcd_tensor_bytes" + label + " 1024\n"), std::string::npos) << prom.out;
   EXPECT_NE(prom.out.find("# TYPE mcd_commands_failed_total counter"), std::string::npos);
-  EXPECT_NE(prom.out.find("mcd_command_errors_total{node=\"" + node_), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("mcd_command_errors_total{node=\"" + node_), std::string::npos)
+      << prom.out;
   // The creates' latency histogram: two creates (one refused), every bucket cumulative up to +Inf.
   std::string create = label.substr(0, label.size() - 1) + ",op=\"create\"";
-  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_count" + create + "} 2\n"), std::string::npos) << prom.out;
-  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_bucket" + create + ",le=\"+Inf\"} 2\n"), std::string::npos)
+  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_count" + create + "} 2\n"),
+            std::string::npos)
       << prom.out;
-  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_bucket" + create + ",le=\"0.00005\"}"), std::string::npos)
+  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_bucket" + create + ",le=\"+Inf\"} 2\n"),
+            std::string::npos)
+      << prom.out;
+  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_bucket" + create + ",le=\"0.00005\"}"),
+            std::string::npos)
       << prom.out;
   EXPECT_NE(prom.out.find("# TYPE mcd_command_duration_seconds histogram"), std::string::npos);
   std::string waited = label.substr(0, label.size() - 1) + ",op=\"queue_wait\"";
-  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_count" + waited + "} 1\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("mcd_command_duration_seconds_count" + waited + "} 1\n"),
+            std::string::npos)
+      << prom.out;
   // Every sample line is "name{labels} value" or "name value".
   std::istringstream lines(prom.out);
   for (std::string line; std::getline(lines, line);) {
@@ -127,7 +151,8 @@ TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExi
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
   auto none = Tool("mcd-ls", {"--servers"});
   EXPECT_EQ(none.exit_code, 69);
-  EXPECT_NE(none.err.find("no mcd-serve is live on " + redis_.url()), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("no mcd-serve is live on " + redis_.url()), std::string::npos)
+      << none.err;
   auto none_prom = Tool("mcd-ls", {"--servers", "--prometheus"});
   EXPECT_EQ(none_prom.exit_code, 69);
   EXPECT_NE(none_prom.out.find("mcd_servers_live 0\n"), std::string::npos) << none_prom.out;
@@ -149,8 +174,8 @@ TEST_F(Operations, AServiceManagerIsToldWhenTheServerIsReadyAndWhenItStops) {
   auto env = Env();
   env["NOTIFY_SOCKET"] = path;
   server_ = std::make_unique<test::Background>(
-      std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, env,
-      dir_.path() + "/notified.log");
+      std::vector<std::string>{test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_},
+      env, dir_.path() + "/notified.log");
   auto next = [&] {
     char buf[512] = {};
     ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
@@ -178,7 +203,8 @@ class FakeRedis {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+        << std::strerror(errno);
     EXPECT_EQ(listen(fd_, 8), 0);
     thread_ = std::thread([this] { Serve(); });
   }
@@ -187,7 +213,9 @@ class FakeRedis {
     thread_.join();
     close(fd_);
   }
-  static std::string Bulk(const std::string& s) { return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n"; }
+  static std::string Bulk(const std::string& s) {
+    return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
+  }
 
  private:
   void Serve() {
@@ -197,7 +225,9 @@ class FakeRedis {
       for (ssize_t n; (n = read(c, chunk, sizeof(chunk))) > 0;) {
         buf.append(chunk, static_cast<size_t>(n));
         for (std::string name; !(name = TakeCommand(buf)).empty();) {
-          std::string reply = name == "INFO" ? info_ : name == "HELLO" ? hello_ : "-ERR not in this fake\r\n";
+          std::string reply = name == "INFO"    ? info_
+                              : name == "HELLO" ? hello_
+                                                : "-ERR not in this fake\r\n";
           (void)send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
         }
       }
@@ -245,25 +275,28 @@ TEST(RedisVersion, AServerRefusesARedisOlderThan7) {
   };
   const std::vector<Case> cases = {
       {"from HELLO", noperm,
-       "*4\r\n" + FakeRedis::Bulk("server") + FakeRedis::Bulk("redis") + FakeRedis::Bulk("version") +
-           FakeRedis::Bulk("6.2.14"),
+       "*4\r\n" + FakeRedis::Bulk("server") + FakeRedis::Bulk("redis") +
+           FakeRedis::Bulk("version") + FakeRedis::Bulk("6.2.14"),
        "6.2.14"},
-      {"from INFO", FakeRedis::Bulk("# Server\r\nredis_version:5.0.14\r\nredis_mode:standalone\r\n"), no_hello,
+      {"from INFO",
+       FakeRedis::Bulk("# Server\r\nredis_version:5.0.14\r\nredis_mode:standalone\r\n"), no_hello,
        "5.0.14"},
       {"from neither", noperm, no_hello, ""}};
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].what);
     std::string socket_path = dir.path() + "/old" + std::to_string(i) + ".sock";
     FakeRedis old(socket_path, cases[i].info, cases[i].hello);
-    auto served = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", "old", "--redis-url",
-                             "unix://" + socket_path},
+    auto served = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", "old",
+                             "--redis-url", "unix://" + socket_path},
                             {}, 30);
     if (!cases[i].version.empty()) {
       EXPECT_EQ(served.exit_code, 69) << served.err;
-      EXPECT_NE(served.err.find("is version " + cases[i].version + "; memcuda needs 7.0 or newer"), std::string::npos)
+      EXPECT_NE(served.err.find("is version " + cases[i].version + "; memcuda needs 7.0 or newer"),
+                std::string::npos)
           << served.err;
     } else {  // goes on, and fails only at the next command, which the fake does not serve
-      EXPECT_NE(served.err.find("cannot tell the version of Redis"), std::string::npos) << served.err;
+      EXPECT_NE(served.err.find("cannot tell the version of Redis"), std::string::npos)
+          << served.err;
       EXPECT_EQ(served.err.find("memcuda needs 7.0 or newer"), std::string::npos) << served.err;
     }
   }
@@ -276,7 +309,9 @@ TEST_F(Operations, AServerForbiddenInfoTakesRedisVersionFromHello) {
   ASSERT_TRUE(redis_.Connect()->Command({"ACL", "SETUSER", "default", "-info"}).ok());
   StartServer();
   EXPECT_EQ(ServeLog().find("cannot tell the version of Redis"), std::string::npos) << ServeLog();
-  EXPECT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"}).exit_code, 0);
+  EXPECT_EQ(
+      Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"}).exit_code,
+      0);
 }
 }  // namespace
 }  // namespace mcd

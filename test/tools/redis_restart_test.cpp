@@ -28,7 +28,9 @@ class RedisRestart : public Lifecycle {
     auto reply = conn.value()->Command({"GET", "x"});
     return !reply.ok() && reply.status().code() == ErrorCode::kTryAgain;
   }
-  bool LoadingSoon() { return test::WaitFor([&] { return Loading(); }, 5000); }
+  bool LoadingSoon() {
+    return test::WaitFor([&] { return Loading(); }, 5000);
+  }
 };
 
 // Commands the server had taken when Redis went away are resumed once Redis has loaded its
@@ -40,7 +42,8 @@ TEST_F(RedisRestart, TakenCommandsAreResumedAfterASlowAofLoad) {
   auto conn = redis_.Connect();
   for (int i = 0; i < 3; ++i) {
     std::string body = R"({"op":"create","name":"taken)" + std::to_string(i) +
-                       R"(","dtype":"u8","shape":[8],"device":"cpu","req":"taken)" + std::to_string(i) + R"("})";
+                       R"(","dtype":"u8","shape":[8],"device":"cpu","req":"taken)" +
+                       std::to_string(i) + R"("})";
     ASSERT_TRUE(conn->Command({"LPUSH", keys_.Processing(node_), body}).ok());
   }
   conn.reset();
@@ -48,8 +51,10 @@ TEST_F(RedisRestart, TakenCommandsAreResumedAfterASlowAofLoad) {
   ASSERT_TRUE(LoadingSoon());
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
   ASSERT_TRUE(test::WaitFor([&] { return !Loading(); }, 60000));
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("taken2", "state") == "ready"; }, 10000)) << ServeLog();
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(HashField("taken" + std::to_string(i), "refcount"), "1") << i;
+  ASSERT_TRUE(test::WaitFor([&] { return HashField("taken2", "state") == "ready"; }, 10000))
+      << ServeLog();
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(HashField("taken" + std::to_string(i), "refcount"), "1") << i;
   EXPECT_EQ(redis_.Connect()->Command({"LLEN", keys_.Processing(node_)})->integer, 0);
   EXPECT_EQ(ShmCount(), 3u);
   EXPECT_NE(ServeLog().find("resuming 3 unfinished command(s)"), std::string::npos) << ServeLog();
@@ -58,7 +63,9 @@ TEST_F(RedisRestart, TakenCommandsAreResumedAfterASlowAofLoad) {
 // A tool meeting a Redis that is loading waits for it within its timeout; past the timeout it
 // exits 75 ("try again"), with nothing changed.
 TEST_F(RedisRestart, ToolsWaitForALoadingRedisOrSayTryAgain) {
-  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   PersistWithFiller(50000);
   RestartLoadingSlowly();
   ASSERT_TRUE(LoadingSoon());
@@ -71,7 +78,8 @@ TEST_F(RedisRestart, ToolsWaitForALoadingRedisOrSayTryAgain) {
   auto patient = Tool("mcd-get", {"kept", "--no-ref", "--json", "--timeout-ms", "60000"});
   EXPECT_EQ(patient.exit_code, 0) << patient.err;
   EXPECT_FALSE(Loading());
-  EXPECT_EQ(json::parse(patient.out)["refcount"], 1) << patient.out;  // the hurried rm changed nothing
+  EXPECT_EQ(json::parse(patient.out)["refcount"], 1)
+      << patient.out;  // the hurried rm changed nothing
 }
 
 // A create whose commit never reached Redis (it was killed with the commit on the wire) is
@@ -81,7 +89,8 @@ TEST_F(RedisRestart, ACreateWhoseCommitWasLostIsFreedAfterTheReconnect) {
   ASSERT_GE(fd, 0);
   // Writes are held, so that the server's commit waits in Redis, which then dies.
   ASSERT_TRUE(redis_.Connect()->Command({"CLIENT", "PAUSE", "20000", "WRITE"}).ok());
-  std::string line = R"({"op":"create","name":"lost","dtype":"u8","shape":[4],"device":"cpu"})" "\n";
+  std::string line = R"({"op":"create","name":"lost","dtype":"u8","shape":[4],"device":"cpu"})"
+                     "\n";
   ASSERT_EQ(send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
   // The server allocated and sent the commit, which Redis holds.
   ASSERT_TRUE(test::WaitFor([&] { return ShmCount() == 1; }, 5000)) << ServeLog();
@@ -91,22 +100,31 @@ TEST_F(RedisRestart, ACreateWhoseCommitWasLostIsFreedAfterTheReconnect) {
   while (recv(fd, &c, 1, 0) == 1 && c != '\n') reply.push_back(c);
   close(fd);
   EXPECT_NE(reply.find("may or may not have taken effect"), std::string::npos) << reply;
-  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("create of 'lost' whose outcome was unknown: it did not; freed") !=
-                                         std::string::npos; },
-                            10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return ServeLog().find("create of 'lost' whose outcome was unknown: it did not; freed") !=
+               std::string::npos;
+      },
+      10000))
       << ServeLog();
   EXPECT_TRUE(ShmFreedSoon());
   EXPECT_EQ(HashField("lost", "state"), "");
   ASSERT_TRUE(test::WaitFor([&] { return Heartbeat(); }, 5000));
-  EXPECT_EQ(Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0) << ServeLog();
+  EXPECT_EQ(
+      Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0)
+      << ServeLog();
 }
 
 // A Redis restarted from an AOF that lost its last second may bring back the hash of a tensor
 // the server has freed: after the reconnect, a hash of this instance that names nothing it holds
 // is removed, and one it holds that Redis lost is put back.
 TEST_F(RedisRestart, AfterAReconnectPhantomHashesGoAndLostOnesComeBack) {
-  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
-  ASSERT_EQ(Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   auto kept = conn->Command({"HGETALL", keys_.Tensor("kept")});
   std::vector<std::string> ghost = {"HSET", keys_.Tensor("ghost")};
@@ -115,12 +133,16 @@ TEST_F(RedisRestart, AfterAReconnectPhantomHashesGoAndLostOnesComeBack) {
   ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("lost")}).ok());
   // Every connection but this one dropped: the server reconnects and settles.
   ASSERT_TRUE(conn->Command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}).ok());
-  ASSERT_TRUE(test::WaitFor([&] { return HashField("ghost", "state").empty() && HashField("lost", "state") == "ready"; },
-                            10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return HashField("ghost", "state").empty() && HashField("lost", "state") == "ready"; },
+      10000))
       << ServeLog();
   std::string log = ServeLog();
-  EXPECT_NE(log.find("removed the hash of tensor 'ghost', which Redis brought back"), std::string::npos) << log;
-  EXPECT_NE(log.find("tensor 'lost' lost its hash with Redis; put it back"), std::string::npos) << log;
+  EXPECT_NE(log.find("removed the hash of tensor 'ghost', which Redis brought back"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("tensor 'lost' lost its hash with Redis; put it back"), std::string::npos)
+      << log;
   EXPECT_EQ(HashField("kept", "refcount"), "1");
   EXPECT_EQ(ShmCount(), 2u);
 }
@@ -130,7 +152,9 @@ TEST_F(RedisRestart, AfterAReconnectPhantomHashesGoAndLostOnesComeBack) {
 // which would make a program forget a tensor that nobody then removes. Once the server has
 // settled, the tensor is there, and a name never made is "not found" again.
 TEST_F(RedisRestart, ALiveTensorIsTryAgainNotNotFoundUntilItsServerPutsItBack) {
-  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   auto conn = redis_.Connect();
   std::vector<std::string> heartbeat = {"HSET", keys_.Server(node_)};
   auto fields = conn->Command({"HGETALL", keys_.Server(node_)});
@@ -141,26 +165,35 @@ TEST_F(RedisRestart, ALiveTensorIsTryAgainNotNotFoundUntilItsServerPutsItBack) {
   // The heartbeat as the server's heartbeat thread writes it first, before the main thread has
   // put the hashes back.
   conn = redis_.Connect();
-  ASSERT_TRUE(conn->Command(std::vector<std::string_view>(heartbeat.begin(), heartbeat.end())).ok());
+  ASSERT_TRUE(
+      conn->Command(std::vector<std::string_view>(heartbeat.begin(), heartbeat.end())).ok());
   ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "60"}).ok());
-  const std::vector<std::vector<std::string>> commands = {
-      {"mcd-get", "kept", "-q"}, {"mcd-get", "kept", "--no-ref", "-q"}, {"mcd-rm", "kept"},
-      {"mcd-get", "never.made", "-q"}};
+  const std::vector<std::vector<std::string>> commands = {{"mcd-get", "kept", "-q"},
+                                                          {"mcd-get", "kept", "--no-ref", "-q"},
+                                                          {"mcd-rm", "kept"},
+                                                          {"mcd-get", "never.made", "-q"}};
   for (const std::vector<std::string>& args : commands) {
     std::vector<std::string> rest(args.begin() + 1, args.end());
     rest.insert(rest.end(), {"--timeout-ms", "300"});
     auto hurried = Tool(args[0], rest);
     EXPECT_EQ(hurried.exit_code, 75) << args[0] << " " << args[1] << ": " << hurried.err;
-    EXPECT_NE(hurried.err.find("has not put its tensors back yet"), std::string::npos) << hurried.err;
+    EXPECT_NE(hurried.err.find("has not put its tensors back yet"), std::string::npos)
+        << hurried.err;
   }
   // A get through the queue meanwhile is taken only once the server has settled: it finds the
   // tensor.
-  ASSERT_TRUE(conn->Command({"LPUSH", keys_.queue, R"({"op":"get","name":"kept","req":"queued-get"})"}).ok());
+  ASSERT_TRUE(
+      conn->Command({"LPUSH", keys_.queue, R"({"op":"get","name":"kept","req":"queued-get"})"})
+          .ok());
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
   auto queued = conn->Command({"BLPOP", keys_.Reply("queued-get"), "20"});
   ASSERT_TRUE(queued.ok() && queued->elements.size() == 2) << ServeLog();
   EXPECT_EQ(json::parse(queued->elements[1].str)["ok"], true) << queued->elements[1].str;
-  ASSERT_TRUE(test::WaitFor([&] { return Tool("mcd-get", {"never.made", "-q"}).exit_code == 1; }, 20000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return Tool("mcd-get", {"never.made", "-q"}).exit_code == 1;
+      },
+      20000))
       << ServeLog();
   auto patient = Tool("mcd-get", {"kept", "--no-ref", "--json"});
   ASSERT_EQ(patient.exit_code, 0) << patient.err;
@@ -171,14 +204,18 @@ TEST_F(RedisRestart, ALiveTensorIsTryAgainNotNotFoundUntilItsServerPutsItBack) {
 // The same after a restart from an AOF that lost a hash's write (its last second): the
 // heartbeat came back with the data, but the server has not yet put back what Redis lost.
 TEST_F(RedisRestart, AHashAnAofLostIsTryAgainUntilItsServerPutsItBack) {
-  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
-  ASSERT_EQ(Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"lost", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   PersistWithFiller(0);
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
   redis_.Restart({"--appendonly", "yes", "--appendfsync", "always"});
   ASSERT_TRUE(test::WaitFor([&] { return !Loading(); }, 20000));
   auto conn = redis_.Connect();
-  ASSERT_EQ(conn->Command({"DEL", keys_.Tensor("lost")})->integer, 1);  // the write the AOF lost
+  ASSERT_EQ(conn->Command({"DEL", keys_.Tensor("lost")})->integer, 1);     // the write the AOF lost
   ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "60"}).ok());  // the server is stopped
   auto hurried = Tool("mcd-get", {"lost", "-q", "--timeout-ms", "300"});
   EXPECT_EQ(hurried.exit_code, 75) << hurried.err;
@@ -201,8 +238,8 @@ TEST_F(RedisRestart, AWaitOutlastsARestartLongerThanTheToolsTimeout) {
   StartServer();
   PersistWithFiller(150000);  // loaded at --key-load-delay 20: 3 s at the least
   std::string out = dir_.path() + "/late.bin";
-  test::Background waiter({test::ToolPath("mcd-get"), "late", "--wait", "120", "--timeout-ms", "1000", "--no-ref",
-                           "-q", "-o", out, "--node", node_},
+  test::Background waiter({test::ToolPath("mcd-get"), "late", "--wait", "120", "--timeout-ms",
+                           "1000", "--no-ref", "-q", "-o", out, "--node", node_},
                           Env(), dir_.path() + "/waiter.log");
   auto blocked = [&] { return test::BlockedClients(*redis_.Connect(), "xread") == 1; };
   ASSERT_TRUE(test::WaitFor(blocked, 20000)) << test::ReadFile(dir_.path() + "/waiter.log");
@@ -215,8 +252,8 @@ TEST_F(RedisRestart, AWaitOutlastsARestartLongerThanTheToolsTimeout) {
   ASSERT_TRUE(test::Running(waiter.pid())) << test::ReadFile(dir_.path() + "/waiter.log");
   std::string data = test::RandomBytes(1 << 20, 20240610);
   std::ofstream(dir_.path() + "/late.npy", std::ios::binary) << test::U8Npy(data);
-  auto created = Tool("mcd-create", {"late", "--from", dir_.path() + "/late.npy", "--device", "cpu", "-q",
-                                     "--timeout-ms", "60000"});
+  auto created = Tool("mcd-create", {"late", "--from", dir_.path() + "/late.npy", "--device", "cpu",
+                                     "-q", "--timeout-ms", "60000"});
   ASSERT_EQ(created.exit_code, 0) << created.err << ServeLog();
   ASSERT_EQ(waiter.Wait(60), 0) << test::ReadFile(dir_.path() + "/waiter.log");
   std::string got = test::ReadFile(out);
@@ -229,10 +266,15 @@ TEST_F(RedisRestart, AWaitOutlastsARestartLongerThanTheToolsTimeout) {
 TEST_F(RedisRestart, AfterScriptFlushAMissingNameIsNotFoundAgainWithinSeconds) {
   ASSERT_EQ(Tool("mcd-get", {"never.made", "-q"}).exit_code, 1);
   ASSERT_TRUE(redis_.Connect()->Command({"SCRIPT", "FLUSH"}).ok());
-  auto not_found = [&] { return Tool("mcd-get", {"never.made", "-q", "--timeout-ms", "200"}).exit_code == 1; };
+  auto not_found = [&] {
+    return Tool("mcd-get", {"never.made", "-q", "--timeout-ms", "200"}).exit_code == 1;
+  };
   EXPECT_TRUE(test::WaitFor(not_found, 10000)) << ServeLog();
-  EXPECT_NE(ServeLog().find("Redis lost the server's settled marker"), std::string::npos) << ServeLog();
-  ASSERT_EQ(Tool("mcd-create", {"made", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  EXPECT_NE(ServeLog().find("Redis lost the server's settled marker"), std::string::npos)
+      << ServeLog();
+  ASSERT_EQ(
+      Tool("mcd-create", {"made", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   EXPECT_EQ(Tool("mcd-get", {"made", "--no-ref", "-q"}).exit_code, 0);
 }
 
@@ -246,35 +288,48 @@ TEST_F(RedisRestart, UnderRestartsNoGetOfALiveTensorIsToldNotFound) {
   // Many tensors, so that the server takes a while to put them back; the loops' come last.
   auto client = ConnectClient();
   ASSERT_TRUE(client);
-  for (int i = 0; i < 300; ++i) ASSERT_TRUE(client->Create(HostSpec("bulk." + std::to_string(i))).ok());
-  for (int l = 0; l < kLoops; ++l) ASSERT_TRUE(client->Create(HostSpec("live." + std::to_string(l))).ok());
+  for (int i = 0; i < 300; ++i)
+    ASSERT_TRUE(client->Create(HostSpec("bulk." + std::to_string(i))).ok());
+  for (int l = 0; l < kLoops; ++l)
+    ASSERT_TRUE(client->Create(HostSpec("live." + std::to_string(l))).ok());
   PersistWithFiller(0);
   std::string stop = dir_.path() + "/stop";
   std::vector<std::unique_ptr<test::Background>> loops;
   for (int l = 0; l < kLoops; ++l) {
     std::string args = " live." + std::to_string(l) + " --node " + node_ + " --timeout-ms 300";
-    std::string get = test::ToolPath("mcd-get") + args + " -q", rm = test::ToolPath("mcd-rm") + args;
+    std::string get = test::ToolPath("mcd-get") + args + " -q",
+                rm = test::ToolPath("mcd-rm") + args;
     // The rm gives back the get's reference; once an empty restart lost that one, it gives back
     // the creator's and frees the tensor, and the loop ends (so does one whose rm failed).
-    std::string then_rm = l < kGetOnly ? ""
-                                       : "out=$(" + rm + "); rc=$?; echo \"rm $rc\"; " +
-                                             "case \"$out\" in *freed*) exit 0;; esac; [ $rc -eq 0 ] || exit 0; ";
+    std::string then_rm =
+        l < kGetOnly ? ""
+                     : "out=$(" + rm + "); rc=$?; echo \"rm $rc\"; " +
+                           "case \"$out\" in *freed*) exit 0;; esac; [ $rc -eq 0 ] || exit 0; ";
     // Each answer with "settling" when it was the server's not having put its tensors back.
     auto answer = [](const std::string& command, const std::string& label) {
-      return "err=$(" + command + " 2>&1); rc=$?; case \"$err\" in *'has not put its tensors back'*) " +
-             "echo \"" + label + " $rc settling\";; *) echo \"" + label + " $rc\";; esac; ";
+      return "err=$(" + command +
+             " 2>&1); rc=$?; case \"$err\" in *'has not put its tensors back'*) " + "echo \"" +
+             label + " $rc settling\";; *) echo \"" + label + " $rc\";; esac; ";
     };
-    std::string script = "while [ ! -e " + stop + " ]; do " + answer(get, "get") + answer(get + " --no-ref", "noref") +
-                         then_rm + "done";
-    loops.push_back(std::make_unique<test::Background>(std::vector<std::string>{"/bin/sh", "-c", script}, Env(),
-                                                       dir_.path() + "/loop" + std::to_string(l) + ".log"));
+    std::string script = "while [ ! -e " + stop + " ]; do " + answer(get, "get") +
+                         answer(get + " --no-ref", "noref") + then_rm + "done";
+    loops.push_back(
+        std::make_unique<test::Background>(std::vector<std::string>{"/bin/sh", "-c", script}, Env(),
+                                           dir_.path() + "/loop" + std::to_string(l) + ".log"));
   }
   // Served again: the heartbeat is back (69 before) and the hashes too (75 before).
   auto served = [&] {
-    return test::WaitFor([&] { return Tool("mcd-get", {"bulk.299", "--no-ref", "-q"}).exit_code == 0; }, 30000);
+    return test::WaitFor(
+        [&] {
+          return Tool("mcd-get", {"bulk.299", "--no-ref", "-q"}).exit_code == 0;
+        },
+        30000);
   };
   const std::vector<std::vector<std::string>> restarts = {
-      {"--appendonly", "yes", "--appendfsync", "always"}, {"--appendonly", "yes", "--appendfsync", "always"}, {}, {}};
+      {"--appendonly", "yes", "--appendfsync", "always"},
+      {"--appendonly", "yes", "--appendfsync", "always"},
+      {},
+      {}};
   for (const auto& args : restarts) {
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
     redis_.Restart(args);
@@ -287,7 +342,8 @@ TEST_F(RedisRestart, UnderRestartsNoGetOfALiveTensorIsToldNotFound) {
     EXPECT_EQ(loops[l]->Wait(60), 0);
     std::istringstream lines(test::ReadFile(dir_.path() + "/loop" + std::to_string(l) + ".log"));
     for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("get ", 0) == 0 || line.rfind("noref ", 0) == 0 || line.rfind("rm ", 0) == 0) ++answers[line];
+      if (line.rfind("get ", 0) == 0 || line.rfind("noref ", 0) == 0 || line.rfind("rm ", 0) == 0)
+        ++answers[line];
     }
   }
   std::string seen;
@@ -301,12 +357,14 @@ TEST_F(RedisRestart, UnderRestartsNoGetOfALiveTensorIsToldNotFound) {
   // their hashes, which the server put back while the loops asked for them.
   std::cout << "answers:" << seen << " (settling: " << settling << ")\n";
   RecordProperty("settling", settling);
-  EXPECT_NE(ServeLog().find("tensor 'live.0' lost its hash with Redis; put it back"), std::string::npos)
+  EXPECT_NE(ServeLog().find("tensor 'live.0' lost its hash with Redis; put it back"),
+            std::string::npos)
       << ServeLog();
   for (const auto& [answer, n] : answers) {
     std::string code = answer.substr(answer.find(' ') + 1);
     code = code.substr(0, code.find(' '));
-    EXPECT_TRUE(code == "0" || code == "75" || code == "69") << answer << " (" << n << " times); all:" << seen;
+    EXPECT_TRUE(code == "0" || code == "75" || code == "69")
+        << answer << " (" << n << " times); all:" << seen;
   }
   EXPECT_GT(answers["get 0"], 0) << seen;
   RecordProperty("answers", seen);
@@ -327,7 +385,8 @@ TEST_F(RedisRestart, AReferenceTakenBeforeRedisLostItsDataGivesBackNothing) {
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   EXPECT_EQ(held->record.refcount, 2);
   redis_.Restart();  // no persistence: the hash and its holders are gone
-  ASSERT_TRUE(test::WaitFor([&] { return !HashField("kept", "epoch").empty(); }, 10000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor([&] { return !HashField("kept", "epoch").empty(); }, 10000))
+      << ServeLog();
   EXPECT_EQ(HashField("kept", "refcount"), "1");
   // At once: the connection Redis dropped is known dead before the release is sent, so the
   // release goes on a fresh one rather than being called ambiguous.
@@ -353,20 +412,24 @@ TEST_F(RedisRestart, AReferenceTakenBeforeRedisLostItsDataGivesBackNothing) {
 // server unable to write it) until the server writes it again: a tool that waited through the
 // load waits for that too, within its timeout, rather than saying no server runs.
 TEST_F(RedisRestart, AToolThatWaitedThroughALoadWaitsForTheHeartbeatToo) {
-  ASSERT_EQ(Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code, 0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"kept", "--dtype", "u8", "--shape", "4", "--device", "cpu"}).exit_code,
+      0);
   PersistWithFiller(50000);
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
   RestartLoadingSlowly();
   ASSERT_TRUE(LoadingSoon());
-  test::Background patient({test::ToolPath("mcd-get"), "kept", "--no-ref", "-q", "--timeout-ms", "60000",
-                            "--node", node_},
+  test::Background patient({test::ToolPath("mcd-get"), "kept", "--no-ref", "-q", "--timeout-ms",
+                            "60000", "--node", node_},
                            Env(), dir_.path() + "/patient.log");
   // Loaded, and the heartbeat expired: only the stopped server can write it again.
   auto conn = redis_.Connect();
-  bool gone = test::WaitFor([&] {
-    auto exists = conn->Command({"EXISTS", keys_.Server(node_)});
-    return !Loading() && exists.ok() && exists->integer == 0;
-  }, 30000);
+  bool gone = test::WaitFor(
+      [&] {
+        auto exists = conn->Command({"EXISTS", keys_.Server(node_)});
+        return !Loading() && exists.ok() && exists->integer == 0;
+      },
+      30000);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
   ASSERT_TRUE(gone) << "the heartbeat outlived the load";

@@ -139,20 +139,27 @@ TEST(SentinelAuth, SentinelsAreAskedWithTheCredentialsOfTheUrl) {
     std::ofstream out(conf);
     out << "port " << port << "\nbind 127.0.0.1\ndir " << dir.path() << "\n"
         << "requirepass s3cret\n"
-        << "sentinel monitor " << kMaster << " 127.0.0.1 " << master.url().substr(master.url().rfind(':') + 1) << " 1\n"
+        << "sentinel monitor " << kMaster << " 127.0.0.1 "
+        << master.url().substr(master.url().rfind(':') + 1) << " 1\n"
         << "sentinel auth-pass " << kMaster << " s3cret\n";
   }
   test::Background sentinel({"redis-server", conf, "--sentinel"}, {}, dir.path() + "/sentinel.log");
   std::string hosts = "127.0.0.1:" + std::to_string(port) + "/" + kMaster;
-  ASSERT_TRUE(test::WaitFor([&] {
-    auto conn = RedisConnection::Connect(RedisUrl::Parse("redis://:s3cret@" + hosts.substr(0, hosts.find('/'))).value());
-    return conn.ok() && conn.value()->Command({"SENTINEL", "get-master-addr-by-name", kMaster}).ok();
-  }, 30000)) << test::ReadFile(dir.path() + "/sentinel.log");
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        auto conn = RedisConnection::Connect(
+            RedisUrl::Parse("redis://:s3cret@" + hosts.substr(0, hosts.find('/'))).value());
+        return conn.ok() &&
+               conn.value()->Command({"SENTINEL", "get-master-addr-by-name", kMaster}).ok();
+      },
+      30000))
+      << test::ReadFile(dir.path() + "/sentinel.log");
   auto with_url = test::Run({test::ToolPath("mcd-ls")},
                             {{"MCD_REDIS_URL", "redis-sentinel://:s3cret@" + hosts}});
   EXPECT_EQ(with_url.exit_code, 0) << with_url.err;
-  auto with_env = test::Run({test::ToolPath("mcd-ls")},
-                            {{"MCD_REDIS_URL", "redis-sentinel://" + hosts}, {"MCD_REDIS_PASSWORD", "s3cret"}});
+  auto with_env =
+      test::Run({test::ToolPath("mcd-ls")},
+                {{"MCD_REDIS_URL", "redis-sentinel://" + hosts}, {"MCD_REDIS_PASSWORD", "s3cret"}});
   EXPECT_EQ(with_env.exit_code, 0) << with_env.err;
   auto wrong = test::Run({test::ToolPath("mcd-ls")},
                          {{"MCD_REDIS_URL", "redis-sentinel://:n0tit@" + hosts}});
@@ -164,15 +171,18 @@ TEST(SentinelAuth, SentinelsAreAskedWithTheCredentialsOfTheUrl) {
 TEST_F(Sentinel, TheMastersDeathUnderLoadLosesNoAcknowledgedTensor) {
   test::Background server({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(),
                           dir_.path() + "/serve.log");
-  ASSERT_TRUE(test::WaitFor([&] { return ServeLog().find("serving node") != std::string::npos; }, 10000))
+  ASSERT_TRUE(
+      test::WaitFor([&] { return ServeLog().find("serving node") != std::string::npos; }, 10000))
       << ServeLog();
-  EXPECT_NE(ServeLog().find("redis-sentinel://"), std::string::npos) << "the log names the URL it was given";
+  EXPECT_NE(ServeLog().find("redis-sentinel://"), std::string::npos)
+      << "the log names the URL it was given";
 
   // Acknowledged before the kill: the last ones may not have reached the replica yet.
   std::vector<std::string> acknowledged;
   for (int i = 0; i < 20; ++i) {
     std::string name = "ack" + std::to_string(i);
-    auto made = Tool("mcd-create", {name, "--dtype", "u8", "--shape", "8", "--device", "cpu", "-q"});
+    auto made =
+        Tool("mcd-create", {name, "--dtype", "u8", "--shape", "8", "--device", "cpu", "-q"});
     ASSERT_EQ(made.exit_code, 0) << made.err;
     acknowledged.push_back(name);
   }
@@ -181,11 +191,13 @@ TEST_F(Sentinel, TheMastersDeathUnderLoadLosesNoAcknowledgedTensor) {
   std::string flags = " --node " + node_ + " --timeout-ms 8000 -q";
   std::string bin = test::ToolPath("");
   auto timed = [&](const std::string& command) {
-    return "s=$(date +%s%N); " + bin + command + flags + " 2>>" + dir_.path() + "/load.err; echo \"$? $(( ($(date +%s%N) - s) / 1000000 ))\" >> " +
-           dir_.path() + "/load.txt; ";
+    return "s=$(date +%s%N); " + bin + command + flags + " 2>>" + dir_.path() +
+           "/load.err; echo \"$? $(( ($(date +%s%N) - s) / 1000000 ))\" >> " + dir_.path() +
+           "/load.txt; ";
   };
-  std::string script = "for i in $(seq 40); do n=l$i; " + timed("mcd-create $n --dtype u8 --shape 8 --device cpu") +
-                       timed("mcd-get $n") + timed("mcd-rm $n") + timed("mcd-rm $n") + "sleep 0.05; done";
+  std::string script =
+      "for i in $(seq 40); do n=l$i; " + timed("mcd-create $n --dtype u8 --shape 8 --device cpu") +
+      timed("mcd-get $n") + timed("mcd-rm $n") + timed("mcd-rm $n") + "sleep 0.05; done";
   test::Background load({"/bin/sh", "-c", script}, Env(), dir_.path() + "/load.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
   master_.Kill();
@@ -218,7 +230,8 @@ TEST_F(Sentinel, TheMastersDeathUnderLoadLosesNoAcknowledgedTensor) {
   std::string instance = master->Command({"HGET", keys_.Server(node_), "instance"})->str;
   ASSERT_FALSE(instance.empty()) << ServeLog();
   for (const std::string& name : acknowledged) {
-    EXPECT_EQ(master->Command({"HGET", keys_.Tensor(name), "owner"})->str, instance) << name << "\n" << ServeLog();
+    EXPECT_EQ(master->Command({"HGET", keys_.Tensor(name), "owner"})->str, instance) << name << "\n"
+                                                                                     << ServeLog();
     EXPECT_EQ(Tool("mcd-get", {name, "--no-ref"}).exit_code, 0) << name;
   }
   // Nothing leaked: once every tensor is removed, Redis and /dev/shm hold nothing of them.
@@ -230,7 +243,8 @@ TEST_F(Sentinel, TheMastersDeathUnderLoadLosesNoAcknowledgedTensor) {
     EXPECT_TRUE(rm.exit_code == 0) << name << ": " << rm.err;
   }
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
-  EXPECT_TRUE(test::WaitFor([&] { return test::ShmObjects("mcd-mcd-" + node_ + "-").empty(); }, 3000));
+  EXPECT_TRUE(
+      test::WaitFor([&] { return test::ShmObjects("mcd-mcd-" + node_ + "-").empty(); }, 3000));
   EXPECT_EQ(server.Stop(SIGTERM), 0) << ServeLog();
 }
 

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
     auto created = c.Create(spec);
     auto got = c.Get(name);
     if (!created.ok() || !got.ok()) {
-      std::fprintf(stderr, "round %d: %s %s\n", i, created.status().ToString().c_str(), got.status().ToString().c_str());
+      std::fprintf(stderr, "round %d: %s %s\n", i, created.status().ToString().c_str(),
+                   got.status().ToString().c_str());
       return 1;
     }
     static_cast<int*>(got->data)[0] = i;  // the mapping is writable

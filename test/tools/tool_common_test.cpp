@@ -23,19 +23,26 @@ TEST(Escaped, ShowsEveryControlAndStrayByteAndKeepsPrintableUtf8) {
       {"a\nb\tc\rd\\e", "a\\nb\\tc\\rd\\\\e"},
       {"\x1b[2J\x07\x7f", "\\x1b[2J\\x07\\x7f"},
       {std::string("\0z", 2), "\\x00z"},
-      {"\xc2\x9b" "1m", "\\u009b1m"},                  // C1 CSI as UTF-8
-      {"\x9b" "1m", "\\x9b1m"},                        // C1 CSI as one byte
-      {"\xff\xfe", "\\xff\\xfe"},                      // never UTF-8
-      {"\xc0\x9b", "\\xc0\\x9b"},                      // overlong ESC-like forms
+      {"\xc2\x9b"
+       "1m",
+       "\\u009b1m"},  // C1 CSI as UTF-8
+      {"\x9b"
+       "1m",
+       "\\x9b1m"},                 // C1 CSI as one byte
+      {"\xff\xfe", "\\xff\\xfe"},  // never UTF-8
+      {"\xc0\x9b", "\\xc0\\x9b"},  // overlong ESC-like forms
       {"\xe0\x82\x9b", "\\xe0\\x82\\x9b"},
-      {"\xed\xa0\x80", "\\xed\\xa0\\x80"},             // a surrogate
-      {"\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80"},    // past U+10FFFF
-      {"\xe2\x82", "\\xe2\\x82"},                      // cut short
+      {"\xed\xa0\x80", "\\xed\\xa0\\x80"},           // a surrogate
+      {"\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80"},  // past U+10FFFF
+      {"\xe2\x82", "\\xe2\\x82"},                    // cut short
       {"\xe2\x82x", "\\xe2\\x82x"},
-      {"a\xe2\x80\xae" "b", "a\\u202eb"},              // RIGHT-TO-LEFT OVERRIDE
+      {"a\xe2\x80\xae"
+       "b",
+       "a\\u202eb"},  // RIGHT-TO-LEFT OVERRIDE
       {"\xe2\x80\xaa\xe2\x81\xa6\xe2\x81\xa9\xe2\x80\x8f\xd8\x9c",
        "\\u202a\\u2066\\u2069\\u200f\\u061c"},
-      {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 \xc2\xa0", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 \xc2\xa0"},
+      {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 \xc2\xa0",
+       "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 \xc2\xa0"},
   };
   for (const Case& c : cases) EXPECT_EQ(Escaped(c.in), c.out) << "of the bytes of " << c.out;
 }
@@ -48,7 +55,8 @@ namespace {
 
 // A version 1.0 .npy of `descr` and `shape` (as NumPy writes the header), then `data`.
 std::string Npy(const std::string& descr, const std::string& shape, const std::string& data) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   header.append(63 - (10 + header.size()) % 64, ' ');
   header += '\n';
   std::string out = std::string("\x93NUMPY\x01\x00", 8);

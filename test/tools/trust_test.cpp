@@ -5,8 +5,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
-
-#include <sstream>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -20,10 +18,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <sstream>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "lifecycle_fixture.h"
@@ -67,7 +65,8 @@ std::string WriteSecretNpy(const std::string& path) {
 
 class Trust : public Lifecycle {
  protected:
-  explicit Trust(std::vector<std::string> redis_config = {}) : Lifecycle(TcpRedis(std::move(redis_config))) {}
+  explicit Trust(std::vector<std::string> redis_config = {})
+      : Lifecycle(TcpRedis(std::move(redis_config))) {}
 
   void SetUp() override {
     Lifecycle::SetUp();
@@ -76,7 +75,8 @@ class Trust : public Lifecycle {
 
   // A heartbeat for `node` written by hand, with the TTL a server's heartbeat has.
   void PlantHeartbeat(const std::string& node, const std::vector<std::string>& fields) {
-    std::vector<std::string> args = {"HSET", keys_.Server(node), "node", node, "queue", keys_.queue};
+    std::vector<std::string> args = {"HSET",  keys_.Server(node), "node", node,
+                                     "queue", keys_.queue};
     args.insert(args.end(), fields.begin(), fields.end());
     auto conn = redis_.Connect();
     ASSERT_TRUE(conn->Command(std::vector<std::string_view>(args.begin(), args.end())).ok());
@@ -105,7 +105,8 @@ TEST_F(Trust, AForgedHeartbeatCannotPointAClientAtAnotherUsersSocket) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, evil.c_str(), sizeof(addr.sun_path) - 1);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 8) != 0) _exit(2);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 8) != 0)
+      _exit(2);
     chmod(evil.c_str(), 0777);
     (void)!write(ready[1], "r", 1);
     std::ofstream out(captured, std::ios::binary);
@@ -119,7 +120,8 @@ TEST_F(Trust, AForgedHeartbeatCannotPointAClientAtAnotherUsersSocket) {
   char byte = 0;
   ASSERT_EQ(read(ready[0], &byte, 1), 1);
   std::string forged = node_ + "-forged";
-  PlantHeartbeat(forged, {"instance", "evil", "pid", std::to_string(attacker), "command_socket", evil});
+  PlantHeartbeat(forged,
+                 {"instance", "evil", "pid", std::to_string(attacker), "command_socket", evil});
   std::string secret = WriteSecretNpy(dir_.path() + "/secret.npy");
   auto created = test::Run({test::ToolPath("mcd-create"), "s", "--from", secret, "--device", "cpu",
                             "--node", forged, "--timeout-ms", "2000"},
@@ -141,7 +143,8 @@ TEST_F(Trust, AHeartbeatWhoseProcessIsNotTheSocketsServerIsRefused) {
                             "--device", "cpu", "--node", forged},
                            Env());
   EXPECT_EQ(created.exit_code, 69) << created.err;
-  EXPECT_NE(created.err.find("not by the server process the node's heartbeat names (pid 1)"), std::string::npos)
+  EXPECT_NE(created.err.find("not by the server process the node's heartbeat names (pid 1)"),
+            std::string::npos)
       << created.err;
   EXPECT_TRUE(TensorKeys().empty());
 }
@@ -150,7 +153,9 @@ TEST_F(Trust, AHeartbeatWhoseProcessIsNotTheSocketsServerIsRefused) {
 // so it neither reads what that user planted nor writes into it.
 TEST_F(Trust, AHashCannotSendAClientIntoAnotherUsersSharedMemory) {
   NEEDS_ROOT();
-  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "16", "--device", "cpu", "-q"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"t", "--dtype", "u8", "--shape", "16", "--device", "cpu", "-q"})
+                .exit_code,
+            0);
   std::string evil = "/evil-" + std::to_string(getpid());
   pid_t attacker = fork();
   if (attacker == 0) {
@@ -165,7 +170,8 @@ TEST_F(Trust, AHashCannotSendAClientIntoAnotherUsersSharedMemory) {
   ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("t"), "ipc_handle", evil}).ok());
   auto got = Tool("mcd-get", {"t", "-o", dir_.path() + "/out.npy", "--detached"});
   EXPECT_EQ(got.exit_code, 69) << got.err;
-  EXPECT_NE(got.err.find("shared-memory object " + evil + " belongs to"), std::string::npos) << got.err;
+  EXPECT_NE(got.err.find("shared-memory object " + evil + " belongs to"), std::string::npos)
+      << got.err;
   EXPECT_NE(got.err.find("uid 65534"), std::string::npos) << got.err;
   shm_unlink(evil.c_str());
   ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("t"), "ipc_handle", real}).ok());
@@ -197,7 +203,8 @@ TEST_F(Trust, NoHashFieldCanSendAClientOutsideItsMapping) {
     const char* says;
   };
   const std::vector<Edit> edits = {
-      {"offset", "18446744073709551608", "says \"offset\" 18446744073709551608, which with its 4096 bytes ends past"},
+      {"offset", "18446744073709551608",
+       "says \"offset\" 18446744073709551608, which with its 4096 bytes ends past"},
       {"offset", "9223372036854771712", "ends past 2^63 - 1"},
       {"offset", "18446744073709547520", "ends past 2^63 - 1"},
       {"offset", "4096", "is smaller than the tensor it should hold"},
@@ -252,9 +259,10 @@ TEST_F(Trust, TheCommandSocketServesTheServersUserRootAndItsGroupOnly) {
   EXPECT_EQ(st.st_gid, users->gr_gid);
   auto create_as = [&](const std::string& name, std::vector<gid_t> groups) {
     // A queue no server reads: only the socket can get the create done.
-    return test::Run({test::ToolPath("mcd-create"), name, "--dtype", "u8", "--shape", "4", "--device", "cpu",
-                      "--node", node_, "--queue", "nowhere", "--timeout-ms", "1500"},
-                     Env(), 30, AsOtherUser(groups));
+    return test::Run(
+        {test::ToolPath("mcd-create"), name, "--dtype", "u8", "--shape", "4", "--device", "cpu",
+         "--node", node_, "--queue", "nowhere", "--timeout-ms", "1500"},
+        Env(), 30, AsOtherUser(groups));
   };
   auto member = create_as("by-member", {users->gr_gid});
   EXPECT_EQ(member.exit_code, 0) << member.err;
@@ -286,35 +294,44 @@ TEST_F(Trust, AHeartbeatPlantedInRedisDoesNotKeepTheNodeFromBeingServed) {
   for (int i = 3; i <= 22 && fields >> field; ++i) {
   }
   const std::string wrong_start = std::to_string(std::stoull(field) + 1);
-  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted2", "pid", "1", "pid_start", wrong_start}).ok());
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted2", "pid", "1",
+                             "pid_start", wrong_start})
+                  .ok());
   ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "600"}).ok());
   StartServer();
-  EXPECT_NE(ServeLog().find("(instance planted2) names pid 1 started at " + wrong_start + ", which is not running"),
+  EXPECT_NE(ServeLog().find("(instance planted2) names pid 1 started at " + wrong_start +
+                            ", which is not running"),
             std::string::npos)
       << ServeLog();
   // pid 1 as it runs, in this PID namespace, with an expiry a server could have set: a live
   // process, but not a server of that instance.
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
   const std::string right_start = std::to_string(std::stoull(field));
-  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted3", "pid", "1", "pid_start",
-                             right_start, "pid_space", pid_space})
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted3", "pid", "1",
+                             "pid_start", right_start, "pid_space", pid_space})
                   .ok());
   ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), "600"}).ok());
   StartServer();
-  EXPECT_NE(ServeLog().find("(instance planted3) names pid 1, which runs but is no server of instance planted3"),
-            std::string::npos)
+  EXPECT_NE(
+      ServeLog().find(
+          "(instance planted3) names pid 1, which runs but is no server of instance planted3"),
+      std::string::npos)
       << ServeLog();
   // From a PID namespace this host cannot look into, with an expiry no server sets.
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
-  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted4", "pid", "1", "pid_start",
-                             right_start, "pid_space", "elsewhere/1"})
+  ASSERT_TRUE(conn->Command({"HSET", keys_.Server(node_), "instance", "planted4", "pid", "1",
+                             "pid_start", right_start, "pid_space", "elsewhere/1"})
                   .ok());
   ASSERT_TRUE(conn->Command({"EXPIRE", keys_.Server(node_), std::to_string(100 * 24 * 3600)}).ok());
   StartServer();
-  EXPECT_TRUE(std::regex_search(ServeLog(), std::regex(R"(\(instance planted4\) expires in 86[0-9]{5} s, later than any server's heartbeat)")))
+  EXPECT_TRUE(std::regex_search(
+      ServeLog(),
+      std::regex(
+          R"(\(instance planted4\) expires in 86[0-9]{5} s, later than any server's heartbeat)")))
       << ServeLog();
   // A live server's heartbeat still keeps a second one out.
-  auto second = test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 30);
+  auto second =
+      test::Run({test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", node_}, Env(), 30);
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.err.find("already serves node"), std::string::npos) << second.err;
 }
@@ -326,24 +343,30 @@ TEST_F(Trust, RequestIdsCannotBeGuessedAhead) {
   kill(server_->pid(), SIGSTOP);  // the command stays in the queue to be read
   std::vector<std::string> reqs;
   for (int i = 0; i < 2; ++i) {
-    test::Background tool({test::ToolPath("mcd-create"), "g" + std::to_string(i), "--dtype", "u8", "--shape", "4",
-                           "--device", "cpu", "--node", node_, "--timeout-ms", "3000"},
-                          Env(), dir_.path() + "/tool.log");
+    test::Background tool(
+        {test::ToolPath("mcd-create"), "g" + std::to_string(i), "--dtype", "u8", "--shape", "4",
+         "--device", "cpu", "--node", node_, "--timeout-ms", "3000"},
+        Env(), dir_.path() + "/tool.log");
     std::string body;
-    ASSERT_TRUE(test::WaitFor([&] {
-      // In the queue, or in the processing list when the server's take was blocked in Redis
-      // as it stopped.
-      for (const std::string& list : {keys_.NodeQueue(node_), keys_.Processing(node_)}) {
-        auto queued = redis_.Connect()->Command({"LINDEX", list, "0"});
-        body = queued.ok() && !queued->is_nil() ? queued->str : "";
-        if (!body.empty()) return true;
-      }
-      return false;
-    }, 3000)) << test::ReadFile(dir_.path() + "/tool.log");
+    ASSERT_TRUE(test::WaitFor(
+        [&] {
+          // In the queue, or in the processing list when the server's take was blocked in Redis
+          // as it stopped.
+          for (const std::string& list : {keys_.NodeQueue(node_), keys_.Processing(node_)}) {
+            auto queued = redis_.Connect()->Command({"LINDEX", list, "0"});
+            body = queued.ok() && !queued->is_nil() ? queued->str : "";
+            if (!body.empty()) return true;
+          }
+          return false;
+        },
+        3000))
+        << test::ReadFile(dir_.path() + "/tool.log");
     ASSERT_FALSE(body.empty()) << test::ReadFile(dir_.path() + "/tool.log");
     reqs.push_back(json::parse(body)["req"].get<std::string>());
     EXPECT_EQ(tool.Stop(SIGKILL), -SIGKILL);
-    ASSERT_TRUE(redis_.Connect()->Command({"DEL", keys_.queue, keys_.NodeQueue(node_), keys_.Processing(node_)}).ok());
+    ASSERT_TRUE(redis_.Connect()
+                    ->Command({"DEL", keys_.queue, keys_.NodeQueue(node_), keys_.Processing(node_)})
+                    .ok());
   }
   kill(server_->pid(), SIGCONT);
   std::regex form(".*-[0-9]+-([0-9a-f]{32})");
@@ -358,11 +381,13 @@ TEST_F(Trust, RequestIdsCannotBeGuessedAhead) {
 // the queue) and the server idle, not spinning on connections it cannot take.
 TEST_F(Trust, IdleConnectionsCannotStopTheServerNorMakeItSpin) {
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
-  std::vector<std::string> argv = {"prlimit", "--nofile=64:64", "--", test::ToolPath("mcd-serve"), "--devices", "cpu",
-                                   "--node", node_, "--heartbeat-ttl", "3"};
+  std::vector<std::string> argv = {
+      "prlimit", "--nofile=64:64", "--",  test::ToolPath("mcd-serve"), "--devices",
+      "cpu",     "--node",         node_, "--heartbeat-ttl",           "3"};
   size_t started = Count(ServeLog(), "serving node");
   server_ = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/serve.log");
-  ASSERT_TRUE(test::WaitFor([&] { return Count(ServeLog(), "serving node") > started; }, 10000)) << ServeLog();
+  ASSERT_TRUE(test::WaitFor([&] { return Count(ServeLog(), "serving node") > started; }, 10000))
+      << ServeLog();
   std::vector<int> idle;
   for (int i = 0; i < 100; ++i) idle.push_back(ConnectCommandSocket());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -379,14 +404,18 @@ TEST_F(Trust, IdleConnectionsCannotStopTheServerNorMakeItSpin) {
   };
   long before = cpu_ticks();
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  EXPECT_LT(cpu_ticks() - before, sysconf(_SC_CLK_TCK) / 5) << "the server spins with idle connections open";
+  EXPECT_LT(cpu_ticks() - before, sysconf(_SC_CLK_TCK) / 5)
+      << "the server spins with idle connections open";
   for (int i = 0; i < 3; ++i) {
-    auto created = Tool("mcd-create", {"c" + std::to_string(i), "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"});
+    auto created = Tool("mcd-create", {"c" + std::to_string(i), "--dtype", "u8", "--shape", "4",
+                                       "--device", "cpu", "-q"});
     EXPECT_EQ(created.exit_code, 0) << created.err << ServeLog();
   }
-  EXPECT_NE(ServeLog().find("command socket: turning new connections away"), std::string::npos) << ServeLog();
+  EXPECT_NE(ServeLog().find("command socket: turning new connections away"), std::string::npos)
+      << ServeLog();
   for (int fd : idle) close(fd);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(Tool("mcd-rm", {"c" + std::to_string(i), "--detached"}).exit_code, 0);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(Tool("mcd-rm", {"c" + std::to_string(i), "--detached"}).exit_code, 0);
 }
 
 // Tenants of one Redis kept apart by ACL users with their own key prefixes: alice's server and
@@ -421,16 +450,24 @@ TEST_F(Tenants, AnAclUserConfinedToItsPrefixCannotSeeInsideNorChangeAnotherTenan
   // Alice's password from a file, as a service manager hands out credentials.
   std::string password_file = dir_.path() + "/alice.pw";
   std::ofstream(password_file) << "alice-pw\n";
-  std::map<std::string, std::string> alice = {{"MCD_REDIS_URL", UrlOf("alice:")},  // a user, no password
-                                              {"MCD_REDIS_PASSWORD_FILE", password_file}};
-  std::vector<std::string> serve = {test::ToolPath("mcd-serve"), "--devices", "cpu", "--heartbeat-ttl", "3"};
+  std::map<std::string, std::string> alice = {
+      {"MCD_REDIS_URL", UrlOf("alice:")},  // a user, no password
+      {"MCD_REDIS_PASSWORD_FILE", password_file}};
+  std::vector<std::string> serve = {test::ToolPath("mcd-serve"), "--devices", "cpu",
+                                    "--heartbeat-ttl", "3"};
   for (const std::string& flag : TenantFlags("alice")) serve.push_back(flag);
   test::Background server(serve, alice, dir_.path() + "/alice-serve.log");
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir_.path() + "/alice-serve.log").find("serving node") !=
-                                         std::string::npos; }, 10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return test::ReadFile(dir_.path() + "/alice-serve.log").find("serving node") !=
+               std::string::npos;
+      },
+      10000))
       << test::ReadFile(dir_.path() + "/alice-serve.log");
-  auto created = As(alice, "mcd-create", {"a1", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"});
-  ASSERT_EQ(created.exit_code, 0) << created.err << test::ReadFile(dir_.path() + "/alice-serve.log");
+  auto created =
+      As(alice, "mcd-create", {"a1", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"});
+  ASSERT_EQ(created.exit_code, 0) << created.err
+                                  << test::ReadFile(dir_.path() + "/alice-serve.log");
   auto got = As(alice, "mcd-get", {"a1", "--detached", "--json"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_EQ(json::parse(got.out)["refcount"], 2);
@@ -447,7 +484,8 @@ TEST_F(Tenants, AnAclUserConfinedToItsPrefixCannotSeeInsideNorChangeAnotherTenan
     auto refused = As(bob, tool, args);
     EXPECT_EQ(refused.exit_code, 69) << tool << ": " << refused.err;
     EXPECT_NE(refused.err.find("NOPERM"), std::string::npos) << tool << ": " << refused.err;
-    EXPECT_NE(refused.err.find("warning: a password on the command line"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("warning: a password on the command line"), std::string::npos)
+        << refused.err;
   }
   // Nor can he push onto her queue.
   auto as_bob = RedisConnection::Connect(RedisUrl::Parse(bob_url).value(), RedisOptions{});
@@ -482,20 +520,26 @@ TEST_F(Tenants, ATenantCannotBreakAnothersWaitsWatchesCreatesOrIntake) {
     return argv;
   };
   std::vector<std::unique_ptr<test::Background>> servers;
-  for (const auto& [tenant, env] : {std::pair{std::string("alice"), alice}, std::pair{std::string("bob"), bob}}) {
+  for (const auto& [tenant, env] :
+       {std::pair{std::string("alice"), alice}, std::pair{std::string("bob"), bob}}) {
     std::string log = dir_.path() + "/" + tenant + "-serve.log";
     servers.push_back(std::make_unique<test::Background>(
         with({"mcd-serve", "--devices", "cpu", "--heartbeat-ttl", "3"}, tenant), env, log));
-    ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(log).find("serving node") != std::string::npos; }, 10000))
+    ASSERT_TRUE(test::WaitFor(
+        [&] { return test::ReadFile(log).find("serving node") != std::string::npos; }, 10000))
         << test::ReadFile(log);
   }
   std::string alice_log = dir_.path() + "/alice-serve.log";
-  test::Background watch(with({"mcd-ls", "--watch", "--json"}, "alice"), alice, dir_.path() + "/watch.log");
+  test::Background watch(with({"mcd-ls", "--watch", "--json"}, "alice"), alice,
+                         dir_.path() + "/watch.log");
   std::string awaited = test::RandomBytes(100000, 7);
   std::ofstream(dir_.path() + "/w.npy", std::ios::binary) << test::U8Npy(awaited);
-  test::Background waiter(with({"mcd-get", "w", "--wait", "120", "--no-ref", "-q", "-o", dir_.path() + "/w.bin"}, "alice"),
-                          alice, dir_.path() + "/waiter.log");
-  ASSERT_TRUE(test::WaitFor([&] { return test::BlockedClients(*redis_.Connect(), "xread") >= 2; }, 20000))
+  test::Background waiter(
+      with({"mcd-get", "w", "--wait", "120", "--no-ref", "-q", "-o", dir_.path() + "/w.bin"},
+           "alice"),
+      alice, dir_.path() + "/waiter.log");
+  ASSERT_TRUE(
+      test::WaitFor([&] { return test::BlockedClients(*redis_.Connect(), "xread") >= 2; }, 20000))
       << test::ReadFile(dir_.path() + "/waiter.log") << test::ReadFile(dir_.path() + "/watch.log");
 
   // Bob, from his own connection, round after round until alice is done.
@@ -503,27 +547,44 @@ TEST_F(Tenants, ATenantCannotBreakAnothersWaitsWatchesCreatesOrIntake) {
   std::atomic<int> rounds{0};
   std::vector<std::string> let_through;  // commands of bob's that Redis did not refuse
   std::thread attacker([&] {
-    auto conn = RedisConnection::Connect(RedisUrl::Parse(UrlOf("bob:bob-pw")).value(), RedisOptions{});
+    auto conn =
+        RedisConnection::Connect(RedisUrl::Parse(UrlOf("bob:bob-pw")).value(), RedisOptions{});
     if (!conn.ok()) return let_through.push_back("connect: " + conn.status().ToString());
     std::string node = node_ + "-alice";
     std::vector<std::vector<std::string>> refused = {
-        {"CLIENT", "LIST"}, {"CLIENT", "KILL", "USER", "alice"}, {"CLIENT", "PAUSE", "2000"},
-        {"CLIENT", "NO-EVICT", "on"}, {"SCRIPT", "FLUSH"}, {"SCRIPT", "KILL"}, {"FUNCTION", "FLUSH"},
-        {"FLUSHALL"}, {"FLUSHDB"}, {"CONFIG", "SET", "maxmemory", "1"},
-        {"LPUSH", "alice:lifecycle", R"({"op":"delete","name":"t0"})"}, {"RPUSH", "alice:lifecycle:" + node, "wake"},
-        {"DEL", "alice:processing:" + node}, {"DEL", "alice:server:" + node}, {"XADD", "alice:events", "*", "a", "b"},
+        {"CLIENT", "LIST"},
+        {"CLIENT", "KILL", "USER", "alice"},
+        {"CLIENT", "PAUSE", "2000"},
+        {"CLIENT", "NO-EVICT", "on"},
+        {"SCRIPT", "FLUSH"},
+        {"SCRIPT", "KILL"},
+        {"FUNCTION", "FLUSH"},
+        {"FLUSHALL"},
+        {"FLUSHDB"},
+        {"CONFIG", "SET", "maxmemory", "1"},
+        {"LPUSH", "alice:lifecycle", R"({"op":"delete","name":"t0"})"},
+        {"RPUSH", "alice:lifecycle:" + node, "wake"},
+        {"DEL", "alice:processing:" + node},
+        {"DEL", "alice:server:" + node},
+        {"XADD", "alice:events", "*", "a", "b"},
         {"HSET", "alice:tensor:{t0}", "refcount", "0"}};
     for (int id = 1; id <= 300; ++id) {
-      for (const char* how : {"TIMEOUT", "ERROR"}) refused.push_back({"CLIENT", "UNBLOCK", std::to_string(id), how});
+      for (const char* how : {"TIMEOUT", "ERROR"})
+        refused.push_back({"CLIENT", "UNBLOCK", std::to_string(id), how});
       refused.push_back({"CLIENT", "KILL", "ID", std::to_string(id)});
     }
     // What his ACL allows, tried too: none of it reaches her connections.
-    std::vector<std::vector<std::string>> allowed = {{"SCAN", "0", "COUNT", "1000"}, {"RANDOMKEY"}, {"SELECT", "0"},
-                                                     {"WAIT", "0", "1"}, {"CLIENT", "INFO"}};
+    std::vector<std::vector<std::string>> allowed = {{"SCAN", "0", "COUNT", "1000"},
+                                                     {"RANDOMKEY"},
+                                                     {"SELECT", "0"},
+                                                     {"WAIT", "0", "1"},
+                                                     {"CLIENT", "INFO"}};
     while (!done) {
       for (const auto& command : refused) {
-        auto reply = (*conn)->Command(std::vector<std::string_view>(command.begin(), command.end()));
-        if (reply.status().code() != ErrorCode::kPermissionDenied) let_through.push_back(command[0] + " " + command[1]);
+        auto reply =
+            (*conn)->Command(std::vector<std::string_view>(command.begin(), command.end()));
+        if (reply.status().code() != ErrorCode::kPermissionDenied)
+          let_through.push_back(command[0] + " " + command[1]);
       }
       for (const auto& command : allowed) {
         (void)(*conn)->Command(std::vector<std::string_view>(command.begin(), command.end()));
@@ -536,17 +597,20 @@ TEST_F(Tenants, ATenantCannotBreakAnothersWaitsWatchesCreatesOrIntake) {
   std::vector<std::string> names;
   for (int i = 0; i < 10; ++i) {
     std::string name = "t" + std::to_string(i);
-    std::ofstream(dir_.path() + "/" + name + ".npy", std::ios::binary) << test::U8Npy(test::RandomBytes(4096 + i, i));
+    std::ofstream(dir_.path() + "/" + name + ".npy", std::ios::binary)
+        << test::U8Npy(test::RandomBytes(4096 + i, i));
     auto env = alice;
     if (i % 2 == 1) env["MCD_VIA_QUEUE"] = "1";  // half through the queue, half through the socket
-    auto created =
-        test::Run(with({"mcd-create", name, "--from", dir_.path() + "/" + name + ".npy", "--device", "cpu", "-q"}, "alice"),
-                  env);
+    auto created = test::Run(with({"mcd-create", name, "--from", dir_.path() + "/" + name + ".npy",
+                                   "--device", "cpu", "-q"},
+                                  "alice"),
+                             env);
     EXPECT_EQ(created.exit_code, 0) << name << ": " << created.err << test::ReadFile(alice_log);
     names.push_back(name);
   }
-  auto created = test::Run(with({"mcd-create", "w", "--from", dir_.path() + "/w.npy", "--device", "cpu", "-q"}, "alice"),
-                           alice);
+  auto created = test::Run(
+      with({"mcd-create", "w", "--from", dir_.path() + "/w.npy", "--device", "cpu", "-q"}, "alice"),
+      alice);
   EXPECT_EQ(created.exit_code, 0) << created.err;
   EXPECT_EQ(waiter.Wait(60), 0) << test::ReadFile(dir_.path() + "/waiter.log");
   EXPECT_TRUE(test::ReadFile(dir_.path() + "/w.bin") == awaited) << "the wait got other bytes";
@@ -554,7 +618,8 @@ TEST_F(Tenants, ATenantCannotBreakAnothersWaitsWatchesCreatesOrIntake) {
     std::string out = dir_.path() + "/" + names[i] + ".bin";
     auto got = test::Run(with({"mcd-get", names[i], "--no-ref", "-q", "-o", out}, "alice"), alice);
     EXPECT_EQ(got.exit_code, 0) << got.err;
-    EXPECT_TRUE(test::ReadFile(out) == test::RandomBytes(4096 + i, i)) << names[i] << " has other bytes";
+    EXPECT_TRUE(test::ReadFile(out) == test::RandomBytes(4096 + i, i))
+        << names[i] << " has other bytes";
   }
   // Alice's library client through the socket, each create after the server went back to its
   // blocking take: woken at once, not when the take times out (a second).
@@ -570,33 +635,41 @@ TEST_F(Tenants, ATenantCannotBreakAnothersWaitsWatchesCreatesOrIntake) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     auto t0 = std::chrono::steady_clock::now();
     auto made = (*client)->Create(HostSpec("lib" + std::to_string(i)));
-    socket_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    socket_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     EXPECT_TRUE(made.ok()) << made.status().ToString();
     EXPECT_TRUE((*client)->Release("lib" + std::to_string(i)).ok());
   }
   std::sort(socket_ms.begin(), socket_ms.end());
   EXPECT_LT(socket_ms[4], 200) << "median create through the socket " << socket_ms[4] << " ms";
   // Bob's own tensor, through his own server, all the while.
-  std::ofstream(dir_.path() + "/b.npy", std::ios::binary) << test::U8Npy(test::RandomBytes(5000, 99));
-  auto his = test::Run(with({"mcd-create", "b", "--from", dir_.path() + "/b.npy", "--device", "cpu", "-q"}, "bob"), bob);
+  std::ofstream(dir_.path() + "/b.npy", std::ios::binary)
+      << test::U8Npy(test::RandomBytes(5000, 99));
+  auto his = test::Run(
+      with({"mcd-create", "b", "--from", dir_.path() + "/b.npy", "--device", "cpu", "-q"}, "bob"),
+      bob);
   EXPECT_EQ(his.exit_code, 0) << his.err;
   done = true;
   attacker.join();
   EXPECT_GT(rounds.load(), 2);
-  EXPECT_TRUE(let_through.empty()) << let_through.size() << " let through, first: " << let_through[0];
+  EXPECT_TRUE(let_through.empty())
+      << let_through.size() << " let through, first: " << let_through[0];
   std::string watched = test::ReadFile(dir_.path() + "/watch.log");
   for (const std::string& name : names) {
-    EXPECT_NE(watched.find(R"("event":"create","name":")" + name + "\""), std::string::npos) << name << ": " << watched;
+    EXPECT_NE(watched.find(R"("event":"create","name":")" + name + "\""), std::string::npos)
+        << name << ": " << watched;
   }
   EXPECT_TRUE(test::Running(watch.pid())) << watched;
   std::string log = test::ReadFile(alice_log);
   EXPECT_EQ(log.find("refuse"), std::string::npos) << log;
   EXPECT_EQ(log.find("error"), std::string::npos) << log;
-  for (const std::string& name : names) EXPECT_EQ(As(alice, "mcd-rm", {name, "--detached", "-q"}).exit_code, 0);
+  for (const std::string& name : names)
+    EXPECT_EQ(As(alice, "mcd-rm", {name, "--detached", "-q"}).exit_code, 0);
   EXPECT_EQ(As(alice, "mcd-rm", {"w", "--detached", "-q"}).exit_code, 0);
   for (auto& server : servers) EXPECT_EQ(server->Stop(SIGTERM), 0);
   // The server's wake markers went with it.
-  for (const std::string& list : {"alice:lifecycle:" + node_ + "-alice", "alice:processing:" + node_ + "-alice"}) {
+  for (const std::string& list :
+       {"alice:lifecycle:" + node_ + "-alice", "alice:processing:" + node_ + "-alice"}) {
     EXPECT_EQ(redis_.Connect()->Command({"LLEN", list})->integer, 0) << list;
   }
 }
@@ -617,7 +690,8 @@ TEST_F(Trust, ANpyFileThatClaimsMoreThanItHoldsIsRefusedBeforeAnyAllocation) {
     auto t0 = std::chrono::steady_clock::now();
     auto created = Tool("mcd-create", {"big", "--from", write(shape), "--device", "cpu"});
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << shape;
-    EXPECT_TRUE(created.exit_code == 74 || created.exit_code == 64) << shape << ": " << created.exit_code << " " << created.err;
+    EXPECT_TRUE(created.exit_code == 74 || created.exit_code == 64)
+        << shape << ": " << created.exit_code << " " << created.err;
     EXPECT_TRUE(created.err.find("fewer than the") != std::string::npos ||
                 created.err.find("too_large") != std::string::npos)
         << shape << ": " << created.err;
@@ -625,8 +699,6 @@ TEST_F(Trust, ANpyFileThatClaimsMoreThanItHoldsIsRefusedBeforeAnyAllocation) {
   EXPECT_TRUE(TensorKeys().empty());
   EXPECT_EQ(ShmCount(), 0u);
 }
-
-
 
 // A stale hash planted in Redis cannot make a starting server unlink a shared-memory object
 // that no server of its node made: the hash goes, the object stays.
@@ -637,12 +709,14 @@ TEST_F(Trust, AStaleHashCannotMakeTheServerUnlinkAnotherObject) {
   close(fd);
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
   ASSERT_TRUE(redis_.Connect()
-                  ->Command({"HSET", keys_.Tensor("planted"), "node", node_, "owner", "deadbeefdeadbeef", "ipc_kind",
-                             "host_shm", "ipc_handle", victim, "state", "ready", "refcount", "1"})
+                  ->Command({"HSET", keys_.Tensor("planted"), "node", node_, "owner",
+                             "deadbeefdeadbeef", "ipc_kind", "host_shm", "ipc_handle", victim,
+                             "state", "ready", "refcount", "1"})
                   .ok());
   StartServer();
   EXPECT_EQ(HashField("planted", "state"), "");  // a dead instance's hash: removed
-  EXPECT_NE(ServeLog().find("names the shared-memory object '" + victim + "', which no server of this node made"),
+  EXPECT_NE(ServeLog().find("names the shared-memory object '" + victim +
+                            "', which no server of this node made"),
             std::string::npos)
       << ServeLog();
   fd = shm_open(victim.c_str(), O_RDWR, 0);
@@ -651,12 +725,12 @@ TEST_F(Trust, AStaleHashCannotMakeTheServerUnlinkAnotherObject) {
   shm_unlink(victim.c_str());
 }
 
-
-
 // Host objects have names nobody can guess ahead: another user who makes the names a server
 // would use next does not make its creates fail.
 TEST_F(Trust, HostObjectNamesCannotBeTakenAhead) {
-  ASSERT_EQ(Tool("mcd-create", {"first", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-create", {"first", "--dtype", "u8", "--shape", "4", "--device", "cpu", "-q"})
+                .exit_code,
+            0);
   std::string handle = HashField("first", "ipc_handle");
   ASSERT_GT(handle.size(), 20u);
   std::string suffix = handle.substr(handle.size() - 17);
@@ -668,7 +742,8 @@ TEST_F(Trust, HostObjectNamesCannotBeTakenAhead) {
   base.erase(base.rfind('-') + 1);
   std::vector<std::string> planted;
   for (int seq = 2; seq < 12; ++seq) {
-    for (const std::string& name : {base + std::to_string(seq), base + std::to_string(seq) + suffix}) {
+    for (const std::string& name :
+         {base + std::to_string(seq), base + std::to_string(seq) + suffix}) {
       int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       ASSERT_GE(fd, 0) << name;
       close(fd);
@@ -676,13 +751,12 @@ TEST_F(Trust, HostObjectNamesCannotBeTakenAhead) {
     }
   }
   for (int i = 0; i < 8; ++i) {
-    auto created = Tool("mcd-create", {"next" + std::to_string(i), "--dtype", "u8", "--shape", "4", "--device", "cpu"});
+    auto created = Tool("mcd-create", {"next" + std::to_string(i), "--dtype", "u8", "--shape", "4",
+                                       "--device", "cpu"});
     EXPECT_EQ(created.exit_code, 0) << created.err;
   }
   for (const std::string& name : planted) shm_unlink(name.c_str());
 }
-
-
 
 // A password given in --redis-url is not left for other local users to read in the process's
 // command line while it runs.
@@ -691,11 +765,14 @@ TEST(RedisPassword, IsHiddenFromTheCommandLineOnceParsed) {
   std::string url = redis.url();  // redis://127.0.0.1:PORT
   std::string with_password = "redis://:s3cret-pw@" + url.substr(std::string("redis://").size());
   test::TempDir dir;
-  test::Background server({test::ToolPath("mcd-serve"), "--redis-url", with_password, "--devices", "cpu", "--node",
-                           "pw" + std::to_string(getpid())},
+  test::Background server({test::ToolPath("mcd-serve"), "--redis-url", with_password, "--devices",
+                           "cpu", "--node", "pw" + std::to_string(getpid())},
                           {{"XDG_RUNTIME_DIR", dir.path()}}, dir.path() + "/serve.log");
-  ASSERT_TRUE(test::WaitFor([&] { return test::ReadFile(dir.path() + "/serve.log").find("serving node") != std::string::npos; },
-                            10000))
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        return test::ReadFile(dir.path() + "/serve.log").find("serving node") != std::string::npos;
+      },
+      10000))
       << test::ReadFile(dir.path() + "/serve.log");
   std::string cmdline = test::ReadFile("/proc/" + std::to_string(server.pid()) + "/cmdline");
   EXPECT_EQ(cmdline.find("s3cret-pw"), std::string::npos) << cmdline;

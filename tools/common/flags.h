@@ -37,8 +37,9 @@ inline void AddConnectionFlags(CLI::App& app, CommonFlags& flags) {
 
 inline void AddCommonFlags(CLI::App& app, CommonFlags& flags) {
   AddConnectionFlags(app, flags);
-  app.add_option("--timeout-ms", flags.timeout_ms,
-                 "Wait at most this long for the server's reply (a command still queued then is withdrawn)")
+  app.add_option(
+         "--timeout-ms", flags.timeout_ms,
+         "Wait at most this long for the server's reply (a command still queued then is withdrawn)")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
   app.add_flag("--json", flags.json, "Print JSON (stable keys) instead of text");

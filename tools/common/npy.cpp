@@ -18,11 +18,11 @@ struct Descr {
   const char* text;
   DType dtype;
 };
-constexpr Descr kDescrs[] = {
-    {"<f2", DType::kF16}, {"<f4", DType::kF32}, {"<f8", DType::kF64}, {"|i1", DType::kI8},
-    {"<i2", DType::kI16}, {"<i4", DType::kI32}, {"<i8", DType::kI64}, {"|u1", DType::kU8},
-    {"<u2", DType::kU16}, {"<u4", DType::kU32}, {"<u8", DType::kU64}, {"|b1", DType::kBool},
-    {"<i1", DType::kI8},  {"<u1", DType::kU8},  {"<b1", DType::kBool}};
+constexpr Descr kDescrs[] = {{"<f2", DType::kF16}, {"<f4", DType::kF32}, {"<f8", DType::kF64},
+                             {"|i1", DType::kI8},  {"<i2", DType::kI16}, {"<i4", DType::kI32},
+                             {"<i8", DType::kI64}, {"|u1", DType::kU8},  {"<u2", DType::kU16},
+                             {"<u4", DType::kU32}, {"<u8", DType::kU64}, {"|b1", DType::kBool},
+                             {"<i1", DType::kI8},  {"<u1", DType::kU8},  {"<b1", DType::kBool}};
 
 std::string ValueOf(const std::string& header, const std::string& key) {
   size_t pos = header.find("'" + key + "'");
@@ -100,35 +100,44 @@ Result<std::string> ReadNpyHeader(std::ifstream& in, const std::string& path) {
   uint32_t header_len = 0;
   unsigned char len_bytes[4] = {};
   if (major == 1) {
-    if (!in.read(reinterpret_cast<char*>(len_bytes), 2)) return Status(ErrorCode::kIoError, path + ": truncated header");
+    if (!in.read(reinterpret_cast<char*>(len_bytes), 2))
+      return Status(ErrorCode::kIoError, path + ": truncated header");
     header_len = static_cast<uint32_t>(len_bytes[0] | (len_bytes[1] << 8));
   } else if (major == 2 || major == 3) {
-    if (!in.read(reinterpret_cast<char*>(len_bytes), 4)) return Status(ErrorCode::kIoError, path + ": truncated header");
+    if (!in.read(reinterpret_cast<char*>(len_bytes), 4))
+      return Status(ErrorCode::kIoError, path + ": truncated header");
     header_len = static_cast<uint32_t>(len_bytes[0]) | (static_cast<uint32_t>(len_bytes[1]) << 8) |
-                 (static_cast<uint32_t>(len_bytes[2]) << 16) | (static_cast<uint32_t>(len_bytes[3]) << 24);
+                 (static_cast<uint32_t>(len_bytes[2]) << 16) |
+                 (static_cast<uint32_t>(len_bytes[3]) << 24);
   } else {
-    return Status(ErrorCode::kInvalidArgument, path + ": unsupported .npy version " + std::to_string(major));
+    return Status(ErrorCode::kInvalidArgument,
+                  path + ": unsupported .npy version " + std::to_string(major));
   }
   if (header_len > 65536) return Status(ErrorCode::kInvalidArgument, path + ": header too large");
   std::string header(header_len, '\0');
-  if (!in.read(header.data(), header_len)) return Status(ErrorCode::kIoError, path + ": truncated header");
+  if (!in.read(header.data(), header_len))
+    return Status(ErrorCode::kIoError, path + ": truncated header");
   return header;
 }
 
 // The dimensions of the header's shape tuple, "(2, 3)" or "(4,)"; at least one.
-Status ParseNpyShape(const std::string& header, const std::string& path, std::vector<int64_t>& shape) {
+Status ParseNpyShape(const std::string& header, const std::string& path,
+                     std::vector<int64_t>& shape) {
   std::string shape_text = ValueOf(header, "shape");
-  if (shape_text.size() < 2) return Status(ErrorCode::kInvalidArgument, path + ": header lacks shape");
+  if (shape_text.size() < 2)
+    return Status(ErrorCode::kInvalidArgument, path + ": header lacks shape");
   std::string inner = shape_text.substr(1, shape_text.size() - 2);
   size_t start = 0;
   while (start < inner.size()) {
     size_t comma = inner.find(',', start);
-    std::string part = inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string part =
+        inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     part.erase(0, part.find_first_not_of(' '));
     if (!part.empty()) {
       char* end = nullptr;
       long long dim = std::strtoll(part.c_str(), &end, 10);
-      if (end == part.c_str()) return Status(ErrorCode::kInvalidArgument, path + ": bad shape " + shape_text);
+      if (end == part.c_str())
+        return Status(ErrorCode::kInvalidArgument, path + ": bad shape " + shape_text);
       shape.push_back(dim);
     }
     if (comma == std::string::npos) break;
@@ -137,8 +146,9 @@ Status ParseNpyShape(const std::string& header, const std::string& path, std::ve
   if (shape.empty()) {
     // A tensor has at least one dimension: making it [1] silently would change its shape.
     return Status(ErrorCode::kInvalidArgument,
-                  path + ": a 0-d array (shape ()) has no tensor shape; save it with shape (1,) "
-                         "(np.atleast_1d)");
+                  path +
+                      ": a 0-d array (shape ()) has no tensor shape; save it with shape (1,) "
+                      "(np.atleast_1d)");
   }
   return Status::Ok();
 }
@@ -154,14 +164,17 @@ Status ParseNpyHeader(const std::string& header, const std::string& path, NpyArr
     }
   }
   if (!known) {
-    return Status(ErrorCode::kInvalidArgument,
-                  path + ": dtype " + descr + " is not supported (little-endian numbers and bool only)");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        path + ": dtype " + descr + " is not supported (little-endian numbers and bool only)");
   }
   if (ValueOf(header, "fortran_order") != "True" && ValueOf(header, "fortran_order") != "False") {
     return Status(ErrorCode::kInvalidArgument, path + ": header lacks fortran_order");
   }
   if (ValueOf(header, "fortran_order") == "True") {
-    return Status(ErrorCode::kInvalidArgument, path + ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        path + ": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)");
   }
   return ParseNpyShape(header, path, out.shape);
 }
@@ -184,7 +197,8 @@ Status ReadNpyData(std::ifstream& in, const std::string& path, uint64_t bytes, s
   try {
     data.resize(bytes);
   } catch (const std::bad_alloc&) {
-    return Status(ErrorCode::kOutOfMemory, path + ": not enough memory to read its " + std::to_string(bytes) + " bytes");
+    return Status(ErrorCode::kOutOfMemory,
+                  path + ": not enough memory to read its " + std::to_string(bytes) + " bytes");
   }
   if (!in.read(data.data(), static_cast<std::streamsize>(bytes))) {
     return Status(ErrorCode::kIoError, path + ": holds fewer than the " + std::to_string(bytes) +
@@ -218,13 +232,22 @@ Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>
   std::string dims;
   for (int64_t dim : shape) dims += std::to_string(dim) + ", ";
   if (shape.size() > 1) dims.resize(dims.size() - 2);
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
+  std::string header = std::string("{'descr': '") + descr +
+                       "', 'fortran_order': False, 'shape': (" +
                        (shape.size() == 1 ? dims.substr(0, dims.size() - 1) : dims) + "), }";
   // Pad so that the data starts on a 64-byte boundary, ending the header with '\n'.
   size_t total = 10 + header.size() + 1;
   header += std::string((64 - total % 64) % 64, ' ') + "\n";
   uint16_t len = static_cast<uint16_t>(header.size());
-  char preamble[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(len & 0xff),
+  char preamble[10] = {'\x93',
+                       'N',
+                       'U',
+                       'M',
+                       'P',
+                       'Y',
+                       1,
+                       0,
+                       static_cast<char>(len & 0xff),
                        static_cast<char>(len >> 8)};
   return WriteWhole(path, {std::string_view(preamble, sizeof(preamble)), header,
                            std::string_view(static_cast<const char*>(data), bytes)});

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,9 +36,9 @@ static int StdoutFailed(const char* tool, int flush_errno) {
   int err = errno != 0 ? errno : flush_errno;
   if (flushed && !std::ferror(stdout)) return 0;
   if (err == EPIPE) return 0;
-  return Fail(tool, Status(ErrorCode::kIoError,
-                           std::string("writing standard output: ") +
-                               (err != 0 ? std::strerror(err) : "write error")));
+  return Fail(tool,
+              Status(ErrorCode::kIoError, std::string("writing standard output: ") +
+                                              (err != 0 ? std::strerror(err) : "write error")));
 }
 
 int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv) {
@@ -55,7 +55,8 @@ int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv) {
   }
 }
 
-Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options, bool quiet) {
+Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options,
+                                              bool quiet) {
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   if (client->node_discovered() && !quiet) {
     std::cerr << tool << ": note: no server for this host's node; using node '"
@@ -79,9 +80,8 @@ Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_s
 Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
                                 const std::string& instead) {
   if (owner_pid == 1) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "--owner-pid 1 is init, which never exits: " + what +
-                      " would never be given back; " + instead);
+    return Status(ErrorCode::kInvalidArgument, "--owner-pid 1 is init, which never exits: " + what +
+                                                   " would never be given back; " + instead);
   }
   if (owner_pid != 0) return owner_pid;
   pid_t parent = getppid();
@@ -95,7 +95,8 @@ Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
   }
   return Status(ErrorCode::kInvalidArgument,
                 "the shell or script that ran this tool has exited, or is init (the tool's "
-                "parent is pid " + std::to_string(parent) + "): " + what +
+                "parent is pid " +
+                    std::to_string(parent) + "): " + what +
                     " would be bound to a process that never exits; " + instead);
 }
 
@@ -123,11 +124,16 @@ Result<uint64_t> ParseSize(const std::string& text) {
   if (!unit.empty() && unit.back() == 'B') unit.pop_back();
   if (!unit.empty() && unit.back() == 'i') unit.pop_back();
   double scale = 1;
-  if (unit == "K" || unit == "k") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) return Status(ErrorCode::kInvalidArgument, "bad size unit in '" + text + "'");
+  if (unit == "K" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    return Status(ErrorCode::kInvalidArgument, "bad size unit in '" + text + "'");
   return static_cast<uint64_t>(value * scale);
 }
 
@@ -135,7 +141,8 @@ std::vector<std::string> SplitList(const std::string& text) {
   std::vector<std::string> items;
   for (size_t start = 0;;) {
     size_t comma = text.find(',', start);
-    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    items.push_back(
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) return items;
     start = comma + 1;
   }
@@ -159,8 +166,11 @@ Result<int64_t> ParseDuration(const std::string& text) {
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
   std::string unit = end != nullptr ? end : "";
-  double scale = unit.empty() || unit == "s" ? 1000 : unit == "m" ? 60e3 : unit == "h" ? 3600e3
-               : unit == "d" ? 86400e3 : 0;
+  double scale = unit.empty() || unit == "s" ? 1000
+                 : unit == "m"               ? 60e3
+                 : unit == "h"               ? 3600e3
+                 : unit == "d"               ? 86400e3
+                                             : 0;
   if (text.empty() || end == text.c_str() || scale == 0 || !(value >= 0) || value > 1e9) {
     return Status(ErrorCode::kInvalidArgument,
                   "'" + text + "' is not a duration (like 90, 30s, 5m, 2h or 1d)");
@@ -229,10 +239,18 @@ std::string Escaped(std::string_view text) {
     if (c < 0x80) {
       ++i;
       switch (c) {
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        case '\r': out += "\\r"; break;
-        case '\\': out += "\\\\"; break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
         default:
           if (c >= 0x20 && c != 0x7f) {
             out.push_back(static_cast<char>(c));
@@ -273,14 +291,16 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& raw_rows, i
   size_t columns = rows[0].size();
   std::vector<size_t> widths(columns, 0);
   for (const auto& row : rows) {
-    for (size_t c = 0; c < columns && c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+    for (size_t c = 0; c < columns && c < row.size(); ++c)
+      widths[c] = std::max(widths[c], row[c].size());
   }
   if (max_width > 0 && shrink_column < columns) {
     size_t total = 0;
     for (size_t w : widths) total += w + 2;
     if (total > static_cast<size_t>(max_width)) {
       size_t excess = total - static_cast<size_t>(max_width);
-      widths[shrink_column] = std::max<size_t>(8, widths[shrink_column] > excess ? widths[shrink_column] - excess : 8);
+      widths[shrink_column] =
+          std::max<size_t>(8, widths[shrink_column] > excess ? widths[shrink_column] - excess : 8);
     }
   }
   size_t line_width = columns;
@@ -348,7 +368,10 @@ std::string FormatValues(const void* data, DType dtype, uint64_t count) {
   char buf[64];
   for (uint64_t i = 0; i < count; ++i) {
     switch (dtype) {
-      case DType::kF16: std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(HalfToFloat(Load<uint16_t>(data, i)))); break;
+      case DType::kF16:
+        std::snprintf(buf, sizeof(buf), "%g",
+                      static_cast<double>(HalfToFloat(Load<uint16_t>(data, i))));
+        break;
       case DType::kBF16: {
         uint32_t bits = static_cast<uint32_t>(Load<uint16_t>(data, i)) << 16;
         float f;
@@ -356,17 +379,40 @@ std::string FormatValues(const void* data, DType dtype, uint64_t count) {
         std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(f));
         break;
       }
-      case DType::kF32: std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(Load<float>(data, i))); break;
-      case DType::kF64: std::snprintf(buf, sizeof(buf), "%g", Load<double>(data, i)); break;
-      case DType::kI8: std::snprintf(buf, sizeof(buf), "%d", Load<int8_t>(data, i)); break;
-      case DType::kI16: std::snprintf(buf, sizeof(buf), "%d", Load<int16_t>(data, i)); break;
-      case DType::kI32: std::snprintf(buf, sizeof(buf), "%d", Load<int32_t>(data, i)); break;
-      case DType::kI64: std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(Load<int64_t>(data, i))); break;
-      case DType::kU8: std::snprintf(buf, sizeof(buf), "%u", Load<uint8_t>(data, i)); break;
-      case DType::kU16: std::snprintf(buf, sizeof(buf), "%u", Load<uint16_t>(data, i)); break;
-      case DType::kU32: std::snprintf(buf, sizeof(buf), "%u", Load<uint32_t>(data, i)); break;
-      case DType::kU64: std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(Load<uint64_t>(data, i))); break;
-      case DType::kBool: std::snprintf(buf, sizeof(buf), "%s", Load<uint8_t>(data, i) ? "true" : "false"); break;
+      case DType::kF32:
+        std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(Load<float>(data, i)));
+        break;
+      case DType::kF64:
+        std::snprintf(buf, sizeof(buf), "%g", Load<double>(data, i));
+        break;
+      case DType::kI8:
+        std::snprintf(buf, sizeof(buf), "%d", Load<int8_t>(data, i));
+        break;
+      case DType::kI16:
+        std::snprintf(buf, sizeof(buf), "%d", Load<int16_t>(data, i));
+        break;
+      case DType::kI32:
+        std::snprintf(buf, sizeof(buf), "%d", Load<int32_t>(data, i));
+        break;
+      case DType::kI64:
+        std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(Load<int64_t>(data, i)));
+        break;
+      case DType::kU8:
+        std::snprintf(buf, sizeof(buf), "%u", Load<uint8_t>(data, i));
+        break;
+      case DType::kU16:
+        std::snprintf(buf, sizeof(buf), "%u", Load<uint16_t>(data, i));
+        break;
+      case DType::kU32:
+        std::snprintf(buf, sizeof(buf), "%u", Load<uint32_t>(data, i));
+        break;
+      case DType::kU64:
+        std::snprintf(buf, sizeof(buf), "%llu",
+                      static_cast<unsigned long long>(Load<uint64_t>(data, i)));
+        break;
+      case DType::kBool:
+        std::snprintf(buf, sizeof(buf), "%s", Load<uint8_t>(data, i) ? "true" : "false");
+        break;
     }
     if (i != 0) out += ",";
     out += buf;

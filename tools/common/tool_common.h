@@ -35,7 +35,8 @@ int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv);
 Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server);
 // Connects; says on stderr (unless `quiet`) when the node was not given and the only live
 // server on the Redis was taken (Client::node_discovered), so that it is never a surprise.
-Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options, bool quiet);
+Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOptions& options,
+                                              bool quiet);
 
 // The process that what a tool takes (a reference, a stack tensor) is bound to: `owner_pid`
 // (--owner-pid) when given, else the tool's parent, the shell or script that ran it. Refused
@@ -46,10 +47,10 @@ Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOpti
 Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
                                 const std::string& instead);
 
-std::string HumanBytes(uint64_t bytes);    // "1.0 MiB"
+std::string HumanBytes(uint64_t bytes);  // "1.0 MiB"
 // "4096", "64MiB", "40GiB", "1.5G", "2T" -> bytes (K/M/G/T are powers of 1024).
 Result<uint64_t> ParseSize(const std::string& text);
-std::string HumanAge(int64_t ms);          // "3s", "5m", "2h", "4d"
+std::string HumanAge(int64_t ms);  // "3s", "5m", "2h", "4d"
 // The milliseconds of a wait flag's SECONDS (--wait, --wait-free): 0 waits without end (-1).
 int TimeoutMs(double seconds);
 // "90", "30s", "5m", "2h", "1d" -> ms (a bare number is seconds).

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   if (rc != MCD_OK) return Die(NULL, "connect", rc);
   int64_t shape[2] = {4, 4};
   mcd_tensor t;
-  if ((rc = mcd_create(c, argv[1], "i32", shape, 2, MCD_DEVICE_CPU, &t)) != MCD_OK) return Die(c, "create", rc);
+  if ((rc = mcd_create(c, argv[1], "i32", shape, 2, MCD_DEVICE_CPU, &t)) != MCD_OK)
+    return Die(c, "create", rc);
   if ((rc = mcd_get(c, argv[1], &t)) != MCD_OK) return Die(c, "get", rc);
   int32_t* values = (int32_t*)t.data;
   for (int i = 0; i < 16; ++i) values[i] = i * i;

@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
   }
   mcd::ClientOptions options;
   auto url = mcd::ResolveRedisUrl("");
-  if (!url.ok()) return std::fprintf(stderr, "mcd-example-scale: error: %s\n", url.status().message().c_str()), 64;
+  if (!url.ok())
+    return std::fprintf(stderr, "mcd-example-scale: error: %s\n", url.status().message().c_str()),
+           64;
   options.redis_url = url.value();
   if (argc == 5 && std::strcmp(argv[3], "--node") == 0) options.node = argv[4];
   float factor = std::strtof(argv[2], nullptr);

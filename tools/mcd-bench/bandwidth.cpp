@@ -57,7 +57,7 @@ Status WithSharedTensor(Client& client, const CreateSpec& spec, Measure&& measur
   MCD_RETURN_IF_ERROR(client.Create(spec).status());
   auto view = client.Get(spec.name);
   Status measured = view.ok() ? measure(view.value()) : view.status();
-  if (view.ok()) (void)client.Release(spec.name);  // the get's reference
+  if (view.ok()) (void)client.Release(spec.name);     // the get's reference
   Status freed = client.Release(spec.name).status();  // the create's: freed
   return measured.ok() ? freed : measured;
 }
@@ -91,8 +91,10 @@ Status MeasureBandwidth(Client& client, const CreateSpec& spec, const std::strin
     if (!src.ptr || !dst.ptr) return Status(ErrorCode::kOutOfMemory, "bandwidth buffers");
     cudaMemset(view.data, 5, bytes);
     for (int i = 0; i < kReps + 2; ++i) {
-      double s = TimeCopy([&] { cudaMemcpyAsync(dst.ptr, view.data, bytes, cudaMemcpyDeviceToDevice); });
-      double l = TimeCopy([&] { cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice); });
+      double s =
+          TimeCopy([&] { cudaMemcpyAsync(dst.ptr, view.data, bytes, cudaMemcpyDeviceToDevice); });
+      double l =
+          TimeCopy([&] { cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice); });
       if (i >= 2) {
         shared.us.push_back(s);
         local.us.push_back(l);
@@ -106,8 +108,8 @@ Status MeasureBandwidth(Client& client, const CreateSpec& spec, const std::strin
   return Status::Ok();
 }
 
-Status MeasureCrossDevice(Client& client, const CreateSpec& spec, const std::string& kind,
-                          int peer, std::vector<Row>& rows) {
+Status MeasureCrossDevice(Client& client, const CreateSpec& spec, const std::string& kind, int peer,
+                          std::vector<Row>& rows) {
   const uint64_t bytes = ShapeBytes(spec.shape, spec.dtype).value();
   const int device = spec.device;
   Say("cross-device bandwidth " + kind + " " + tools::HumanBytes(bytes));
@@ -122,10 +124,9 @@ Status MeasureCrossDevice(Client& client, const CreateSpec& spec, const std::str
   cudaGetLastError();
   const std::string where = "GPU " + std::to_string(device) + " to GPU " + std::to_string(peer) +
                             (can_to && can_from ? ", peer access on; " : ", no peer access; ");
-  Row shared{"copy_cross_device", kind, device, bytes, {}, 0,
-             "a tensor's mapping on " + where};
-  Row local{"copy_cross_local", kind, device, bytes, {}, 0,
-            "this process's own buffer on " + where};
+  Row shared{"copy_cross_device", kind, device, bytes, {}, 0, "a tensor's mapping on " + where};
+  Row local{
+      "copy_cross_local", kind, device, bytes, {}, 0, "this process's own buffer on " + where};
   MCD_RETURN_IF_ERROR(WithSharedTensor(client, spec, [&](const TensorView& view) -> Status {
     DeviceBuffer src(device, bytes), dst(peer, bytes);
     if (!src.ptr || !dst.ptr) return Status(ErrorCode::kOutOfMemory, "cross-device buffers");

@@ -16,7 +16,7 @@ Status MeasureBandwidth(Client& client, const CreateSpec& spec, const std::strin
 // The tensor lives on spec.device; the copies land on `peer`, a buffer of this process on that
 // GPU, through the mapping this process opened, against the same peer copy out of a buffer of
 // this process on spec.device. Peer access is enabled both ways where the GPUs allow it.
-Status MeasureCrossDevice(Client& client, const CreateSpec& spec, const std::string& kind,
-                          int peer, std::vector<Row>& rows);
+Status MeasureCrossDevice(Client& client, const CreateSpec& spec, const std::string& kind, int peer,
+                          std::vector<Row>& rows);
 
 }  // namespace mcd::bench

@@ -25,8 +25,8 @@ bool Unhex(const std::string& hex, void* out, size_t n) {
 }
 
 std::vector<std::string> BareChildArgs(const std::string& kind, int device, int pool_fd) {
-  return {"--child", "bare", "--child-name", kind, "--child-device", DeviceName(device),
-          "--child-id", std::to_string(pool_fd)};
+  return {"--child",          "bare",       "--child-name",         kind, "--child-device",
+          DeviceName(device), "--child-id", std::to_string(pool_fd)};
 }
 
 // One "open HEX" exchange with a bare child; returns the child's own open time.
@@ -49,7 +49,8 @@ Status CloseInChild(Child& child) {
 Result<std::unique_ptr<BareExporter>> BareExporter::Make(const std::string& kind, int device) {
   std::unique_ptr<BareExporter> e(new BareExporter(kind == "cuda_mempool", device));
   MCD_RETURN_IF_ERROR(Cuda(cudaSetDevice(device), "cudaSetDevice"));
-  MCD_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking), "stream"));
+  MCD_RETURN_IF_ERROR(
+      Cuda(cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking), "stream"));
   if (!e->pool_) return e;
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
@@ -79,8 +80,8 @@ Result<std::string> BareExporter::Allocate(uint64_t bytes) {
   MCD_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
   void* ptr = nullptr;
   if (pool_) {
-    MCD_RETURN_IF_ERROR(
-        Cuda(cudaMallocFromPoolAsync(&ptr, bytes, pool_handle_, stream_), "cudaMallocFromPoolAsync"));
+    MCD_RETURN_IF_ERROR(Cuda(cudaMallocFromPoolAsync(&ptr, bytes, pool_handle_, stream_),
+                             "cudaMallocFromPoolAsync"));
   } else {
     MCD_RETURN_IF_ERROR(Cuda(cudaMalloc(&ptr, bytes), "cudaMalloc"));
   }
@@ -113,7 +114,12 @@ Result<Row> BareShare(const Options& opt, const std::string& kind, int device, u
                       int batch) {
   Say("bare share " + kind + " " + tools::HumanBytes(bytes));
   MCD_ASSIGN_OR_RETURN(auto exporter, BareExporter::Make(kind, device));
-  Row row{"share_bare", kind, device, bytes, {}, 0,
+  Row row{"share_bare",
+          kind,
+          device,
+          bytes,
+          {},
+          0,
           "CUDA alone: an existing allocation's export sent over a pipe, opened, one byte read, "
           "acknowledged"};
   Child child = SpawnChild(BareChildArgs(kind, device, exporter->pool_fd()));
@@ -133,7 +139,8 @@ Result<Row> BareShare(const Options& opt, const std::string& kind, int device, u
   std::vector<std::string> ready;  // exports not opened yet
   Status failed;
   auto deadline = Clock::now() + std::chrono::duration<double>(opt.max_seconds);
-  for (int i = -1; failed.ok() && i < opt.iterations && Clock::now() < deadline && !Stopping(); ++i) {
+  for (int i = -1; failed.ok() && i < opt.iterations && Clock::now() < deadline && !Stopping();
+       ++i) {
     if (ready.empty()) {
       if (i >= 0) failed = give_back();  // the batch before, all opened
       for (int j = 0; failed.ok() && j < batch && i + j < opt.iterations; ++j) {
@@ -165,7 +172,12 @@ Result<Row> BareShare(const Options& opt, const std::string& kind, int device, u
 
 Result<Row> BareFirstOpen(const Options& opt, const std::string& kind, int device, uint64_t bytes) {
   MCD_ASSIGN_OR_RETURN(auto exporter, BareExporter::Make(kind, device));
-  Row row{"open_first_bare", kind, device, bytes, {}, 0,
+  Row row{"open_first_bare",
+          kind,
+          device,
+          bytes,
+          {},
+          0,
           std::string("CUDA alone: the first open in a fresh process, context up") +
               (kind == "cuda_mempool" ? ", the pool's import included" : "") +
               "; a new allocation for each process, as get_first makes a new tensor"};

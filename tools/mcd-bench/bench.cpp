@@ -3,9 +3,9 @@
 #include "bandwidth.h"
 #include "bare_floor.h"
 #include "children.h"
-#include "throughput.h"
 #include "memcuda/polling.h"
 #include "report.h"
+#include "throughput.h"
 
 namespace mcd::bench {
 
@@ -72,12 +72,15 @@ class Bench {
     for (int clients : opt_.clients)
       rows.push_back([=] { return Throughput(kind, device, churn_bytes, clients); });
     const uint64_t copy_bytes = std::min<uint64_t>(opt_.sizes.back(), 1ull << 30);
-    rows.push_back([=] { return MeasureBandwidth(*client_, Spec(Name("bw", 0), device, copy_bytes), kind, rows_); });
+    rows.push_back([=] {
+      return MeasureBandwidth(*client_, Spec(Name("bw", 0), device, copy_bytes), kind, rows_);
+    });
     int gpus = 0;
     if (gpu && cudaGetDeviceCount(&gpus) == cudaSuccess && gpus >= 2) {
       const int peer = device == 0 ? 1 : 0;
       rows.push_back([=] {
-        return MeasureCrossDevice(*client_, Spec(Name("xdev", 0), device, copy_bytes), kind, peer, rows_);
+        return MeasureCrossDevice(*client_, Spec(Name("xdev", 0), device, copy_bytes), kind, peer,
+                                  rows_);
       });
     }
     for (const auto& row : rows) {
@@ -99,7 +102,8 @@ class Bench {
     }
     if (made.status().code() != ErrorCode::kTooLarge) return true;
     std::cerr << "mcd-bench: " << kind << " refuses " << tools::HumanBytes(bytes)
-              << " tensors, its rows of that size are left out: " << made.status().ToString() << "\n";
+              << " tensors, its rows of that size are left out: " << made.status().ToString()
+              << "\n";
     return false;
   }
 
@@ -234,7 +238,8 @@ class Bench {
     }
     cudaError_t err = cudaMemset(view.data, 1, bytes);
     if (err == cudaSuccess) err = cudaDeviceSynchronize();
-    return err == cudaSuccess ? Status::Ok() : Status(ErrorCode::kCudaError, cudaGetErrorString(err));
+    return err == cudaSuccess ? Status::Ok()
+                              : Status(ErrorCode::kCudaError, cudaGetErrorString(err));
   }
 
   // "share" (fresh): the create is timed, A creates the tensor, B gets, maps and touches it and
@@ -247,25 +252,33 @@ class Bench {
     const std::string tag = existing ? "shareold" : "share";
     Say("share end to end " + std::string(existing ? "(existing) " : "") + kind + " " +
         tools::HumanBytes(bytes));
-    Row row{existing ? "share_existing" : "share", kind, device, bytes, {}, 0,
-            existing ? "a tensor A made and filled before the clock: name to B, get+map+touch in B, "
-                       "ack to A"
-                     : "create in A, get+map+touch in B, ack to A"};
+    Row row{existing ? "share_existing" : "share",
+            kind,
+            device,
+            bytes,
+            {},
+            0,
+            existing
+                ? "a tensor A made and filled before the clock: name to B, get+map+touch in B, "
+                  "ack to A"
+                : "create in A, get+map+touch in B, ack to A"};
     Child consumer =
         SpawnChild(ChildArgs({"--child", "share", "--child-device", DeviceName(device)}));
     if (ReadLine(consumer.from) != "ready")
       return Status(ErrorCode::kInternal, "share consumer did not start");
-    std::vector<std::string> live;   // handed over, not given back yet
+    std::vector<std::string> live;  // handed over, not given back yet
     int made = 0;  // existing: Name(tag, 0) to Name(tag, made - 1) were made and filled
     auto deadline = Clock::now() + std::chrono::duration<double>(opt_.max_seconds);
     Status failed;
-    for (int i = 0; failed.ok() && i < opt_.iterations && Clock::now() < deadline && !Stopping(); ++i) {
+    for (int i = 0; failed.ok() && i < opt_.iterations && Clock::now() < deadline && !Stopping();
+         ++i) {
       // Existing tensors are made a batch at a time, ahead of their handovers: a tensor that
       // exists was not allocated a moment ago (the driver makes the first open of an allocation
       // that new wait: ~0.7 ms for 1 GiB on an H200, with CUDA alone too).
       if (existing && i == made) {
         auto making = Clock::now();
-        for (int end = std::min(opt_.iterations, i + BatchOf(bytes)); made < end && failed.ok(); ++made)
+        for (int end = std::min(opt_.iterations, i + BatchOf(bytes)); made < end && failed.ok();
+             ++made)
           failed = MakeFilled(Name(tag, made), device, bytes);
         if (!failed.ok()) break;
         deadline += Clock::now() - making;  // the row's time bound counts handovers only
@@ -287,7 +300,8 @@ class Bench {
       if (!existing) row.create_us.push_back(create_us);
       row.get_us.push_back(get_us);
       row.touch_us.push_back(touch_us);
-      if (live.size() >= static_cast<size_t>(BatchOf(bytes))) failed = GiveBackShared(consumer, live, existing, row);
+      if (live.size() >= static_cast<size_t>(BatchOf(bytes)))
+        failed = GiveBackShared(consumer, live, existing, row);
     }
     if (failed.ok()) failed = GiveBackShared(consumer, live, existing, row);
     for (int i = static_cast<int>(row.us.size()); failed.ok() && i < made; ++i) {
@@ -326,9 +340,8 @@ class Bench {
   }
 
   Status Throughput(const std::string& kind, int device, uint64_t bytes, int clients) {
-    MCD_ASSIGN_OR_RETURN(
-        Row row, MeasureThroughput(opt_, redis_.get(), *client_, kind, device, bytes, clients,
-                                   ChildArgs({})));
+    MCD_ASSIGN_OR_RETURN(Row row, MeasureThroughput(opt_, redis_.get(), *client_, kind, device,
+                                                    bytes, clients, ChildArgs({})));
     rows_.push_back(std::move(row));
     return Status::Ok();
   }

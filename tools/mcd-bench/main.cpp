@@ -183,8 +183,7 @@ Result<json> RunPlan(const Options& opt, const Plan& plan, SelfServe& self, cons
       run_flags.node = "bench-" + kind + "-" + std::to_string(getpid());
       self.StopServer();
       MCD_RETURN_IF_ERROR(self.StartServer(kind == "cuda_mempool" ? "pool" : "cuda",
-                                           DeviceName(device), run_flags.node,
-                                           opt.serve_args));
+                                           DeviceName(device), run_flags.node, opt.serve_args));
     }
     MCD_ASSIGN_OR_RETURN(json part, MeasureAllocator(opt, run_flags, kind, device, config));
     if (merged.is_null()) {
@@ -213,9 +212,9 @@ static int ToolMain(int argc, char** argv) {
   if (!f.cpu_only && cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
   if (gpus > 0 && f.opt.device >= gpus) {
     return tools::Fail("mcd-bench", Status(ErrorCode::kInvalidArgument,
-                                           "--device " + std::to_string(f.opt.device) + ": this host has " +
-                                               std::to_string(gpus) + " GPU(s), 0 to " +
-                                               std::to_string(gpus - 1)));
+                                           "--device " + std::to_string(f.opt.device) +
+                                               ": this host has " + std::to_string(gpus) +
+                                               " GPU(s), 0 to " + std::to_string(gpus - 1)));
   }
   json config = Config(f.opt, gpus);
   CatchStopSignals();
@@ -238,6 +237,4 @@ static int ToolMain(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  return mcd::tools::Guarded("mcd-bench", ToolMain, argc, argv);
-}
+int main(int argc, char** argv) { return mcd::tools::Guarded("mcd-bench", ToolMain, argc, argv); }

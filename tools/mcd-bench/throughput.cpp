@@ -6,7 +6,8 @@ namespace mcd::bench {
 
 namespace {
 
-std::vector<std::string> WithArgs(std::vector<std::string> args, const std::vector<std::string>& more) {
+std::vector<std::string> WithArgs(std::vector<std::string> args,
+                                  const std::vector<std::string>& more) {
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }
@@ -69,9 +70,8 @@ Result<Row> MeasureThroughput(const Options& opt, RedisConnection* redis, Client
     }
     if (WaitChild(child) != 0) return Status(ErrorCode::kInternal, "a throughput client failed");
     if (read != pairs || pairs == 0) {
-      return Status(ErrorCode::kInternal, "a throughput client reported " +
-                                              std::to_string(pairs) + " pairs but " +
-                                              std::to_string(read) + " latencies");
+      return Status(ErrorCode::kInternal, "a throughput client reported " + std::to_string(pairs) +
+                                              " pairs but " + std::to_string(read) + " latencies");
     }
   }
   double wall = Us(t0, Clock::now()) / 1e6;
@@ -84,8 +84,7 @@ Result<Row> MeasureThroughput(const Options& opt, RedisConnection* redis, Client
     row.note += "; Redis CPU " + Whole(row.redis_cpu_us) + " us per pair, " +
                 Whole((cpu1 - cpu0) * 100 / wall) + "% busy";
   }
-  if (server0 >= 0 && server1 >= server0 && thread0 >= 0 && thread1 >= thread0 &&
-      !row.us.empty()) {
+  if (server0 >= 0 && server1 >= server0 && thread0 >= 0 && thread1 >= thread0 && !row.us.empty()) {
     row.server_cpu_us = (server1 - server0) * 1e6 / static_cast<double>(row.us.size());
     row.server_thread_busy = (thread1 - thread0) / wall;
     row.note += "; server CPU " + Whole(row.server_cpu_us) + " us per pair, its command thread " +

@@ -16,13 +16,15 @@ struct CreateFlags {
 };
 
 void AddFlags(CLI::App& app, CreateFlags& f) {
-  app.footer(std::string("Examples:\n"
-                         "  mcd-create weights --dtype f32 --shape 1024,1024 --device 0\n"
-                         "  mcd-create scratch --dtype u8 --shape 4096 --device cpu --lifetime "
-                         "stack --owner-pid $$\n"
-                         "  mcd-create table --from table.npy --device 0\n"
-                         "  mcd-create weights.local --copy-of weights --device 0  # from another node\n\n") +
-             tools::kEnvironmentFooter);
+  app.footer(
+      std::string(
+          "Examples:\n"
+          "  mcd-create weights --dtype f32 --shape 1024,1024 --device 0\n"
+          "  mcd-create scratch --dtype u8 --shape 4096 --device cpu --lifetime "
+          "stack --owner-pid $$\n"
+          "  mcd-create table --from table.npy --device 0\n"
+          "  mcd-create weights.local --copy-of weights --device 0  # from another node\n\n") +
+      tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
   app.add_option("NAME", f.name, "Tensor name: letters, digits and . _ : / @ + = , -")->required();
   app.add_option("--dtype", f.dtype, DTypeNames());
@@ -40,9 +42,10 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
       ->capture_default_str();
   app.add_option("--from", f.from,
                  "Load a NumPy .npy file (its dtype and shape) into the new tensor");
-  app.add_option("--copy-of", f.copy_of,
-                 "A copy of tensor OTHER of another node (its dtype, shape and bytes), moved by the "
-                 "two nodes' servers over UCX")
+  app.add_option(
+         "--copy-of", f.copy_of,
+         "A copy of tensor OTHER of another node (its dtype, shape and bytes), moved by the "
+         "two nodes' servers over UCX")
       ->excludes("--from");
 }
 
@@ -96,7 +99,8 @@ Result<CreateSpec> MakeSpec(const CreateFlags& f, tools::NpyArray& npy) {
 // reader ever sees it without the file's bytes, and a failed fill leaves nothing behind.
 Result<TensorRecord> Create(const CreateFlags& f, CreateSpec spec, const tools::NpyArray& npy) {
   MCD_ASSIGN_OR_RETURN(ClientOptions options, tools::MakeClientOptions(f.common, true));
-  MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, tools::ConnectClient("mcd-create", options, f.common.quiet));
+  MCD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                       tools::ConnectClient("mcd-create", options, f.common.quiet));
   if (!spec.copy_of.empty()) {
     MCD_ASSIGN_OR_RETURN(TensorRecord source, client->Stat(spec.copy_of));
     spec.dtype = source.dtype;
@@ -137,6 +141,4 @@ static int ToolMain(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  return mcd::tools::Guarded("mcd-create", ToolMain, argc, argv);
-}
+int main(int argc, char** argv) { return mcd::tools::Guarded("mcd-create", ToolMain, argc, argv); }

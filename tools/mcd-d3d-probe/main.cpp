@@ -16,8 +16,8 @@ nlohmann::json ToJson(const mcd::InteropReport& r) {
   for (const auto& s : r.steps) {
     steps.push_back({{"step", s.name}, {"ok", s.ok}, {"ms", s.ms}, {"detail", s.detail}});
   }
-  return {{"api", r.api}, {"available", r.available}, {"passed", r.passed()},
-          {"reason", r.reason}, {"device", r.device}, {"steps", steps}};
+  return {{"api", r.api},       {"available", r.available}, {"passed", r.passed()},
+          {"reason", r.reason}, {"device", r.device},       {"steps", steps}};
 }
 
 void Print(const mcd::InteropReport& r) {
@@ -55,10 +55,12 @@ static int ToolMain(int argc, char** argv) {
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
   auto device = ParseDevice(device_text);
   if (!device.ok() || device.value() == kHostDevice) {
-    return tools::Fail("mcd-d3d-probe", Status(ErrorCode::kInvalidArgument, "--device must be a GPU ordinal"));
+    return tools::Fail("mcd-d3d-probe",
+                       Status(ErrorCode::kInvalidArgument, "--device must be a GPU ordinal"));
   }
   auto bytes = tools::ParseSize(size_text);
-  if (!bytes.ok() || bytes.value() == 0) return tools::Fail("mcd-d3d-probe", Status(ErrorCode::kInvalidArgument, "bad --bytes"));
+  if (!bytes.ok() || bytes.value() == 0)
+    return tools::Fail("mcd-d3d-probe", Status(ErrorCode::kInvalidArgument, "bad --bytes"));
 
   nlohmann::json cuda = {{"device", device.value()}};
   int driver = 0;
@@ -86,7 +88,9 @@ static int ToolMain(int argc, char** argv) {
   bool any = d3d11.available || vulkan.available;
   bool failed = (d3d11.available && !d3d11.passed()) || (vulkan.available && !vulkan.passed());
   if (json_out) {
-    nlohmann::json out = {{"cuda", cuda}, {"d3d11", ToJson(d3d11)}, {"vulkan", ToJson(vulkan)},
+    nlohmann::json out = {{"cuda", cuda},
+                          {"d3d11", ToJson(d3d11)},
+                          {"vulkan", ToJson(vulkan)},
                           {"passed", any && !failed}};
     std::cout << out.dump(1) << "\n";
   } else {

@@ -26,7 +26,8 @@ void PrintRecord(const mcd::TensorRecord& r) {
 }
 
 bool EndsWith(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 struct GetFlags {
@@ -165,6 +166,4 @@ static int ToolMain(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  return mcd::tools::Guarded("mcd-get", ToolMain, argc, argv);
-}
+int main(int argc, char** argv) { return mcd::tools::Guarded("mcd-get", ToolMain, argc, argv); }

@@ -24,15 +24,17 @@ std::map<std::string, uint64_t> Errors(const HeartbeatRecord& hb) {
 std::string Table(const Heartbeats& servers, bool headers) {
   std::vector<std::vector<std::string>> rows;
   if (headers) {
-    rows.push_back({"NODE", "INSTANCE", "PID", "DEVICES", "ALLOCATOR", "COPIES", "UP", "TENSORS", "HELD", "OK", "FAILED"});
+    rows.push_back({"NODE", "INSTANCE", "PID", "DEVICES", "ALLOCATOR", "COPIES", "UP", "TENSORS",
+                    "HELD", "OK", "FAILED"});
   }
   for (const HeartbeatRecord& hb : servers) {
     std::string copies = hb.node_copies;
     if (copies == "in_place") copies = "in place";
     rows.push_back({hb.node, hb.instance, std::to_string(hb.pid), hb.devices, hb.allocator,
-                    copies.empty() ? "-" : copies, HumanAge(static_cast<int64_t>(UptimeSeconds(hb) * 1000)),
-                    std::to_string(hb.tensors), HumanBytes(hb.tensor_bytes), std::to_string(hb.commands_ok),
-                    std::to_string(hb.commands_failed)});
+                    copies.empty() ? "-" : copies,
+                    HumanAge(static_cast<int64_t>(UptimeSeconds(hb) * 1000)),
+                    std::to_string(hb.tensors), HumanBytes(hb.tensor_bytes),
+                    std::to_string(hb.commands_ok), std::to_string(hb.commands_failed)});
   }
   return FormatTable(rows, TerminalWidth(), 0);
 }
@@ -100,19 +102,25 @@ std::string Prometheus(const Heartbeats& servers) {
   const Gauge gauges[] = {
       {"mcd_server_uptime_seconds", "gauge", "Seconds since the server started.", nullptr},
       {"mcd_tensors", "gauge", "Tensors the server holds.", &HeartbeatRecord::tensors},
-      {"mcd_tensor_bytes", "gauge", "Bytes of the tensors the server holds.", &HeartbeatRecord::tensor_bytes},
-      {"mcd_pool_used_bytes", "gauge", "Bytes in use in the server's IPC pools.", &HeartbeatRecord::pool_used},
-      {"mcd_ready_bytes", "gauge", "Bytes kept as zeroed ready blocks.", &HeartbeatRecord::ready_bytes},
-      {"mcd_slab_bytes", "gauge", "Bytes of the slabs small tensors are carved from.", &HeartbeatRecord::slab_bytes},
+      {"mcd_tensor_bytes", "gauge", "Bytes of the tensors the server holds.",
+       &HeartbeatRecord::tensor_bytes},
+      {"mcd_pool_used_bytes", "gauge", "Bytes in use in the server's IPC pools.",
+       &HeartbeatRecord::pool_used},
+      {"mcd_ready_bytes", "gauge", "Bytes kept as zeroed ready blocks.",
+       &HeartbeatRecord::ready_bytes},
+      {"mcd_slab_bytes", "gauge", "Bytes of the slabs small tensors are carved from.",
+       &HeartbeatRecord::slab_bytes},
       {"mcd_commands_ok_total", "counter", "Commands applied since the server started.",
        &HeartbeatRecord::commands_ok},
-      {"mcd_commands_failed_total", "counter", "Commands answered with an error since the server started.",
+      {"mcd_commands_failed_total", "counter",
+       "Commands answered with an error since the server started.",
        &HeartbeatRecord::commands_failed},
   };
   for (const Gauge& g : gauges) {
     out << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " " << g.type << "\n";
     for (const HeartbeatRecord& hb : servers) {
-      out << g.name << "{node=\"" << Label(hb.node) << "\",instance=\"" << Label(hb.instance) << "\"} ";
+      out << g.name << "{node=\"" << Label(hb.node) << "\",instance=\"" << Label(hb.instance)
+          << "\"} ";
       if (g.field == nullptr) {
         out << UptimeSeconds(hb) << "\n";
       } else {
@@ -124,12 +132,14 @@ std::string Prometheus(const Heartbeats& servers) {
          "# TYPE mcd_command_duration_seconds histogram\n";
   for (const HeartbeatRecord& hb : servers) {
     for (const auto& [op, text] : hb.latency) {
-      std::string labels =
-          "node=\"" + Label(hb.node) + "\",instance=\"" + Label(hb.instance) + "\",op=\"" + Label(op) + "\"";
+      std::string labels = "node=\"" + Label(hb.node) + "\",instance=\"" + Label(hb.instance) +
+                           "\",op=\"" + Label(op) + "\"";
       // "50:12,100:3,...,+Inf:0;sum_us;count": buckets not cumulative, bounds in us.
       std::istringstream parts(text);
       std::string buckets, sum, count;
-      if (!std::getline(parts, buckets, ';') || !std::getline(parts, sum, ';') || !std::getline(parts, count)) continue;
+      if (!std::getline(parts, buckets, ';') || !std::getline(parts, sum, ';') ||
+          !std::getline(parts, count))
+        continue;
       std::istringstream items(buckets);
       uint64_t cumulative = 0;
       for (std::string item; std::getline(items, item, ',');) {
@@ -137,8 +147,10 @@ std::string Prometheus(const Heartbeats& servers) {
         if (colon == std::string::npos) continue;
         std::string bound = item.substr(0, colon);
         cumulative += std::strtoull(item.c_str() + colon + 1, nullptr, 10);
-        std::string le = bound == "+Inf" ? bound : SecondsText(std::strtoull(bound.c_str(), nullptr, 10));
-        out << "mcd_command_duration_seconds_bucket{" << labels << ",le=\"" << le << "\"} " << cumulative << "\n";
+        std::string le =
+            bound == "+Inf" ? bound : SecondsText(std::strtoull(bound.c_str(), nullptr, 10));
+        out << "mcd_command_duration_seconds_bucket{" << labels << ",le=\"" << le << "\"} "
+            << cumulative << "\n";
       }
       out << "mcd_command_duration_seconds_sum{" << labels << "} "
           << SecondsText(std::strtoull(sum.c_str(), nullptr, 10)) << "\n";
@@ -149,8 +161,8 @@ std::string Prometheus(const Heartbeats& servers) {
          "# TYPE mcd_command_errors_total counter\n";
   for (const HeartbeatRecord& hb : servers) {
     for (const auto& [code, n] : Errors(hb)) {
-      out << "mcd_command_errors_total{node=\"" << Label(hb.node) << "\",instance=\"" << Label(hb.instance)
-          << "\",code=\"" << Label(code) << "\"} " << n << "\n";
+      out << "mcd_command_errors_total{node=\"" << Label(hb.node) << "\",instance=\""
+          << Label(hb.instance) << "\",code=\"" << Label(code) << "\"} " << n << "\n";
     }
   }
   return out.str();

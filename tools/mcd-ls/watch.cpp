@@ -86,7 +86,8 @@ int Watch(const char* tool, const ClientOptions& client, const WatchOptions& opt
     auto got = events.value()->Read(cursor.value(), kBlockMs);
     if (!got.ok()) {
       // Redis went away: say so once, and go on from where the watch was when it is back.
-      if (backoff_ms == 100) std::cerr << tool << ": " << Escaped(got.status().message()) << "; reconnecting\n";
+      if (backoff_ms == 100)
+        std::cerr << tool << ": " << Escaped(got.status().message()) << "; reconnecting\n";
       std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
       backoff_ms = std::min(backoff_ms * 2, 5000);
       if (events.value()->Reconnect().ok()) backoff_ms = 100;

@@ -13,7 +13,6 @@
 #include "memcuda/private_redis.h"
 #include "memcuda/server.h"
 
-
 namespace mcd {
 namespace {
 
@@ -48,7 +47,8 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
                  "  mcd-serve --allocator pool --pool-max 40GiB\n\n") +
              tools::kEnvironmentFooter);
   tools::AddConnectionFlags(app, f.common);
-  app.get_option("--node")->description("The node this server serves (default: MCD_NODE, else the host name)");
+  app.get_option("--node")->description(
+      "The node this server serves (default: MCD_NODE, else the host name)");
   app.add_option("--devices", f.devices, "GPUs to serve: all, cpu (host only) or a list like 0,1")
       ->capture_default_str();
   app.add_flag("--spawn-redis", f.spawn_redis,
@@ -251,6 +251,4 @@ static int ToolMain(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  return mcd::tools::Guarded("mcd-serve", ToolMain, argc, argv);
-}
+int main(int argc, char** argv) { return mcd::tools::Guarded("mcd-serve", ToolMain, argc, argv); }

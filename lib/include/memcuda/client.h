@@ -52,10 +52,10 @@ struct MCD_API CreateSpec {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  int device = 0;           // or kHostDevice
+  int device = 0;  // or kHostDevice
   Lifetime lifetime = Lifetime::kHeap;
   bool zero_init = true;
-  int64_t owner_pid = 0;    // stack tensors: bind to this process instead of the caller
+  int64_t owner_pid = 0;  // stack tensors: bind to this process instead of the caller
   // The bytes of this tensor of another node, copied by the two servers (docs/scale-out.md);
   // dtype and shape must be its own. Empty: a new tensor, zeroed or not as zero_init says.
   std::string copy_of;

@@ -19,15 +19,15 @@
 namespace mcd {
 
 struct MCD_API LifecycleEvent {
-  std::string id;        // the stream entry's id "MS-SEQ": read after it to go on from here
-  int64_t time_ms = 0;   // when Redis wrote it (ms since the epoch, Redis's clock), from the id
+  std::string id;       // the stream entry's id "MS-SEQ": read after it to go on from here
+  int64_t time_ms = 0;  // when Redis wrote it (ms since the epoch, Redis's clock), from the id
   // create, get, release, delete (the last reference went: the tensor is freed), reclaim (the
   // server gave back references of a process or server that is gone), server_start, server_stop;
   // and gap, which the reader makes (it is never in the stream): events after `id` were trimmed
   // from the capped stream (mcd-serve --event-history) before this reader read them. A gap's
   // time_ms is that of the first event kept after them.
   std::string event;
-  std::string name;      // the tensor; "" for server events
+  std::string name;  // the tensor; "" for server events
   std::string node;
   int64_t refcount = 0;  // after the change (0: the tensor is freed)
   int64_t pid = 0;       // the process it is about: creator, holder, the one gone; 0 unknown

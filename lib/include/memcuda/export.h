@@ -4,19 +4,19 @@
 #pragma once
 
 #if defined(_WIN32)
-#  if defined(__GNUC__) && defined(__cplusplus)
-#    if defined(MCD_BUILDING_LIBRARY)
-#      define MCD_API [[gnu::dllexport]]
-#    else
-#      define MCD_API [[gnu::dllimport]]
-#    endif
-#  elif defined(MCD_BUILDING_LIBRARY)
-#    define MCD_API __declspec(dllexport)
-#  else
-#    define MCD_API __declspec(dllimport)
-#  endif
-#elif defined(__cplusplus)
-#  define MCD_API [[gnu::visibility("default")]]
+#if defined(__GNUC__) && defined(__cplusplus)
+#if defined(MCD_BUILDING_LIBRARY)
+#define MCD_API [[gnu::dllexport]]
 #else
-#  define MCD_API __attribute__((visibility("default")))  // the C ABI's header, from C
+#define MCD_API [[gnu::dllimport]]
+#endif
+#elif defined(MCD_BUILDING_LIBRARY)
+#define MCD_API __declspec(dllexport)
+#else
+#define MCD_API __declspec(dllimport)
+#endif
+#elif defined(__cplusplus)
+#define MCD_API [[gnu::visibility("default")]]
+#else
+#define MCD_API __attribute__((visibility("default")))  // the C ABI's header, from C
 #endif

@@ -21,12 +21,13 @@ struct MCD_API KeySpace {
   std::string NameFromTensorKey(std::string_view key) const;
   // SCAN pattern for tensors whose name matches `glob` ("*" for all).
   std::string TensorPattern(std::string_view glob) const;
-  std::string Reply(std::string_view req) const;       // <prefix>:reply:<req>, a list
-  std::string Done(std::string_view req) const;        // <prefix>:req:<req>, the first result
-  std::string Server(std::string_view node) const;     // <prefix>:server:<node>, the heartbeat
-  std::string Processing(std::string_view node) const; // <prefix>:processing:<node>
+  std::string Reply(std::string_view req) const;        // <prefix>:reply:<req>, a list
+  std::string Done(std::string_view req) const;         // <prefix>:req:<req>, the first result
+  std::string Server(std::string_view node) const;      // <prefix>:server:<node>, the heartbeat
+  std::string Processing(std::string_view node) const;  // <prefix>:processing:<node>
   // <queue>:<node>, a list: the commands for that node's server. Servers also relay what is
-  // pushed onto the shared `queue` (the minimal redis-cli form) into their own (memcuda(7), COMMANDS).
+  // pushed onto the shared `queue` (the minimal redis-cli form) into their own (memcuda(7),
+  // COMMANDS).
   std::string NodeQueue(std::string_view node) const;
   // <prefix>:holders:<node>, a set: the processes of the node that hold references ("PID:START").
   std::string Holders(std::string_view node) const;

@@ -93,12 +93,12 @@ enum { MCD_LIFETIME_HEAP = 0, MCD_LIFETIME_STACK = 1 };
 
 /* Options of mcd_create_ex; zero-initialise, then set `size` to sizeof(mcd_create_options). */
 typedef struct mcd_create_options {
-  uint32_t size;      /* sizeof(mcd_create_options) as the caller was built */
-  int32_t lifetime;   /* MCD_LIFETIME_HEAP (lives until its last reference is given back) or
-                         MCD_LIFETIME_STACK (also freed when its owner process exits) */
-  int32_t no_init;    /* 0: zeroed; 1: contents left as they come (faster for large tensors) */
+  uint32_t size;    /* sizeof(mcd_create_options) as the caller was built */
+  int32_t lifetime; /* MCD_LIFETIME_HEAP (lives until its last reference is given back) or
+                       MCD_LIFETIME_STACK (also freed when its owner process exits) */
+  int32_t no_init;  /* 0: zeroed; 1: contents left as they come (faster for large tensors) */
   int32_t reserved;
-  int64_t owner_pid;  /* stack tensors: the process it is bound to (0: the caller) */
+  int64_t owner_pid; /* stack tensors: the process it is bound to (0: the caller) */
   /* Host bytes to fill the tensor with, exactly its size (NULL: none). The tensor is "creating"
    * while this call writes them, and ready only once every byte is in: a get meanwhile answers
    * MCD_ERR_NOT_READY, and if the calling process dies first, the tensor goes. */
@@ -135,7 +135,8 @@ MCD_API int32_t mcd_copy_from_host(mcd_client* client, const char* name, const v
 MCD_API int32_t mcd_stat_json(mcd_client* client, const char* name, char** json_out);
 /* Reads the record; data is NULL. */
 MCD_API int32_t mcd_stat(mcd_client* client, const char* name, mcd_tensor* out);
-/* A JSON array of the records whose names match `glob` (NULL: all). Free *json_out with mcd_free. */
+/* A JSON array of the records whose names match `glob` (NULL: all). Free *json_out with mcd_free.
+ */
 MCD_API int32_t mcd_list_json(mcd_client* client, const char* glob, char** json_out);
 
 MCD_API void mcd_free(void* p);

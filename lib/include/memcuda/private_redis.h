@@ -45,7 +45,7 @@ class MCD_API PrivateRedis {
   bool adopted_ = false;  // pid_ is not a child of this process
   uint64_t adopted_start_ = 0;
   RedisUrl url_;
-  std::string owner_file_;  // who runs it (see private_redis.cpp)
+  std::string owner_file_;    // who runs it (see private_redis.cpp)
   std::string redis_server_;  // "" for one used as it is
   std::string dir_;
   bool stop_with_caller_ = false;

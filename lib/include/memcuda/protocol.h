@@ -16,7 +16,21 @@ namespace mcd {
 
 inline constexpr int kHostDevice = -1;  // the "cpu" device: host memory, stored as -1
 
-enum class DType : uint8_t { kF16, kBF16, kF32, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool };
+enum class DType : uint8_t {
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kU8,
+  kU16,
+  kU32,
+  kU64,
+  kBool
+};
 
 MCD_API const char* DTypeName(DType dtype) noexcept;  // "f32"
 MCD_API size_t DTypeSize(DType dtype) noexcept;       // bytes per element
@@ -63,19 +77,19 @@ MCD_API IpcKind ParseIpcKind(std::string_view name) noexcept;
 struct MCD_API Command {
   Op op = Op::kCreate;
   std::string name;
-  std::string req;                 // optional request id; replies go to <prefix>:reply:<req>
-  std::optional<std::string> node; // when present, must be the server's node
-  int64_t pid = 0;                 // the requesting process (informational)
+  std::string req;                  // optional request id; replies go to <prefix>:reply:<req>
+  std::optional<std::string> node;  // when present, must be the server's node
+  int64_t pid = 0;                  // the requesting process (informational)
   // When the client sent it, ms since the epoch by its clock (optional): the server's
   // queue-wait histogram. libmemcuda sets it.
   int64_t sent_ms = 0;
   // create only:
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  int device = 0;                  // CUDA ordinal, or -1 ("cpu") for host memory
-  uint64_t bytes = 0;              // derived from shape and dtype
+  int device = 0;      // CUDA ordinal, or -1 ("cpu") for host memory
+  uint64_t bytes = 0;  // derived from shape and dtype
   Lifetime lifetime = Lifetime::kHeap;
-  bool zero_init = true;           // "init":"zero" (default) or "none"
+  bool zero_init = true;  // "init":"zero" (default) or "none"
   // "copy_of": the bytes come from this tensor of another node (docs/scale-out.md), moved by
   // the two servers; dtype and shape must be its own.
   std::string copy_of;
@@ -89,7 +103,7 @@ struct MCD_API Command {
   // create of a stack tensor: the process it is bound to (0 = pid). get and delete: the
   // process the reference is bound to (its holder; 0 = bound to nobody).
   int64_t owner_pid = 0;
-  uint64_t owner_start = 0;        // its start time (clock ticks since boot), 0 = look it up
+  uint64_t owner_start = 0;  // its start time (clock ticks since boot), 0 = look it up
 };
 
 // Parses and validates one raw command: size and nesting are bounded before parsing, duplicate
@@ -125,10 +139,10 @@ struct MCD_API TensorRecord {
   std::string ipc_handle;  // raw bytes (64 for CUDA kinds, the shm name for host_shm)
   uint64_t offset = 0;
   int64_t refcount = 0;
-  std::string state;       // creating | ready | deleting
+  std::string state;  // creating | ready | deleting
   int64_t ctime_ms = 0;
   std::string node;
-  std::string owner;       // server instance id
+  std::string owner;  // server instance id
   Lifetime lifetime = Lifetime::kHeap;
   int64_t creator_pid = 0;
   int64_t owner_pid = 0;
@@ -150,8 +164,8 @@ MCD_API const std::vector<std::string>& TensorFieldNames();
 MCD_API std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& record);
 // Builds a record from the values of TensorFieldNames(), in that order, as HMGET returns them
 // (nullopt: field absent); kUnexpectedReply when required fields are missing or malformed.
-MCD_API Result<TensorRecord> RecordFromFields(const std::string& name,
-                                              const std::vector<std::optional<std::string>>& values);
+MCD_API Result<TensorRecord> RecordFromFields(
+    const std::string& name, const std::vector<std::optional<std::string>>& values);
 // The one check of a record read from outside (a hash, a reply), which anyone with Redis
 // credentials may have written, before anything maps or indexes memory by it: shape times dtype
 // is bytes; offset + bytes neither overflows nor passes 2^63 - 1; the device is cpu (-1) or a

@@ -17,28 +17,28 @@ namespace mcd {
 // Values are part of the C ABI (memcuda.h mirrors them): append, never renumber.
 enum class ErrorCode : int32_t {
   kOk = 0,
-  kInvalidArgument = 1,   // malformed input: bad JSON, bad name, bad dtype/shape, bad flag
-  kNotFound = 2,          // no tensor of that name
-  kAlreadyExists = 3,     // create of a name that exists
-  kNotReady = 4,          // tensor is being created or deleted
-  kOutOfMemory = 5,       // device, pool or host memory exhausted
-  kUnavailable = 6,       // Redis, the server or the GPU cannot be reached
-  kNoDevice = 7,          // no such device / no CUDA device on this machine
-  kTimeout = 8,           // an operation did not finish in time: try again
-  kRedisError = 9,        // Redis answered with an error reply
-  kUnexpectedReply = 10,  // Redis answered with a reply of the wrong type
-  kAuthFailed = 11,       // AUTH rejected
-  kIoError = 12,          // file or socket I/O failed
-  kCudaError = 13,        // a CUDA call failed (detail names it)
-  kStopped = 14,          // the worker was stopped before the job was accepted
-  kWouldDeadlock = 15,    // a worker job waited on its own worker
-  kInternal = 16,         // a bug: an unexpected exception or state
-  kPermissionDenied = 17, // peer credentials or file permissions refused
-  kWrongNode = 18,        // the command names another node
-  kTooLarge = 19,         // payload, shape or size over a limit
-  kUnsupported = 20,      // feature not available on this build/host
-  kTryAgain = 21,         // Redis is loading, busy, failing over or restarting: try again soon
-  kNotHeld = 22,          // a release by a process that holds none of the tensor's references
+  kInvalidArgument = 1,    // malformed input: bad JSON, bad name, bad dtype/shape, bad flag
+  kNotFound = 2,           // no tensor of that name
+  kAlreadyExists = 3,      // create of a name that exists
+  kNotReady = 4,           // tensor is being created or deleted
+  kOutOfMemory = 5,        // device, pool or host memory exhausted
+  kUnavailable = 6,        // Redis, the server or the GPU cannot be reached
+  kNoDevice = 7,           // no such device / no CUDA device on this machine
+  kTimeout = 8,            // an operation did not finish in time: try again
+  kRedisError = 9,         // Redis answered with an error reply
+  kUnexpectedReply = 10,   // Redis answered with a reply of the wrong type
+  kAuthFailed = 11,        // AUTH rejected
+  kIoError = 12,           // file or socket I/O failed
+  kCudaError = 13,         // a CUDA call failed (detail names it)
+  kStopped = 14,           // the worker was stopped before the job was accepted
+  kWouldDeadlock = 15,     // a worker job waited on its own worker
+  kInternal = 16,          // a bug: an unexpected exception or state
+  kPermissionDenied = 17,  // peer credentials or file permissions refused
+  kWrongNode = 18,         // the command names another node
+  kTooLarge = 19,          // payload, shape or size over a limit
+  kUnsupported = 20,       // feature not available on this build/host
+  kTryAgain = 21,          // Redis is loading, busy, failing over or restarting: try again soon
+  kNotHeld = 22,           // a release by a process that holds none of the tensor's references
 };
 
 // Stable snake_case name of a code ("not_found"); "unknown" for values outside the enum.
@@ -75,7 +75,7 @@ class [[nodiscard]] MCD_API Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
   Result(ErrorCode code, std::string message) : status_(code, std::move(message)) {}
 
@@ -99,10 +99,10 @@ class [[nodiscard]] Result {
 #define MCD_CONCAT(a, b) MCD_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` (a Status) is not ok.
-#define MCD_RETURN_IF_ERROR(expr)               \
-  do {                                          \
-    ::mcd::Status mcd_status_ = (expr);         \
-    if (!mcd_status_.ok()) return mcd_status_;  \
+#define MCD_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::mcd::Status mcd_status_ = (expr);        \
+    if (!mcd_status_.ok()) return mcd_status_; \
   } while (false)
 
 // `MCD_ASSIGN_OR_RETURN(auto x, ResultExpr());` binds the value or returns the Status.

@@ -2,19 +2,18 @@
 // map what they export. Private to libmemcuda.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
-#include <cuda_runtime_api.h>
-
-#include <functional>
-
-#include "memcuda/unique_fd.h"
 #include "memcuda/gpu_worker.h"
 #include "memcuda/protocol.h"
 #include "memcuda/status.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 
@@ -67,8 +66,8 @@ class Allocator {
 };
 
 struct PoolConfig {
-  uint64_t max_bytes = 0;             // 0: the whole device
-  double max_fraction = 0;            // > 0: this fraction of the device's memory instead
+  uint64_t max_bytes = 0;                   // 0: the whole device
+  double max_fraction = 0;                  // > 0: this fraction of the device's memory instead
   uint64_t release_threshold = UINT64_MAX;  // bytes kept cached when the stream is idle
 };
 

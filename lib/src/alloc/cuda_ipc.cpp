@@ -8,8 +8,8 @@
 
 #include "alloc/allocator.h"
 #include "alloc/slab_carver.h"
-#include "gpu/cuda_check.h"
 #include "common/process.h"
+#include "gpu/cuda_check.h"
 
 namespace mcd {
 
@@ -45,7 +45,8 @@ Result<SlabMemory> MallocExported(uint64_t bytes) {
 class CudaIpcAllocator final : public Allocator {
  public:
   explicit CudaIpcAllocator(uint64_t max_slab_bytes)
-      : slabs_(max_slab_bytes, SlabBackend{MallocExported, [](const SlabMemory& m) { cudaFree(m.base); }}) {}
+      : slabs_(max_slab_bytes,
+               SlabBackend{MallocExported, [](const SlabMemory& m) { cudaFree(m.base); }}) {}
 
   IpcKind kind() const noexcept override { return IpcKind::kCudaIpc; }
 
@@ -85,7 +86,8 @@ class CudaIpcAllocator final : public Allocator {
     }
     if (a.ptr == nullptr) {
       auto alone = MallocExported(bytes);
-      if (!alone.ok() && alone.status().code() == ErrorCode::kOutOfMemory && slabs_.EmptySlabBytes() > 0) {
+      if (!alone.ok() && alone.status().code() == ErrorCode::kOutOfMemory &&
+          slabs_.EmptySlabBytes() > 0) {
         slabs_.Trim(/*everything=*/true, SteadyMs(), 0);
         alone = MallocExported(bytes);
       }
@@ -109,7 +111,9 @@ class CudaIpcAllocator final : public Allocator {
     return Status::Ok();
   }
 
-  void Trim(DeviceContext&, bool everything) override { slabs_.Trim(everything, SteadyMs(), kReadyIdleMs); }
+  void Trim(DeviceContext&, bool everything) override {
+    slabs_.Trim(everything, SteadyMs(), kReadyIdleMs);
+  }
   // The empty slabs kept for creates to come.
   uint64_t ReadyBytes() const noexcept override { return slabs_.EmptySlabBytes(); }
   uint64_t SlabBytes() const noexcept override { return slabs_.SlabBytes(); }
@@ -144,7 +148,8 @@ Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool ze
 }
 
 Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& ipc_handle, uint64_t offset) {
-  MCD_ASSIGN_OR_RETURN(auto handle, HandleFromBytes<cudaIpcMemHandle_t>(ipc_handle, IpcKind::kCudaIpc));
+  MCD_ASSIGN_OR_RETURN(auto handle,
+                       HandleFromBytes<cudaIpcMemHandle_t>(ipc_handle, IpcKind::kCudaIpc));
   MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
   void* base = nullptr;
   MCD_CUDA_RETURN(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "alloc/allocator.h"
-#include "memcuda/unique_fd.h"
 #include "gpu/cuda_check.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 namespace {
@@ -28,9 +28,10 @@ class CudaMempoolAllocator final : public Allocator {
     size_t free_bytes = 0;
     size_t total_bytes = 0;
     MCD_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes));
-    max_bytes_ = config_.max_fraction > 0
-                     ? static_cast<uint64_t>(config_.max_fraction * static_cast<double>(total_bytes))
-                     : config_.max_bytes;
+    max_bytes_ =
+        config_.max_fraction > 0
+            ? static_cast<uint64_t>(config_.max_fraction * static_cast<double>(total_bytes))
+            : config_.max_bytes;
     if (max_bytes_ == 0 || max_bytes_ > total_bytes) max_bytes_ = total_bytes;
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
@@ -43,7 +44,8 @@ class CudaMempoolAllocator final : public Allocator {
     MCD_CUDA_RETURN(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
     // Must precede the first cudaMemPoolExportPointer.
     int fd = -1;
-    MCD_CUDA_RETURN(cudaMemPoolExportToShareableHandle(&fd, pool_, cudaMemHandleTypePosixFileDescriptor, 0));
+    MCD_CUDA_RETURN(
+        cudaMemPoolExportToShareableHandle(&fd, pool_, cudaMemHandleTypePosixFileDescriptor, 0));
     fd_ = fd;
     // Teardown order at Reset: the stream is drained first, then the pool is trimmed and destroyed.
     ctx.AddResetHook([this] {
@@ -77,7 +79,8 @@ class CudaMempoolAllocator final : public Allocator {
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
     if (bytes > kMaxPoolTensorBytes) {
       return Status(ErrorCode::kTooLarge,
-                    "requested " + std::to_string(bytes) + " bytes: cuda_mempool tensors are limited to " +
+                    "requested " + std::to_string(bytes) +
+                        " bytes: cuda_mempool tensors are limited to " +
                         std::to_string(kMaxPoolTensorBytes) +
                         " (another process's import of a larger pool pointer crashes the CUDA "
                         "driver); run mcd-serve --allocator cuda for larger tensors");
@@ -89,7 +92,8 @@ class CudaMempoolAllocator final : public Allocator {
       // Memory the pool keeps for reuse (freed blocks) may be where this request does not fit:
       // give it back, once every free on the stream is done, and try once more.
       cudaGetLastError();
-      if (cudaStreamSynchronize(ctx.stream()) == cudaSuccess && cudaMemPoolTrimTo(pool_, 0) == cudaSuccess) {
+      if (cudaStreamSynchronize(ctx.stream()) == cudaSuccess &&
+          cudaMemPoolTrimTo(pool_, 0) == cudaSuccess) {
         err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, ctx.stream());
       }
     }
@@ -99,7 +103,8 @@ class CudaMempoolAllocator final : public Allocator {
       size_t free_bytes = 0;
       size_t total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
-      uint64_t available = std::min<uint64_t>(max_bytes_ > used ? max_bytes_ - used : 0, free_bytes);
+      uint64_t available =
+          std::min<uint64_t>(max_bytes_ > used ? max_bytes_ - used : 0, free_bytes);
       return Status(ErrorCode::kOutOfMemory,
                     "cudaMallocFromPoolAsync: requested " + std::to_string(bytes) + " bytes, " +
                         std::to_string(available) + " available (pool maximum " +
@@ -174,7 +179,8 @@ Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, UniqueFd fd) {
   cudaMemPool_t pool = nullptr;
   // The import does not take the descriptor: it is closed when `fd` goes.
   cudaError_t err = cudaMemPoolImportFromShareableHandle(
-      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())), cudaMemHandleTypePosixFileDescriptor, 0);
+      &pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+      cudaMemHandleTypePosixFileDescriptor, 0);
   if (err != cudaSuccess) return CudaStatus(err, "cudaMemPoolImportFromShareableHandle");
   // An imported pool inherits no access settings: grant this process's device. Its resident
   // device always has access, and some drivers refuse to set it again: not an error then.
@@ -188,7 +194,8 @@ Result<cudaMemPool_t> ImportPool(DeviceContext& ctx, UniqueFd fd) {
 
 Result<void*> OpenPoolPointer(DeviceContext& ctx, cudaMemPool_t pool, const std::string& handle,
                               uint64_t offset) {
-  MCD_ASSIGN_OR_RETURN(auto data, HandleFromBytes<cudaMemPoolPtrExportData>(handle, IpcKind::kCudaMempool));
+  MCD_ASSIGN_OR_RETURN(auto data,
+                       HandleFromBytes<cudaMemPoolPtrExportData>(handle, IpcKind::kCudaMempool));
   MCD_RETURN_IF_ERROR(ctx.EnsureGpu());
   void* base = nullptr;
   MCD_CUDA_RETURN(cudaMemPoolImportPointer(&base, pool, &data));

@@ -20,9 +20,7 @@
 namespace mcd {
 namespace {
 
-std::string Errno(const std::string& call, int err) {
-  return call + ": " + std::strerror(err);
-}
+std::string Errno(const std::string& call, int err) { return call + ": " + std::strerror(err); }
 
 class HostShmAllocator final : public Allocator {
  public:
@@ -113,15 +111,17 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
                   Errno("shm_open(" + name + ")", errno));
   }
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return Status(ErrorCode::kIoError, Errno("fstat(" + name + ")", errno));
+  if (fstat(fd.get(), &st) != 0)
+    return Status(ErrorCode::kIoError, Errno("fstat(" + name + ")", errno));
   // A hash names the object, and anyone with Redis credentials can write a hash: what this
   // process then writes must not land in another user's object.
-  if (st.st_uid != geteuid()) MCD_RETURN_IF_ERROR(CheckOwner(st.st_uid, "shared-memory object " + name));
+  if (st.st_uid != geteuid())
+    MCD_RETURN_IF_ERROR(CheckOwner(st.st_uid, "shared-memory object " + name));
   // Overflow-safe: offset and bytes come from a hash (ValidateRecord bounds them too).
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (bytes == 0 || offset > size || bytes > size - offset) {
-    return Status(ErrorCode::kUnexpectedReply, "shared-memory object " + name +
-                                                   " is smaller than the tensor it should hold");
+    return Status(ErrorCode::kUnexpectedReply,
+                  "shared-memory object " + name + " is smaller than the tensor it should hold");
   }
   void* base = mmap(nullptr, offset + bytes, PROT_READ | PROT_WRITE,
                     MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);

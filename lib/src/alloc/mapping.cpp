@@ -41,18 +41,19 @@ Result<uint64_t> AllocationBytes(const void* base) {
 
 Status CheckWithin(const TensorRecord& r, uint64_t allocation_bytes) {
   if (r.offset <= allocation_bytes && r.bytes <= allocation_bytes - r.offset) return Status::Ok();
-  return Status(ErrorCode::kUnexpectedReply,
-                "tensor hash of '" + r.name + "' says \"offset\" " + std::to_string(r.offset) +
-                    " and \"bytes\" " + std::to_string(r.bytes) +
-                    ", which reach past the end of its allocation (" +
-                    std::to_string(allocation_bytes) + " bytes)");
+  return Status(ErrorCode::kUnexpectedReply, "tensor hash of '" + r.name + "' says \"offset\" " +
+                                                 std::to_string(r.offset) + " and \"bytes\" " +
+                                                 std::to_string(r.bytes) +
+                                                 ", which reach past the end of its allocation (" +
+                                                 std::to_string(allocation_bytes) + " bytes)");
 }
 
-Result<void*> OpenMapping(DeviceContext& ctx, const TensorRecord& r, const PoolImporter& import_pool,
-                          uint64_t* allocation_bytes) {
+Result<void*> OpenMapping(DeviceContext& ctx, const TensorRecord& r,
+                          const PoolImporter& import_pool, uint64_t* allocation_bytes) {
   Result<void*> ptr = Status(ErrorCode::kInternal, "not opened");
   switch (r.ipc_kind) {
-    case IpcKind::kHostShm: return OpenHostShm(r.ipc_handle, r.bytes, r.offset);  // checks its size
+    case IpcKind::kHostShm:
+      return OpenHostShm(r.ipc_handle, r.bytes, r.offset);  // checks its size
     case IpcKind::kCudaIpc:
       ptr = OpenCudaIpc(ctx, r.ipc_handle, r.offset);
       break;
@@ -82,12 +83,17 @@ Result<void*> OpenMapping(DeviceContext& ctx, const TensorRecord& r, const PoolI
 
 Status CloseMapping(DeviceContext& ctx, const TensorRecord& r, void* ptr) {
   switch (r.ipc_kind) {
-    case IpcKind::kHostShm: return CloseHostShm(ptr, r.bytes, r.offset);
-    case IpcKind::kCudaIpc: return CloseCudaIpc(ctx, ptr, r.offset);
-    case IpcKind::kCudaMempool: return ClosePoolPointer(ctx, ptr, r.offset);
-    case IpcKind::kUnknown: break;
+    case IpcKind::kHostShm:
+      return CloseHostShm(ptr, r.bytes, r.offset);
+    case IpcKind::kCudaIpc:
+      return CloseCudaIpc(ctx, ptr, r.offset);
+    case IpcKind::kCudaMempool:
+      return ClosePoolPointer(ctx, ptr, r.offset);
+    case IpcKind::kUnknown:
+      break;
   }
-  return Status(ErrorCode::kUnsupported, "cannot close tensor '" + r.name + "' of an unknown ipc_kind");
+  return Status(ErrorCode::kUnsupported,
+                "cannot close tensor '" + r.name + "' of an unknown ipc_kind");
 }
 
 }  // namespace mcd

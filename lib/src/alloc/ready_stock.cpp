@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "alloc/allocator.h"
-#include "gpu/cuda_check.h"
-#include "common/process.h"
 #include "common/log.h"
+#include "common/process.h"
+#include "gpu/cuda_check.h"
 
 namespace mcd {
 namespace {
@@ -61,9 +61,11 @@ class ReadyStock final : public Allocator {
       }
     }
     auto allocated = inner_->Allocate(ctx, bytes, zero);
-    if (!allocated.ok() && allocated.status().code() == ErrorCode::kOutOfMemory && ReadyBytes() > 0) {
-      Log(LogLevel::kInfo, "out of memory for " + std::to_string(bytes) + " bytes: giving back the " +
-                               std::to_string(ReadyBytes()) + " bytes held ready, then retrying");
+    if (!allocated.ok() && allocated.status().code() == ErrorCode::kOutOfMemory &&
+        ReadyBytes() > 0) {
+      Log(LogLevel::kInfo, "out of memory for " + std::to_string(bytes) +
+                               " bytes: giving back the " + std::to_string(ReadyBytes()) +
+                               " bytes held ready, then retrying");
       Trim(ctx, true);
       allocated = inner_->Allocate(ctx, bytes, zero);
     }
@@ -87,7 +89,8 @@ class ReadyStock final : public Allocator {
     refill_due_.store(false, std::memory_order_relaxed);
     if (refill_paused_) return;
     for (auto& [bytes, shelf] : shelves_) {
-      if (static_cast<int>(shelf.blocks.size()) >= shelf.wanted || Held() + bytes > max_bytes_) continue;
+      if (static_cast<int>(shelf.blocks.size()) >= shelf.wanted || Held() + bytes > max_bytes_)
+        continue;
       auto block = inner_->Allocate(ctx, bytes, /*zero=*/false);
       if (!block.ok() || !Stock(ctx, shelf, block.value(), /*handed_out=*/false)) {
         // Out of memory, say: the stock stays smaller, and it stops trying (each try would make
@@ -137,7 +140,7 @@ class ReadyStock final : public Allocator {
 
  private:
   struct Block {
-    Allocation memory;  // exported
+    Allocation memory;             // exported
     cudaEvent_t zeroed = nullptr;  // recorded after its memset on the worker's stream
     bool handed_out = false;       // a tensor's before: opened by other processes already
   };
@@ -205,7 +208,7 @@ class ReadyStock final : public Allocator {
   std::unique_ptr<Allocator> inner_;
   const uint64_t max_bytes_;
   const uint64_t max_block_;
-  std::map<uint64_t, Shelf> shelves_;  // by size in bytes; worker thread only
+  std::map<uint64_t, Shelf> shelves_;      // by size in bytes; worker thread only
   std::vector<cudaEvent_t> spare_events_;  // of blocks handed out or freed, for the next Stock
   std::atomic<uint64_t> held_{0};
   // Set by Allocate for a stocked size, cleared by Refill (both on the worker thread); the

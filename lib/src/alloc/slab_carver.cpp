@@ -32,7 +32,8 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
   uint64_t class_bytes = ClassOf(bytes);
   uint64_t slab_bytes = SlabBytesOf(class_bytes);
   if (bytes == 0 || slab_bytes == 0) {
-    return Status(ErrorCode::kInvalidArgument, std::to_string(bytes) + " bytes are not carved from slabs");
+    return Status(ErrorCode::kInvalidArgument,
+                  std::to_string(bytes) + " bytes are not carved from slabs");
   }
   Slabs& slabs = classes_[class_bytes];
   // The fullest slab that has room, so that the others can empty and be freed; an empty slab
@@ -40,7 +41,8 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
   auto rank = [](const Slab& s) { return s.empty() ? SIZE_MAX : s.free_slots.size(); };
   Slab* slab = nullptr;
   for (auto& candidate : slabs) {
-    if (!candidate->free_slots.empty() && (slab == nullptr || rank(*candidate) < rank(*slab))) slab = candidate.get();
+    if (!candidate->free_slots.empty() && (slab == nullptr || rank(*candidate) < rank(*slab)))
+      slab = candidate.get();
   }
   if (slab == nullptr) {
     auto memory = backend_.allocate(slab_bytes);
@@ -55,7 +57,7 @@ Result<Allocation> SlabCarver::Take(uint64_t bytes, int64_t now_ms) {
     fresh->bytes = slab_bytes;
     fresh->slots = static_cast<uint32_t>(slab_bytes / class_bytes);
     assert(fresh->slots >= static_cast<uint32_t>(kMinBlocksPerSlab));  // SlabBytesOf's promise
-    empty_bytes_.fetch_add(slab_bytes, std::memory_order_relaxed);  // taken from just below
+    empty_bytes_.fetch_add(slab_bytes, std::memory_order_relaxed);     // taken from just below
     // Handed out from the front: slot 0 first.
     for (uint32_t slot = fresh->slots; slot-- > 0;) fresh->free_slots.push_back(slot);
     slab = fresh.get();
@@ -83,7 +85,8 @@ bool SlabCarver::Give(const Allocation& block) {
   auto found = by_base_.find(static_cast<const char*>(block.ptr) - block.offset);
   if (found == by_base_.end()) return false;
   Slab* slab = found->second;
-  if (block.offset % slab->class_bytes != 0 || block.offset / slab->class_bytes >= slab->slots) return false;
+  if (block.offset % slab->class_bytes != 0 || block.offset / slab->class_bytes >= slab->slots)
+    return false;
   // A slot given back twice would be handed out twice: the allocator gives each block back once.
   assert(slab->free_slots.size() < slab->slots);
   slab->free_slots.push_back(static_cast<uint32_t>(block.offset / slab->class_bytes));
@@ -127,7 +130,8 @@ void SlabCarver::FreeSlab(Slabs& slabs, size_t index) {
   by_base_.erase(static_cast<const char*>(slab->memory.base));
   slab_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   // FreeAll frees slabs with blocks still out.
-  carved_bytes_.fetch_sub((slab->slots - slab->free_slots.size()) * slab->class_bytes, std::memory_order_relaxed);
+  carved_bytes_.fetch_sub((slab->slots - slab->free_slots.size()) * slab->class_bytes,
+                          std::memory_order_relaxed);
   if (slab->empty()) empty_bytes_.fetch_sub(slab->bytes, std::memory_order_relaxed);
   backend_.free(slab->memory);
 }

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include "common/version_info.h"
 #include "memcuda/client.h"
 #include "memcuda/memcuda.h"
-#include "common/version_info.h"
 
 struct mcd_client {
   std::unique_ptr<mcd::Client> client;
@@ -48,7 +48,8 @@ void Fill(const mcd::TensorRecord& r, void* data, mcd_tensor* out) {
 // A string handed out, freed by the caller with mcd_free.
 int32_t CopyOut(mcd_client* c, const std::string& text, char** out) {
   *out = static_cast<char*>(std::malloc(text.size() + 1));
-  if (*out == nullptr) return Fail(c, mcd::Status(mcd::ErrorCode::kOutOfMemory, "out of host memory"));
+  if (*out == nullptr)
+    return Fail(c, mcd::Status(mcd::ErrorCode::kOutOfMemory, "out of host memory"));
   std::memcpy(*out, text.c_str(), text.size() + 1);
   return MCD_OK;
 }
@@ -116,8 +117,9 @@ int32_t mcd_create_ex(mcd_client* c, const char* name, const char* dtype, const 
   mcd_create_options opt{};
   if (options != nullptr) {
     if (options->size < offsetof(mcd_create_options, lifetime) + sizeof(int32_t)) {
-      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
-                                 "mcd_create_options.size is not set (sizeof(mcd_create_options))"));
+      return Fail(c,
+                  mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                              "mcd_create_options.size is not set (sizeof(mcd_create_options))"));
     }
     std::memcpy(&opt, options, std::min<size_t>(options->size, sizeof(opt)));
   }
@@ -138,7 +140,8 @@ int32_t mcd_create_ex(mcd_client* c, const char* name, const char* dtype, const 
     spec.dtype = *parsed;
     spec.shape.assign(shape, shape + ndim);
     spec.device = device;
-    spec.lifetime = opt.lifetime == MCD_LIFETIME_STACK ? mcd::Lifetime::kStack : mcd::Lifetime::kHeap;
+    spec.lifetime =
+        opt.lifetime == MCD_LIFETIME_STACK ? mcd::Lifetime::kStack : mcd::Lifetime::kHeap;
     spec.zero_init = opt.no_init == 0;
     spec.owner_pid = opt.owner_pid;
     spec.contents = opt.data;
@@ -206,36 +209,38 @@ static int32_t CopyHost(mcd_client* c, const char* name, void* dst, const void* 
       view = c->client->Open(name);
     }
     if (!view.ok()) return Fail(c, view.status());
-    mcd::Status copied =
-        bytes > view->record.bytes
-            ? mcd::Status(mcd::ErrorCode::kInvalidArgument,
-                          std::to_string(bytes) + " bytes asked of a tensor of " +
-                              std::to_string(view->record.bytes))
-        : write ? c->client->CopyFromHost(*view, src, bytes)
-                : c->client->CopyToHost(*view, dst, bytes);
+    mcd::Status copied = bytes > view->record.bytes
+                             ? mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                                           std::to_string(bytes) + " bytes asked of a tensor of " +
+                                               std::to_string(view->record.bytes))
+                         : write ? c->client->CopyFromHost(*view, src, bytes)
+                                 : c->client->CopyToHost(*view, dst, bytes);
     // The Open's or Get's mapping, not another holder's.
-    mcd::Status closed = write && view->referenced ? c->client->Release(name).status()
-                                                   : c->client->Close(name);
+    mcd::Status closed =
+        write && view->referenced ? c->client->Release(name).status() : c->client->Close(name);
     if (!copied.ok()) return Fail(c, copied);
     return closed.ok() ? MCD_OK : Fail(c, closed);
   });
 }
 
 int32_t mcd_copy_to_host(mcd_client* c, const char* name, void* dst, uint64_t bytes) {
-  if (dst == nullptr && bytes > 0) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "dst is NULL"));
+  if (dst == nullptr && bytes > 0)
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "dst is NULL"));
   static char none;
   return CopyHost(c, name, dst != nullptr ? dst : &none, nullptr, bytes);
 }
 
 int32_t mcd_copy_from_host(mcd_client* c, const char* name, const void* src, uint64_t bytes) {
-  if (src == nullptr && bytes > 0) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "src is NULL"));
+  if (src == nullptr && bytes > 0)
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "src is NULL"));
   return CopyHost(c, name, nullptr, src, bytes);
 }
 
 int32_t mcd_stat_json(mcd_client* c, const char* name, char** json_out) {
   if (json_out != nullptr) *json_out = nullptr;
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
-  if (json_out == nullptr) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "json_out is NULL"));
+  if (json_out == nullptr)
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "json_out is NULL"));
   return Guard(c, [&]() -> int32_t {
     auto record = c->client->Stat(name);
     if (!record.ok()) return Fail(c, record.status());

@@ -38,12 +38,18 @@ Result<LifecycleEvent> ParseEntry(const RedisValue& entry) {
   for (size_t i = 0; i + 1 < fields.size(); i += 2) {
     const std::string& field = fields[i].str;
     const std::string& value = fields[i + 1].str;
-    if (field == "event") e.event = value;
-    else if (field == "name") e.name = value;
-    else if (field == "node") e.node = value;
-    else if (field == "refcount") e.refcount = Number(value);
-    else if (field == "pid") e.pid = Number(value);
-    else if (field == "reason") e.reason = value;
+    if (field == "event")
+      e.event = value;
+    else if (field == "name")
+      e.name = value;
+    else if (field == "node")
+      e.node = value;
+    else if (field == "refcount")
+      e.refcount = Number(value);
+    else if (field == "pid")
+      e.pid = Number(value);
+    else if (field == "reason")
+      e.reason = value;
   }
   return e;
 }
@@ -85,10 +91,14 @@ Result<Counters> ParseCounters(const RedisValue& info) {
   for (size_t i = 0; i + 1 < info.elements.size(); i += 2) {
     const std::string& field = info.elements[i].str;
     const RedisValue& value = info.elements[i + 1];
-    if (field == "length") c.length = value.integer;
-    else if (field == "entries-added") c.added = value.integer;
-    else if (field == "last-generated-id") c.last_id = value.str;
-    else if (field == "first-entry" && !value.elements.empty()) c.first_id = value.elements[0].str;
+    if (field == "length")
+      c.length = value.integer;
+    else if (field == "entries-added")
+      c.added = value.integer;
+    else if (field == "last-generated-id")
+      c.last_id = value.str;
+    else if (field == "first-entry" && !value.elements.empty())
+      c.first_id = value.elements[0].str;
   }
   return c;
 }
@@ -179,10 +189,14 @@ Result<std::vector<LifecycleEvent>> EventStream::ReadKept(const std::string& aft
   const int64_t read = static_cast<int64_t>(events.size());
   const bool from_oldest = read > 0 && events.front().id == c.first_id;
   position_ = read > 0 ? events.back().id : after;
-  if (c.added < 0) position_number_ = -1;
-  else if (!IdBefore(position_, c.last_id)) position_number_ = c.added;  // at the end
-  else if (gap || from_oldest) position_number_ = trimmed + read;
-  else position_number_ = number < 0 ? -1 : number + read;
+  if (c.added < 0)
+    position_number_ = -1;
+  else if (!IdBefore(position_, c.last_id))
+    position_number_ = c.added;  // at the end
+  else if (gap || from_oldest)
+    position_number_ = trimmed + read;
+  else
+    position_number_ = number < 0 ? -1 : number + read;
   if (gap) {
     LifecycleEvent e;
     e.id = after;

@@ -76,10 +76,10 @@ class MappingRegistry {
   // Opens, on `device`'s worker and without waiting, the small allocation that the server
   // publishes for this (the heartbeat's ipc_primer), and closes it again. A process's first
   // cudaIpcOpenMemHandle costs ~100-240 us more than the ones after it (docs/design.md, "Fast
-  // paths and knobs": Primers): a Get that is about to open a cuda_ipc tensor overlaps that with its Redis round
-  // trip (the Open job queues behind it on the same worker). Once per device and process;
-  // errors are ignored (the tensor's own open reports what is wrong). Only where the device's
-  // CUDA context is up already, as for PrefetchPool.
+  // paths and knobs": Primers): a Get that is about to open a cuda_ipc tensor overlaps that with
+  // its Redis round trip (the Open job queues behind it on the same worker). Once per device and
+  // process; errors are ignored (the tensor's own open reports what is wrong). Only where the
+  // device's CUDA context is up already, as for PrefetchPool.
   void PrefetchIpc(int device, std::string handle);
 
   // Drops one open of the tensor; unmaps its allocation when no tensor of this process that

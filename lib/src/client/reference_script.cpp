@@ -144,8 +144,8 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceR
     case ReferenceReply::kNotReady:
       return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + reply.detail);
     case ReferenceReply::kWrongNode:
-      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" +
-                                               reply.detail + "', not '" + opt_.node + "'");
+      return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + reply.detail +
+                                               "', not '" + opt_.node + "'");
     case ReferenceReply::kNotHeld:
       return NotHeldStatus(name);
     case ReferenceReply::kGone:

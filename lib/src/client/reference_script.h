@@ -43,8 +43,7 @@ class ReferenceScript {
   ReferenceArgs Args(const std::string& name, const std::string& key,
                      const std::string& server) const;
   // What the script answered, for `name`; `release`: to a release.
-  Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply,
-                              bool release = false);
+  Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply, bool release = false);
 
   static constexpr const char* kNotLoaded = "0";
   RedisConnection& redis_;

@@ -168,9 +168,7 @@ void ServerView::Adopt(HeartbeatRecord info) {
   ipc_prefetch_ = primers(hb.ipc_primer);
 }
 
-ProcessIdentity ServerView::Identity() {
-  return ProcessIdentity{info_.pid_ino, info_.pid_start};
-}
+ProcessIdentity ServerView::Identity() { return ProcessIdentity{info_.pid_ino, info_.pid_start}; }
 
 void ServerView::Watch() {
   server_pin_.reset();

@@ -13,8 +13,8 @@
 #include <string_view>
 
 #include "common/process.h"
-#include "common/trust.h"
 #include "common/spin.h"
+#include "common/trust.h"
 #include "ipc/unix_socket.h"
 #include "protocol/json_codec.h"
 

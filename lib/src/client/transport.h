@@ -20,9 +20,9 @@ namespace mcd {
 
 // What a Transport reads of the client's options, fixed once the node is known.
 struct TransportOptions {
-  std::string node;     // this client's node: named in each command, and in its req
-  KeySpace keys;        // where replies come (KeySpace::Reply)
-  int timeout_ms = 0;   // how long a command waits for its reply
+  std::string node;            // this client's node: named in each command, and in its req
+  KeySpace keys;               // where replies come (KeySpace::Reply)
+  int timeout_ms = 0;          // how long a command waits for its reply
   bool command_socket = true;  // whether the server's command socket may be used (ClientOptions)
 };
 
@@ -77,7 +77,7 @@ class Transport {
   RedisConnection& redis_;
   const TransportOptions opt_;
   ServerView& server_;
-  std::string req_prefix_;  // "<node>-<pid>-": a req is this and 128 fresh random bits
+  std::string req_prefix_;      // "<node>-<pid>-": a req is this and 128 fresh random bits
   UniqueFd cmd_fd_;             // connection to the server's command socket, when open
   std::string socket_buf_;      // what came on it past the last reply line
   std::string socket_refused_;  // a command socket that could not be connected to

@@ -115,8 +115,8 @@ Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
   MCD_ASSIGN_OR_RETURN(bool ready, WaitOnEvents(*events, timeout_ms, check, wakes));
   if (!ready) {
     return Status(ErrorCode::kTimeout, "tensor '" + name + "' was not ready within " +
-                                           Seconds(timeout_ms) + " (" +
-                                           view->status().message() + ")");
+                                           Seconds(timeout_ms) + " (" + view->status().message() +
+                                           ")");
   }
   return std::move(*view);
 }

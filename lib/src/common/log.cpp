@@ -46,7 +46,6 @@ void SetLogTag(const std::string& tag) {
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) <= g_level.load(); }
 
-
 void Log(LogLevel level, const std::string& message) {
   if (!LogEnabled(level)) return;
   const std::string safe = LogSafe(message);

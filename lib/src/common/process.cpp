@@ -1,15 +1,11 @@
 #include "common/process.h"
 
-#include "common/hex.h"
-
-#include "memcuda/unique_fd.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,6 +17,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/hex.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 
@@ -75,7 +73,9 @@ bool ProcessExiting(int64_t pid, uint64_t start_time) {
   return stat.state == 'Z' || stat.state == 'X' || (stat.flags & kPfExiting) != 0;
 }
 
-int PidfdOpen(int64_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)); }
+int PidfdOpen(int64_t pid) {
+  return static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+}
 
 uint64_t PidfdInode(int64_t pid) {
   constexpr long kPidfsMagic = 0x50494446;  // PID_FS_MAGIC; Debian 12's kernel headers lack it

@@ -42,7 +42,7 @@ bool ProcessHasThreadNamed(int64_t pid, const std::string& name);
 // of its own, a boot since) says nothing here.
 const std::string& PidSpace();
 std::string HostName();
-int64_t NowMs();  // wall clock, ms since the Unix epoch
+int64_t NowMs();     // wall clock, ms since the Unix epoch
 int64_t SteadyMs();  // monotonic clock, ms: for intervals (idle times)
 // `n` bytes from the kernel's CSPRNG (getrandom), or kInternal where it has none: ids that
 // must not be guessed never fall back to anything weaker, and a library never aborts its host

@@ -1,6 +1,5 @@
 #include "common/spin.h"
 
-
 #include <unistd.h>
 
 #include <algorithm>

@@ -88,7 +88,8 @@ Status CheckServerPeer(int conn, int64_t server_pid, const std::string& what) {
   if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return Status(ErrorCode::kIoError, "SO_PEERCRED of " + what + ": " + std::strerror(errno));
   }
-  MCD_RETURN_IF_ERROR(CheckOwner(cred.uid, what + ", served by pid " + std::to_string(cred.pid) + ","));
+  MCD_RETURN_IF_ERROR(
+      CheckOwner(cred.uid, what + ", served by pid " + std::to_string(cred.pid) + ","));
   // pid 0: the peer lives in a PID namespace this process cannot see into (a server outside
   // this container); its user was checked, which is what the kernel lets this side know.
   if (server_pid == 0 || cred.pid == 0 || cred.pid == server_pid) return Status::Ok();
@@ -107,7 +108,8 @@ Status CheckOwner(uid_t owner, const std::string& what) {
 Status CheckProcessOwner(int64_t pid, const std::string& what) {
   struct stat st {};
   std::string named = what + " (pid " + std::to_string(pid) + ")";
-  if (stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) return Status(ErrorCode::kNotFound, named + " is gone");
+  if (stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0)
+    return Status(ErrorCode::kNotFound, named + " is gone");
   return CheckOwner(st.st_uid, named);
 }
 

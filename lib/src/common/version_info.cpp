@@ -2,10 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "git_revision.h"  // generated at every build: MCD_GIT_REVISION
-
 #include <fstream>
 #include <sstream>
+
+#include "git_revision.h"  // generated at every build: MCD_GIT_REVISION
 
 namespace mcd {
 namespace {

@@ -20,10 +20,10 @@ int CudaDeviceCount();
 }  // namespace mcd
 
 // Evaluates a CUDA runtime call; returns a Status naming it from the enclosing function on error.
-#define MCD_CUDA_RETURN(call)                                  \
-  do {                                                         \
-    cudaError_t mcd_cuda_err_ = (call);                        \
-    if (mcd_cuda_err_ != cudaSuccess) {                        \
-      return ::mcd::CudaStatus(mcd_cuda_err_, #call);          \
-    }                                                          \
+#define MCD_CUDA_RETURN(call)                         \
+  do {                                                \
+    cudaError_t mcd_cuda_err_ = (call);               \
+    if (mcd_cuda_err_ != cudaSuccess) {               \
+      return ::mcd::CudaStatus(mcd_cuda_err_, #call); \
+    }                                                 \
   } while (false)

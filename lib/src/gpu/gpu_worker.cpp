@@ -5,8 +5,8 @@
 #include <cassert>
 #include <exception>
 
-#include "gpu/cuda_check.h"
 #include "common/spin.h"
+#include "gpu/cuda_check.h"
 
 namespace mcd {
 
@@ -21,8 +21,9 @@ Status DeviceContext::EnsureGpu() {
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
       cudaGetLastError();
-      return Status(ErrorCode::kNoDevice, std::string("no usable NVIDIA GPU on this machine (cudaGetDeviceCount: ") +
-                                              cudaGetErrorName(err) + ")");
+      return Status(ErrorCode::kNoDevice,
+                    std::string("no usable NVIDIA GPU on this machine (cudaGetDeviceCount: ") +
+                        cudaGetErrorName(err) + ")");
     }
     MCD_CUDA_RETURN(err);
     if (device_ < 0 || device_ >= count) {

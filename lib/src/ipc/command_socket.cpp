@@ -12,14 +12,17 @@
 
 namespace mcd {
 
-Result<std::unique_ptr<CommandSocket>> CommandSocket::Listen(const std::string& path, PeerPolicy policy,
-                                                             size_t max_connections, std::string refusal) {
+Result<std::unique_ptr<CommandSocket>> CommandSocket::Listen(const std::string& path,
+                                                             PeerPolicy policy,
+                                                             size_t max_connections,
+                                                             std::string refusal) {
   std::unique_ptr<CommandSocket> socket(new CommandSocket());
   socket->max_connections_ = max_connections;
   socket->refusal_ = std::move(refusal) + "\n";
   socket->reserve_fd_.reset(open("/dev/null", O_RDONLY | O_CLOEXEC));
   MCD_ASSIGN_OR_RETURN(socket->listen_fd_, ListenUnix(path, policy, 256));
-  fcntl(socket->listen_fd_.get(), F_SETFL, fcntl(socket->listen_fd_.get(), F_GETFL) | O_NONBLOCK);  // Accept never waits
+  fcntl(socket->listen_fd_.get(), F_SETFL,
+        fcntl(socket->listen_fd_.get(), F_GETFL) | O_NONBLOCK);  // Accept never waits
   socket->path_ = path;
   socket->policy_ = policy;
   return socket;
@@ -82,8 +85,8 @@ void CommandSocket::Accept() {
 void CommandSocket::Refuse(UniqueFd fd, const std::string& why) {
   (void)send(fd.get(), refusal_.data(), refusal_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (refused_++ == 0) {
-    Log(LogLevel::kWarn, "command socket: turning new connections away (" + why +
-                             "); their clients use the queue");
+    Log(LogLevel::kWarn,
+        "command socket: turning new connections away (" + why + "); their clients use the queue");
   }
 }
 

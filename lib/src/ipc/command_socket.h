@@ -14,8 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memcuda/status.h"
 #include "ipc/unix_socket.h"
+#include "memcuda/status.h"
 
 namespace mcd {
 

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -102,7 +102,8 @@ void FdServer::Loop() {
 void FdServer::Serve(int conn) {
   int32_t device = 0;
   // Four bytes, sent in one write by FetchFd: here when poll said the socket is readable.
-  if (recv(conn, &device, sizeof(device), MSG_WAITALL) != static_cast<ssize_t>(sizeof(device))) return;
+  if (recv(conn, &device, sizeof(device), MSG_WAITALL) != static_cast<ssize_t>(sizeof(device)))
+    return;
   std::string who;
   int32_t code = 0;
   int fd = -1;
@@ -134,7 +135,8 @@ Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms, in
   MCD_ASSIGN_OR_RETURN(UniqueFd conn, ConnectUnix(path, timeout_ms, "pool socket"));
   MCD_RETURN_IF_ERROR(CheckServerPeer(conn.get(), server_pid, "the pool socket " + path));
   int32_t request = device;
-  if (send(conn.get(), &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request)) &&
+  if (send(conn.get(), &request, sizeof(request), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(sizeof(request)) &&
       errno != EPIPE && errno != ECONNRESET) {
     return Errno(ErrorCode::kIoError, "send to pool socket");
   }
@@ -156,38 +158,43 @@ Result<UniqueFd> FetchFd(const std::string& path, int device, int timeout_ms, in
                : Status(ErrorCode::kIoError, "pool socket " + path + " closed the connection");
   }
   if (code != 0) {
-    std::string why = code == static_cast<int32_t>(ErrorCode::kPermissionDenied)
-                          ? "the pool socket " + path + " refuses this process (not the server's user or group)"
-                      : code == static_cast<int32_t>(ErrorCode::kUnavailable)
-                          ? "the pool socket " + path + " has " + std::to_string(FdServer::kMaxWaiting) +
-                                " peers waiting already: try again"
-                          : "the server has no pool for device " + std::to_string(device);
+    std::string why =
+        code == static_cast<int32_t>(ErrorCode::kPermissionDenied)
+            ? "the pool socket " + path + " refuses this process (not the server's user or group)"
+        : code == static_cast<int32_t>(ErrorCode::kUnavailable)
+            ? "the pool socket " + path + " has " + std::to_string(FdServer::kMaxWaiting) +
+                  " peers waiting already: try again"
+            : "the server has no pool for device " + std::to_string(device);
     return Status(static_cast<ErrorCode>(code), why);
   }
   UniqueFd fd;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     int received = -1;
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&received, CMSG_DATA(c), sizeof(int));
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      std::memcpy(&received, CMSG_DATA(c), sizeof(int));
     if (received >= 0) fd.reset(received);
   }
   if (!fd) return Status(ErrorCode::kIoError, "pool socket " + path + " sent no descriptor");
   return fd;
 }
 
-Result<std::unique_ptr<PinnedProcess>> PinnedProcess::Open(int64_t pid, const ProcessIdentity& who) {
+Result<std::unique_ptr<PinnedProcess>> PinnedProcess::Open(int64_t pid,
+                                                           const ProcessIdentity& who) {
   if (pid <= 0 || (who.pidfd_ino == 0 && who.start_time == 0)) {
     return Status(ErrorCode::kInvalidArgument, "no process to pin");
   }
   UniqueFd pidfd(PidfdOpen(pid));
   if (!pidfd) {
-    return errno == ESRCH ? Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is gone")
-                          : Errno(ErrorCode::kUnavailable, "pidfd_open of process " + std::to_string(pid));
+    return errno == ESRCH
+               ? Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is gone")
+               : Errno(ErrorCode::kUnavailable, "pidfd_open of process " + std::to_string(pid));
   }
   // The pidfd's inode costs one fstat where the kernel has pidfs; reading /proc/<pid>/stat took
   // 30-70 us in a fresh process on the H100 hosts. The check follows the open, which pins the
   // process: a pid reused before the open fails it, one reused after never reaches the pidfd.
   struct stat st {};
-  bool same = who.pidfd_ino != 0 ? fstat(pidfd.get(), &st) == 0 && static_cast<uint64_t>(st.st_ino) == who.pidfd_ino
+  bool same = who.pidfd_ino != 0 ? fstat(pidfd.get(), &st) == 0 &&
+                                       static_cast<uint64_t>(st.st_ino) == who.pidfd_ino
                                  : ProcessStartTime(pid) == who.start_time;
   if (!same) {
     return Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " is not the one named");
@@ -210,10 +217,11 @@ Result<UniqueFd> PinnedProcess::CopyFd(int fd) const {
   UniqueFd copy(static_cast<int>(syscall(SYS_pidfd_getfd, pidfd_.get(), fd, 0)));
   if (copy) return copy;
   int error = errno;
-  if (error == ESRCH) return Status(ErrorCode::kNotFound, "process " + std::to_string(pid_) + " has exited");
+  if (error == ESRCH)
+    return Status(ErrorCode::kNotFound, "process " + std::to_string(pid_) + " has exited");
   return Status(error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kUnavailable,
-                "copying descriptor " + std::to_string(fd) + " of process " + std::to_string(pid_) + ": " +
-                    std::strerror(error));
+                "copying descriptor " + std::to_string(fd) + " of process " + std::to_string(pid_) +
+                    ": " + std::strerror(error));
 }
 
 }  // namespace mcd

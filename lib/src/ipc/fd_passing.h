@@ -11,10 +11,10 @@
 #include <string>
 #include <thread>
 
-#include "memcuda/status.h"
 #include "common/process.h"
-#include "memcuda/unique_fd.h"
 #include "ipc/unix_socket.h"
+#include "memcuda/status.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 

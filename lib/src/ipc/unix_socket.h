@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "memcuda/unique_fd.h"
 #include "memcuda/status.h"
+#include "memcuda/unique_fd.h"
 
 namespace mcd {
 

@@ -42,8 +42,9 @@ enum CommandField {
   kCommandFieldCount
 };
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
-    "op",     "name",     "req",  "node",      "pid",         "sent_ms", "dtype", "shape",
-    "device", "lifetime", "init", "owner_pid", "owner_start", "bytes", "copy_of", "fill", "pid_space"};
+    "op",          "name",  "req",     "node",     "pid",      "sent_ms",
+    "dtype",       "shape", "device",  "lifetime", "init",     "owner_pid",
+    "owner_start", "bytes", "copy_of", "fill",     "pid_space"};
 
 // owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
 // is bound to.
@@ -102,7 +103,9 @@ std::string_view ValueText(std::string_view raw, size_t at) {
 std::string FindRequestId(std::string_view raw) {
   constexpr std::string_view kKey = "\"req\"";
   auto skip_space = [&](size_t at) {
-    while (at < raw.size() && (raw[at] == ' ' || raw[at] == '\t' || raw[at] == '\n' || raw[at] == '\r')) ++at;
+    while (at < raw.size() &&
+           (raw[at] == ' ' || raw[at] == '\t' || raw[at] == '\n' || raw[at] == '\r'))
+      ++at;
     return at;
   };
   for (size_t key = raw.find(kKey); key != std::string_view::npos; key = raw.find(kKey, key + 1)) {
@@ -187,10 +190,12 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
     if (cmd.fill && cmd.pid == 0)
       return Invalid("a create with \"fill\" needs \"pid\": the process that fills it");
     if (cmd.fill && cmd.pid == kInitPid)
-      return Invalid("a create filled by pid 1 (init), which never exits, would never be removed "
-                     "were it not published");
+      return Invalid(
+          "a create filled by pid 1 (init), which never exits, would never be removed "
+          "were it not published");
     if (cmd.fill && !cmd.copy_of.empty())
-      return Invalid("\"fill\" and \"copy_of\" exclude each other: a copy is filled by the servers");
+      return Invalid(
+          "\"fill\" and \"copy_of\" exclude each other: a copy is filled by the servers");
   }
   if (const rj::Value* space = m.at[kPidSpace]) {
     MCD_ASSIGN_OR_RETURN(std::string_view text, StringField(*space, "pid_space"));
@@ -203,8 +208,9 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
   }
   int64_t owner = cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid;
   if (cmd.lifetime == Lifetime::kStack && owner == kInitPid) {
-    return Invalid("a stack tensor bound to pid 1 (init), which never exits, would never be "
-                   "reclaimed");
+    return Invalid(
+        "a stack tensor bound to pid 1 (init), which never exits, would never be "
+        "reclaimed");
   }
   return Status::Ok();
 }
@@ -273,15 +279,17 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   }
   MCD_RETURN_IF_ERROR(ParseOwner(m, cmd));
   if (cmd.op == Op::kGet && cmd.owner_pid == kInitPid) {
-    return Invalid("\"owner_pid\" 1 is init, which never exits: a reference bound to it would "
-                   "never be given back");
+    return Invalid(
+        "\"owner_pid\" 1 is init, which never exits: a reference bound to it would "
+        "never be given back");
   }
   if (cmd.op == Op::kCreate) {
     MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
     return cmd;
   }
   if ((cmd.op == Op::kPublish || cmd.op == Op::kAbandon) && cmd.pid == 0)
-    return Invalid(std::string(OpName(cmd.op)) + " needs \"pid\": the process that filled the tensor");
+    return Invalid(std::string(OpName(cmd.op)) +
+                   " needs \"pid\": the process that filled the tensor");
   for (int f = kDType; f < kCommandFieldCount; ++f) {
     if (f == kOwnerPid || f == kOwnerStart) continue;
     if (m.at[f] != nullptr)

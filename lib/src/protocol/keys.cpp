@@ -22,7 +22,9 @@ std::string KeySpace::TensorPattern(std::string_view glob) const {
 std::string KeySpace::Reply(std::string_view req) const {
   return prefix + ":reply:" + std::string(req);
 }
-std::string KeySpace::Done(std::string_view req) const { return prefix + ":req:" + std::string(req); }
+std::string KeySpace::Done(std::string_view req) const {
+  return prefix + ":req:" + std::string(req);
+}
 std::string KeySpace::Server(std::string_view node) const {
   return prefix + ":server:" + std::string(node);
 }

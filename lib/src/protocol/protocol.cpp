@@ -19,10 +19,18 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 13> kDTypes = {{
-    {DType::kF16, "f16", 2},  {DType::kBF16, "bf16", 2}, {DType::kF32, "f32", 4},
-    {DType::kF64, "f64", 8},  {DType::kI8, "i8", 1},     {DType::kI16, "i16", 2},
-    {DType::kI32, "i32", 4},  {DType::kI64, "i64", 8},   {DType::kU8, "u8", 1},
-    {DType::kU16, "u16", 2},  {DType::kU32, "u32", 4},   {DType::kU64, "u64", 8},
+    {DType::kF16, "f16", 2},
+    {DType::kBF16, "bf16", 2},
+    {DType::kF32, "f32", 4},
+    {DType::kF64, "f64", 8},
+    {DType::kI8, "i8", 1},
+    {DType::kI16, "i16", 2},
+    {DType::kI32, "i32", 4},
+    {DType::kI64, "i64", 8},
+    {DType::kU8, "u8", 1},
+    {DType::kU16, "u16", 2},
+    {DType::kU32, "u32", 4},
+    {DType::kU64, "u64", 8},
     {DType::kBool, "bool", 1},
 }};
 
@@ -31,12 +39,23 @@ struct Alias {
   DType dtype;
 };
 constexpr std::array<Alias, 17> kAliases = {{
-    {"float16", DType::kF16}, {"half", DType::kF16},     {"bfloat16", DType::kBF16},
-    {"float32", DType::kF32}, {"float", DType::kF32},    {"float64", DType::kF64},
-    {"double", DType::kF64},  {"int8", DType::kI8},      {"int16", DType::kI16},
-    {"int32", DType::kI32},   {"int64", DType::kI64},    {"uint8", DType::kU8},
-    {"uint16", DType::kU16},  {"uint32", DType::kU32},   {"uint64", DType::kU64},
-    {"b8", DType::kBool},     {"bool_", DType::kBool},
+    {"float16", DType::kF16},
+    {"half", DType::kF16},
+    {"bfloat16", DType::kBF16},
+    {"float32", DType::kF32},
+    {"float", DType::kF32},
+    {"float64", DType::kF64},
+    {"double", DType::kF64},
+    {"int8", DType::kI8},
+    {"int16", DType::kI16},
+    {"int32", DType::kI32},
+    {"int64", DType::kI64},
+    {"uint8", DType::kU8},
+    {"uint16", DType::kU16},
+    {"uint32", DType::kU32},
+    {"uint64", DType::kU64},
+    {"b8", DType::kBool},
+    {"bool_", DType::kBool},
 }};
 
 }  // namespace
@@ -50,12 +69,12 @@ bool IsNameChar(char c) {
 std::string Printable(std::string_view text, size_t max) {
   std::string out;
   for (char c : text.substr(0, max)) {
-    out.push_back(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f ? c : '?');
+    out.push_back(
+        static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f ? c : '?');
   }
   if (text.size() > max) out += "...";
   return out;
 }
-
 
 const char* DTypeName(DType dtype) noexcept { return kDTypes[static_cast<size_t>(dtype)].name; }
 size_t DTypeSize(DType dtype) noexcept { return kDTypes[static_cast<size_t>(dtype)].size; }
@@ -87,11 +106,16 @@ std::string DTypeNames() {
 
 const char* OpName(Op op) noexcept {
   switch (op) {
-    case Op::kCreate: return "create";
-    case Op::kGet: return "get";
-    case Op::kDelete: return "delete";
-    case Op::kPublish: return "publish";
-    case Op::kAbandon: return "abandon";
+    case Op::kCreate:
+      return "create";
+    case Op::kGet:
+      return "get";
+    case Op::kDelete:
+      return "delete";
+    case Op::kPublish:
+      return "publish";
+    case Op::kAbandon:
+      return "abandon";
   }
   return "?";
 }
@@ -102,10 +126,14 @@ const char* LifetimeName(Lifetime lifetime) noexcept {
 
 const char* IpcKindName(IpcKind kind) noexcept {
   switch (kind) {
-    case IpcKind::kHostShm: return "host_shm";
-    case IpcKind::kCudaIpc: return "cuda_ipc";
-    case IpcKind::kCudaMempool: return "cuda_mempool";
-    case IpcKind::kUnknown: break;
+    case IpcKind::kHostShm:
+      return "host_shm";
+    case IpcKind::kCudaIpc:
+      return "cuda_ipc";
+    case IpcKind::kCudaMempool:
+      return "cuda_mempool";
+    case IpcKind::kUnknown:
+      break;
   }
   return "?";
 }
@@ -172,29 +200,30 @@ Result<std::vector<int64_t>> ParseShapeList(std::string_view text) {
 
 const std::vector<std::string>& TensorFieldNames() {
   static const std::vector<std::string> names = {
-      "dtype", "shape", "ctime", "node", "device", "bytes", "ipc_kind", "ipc_handle", "offset",
-      "refcount", "state", "owner", "lifetime", "creator_pid", "owner_pid", "owner_start",
-      "epoch"};
+      "dtype",    "shape",       "ctime",     "node",        "device", "bytes",
+      "ipc_kind", "ipc_handle",  "offset",    "refcount",    "state",  "owner",
+      "lifetime", "creator_pid", "owner_pid", "owner_start", "epoch"};
   return names;
 }
 
 std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& r) {
-  std::vector<std::pair<std::string, std::string>> fields = {{"dtype", DTypeName(r.dtype)},
-          {"shape", ShapeToJson(r.shape)},
-          {"ctime", std::to_string(r.ctime_ms)},
-          {"node", r.node},
-          {"device", std::to_string(r.device)},
-          {"bytes", std::to_string(r.bytes)},
-          {"ipc_kind", IpcKindName(r.ipc_kind)},
-          {"ipc_handle", r.ipc_handle},
-          {"offset", std::to_string(r.offset)},
-          {"refcount", std::to_string(r.refcount)},
-          {"state", r.state},
-          {"owner", r.owner},
-          {"lifetime", LifetimeName(r.lifetime)},
-          {"creator_pid", std::to_string(r.creator_pid)},
-          {"owner_pid", std::to_string(r.owner_pid)},
-          {"owner_start", std::to_string(r.owner_start)}};
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"dtype", DTypeName(r.dtype)},
+      {"shape", ShapeToJson(r.shape)},
+      {"ctime", std::to_string(r.ctime_ms)},
+      {"node", r.node},
+      {"device", std::to_string(r.device)},
+      {"bytes", std::to_string(r.bytes)},
+      {"ipc_kind", IpcKindName(r.ipc_kind)},
+      {"ipc_handle", r.ipc_handle},
+      {"offset", std::to_string(r.offset)},
+      {"refcount", std::to_string(r.refcount)},
+      {"state", r.state},
+      {"owner", r.owner},
+      {"lifetime", LifetimeName(r.lifetime)},
+      {"creator_pid", std::to_string(r.creator_pid)},
+      {"owner_pid", std::to_string(r.owner_pid)},
+      {"owner_start", std::to_string(r.owner_start)}};
   if (!r.epoch.empty()) fields.emplace_back("epoch", r.epoch);  // only a hash put back has one
   return fields;
 }
@@ -244,14 +273,35 @@ std::optional<Holder> ParseHolderId(std::string_view id) {
 Result<TensorRecord> RecordFromFields(const std::string& name,
                                       const std::vector<std::optional<std::string>>& values) {
   // Indexes into TensorFieldNames().
-  enum { kDtype, kShape, kCtime, kNode, kDevice, kBytes, kIpcKind, kIpcHandle, kOffset, kRefcount,
-         kState, kOwner, kLifetime, kCreatorPid, kOwnerPid, kOwnerStart, kEpoch, kFieldCount };
-  if (values.size() != kFieldCount) return Status(ErrorCode::kInternal, "RecordFromFields: wrong arity");
+  enum {
+    kDtype,
+    kShape,
+    kCtime,
+    kNode,
+    kDevice,
+    kBytes,
+    kIpcKind,
+    kIpcHandle,
+    kOffset,
+    kRefcount,
+    kState,
+    kOwner,
+    kLifetime,
+    kCreatorPid,
+    kOwnerPid,
+    kOwnerStart,
+    kEpoch,
+    kFieldCount
+  };
+  if (values.size() != kFieldCount)
+    return Status(ErrorCode::kInternal, "RecordFromFields: wrong arity");
   auto bad = [&](const char* field) {
     return Status(ErrorCode::kUnexpectedReply,
                   "tensor hash of '" + name + "' has a missing or malformed \"" + field + "\"");
   };
-  auto get = [&](int i) -> const std::string* { return values[static_cast<size_t>(i)] ? &*values[static_cast<size_t>(i)] : nullptr; };
+  auto get = [&](int i) -> const std::string* {
+    return values[static_cast<size_t>(i)] ? &*values[static_cast<size_t>(i)] : nullptr;
+  };
   TensorRecord r;
   r.name = name;
   const std::string* value = get(kDtype);
@@ -264,7 +314,8 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   r.shape = std::move(shape).value();
   if ((value = get(kDevice)) == nullptr || !ParseNumber(*value, r.device)) return bad("device");
   if ((value = get(kBytes)) == nullptr || !ParseNumber(*value, r.bytes)) return bad("bytes");
-  if ((value = get(kRefcount)) == nullptr || !ParseNumber(*value, r.refcount)) return bad("refcount");
+  if ((value = get(kRefcount)) == nullptr || !ParseNumber(*value, r.refcount))
+    return bad("refcount");
   if ((value = get(kState)) == nullptr) return bad("state");
   r.state = *value;
   // Optional fields: a hash written by another tool may lack them, but one that is there must
@@ -307,7 +358,8 @@ bool IsShmName(std::string_view name) {
 Status ValidateRecord(const TensorRecord& r) {
   auto bad = [&](const char* field, const std::string& value, const std::string& why) {
     return Status(ErrorCode::kUnexpectedReply, "tensor hash of '" + Printable(r.name, 255) +
-                                                   "' says \"" + field + "\" " + value + ", " + why);
+                                                   "' says \"" + field + "\" " + value + ", " +
+                                                   why);
   };
   // A reader indexes the memory by shape and dtype: they must cover exactly the bytes it maps.
   auto covered = ShapeBytes(r.shape, r.dtype);
@@ -329,7 +381,7 @@ Status ValidateRecord(const TensorRecord& r) {
       (gpu_kind && r.device == kHostDevice)) {
     return bad("device", std::to_string(r.device),
                std::string("which is not ") +
-                   (host_kind ? "cpu (-1)"
+                   (host_kind  ? "cpu (-1)"
                     : gpu_kind ? "a GPU ordinal (0-1023)"
                                : "cpu (-1) or a GPU ordinal (0-1023)") +
                    " for ipc_kind " + IpcKindName(r.ipc_kind));

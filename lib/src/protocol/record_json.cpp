@@ -22,7 +22,7 @@ void WriteRecordFields(Writer& w, const TensorRecord& r, bool with_refcount) {
   w.Int(r.device);
   WriteKeyString(w, "dtype", DTypeName(r.dtype));
   if (!r.epoch.empty()) WriteKeyString(w, "epoch", r.epoch);  // only a hash put back has one
-  if (!r.holders.empty()) {  // only where read (RecordFromHash)
+  if (!r.holders.empty()) {                                   // only where read (RecordFromHash)
     w.Key("holders");
     w.StartArray();
     for (const Holder& h : r.holders) {
@@ -82,8 +82,8 @@ enum RecordField {
   kRecordFieldCount
 };
 constexpr std::string_view kRecordKeys[kRecordFieldCount] = {
-    "name",           "dtype",    "shape",       "device",    "bytes",      "ipc_kind",
-    "ipc_handle_hex", "offset",   "refcount",    "state",     "ctime",      "node",
+    "name",           "dtype",    "shape",       "device",    "bytes",       "ipc_kind",
+    "ipc_handle_hex", "offset",   "refcount",    "state",     "ctime",       "node",
     "owner",          "lifetime", "creator_pid", "owner_pid", "owner_start", "epoch"};
 
 // A record object as RecordToJson writes it. Name, dtype, shape, device and bytes are required;

@@ -17,13 +17,12 @@
 #include <functional>
 #include <vector>
 
+#include "interop/interop.h"
 #include "interop/interop_steps.h"
 #include "interop/pattern.h"
-#include "interop/interop.h"
 
 namespace mcd {
 namespace {
-
 
 template <typename T>
 void SafeRelease(T*& p) {
@@ -53,19 +52,28 @@ class D3D11Probe {
       report_.reason = gpu.message();
       return;
     }
-    if (!steps_.Step("find the DXGI adapter with the CUDA device's LUID", [&] { return MatchAdapter(ctx.device()); }, true)) return;
+    if (!steps_.Step(
+            "find the DXGI adapter with the CUDA device's LUID",
+            [&] { return MatchAdapter(ctx.device()); }, true))
+      return;
     report_.available = true;
-    if (!steps_.Step("create a D3D11 device on that adapter", [&] { return CreateDevice(); })) return;
-    if (!steps_.Step("create a shareable texture and its NT handle", [&] { return CreateShared(); })) return;
+    if (!steps_.Step("create a D3D11 device on that adapter", [&] { return CreateDevice(); }))
+      return;
+    if (!steps_.Step("create a shareable texture and its NT handle",
+                     [&] { return CreateShared(); }))
+      return;
     if (!steps_.Step("import it into CUDA and map its array", [&] { return Import(); })) return;
-    if (!steps_.Step("a CUDA kernel writes, D3D11 reads back through staging: every byte", [&] { return CudaToD3D(ctx); })) return;
+    if (!steps_.Step("a CUDA kernel writes, D3D11 reads back through staging: every byte",
+                     [&] { return CudaToD3D(ctx); }))
+      return;
     steps_.Step("release: CUDA interop, then D3D11 resources", [&] { return Release(); });
   }
 
  private:
   std::string MatchAdapter(int cuda_device) {
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, cuda_device) != cudaSuccess) return "cudaGetDeviceProperties failed";
+    if (cudaGetDeviceProperties(&prop, cuda_device) != cudaSuccess)
+      return "cudaGetDeviceProperties failed";
     HRESULT hr = CreateDXGIFactory1(__uuidof(IDXGIFactory1), reinterpret_cast<void**>(&factory_));
     if (FAILED(hr)) return Hr("CreateDXGIFactory1", hr);
     for (UINT i = 0; factory_->EnumAdapters1(i, &adapter_) != DXGI_ERROR_NOT_FOUND; ++i) {
@@ -73,7 +81,8 @@ class D3D11Probe {
       adapter_->GetDesc1(&desc);
       if (std::memcmp(&desc.AdapterLuid, prop.luid, sizeof(desc.AdapterLuid)) == 0) {
         char name[128] = {};
-        WideCharToMultiByte(CP_UTF8, 0, desc.Description, -1, name, sizeof(name) - 1, nullptr, nullptr);
+        WideCharToMultiByte(CP_UTF8, 0, desc.Description, -1, name, sizeof(name) - 1, nullptr,
+                            nullptr);
         report_.device = name;
         return "";
       }
@@ -111,7 +120,8 @@ class D3D11Probe {
     IDXGIResource1* resource = nullptr;
     hr = shared_->QueryInterface(__uuidof(IDXGIResource1), reinterpret_cast<void**>(&resource));
     if (FAILED(hr)) return Hr("QueryInterface(IDXGIResource1)", hr);
-    hr = resource->CreateSharedHandle(nullptr, DXGI_SHARED_RESOURCE_READ | DXGI_SHARED_RESOURCE_WRITE, nullptr, &handle_);
+    hr = resource->CreateSharedHandle(
+        nullptr, DXGI_SHARED_RESOURCE_READ | DXGI_SHARED_RESOURCE_WRITE, nullptr, &handle_);
     SafeRelease(resource);
     return FAILED(hr) ? Hr("CreateSharedHandle", hr) : "";
   }
@@ -123,15 +133,18 @@ class D3D11Probe {
     desc.size = static_cast<unsigned long long>(width_) * height_ * 4;
     desc.flags = cudaExternalMemoryDedicated;
     cudaError_t err = cudaImportExternalMemory(&memory_, &desc);
-    if (err != cudaSuccess) return std::string("cudaImportExternalMemory: ") + cudaGetErrorName(err);
+    if (err != cudaSuccess)
+      return std::string("cudaImportExternalMemory: ") + cudaGetErrorName(err);
     cudaExternalMemoryMipmappedArrayDesc array{};
     array.formatDesc = cudaCreateChannelDesc(8, 8, 8, 8, cudaChannelFormatKindUnsigned);
     array.extent = cudaExtent{width_, height_, 0};
     array.numLevels = 1;
     err = cudaExternalMemoryGetMappedMipmappedArray(&mipmapped_, memory_, &array);
-    if (err != cudaSuccess) return std::string("cudaExternalMemoryGetMappedMipmappedArray: ") + cudaGetErrorName(err);
+    if (err != cudaSuccess)
+      return std::string("cudaExternalMemoryGetMappedMipmappedArray: ") + cudaGetErrorName(err);
     err = cudaGetMipmappedArrayLevel(&level0_, mipmapped_, 0);
-    return err == cudaSuccess ? "" : std::string("cudaGetMipmappedArrayLevel: ") + cudaGetErrorName(err);
+    return err == cudaSuccess ? ""
+                              : std::string("cudaGetMipmappedArrayLevel: ") + cudaGetErrorName(err);
   }
 
   std::string CudaToD3D(DeviceContext& ctx) {
@@ -140,8 +153,8 @@ class D3D11Probe {
     for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = PatternByte(i, 0x5eed);
     // A kernel writes the texture through a surface object, then the stream is drained before
     // D3D11 touches it.
-    cudaError_t err = LaunchFillPatternSurface(level0_, static_cast<int>(width_), static_cast<int>(height_),
-                                               0x5eed, ctx.stream());
+    cudaError_t err = LaunchFillPatternSurface(level0_, static_cast<int>(width_),
+                                               static_cast<int>(height_), 0x5eed, ctx.stream());
     if (err != cudaSuccess) return std::string("fill kernel: ") + cudaGetErrorName(err);
     context_->CopyResource(staging_, shared_);
     D3D11_MAPPED_SUBRESOURCE mapped{};
@@ -149,8 +162,10 @@ class D3D11Probe {
     if (FAILED(hr)) return Hr("Map(staging)", hr);
     std::string error;
     for (UINT y = 0; y < height_ && error.empty(); ++y) {
-      const unsigned char* got = static_cast<const unsigned char*>(mapped.pData) + static_cast<size_t>(y) * mapped.RowPitch;
-      if (std::memcmp(got, pattern.data() + y * row, row) != 0) error = "row " + std::to_string(y) + " differs";
+      const unsigned char* got = static_cast<const unsigned char*>(mapped.pData) +
+                                 static_cast<size_t>(y) * mapped.RowPitch;
+      if (std::memcmp(got, pattern.data() + y * row, row) != 0)
+        error = "row " + std::to_string(y) + " differs";
     }
     context_->Unmap(staging_, 0);
     return error;
@@ -158,7 +173,8 @@ class D3D11Probe {
 
   std::string Release() {
     std::string error;
-    if (mipmapped_ != nullptr && cudaFreeMipmappedArray(mipmapped_) != cudaSuccess) error = "cudaFreeMipmappedArray failed";
+    if (mipmapped_ != nullptr && cudaFreeMipmappedArray(mipmapped_) != cudaSuccess)
+      error = "cudaFreeMipmappedArray failed";
     mipmapped_ = nullptr;
     level0_ = nullptr;
     if (memory_ != nullptr && cudaDestroyExternalMemory(memory_) != cudaSuccess && error.empty()) {

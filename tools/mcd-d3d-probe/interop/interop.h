@@ -1,8 +1,8 @@
 // Graphics <-> CUDA interop lifecycles owned by a GpuWorker (its DeviceContext):
 // D3D11 on Windows, Vulkan external memory on Linux. Each probe creates the graphics resource,
 // imports it into CUDA, moves data both ways with verification, and releases everything in the
-// worker's release order (CUDA interop registrations, CUDA caches, then graphics resources). Used by
-// mcd-d3d-probe(1).
+// worker's release order (CUDA interop registrations, CUDA caches, then graphics resources). Used
+// by mcd-d3d-probe(1).
 #pragma once
 
 #include <string>
@@ -14,10 +14,10 @@
 namespace mcd {
 
 struct InteropStep {
-  std::string name;     // "create shared buffer", "import into CUDA", ...
+  std::string name;  // "create shared buffer", "import into CUDA", ...
   bool ok = false;
   double ms = 0;
-  std::string detail;   // what failed, or facts worth printing (sizes, handle types)
+  std::string detail;  // what failed, or facts worth printing (sizes, handle types)
 };
 
 struct InteropReport {
@@ -26,7 +26,7 @@ struct InteropReport {
   std::string reason;      // why not, when unavailable
   std::string device;      // the graphics adapter matched to the CUDA device
   std::vector<InteropStep> steps;
-  bool passed() const;     // available and every step ok
+  bool passed() const;  // available and every step ok
 };
 
 // Both run their GPU work as jobs on `worker` (its device, thread and stream). Never throw.

@@ -17,10 +17,12 @@ class StepRecorder {
   // Runs `fn` (which returns "" or what went wrong), times it and records it. A failed
   // `availability` step is not a failure: it means this machine has no such path; it sets the
   // report's reason and is not recorded. Returns whether the step succeeded.
-  bool Step(const std::string& name, const std::function<std::string()>& fn, bool availability = false) {
+  bool Step(const std::string& name, const std::function<std::string()>& fn,
+            bool availability = false) {
     auto t0 = std::chrono::steady_clock::now();
     std::string error = fn();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (availability && !error.empty()) {
       report_.reason = error;
       return false;

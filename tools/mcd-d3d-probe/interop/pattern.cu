@@ -10,20 +10,22 @@ __global__ void FillPatternKernel(unsigned char* dst, size_t bytes, uint32_t see
   }
 }
 
-__global__ void FillPatternSurfaceKernel(cudaSurfaceObject_t surface, int width, int height, uint32_t seed) {
+__global__ void FillPatternSurfaceKernel(cudaSurfaceObject_t surface, int width, int height,
+                                         uint32_t seed) {
   int x = blockIdx.x * blockDim.x + threadIdx.x;
   int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= width || y >= height) return;
   uint64_t i = (static_cast<uint64_t>(y) * width + x) * 4;
-  uchar4 texel = make_uchar4(PatternByte(i, seed), PatternByte(i + 1, seed), PatternByte(i + 2, seed),
-                             PatternByte(i + 3, seed));
+  uchar4 texel = make_uchar4(PatternByte(i, seed), PatternByte(i + 1, seed),
+                             PatternByte(i + 2, seed), PatternByte(i + 3, seed));
   surf2Dwrite(texel, surface, x * 4, y);
 }
 
 }  // namespace
 
 cudaError_t LaunchFillPattern(void* dst, size_t bytes, uint32_t seed, cudaStream_t stream) {
-  unsigned blocks = static_cast<unsigned>((bytes + 255) / 256 < 65535 ? (bytes + 255) / 256 : 65535);
+  unsigned blocks =
+      static_cast<unsigned>((bytes + 255) / 256 < 65535 ? (bytes + 255) / 256 : 65535);
   FillPatternKernel<<<blocks, 256, 0, stream>>>(static_cast<unsigned char*>(dst), bytes, seed);
   return cudaGetLastError();
 }

@@ -13,8 +13,10 @@ namespace mcd {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline unsigned char PatternByte(uint64_t i, uint32_t seed) {
-  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ (static_cast<uint32_t>(i >> 32) * 40503u) ^ seed;
+    inline unsigned char
+    PatternByte(uint64_t i, uint32_t seed) {
+  uint32_t x =
+      static_cast<uint32_t>(i) * 2654435761u ^ (static_cast<uint32_t>(i >> 32) * 40503u) ^ seed;
   x ^= x >> 15;
   x *= 2246822519u;
   x ^= x >> 13;

@@ -17,31 +17,33 @@
 #include <cstring>
 #include <functional>
 
+#include "interop/interop.h"
 #include "interop/interop_steps.h"
 #include "interop/pattern.h"
-#include "interop/interop.h"
 #include "memcuda/unique_fd.h"
 
 namespace mcd {
 namespace {
-
 
 // Every Vulkan entry point the probe uses, loaded from the loader at run time.
 struct Vk {
   void* lib = nullptr;
   PFN_vkGetInstanceProcAddr GetInstanceProcAddr = nullptr;
   PFN_vkCreateInstance CreateInstance = nullptr;
-#define MCD_VK_INSTANCE_FNS(X)                                                   \
-  X(DestroyInstance) X(EnumeratePhysicalDevices) X(GetPhysicalDeviceProperties2) \
-  X(GetPhysicalDeviceQueueFamilyProperties) X(GetPhysicalDeviceMemoryProperties) \
-  X(CreateDevice) X(GetDeviceProcAddr) X(EnumerateDeviceExtensionProperties)
+#define MCD_VK_INSTANCE_FNS(X)                                                       \
+  X(DestroyInstance)                                                                 \
+  X(EnumeratePhysicalDevices) X(GetPhysicalDeviceProperties2)                        \
+      X(GetPhysicalDeviceQueueFamilyProperties) X(GetPhysicalDeviceMemoryProperties) \
+          X(CreateDevice) X(GetDeviceProcAddr) X(EnumerateDeviceExtensionProperties)
 #define MCD_VK_DEVICE_FNS(X)                                                                \
-  X(DestroyDevice) X(GetDeviceQueue) X(CreateBuffer) X(DestroyBuffer)                       \
-  X(GetBufferMemoryRequirements) X(AllocateMemory) X(FreeMemory) X(BindBufferMemory)        \
-  X(MapMemory) X(UnmapMemory) X(GetMemoryFdKHR) X(CreateSemaphore) X(DestroySemaphore)      \
-  X(GetSemaphoreFdKHR) X(CreateCommandPool) X(DestroyCommandPool) X(AllocateCommandBuffers) \
-  X(BeginCommandBuffer) X(EndCommandBuffer) X(CmdCopyBuffer) X(QueueSubmit) X(CreateFence)  \
-  X(DestroyFence) X(WaitForFences) X(ResetFences) X(ResetCommandBuffer) X(DeviceWaitIdle)
+  X(DestroyDevice)                                                                          \
+  X(GetDeviceQueue) X(CreateBuffer) X(DestroyBuffer) X(GetBufferMemoryRequirements)         \
+      X(AllocateMemory) X(FreeMemory) X(BindBufferMemory) X(MapMemory) X(UnmapMemory)       \
+          X(GetMemoryFdKHR) X(CreateSemaphore) X(DestroySemaphore) X(GetSemaphoreFdKHR)     \
+              X(CreateCommandPool) X(DestroyCommandPool) X(AllocateCommandBuffers)          \
+                  X(BeginCommandBuffer) X(EndCommandBuffer) X(CmdCopyBuffer) X(QueueSubmit) \
+                      X(CreateFence) X(DestroyFence) X(WaitForFences) X(ResetFences)        \
+                          X(ResetCommandBuffer) X(DeviceWaitIdle)
 #define MCD_VK_DECLARE(name) PFN_vk##name name = nullptr;
   MCD_VK_INSTANCE_FNS(MCD_VK_DECLARE)
   MCD_VK_DEVICE_FNS(MCD_VK_DECLARE)
@@ -66,16 +68,33 @@ class VulkanProbe {
       report_.reason = gpu.message();
       return;
     }
-    if (!steps_.Step("load the Vulkan loader", [&] { return Load(); }, /*availability=*/true)) return;
-    if (!steps_.Step("create a Vulkan 1.1 instance", [&] { return CreateInstance(); }, true)) return;
-    if (!steps_.Step("match the Vulkan device by UUID", [&] { return MatchDevice(ctx.device()); }, true)) return;
+    if (!steps_.Step(
+            "load the Vulkan loader", [&] { return Load(); }, /*availability=*/true))
+      return;
+    if (!steps_.Step(
+            "create a Vulkan 1.1 instance", [&] { return CreateInstance(); }, true))
+      return;
+    if (!steps_.Step(
+            "match the Vulkan device by UUID", [&] { return MatchDevice(ctx.device()); }, true))
+      return;
     report_.available = true;
-    if (!steps_.Step("create a device with external memory and semaphore (fd) support", [&] { return CreateDevice(); })) return;
-    if (!steps_.Step("allocate an exportable device-local buffer and export its fd", [&] { return CreateSharedBuffer(); })) return;
-    if (!steps_.Step("import the memory into CUDA and map it", [&] { return ImportMemory(); })) return;
-    if (!steps_.Step("export two semaphores and import them into CUDA", [&] { return ImportSemaphores(); })) return;
-    if (!steps_.Step("a CUDA kernel writes, Vulkan reads back: every byte", [&] { return CudaToVulkan(ctx); })) return;
-    if (!steps_.Step("Vulkan writes, CUDA reads back: every byte", [&] { return VulkanToCuda(ctx); })) return;
+    if (!steps_.Step("create a device with external memory and semaphore (fd) support",
+                     [&] { return CreateDevice(); }))
+      return;
+    if (!steps_.Step("allocate an exportable device-local buffer and export its fd",
+                     [&] { return CreateSharedBuffer(); }))
+      return;
+    if (!steps_.Step("import the memory into CUDA and map it", [&] { return ImportMemory(); }))
+      return;
+    if (!steps_.Step("export two semaphores and import them into CUDA",
+                     [&] { return ImportSemaphores(); }))
+      return;
+    if (!steps_.Step("a CUDA kernel writes, Vulkan reads back: every byte",
+                     [&] { return CudaToVulkan(ctx); }))
+      return;
+    if (!steps_.Step("Vulkan writes, CUDA reads back: every byte",
+                     [&] { return VulkanToCuda(ctx); }))
+      return;
     steps_.Step("release: CUDA interop, then Vulkan resources", [&] { return Release(); });
   }
 
@@ -83,9 +102,11 @@ class VulkanProbe {
   std::string Load() {
     vk_.lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
     if (vk_.lib == nullptr) return "no Vulkan loader (libvulkan.so.1) on this machine";
-    vk_.GetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(vk_.lib, "vkGetInstanceProcAddr"));
+    vk_.GetInstanceProcAddr =
+        reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(vk_.lib, "vkGetInstanceProcAddr"));
     if (vk_.GetInstanceProcAddr == nullptr) return "the Vulkan loader lacks vkGetInstanceProcAddr";
-    vk_.CreateInstance = reinterpret_cast<PFN_vkCreateInstance>(vk_.GetInstanceProcAddr(nullptr, "vkCreateInstance"));
+    vk_.CreateInstance = reinterpret_cast<PFN_vkCreateInstance>(
+        vk_.GetInstanceProcAddr(nullptr, "vkCreateInstance"));
     return vk_.CreateInstance ? "" : "the Vulkan loader lacks vkCreateInstance";
   }
 
@@ -100,7 +121,7 @@ class VulkanProbe {
       return r == VK_ERROR_INCOMPATIBLE_DRIVER ? "no Vulkan driver (ICD) found"
                                                : "vkCreateInstance: " + VkName(r);
     }
-#define MCD_VK_LOAD(name)                                                                              \
+#define MCD_VK_LOAD(name)                                                                    \
   vk_.name = reinterpret_cast<PFN_vk##name>(vk_.GetInstanceProcAddr(instance_, "vk" #name)); \
   if (vk_.name == nullptr) return "missing Vulkan function vk" #name;
     MCD_VK_INSTANCE_FNS(MCD_VK_LOAD)
@@ -109,7 +130,8 @@ class VulkanProbe {
 
   std::string MatchDevice(int cuda_device) {
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, cuda_device) != cudaSuccess) return "cudaGetDeviceProperties failed";
+    if (cudaGetDeviceProperties(&prop, cuda_device) != cudaSuccess)
+      return "cudaGetDeviceProperties failed";
     uint32_t count = 0;
     vk_.EnumeratePhysicalDevices(instance_, &count, nullptr);
     std::vector<VkPhysicalDevice> devices(count);
@@ -125,8 +147,8 @@ class VulkanProbe {
         return "";
       }
     }
-    return "none of the " + std::to_string(count) + " Vulkan device(s) has the UUID of CUDA device " +
-           std::to_string(cuda_device);
+    return "none of the " + std::to_string(count) +
+           " Vulkan device(s) has the UUID of CUDA device " + std::to_string(cuda_device);
   }
 
   std::string CreateDevice() {
@@ -136,7 +158,8 @@ class VulkanProbe {
     vk_.GetPhysicalDeviceQueueFamilyProperties(physical_, &families, props.data());
     queue_family_ = UINT32_MAX;
     for (uint32_t i = 0; i < families; ++i) {
-      if (props[i].queueFlags & (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT | VK_QUEUE_TRANSFER_BIT)) {
+      if (props[i].queueFlags &
+          (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT | VK_QUEUE_TRANSFER_BIT)) {
         queue_family_ = i;
         break;
       }
@@ -147,7 +170,8 @@ class VulkanProbe {
     queue.queueFamilyIndex = queue_family_;
     queue.queueCount = 1;
     queue.pQueuePriorities = &priority;
-    const char* extensions[] = {VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME};
+    const char* extensions[] = {VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME,
+                                VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME};
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;
@@ -155,7 +179,7 @@ class VulkanProbe {
     info.ppEnabledExtensionNames = extensions;
     VkResult r = vk_.CreateDevice(physical_, &info, nullptr, &device_);
     if (r != VK_SUCCESS) return "vkCreateDevice: " + VkName(r);
-#define MCD_VK_LOAD_DEVICE(name)                                                                \
+#define MCD_VK_LOAD_DEVICE(name)                                                         \
   vk_.name = reinterpret_cast<PFN_vk##name>(vk_.GetDeviceProcAddr(device_, "vk" #name)); \
   if (vk_.name == nullptr) return "missing Vulkan function vk" #name;
     MCD_VK_DEVICE_FNS(MCD_VK_LOAD_DEVICE)
@@ -163,19 +187,22 @@ class VulkanProbe {
     VkCommandPoolCreateInfo pool{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
     pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     pool.queueFamilyIndex = queue_family_;
-    if ((r = vk_.CreateCommandPool(device_, &pool, nullptr, &pool_)) != VK_SUCCESS) return "vkCreateCommandPool: " + VkName(r);
+    if ((r = vk_.CreateCommandPool(device_, &pool, nullptr, &pool_)) != VK_SUCCESS)
+      return "vkCreateCommandPool: " + VkName(r);
     VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     alloc.commandPool = pool_;
     alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     alloc.commandBufferCount = 1;
-    if ((r = vk_.AllocateCommandBuffers(device_, &alloc, &cmd_)) != VK_SUCCESS) return "vkAllocateCommandBuffers: " + VkName(r);
+    if ((r = vk_.AllocateCommandBuffers(device_, &alloc, &cmd_)) != VK_SUCCESS)
+      return "vkAllocateCommandBuffers: " + VkName(r);
     VkFenceCreateInfo fence{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = vk_.CreateFence(device_, &fence, nullptr, &fence_)) != VK_SUCCESS) return "vkCreateFence: " + VkName(r);
+    if ((r = vk_.CreateFence(device_, &fence, nullptr, &fence_)) != VK_SUCCESS)
+      return "vkCreateFence: " + VkName(r);
     return "";
   }
 
-  std::string Buffer(VkBuffer& buffer, VkDeviceMemory& memory, VkMemoryPropertyFlags want, bool exportable,
-                     VkDeviceSize& size) {
+  std::string Buffer(VkBuffer& buffer, VkDeviceMemory& memory, VkMemoryPropertyFlags want,
+                     bool exportable, VkDeviceSize& size) {
     VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
     external.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
     VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -191,7 +218,8 @@ class VulkanProbe {
     vk_.GetPhysicalDeviceMemoryProperties(physical_, &mem);
     uint32_t type = UINT32_MAX;
     for (uint32_t i = 0; i < mem.memoryTypeCount && type == UINT32_MAX; ++i) {
-      if ((req.memoryTypeBits & (1u << i)) && (mem.memoryTypes[i].propertyFlags & want) == want) type = i;
+      if ((req.memoryTypeBits & (1u << i)) && (mem.memoryTypes[i].propertyFlags & want) == want)
+        type = i;
     }
     if (type == UINT32_MAX) return "no memory type with the wanted properties";
     VkMemoryDedicatedAllocateInfo dedicated{VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO};
@@ -203,18 +231,22 @@ class VulkanProbe {
     alloc.pNext = exportable ? &export_info : nullptr;
     alloc.allocationSize = req.size;
     alloc.memoryTypeIndex = type;
-    if ((r = vk_.AllocateMemory(device_, &alloc, nullptr, &memory)) != VK_SUCCESS) return "vkAllocateMemory: " + VkName(r);
-    if ((r = vk_.BindBufferMemory(device_, buffer, memory, 0)) != VK_SUCCESS) return "vkBindBufferMemory: " + VkName(r);
+    if ((r = vk_.AllocateMemory(device_, &alloc, nullptr, &memory)) != VK_SUCCESS)
+      return "vkAllocateMemory: " + VkName(r);
+    if ((r = vk_.BindBufferMemory(device_, buffer, memory, 0)) != VK_SUCCESS)
+      return "vkBindBufferMemory: " + VkName(r);
     size = req.size;
     return "";
   }
 
   std::string CreateSharedBuffer() {
     VkDeviceSize staging_size = 0;
-    std::string err = Buffer(shared_, shared_memory_, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, true, shared_size_);
+    std::string err =
+        Buffer(shared_, shared_memory_, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, true, shared_size_);
     if (err.empty()) {
       err = Buffer(staging_, staging_memory_,
-                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, false, staging_size);
+                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                   false, staging_size);
     }
     if (!err.empty()) return err;
     VkMemoryGetFdInfoKHR get{VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR};
@@ -224,7 +256,8 @@ class VulkanProbe {
     VkResult r = vk_.GetMemoryFdKHR(device_, &get, &raw);
     if (r != VK_SUCCESS) return "vkGetMemoryFdKHR: " + VkName(r);
     memory_fd_.reset(raw);
-    steps_.Detail(std::to_string(bytes_) + " bytes (allocation " + std::to_string(shared_size_) + "), opaque fd");
+    steps_.Detail(std::to_string(bytes_) + " bytes (allocation " + std::to_string(shared_size_) +
+                  "), opaque fd");
     return "";
   }
 
@@ -235,13 +268,15 @@ class VulkanProbe {
     desc.size = shared_size_;
     desc.flags = cudaExternalMemoryDedicated;
     cudaError_t err = cudaImportExternalMemory(&cuda_memory_, &desc);
-    if (err != cudaSuccess) return std::string("cudaImportExternalMemory: ") + cudaGetErrorName(err);
+    if (err != cudaSuccess)
+      return std::string("cudaImportExternalMemory: ") + cudaGetErrorName(err);
     (void)memory_fd_.release();  // owned by CUDA now
     cudaExternalMemoryBufferDesc buffer{};
     buffer.offset = 0;
     buffer.size = bytes_;
     err = cudaExternalMemoryGetMappedBuffer(&cuda_ptr_, cuda_memory_, &buffer);
-    if (err != cudaSuccess) return std::string("cudaExternalMemoryGetMappedBuffer: ") + cudaGetErrorName(err);
+    if (err != cudaSuccess)
+      return std::string("cudaExternalMemoryGetMappedBuffer: ") + cudaGetErrorName(err);
     return "";
   }
 
@@ -256,13 +291,15 @@ class VulkanProbe {
     get.semaphore = sem;
     get.handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
     int raw = -1;
-    if ((r = vk_.GetSemaphoreFdKHR(device_, &get, &raw)) != VK_SUCCESS) return "vkGetSemaphoreFdKHR: " + VkName(r);
+    if ((r = vk_.GetSemaphoreFdKHR(device_, &get, &raw)) != VK_SUCCESS)
+      return "vkGetSemaphoreFdKHR: " + VkName(r);
     UniqueFd fd(raw);
     cudaExternalSemaphoreHandleDesc desc{};
     desc.type = cudaExternalSemaphoreHandleTypeOpaqueFd;
     desc.handle.fd = fd.get();
     cudaError_t err = cudaImportExternalSemaphore(&cuda_sem, &desc);
-    if (err != cudaSuccess) return std::string("cudaImportExternalSemaphore: ") + cudaGetErrorName(err);
+    if (err != cudaSuccess)
+      return std::string("cudaImportExternalSemaphore: ") + cudaGetErrorName(err);
     (void)fd.release();  // owned by CUDA now
     return "";
   }
@@ -300,7 +337,8 @@ class VulkanProbe {
   std::string Compare(const unsigned char* got, const std::vector<unsigned char>& want) {
     for (size_t i = 0; i < want.size(); ++i) {
       if (got[i] != want[i]) {
-        return "byte " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
+        return "byte " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+               std::to_string(want[i]);
       }
     }
     steps_.Detail(std::to_string(want.size()) + " bytes verified");
@@ -315,12 +353,14 @@ class VulkanProbe {
     if (err != cudaSuccess) return std::string("fill kernel: ") + cudaGetErrorName(err);
     cudaExternalSemaphoreSignalParams signal{};
     err = cudaSignalExternalSemaphoresAsync(&cuda_done_cuda_, &signal, 1, ctx.stream());
-    if (err != cudaSuccess) return std::string("cudaSignalExternalSemaphoresAsync: ") + cudaGetErrorName(err);
+    if (err != cudaSuccess)
+      return std::string("cudaSignalExternalSemaphoresAsync: ") + cudaGetErrorName(err);
     // Vulkan waits on the semaphore CUDA signals: no host synchronisation in between.
     std::string failed = SubmitCopy(shared_, staging_, cuda_done_, VK_NULL_HANDLE);
     if (!failed.empty()) return failed;
     void* mapped = nullptr;
-    if (vk_.MapMemory(device_, staging_memory_, 0, bytes_, 0, &mapped) != VK_SUCCESS) return "vkMapMemory failed";
+    if (vk_.MapMemory(device_, staging_memory_, 0, bytes_, 0, &mapped) != VK_SUCCESS)
+      return "vkMapMemory failed";
     std::string result = Compare(static_cast<unsigned char*>(mapped), pattern);
     vk_.UnmapMemory(device_, staging_memory_);
     return result;
@@ -330,7 +370,8 @@ class VulkanProbe {
     std::vector<unsigned char> pattern(bytes_);
     Pattern(pattern, 0xc0ffee);
     void* mapped = nullptr;
-    if (vk_.MapMemory(device_, staging_memory_, 0, bytes_, 0, &mapped) != VK_SUCCESS) return "vkMapMemory failed";
+    if (vk_.MapMemory(device_, staging_memory_, 0, bytes_, 0, &mapped) != VK_SUCCESS)
+      return "vkMapMemory failed";
     std::memcpy(mapped, pattern.data(), bytes_);
     vk_.UnmapMemory(device_, staging_memory_);
     std::string failed = SubmitCopy(staging_, shared_, VK_NULL_HANDLE, vulkan_done_);
@@ -338,7 +379,8 @@ class VulkanProbe {
     // CUDA's stream waits on the semaphore Vulkan signalled, then reads the buffer.
     cudaExternalSemaphoreWaitParams wait{};
     cudaError_t err = cudaWaitExternalSemaphoresAsync(&vulkan_done_cuda_, &wait, 1, ctx.stream());
-    if (err != cudaSuccess) return std::string("cudaWaitExternalSemaphoresAsync: ") + cudaGetErrorName(err);
+    if (err != cudaSuccess)
+      return std::string("cudaWaitExternalSemaphoresAsync: ") + cudaGetErrorName(err);
     std::vector<unsigned char> back(bytes_, 0);
     err = cudaMemcpyAsync(back.data(), cuda_ptr_, bytes_, cudaMemcpyDeviceToHost, ctx.stream());
     if (err == cudaSuccess) err = cudaStreamSynchronize(ctx.stream());
@@ -351,10 +393,13 @@ class VulkanProbe {
   std::string Release() {
     std::string error;
     auto check = [&](cudaError_t err, const char* what) {
-      if (err != cudaSuccess && error.empty()) error = std::string(what) + ": " + cudaGetErrorName(err);
+      if (err != cudaSuccess && error.empty())
+        error = std::string(what) + ": " + cudaGetErrorName(err);
     };
-    if (cuda_done_cuda_) check(cudaDestroyExternalSemaphore(cuda_done_cuda_), "cudaDestroyExternalSemaphore");
-    if (vulkan_done_cuda_) check(cudaDestroyExternalSemaphore(vulkan_done_cuda_), "cudaDestroyExternalSemaphore");
+    if (cuda_done_cuda_)
+      check(cudaDestroyExternalSemaphore(cuda_done_cuda_), "cudaDestroyExternalSemaphore");
+    if (vulkan_done_cuda_)
+      check(cudaDestroyExternalSemaphore(vulkan_done_cuda_), "cudaDestroyExternalSemaphore");
     cuda_done_cuda_ = vulkan_done_cuda_ = nullptr;
     if (cuda_ptr_) check(cudaFree(cuda_ptr_), "cudaFree(mapped buffer)");
     cuda_ptr_ = nullptr;
