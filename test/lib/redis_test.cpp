@@ -214,5 +214,36 @@ TEST(RedisErrors, StatesThatPassAreTryAgain) {
   EXPECT_EQ(RedisErrorStatus("SET", "LOADINGX not a state").code(), ErrorCode::kRedisError);
 }
 
+// Each error word Redis starts a reply with reads as its class; a longer word that starts the
+// same (BUSYKEY, LOADINGX) is not the state, and NOPERM counts inside a script's error too.
+TEST(RedisErrors, EachErrorWordMapsToItsClass) {
+  const std::pair<const char*, RedisRefusal> cases[] = {
+      {"BUSY Redis is busy running a script. You can only call SCRIPT KILL", RedisRefusal::kPasses},
+      {"LOADING Redis is loading the dataset in memory", RedisRefusal::kPasses},
+      {"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+       RedisRefusal::kPasses},
+      {"TRYAGAIN Multiple keys request during rehashing of slot", RedisRefusal::kPasses},
+      {"READONLY You can't write against a read only replica.", RedisRefusal::kPasses},
+      {"CLUSTERDOWN The cluster is down", RedisRefusal::kPasses},
+      {"NOSCRIPT No matching script. Please use EVAL.", RedisRefusal::kNoScript},
+      {"NOPERM this user has no permissions to run the 'set' command", RedisRefusal::kNoPermission},
+      {"ERR Error running script (call to f_x): @user_script:1: NOPERM this user has no "
+       "permissions to access one of the keys used as arguments",
+       RedisRefusal::kNoPermission},
+      {"OOM command not allowed when used memory > 'maxmemory'.", RedisRefusal::kOther},
+      {"WRONGTYPE Operation against a key holding the wrong kind of value", RedisRefusal::kWrongType},
+      {"NOAUTH Authentication required.", RedisRefusal::kAuth},
+      {"WRONGPASS invalid username-password pair or user is disabled.", RedisRefusal::kAuth},
+      {"BUSYKEY Target key name already exists.", RedisRefusal::kOther},
+      {"LOADINGX not a state", RedisRefusal::kOther},
+      {"BUSY", RedisRefusal::kPasses},  // the word alone
+      {"ERR unknown command 'FOO'", RedisRefusal::kOther},
+      {"", RedisRefusal::kOther},
+  };
+  for (const auto& [reply, expected] : cases) {
+    EXPECT_EQ(static_cast<int>(ClassifyRedisError(reply)), static_cast<int>(expected)) << reply;
+  }
+}
+
 }  // namespace
 }  // namespace mcd

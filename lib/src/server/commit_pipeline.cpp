@@ -20,31 +20,30 @@ CommitAction ActionOf(std::string_view action) {
 }
 }  // namespace
 
-std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
+std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
                                          const std::string& field, const std::string& value,
                                          const CommitEvent& event, const std::string& name) {
-  std::string events = opt.keys.Events();
   DeleteIfArgs args;
   args.key = key;
-  args.events = events;
+  args.events = events.key;
   args.field = field;
   args.value = value;
-  args.event_cap = opt.event_history;
+  args.event_cap = events.cap;
   args.event = event;
   args.name = name;
-  args.node = opt.node;
+  args.node = events.node;
   return DeleteIfCall(args);
 }
 
-CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, const ServerOptions& opt,
+CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOptions opt,
                                std::string instance)
     : redis_(std::move(redis)),
-      opt_(opt),
+      opt_(std::move(opt)),
       instance_(std::move(instance)),
-      queue_key_(opt.keys.NodeQueue(opt.node)),
-      processing_key_(opt.keys.Processing(opt.node)),
-      holders_key_(opt.keys.Holders(opt.node)),
-      events_key_(opt.keys.Events()) {}
+      queue_key_(opt_.keys.NodeQueue(opt_.node)),
+      processing_key_(opt_.keys.Processing(opt_.node)),
+      holders_key_(opt_.keys.Holders(opt_.node)),
+      events_{opt_.keys.Events(), opt_.event_history, opt_.node} {}
 
 RedisConnection& CommitPipeline::Drained() {
   assert(!reading_ && "the serving connection is used while a drain reads its replies");
@@ -87,7 +86,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   a.first_result = first_key;
   a.holders = holders_key_;
   a.held = held_key;
-  a.events = events_key_;
+  a.events = events_.key;
   if (!socket) {
     a.raw = raw;
     a.reply = reply;
@@ -97,7 +96,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   a.has_req = written;
   a.pre = pre;
   a.owner = instance_;
-  a.event_cap = opt_.event_history;
+  a.event_cap = events_.cap;
   a.event = event;
   a.name = name;
   a.node = opt_.node;

@@ -43,17 +43,39 @@ struct Pending {
   std::vector<std::string> tails;
 };
 
+// Where a server's lifecycle events go: the stream's key, about how many it keeps (0: none are
+// written), and the node they name.
+struct EventTarget {
+  std::string key;
+  uint64_t cap = 0;
+  std::string node;
+  static EventTarget Of(const ServerOptions& opt) {
+    return EventTarget{opt.keys.Events(), opt.event_history, opt.node};
+  }
+};
+
 // The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
 // deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
-// server event).
-std::vector<std::string> DeleteIfCommand(const ServerOptions& opt, const std::string& key,
+// server event) to `events`.
+std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
                                          const std::string& field, const std::string& value,
                                          const CommitEvent& event, const std::string& name);
 
+// What the pipeline needs of the server's options.
+struct CommitOptions {
+  KeySpace keys;
+  std::string node;
+  int reply_ttl_s = 60;  // a queued command's reply
+  int done_ttl_s = 60;   // its first result, by which a repeated req is recognised
+  uint64_t event_history = 0;
+  static CommitOptions Of(const ServerOptions& opt) {
+    return CommitOptions{opt.keys, opt.node, opt.reply_ttl_s, opt.done_ttl_s, opt.event_history};
+  }
+};
+
 class CommitPipeline {
  public:
-  CommitPipeline(std::unique_ptr<RedisConnection> redis, const ServerOptions& opt,
-                 std::string instance);
+  CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOptions opt, std::string instance);
 
   // The serving connection, once every reply due on it was read and its commit settled: the
   // only way to it, for a call that needs one (a script, a claim of the heartbeat). Not kept past
@@ -64,6 +86,8 @@ class CommitPipeline {
     return Drained().Command(argv);
   }
   bool connected() const { return redis_->connected(); }
+  // Where the commits append their events, for the server's other removals (DeleteIfCommand).
+  const EventTarget& events() const { return events_; }
   // After a lost connection: the replies due fail (they had no answer), then the reconnect.
   Status Reconnect() { return Drained().Reconnect(); }
 
@@ -118,12 +142,12 @@ class CommitPipeline {
   static Result<CommitResult> ParseCommit(Result<RedisValue> reply);
 
   std::unique_ptr<RedisConnection> redis_;
-  const ServerOptions& opt_;
+  const CommitOptions opt_;
   const std::string instance_;
   const std::string queue_key_;  // the node's
   const std::string processing_key_;
   const std::string holders_key_;
-  const std::string events_key_;
+  const EventTarget events_;
   std::string commit_sha_;
   std::vector<Pending> batch_;  // commits planned, not yet sent
   std::deque<Due> due_;         // replies due on the connection, in the order sent

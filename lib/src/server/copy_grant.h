@@ -32,11 +32,21 @@ namespace mcd {
 std::string CopyGrantValue(std::string_view token, std::string_view serving_node,
                            std::string_view asker_node, int64_t ctime_ms, std::string_view name);
 
+// What the grants need of the server's options.
+struct CopyGrantsOptions {
+  RedisUrl redis_url;  // for their own connection
+  KeySpace keys;
+  std::string node;  // the node served
+  static CopyGrantsOptions Of(const ServerOptions& opt) {
+    return CopyGrantsOptions{opt.redis_url, opt.keys, opt.node};
+  }
+};
+
 // The grants of one server, on a Redis connection of their own (the serving loop's may have
 // commands in flight). Main thread of the server.
 class CopyGrants {
  public:
-  explicit CopyGrants(const ServerOptions& opt) : opt_(opt) {}
+  explicit CopyGrants(CopyGrantsOptions opt) : opt_(std::move(opt)) {}
 
   // Writes a grant for this node to read `name`, created at `ctime_ms`, of `serving_node`; Redis
   // drops it after `ttl_ms` unless it is used or withdrawn first.
@@ -61,7 +71,7 @@ class CopyGrants {
   // Redis answered: the backoff starts small again.
   void Answered();
 
-  const ServerOptions& opt_;
+  const CopyGrantsOptions opt_;
   std::unique_ptr<RedisConnection> conn_;
   std::chrono::steady_clock::time_point retry_at_{};
   std::chrono::milliseconds backoff_ = kMinBackoff;

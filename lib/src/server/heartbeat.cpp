@@ -293,11 +293,8 @@ std::string Heartbeat::node_lost() {
 
 void Heartbeat::Remove(RedisConnection& conn) {
   if (!owned_ || !conn.connected()) return;
-  ServerOptions server;  // what DeleteIfCommand reads of the server's options
-  server.node = opt_.node;
-  server.keys = opt_.keys;
-  server.event_history = opt_.event_history;
-  auto command = DeleteIfCommand(server, opt_.keys.Server(opt_.node), heartbeat_field::kInstance,
+  EventTarget events{opt_.keys.Events(), opt_.event_history, opt_.node};
+  auto command = DeleteIfCommand(events, opt_.keys.Server(opt_.node), heartbeat_field::kInstance,
                                  instance_, CommitEvent{"server_stop", getpid()}, "");
   (void)conn.Command(std::vector<std::string_view>(command.begin(), command.end()));
 }

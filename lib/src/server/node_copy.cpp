@@ -27,13 +27,13 @@ std::string MajorMinor(const std::string& version) {
 Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   const std::string& name = cmd.copy_of;
   MCD_ASSIGN_OR_RETURN(RedisValue f,
-                       serving_.Command({"HMGET", opt_.keys.Tensor(name), "node", "bytes", "ctime", "state"}));
+                       serving_.Command({"HMGET", keys_.Tensor(name), "node", "bytes", "ctime", "state"}));
   if (f.elements.size() != 4 || f.elements[0].is_nil()) {
     return Status(ErrorCode::kNotFound, "no tensor named '" + name + "' to copy");
   }
   Source source;
   source.node = f.elements[0].str;
-  if (source.node == opt_.node) {
+  if (source.node == node_) {
     return Status(ErrorCode::kInvalidArgument,
                   "tensor '" + name + "' is on this node already: open it here (mcd-get), or copy "
                   "it with mcd-get -o FILE.npy and mcd-create --from FILE.npy");
@@ -47,7 +47,7 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                    ": a copy has its dtype and shape");
   }
   source.ctime_ms = std::strtoll(f.elements[2].str.c_str(), nullptr, 10);
-  MCD_ASSIGN_OR_RETURN(RedisValue server, serving_.Command({"HMGET", opt_.keys.Server(source.node),
+  MCD_ASSIGN_OR_RETURN(RedisValue server, serving_.Command({"HMGET", keys_.Server(source.node),
                                                          heartbeat_field::kInstance,
                                                          heartbeat_field::kUcxAddress,
                                                          heartbeat_field::kUcxVersion}));
@@ -88,7 +88,7 @@ Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocati
     if (!grant.ok()) return failed(grant.status());
     // Reads other servers send meanwhile are answered: one of them may be waiting for ours.
     Status got =
-        service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, grant.value(), opt_.node,
+        service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, grant.value(), node_,
                         into, cmd.bytes, memory, timeout_ms, [this] { ServeReads(); });
     if (got.ok()) return got;
     grants_.Withdraw(grant.value());
@@ -137,7 +137,7 @@ void NodeCopier::ServeReads() {
     if (found == table_.end() || found->second.record.ctime_ms != read.ctime_ms) {
       service_->Answer(read,
                        Status(ErrorCode::kNotFound,
-                              "tensor '" + read.name + "' is gone from node '" + opt_.node + "'"),
+                              "tensor '" + read.name + "' is gone from node '" + node_ + "'"),
                        nullptr, 0, Memory::kHost, nullptr);
       continue;
     }

@@ -23,18 +23,29 @@
 
 namespace mcd {
 
+// What the copier needs of the server's options.
+struct NodeCopierOptions {
+  CopyGrantsOptions grants;  // the node served, its keys, and the Redis its grants go to
+  bool stage_gpu_copies = false;
+  static NodeCopierOptions Of(const ServerOptions& opt) {
+    return NodeCopierOptions{CopyGrantsOptions::Of(opt), opt.stage_gpu_copies};
+  }
+};
+
 class NodeCopier {
  public:
   // `service` null: copies are off, for the reason `off`.
-  NodeCopier(const ServerOptions& opt, CommitPipeline& serving, TensorTable& table,
+  NodeCopier(NodeCopierOptions opt, CommitPipeline& serving, TensorTable& table,
              DeviceSet& devices, CopyService* service, std::string off)
-      : opt_(opt),
+      : keys_(opt.grants.keys),
+        node_(opt.grants.node),
+        stage_gpu_copies_(opt.stage_gpu_copies),
         serving_(serving),
         table_(table),
         devices_(devices),
         service_(service),
         off_(std::move(off)),
-        grants_(opt) {}
+        grants_(std::move(opt.grants)) {}
 
   // The tensor a create copies, as found before anything is allocated.
   struct Source {
@@ -52,7 +63,7 @@ class NodeCopier {
   void ServeReads();
   // GPU tensors go in place, UCX reading and writing GPU memory, rather than staged in host
   // memory: the UCX can, and --stage-gpu-copies did not turn it off.
-  bool gpu_direct() const { return service_ != nullptr && service_->reads_gpu_memory() && !opt_.stage_gpu_copies; }
+  bool gpu_direct() const { return service_ != nullptr && service_->reads_gpu_memory() && !stage_gpu_copies_; }
 
  private:
   // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory in place or
@@ -62,7 +73,9 @@ class NodeCopier {
   // reads there were (a peer that floods the worker does not flood the log).
   void LogRefusals(uint64_t count, const std::function<std::string()>& line);
 
-  const ServerOptions& opt_;
+  const KeySpace keys_;
+  const std::string node_;  // the node served
+  const bool stage_gpu_copies_;
   CommitPipeline& serving_;
   TensorTable& table_;
   DeviceSet& devices_;

@@ -9,7 +9,7 @@
 namespace mcd {
 
 void QueueRelay::Start() {
-  if (opt_.keys.queue.empty()) return;
+  if (shared_.empty()) return;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -19,7 +19,6 @@ void QueueRelay::Stop() {
 }
 
 void QueueRelay::Loop() {
-  const std::string shared = opt_.keys.queue, own = opt_.keys.NodeQueue(opt_.node);
   RedisOptions ropt;
   ropt.command_timeout_ms = 3000;  // past the BLMOVE's own second
   std::unique_ptr<RedisConnection> conn;
@@ -27,7 +26,7 @@ void QueueRelay::Loop() {
   int backoff_ms = 100;
   while (!stop_) {
     if (!conn || !conn->connected()) {
-      auto c = RedisConnection::Connect(opt_.redis_url, ropt);
+      auto c = RedisConnection::Connect(redis_url_, ropt);
       if (!c.ok()) {
         if (failed.Again()) Log(LogLevel::kWarn, "shared queue relay: " + c.status().ToString());
         std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
@@ -37,14 +36,14 @@ void QueueRelay::Loop() {
       conn = std::move(c).value();
     }
     // To the end the serving loop takes from last: FIFO with what was pushed there directly.
-    auto moved = conn->Command({"BLMOVE", shared, own, "RIGHT", "LEFT", "1"});
+    auto moved = conn->Command({"BLMOVE", shared_, own_, "RIGHT", "LEFT", "1"});
     if (moved.ok()) {
       failed.Over();
       backoff_ms = 100;
       continue;
     }
     if (failed.Again()) {
-      Log(LogLevel::kWarn, "shared queue relay (" + shared + " -> " + own +
+      Log(LogLevel::kWarn, "shared queue relay (" + shared_ + " -> " + own_ +
                                "): " + moved.status().ToString());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));

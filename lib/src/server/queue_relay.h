@@ -9,13 +9,20 @@
 #include <atomic>
 #include <thread>
 
-#include "memcuda/server.h"
+#include <string>
+
+#include "memcuda/redis.h"
 
 namespace mcd {
 
 class QueueRelay {
  public:
-  explicit QueueRelay(const ServerOptions& opt) : opt_(opt) {}
+  // Relays from `shared_queue` ("" for none: Start does nothing) to `node_queue`, on a
+  // connection of its own to `redis_url`.
+  QueueRelay(RedisUrl redis_url, std::string shared_queue, std::string node_queue)
+      : redis_url_(std::move(redis_url)),
+        shared_(std::move(shared_queue)),
+        own_(std::move(node_queue)) {}
   ~QueueRelay() { Stop(); }
   QueueRelay(const QueueRelay&) = delete;
   QueueRelay& operator=(const QueueRelay&) = delete;
@@ -27,7 +34,9 @@ class QueueRelay {
  private:
   void Loop();
 
-  const ServerOptions& opt_;
+  const RedisUrl redis_url_;
+  const std::string shared_;
+  const std::string own_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -6,11 +6,11 @@
 
 namespace mcd {
 
-Reaper::Reaper(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+Reaper::Reaper(ReaperOptions opt, std::string instance, CommitPipeline& pipeline,
                TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes)
-    : opt_(opt),
+    : opt_(std::move(opt)),
       instance_(std::move(instance)),
-      holders_key_(opt.keys.Holders(opt.node)),
+      holders_key_(opt_.keys.Holders(opt_.node)),
       pipeline_(pipeline),
       table_(table),
       devices_(devices),

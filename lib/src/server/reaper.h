@@ -14,9 +14,16 @@
 
 namespace mcd {
 
+// What the reaper needs of the server's options.
+struct ReaperOptions {
+  KeySpace keys;
+  std::string node;
+  static ReaperOptions Of(const ServerOptions& opt) { return ReaperOptions{opt.keys, opt.node}; }
+};
+
 class Reaper {
  public:
-  Reaper(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+  Reaper(ReaperOptions opt, std::string instance, CommitPipeline& pipeline,
          TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
 
   // Deletes the stack tensors whose owner process is gone, and frees their memory.
@@ -36,7 +43,7 @@ class Reaper {
   void Reclaimed(const char* what, const std::string& name, Result<CommitResult> committed,
                  OutcomeLog::Clock::time_point t0, const std::string& detail);
 
-  const ServerOptions& opt_;
+  const ReaperOptions opt_;
   const std::string instance_;
   const std::string holders_key_;
   CommitPipeline& pipeline_;

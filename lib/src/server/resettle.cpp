@@ -11,10 +11,10 @@
 
 namespace mcd {
 
-Resettle::Resettle(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+Resettle::Resettle(ResettleOptions opt, std::string instance, CommitPipeline& pipeline,
                    TensorTable& table, DeviceSet& devices, Heartbeat& heartbeat,
                    CommandApplier& applier, std::function<void()> stop)
-    : opt_(opt),
+    : opt_(std::move(opt)),
       instance_(std::move(instance)),
       pipeline_(pipeline),
       table_(table),
@@ -118,11 +118,12 @@ Status Resettle::Republish(Entry& entry) {
 }
 
 Result<bool> Resettle::RemovalCommitted(const std::string& name) {
-  if (opt_.event_history == 0) return false;
+  const EventTarget& stream = pipeline_.events();
+  if (stream.cap == 0) return false;
   // The removal was among this server's last changes; the window is the stream's cap.
   MCD_ASSIGN_OR_RETURN(RedisValue events,
-                       pipeline_.Command({"XREVRANGE", opt_.keys.Events(), "+", "-", "COUNT",
-                                       std::to_string(opt_.event_history)}));
+                       pipeline_.Command({"XREVRANGE", stream.key, "+", "-", "COUNT",
+                                          std::to_string(stream.cap)}));
   for (const RedisValue& entry : events.elements) {
     if (entry.elements.size() != 2) continue;
     std::map<std::string, std::string> f = FieldMap(entry.elements[1]);
@@ -134,14 +135,14 @@ Result<bool> Resettle::RemovalCommitted(const std::string& name) {
 
 Status Resettle::RemovePhantoms() {
   std::vector<std::string> phantoms;
-  Status scanned = ScanNodeHashes(pipeline_.Drained(), opt_, {}, [&](const std::string& key, RedisValue& f) {
+  Status scanned = ScanNodeHashes(pipeline_.Drained(), opt_.keys, opt_.node, {}, [&](const std::string& key, RedisValue& f) {
     std::string name = opt_.keys.NameFromTensorKey(key);
     if (f.elements[0].str == instance_ && table_.find(name) == table_.end()) phantoms.push_back(name);
     return Status::Ok();
   });
   MCD_RETURN_IF_ERROR(scanned);
   for (const std::string& name : phantoms) {
-    auto command = DeleteIfCommand(opt_, opt_.keys.Tensor(name), "owner", instance_,
+    auto command = DeleteIfCommand(pipeline_.events(), opt_.keys.Tensor(name), "owner", instance_,
                                    CommitEvent{"reclaim", getpid(), "stale"}, name);
     MCD_RETURN_IF_ERROR(
         pipeline_.Command(std::vector<std::string_view>(command.begin(), command.end())).status());

@@ -18,9 +18,16 @@
 
 namespace mcd {
 
+// What the resettle needs of the server's options (the event stream it reads is the pipeline's).
+struct ResettleOptions {
+  KeySpace keys;
+  std::string node;
+  static ResettleOptions Of(const ServerOptions& opt) { return ResettleOptions{opt.keys, opt.node}; }
+};
+
 class Resettle {
  public:
-  Resettle(const ServerOptions& opt, std::string instance, CommitPipeline& pipeline,
+  Resettle(ResettleOptions opt, std::string instance, CommitPipeline& pipeline,
            TensorTable& table, DeviceSet& devices, Heartbeat& heartbeat, CommandApplier& applier,
            std::function<void()> stop);
 
@@ -45,7 +52,7 @@ class Resettle {
   // that missed their removal brings back: deleted, so that nobody opens freed memory.
   Status RemovePhantoms();
 
-  const ServerOptions& opt_;
+  const ResettleOptions opt_;
   const std::string instance_;
   CommitPipeline& pipeline_;
   TensorTable& table_;

@@ -134,7 +134,7 @@ Status Server::Impl::Start() {
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> redis,
                        RedisConnection::Connect(opt_.redis_url, ropt));
   MCD_RETURN_IF_ERROR(CheckRedisVersion(*redis, opt_.redis_url.Redacted()));
-  pipeline_ = std::make_unique<CommitPipeline>(std::move(redis), opt_, instance_);
+  pipeline_ = std::make_unique<CommitPipeline>(std::move(redis), CommitOptions::Of(opt_), instance_);
   waker_ = std::make_unique<Waker>(opt_.redis_url, opt_.keys.NodeQueue(opt_.node));
   intake_ = std::make_unique<Intake>(opt_.keys.NodeQueue(opt_.node),
                                      opt_.keys.Processing(opt_.node), *waker_);
@@ -142,8 +142,8 @@ Status Server::Impl::Start() {
   applier_ = std::make_unique<CommandApplier>(ApplierOptions{opt_.keys, opt_.node, instance_},
                                               *pipeline_, *intake_, table_, *devices_, outcomes_,
                                               *copier_);
-  reaper_ = std::make_unique<Reaper>(opt_, instance_, *pipeline_, table_, *devices_, outcomes_);
-  resettler_ = std::make_unique<Resettle>(opt_, instance_, *pipeline_, table_, *devices_,
+  reaper_ = std::make_unique<Reaper>(ReaperOptions::Of(opt_), instance_, *pipeline_, table_, *devices_, outcomes_);
+  resettler_ = std::make_unique<Resettle>(ResettleOptions::Of(opt_), instance_, *pipeline_, table_, *devices_,
                                           *heartbeat_, *applier_, [this] { RequestStop(); });
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
@@ -153,7 +153,8 @@ Status Server::Impl::Start() {
   MCD_RETURN_IF_ERROR(
       ReconcileNode(pipeline_->Drained(), opt_, instance_, shm_prefix_, socket_dir));
   MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(pipeline_->Drained()));
-  relay_ = std::make_unique<QueueRelay>(opt_);
+  relay_ = std::make_unique<QueueRelay>(opt_.redis_url, opt_.keys.queue,
+                                        opt_.keys.NodeQueue(opt_.node));
   relay_->Start();
   // Wakes the serving connection out of its BLMOVE so that Run() returns at once.
   heartbeat_->Start([this] { (void)waker_->Wake(); });
@@ -175,7 +176,7 @@ void Server::Impl::StartNodeCopies() {
       off = started.status().message();
     }
   }
-  copier_ = std::make_unique<NodeCopier>(opt_, *pipeline_, table_, *devices_, copies_.get(), off);
+  copier_ = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt_), *pipeline_, table_, *devices_, copies_.get(), off);
   if (!copies_) {
     Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
     heartbeat_->set_node_copies("", "", "off");
@@ -392,7 +393,8 @@ size_t Server::Impl::DeleteAndFreeAll() {
     // made tensors of the same names since.
     CommitEvent event{"reclaim", getpid(), "server_stopped"};
     for (const auto& [name, entry] : table_.tensors()) {
-      auto command = DeleteIfCommand(opt_, opt_.keys.Tensor(name), "owner", instance_, event, name);
+      auto command = DeleteIfCommand(pipeline_->events(), opt_.keys.Tensor(name), "owner",
+                                     instance_, event, name);
       if (!redis.Append(std::vector<std::string_view>(command.begin(), command.end())).ok())
         break;
       if (++pending == 1000) drain();

@@ -21,13 +21,13 @@
 
 namespace mcd {
 
-Status ScanNodeHashes(RedisConnection& redis, const ServerOptions& opt,
+Status ScanNodeHashes(RedisConnection& redis, const KeySpace& keys, const std::string& node,
                       const std::vector<std::string>& fields,
                       const std::function<Status(const std::string& key, RedisValue& values)>& on_hash) {
   std::vector<std::string> command = {"HMGET", "", "node", "owner"};
   command.insert(command.end(), fields.begin(), fields.end());
   return redis.Scan(
-      opt.keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
+      keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
         for (const RedisValue& key : keys) {
           command[1] = key.str;
           MCD_RETURN_IF_ERROR(redis.Append(std::vector<std::string_view>(command.begin(), command.end())));
@@ -40,7 +40,7 @@ Status ScanNodeHashes(RedisConnection& redis, const ServerOptions& opt,
         }
         for (size_t i = 0; i < keys.size(); ++i) {
           RedisValue& f = replies[i];
-          if (f.elements.size() != command.size() - 2 || f.elements[0].str != opt.node) continue;
+          if (f.elements.size() != command.size() - 2 || f.elements[0].str != node) continue;
           f.elements.erase(f.elements.begin());  // "owner", then `fields`
           MCD_RETURN_IF_ERROR(on_hash(keys[i].str, f));
         }
@@ -52,7 +52,7 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
                      const std::string& shm_prefix, const std::string& socket_dir) {
   int removed = 0;
   Status scanned = ScanNodeHashes(
-      redis, opt, {"ipc_kind", "ipc_handle"}, [&](const std::string& key, RedisValue& f) -> Status {
+      redis, opt.keys, opt.node, {"ipc_kind", "ipc_handle"}, [&](const std::string& key, RedisValue& f) -> Status {
         if (f.elements[0].str == instance) return Status::Ok();
         // Only an object a server of this node made: the name comes from Redis, where anyone
         // who can write could plant one naming another user's file.
@@ -70,7 +70,7 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
         }
         // Only while it is still the dead instance's, with the event that says it went.
         const std::string& dead = f.elements[0].str;
-        auto command = DeleteIfCommand(opt, key, "owner", dead,
+        auto command = DeleteIfCommand(EventTarget::Of(opt), key, "owner", dead,
                                        CommitEvent{"reclaim", 0, "server_lost"},
                                        opt.keys.NameFromTensorKey(key));
         MCD_RETURN_IF_ERROR(

@@ -10,9 +10,9 @@
 
 namespace mcd {
 
-// Every tensor hash of node `opt.node` (SCAN, with the fields read by pipelined HMGETs in
-// pages): `on_hash` gets its key and the values of "owner" then of `fields`, in that order.
-Status ScanNodeHashes(RedisConnection& redis, const ServerOptions& opt,
+// Every tensor hash under `keys` of node `node` (SCAN, with the fields read by pipelined HMGETs
+// in pages): `on_hash` gets its key and the values of "owner" then of `fields`, in that order.
+Status ScanNodeHashes(RedisConnection& redis, const KeySpace& keys, const std::string& node,
                       const std::vector<std::string>& fields,
                       const std::function<Status(const std::string& key, RedisValue& values)>& on_hash);
 

@@ -77,11 +77,11 @@ struct Node {
     opt.all_devices = false;
     opt.redis_url = RedisUrl::Parse(redis.url()).value();
     conn = redis.Connect();
-    serving = std::make_unique<CommitPipeline>(redis.Connect(), opt, name + "-instance");
+    serving = std::make_unique<CommitPipeline>(redis.Connect(), CommitOptions::Of(opt), name + "-instance");
     shm_prefix = "/mcd-unit-" + std::to_string(getpid()) + "-" + name + "-";
     devices = DeviceSet::Open(opt, shm_prefix).value();
     service.address_ = address;
-    copier = std::make_unique<NodeCopier>(opt, *serving, table, *devices, &service, "");
+    copier = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt), *serving, table, *devices, &service, "");
   }
   ~Node() {
     copier.reset();
@@ -218,7 +218,7 @@ TEST_F(NodeCopyTest, LocateRefusesWhatCannotBeCopied) {
   EXPECT_EQ(code("w", 4), ErrorCode::kUnavailable);  // no live server there
   // Copies off here: the reason given.
   Hset(b_.opt.keys.Server("b"), {"instance", "bbbb", "ucx_address", "b0b0"});
-  NodeCopier off(a_.opt, *a_.serving, a_.table, *a_.devices, nullptr, "copies are off here");
+  NodeCopier off(NodeCopierOptions::Of(a_.opt), *a_.serving, a_.table, *a_.devices, nullptr, "copies are off here");
   auto refused = off.Locate(CopyCommand("w", 4));
   EXPECT_EQ(refused.status().code(), ErrorCode::kUnsupported);
   EXPECT_EQ(refused.status().message(), "copies are off here");

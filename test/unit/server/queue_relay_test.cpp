@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "memcuda/server.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -33,7 +34,7 @@ class QueueRelayTest : public ::testing::Test {
 };
 
 TEST_F(QueueRelayTest, MovesEachCommandOfTheSharedQueueOntoTheNodesQueueInOrder) {
-  QueueRelay relay(opt_);
+  QueueRelay relay(opt_.redis_url, opt_.keys.queue, opt_.keys.NodeQueue(opt_.node));
   relay.Start();
   // LPUSH, as redis-cli's users do: the first pushed is the first the serving loop takes (from
   // the right of the node's queue).
@@ -50,7 +51,7 @@ TEST_F(QueueRelayTest, MovesEachCommandOfTheSharedQueueOntoTheNodesQueueInOrder)
 }
 
 TEST_F(QueueRelayTest, KeepsRelayingAcrossARedisRestart) {
-  QueueRelay relay(opt_);
+  QueueRelay relay(opt_.redis_url, opt_.keys.queue, opt_.keys.NodeQueue(opt_.node));
   relay.Start();
   redis_.Restart();
   conn_ = redis_.Connect();
