@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(build-essential cmake pkg-config libhiredis-dev libcli11-dev nlohmann-json3-dev
           googletest libgtest-dev rapidjson-dev redis-server redis-tools redis-sentinel libucx-dev mandoc
+          clang-format
           libvulkan-dev
           g++-mingw-w64-x86-64-posix clang-14 libclang-rt-14-dev
           python3-numpy python3-pytest python3-venv python3-pip python3-setuptools python3-wheel

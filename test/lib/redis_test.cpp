@@ -31,14 +31,15 @@ TEST(RedisUrl, ParsesTheRedisCliGrammar) {
   EXPECT_EQ(d->port, 6379);
   EXPECT_EQ(RedisUrl::Parse("redis://[::1]:7000")->host, "::1");
 
-  for (const char* bad : {"http://x", "redis://h:notaport", "redis://h:70000", "unix://relative.sock",
-                          "redis://h/db", "unix:///s.sock?foo=1"}) {
+  for (const char* bad : {"http://x", "redis://h:notaport", "redis://h:70000",
+                          "unix://relative.sock", "redis://h/db", "unix:///s.sock?foo=1"}) {
     EXPECT_EQ(RedisUrl::Parse(bad).status().code(), ErrorCode::kInvalidArgument) << bad;
   }
 }
 
 TEST(RedisUrl, ParsesTheSentinelFormOfRedisPy) {
-  auto u = RedisUrl::Parse("redis-sentinel://bob:pw@10.0.0.1:26380,sentinel-b,[::1]:5000/mymaster/2");
+  auto u =
+      RedisUrl::Parse("redis-sentinel://bob:pw@10.0.0.1:26380,sentinel-b,[::1]:5000/mymaster/2");
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   EXPECT_TRUE(u->via_sentinel());
   ASSERT_EQ(u->sentinels.size(), 3u);
@@ -49,17 +50,20 @@ TEST(RedisUrl, ParsesTheSentinelFormOfRedisPy) {
   EXPECT_EQ(u->db, 2);
   EXPECT_EQ(u->user, "bob");
   EXPECT_EQ(u->password, "pw");
-  EXPECT_EQ(u->Redacted(), "redis-sentinel://bob:***@10.0.0.1:26380,sentinel-b:26379,[::1]:5000/mymaster/2");
+  EXPECT_EQ(u->Redacted(),
+            "redis-sentinel://bob:***@10.0.0.1:26380,sentinel-b:26379,[::1]:5000/mymaster/2");
   EXPECT_EQ(RedisUrl::Parse(u->Redacted())->sentinels, u->sentinels);
-  for (const char* bad : {"redis-sentinel://h:1", "redis-sentinel://h:1/", "redis-sentinel:///m", "redis-sentinel://h:x/m",
-                          "redis-sentinel://h:1,/m", "redis-sentinel://h:1/m/x"}) {
+  for (const char* bad :
+       {"redis-sentinel://h:1", "redis-sentinel://h:1/", "redis-sentinel:///m",
+        "redis-sentinel://h:x/m", "redis-sentinel://h:1,/m", "redis-sentinel://h:1/m/x"}) {
     EXPECT_EQ(RedisUrl::Parse(bad).status().code(), ErrorCode::kInvalidArgument) << bad;
   }
   // No sentinel answers: a clear error naming them, not a hang.
   auto none = RedisConnection::Connect(RedisUrl::Parse("redis-sentinel://127.0.0.1:1/m").value());
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), ErrorCode::kUnavailable);
-  EXPECT_NE(none.status().message().find("no sentinel of redis-sentinel://127.0.0.1:1/m named the master"),
+  EXPECT_NE(none.status().message().find(
+                "no sentinel of redis-sentinel://127.0.0.1:1/m named the master"),
             std::string::npos)
       << none.status().message();
 }
@@ -199,17 +203,20 @@ namespace {
 
 // Redis's states that pass are "try again" (exit 75) with what to do; the rest keep their codes.
 TEST(RedisErrors, StatesThatPassAreTryAgain) {
-  for (const char* reply : {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script",
-                            "MASTERDOWN Link with MASTER is down", "TRYAGAIN Multiple keys request during rehashing",
-                            "CLUSTERDOWN The cluster is down"}) {
+  for (const char* reply :
+       {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script",
+        "MASTERDOWN Link with MASTER is down", "TRYAGAIN Multiple keys request during rehashing",
+        "CLUSTERDOWN The cluster is down"}) {
     Status status = RedisErrorStatus("GET", reply);
     EXPECT_EQ(status.code(), ErrorCode::kTryAgain) << reply;
     EXPECT_EQ(ExitCodeFor(status.code()), 75);
     EXPECT_NE(status.message().find("try again"), std::string::npos) << status.message();
     EXPECT_NE(status.message().find(reply), std::string::npos) << status.message();
   }
-  EXPECT_EQ(RedisErrorStatus("GET", "WRONGTYPE Operation against a key").code(), ErrorCode::kUnexpectedReply);
-  EXPECT_EQ(RedisErrorStatus("AUTH", "WRONGPASS invalid username-password").code(), ErrorCode::kAuthFailed);
+  EXPECT_EQ(RedisErrorStatus("GET", "WRONGTYPE Operation against a key").code(),
+            ErrorCode::kUnexpectedReply);
+  EXPECT_EQ(RedisErrorStatus("AUTH", "WRONGPASS invalid username-password").code(),
+            ErrorCode::kAuthFailed);
   EXPECT_EQ(RedisErrorStatus("SET", "OOM command not allowed").code(), ErrorCode::kRedisError);
   EXPECT_EQ(RedisErrorStatus("SET", "LOADINGX not a state").code(), ErrorCode::kRedisError);
 }
@@ -231,7 +238,8 @@ TEST(RedisErrors, EachErrorWordMapsToItsClass) {
        "permissions to access one of the keys used as arguments",
        RedisRefusal::kNoPermission},
       {"OOM command not allowed when used memory > 'maxmemory'.", RedisRefusal::kOther},
-      {"WRONGTYPE Operation against a key holding the wrong kind of value", RedisRefusal::kWrongType},
+      {"WRONGTYPE Operation against a key holding the wrong kind of value",
+       RedisRefusal::kWrongType},
       {"NOAUTH Authentication required.", RedisRefusal::kAuth},
       {"WRONGPASS invalid username-password pair or user is disabled.", RedisRefusal::kAuth},
       {"BUSYKEY Target key name already exists.", RedisRefusal::kOther},

@@ -70,7 +70,6 @@ struct MCD_API RedisValue {
   bool is_nil() const noexcept { return type == Type::kNil; }
 };
 
-
 struct MCD_API RedisOptions {
   int connect_timeout_ms = 2000;
   // Socket read/write timeout for ordinary commands. Blocking commands pass their own.
@@ -89,7 +88,9 @@ MCD_API void RespArg(std::string& resp, std::string_view arg);
 
 // True when a Redis error text says that the script named by EVALSHA is not loaded (after a
 // SCRIPT FLUSH or a restart): load it and run the call again.
-inline bool IsNoScript(std::string_view error) { return error.find("NOSCRIPT") != std::string_view::npos; }
+inline bool IsNoScript(std::string_view error) {
+  return error.find("NOSCRIPT") != std::string_view::npos;
+}
 
 class MCD_API RedisConnection {
  public:

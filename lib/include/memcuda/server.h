@@ -22,28 +22,28 @@ inline constexpr int kMaxHeartbeatTtlS = 3600;
 struct MCD_API ServerOptions {
   RedisUrl redis_url;
   KeySpace keys;
-  std::string node;                // default: the host name
-  bool all_devices = true;         // every CUDA device on the machine
-  std::vector<int> devices;        // when !all_devices (host memory, "cpu", is always served)
-  int heartbeat_ttl_s = 5;         // 1 to kMaxHeartbeatTtlS
-  int reply_ttl_s = 60;            // lifetime of <prefix>:reply:<req>
-  int done_ttl_s = 60;             // how long a repeated req is recognised (its first reply kept)
-  int log_level = 2;               // 0 error, 1 warn, 2 info, 3 debug
+  std::string node;          // default: the host name
+  bool all_devices = true;   // every CUDA device on the machine
+  std::vector<int> devices;  // when !all_devices (host memory, "cpu", is always served)
+  int heartbeat_ttl_s = 5;   // 1 to kMaxHeartbeatTtlS
+  int reply_ttl_s = 60;      // lifetime of <prefix>:reply:<req>
+  int done_ttl_s = 60;       // how long a repeated req is recognised (its first reply kept)
+  int log_level = 2;         // 0 error, 1 warn, 2 info, 3 debug
   // GPU allocator: "cuda" (cudaMalloc + cudaIpcGetMemHandle, opened by any CUDA program) or
   // "pool" (an IPC-capable stream-ordered pool per device; its descriptor is served on a Unix
   // socket to processes of the same user, or of `pool_group`).
   std::string allocator = "cuda";
-  uint64_t pool_max_bytes = 0;     // 0: the whole device
-  double pool_max_fraction = 0;    // > 0: this fraction of the device instead
+  uint64_t pool_max_bytes = 0;                   // 0: the whole device
+  double pool_max_fraction = 0;                  // > 0: this fraction of the device instead
   uint64_t pool_release_threshold = UINT64_MAX;  // bytes the pool keeps cached when idle
-  std::string pool_group;          // group allowed besides the server's user ("" = none)
+  std::string pool_group;  // group allowed besides the server's user ("" = none)
   // GPU memory per device kept as zeroed blocks of recently created sizes (up to half of it
   // each), so that such creates need no allocation on their path; 0: none.
   uint64_t ready_max_bytes = 256ull << 20;
   // "cuda": the largest slab that small tensors are carved from, so that a process opening
   // many of them opens few allocations (memcuda(7), SLABS); 0: every tensor its own cudaMalloc.
   uint64_t ipc_slab_max_bytes = 32ull << 20;
-  std::string pool_socket;         // default: <runtime dir>/pool-<node>-<instance>.sock
+  std::string pool_socket;  // default: <runtime dir>/pool-<node>-<instance>.sock
   // Where processes of this machine may send commands straight to the server (memcuda(7));
   // default: <runtime dir>/cmd-<node>-<instance>.sock; "none": no command socket.
   std::string command_socket;

@@ -1,6 +1,8 @@
+#include "memcuda/private_redis.h"
+
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,9 +13,8 @@
 #include <fstream>
 #include <thread>
 
-#include "common/runtime_dir.h"
-#include "memcuda/private_redis.h"
 #include "common/process.h"
+#include "common/runtime_dir.h"
 
 namespace mcd {
 namespace {
@@ -99,8 +100,8 @@ Status PrivateRedis::Spawn() {
     signal(SIGPIPE, SIG_DFL);
     setsid();  // not killed by the terminal's Ctrl-C before mcd-serve has cleaned up
     execlp(redis_server_.c_str(), redis_server_.c_str(), "--port", "0", "--unixsocket",
-           socket.c_str(), "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-           "--dir", dir_.c_str(), "--logfile", log_file.c_str(), "--daemonize", "no",
+           socket.c_str(), "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir",
+           dir_.c_str(), "--logfile", log_file.c_str(), "--daemonize", "no",
            static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -128,8 +129,9 @@ Result<bool> PrivateRedis::KeepRunning() {
                        : waitpid(pid_, &wstatus, WNOHANG) == pid_;  // reaped: no zombie
   if (!gone) return false;
   std::string how = adopted_ ? "exited"
-                    : WIFSIGNALED(wstatus) ? "was killed by signal " + std::to_string(WTERMSIG(wstatus))
-                                           : "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+                    : WIFSIGNALED(wstatus)
+                        ? "was killed by signal " + std::to_string(WTERMSIG(wstatus))
+                        : "exited with status " + std::to_string(WEXITSTATUS(wstatus));
   pid_ = -1;
   // Started again at once; a start that fails counts as one more death.
   for (;;) {
@@ -139,8 +141,7 @@ Result<bool> PrivateRedis::KeepRunning() {
     if (deaths_.size() > kMaxRestartsPerMinute) {
       return Status(ErrorCode::kUnavailable,
                     "the private Redis " + how + ", its " + std::to_string(deaths_.size()) +
-                        "th death within a minute: not restarting it (see " + dir_ +
-                        "/redis.log)");
+                        "th death within a minute: not restarting it (see " + dir_ + "/redis.log)");
     }
     Status spawned = Spawn();
     if (spawned.ok()) break;

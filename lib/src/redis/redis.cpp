@@ -1,16 +1,15 @@
 #include "memcuda/redis.h"
 
 #include <hiredis/hiredis.h>
-#include <signal.h>
-
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
-#include <charconv>
 #include <cstring>
 #include <mutex>
 
@@ -75,7 +74,8 @@ RedisValue Copy(const redisReply* reply) {
     case REDIS_REPLY_ARRAY:
       value.type = RedisValue::Type::kArray;
       value.elements.reserve(reply->elements);
-      for (size_t i = 0; i < reply->elements; ++i) value.elements.push_back(Copy(reply->element[i]));
+      for (size_t i = 0; i < reply->elements; ++i)
+        value.elements.push_back(Copy(reply->element[i]));
       break;
     default:
       value.type = RedisValue::Type::kNil;
@@ -88,7 +88,8 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<void, ReplyDeleter>;
 
-// The part of a redis-sentinel:// URL after its credentials: host[:port][,host[:port]...]/MASTER[/db].
+// The part of a redis-sentinel:// URL after its credentials:
+// host[:port][,host[:port]...]/MASTER[/db].
 template <typename Bad>
 Status ParseSentinels(std::string_view rest, RedisUrl& out, const Bad& bad) {
   size_t slash = rest.find('/');
@@ -113,7 +114,8 @@ Status ParseSentinels(std::string_view rest, RedisUrl& out, const Bad& bad) {
       if (close == std::string_view::npos) return bad("unterminated IPv6 address");
       host = std::string(item.substr(1, close - 1));
       std::string_view tail = item.substr(close + 1);
-      if (!tail.empty() && (tail[0] != ':' || !ParseInt(tail.substr(1), port))) return bad("bad port");
+      if (!tail.empty() && (tail[0] != ':' || !ParseInt(tail.substr(1), port)))
+        return bad("bad port");
     } else if (size_t colon = item.rfind(':'); colon != std::string_view::npos) {
       host = std::string(item.substr(0, colon));
       if (!ParseInt(item.substr(colon + 1), port)) return bad("bad port");
@@ -133,9 +135,11 @@ Status ParseSentinels(std::string_view rest, RedisUrl& out, const Bad& bad) {
 Result<RedisUrl> RedisUrl::Parse(std::string_view url) {
   RedisUrl out;
   auto bad = [&](const std::string& why) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "bad Redis URL (" + why + "); expected redis://[user:password@]host:port/db, "
-                  "unix:///path/to.sock or redis-sentinel://host:port[,host:port...]/MASTER[/db]");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "bad Redis URL (" + why +
+            "); expected redis://[user:password@]host:port/db, "
+            "unix:///path/to.sock or redis-sentinel://host:port[,host:port...]/MASTER[/db]");
   };
   std::string_view rest;
   bool sentinel = url.rfind("redis-sentinel://", 0) == 0;
@@ -221,10 +225,11 @@ std::string RedisUrl::Redacted() const {
   if (via_sentinel()) {
     std::string hosts;
     for (const auto& [h, p] : sentinels) {
-      hosts += (hosts.empty() ? "" : ",") + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" +
-               std::to_string(p);
+      hosts += (hosts.empty() ? "" : ",") + (h.find(':') != std::string::npos ? "[" + h + "]" : h) +
+               ":" + std::to_string(p);
     }
-    return "redis-sentinel://" + auth + hosts + "/" + master + (db != 0 ? "/" + std::to_string(db) : "");
+    return "redis-sentinel://" + auth + hosts + "/" + master +
+           (db != 0 ? "/" + std::to_string(db) : "");
   }
   if (!named()) return "(no Redis named)";
   bool v6 = host.find(':') != std::string::npos;
@@ -255,14 +260,15 @@ Status RedisConnection::ContextError(const char* what) {
   int err = ctx_ != nullptr ? ctx_->err : REDIS_ERR_OTHER;
   std::string detail = ctx_ != nullptr ? ctx_->errstr : "no context";
   std::string where = std::string(what) + " on " + url_.Redacted() + ": ";
-  if (err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT ||
-                              detail.find("timed out") != std::string::npos)) {
+  if (err == REDIS_ERR_IO &&
+      (errno == EAGAIN || errno == ETIMEDOUT || detail.find("timed out") != std::string::npos)) {
     return Status(ErrorCode::kTimeout, where + "timed out (" + detail + ")");
   }
   if (detail.find("timed out") != std::string::npos) {
     return Status(ErrorCode::kTimeout, where + detail);
   }
-  if (err == REDIS_ERR_EOF) return Status(ErrorCode::kUnavailable, where + "server closed the connection");
+  if (err == REDIS_ERR_EOF)
+    return Status(ErrorCode::kUnavailable, where + "server closed the connection");
   return Status(ErrorCode::kUnavailable, where + detail);
 }
 
@@ -284,10 +290,12 @@ Status RedisConnection::Open() {
   if (ctx_->err != 0) {
     std::string detail = ctx_->errstr;
     Status status = ContextError("connect");
-    if (detail.find("refused") != std::string::npos || detail.find("No such file") != std::string::npos) {
+    if (detail.find("refused") != std::string::npos ||
+        detail.find("No such file") != std::string::npos) {
       return Status(ErrorCode::kUnavailable,
                     "cannot connect to Redis at " + url_.Redacted() + ": " + detail +
-                        " (is Redis running? `mcd-serve --spawn-redis` starts a private one; --redis-url or MCD_REDIS_URL name yours)");
+                        " (is Redis running? `mcd-serve --spawn-redis` starts a private one; "
+                        "--redis-url or MCD_REDIS_URL name yours)");
     }
     return status;
   }
@@ -315,10 +323,11 @@ Status RedisConnection::Open() {
     if (!role.ok()) return role.status();
     if (role->elements.empty() || role->elements[0].str != "master") {
       broken_ = true;
-      return Status(ErrorCode::kTryAgain, "Redis at " + url_.host + ":" + std::to_string(url_.port) +
-                                              ", which the sentinels name as master '" + url_.master +
-                                              "', is not a master (a failover is under way): try "
-                                              "again in a moment");
+      return Status(ErrorCode::kTryAgain,
+                    "Redis at " + url_.host + ":" + std::to_string(url_.port) +
+                        ", which the sentinels name as master '" + url_.master +
+                        "', is not a master (a failover is under way): try "
+                        "again in a moment");
     }
   }
   return Status::Ok();
@@ -328,7 +337,8 @@ namespace {
 
 // What SENTINEL get-master-addr-by-name answered: two strings, a host name or address and a
 // port. Anything else (a sentinel is reached by anyone who can reach its port) is malformed.
-Result<std::pair<std::string, int>> MasterAddress(const redisReply* reply, const std::string& master) {
+Result<std::pair<std::string, int>> MasterAddress(const redisReply* reply,
+                                                  const std::string& master) {
   auto malformed = [](const std::string& why) {
     return Status(ErrorCode::kUnexpectedReply, "answered " + why);
   };
@@ -347,12 +357,15 @@ Result<std::pair<std::string, int>> MasterAddress(const redisReply* reply, const
     return malformed("something other than a host and a port");
   for (size_t i = 0; i < 2; ++i) {
     const redisReply* e = reply->element[i];
-    if (e == nullptr || e->type != REDIS_REPLY_STRING) return malformed("a host or port that is no string");
+    if (e == nullptr || e->type != REDIS_REPLY_STRING)
+      return malformed("a host or port that is no string");
   }
   std::string host(reply->element[0]->str, reply->element[0]->len);
   std::string port_text(reply->element[1]->str, reply->element[1]->len);
   bool host_ok = !host.empty() && host.size() <= 255;
-  for (char c : host) host_ok = host_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '_');
+  for (char c : host)
+    host_ok = host_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                          c == ':' || c == '_');
   if (!host_ok) return malformed("the host \"" + Printable(host) + "\"");
   int port = 0;
   if (!ParseInt(port_text, port) || port <= 0 || port > 65535)
@@ -386,10 +399,11 @@ Result<std::pair<std::string, int>> AskSentinel(const RedisUrl& url, const std::
     ReplyPtr auth(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
     const auto* reply = static_cast<const redisReply*>(auth.get());
     if (reply == nullptr) return Status(ErrorCode::kUnavailable, c->errstr);
-    if (reply->type == REDIS_REPLY_ERROR) auth_error = Printable(std::string(reply->str, reply->len), 200);
+    if (reply->type == REDIS_REPLY_ERROR)
+      auth_error = Printable(std::string(reply->str, reply->len), 200);
   }
-  ReplyPtr owned(redisCommand(c, "SENTINEL get-master-addr-by-name %b", url.master.data(),
-                              url.master.size()));
+  ReplyPtr owned(
+      redisCommand(c, "SENTINEL get-master-addr-by-name %b", url.master.data(), url.master.size()));
   const auto* reply = static_cast<const redisReply*>(owned.get());
   if (reply == nullptr) return Status(ErrorCode::kUnavailable, c->errstr);
   auto address = MasterAddress(reply, url.master);
@@ -574,18 +588,23 @@ RedisRefusal ClassifyRedisError(std::string_view reply) {
 Status RedisErrorStatus(std::string_view command, std::string_view reply) {
   std::string text = "Redis " + std::string(command) + ": " + std::string(reply);
   switch (ClassifyRedisError(reply)) {
-    case RedisRefusal::kWrongType: return Status(ErrorCode::kUnexpectedReply, text);
-    case RedisRefusal::kAuth: return Status(ErrorCode::kAuthFailed, text);
+    case RedisRefusal::kWrongType:
+      return Status(ErrorCode::kUnexpectedReply, text);
+    case RedisRefusal::kAuth:
+      return Status(ErrorCode::kAuthFailed, text);
     case RedisRefusal::kNoPermission:
       return Status(ErrorCode::kPermissionDenied,
-                    text + " (this Redis user's ACL does not cover these keys or commands: check "
-                           "its key patterns against --prefix and --queue)");
+                    text +
+                        " (this Redis user's ACL does not cover these keys or commands: check "
+                        "its key patterns against --prefix and --queue)");
     case RedisRefusal::kPasses:
       return Status(ErrorCode::kTryAgain,
-                    text + " (Redis is loading its data, busy or failing over; nothing changed: "
-                           "try again in a moment)");
+                    text +
+                        " (Redis is loading its data, busy or failing over; nothing changed: "
+                        "try again in a moment)");
     case RedisRefusal::kNoScript:
-    case RedisRefusal::kOther: break;
+    case RedisRefusal::kOther:
+      break;
   }
   return Status(ErrorCode::kRedisError, text);
 }
@@ -595,7 +614,8 @@ Status RedisConnection::Scan(std::string_view pattern, int count,
   std::string cursor = "0";
   std::string count_text = std::to_string(count);
   do {
-    MCD_ASSIGN_OR_RETURN(RedisValue page, Command({"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}));
+    MCD_ASSIGN_OR_RETURN(RedisValue page,
+                         Command({"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}));
     if (page.elements.size() != 2) return Status(ErrorCode::kUnexpectedReply, "SCAN reply");
     cursor = page.elements[0].str;
     MCD_RETURN_IF_ERROR(on_page(page.elements[1].elements));
@@ -636,7 +656,8 @@ std::string InfoField(const std::string& info, const std::string& field) {
     if (end == std::string::npos) end = info.size();
     std::string_view line(info.data() + start, end - start);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 &&
+        line[field.size()] == ':') {
       return std::string(line.substr(field.size() + 1));
     }
     start = end + 1;

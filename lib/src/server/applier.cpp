@@ -69,7 +69,8 @@ void CommandApplier::Queue(Pending pending, Request& request, Then then) {
 Status CommandApplier::ResumeUnfinished() {
   // Commands taken from the queue but not committed (by a previous instance of this node, or
   // before a lost connection), oldest first. A committed command is no longer in the list.
-  MCD_ASSIGN_OR_RETURN(RedisValue left, pipeline_.Command({"LRANGE", opt_.keys.Processing(opt_.node), "0", "-1"}));
+  MCD_ASSIGN_OR_RETURN(RedisValue left,
+                       pipeline_.Command({"LRANGE", opt_.keys.Processing(opt_.node), "0", "-1"}));
   std::vector<Request> requests;
   for (auto it = left.elements.rbegin(); it != left.elements.rend(); ++it) {
     if (!intake_.IsWakeMarker(it->str)) requests.push_back(Intake::FromList(std::move(it->str)));
@@ -104,7 +105,8 @@ void CommandApplier::Handle(Request& request) {
     }
     Status status(ErrorCode::kWrongNode, "command is for node '" + *cmd.node +
                                              "', which has no live server on this Redis (this "
-                                             "server serves '" + opt_.node + "')");
+                                             "server serves '" +
+                                             opt_.node + "')");
     responder_.Fail(request, OpName(cmd.op), status);
     outcomes_.Record(OpName(cmd.op), cmd.name, status, t0);
     return;
@@ -132,7 +134,8 @@ bool CommandApplier::Forwarded(const std::string& raw, const std::string& node) 
   auto forwarded = ParseForwardReply(pipeline_.Command(ForwardCall(
       {opt_.keys.Processing(opt_.node), opt_.keys.NodeQueue(node), opt_.keys.Server(node), raw})));
   if (!forwarded.ok()) {
-    Log(LogLevel::kWarn, "forwarding a command to node '" + node + "': " + forwarded.status().ToString());
+    Log(LogLevel::kWarn,
+        "forwarding a command to node '" + node + "': " + forwarded.status().ToString());
     return false;
   }
   return forwarded.value();
@@ -333,8 +336,8 @@ void CommandApplier::HandleRefcount(Request& request, int delta) {
   }
   // The script writes the reply around the count it makes.
   TensorReplyParts reply = TensorReplyHead(cmd.req, cmd.op, it->second.json_head);
-  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply.head, Pre::kMine, "incr",
-                       CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply.head, Pre::kMine,
+                       "incr", CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
                        {holder.value(), std::to_string(delta), reply.held_tail, reply.freed_tail}),
         request, [this, op, t0](const Request& made, Result<CommitResult> committed) {
           RefcountCommitted(made, op, t0, std::move(committed));
@@ -375,8 +378,8 @@ void CommandApplier::HandlePublish(Request& request) {
   // Nobody can take or give back a reference of a tensor being filled: its count is still the
   // creator's 1.
   std::string reply = TensorReplyJson(cmd.req, Op::kPublish, RecordJsonHead(ready), 1);
-  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
-                       "hset", CommitEvent{"create", cmd.pid}, {"state", "ready"}),
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating, "hset",
+                       CommitEvent{"create", cmd.pid}, {"state", "ready"}),
         request, [this, t0](const Request& made, Result<CommitResult> committed) {
           PublishCommitted(made, t0, std::move(committed));
         });
@@ -409,8 +412,8 @@ void CommandApplier::HandleAbandon(Request& request) {
   if (it == table_.end()) return;
   std::string reply = TensorReplyJson(cmd.req, Op::kAbandon, it->second.json_head, 0);
   // Never announced, so no event: the stream names a tensor from its publish on.
-  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
-                       "del", CommitEvent{}, {}),
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating, "del",
+                       CommitEvent{}, {}),
         request, [this, t0](const Request& made, Result<CommitResult> committed) {
           const std::string& name = made.parsed->name;
           if (committed.ok() && committed->kind == CommitResult::kOk) {
@@ -425,8 +428,8 @@ void CommandApplier::HandleAbandon(Request& request) {
         });
 }
 
-void CommandApplier::RefcountCommitted(const Request& request, const char* op,
-                                       Clock::time_point t0, Result<CommitResult> committed) {
+void CommandApplier::RefcountCommitted(const Request& request, const char* op, Clock::time_point t0,
+                                       Result<CommitResult> committed) {
   const std::string& name = request.parsed->name;
   const std::string& req = request.req;
   if (!committed.ok()) {

@@ -65,8 +65,7 @@ Status CommitPipeline::LoadScriptNow() {
 Pending CommitPipeline::Make(const Route& route, const std::string& raw, const std::string& req,
                              const std::string& name, const std::string& reply, Pre pre,
                              const char* action, const CommitEvent& event,
-                             const std::vector<std::string>& extra,
-                             Continuation done) const {
+                             const std::vector<std::string>& extra, Continuation done) const {
   // From the socket, the reply goes there: the commit writes none (and no first result: the
   // client never sends the command again) and has nothing to take off the processing list.
   bool socket = route.socket();

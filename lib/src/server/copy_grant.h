@@ -27,7 +27,6 @@
 
 namespace mcd {
 
-
 // What a grant's key holds: the token and what it grants, one field a line (the name last).
 std::string CopyGrantValue(std::string_view token, std::string_view serving_node,
                            std::string_view asker_node, int64_t ctime_ms, std::string_view name);

@@ -4,8 +4,9 @@
 namespace mcd {
 
 Result<std::unique_ptr<CopyService>> CopyService::Start(std::function<void()>) {
-  return Status(ErrorCode::kUnsupported,
-                "this mcd-serve was built without UCX (libucx-dev), so it cannot copy between nodes");
+  return Status(
+      ErrorCode::kUnsupported,
+      "this mcd-serve was built without UCX (libucx-dev), so it cannot copy between nodes");
 }
 
 }  // namespace mcd

@@ -58,9 +58,9 @@ Result<const UcxApi*> LoadUcx() {
                                                  "): install libucx0 to copy between nodes");
     }
     bool all = true;
-#define MCD_UCX_SYMBOL(name)                                                   \
-    api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name)); \
-    all = all && api.name != nullptr;
+#define MCD_UCX_SYMBOL(name)                                          \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name)); \
+  all = all && api.name != nullptr;
     MCD_UCX_SYMBOL(ucp_config_read)
     MCD_UCX_SYMBOL(ucp_config_release)
     MCD_UCX_SYMBOL(ucp_init_version)
@@ -158,8 +158,8 @@ class UcxCopyService final : public CopyService {
   bool reads_gpu_memory() const override { return reads_gpu_memory_; }
   std::string version() const override { return ucx->ucp_get_version_string(); }
   Waiting TakeReads() override;
-  void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory memory,
-              std::function<void()> release) override;
+  void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
+              Memory memory, std::function<void()> release) override;
   Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
                const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
                Memory memory, int timeout_ms, const std::function<void()>& meanwhile) override;
@@ -193,7 +193,7 @@ class UcxCopyService final : public CopyService {
   uint64_t turned_away_ = 0;  // under reads_mutex_
   std::mutex fetches_mutex_;
   std::map<std::string, std::shared_ptr<PendingFetch>> fetches_;  // by fetch id
-  std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
+  std::map<std::string, ucp_ep_h> endpoints_;                     // the service's thread only
 };
 
 Status UcxCopyService::Init() {
@@ -220,7 +220,8 @@ Status UcxCopyService::Init() {
   size_t address_length = 0;
   s = ucx->ucp_worker_get_address(worker_, &address, &address_length);
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
-  address_hex_ = HexEncode(std::string_view(reinterpret_cast<const char*>(address), address_length));
+  address_hex_ =
+      HexEncode(std::string_view(reinterpret_cast<const char*>(address), address_length));
   ucx->ucp_worker_release_address(worker_, address);
   for (unsigned id : {kReadId, kDataId}) {
     ucp_am_handler_param_t hp{};
@@ -256,7 +257,8 @@ UcxCopyService::~UcxCopyService() {
   }
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
-    for (auto& [req, fetch] : fetches_) fetch->Complete(Status(ErrorCode::kStopped, "the server is stopping"));
+    for (auto& [req, fetch] : fetches_)
+      fetch->Complete(Status(ErrorCode::kStopped, "the server is stopping"));
   }
   if (worker_ != nullptr) ucx->ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucx->ucp_cleanup(context_);
@@ -289,7 +291,8 @@ void UcxCopyService::Loop() {
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t closing = ucx->ucp_ep_close_nbx(ep, &param);
     if (UCS_PTR_IS_PTR(closing)) {
-      while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS) ucx->ucp_worker_progress(worker_);
+      while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS)
+        ucx->ucp_worker_progress(worker_);
       ucx->ucp_request_free(closing);
     }
   }
@@ -304,16 +307,18 @@ void UcxCopyService::Post(std::function<void()> job) {
   ucx->ucp_worker_signal(worker_);
 }
 
-void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags) {
+void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state,
+                          uint32_t flags) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+                       UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   param.flags = flags;
   param.memory_type = UcxMemoryType(state->memory);
   param.user_data = state.get();
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     std::unique_ptr<SendState> done(static_cast<SendState*>(user_data));
-    if (status != UCS_OK && done->fetch) done->fetch->Complete(UcxError("sending the read", status));
+    if (status != UCS_OK && done->fetch)
+      done->fetch->Complete(UcxError("sending the read", status));
     ucx->ucp_request_free(request);
   };
   SendState* raw = state.get();
@@ -323,7 +328,8 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
     state.release();  // the callback owns it now
     return;
   }
-  if (UCS_PTR_IS_ERR(sent) && raw->fetch) raw->fetch->Complete(UcxError("sending the read", UCS_PTR_STATUS(sent)));
+  if (UCS_PTR_IS_ERR(sent) && raw->fetch)
+    raw->fetch->Complete(UcxError("sending the read", UCS_PTR_STATUS(sent)));
 }
 
 Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
@@ -351,7 +357,8 @@ Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
     // UCX's shared-memory transports cannot report a peer's failure, so with only those at hand
     // (UCX_TLS=sm) the endpoint goes without: a peer that dies is then noticed at the fetch's
     // timeout instead of at once.
-    params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                                UCP_EP_PARAM_FIELD_ERR_HANDLER);
     s = ucx->ucp_ep_create(worker_, &params, &ep);
   }
   if (s != UCS_OK) return UcxError("connecting to the other server (ucp_ep_create)", s);
@@ -362,7 +369,8 @@ Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
 ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
                                     const ucp_am_recv_param_t* param) {
   ReadHeader h{};
-  if (header_length < sizeof(h) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+  if (header_length < sizeof(h) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+    return UCS_OK;
   std::memcpy(&h, header, sizeof(h));
   size_t text_length = header_length - sizeof(h);
   if (h.name_length > text_length || h.node_length > text_length - h.name_length) return UCS_OK;
@@ -404,7 +412,8 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
 }
 
 void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
-  std::string why = std::string("the other server went away mid-copy (") + ucx->ucs_status_string(status) + ")";
+  std::string why =
+      std::string("the other server went away mid-copy (") + ucx->ucs_status_string(status) + ")";
   Log(LogLevel::kWarn, "copy service: " + why);
   for (auto it = endpoints_.begin(); it != endpoints_.end(); ++it) {
     if (it->second == ep) {
@@ -435,8 +444,8 @@ std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(const std::string& fetch
   return fetch;
 }
 
-ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, void* data, size_t length,
-                                    const ucp_am_recv_param_t* param) {
+ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, void* data,
+                                    size_t length, const ucp_am_recv_param_t* param) {
   DataHeader h{};
   if (header_length < sizeof(h)) return UCS_OK;
   std::memcpy(&h, header, sizeof(h));
@@ -451,16 +460,17 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     return UCS_OK;
   }
   if (length != fetch->expected) {
-    fetch->Complete(Status(ErrorCode::kUnexpectedReply,
-                           "the other server sent " + std::to_string(length) + " bytes, not " +
-                               std::to_string(fetch->expected)));
+    fetch->Complete(
+        Status(ErrorCode::kUnexpectedReply, "the other server sent " + std::to_string(length) +
+                                                " bytes, not " + std::to_string(fetch->expected)));
     return UCS_OK;
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     if (fetch->memory == Memory::kGpu) {  // a server that did not heed kReadRendezvous
-      fetch->Complete(Status(ErrorCode::kUnsupported,
-                             "the other server sent the bytes eagerly, which cannot go into GPU memory "
-                             "in place: run it with this version, or this one with --stage-gpu-copies"));
+      fetch->Complete(
+          Status(ErrorCode::kUnsupported,
+                 "the other server sent the bytes eagerly, which cannot go into GPU memory "
+                 "in place: run it with this version, or this one with --stage-gpu-copies"));
       return UCS_OK;
     }
     std::memcpy(fetch->into, data, length);
@@ -470,11 +480,13 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   // Rendezvous: UCX moves the bytes into the buffer, then calls back.
   auto* keep = new std::shared_ptr<PendingFetch>(fetch);
   ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   rp.memory_type = UcxMemoryType(fetch->memory);
   rp.user_data = keep;
   rp.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
-    std::unique_ptr<std::shared_ptr<PendingFetch>> done(static_cast<std::shared_ptr<PendingFetch>*>(user_data));
+    std::unique_ptr<std::shared_ptr<PendingFetch>> done(
+        static_cast<std::shared_ptr<PendingFetch>*>(user_data));
     (*done)->Complete(status == UCS_OK ? Status::Ok() : UcxError("receiving the bytes", status));
     ucx->ucp_request_free(request);
   };
@@ -485,7 +497,8 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, data, fetch->into, length, &rp);
   if (UCS_PTR_IS_PTR(got)) return UCS_INPROGRESS;
   delete keep;
-  fetch->Complete(got == nullptr ? Status::Ok() : UcxError("receiving the bytes", UCS_PTR_STATUS(got)));
+  fetch->Complete(got == nullptr ? Status::Ok()
+                                 : UcxError("receiving the bytes", UCS_PTR_STATUS(got)));
   return UCS_OK;
 }
 
@@ -497,8 +510,8 @@ CopyService::Waiting UcxCopyService::TakeReads() {
   return out;
 }
 
-void UcxCopyService::Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
-                            Memory memory, std::function<void()> release) {
+void UcxCopyService::Answer(const Read& read, const Status& status, const void* data,
+                            uint64_t bytes, Memory memory, std::function<void()> release) {
   auto state = std::make_unique<SendState>();
   DataHeader h{};
   std::memcpy(h.fetch, read.fetch.data(), kIdBytes);

@@ -83,7 +83,8 @@ Status DeviceSet::CopyOut(int device, const Allocation& allocation, uint64_t byt
   return CopyOnWorker(device, dst, allocation.ptr, bytes, cudaMemcpyDeviceToHost);
 }
 
-Status DeviceSet::CopyIn(int device, const Allocation& allocation, uint64_t bytes, const void* src) {
+Status DeviceSet::CopyIn(int device, const Allocation& allocation, uint64_t bytes,
+                         const void* src) {
   return CopyOnWorker(device, allocation.ptr, src, bytes, cudaMemcpyHostToDevice);
 }
 
@@ -91,7 +92,8 @@ Status DeviceSet::CopyOnWorker(int device, void* dst, const void* src, uint64_t 
                                cudaMemcpyKind kind) {
   auto worker = workers_.find(device);
   if (device == kHostDevice || worker == workers_.end()) {
-    return Status(ErrorCode::kNoDevice, "device " + DeviceName(device) + " is not a GPU served here");
+    return Status(ErrorCode::kNoDevice,
+                  "device " + DeviceName(device) + " is not a GPU served here");
   }
   return worker->second->Call([&](DeviceContext&) -> Status {
     MCD_CUDA_RETURN(cudaMemcpy(dst, src, bytes, kind));
@@ -108,7 +110,8 @@ Status DeviceSet::Free(int device, const Allocation& allocation,
       held->second.free_deferred = true;
       held->second.allocation = allocation;
       held->second.then = std::move(then);
-      Log(LogLevel::kDebug, "a free waits for a copy to another node that reads the memory in place");
+      Log(LogLevel::kDebug,
+          "a free waits for a copy to another node that reads the memory in place");
       return Status::Ok();
     }
   }
@@ -166,7 +169,8 @@ std::function<void()> DeviceSet::Hold(int device, const Allocation& allocation) 
 Result<std::shared_ptr<char>> DeviceSet::PinnedBuffer(int device, uint64_t bytes) {
   auto worker = workers_.find(device);
   if (device == kHostDevice || worker == workers_.end()) {
-    return Status(ErrorCode::kNoDevice, "device " + DeviceName(device) + " is not a GPU served here");
+    return Status(ErrorCode::kNoDevice,
+                  "device " + DeviceName(device) + " is not a GPU served here");
   }
   void* pinned = nullptr;
   MCD_RETURN_IF_ERROR(worker->second->Call([&](DeviceContext&) -> Status {

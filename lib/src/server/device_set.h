@@ -93,7 +93,8 @@ class DeviceSet {
   uint64_t SumOver(uint64_t (Allocator::*bytes)() const noexcept) const;
 
   // Free past the holds: on the device's worker, waited for, or posted with `then`.
-  Status FreeOnWorker(int device, const Allocation& allocation, std::function<void(const Status&)> then);
+  Status FreeOnWorker(int device, const Allocation& allocation,
+                      std::function<void(const Status&)> then);
 
   // Allocations under a Hold, by device and address: how many holds, and the free deferred
   // until the last goes. Under holds_mutex_ (a hold goes on the copy service's thread).

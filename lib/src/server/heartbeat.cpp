@@ -7,8 +7,8 @@
 #include <cstdlib>
 
 #include "common/log.h"
-#include "memcuda/heartbeat.h"
 #include "common/process.h"
+#include "memcuda/heartbeat.h"
 #include "redis/lua_scripts.h"
 #include "server/commit_pipeline.h"
 #include "server/recurring.h"

@@ -130,11 +130,11 @@ class Heartbeat {
   std::mutex mutex_;
   std::condition_variable wake_;  // Start() or Stop() for a thread not started yet
   bool quit_ = false;             // under mutex_: Stop() came
-  std::string node_lost_;  // under mutex_
-  std::string settled_;    // under mutex_: the SHA of the script MarkSettled loaded last
+  std::string node_lost_;         // under mutex_
+  std::string settled_;           // under mutex_: the SHA of the script MarkSettled loaded last
   std::atomic<bool> settled_lost_{false};  // written under mutex_
-  std::function<void()> on_stop_;  // under mutex_; set by Start()
-  bool started_ = false;                           // under mutex_
+  std::function<void()> on_stop_;          // under mutex_; set by Start()
+  bool started_ = false;                   // under mutex_
   std::thread thread_;
 };
 

@@ -42,12 +42,13 @@ Status Intake::ListenOnSocket(const std::string& path, const PeerPolicy& policy)
     setrlimit(RLIMIT_NOFILE, &files);
     getrlimit(RLIMIT_NOFILE, &files);
   }
-  size_t bound = std::clamp<size_t>(static_cast<size_t>(files.rlim_cur / 4), 4, kMaxSocketConnections);
-  Status refused(ErrorCode::kUnavailable,
-                 "the server's command socket is at its limit of " + std::to_string(bound) +
-                     " connections; send through the queue");
-  MCD_ASSIGN_OR_RETURN(socket_, CommandSocket::Listen(path, policy, bound,
-                                                      ErrorReplyJson("", nullptr, refused)));
+  size_t bound =
+      std::clamp<size_t>(static_cast<size_t>(files.rlim_cur / 4), 4, kMaxSocketConnections);
+  Status refused(ErrorCode::kUnavailable, "the server's command socket is at its limit of " +
+                                              std::to_string(bound) +
+                                              " connections; send through the queue");
+  MCD_ASSIGN_OR_RETURN(
+      socket_, CommandSocket::Listen(path, policy, bound, ErrorReplyJson("", nullptr, refused)));
   Log(LogLevel::kDebug, "command socket: at most " + std::to_string(bound) + " connections");
   return Status::Ok();
 }
@@ -61,10 +62,12 @@ Result<RedisValue> Intake::WaitForCommand(RedisConnection& redis) {
   // A socket client that just had its reply often sends its next command soon: look for it a
   // while before blocking, since the blocking take costs a wake and a marker to call off.
   // Commands in the queue wait meanwhile, which is why the spin is short by default.
-  if (last_from_socket_ && SpinUntil([this] {
-        CollectSocket();
-        return !socket_in_.empty();
-      }, ServerSpinMicros())) {
+  if (last_from_socket_ && SpinUntil(
+                               [this] {
+                                 CollectSocket();
+                                 return !socket_in_.empty();
+                               },
+                               ServerSpinMicros())) {
     return RedisValue{};
   }
   MCD_RETURN_IF_ERROR(SendTake(redis));
@@ -117,8 +120,7 @@ Status Intake::SendTake(RedisConnection& redis) {
   // The markers taken leave the processing list in the same write as the take, and its reply is
   // read as it comes: no round trip of its own on a wake's way back to sleep.
   lrem_pending_ = markers_taken_ > 0;
-  if (lrem_pending_)
-    MCD_RETURN_IF_ERROR(redis.Append({"LREM", processing_key_, "0", kWakeMarker}));
+  if (lrem_pending_) MCD_RETURN_IF_ERROR(redis.Append({"LREM", processing_key_, "0", kWakeMarker}));
   MCD_RETURN_IF_ERROR(redis.Append({"BLMOVE", queue_key_, processing_key_, "RIGHT", "LEFT", "1"}));
   return redis.FlushOutput();
 }
@@ -204,8 +206,7 @@ void Intake::PauseAfterRefusedTake(const Status& status, const std::function<boo
   if (take_refused_.Again()) {
     std::string why = status.message();
     while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
-    if (status.code() == ErrorCode::kUnexpectedReply)
-      why += " (is '" + queue_key_ + "' a list?)";
+    if (status.code() == ErrorCode::kUnexpectedReply) why += " (is '" + queue_key_ + "' a list?)";
     int tries = take_refused_.count();
     Log(LogLevel::kError,
         "Redis refuses to hand out commands: " + why +

@@ -26,8 +26,8 @@ std::string MajorMinor(const std::string& version) {
 
 Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   const std::string& name = cmd.copy_of;
-  MCD_ASSIGN_OR_RETURN(RedisValue f,
-                       serving_.Command({"HMGET", keys_.Tensor(name), "node", "bytes", "ctime", "state"}));
+  MCD_ASSIGN_OR_RETURN(RedisValue f, serving_.Command({"HMGET", keys_.Tensor(name), "node", "bytes",
+                                                       "ctime", "state"}));
   if (f.elements.size() != 4 || f.elements[0].is_nil()) {
     return Status(ErrorCode::kNotFound, "no tensor named '" + name + "' to copy");
   }
@@ -35,8 +35,9 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   source.node = f.elements[0].str;
   if (source.node == node_) {
     return Status(ErrorCode::kInvalidArgument,
-                  "tensor '" + name + "' is on this node already: open it here (mcd-get), or copy "
-                  "it with mcd-get -o FILE.npy and mcd-create --from FILE.npy");
+                  "tensor '" + name +
+                      "' is on this node already: open it here (mcd-get), or copy "
+                      "it with mcd-get -o FILE.npy and mcd-create --from FILE.npy");
   }
   if (f.elements[3].str != "ready") {
     return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + f.elements[3].str);
@@ -47,10 +48,10 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                    ": a copy has its dtype and shape");
   }
   source.ctime_ms = std::strtoll(f.elements[2].str.c_str(), nullptr, 10);
-  MCD_ASSIGN_OR_RETURN(RedisValue server, serving_.Command({"HMGET", keys_.Server(source.node),
-                                                         heartbeat_field::kInstance,
-                                                         heartbeat_field::kUcxAddress,
-                                                         heartbeat_field::kUcxVersion}));
+  MCD_ASSIGN_OR_RETURN(
+      RedisValue server,
+      serving_.Command({"HMGET", keys_.Server(source.node), heartbeat_field::kInstance,
+                        heartbeat_field::kUcxAddress, heartbeat_field::kUcxVersion}));
   if (server.elements.size() != 3 || server.elements[0].is_nil()) {
     return Status(ErrorCode::kUnavailable, "tensor '" + name + "' lives on node '" + source.node +
                                                "', which has no live server");
@@ -68,8 +69,8 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   const std::string& theirs = server.elements[2].str;
   std::string ours = service_->version();
   if (!theirs.empty() && MajorMinor(theirs) != MajorMinor(ours)) {
-    return Status(ErrorCode::kUnsupported, "the server of node '" + source.node + "' runs UCX " + theirs +
-                                               " and this one UCX " + ours +
+    return Status(ErrorCode::kUnsupported, "the server of node '" + source.node + "' runs UCX " +
+                                               theirs + " and this one UCX " + ours +
                                                ", which cannot talk to each other: run one UCX "
                                                "version (major.minor) on every node");
   }
@@ -77,8 +78,8 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
 }
 
 Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocation& allocation) {
-  int timeout_ms = static_cast<int>(std::min<uint64_t>(
-      std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
+  int timeout_ms = static_cast<int>(
+      std::min<uint64_t>(std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
   auto fetch = [&](void* into, Memory memory) {
     auto failed = [&](const Status& why) {
       return Status(why.code(), "copying '" + cmd.copy_of + "' from node '" + source.node +
@@ -96,7 +97,8 @@ Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocati
   };
   if (cmd.device == kHostDevice) {
     // Straight into the new object's pages.
-    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset, true));
+    MCD_ASSIGN_OR_RETURN(void* mapped,
+                         OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset, true));
     Status got = fetch(mapped, Memory::kHost);
     Status closed = CloseHostShm(mapped, cmd.bytes, allocation.offset);
     return got.ok() ? closed : got;
@@ -191,10 +193,12 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
   }
   if (gpu_direct()) {
     // In place: the memory is held (an rm meanwhile frees it once UCX is done), not copied.
-    service_->Answer(read, Status::Ok(), a.ptr, bytes, Memory::kGpu, devices_.Hold(entry.record.device, a));
+    service_->Answer(read, Status::Ok(), a.ptr, bytes, Memory::kGpu,
+                     devices_.Hold(entry.record.device, a));
     return Status::Ok();
   }
-  MCD_ASSIGN_OR_RETURN(std::shared_ptr<char> staged, devices_.PinnedBuffer(entry.record.device, bytes));
+  MCD_ASSIGN_OR_RETURN(std::shared_ptr<char> staged,
+                       devices_.PinnedBuffer(entry.record.device, bytes));
   MCD_RETURN_IF_ERROR(devices_.CopyOut(entry.record.device, a, bytes, staged.get()));
   service_->Answer(read, Status::Ok(), staged.get(), bytes, Memory::kHost, [staged] {});
   return Status::Ok();

@@ -35,8 +35,8 @@ struct NodeCopierOptions {
 class NodeCopier {
  public:
   // `service` null: copies are off, for the reason `off`.
-  NodeCopier(NodeCopierOptions opt, CommitPipeline& serving, TensorTable& table,
-             DeviceSet& devices, CopyService* service, std::string off)
+  NodeCopier(NodeCopierOptions opt, CommitPipeline& serving, TensorTable& table, DeviceSet& devices,
+             CopyService* service, std::string off)
       : keys_(opt.grants.keys),
         node_(opt.grants.node),
         stage_gpu_copies_(opt.stage_gpu_copies),
@@ -63,7 +63,9 @@ class NodeCopier {
   void ServeReads();
   // GPU tensors go in place, UCX reading and writing GPU memory, rather than staged in host
   // memory: the UCX can, and --stage-gpu-copies did not turn it off.
-  bool gpu_direct() const { return service_ != nullptr && service_->reads_gpu_memory() && !stage_gpu_copies_; }
+  bool gpu_direct() const {
+    return service_ != nullptr && service_->reads_gpu_memory() && !stage_gpu_copies_;
+  }
 
  private:
   // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory in place or

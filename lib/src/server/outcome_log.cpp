@@ -15,7 +15,8 @@ void OutcomeLog::Record(const char* op, const std::string& name, const Status& s
     errors_[static_cast<size_t>(status.code()) % kCodeCount]++;
   }
   for (size_t i = 0; i + 1 < kTimedOps.size(); ++i) {
-    if (std::strcmp(op, kTimedOps[i]) == 0) Observe(latency_[i], us > 0 ? static_cast<uint64_t>(us) : 0);
+    if (std::strcmp(op, kTimedOps[i]) == 0)
+      Observe(latency_[i], us > 0 ? static_cast<uint64_t>(us) : 0);
   }
   LogLevel level = status.ok() ? LogLevel::kInfo : LogLevel::kWarn;
   if (!LogEnabled(level)) return;
@@ -37,7 +38,8 @@ void OutcomeLog::Observe(Histogram& h, uint64_t us) {
 
 void OutcomeLog::RecordQueueWait(int64_t waited_ms) {
   // A client's clock ahead of the server's reads as no wait at all.
-  Observe(latency_[kTimedOps.size() - 1], waited_ms > 0 ? static_cast<uint64_t>(waited_ms) * 1000 : 0);
+  Observe(latency_[kTimedOps.size() - 1],
+          waited_ms > 0 ? static_cast<uint64_t>(waited_ms) * 1000 : 0);
 }
 
 std::string OutcomeLog::LatencyText(size_t op) const {

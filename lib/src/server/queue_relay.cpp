@@ -43,8 +43,8 @@ void QueueRelay::Loop() {
       continue;
     }
     if (failed.Again()) {
-      Log(LogLevel::kWarn, "shared queue relay (" + shared_ + " -> " + own_ +
-                               "): " + moved.status().ToString());
+      Log(LogLevel::kWarn,
+          "shared queue relay (" + shared_ + " -> " + own_ + "): " + moved.status().ToString());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min(backoff_ms * 2, 2000);

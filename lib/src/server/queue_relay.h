@@ -7,9 +7,8 @@
 #pragma once
 
 #include <atomic>
-#include <thread>
-
 #include <string>
+#include <thread>
 
 #include "memcuda/redis.h"
 

@@ -26,9 +26,9 @@ void Reaper::ReapStackTensors() {
     // it still had. One still being filled was never announced: it goes without an event.
     bool filling = found->second.filler.has_value();
     CommitEvent event{"reclaim", found->second.record.owner_pid, "owner_exited"};
-    auto committed = pipeline_.CommitNow(pipeline_.Make(
-        Route{}, "", "", name, "", filling ? Pre::kCreating : Pre::kMine, "del",
-        filling ? CommitEvent{} : event, {}));
+    auto committed = pipeline_.CommitNow(
+        pipeline_.Make(Route{}, "", "", name, "", filling ? Pre::kCreating : Pre::kMine, "del",
+                       filling ? CommitEvent{} : event, {}));
     Reclaimed("reclaim", name, std::move(committed), t0, owner);
   }
 }
@@ -75,9 +75,9 @@ Status Reaper::GiveBackAll(const std::string& holder) {
         Route{}, "", "", name, "", Pre::kMine, "unhold", event, {holder},
         [this, name, holder, t0](Pending&, Result<CommitResult> committed) {
           if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
-            return outcomes_.Record("release_dead", name, Status::Ok(), t0,
-                                    "holder=" + holder +
-                                        " refcount=" + std::to_string(committed->refcount));
+            return outcomes_.Record(
+                "release_dead", name, Status::Ok(), t0,
+                "holder=" + holder + " refcount=" + std::to_string(committed->refcount));
           }
           Reclaimed("release_dead", name, std::move(committed), t0, "holder=" + holder);
         }));
@@ -95,7 +95,8 @@ Status Reaper::GiveBackAll(const std::string& holder) {
 void Reaper::Reclaimed(const char* what, const std::string& name, Result<CommitResult> committed,
                        OutcomeLog::Clock::time_point t0, const std::string& detail) {
   if (!committed.ok()) {
-    Log(LogLevel::kWarn, std::string(what) + " of '" + name + "': " + committed.status().ToString());
+    Log(LogLevel::kWarn,
+        std::string(what) + " of '" + name + "': " + committed.status().ToString());
     if (!pipeline_.connected()) table_.MaybeDeleted(name);  // decided after reconnecting
     return;
   }

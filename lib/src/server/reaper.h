@@ -23,8 +23,8 @@ struct ReaperOptions {
 
 class Reaper {
  public:
-  Reaper(ReaperOptions opt, std::string instance, CommitPipeline& pipeline,
-         TensorTable& table, DeviceSet& devices, OutcomeLog& outcomes);
+  Reaper(ReaperOptions opt, std::string instance, CommitPipeline& pipeline, TensorTable& table,
+         DeviceSet& devices, OutcomeLog& outcomes);
 
   // Deletes the stack tensors whose owner process is gone, and frees their memory.
   void ReapStackTensors();

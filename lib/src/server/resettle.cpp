@@ -46,7 +46,7 @@ Status Resettle::Settle() {
       table_.Keep(std::move(entry));
     } else {
       (void)devices_.Free(entry.record.device,
-                           entry.allocation);  // never published: nobody can have opened it
+                          entry.allocation);  // never published: nobody can have opened it
     }
   }
   std::set<std::string> maybe_deleted = table_.TakeMaybeDeleted();
@@ -100,20 +100,21 @@ Status Resettle::Republish(Entry& entry) {
     fields.push_back(field);
     fields.push_back(std::move(value));
   }
-  MCD_ASSIGN_OR_RETURN(CommitResult committed,
-                       pipeline_.CommitNow(pipeline_.Make(
-                           Route{}, "", "", entry.record.name, "", Pre::kAbsent, "hset",
-                           // One still being filled is announced at its publish.
-                           entry.filler ? CommitEvent{}
-                                        : CommitEvent{"create", entry.record.creator_pid,
-                                                      "republished"},
-                           fields)));
+  MCD_ASSIGN_OR_RETURN(
+      CommitResult committed,
+      pipeline_.CommitNow(pipeline_.Make(
+          Route{}, "", "", entry.record.name, "", Pre::kAbsent, "hset",
+          // One still being filled is announced at its publish.
+          entry.filler ? CommitEvent{}
+                       : CommitEvent{"create", entry.record.creator_pid, "republished"},
+          fields)));
   if (committed.kind != CommitResult::kOk) {
     return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
   }
   Log(LogLevel::kWarn, "tensor '" + entry.record.name +
                            "' lost its hash with Redis; put it back (refcount 1, epoch " +
-                           entry.record.epoch + ": references taken before the loss are not known)");
+                           entry.record.epoch +
+                           ": references taken before the loss are not known)");
   return Status::Ok();
 }
 
@@ -121,9 +122,8 @@ Result<bool> Resettle::RemovalCommitted(const std::string& name) {
   const EventTarget& stream = pipeline_.events();
   if (stream.cap == 0) return false;
   // The removal was among this server's last changes; the window is the stream's cap.
-  MCD_ASSIGN_OR_RETURN(RedisValue events,
-                       pipeline_.Command({"XREVRANGE", stream.key, "+", "-", "COUNT",
-                                          std::to_string(stream.cap)}));
+  MCD_ASSIGN_OR_RETURN(RedisValue events, pipeline_.Command({"XREVRANGE", stream.key, "+", "-",
+                                                             "COUNT", std::to_string(stream.cap)}));
   for (const RedisValue& entry : events.elements) {
     if (entry.elements.size() != 2) continue;
     std::map<std::string, std::string> f = FieldMap(entry.elements[1]);
@@ -135,11 +135,13 @@ Result<bool> Resettle::RemovalCommitted(const std::string& name) {
 
 Status Resettle::RemovePhantoms() {
   std::vector<std::string> phantoms;
-  Status scanned = ScanNodeHashes(pipeline_.Drained(), opt_.keys, opt_.node, {}, [&](const std::string& key, RedisValue& f) {
-    std::string name = opt_.keys.NameFromTensorKey(key);
-    if (f.elements[0].str == instance_ && table_.find(name) == table_.end()) phantoms.push_back(name);
-    return Status::Ok();
-  });
+  Status scanned = ScanNodeHashes(
+      pipeline_.Drained(), opt_.keys, opt_.node, {}, [&](const std::string& key, RedisValue& f) {
+        std::string name = opt_.keys.NameFromTensorKey(key);
+        if (f.elements[0].str == instance_ && table_.find(name) == table_.end())
+          phantoms.push_back(name);
+        return Status::Ok();
+      });
   MCD_RETURN_IF_ERROR(scanned);
   for (const std::string& name : phantoms) {
     auto command = DeleteIfCommand(pipeline_.events(), opt_.keys.Tensor(name), "owner", instance_,

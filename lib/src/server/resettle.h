@@ -22,13 +22,15 @@ namespace mcd {
 struct ResettleOptions {
   KeySpace keys;
   std::string node;
-  static ResettleOptions Of(const ServerOptions& opt) { return ResettleOptions{opt.keys, opt.node}; }
+  static ResettleOptions Of(const ServerOptions& opt) {
+    return ResettleOptions{opt.keys, opt.node};
+  }
 };
 
 class Resettle {
  public:
-  Resettle(ResettleOptions opt, std::string instance, CommitPipeline& pipeline,
-           TensorTable& table, DeviceSet& devices, Heartbeat& heartbeat, CommandApplier& applier,
+  Resettle(ResettleOptions opt, std::string instance, CommitPipeline& pipeline, TensorTable& table,
+           DeviceSet& devices, Heartbeat& heartbeat, CommandApplier& applier,
            std::function<void()> stop);
 
   // In order: the heartbeat (another instance holding the node now stops this one), creates of

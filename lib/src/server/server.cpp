@@ -20,12 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "common/log.h"
@@ -134,17 +133,20 @@ Status Server::Impl::Start() {
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> redis,
                        RedisConnection::Connect(opt_.redis_url, ropt));
   MCD_RETURN_IF_ERROR(CheckRedisVersion(*redis, opt_.redis_url.Redacted()));
-  pipeline_ = std::make_unique<CommitPipeline>(std::move(redis), CommitOptions::Of(opt_), instance_);
+  pipeline_ =
+      std::make_unique<CommitPipeline>(std::move(redis), CommitOptions::Of(opt_), instance_);
   waker_ = std::make_unique<Waker>(opt_.redis_url, opt_.keys.NodeQueue(opt_.node));
   intake_ = std::make_unique<Intake>(opt_.keys.NodeQueue(opt_.node),
                                      opt_.keys.Processing(opt_.node), *waker_);
   StartNodeCopies();
-  applier_ = std::make_unique<CommandApplier>(ApplierOptions{opt_.keys, opt_.node, instance_},
-                                              *pipeline_, *intake_, table_, *devices_, outcomes_,
-                                              *copier_);
-  reaper_ = std::make_unique<Reaper>(ReaperOptions::Of(opt_), instance_, *pipeline_, table_, *devices_, outcomes_);
-  resettler_ = std::make_unique<Resettle>(ResettleOptions::Of(opt_), instance_, *pipeline_, table_, *devices_,
-                                          *heartbeat_, *applier_, [this] { RequestStop(); });
+  applier_ =
+      std::make_unique<CommandApplier>(ApplierOptions{opt_.keys, opt_.node, instance_}, *pipeline_,
+                                       *intake_, table_, *devices_, outcomes_, *copier_);
+  reaper_ = std::make_unique<Reaper>(ReaperOptions::Of(opt_), instance_, *pipeline_, table_,
+                                     *devices_, outcomes_);
+  resettler_ =
+      std::make_unique<Resettle>(ResettleOptions::Of(opt_), instance_, *pipeline_, table_,
+                                 *devices_, *heartbeat_, *applier_, [this] { RequestStop(); });
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(pipeline_->Drained());
@@ -153,13 +155,13 @@ Status Server::Impl::Start() {
   MCD_RETURN_IF_ERROR(
       ReconcileNode(pipeline_->Drained(), opt_, instance_, shm_prefix_, socket_dir));
   MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(pipeline_->Drained()));
-  relay_ = std::make_unique<QueueRelay>(opt_.redis_url, opt_.keys.queue,
-                                        opt_.keys.NodeQueue(opt_.node));
+  relay_ =
+      std::make_unique<QueueRelay>(opt_.redis_url, opt_.keys.queue, opt_.keys.NodeQueue(opt_.node));
   relay_->Start();
   // Wakes the serving connection out of its BLMOVE so that Run() returns at once.
   heartbeat_->Start([this] { (void)waker_->Wake(); });
   Log(LogLevel::kInfo, "serving node '" + opt_.node + "' instance " + instance_ + " on " +
- opt_.redis_url.Redacted() + ", queue '" +
+                           opt_.redis_url.Redacted() + ", queue '" +
                            opt_.keys.NodeQueue(opt_.node) + "' (and '" + opt_.keys.queue +
                            "', relayed), devices " + devices_->devices_text());
   return Status::Ok();
@@ -176,7 +178,8 @@ void Server::Impl::StartNodeCopies() {
       off = started.status().message();
     }
   }
-  copier_ = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt_), *pipeline_, table_, *devices_, copies_.get(), off);
+  copier_ = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt_), *pipeline_, table_, *devices_,
+                                         copies_.get(), off);
   if (!copies_) {
     Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");
     heartbeat_->set_node_copies("", "", "off");
@@ -189,7 +192,8 @@ void Server::Impl::StartNodeCopies() {
     how = ", which cannot read GPU memory: GPU tensors staged in pinned host memory";
   } else if (gpus) {
     how = ", which reads and writes GPU memory itself";
-    if (!copier_->gpu_direct()) how += "; GPU tensors staged in pinned host memory (--stage-gpu-copies)";
+    if (!copier_->gpu_direct())
+      how += "; GPU tensors staged in pinned host memory (--stage-gpu-copies)";
   }
   Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + how);
   heartbeat_->set_node_copies(copies_->address_hex(), copies_->version(),
@@ -300,8 +304,8 @@ void Server::Impl::TakeFailed(const Status& status, int& backoff_ms) {
   ErrorCode code = status.code();
   // Redis answered, with an error (OOM under maxmemory, a missing permission): the same error a
   // commit it refused gives, whichever of the two commands met it first.
-  bool refused = (code == ErrorCode::kUnexpectedReply || RefusedByRedis(status)) &&
-                 pipeline_->connected();
+  bool refused =
+      (code == ErrorCode::kUnexpectedReply || RefusedByRedis(status)) && pipeline_->connected();
   Status why = refused
                    ? Status(code, "Redis refused the server's take of commands (" +
                                       status.message() + "); nothing changed")
@@ -342,9 +346,9 @@ bool Server::Impl::Resettled() {
     Log(LogLevel::kWarn, "after reconnecting: " + settled.ToString() + "; trying again");
   }
   intake_->CollectSocket();
-  intake_->RefuseSocketLines(Status(ErrorCode::kTryAgain,
-                                    "the server is settling after Redis came back (" +
-                                        settled.message() + "): try again in a moment"));
+  intake_->RefuseSocketLines(
+      Status(ErrorCode::kTryAgain, "the server is settling after Redis came back (" +
+                                       settled.message() + "): try again in a moment"));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return false;
 }
@@ -395,8 +399,7 @@ size_t Server::Impl::DeleteAndFreeAll() {
     for (const auto& [name, entry] : table_.tensors()) {
       auto command = DeleteIfCommand(pipeline_->events(), opt_.keys.Tensor(name), "owner",
                                      instance_, event, name);
-      if (!redis.Append(std::vector<std::string_view>(command.begin(), command.end())).ok())
-        break;
+      if (!redis.Append(std::vector<std::string_view>(command.begin(), command.end())).ok()) break;
       if (++pending == 1000) drain();
     }
     drain();

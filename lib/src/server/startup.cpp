@@ -21,16 +21,18 @@
 
 namespace mcd {
 
-Status ScanNodeHashes(RedisConnection& redis, const KeySpace& keys, const std::string& node,
-                      const std::vector<std::string>& fields,
-                      const std::function<Status(const std::string& key, RedisValue& values)>& on_hash) {
+Status ScanNodeHashes(
+    RedisConnection& redis, const KeySpace& keys, const std::string& node,
+    const std::vector<std::string>& fields,
+    const std::function<Status(const std::string& key, RedisValue& values)>& on_hash) {
   std::vector<std::string> command = {"HMGET", "", "node", "owner"};
   command.insert(command.end(), fields.begin(), fields.end());
   return redis.Scan(
       keys.TensorPattern("*"), 1000, [&](const std::vector<RedisValue>& keys) -> Status {
         for (const RedisValue& key : keys) {
           command[1] = key.str;
-          MCD_RETURN_IF_ERROR(redis.Append(std::vector<std::string_view>(command.begin(), command.end())));
+          MCD_RETURN_IF_ERROR(
+              redis.Append(std::vector<std::string_view>(command.begin(), command.end())));
         }
         // Every reply is read before any is handled: a handler may send commands of its own.
         std::vector<RedisValue> replies;
@@ -52,7 +54,8 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
                      const std::string& shm_prefix, const std::string& socket_dir) {
   int removed = 0;
   Status scanned = ScanNodeHashes(
-      redis, opt.keys, opt.node, {"ipc_kind", "ipc_handle"}, [&](const std::string& key, RedisValue& f) -> Status {
+      redis, opt.keys, opt.node, {"ipc_kind", "ipc_handle"},
+      [&](const std::string& key, RedisValue& f) -> Status {
         if (f.elements[0].str == instance) return Status::Ok();
         // Only an object a server of this node made: the name comes from Redis, where anyone
         // who can write could plant one naming another user's file.
@@ -65,7 +68,8 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
             Log(LogLevel::kWarn, "stale tensor '" + opt.keys.NameFromTensorKey(key) +
                                      "' names the shared-memory object '" + Printable(shm) +
                                      "', which no server of this node made (" +
-                                     (ours ? "another user's" : "not its naming") + "); left alone");
+                                     (ours ? "another user's" : "not its naming") +
+                                     "); left alone");
           }
         }
         // Only while it is still the dead instance's, with the event that says it went.
@@ -95,7 +99,8 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
 std::string SocketFileName(const std::string& kind, const std::string& node,
                            const std::string& instance) {
   std::string tag;
-  for (char c : node.substr(0, 40)) tag.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  for (char c : node.substr(0, 40))
+    tag.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   return kind + "-" + tag + "-" + instance + ".sock";
 }
 

@@ -12,9 +12,10 @@ namespace mcd {
 
 // Every tensor hash under `keys` of node `node` (SCAN, with the fields read by pipelined HMGETs
 // in pages): `on_hash` gets its key and the values of "owner" then of `fields`, in that order.
-Status ScanNodeHashes(RedisConnection& redis, const KeySpace& keys, const std::string& node,
-                      const std::vector<std::string>& fields,
-                      const std::function<Status(const std::string& key, RedisValue& values)>& on_hash);
+Status ScanNodeHashes(
+    RedisConnection& redis, const KeySpace& keys, const std::string& node,
+    const std::vector<std::string>& fields,
+    const std::function<Status(const std::string& key, RedisValue& values)>& on_hash);
 
 // Removes the hashes of node `opt.node` owned by an instance other than `instance` (their
 // memory died with their process, or is unlinked here for host shm), then every shm object named
@@ -34,8 +35,7 @@ std::string SocketFileName(const std::string& kind, const std::string& node,
 // than `instance` on which nobody listens (a connection is refused), so that the socket of a
 // live server whose node shares the name's cut (another Redis, a node of a longer name) stays.
 // Returns how many.
-int RemoveDeadSockets(const std::string& dir, const std::string& node,
-                      const std::string& instance);
+int RemoveDeadSockets(const std::string& dir, const std::string& node, const std::string& instance);
 
 // Redis 7.0 or newer, or kUnavailable: older versions keep the scripts a server loads (its
 // settled marker, heartbeat.h) across a restart and on replicas. Read from HELLO, else (before

@@ -2,7 +2,6 @@
 // each over a fake CopyService that hands the asker's read straight to the serving copier, so
 // that Locate's checks, Fill, the grant written and redeemed in Redis, and ServeReads' answers
 // are what is tested. Host memory only.
-#include "server/commit_pipeline.h"
 #include "server/node_copy.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +11,7 @@
 #include <cstring>
 #include <deque>
 
+#include "server/commit_pipeline.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -70,18 +70,21 @@ class FakeCopyService : public CopyService {
   int fetches = 0;
 };
 
-// One node's server parts: options, its serving connection and one for the test, a host-only device set and its table.
+// One node's server parts: options, its serving connection and one for the test, a host-only device
+// set and its table.
 struct Node {
   Node(const test::RedisServer& redis, const std::string& name, const std::string& address) {
     opt.node = name;
     opt.all_devices = false;
     opt.redis_url = RedisUrl::Parse(redis.url()).value();
     conn = redis.Connect();
-    serving = std::make_unique<CommitPipeline>(redis.Connect(), CommitOptions::Of(opt), name + "-instance");
+    serving = std::make_unique<CommitPipeline>(redis.Connect(), CommitOptions::Of(opt),
+                                               name + "-instance");
     shm_prefix = "/mcd-unit-" + std::to_string(getpid()) + "-" + name + "-";
     devices = DeviceSet::Open(opt, shm_prefix).value();
     service.address_ = address;
-    copier = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt), *serving, table, *devices, &service, "");
+    copier = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt), *serving, table, *devices,
+                                          &service, "");
   }
   ~Node() {
     copier.reset();
@@ -90,7 +93,7 @@ struct Node {
       shm_unlink(("/" + n).c_str());
   }
   ServerOptions opt;
-  std::unique_ptr<RedisConnection> conn;  // the test's own
+  std::unique_ptr<RedisConnection> conn;    // the test's own
   std::unique_ptr<CommitPipeline> serving;  // the server's serving connection
   std::string shm_prefix;
   std::unique_ptr<DeviceSet> devices;
@@ -218,7 +221,8 @@ TEST_F(NodeCopyTest, LocateRefusesWhatCannotBeCopied) {
   EXPECT_EQ(code("w", 4), ErrorCode::kUnavailable);  // no live server there
   // Copies off here: the reason given.
   Hset(b_.opt.keys.Server("b"), {"instance", "bbbb", "ucx_address", "b0b0"});
-  NodeCopier off(NodeCopierOptions::Of(a_.opt), *a_.serving, a_.table, *a_.devices, nullptr, "copies are off here");
+  NodeCopier off(NodeCopierOptions::Of(a_.opt), *a_.serving, a_.table, *a_.devices, nullptr,
+                 "copies are off here");
   auto refused = off.Locate(CopyCommand("w", 4));
   EXPECT_EQ(refused.status().code(), ErrorCode::kUnsupported);
   EXPECT_EQ(refused.status().message(), "copies are off here");

@@ -30,20 +30,46 @@ struct Vk {
   void* lib = nullptr;
   PFN_vkGetInstanceProcAddr GetInstanceProcAddr = nullptr;
   PFN_vkCreateInstance CreateInstance = nullptr;
-#define MCD_VK_INSTANCE_FNS(X)                                                       \
-  X(DestroyInstance)                                                                 \
-  X(EnumeratePhysicalDevices) X(GetPhysicalDeviceProperties2)                        \
-      X(GetPhysicalDeviceQueueFamilyProperties) X(GetPhysicalDeviceMemoryProperties) \
-          X(CreateDevice) X(GetDeviceProcAddr) X(EnumerateDeviceExtensionProperties)
-#define MCD_VK_DEVICE_FNS(X)                                                                \
-  X(DestroyDevice)                                                                          \
-  X(GetDeviceQueue) X(CreateBuffer) X(DestroyBuffer) X(GetBufferMemoryRequirements)         \
-      X(AllocateMemory) X(FreeMemory) X(BindBufferMemory) X(MapMemory) X(UnmapMemory)       \
-          X(GetMemoryFdKHR) X(CreateSemaphore) X(DestroySemaphore) X(GetSemaphoreFdKHR)     \
-              X(CreateCommandPool) X(DestroyCommandPool) X(AllocateCommandBuffers)          \
-                  X(BeginCommandBuffer) X(EndCommandBuffer) X(CmdCopyBuffer) X(QueueSubmit) \
-                      X(CreateFence) X(DestroyFence) X(WaitForFences) X(ResetFences)        \
-                          X(ResetCommandBuffer) X(DeviceWaitIdle)
+  // X-macro lists, one entry a line: clang-format 14 folds them differently on each pass.
+  // clang-format off
+#define MCD_VK_INSTANCE_FNS(X)              \
+  X(DestroyInstance)                        \
+  X(EnumeratePhysicalDevices)               \
+  X(GetPhysicalDeviceProperties2)           \
+  X(GetPhysicalDeviceQueueFamilyProperties) \
+  X(GetPhysicalDeviceMemoryProperties)      \
+  X(CreateDevice)                           \
+  X(GetDeviceProcAddr)                      \
+  X(EnumerateDeviceExtensionProperties)
+#define MCD_VK_DEVICE_FNS(X)     \
+  X(DestroyDevice)               \
+  X(GetDeviceQueue)              \
+  X(CreateBuffer)                \
+  X(DestroyBuffer)               \
+  X(GetBufferMemoryRequirements) \
+  X(AllocateMemory)              \
+  X(FreeMemory)                  \
+  X(BindBufferMemory)            \
+  X(MapMemory)                   \
+  X(UnmapMemory)                 \
+  X(GetMemoryFdKHR)              \
+  X(CreateSemaphore)             \
+  X(DestroySemaphore)            \
+  X(GetSemaphoreFdKHR)           \
+  X(CreateCommandPool)           \
+  X(DestroyCommandPool)          \
+  X(AllocateCommandBuffers)      \
+  X(BeginCommandBuffer)          \
+  X(EndCommandBuffer)            \
+  X(CmdCopyBuffer)               \
+  X(QueueSubmit)                 \
+  X(CreateFence)                 \
+  X(DestroyFence)                \
+  X(WaitForFences)               \
+  X(ResetFences)                 \
+  X(ResetCommandBuffer)          \
+  X(DeviceWaitIdle)
+  // clang-format on
 #define MCD_VK_DECLARE(name) PFN_vk##name name = nullptr;
   MCD_VK_INSTANCE_FNS(MCD_VK_DECLARE)
   MCD_VK_DEVICE_FNS(MCD_VK_DECLARE)
