@@ -1,5 +1,7 @@
 #include "redis/script_calls.h"
 
+#include <cstdlib>
+
 #include "redis/lua_scripts.h"
 
 namespace mcd {
@@ -204,6 +206,50 @@ std::vector<std::string_view> RedeemGrantCall(const RedeemGrantArgs& a) {
 Result<bool> ParseRedeemGrantReply(Result<RedisValue> reply) {
   if (!reply.ok()) return reply.status();
   return reply->type == RedisValue::Type::kInteger && reply->integer == 1;
+}
+
+std::vector<std::string> HeartbeatCall(const HeartbeatArgs& a) {
+  std::vector<std::string> argv = {"EVAL",
+                                   kHeartbeatScript,
+                                   "2",
+                                   std::string(a.heartbeat),
+                                   std::string(a.events),
+                                   std::string(a.instance),
+                                   std::string(a.replace),
+                                   std::to_string(a.ttl_s),
+                                   std::to_string(a.event_cap),
+                                   a.held_before ? "1" : ""};
+  if (a.fields) {
+    argv.reserve(argv.size() + 2 * a.fields->size());
+    for (const auto& [field, value] : *a.fields) {
+      argv.push_back(field);
+      argv.push_back(value);
+    }
+  }
+  return argv;
+}
+
+Result<std::optional<HeartbeatHolder>> ParseHeartbeatReply(Result<RedisValue> reply) {
+  if (!reply.ok()) return reply.status();
+  if (reply->type == RedisValue::Type::kError)
+    return Status(ErrorCode::kRedisError, "Redis: " + reply->str);
+  std::vector<RedisValue>& e = reply->elements;
+  if (e.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
+  if (e[0].str == "ok") return std::optional<HeartbeatHolder>();
+  if (e[0].str != "held" || e.size() != 6)
+    return Status(ErrorCode::kUnexpectedReply, "heartbeat script answered '" + e[0].str + "'");
+  // {"held", instance, pid, pid_start, pttl, pid_space}. The holder's pid and pid_start are read
+  // leniently, unlike the heartbeat's codec: anyone may have written that hash, and one whose pid
+  // is no number reads as pid 0, which names no process, so the claim takes it for stale rather
+  // than failing on it and leaving the node unserved.
+  HeartbeatHolder holder;
+  holder.instance = std::move(e[1].str);
+  holder.pid = std::atoll(e[2].str.c_str());
+  holder.pid_start = std::strtoull(e[3].str.c_str(), nullptr, 10);
+  holder.pttl_ms = e[4].integer;
+  holder.expires = e[4].integer != -1;
+  holder.pid_space = std::move(e[5].str);
+  return std::optional<HeartbeatHolder>(std::move(holder));
 }
 
 }  // namespace mcd

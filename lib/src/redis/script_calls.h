@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memcuda/redis.h"
@@ -166,5 +168,33 @@ struct RedeemGrantArgs {
 std::vector<std::string_view> RedeemGrantCall(const RedeemGrantArgs& args);  // EVAL
 // True when the grant held `expected` and is taken out.
 Result<bool> ParseRedeemGrantReply(Result<RedisValue> reply);
+
+// ---- heartbeat.lua -------------------------------------------------------------------------
+
+struct HeartbeatArgs {
+  std::string_view heartbeat;  // KEYS[1] the node's heartbeat hash
+  std::string_view events;     // KEYS[2] the event stream
+  std::string_view instance;   // ARGV[1] the writer's
+  std::string_view replace;    // ARGV[2] an instance it may replace (its process is gone; "": none)
+  int ttl_s = 0;
+  uint64_t event_cap = 0;
+  bool held_before = false;  // the writer held the node before (a reclaim, when it finds it lost)
+  // The field/value pairs written (HeartbeatFields).
+  const std::vector<std::pair<std::string, std::string>>* fields = nullptr;
+};
+std::vector<std::string> HeartbeatCall(const HeartbeatArgs& args);  // EVAL
+
+// Another instance that holds the node (not a reference holder), as its heartbeat names it.
+struct HeartbeatHolder {
+  std::string instance;
+  int64_t pid = 0;         // 0 when the hash's pid is not a number
+  uint64_t pid_start = 0;  // 0: not given (or not a number)
+  bool expires = true;     // false: its hash has no TTL, which every server's write sets
+  std::string pid_space;   // where `pid` names it (PidSpace()); "" when not said
+  int64_t pttl_ms = -1;    // when its hash expires
+};
+// Empty when the heartbeat was written; else the instance that holds the node, and nothing was
+// written. An error reply (OOM under maxmemory, say) is kRedisError.
+Result<std::optional<HeartbeatHolder>> ParseHeartbeatReply(Result<RedisValue> reply);
 
 }  // namespace mcd

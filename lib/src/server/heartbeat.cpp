@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "common/log.h"
 #include "common/process.h"
@@ -109,39 +108,20 @@ HeartbeatRecord Heartbeat::Record() {
 
 Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& conn,
                                                               const std::string& replace) {
-  std::vector<std::string> args = {"EVAL",
-                                   kHeartbeatScript,
-                                   "2",
-                                   opt_.keys.Server(opt_.node),
-                                   opt_.keys.Events(),
-                                   instance_,
-                                   replace,
-                                   std::to_string(opt_.ttl_s),
-                                   std::to_string(opt_.event_history),
-                                   owned_ ? "1" : ""};
-  for (auto& [field, value] : HeartbeatFields(Record())) {
-    args.push_back(std::move(field));
-    args.push_back(std::move(value));
-  }
-  std::vector<std::string_view> argv(args.begin(), args.end());
-  // An error reply (OOM under maxmemory, say) is a failure too, not only a lost connection.
-  MCD_ASSIGN_OR_RETURN(RedisValue reply, conn.CommandRaw(argv));
-  if (reply.type == RedisValue::Type::kError)
-    return Status(ErrorCode::kRedisError, "Redis: " + reply.str);
-  if (reply.elements.empty()) return Status(ErrorCode::kUnexpectedReply, "heartbeat script reply");
-  if (reply.elements[0].str == "ok") return std::optional<NodeHolder>();
-  if (reply.elements[0].str != "held" || reply.elements.size() != 6) {
-    return Status(ErrorCode::kUnexpectedReply,
-                  "heartbeat script answered '" + reply.elements[0].str + "'");
-  }
-  NodeHolder holder;
-  holder.instance = reply.elements[1].str;
-  holder.pid = std::atoll(reply.elements[2].str.c_str());
-  holder.pid_start = std::strtoull(reply.elements[3].str.c_str(), nullptr, 10);
-  holder.expires = reply.elements[4].integer != -1;
-  holder.pid_space = reply.elements[5].str;
-  holder.pttl_ms = reply.elements[4].integer;
-  return std::optional<NodeHolder>(std::move(holder));
+  auto fields = HeartbeatFields(Record());
+  HeartbeatArgs args;
+  std::string key = opt_.keys.Server(opt_.node), events = opt_.keys.Events();
+  args.heartbeat = key;
+  args.events = events;
+  args.instance = instance_;
+  args.replace = replace;
+  args.ttl_s = opt_.ttl_s;
+  args.event_cap = opt_.event_history;
+  args.held_before = owned_;
+  args.fields = &fields;
+  std::vector<std::string> argv = HeartbeatCall(args);
+  return ParseHeartbeatReply(
+      conn.CommandRaw(std::vector<std::string_view>(argv.begin(), argv.end())));
 }
 
 std::string Heartbeat::Stale(const NodeHolder& holder) {

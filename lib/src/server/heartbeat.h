@@ -17,6 +17,7 @@
 #include "memcuda/heartbeat.h"
 #include "memcuda/redis.h"
 #include "memcuda/server.h"
+#include "redis/script_calls.h"
 #include "server/device_set.h"
 #include "server/outcome_log.h"
 #include "server/stop_signal.h"
@@ -87,14 +88,7 @@ class Heartbeat {
   bool owned() const { return owned_; }
 
  private:
-  struct NodeHolder {  // another instance that holds the node (not a reference holder)
-    std::string instance;
-    int64_t pid = 0;
-    uint64_t pid_start = 0;  // 0: not given
-    bool expires = true;     // false: its hash has no TTL, which every server's write sets
-    std::string pid_space;   // where `pid` names it (PidSpace()); "" when not said
-    int64_t pttl_ms = -1;    // when its hash expires
-  };
+  using NodeHolder = HeartbeatHolder;
   // Why `holder` cannot be a live server ("" when it may be): a heartbeat anyone may have
   // written to Redis must not keep the node from being served.
   static std::string Stale(const NodeHolder& holder);

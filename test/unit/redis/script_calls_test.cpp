@@ -413,5 +413,80 @@ TEST_F(ScriptCallsTest, RedeemGrantTakesOutOnlyTheGrantThatHoldsTheValue) {
   EXPECT_EQ(Do({"EXISTS", "p:grant:1"}).integer, 0);
 }
 
+TEST_F(ScriptCallsTest, HeartbeatClaimsBeatsAndAnswersWithTheNodesHolder) {
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"instance", "mine"}, {"pid", "7"}, {"node", "n"}};
+  HeartbeatArgs a;
+  a.heartbeat = "p:server:n";
+  a.events = kEvents;
+  a.instance = "mine";
+  a.ttl_s = 30;
+  a.event_cap = 100;
+  a.fields = &fields;
+  auto claimed = ParseHeartbeatReply(conn_->CommandRaw(Views(HeartbeatCall(a))));
+  ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
+  EXPECT_FALSE(claimed->has_value());
+  EXPECT_EQ(Hash("p:server:n"), (std::map<std::string, std::string>{
+                                    {"instance", "mine"}, {"node", "n"}, {"pid", "7"}}));
+  EXPECT_GT(Do({"PTTL", "p:server:n"}).integer, 0);
+  EXPECT_EQ(Events(), std::vector<std::string>{"server_start:0::7:"});
+  // A beat rewrites the fields and is no new start.
+  fields[1].second = "8";
+  a.held_before = true;
+  auto beat = ParseHeartbeatReply(conn_->CommandRaw(Views(HeartbeatCall(a))));
+  ASSERT_TRUE(beat.ok()) << beat.status().ToString();
+  EXPECT_FALSE(beat->has_value());
+  EXPECT_EQ(Hash("p:server:n")["pid"], "8");
+  EXPECT_EQ(Events().size(), 1u);
+
+  // A node another instance holds is answered with that holder, and nothing is written.
+  Do({"HSET", "p:server:m", "instance", "theirs", "pid", "42", "pid_start", "420", "pid_space",
+      "boot/ns"});
+  Do({"EXPIRE", "p:server:m", "20"});
+  a.heartbeat = "p:server:m";
+  a.held_before = false;
+  auto held = ParseHeartbeatReply(conn_->CommandRaw(Views(HeartbeatCall(a))));
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_TRUE(held->has_value());
+  const HeartbeatHolder& holder = **held;
+  EXPECT_EQ(holder.instance, "theirs");
+  EXPECT_EQ(holder.pid, 42);
+  EXPECT_EQ(holder.pid_start, 420u);
+  EXPECT_EQ(holder.pid_space, "boot/ns");
+  EXPECT_TRUE(holder.expires);
+  EXPECT_GT(holder.pttl_ms, 0);
+  EXPECT_LE(holder.pttl_ms, 20000);
+  EXPECT_EQ(Hash("p:server:m")["pid"], "42");
+
+  // A hand-written holder: no expiry, a pid that is no number (read as 0, so it counts as stale).
+  Do({"PERSIST", "p:server:m"});
+  Do({"HSET", "p:server:m", "pid", "x1", "pid_start", "nope"});
+  held = ParseHeartbeatReply(conn_->CommandRaw(Views(HeartbeatCall(a))));
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_TRUE(held->has_value());
+  EXPECT_EQ((*held)->pid, 0);
+  EXPECT_EQ((*held)->pid_start, 0u);
+  EXPECT_FALSE((*held)->expires);
+  EXPECT_EQ((*held)->pttl_ms, -1);
+
+  // Replacing it (its process is gone) takes the node over and drops the fields not written.
+  a.replace = "theirs";
+  auto taken = ParseHeartbeatReply(conn_->CommandRaw(Views(HeartbeatCall(a))));
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_FALSE(taken->has_value());
+  EXPECT_EQ(Hash("p:server:m"), (std::map<std::string, std::string>{
+                                    {"instance", "mine"}, {"node", "n"}, {"pid", "8"}}));
+}
+
+TEST_F(ScriptCallsTest, HeartbeatReplyKeepsRedisErrorText) {
+  RedisValue error;
+  error.type = RedisValue::Type::kError;
+  error.str = "OOM command not allowed";
+  auto reply = ParseHeartbeatReply(Result<RedisValue>(error));
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), ErrorCode::kRedisError);
+  EXPECT_EQ(reply.status().message(), "Redis: OOM command not allowed");
+}
+
 }  // namespace
 }  // namespace mcd
