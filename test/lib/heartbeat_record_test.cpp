@@ -196,5 +196,39 @@ TEST(HeartbeatRecord, AHugeFieldIsShownCut) {
   EXPECT_LT(r.status().message().size(), 200u) << r.status().message();
 }
 
+RedisValue Str(const std::string& text) {
+  RedisValue v;
+  v.type = RedisValue::Type::kString;
+  v.str = text;
+  return v;
+}
+RedisValue Array(std::vector<RedisValue> elements) {
+  RedisValue v;
+  v.type = RedisValue::Type::kArray;
+  v.elements = std::move(elements);
+  return v;
+}
+
+TEST(HeartbeatRecord, AnHmgetOfAFewFieldsReadsThemAndChecksThem) {
+  const std::vector<const char*> names = {"instance", "pid", "settled"};
+  auto r = HeartbeatFromHmget(names, Array({Str("i"), Str("7"), RedisValue{}}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->instance, "i");
+  EXPECT_EQ(r->pid, 7);
+  EXPECT_EQ(r->settled, "");
+  // No hash: every field nil.
+  r = HeartbeatFromHmget(names, Array({RedisValue{}, RedisValue{}, RedisValue{}}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->instance, "");
+  // A malformed number is refused as HeartbeatFromFields refuses it.
+  r = HeartbeatFromHmget(names, Array({Str("i"), Str("7x"), RedisValue{}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'pid' is '7x'"), std::string::npos) << r.status().message();
+  // A reply that is not the HMGET of those names.
+  r = HeartbeatFromHmget(names, Array({Str("i"), Str("7")}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kUnexpectedReply);
+}
+
 }  // namespace
 }  // namespace mcd

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memcuda/export.h"
+#include "memcuda/redis.h"
 #include "memcuda/status.h"
 
 namespace mcd {
@@ -103,6 +104,12 @@ MCD_API std::vector<std::pair<std::string, std::string>> HeartbeatFields(
 // otherwise. Nothing is required: whether a record names a live server is the reader's call.
 MCD_API Result<HeartbeatRecord> HeartbeatFromFields(
     const std::map<std::string, std::string>& fields);
+// The record of a few of a heartbeat's fields: `reply` is HMGET's of `names`, in their order (a
+// nil for a field the hash has not, or for a hash that does not exist: the record's `instance` is
+// "" then). Each field is read and checked as HeartbeatFromFields does; the record's other
+// fields are left empty. kUnexpectedReply for a reply that is no HMGET's of `names`.
+MCD_API Result<HeartbeatRecord> HeartbeatFromHmget(const std::vector<const char*>& names,
+                                                   const RedisValue& reply);
 // The same pairs as a map, as Client::ServerInfo and Client::LiveServers give them.
 MCD_API std::map<std::string, std::string> HeartbeatMap(const HeartbeatRecord& record);
 

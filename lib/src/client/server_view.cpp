@@ -109,20 +109,23 @@ Status ServerView::Missing(const std::string& name, bool heartbeat, const std::s
 Status ServerView::Missing(const std::string& name) {
   MCD_RETURN_IF_ERROR(redis_.Append({"MULTI"}));
   MCD_RETURN_IF_ERROR(redis_.Append({"EXISTS", opt_.keys.Tensor(name)}));
-  MCD_RETURN_IF_ERROR(
-      redis_.Append({"HMGET", opt_.keys.Server(opt_.node), hb::kInstance, hb::kSettled}));
+  static const std::vector<const char*> kFields = {hb::kInstance, hb::kSettled};
+  std::string key = opt_.keys.Server(opt_.node);
+  std::vector<std::string_view> hmget = {"HMGET", key};
+  hmget.insert(hmget.end(), kFields.begin(), kFields.end());
+  MCD_RETURN_IF_ERROR(redis_.Append(hmget));
   MCD_RETURN_IF_ERROR(redis_.Append({"EXEC"}));
   Result<RedisValue> reply = RedisValue{};
   for (int i = 0; i < 4 && reply.ok(); ++i) reply = redis_.ReadReply();
   MCD_RETURN_IF_ERROR(reply.status());
   if (reply->type == RedisValue::Type::kError) return RedisErrorStatus("EXEC", reply->str);
-  if (reply->elements.size() != 2 || reply->elements[1].elements.size() != 2)
+  if (reply->elements.size() != 2)
     return Status(ErrorCode::kUnexpectedReply, "EXEC reply for tensor '" + name + "'");
   if (reply->elements[0].integer == 1) {
     return Status(ErrorCode::kTryAgain, "tensor '" + name + "' appeared while it was looked up");
   }
-  const auto& heartbeat = reply->elements[1].elements;
-  return Missing(name, !heartbeat[0].is_nil(), heartbeat[1].str);
+  MCD_ASSIGN_OR_RETURN(HeartbeatRecord heartbeat, HeartbeatFromHmget(kFields, reply->elements[1]));
+  return Missing(name, !heartbeat.instance.empty(), heartbeat.settled);
 }
 
 void ServerView::Adopt(HeartbeatRecord info) {

@@ -140,6 +140,21 @@ Result<HeartbeatRecord> HeartbeatFromFields(const std::map<std::string, std::str
   return r;
 }
 
+Result<HeartbeatRecord> HeartbeatFromHmget(const std::vector<const char*>& names,
+                                           const RedisValue& reply) {
+  if (reply.type != RedisValue::Type::kArray || reply.elements.size() != names.size())
+    return Status(ErrorCode::kUnexpectedReply, "HMGET reply of the heartbeat");
+  std::map<std::string, std::string> fields;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const RedisValue& value = reply.elements[i];
+    if (value.is_nil()) continue;
+    if (value.type != RedisValue::Type::kString)
+      return Status(ErrorCode::kUnexpectedReply, "HMGET reply of the heartbeat");
+    fields.emplace(names[i], value.str);
+  }
+  return HeartbeatFromFields(fields);
+}
+
 std::map<std::string, std::string> HeartbeatMap(const HeartbeatRecord& record) {
   auto fields = HeartbeatFields(record);
   return std::map<std::string, std::string>(fields.begin(), fields.end());

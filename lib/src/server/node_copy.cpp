@@ -48,15 +48,18 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                    ": a copy has its dtype and shape");
   }
   source.ctime_ms = std::strtoll(f.elements[2].str.c_str(), nullptr, 10);
-  MCD_ASSIGN_OR_RETURN(
-      RedisValue server,
-      serving_.Command({"HMGET", keys_.Server(source.node), heartbeat_field::kInstance,
-                        heartbeat_field::kUcxAddress, heartbeat_field::kUcxVersion}));
-  if (server.elements.size() != 3 || server.elements[0].is_nil()) {
+  static const std::vector<const char*> kFields = {
+      heartbeat_field::kInstance, heartbeat_field::kUcxAddress, heartbeat_field::kUcxVersion};
+  std::string heartbeat = keys_.Server(source.node);
+  std::vector<std::string_view> hmget = {"HMGET", heartbeat};
+  hmget.insert(hmget.end(), kFields.begin(), kFields.end());
+  MCD_ASSIGN_OR_RETURN(RedisValue reply, serving_.Command(hmget));
+  MCD_ASSIGN_OR_RETURN(HeartbeatRecord server, HeartbeatFromHmget(kFields, reply));
+  if (server.instance.empty()) {
     return Status(ErrorCode::kUnavailable, "tensor '" + name + "' lives on node '" + source.node +
                                                "', which has no live server");
   }
-  source.ucx_address = server.elements[1].str;
+  source.ucx_address = std::move(server.ucx_address);
   if (source.ucx_address.empty()) {
     return Status(ErrorCode::kUnsupported, "the server of node '" + source.node +
                                                "' does not copy between nodes (no UCX there, or "
@@ -66,7 +69,7 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   // UCX's wire protocol changes between minor versions, and an older UCX aborts its process when
   // a newer one connects: never connect across versions (nothing to check against a server too
   // old to say its version).
-  const std::string& theirs = server.elements[2].str;
+  const std::string& theirs = server.ucx_version;
   std::string ours = service_->version();
   if (!theirs.empty() && MajorMinor(theirs) != MajorMinor(ours)) {
     return Status(ErrorCode::kUnsupported, "the server of node '" + source.node + "' runs UCX " +
