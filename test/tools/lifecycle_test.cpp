@@ -1184,6 +1184,29 @@ TEST_F(Lifecycle, WatchLinesAndServerRowsEscapeControlCharacters) {
   ASSERT_TRUE(conn->Command({"DEL", keys_.Server(evil)}).ok());
 }
 
+// A heartbeat with a malformed field (crafted, or damaged) names no server: mcd-ls --servers
+// says which and why on stderr and still lists the good ones, and a client of that node is
+// refused naming the field (exit 76).
+TEST_F(Lifecycle, AMalformedHeartbeatIsShownUnreadableAndRefusedNamingItsField) {
+  auto conn = redis_.Connect();
+  const std::string bad = keys_.Server("crafted");
+  ASSERT_TRUE(conn->Command({"HSET", bad, "instance", "i", "node", "crafted", "pid", "12x"}).ok());
+  auto servers = test::Run({test::ToolPath("mcd-ls"), "--servers", "-q"}, Env());
+  EXPECT_EQ(servers.exit_code, 0) << servers.err;
+  EXPECT_EQ(servers.out, node_ + "\n");
+  EXPECT_NE(servers.err.find("note: unreadable heartbeat " + bad +
+                             ": the heartbeat's field 'pid' is '12x', not a number of its kind"),
+            std::string::npos)
+      << servers.err;
+  auto got = test::Run({test::ToolPath("mcd-get"), "x", "-q", "--node", "crafted"}, Env());
+  EXPECT_EQ(got.exit_code, 76) << got.err;
+  EXPECT_NE(got.err.find("the heartbeat of node 'crafted' at " + bad +
+                         ": the heartbeat's field 'pid' is '12x'"),
+            std::string::npos)
+      << got.err;
+  ASSERT_TRUE(conn->Command({"DEL", bad}).ok());
+}
+
 // Thousands of commands mutated from valid ones (values swapped for odd ones, fields dropped or
 // repeated, bytes changed, cut short), pushed while a client works: the server keeps serving,
 // answers every well-formed one that names a req with a JSON reply, leaves none in its

@@ -63,8 +63,13 @@ void AddFlags(CLI::App& app, LsFlags& f) {
 // --servers: the live servers as the flags ask; exit 69 when none is live.
 int ListServers(const LsFlags& f, Client& client) {
   std::vector<HeartbeatRecord> dead;
-  auto live = client.LiveServerRecords(&dead);
+  std::vector<std::string> unreadable;
+  auto live = client.LiveServerRecords(&dead, &unreadable);
   if (!live.ok()) return tools::Fail(kTool, live.status());
+  // A heartbeat with a malformed field names no server this tool can list: say which and why.
+  for (const std::string& why : unreadable) {
+    std::cerr << kTool << ": note: unreadable heartbeat " << tools::Escaped(why) << " (left out)\n";
+  }
   // A killed server of this host is not live, though its heartbeat lingers until its TTL.
   for (const HeartbeatRecord& server : dead) {
     if (f.names_only) break;

@@ -153,8 +153,10 @@ class MCD_API Client {
   // The heartbeats of every live server on this Redis (this prefix), sorted by node. A server
   // of this host (the heartbeat's pid_space) whose process is gone is not live, though its
   // heartbeat lingers until its TTL: it is left out, and its heartbeat added to `dead` when given.
+  // A heartbeat with a malformed field (crafted, or damaged) is no live server either: it is left
+  // out, and "<key>: <why>" added to `unreadable` when given.
   Result<std::vector<HeartbeatRecord>> LiveServerRecords(
-      std::vector<HeartbeatRecord>* dead = nullptr);
+      std::vector<HeartbeatRecord>* dead = nullptr, std::vector<std::string>* unreadable = nullptr);
   // The same two as the hash's field/value maps (HeartbeatMap).
   Result<std::map<std::string, std::string>> ServerInfo();
   Result<std::vector<std::map<std::string, std::string>>> LiveServers(

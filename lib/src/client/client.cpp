@@ -79,10 +79,12 @@ const ClientOptions& Client::options() const noexcept { return impl_->options();
 
 Result<HeartbeatRecord> Client::ServerRecord() { return impl_->server().Read(); }
 
-Result<std::vector<HeartbeatRecord>> Client::LiveServerRecords(std::vector<HeartbeatRecord>* dead) {
+Result<std::vector<HeartbeatRecord>> Client::LiveServerRecords(
+    std::vector<HeartbeatRecord>* dead, std::vector<std::string>* unreadable) {
   return impl_->Retrying("listing servers", true, [&] {
     if (dead != nullptr) dead->clear();
-    return ServerView::Live(impl_->redis(), impl_->options().keys, dead);
+    if (unreadable != nullptr) unreadable->clear();
+    return ServerView::Live(impl_->redis(), impl_->options().keys, dead, unreadable);
   });
 }
 

@@ -28,7 +28,8 @@ Result<HeartbeatRecord> ServerView::Parse(const RedisValue& all) {
   std::map<std::string, std::string> fields = FieldMap(all);
   if (fields.empty()) {
     std::string live;
-    if (auto servers = Live(redis_, opt_.keys); servers.ok()) {
+    std::vector<std::string> unreadable;
+    if (auto servers = Live(redis_, opt_.keys, nullptr, &unreadable); servers.ok()) {
       for (auto& server : servers.value()) {
         // Written meanwhile: a Redis back from a restart has no heartbeat until the server
         // writes it again, a moment after it answers.
@@ -36,12 +37,15 @@ Result<HeartbeatRecord> ServerView::Parse(const RedisValue& all) {
         live += (live.empty() ? "" : ", ") + server.node;
       }
     }
+    std::string unread;
+    for (const std::string& why : unreadable) unread += "; unreadable heartbeat " + why;
     return Status(ErrorCode::kUnavailable,
                   "no mcd-serve is running for node '" + opt_.node + "' on " +
                       opt_.redis_url.Redacted() + " (no heartbeat at " +
                       opt_.keys.Server(opt_.node) + "); " +
                       (live.empty() ? "no server is live there: start one with mcd-serve"
-                                    : "live there: " + live + " (--node or MCD_NODE picks one)"));
+                                    : "live there: " + live + " (--node or MCD_NODE picks one)") +
+                      unread);
   }
   auto record = HeartbeatFromFields(fields);
   if (!record.ok()) {
@@ -53,7 +57,8 @@ Result<HeartbeatRecord> ServerView::Parse(const RedisValue& all) {
 }
 
 Result<std::vector<HeartbeatRecord>> ServerView::Live(RedisConnection& redis, const KeySpace& keys,
-                                                      std::vector<HeartbeatRecord>* dead) {
+                                                      std::vector<HeartbeatRecord>* dead,
+                                                      std::vector<std::string>* unreadable) {
   std::vector<std::string> names;
   MCD_RETURN_IF_ERROR(redis.Scan(keys.Server("*"), 1000, [&](const std::vector<RedisValue>& page) {
     for (const RedisValue& key : page) names.push_back(key.str);
@@ -65,7 +70,11 @@ Result<std::vector<HeartbeatRecord>> ServerView::Live(RedisConnection& redis, co
     MCD_ASSIGN_OR_RETURN(RedisValue all, redis.Command({"HGETALL", key}));
     if (all.type == RedisValue::Type::kError) continue;  // not a hash: not a heartbeat
     auto record = HeartbeatFromFields(FieldMap(all));
-    if (!record.ok() || record->instance.empty()) continue;  // no server wrote it
+    if (!record.ok()) {
+      if (unreadable != nullptr) unreadable->push_back(key + ": " + record.status().message());
+      continue;
+    }
+    if (record->instance.empty()) continue;  // no server wrote it
     // A SIGKILLed server's heartbeat lingers until its TTL: not live where that can be told.
     if (!DeadHere(*record)) {
       out.push_back(std::move(record).value());

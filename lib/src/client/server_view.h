@@ -29,9 +29,11 @@ class ServerView {
   Result<HeartbeatRecord> Read();
   // The heartbeats of every live server on the Redis, sorted by node. A heartbeat that names a
   // process of this host that is gone (DeadHere) is left out, and added to `dead` when given;
-  // one without an instance, or with a malformed field, is no server's and left out.
+  // one without an instance is no server's and left out. One with a malformed field is left out
+  // too, and "<key>: <why>" added to `unreadable` when given.
   static Result<std::vector<HeartbeatRecord>> Live(RedisConnection& redis, const KeySpace& keys,
-                                                   std::vector<HeartbeatRecord>* dead = nullptr);
+                                                   std::vector<HeartbeatRecord>* dead = nullptr,
+                                                   std::vector<std::string>* unreadable = nullptr);
   // Whether `heartbeat` names a server process that is known to be gone, where this process can
   // tell: one of its boot and PID namespace (pid_space) whose pid is free, taken by another
   // process, or a zombie's. One whose /proc entry this process may not read is not judged.
