@@ -145,7 +145,7 @@ TEST(HeartbeatRecord, WritesTheFieldsAsTheServerAlwaysHas) {
   EXPECT_EQ(HeartbeatFields(r), expected);
 }
 
-TEST(HeartbeatRecord, AbsentOrEmptyNumbersReadAsZeroAndUnknownFieldsAreLeftOut) {
+TEST(HeartbeatRecord, AbsentOrEmptyNumbersReadAsZeroAndUnknownFieldsAreKept) {
   auto r = HeartbeatFromFields(
       {{"instance", "i"}, {"pid", "7"}, {"pid_ino", ""}, {"from_a_newer_server", "x"}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -155,7 +155,10 @@ TEST(HeartbeatRecord, AbsentOrEmptyNumbersReadAsZeroAndUnknownFieldsAreLeftOut) 
   EXPECT_EQ(r->started_ms, 0);
   EXPECT_EQ(r->event_history, 0u);
   EXPECT_TRUE(r->errors.empty());
-  EXPECT_EQ(HeartbeatMap(*r).count("from_a_newer_server"), 0u);
+  // A newer server's field is kept as the hash has it, and only it: the known ones are members.
+  EXPECT_EQ(r->other,
+            (std::vector<std::pair<std::string, std::string>>{{"from_a_newer_server", "x"}}));
+  EXPECT_EQ(HeartbeatMap(*r).at("from_a_newer_server"), "x");
 }
 
 // What anyone with Redis credentials may write: each malformed number is refused, naming the

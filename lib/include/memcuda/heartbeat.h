@@ -93,6 +93,9 @@ struct MCD_API HeartbeatRecord {
   uint64_t commands_failed = 0;                          // the sum of `errors`
   // By op: "<bound us>:<count>,...,+Inf:<count>;<sum us>;<count>" (OutcomeLog::LatencyText).
   std::vector<std::pair<std::string, std::string>> latency;
+  // Fields this version does not know (a newer server's), kept as they are, so that the maps
+  // of Client::ServerInfo and LiveServers hold what the hash holds.
+  std::vector<std::pair<std::string, std::string>> other;
 };
 
 // The hash's field/value pairs, in the order the server writes them.
@@ -100,8 +103,8 @@ MCD_API std::vector<std::pair<std::string, std::string>> HeartbeatFields(
     const HeartbeatRecord& record);
 // The record of a heartbeat's fields (HGETALL), which anyone with Redis credentials may have
 // written: a number field must be a decimal number of its type, or empty or absent (0); a
-// field this version does not know is left out. kUnexpectedReply naming the field and its value
-// otherwise. Nothing is required: whether a record names a live server is the reader's call.
+// field this version does not know is kept in `other`. kUnexpectedReply naming the field and its
+// value otherwise. Nothing is required: whether a record names a live server is the reader's call.
 MCD_API Result<HeartbeatRecord> HeartbeatFromFields(
     const std::map<std::string, std::string>& fields);
 // The record of a few of a heartbeat's fields: `reply` is HMGET's of `names`, in their order (a

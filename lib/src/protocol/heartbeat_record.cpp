@@ -89,6 +89,16 @@ bool StartsWith(const std::string& text, const char* prefix) {
 
 }  // namespace
 
+namespace {
+// A field of the table (not the errors_ and latency_ families): read into its member.
+bool Known(const std::string& name) {
+  for (const FieldSpec& spec : Table()) {
+    if (name == spec.name) return true;
+  }
+  return false;
+}
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> HeartbeatFields(const HeartbeatRecord& r) {
   std::vector<std::pair<std::string, std::string>> fields;
   fields.reserve(Table().size() + r.errors.size() + 1 + r.latency.size());
@@ -106,6 +116,7 @@ std::vector<std::pair<std::string, std::string>> HeartbeatFields(const Heartbeat
     fields.emplace_back(f::kErrorsPrefix + code, std::to_string(n));
   fields.emplace_back(f::kCommandsFailed, std::to_string(r.commands_failed));
   for (const auto& [op, text] : r.latency) fields.emplace_back(f::kLatencyPrefix + op, text);
+  fields.insert(fields.end(), r.other.begin(), r.other.end());
   return fields;
 }
 
@@ -135,6 +146,8 @@ Result<HeartbeatRecord> HeartbeatFromFields(const std::map<std::string, std::str
       r.errors.emplace_back(name.substr(errors), n);
     } else if (StartsWith(name, f::kLatencyPrefix)) {
       r.latency.emplace_back(name.substr(latency), value);
+    } else if (name != f::kCommandsFailed && !Known(name)) {
+      r.other.emplace_back(name, value);
     }
   }
   return r;
