@@ -66,7 +66,7 @@ Status Client::Impl::ConnectOnce() {
   transport_.reset();
   redis_.reset();
   MCD_ASSIGN_OR_RETURN(redis_, RedisConnection::Connect(opt_.redis_url, ropt));
-  server_ = std::make_unique<ServerView>(*redis_, opt_);
+  server_ = std::make_unique<ServerView>(*redis_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   if (!opt_.require_server) {
     MakeParts("");
     return Status::Ok();
@@ -95,7 +95,8 @@ Status Client::Impl::ConnectOnce() {
 void Client::Impl::MakeParts(const std::string& sha) {
   TransportOptions topt{opt_.node, opt_.keys, opt_.timeout_ms, opt_.command_socket};
   transport_ = std::make_unique<Transport>(*redis_, std::move(topt), *server_);
-  script_ = std::make_unique<ReferenceScript>(*redis_, opt_, *transport_, holder_, *server_);
+  script_ = std::make_unique<ReferenceScript>(*redis_, opt_.node, opt_.keys, *transport_, holder_,
+                                              *server_);
   if (!sha.empty()) script_->set_sha(sha);
   reads_ = std::make_unique<RecordReads>(*redis_, opt_.keys, *server_);
 }

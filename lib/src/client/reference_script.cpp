@@ -38,18 +38,19 @@ TensorRecord ReleasedRecord(const std::string& name, RedisValue& hmget) {
 }
 }  // namespace
 
-ReferenceScript::ReferenceScript(RedisConnection& redis, const ClientOptions& opt,
+ReferenceScript::ReferenceScript(RedisConnection& redis, std::string node, KeySpace keys,
                                  Transport& transport, std::optional<Holder> holder,
                                  ServerView& server)
     : redis_(redis),
-      opt_(opt),
+      node_(std::move(node)),
+      keys_(std::move(keys)),
       transport_(transport),
       server_(server),
       holder_(holder),
       holder_id_(holder ? HolderId(holder->pid, holder->start) : ""),
-      holders_key_(opt.keys.Holders(opt.node)),
-      held_key_(holder ? opt.keys.Held(opt.node, holder_id_) : opt.keys.Unused()),
-      events_key_(opt.keys.Events()),
+      holders_key_(keys_.Holders(node_)),
+      held_key_(holder ? keys_.Held(node_, holder_id_) : keys_.Unused()),
+      events_key_(keys_.Events()),
       pid_(std::to_string(holder ? holder->pid : getpid())) {}
 
 Status ReferenceScript::Load() {
@@ -66,7 +67,7 @@ ReferenceArgs ReferenceScript::Args(const std::string& name, const std::string& 
   args.holders = holders_key_;
   args.held = held_key_;
   args.events = events_key_;
-  args.node = opt_.node;
+  args.node = node_;
   args.holder = holder_id_;
   args.pid = pid_;
   args.name = name;
@@ -75,8 +76,8 @@ ReferenceArgs ReferenceScript::Args(const std::string& name, const std::string& 
 }
 
 Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
-  std::string key = opt_.keys.Tensor(name);
-  std::string server = opt_.keys.Server(opt_.node);
+  std::string key = keys_.Tensor(name);
+  std::string server = keys_.Server(node_);
   ReferenceArgs args = Args(name, key, server);
   std::vector<std::string_view> argv = ReferenceCall(sha_, args);
   auto reply = redis_.Command(argv);
@@ -98,8 +99,8 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
                                               bool retried) {
   if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
   MCD_ASSIGN_OR_RETURN(Transport::Outgoing out, transport_.Prepare(DeleteCommand(name, holder_)));
-  std::string key = opt_.keys.Tensor(name);
-  std::string server = opt_.keys.Server(opt_.node);
+  std::string key = keys_.Tensor(name);
+  std::string server = keys_.Server(node_);
   ReferenceArgs args = Args(name, key, server);
   args.release = true;
   args.queue = out.queue;
@@ -145,7 +146,7 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceR
       return Status(ErrorCode::kNotReady, "tensor '" + name + "' is " + reply.detail);
     case ReferenceReply::kWrongNode:
       return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + reply.detail +
-                                               "', not '" + opt_.node + "'");
+                                               "', not '" + node_ + "'");
     case ReferenceReply::kNotHeld:
       return NotHeldStatus(name);
     case ReferenceReply::kGone:

@@ -17,9 +17,10 @@ namespace mcd {
 
 class ReferenceScript {
  public:
-  // References are taken and given back for `holder` (none: bound to nobody). `server` says
-  // what a tensor the script did not find means (ServerView::Missing).
-  ReferenceScript(RedisConnection& redis, const ClientOptions& opt, Transport& transport,
+  // References of tensors of `node` (its keys under `keys`) are taken and given back for
+  // `holder` (none: bound to nobody). `server` says what a tensor the script did not find means
+  // (ServerView::Missing).
+  ReferenceScript(RedisConnection& redis, std::string node, KeySpace keys, Transport& transport,
                   std::optional<Holder> holder, ServerView& server);
   // The script's SHA, when the caller loaded it already (Client::Connect, in the heartbeat's
   // round trip).
@@ -47,7 +48,8 @@ class ReferenceScript {
 
   static constexpr const char* kNotLoaded = "0";
   RedisConnection& redis_;
-  const ClientOptions& opt_;
+  const std::string node_;
+  const KeySpace keys_;
   Transport& transport_;
   ServerView& server_;
   const std::optional<Holder> holder_;

@@ -17,40 +17,39 @@ namespace mcd {
 namespace hb = heartbeat_field;
 
 Result<HeartbeatRecord> ServerView::Read() {
-  MCD_ASSIGN_OR_RETURN(RedisValue all, redis_.Command({"HGETALL", opt_.keys.Server(opt_.node)}));
+  MCD_ASSIGN_OR_RETURN(RedisValue all, redis_.Command({"HGETALL", keys_.Server(node_)}));
   return Parse(all);
 }
 
 Result<HeartbeatRecord> ServerView::Parse(const RedisValue& all) {
   if (all.type == RedisValue::Type::kError) {
-    return RedisErrorStatus("HGETALL " + opt_.keys.Server(opt_.node), all.str);
+    return RedisErrorStatus("HGETALL " + keys_.Server(node_), all.str);
   }
   std::map<std::string, std::string> fields = FieldMap(all);
   if (fields.empty()) {
     std::string live;
     std::vector<std::string> unreadable;
-    if (auto servers = Live(redis_, opt_.keys, nullptr, &unreadable); servers.ok()) {
+    if (auto servers = Live(redis_, keys_, nullptr, &unreadable); servers.ok()) {
       for (auto& server : servers.value()) {
         // Written meanwhile: a Redis back from a restart has no heartbeat until the server
         // writes it again, a moment after it answers.
-        if (server.node == opt_.node) return std::move(server);
+        if (server.node == node_) return std::move(server);
         live += (live.empty() ? "" : ", ") + server.node;
       }
     }
     std::string unread;
     for (const std::string& why : unreadable) unread += "; unreadable heartbeat " + why;
     return Status(ErrorCode::kUnavailable,
-                  "no mcd-serve is running for node '" + opt_.node + "' on " +
-                      opt_.redis_url.Redacted() + " (no heartbeat at " +
-                      opt_.keys.Server(opt_.node) + "); " +
+                  "no mcd-serve is running for node '" + node_ + "' on " + redis_url_ +
+                      " (no heartbeat at " + keys_.Server(node_) + "); " +
                       (live.empty() ? "no server is live there: start one with mcd-serve"
                                     : "live there: " + live + " (--node or MCD_NODE picks one)") +
                       unread);
   }
   auto record = HeartbeatFromFields(fields);
   if (!record.ok()) {
-    return Status(record.status().code(), "the heartbeat of node '" + opt_.node + "' at " +
-                                              opt_.keys.Server(opt_.node) + ": " +
+    return Status(record.status().code(), "the heartbeat of node '" + node_ + "' at " +
+                                              keys_.Server(node_) + ": " +
                                               record.status().message());
   }
   return record;
@@ -103,23 +102,23 @@ Status ServerView::Missing(const std::string& name, bool heartbeat, const std::s
   if (lost) {
     return Status(ErrorCode::kTryAgain,
                   "tensor '" + name + "' is not in Redis, which restarted or failed over: the " +
-                      "server of node '" + opt_.node + "' has not put its tensors back yet" +
+                      "server of node '" + node_ + "' has not put its tensors back yet" +
                       (heartbeat ? "" : " (nor its heartbeat)") + "; try again");
   }
   if (heartbeat) return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
   // Without a heartbeat nobody can say: a Redis restarted empty has neither the hash nor the
   // heartbeat until the server writes them again.
-  return Status(ErrorCode::kUnavailable,
-                "no tensor named '" + name + "' in Redis, and no mcd-serve is running for node '" +
-                    opt_.node + "' (no heartbeat at " + opt_.keys.Server(opt_.node) +
-                    ") to say whether it has one");
+  return Status(ErrorCode::kUnavailable, "no tensor named '" + name +
+                                             "' in Redis, and no mcd-serve is running for node '" +
+                                             node_ + "' (no heartbeat at " + keys_.Server(node_) +
+                                             ") to say whether it has one");
 }
 
 Status ServerView::Missing(const std::string& name) {
   MCD_RETURN_IF_ERROR(redis_.Append({"MULTI"}));
-  MCD_RETURN_IF_ERROR(redis_.Append({"EXISTS", opt_.keys.Tensor(name)}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"EXISTS", keys_.Tensor(name)}));
   static const std::vector<const char*> kFields = {hb::kInstance, hb::kSettled};
-  std::string key = opt_.keys.Server(opt_.node);
+  std::string key = keys_.Server(node_);
   std::vector<std::string_view> hmget = {"HMGET", key};
   hmget.insert(hmget.end(), kFields.begin(), kFields.end());
   MCD_RETURN_IF_ERROR(redis_.Append(hmget));
@@ -142,7 +141,7 @@ void ServerView::Adopt(HeartbeatRecord info) {
   info_ = std::move(info);
   known_ = true;
   const HeartbeatRecord& hb = info_;
-  queue_ = hb.node_queue.empty() ? opt_.keys.queue : opt_.keys.NodeQueue(opt_.node);
+  queue_ = hb.node_queue.empty() ? keys_.queue : keys_.NodeQueue(node_);
   if (!same) Watch();
   if (!server_pin_ && !hb.pool_fd.empty()) {
     // Not pinned (another PID namespace, a kernel before 5.3): the pool socket serves.
@@ -211,7 +210,7 @@ Status ServerView::Alive() {
   if (!dead_ && local_) dead_ = process_ ? process_->Exited() : DeadHere(info_);
   if (!dead_) return Status::Ok();
   return Status(ErrorCode::kUnavailable,
-                "the mcd-serve of node '" + opt_.node + "' (pid " + std::to_string(info_.pid) +
+                "the mcd-serve of node '" + node_ + "' (pid " + std::to_string(info_.pid) +
                     ") is not running: it was killed or crashed, and its heartbeat lingers "
                     "until it expires; start it again (a new one takes the node over at once)");
 }

@@ -22,7 +22,12 @@ namespace mcd {
 
 class ServerView {
  public:
-  ServerView(RedisConnection& redis, const ClientOptions& opt) : redis_(redis), opt_(opt) {}
+  // The heartbeat of `node` (a reference: the client's node, which discovering the only live
+  // server may set after this view is made), under `keys`, on the Redis `redis_url` names
+  // (redacted: for messages).
+  ServerView(RedisConnection& redis, const std::string& node, const KeySpace& keys,
+             std::string redis_url)
+      : redis_(redis), node_(node), keys_(keys), redis_url_(std::move(redis_url)) {}
 
   // HGETALL of the heartbeat through its codec (HeartbeatFromFields), or kUnavailable when no
   // server is alive for the node, or kUnexpectedReply naming a malformed field.
@@ -95,10 +100,12 @@ class ServerView {
   static std::vector<std::pair<int, std::string>> DeviceItems(const std::string& text);
 
   RedisConnection& redis_;
-  const ClientOptions& opt_;
+  const std::string& node_;
+  const KeySpace& keys_;
+  const std::string redis_url_;
   HeartbeatRecord info_;  // the node's heartbeat, as last read
   bool known_ = false;    // one was read
-  std::string queue_ = opt_.keys.queue;
+  std::string queue_ = keys_.queue;
   std::shared_ptr<const PinnedProcess> server_pin_;  // process_ where its pools may be copied
   std::shared_ptr<const PinnedProcess> process_;     // the server process, where local_
   bool local_ = false;                               // the heartbeat's pid_space is this one's

@@ -30,7 +30,7 @@ class RecordReadsTest : public ::testing::Test {
                     ->Command({"HSET", keys_.Server("n1"), "node", "n1", "instance", "i1", "pid",
                                "1", "settled", settled})
                     .ok());
-    view_ = std::make_unique<ServerView>(*conn_, opt_);
+    view_ = std::make_unique<ServerView>(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
     auto info = view_->Read();
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     view_->Adopt(std::move(info).value());

@@ -42,11 +42,12 @@ class ReferenceScriptTest : public ::testing::Test {
     }
     Do(std::vector<std::string_view>(hset.begin(), hset.end()));
     Do({"HSET", opt_.keys.Server("n"), "instance", "inst", "event_history", "100"});
-    server_ = std::make_unique<ServerView>(*conn_, opt_);
+    server_ = std::make_unique<ServerView>(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
     transport_ = std::make_unique<Transport>(
         *conn_, TransportOptions{opt_.node, opt_.keys, opt_.timeout_ms, opt_.command_socket},
         *server_);
-    script_ = std::make_unique<ReferenceScript>(*conn_, opt_, *transport_, holder_, *server_);
+    script_ = std::make_unique<ReferenceScript>(*conn_, opt_.node, opt_.keys, *transport_, holder_,
+                                                *server_);
     ASSERT_TRUE(script_->Load().ok());
   }
 

@@ -74,7 +74,7 @@ class ServerViewTest : public ::testing::Test {
 TEST_F(ServerViewTest, ReadsALiveServersHeartbeatThroughTheCodec) {
   HeartbeatRecord planted = LiveHere("n1", "i1");
   Plant(planted);
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   EXPECT_FALSE(view.known());
   auto read = view.Read();
   ASSERT_TRUE(read.ok()) << read.status().ToString();
@@ -99,7 +99,7 @@ TEST_F(ServerViewTest, AServerWithoutANodeQueueIsSentToTheSharedOne) {
   HeartbeatRecord older = LiveHere("n1", "i1");
   older.node_queue = "";
   Plant(older);
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   ASSERT_TRUE(view.Refresh().ok());
   EXPECT_EQ(view.queue(), opt_.keys.queue);
 }
@@ -120,7 +120,7 @@ TEST_F(ServerViewTest, ADeadServerIsNotLiveAndItsViewSaysSo) {
   EXPECT_EQ(gone[0].instance, "dead1");
   EXPECT_TRUE(ServerView::DeadHere(gone[0]));
 
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   ASSERT_TRUE(view.Refresh().ok());  // its heartbeat lingers until its TTL
   Status alive = view.Alive();
   EXPECT_EQ(alive.code(), ErrorCode::kUnavailable);
@@ -136,7 +136,7 @@ TEST_F(ServerViewTest, AServerOfAnotherPidSpaceIsNotJudged) {
   elsewhere.pid_space = "another-boot/1";
   Plant(elsewhere);
   EXPECT_FALSE(ServerView::DeadHere(elsewhere));
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   ASSERT_TRUE(view.Refresh().ok());
   EXPECT_TRUE(view.Alive().ok());
 }
@@ -147,7 +147,7 @@ TEST_F(ServerViewTest, AMalformedFieldIsRefusedWithAClearError) {
     if (field == heartbeat_field::kPid) value = "4242; rm -rf";
   }
   Plant("n1", fields);
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   auto read = view.Read();
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.status().code(), ErrorCode::kUnexpectedReply);
@@ -166,7 +166,7 @@ TEST_F(ServerViewTest, AMalformedFieldIsRefusedWithAClearError) {
 }
 
 TEST_F(ServerViewTest, ANodeWithoutAHeartbeatNamesTheLiveOnes) {
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   auto none = view.Read();
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), ErrorCode::kUnavailable);
@@ -187,7 +187,7 @@ TEST_F(ServerViewTest, ANodeWithoutAHeartbeatNamesTheLiveOnes) {
 // by its node field: a Redis back from a restart has it again a moment after it answers.
 TEST_F(ServerViewTest, TheNodesServerIsFoundByItsNodeField) {
   Plant("elsewhere", HeartbeatFields(LiveHere("n1", "i1")));
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   auto read = view.Read();
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   EXPECT_EQ(read->instance, "i1");
@@ -196,7 +196,7 @@ TEST_F(ServerViewTest, TheNodesServerIsFoundByItsNodeField) {
 
 TEST_F(ServerViewTest, AMissingTensorIsNotFoundUnlessRedisLostTheSettledScript) {
   Plant(LiveHere("n1", "i1"));  // settled "abc": a script Redis does not have
-  ServerView view(*conn_, opt_);
+  ServerView view(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
   ASSERT_TRUE(view.Refresh().ok());
   EXPECT_EQ(view.Missing("t").code(), ErrorCode::kTryAgain);
   HeartbeatRecord settled = LiveHere("n1", "i1");

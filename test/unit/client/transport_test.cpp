@@ -95,7 +95,7 @@ class TransportTest : public ::testing::Test {
                     ->Command({"HSET", keys_.Server("n1"), "node", "n1", "instance", "i1", "pid",
                                std::to_string(pid), "command_socket", path_})
                     .ok());
-    view_ = std::make_unique<ServerView>(*conn_, opt_);
+    view_ = std::make_unique<ServerView>(*conn_, opt_.node, opt_.keys, opt_.redis_url.Redacted());
     auto info = view_->Read();
     EXPECT_TRUE(info.ok()) << info.status().ToString();
     view_->Adopt(std::move(info).value());
