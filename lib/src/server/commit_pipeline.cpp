@@ -45,10 +45,10 @@ CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOpt
       holders_key_(opt_.keys.Holders(opt_.node)),
       events_{opt_.keys.Events(), opt_.event_history, opt_.node} {}
 
-RedisConnection& CommitPipeline::Drained() {
+ConnectionLease CommitPipeline::Drained() {
   assert(!reading_ && "the serving connection is used while a drain reads its replies");
   Drain();
-  return *redis_;
+  return ConnectionLease(*redis_, lent_);
 }
 
 Status CommitPipeline::LoadScript() {
@@ -125,6 +125,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
 
 void CommitPipeline::Flush() {
   assert(!reading_ && "a commit is sent while a drain reads its replies");
+  assert(!lent_ && "a commit is sent while the connection is lent");
   size_t earlier = due_.size();  // the last batch's commits, a take sent ahead
   std::vector<Pending> sent = std::move(batch_);
   batch_.clear();
@@ -148,6 +149,7 @@ bool CommitPipeline::IsDue(const std::string& name) const {
 
 void CommitPipeline::SendTake() {
   assert(!reading_ && "a take is sent while a drain reads its replies");
+  assert(!lent_ && "a take is sent while the connection is lent");
   // Plain LMOVEs in one write rather than a script: each moves one command atomically into the
   // processing list, and one that finds the queue empty costs Redis about a microsecond, where a
   // script call costs it ~15 (most of it the script machinery).
@@ -209,6 +211,7 @@ void CommitPipeline::Drain(size_t count) {
     }
   };
   assert(!reading_ && "a drain is entered while another one reads");
+  assert(!lent_ && "a drain is entered while the connection is lent");
   reading_ = true;
   read(count);
   if (reload) read(due_.size());  // commits are run again on a connection with nothing due

@@ -6,7 +6,8 @@
 // list) is one call of the commit script, so it happens whole or not at all. A batch's commits go
 // out pipelined, without waiting for their results, and a take of the next commands (plain
 // LMOVEs) can travel on the same connection ahead of them; results are read back in the order
-// sent (Drain) and handed to each commit's own continuation. NOSCRIPT (Redis restarted or flushed
+// sent (Drain) and handed to each commit's own continuation (see Continuation for the order they
+// run in). NOSCRIPT (Redis restarted or flushed
 // its scripts) is handled here, once for every caller. Main thread of the server only.
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memcuda/redis.h"
@@ -26,8 +28,12 @@
 namespace mcd {
 
 struct Pending;
-// What the code that made a commit does with its result: run after every result read with it
-// has been read, in the order sent.
+// What the code that made a commit does with its result: run once, after every result read with
+// it has been read. Within one drain they run in the order sent, except that one which uses the
+// connection (Drained, Command, CommitNow) first drains all that is due, so the continuations
+// of commits sent after its drain began run before the rest of its own drain's. Commits naming
+// the same tensor still settle in the order sent: the server drains before it handles a command
+// naming a tensor that is due (IsDue).
 using Continuation = std::function<void(Pending&, Result<CommitResult>)>;
 
 // A commit waiting to be sent with the rest of its batch, and its continuation.
@@ -73,23 +79,50 @@ struct CommitOptions {
   }
 };
 
+// The serving connection, lent by CommitPipeline::Drained for the length of one call that needs
+// it. The holder may leave replies on it that the pipeline does not know of (an Append not yet
+// read), so while a lease lives the pipeline is not to be used: asserted. Move-only; lives no
+// longer than the pipeline.
+class ConnectionLease {
+ public:
+  ConnectionLease(ConnectionLease&& other) noexcept
+      : redis_(other.redis_), lent_(std::exchange(other.lent_, nullptr)) {}
+  ConnectionLease& operator=(ConnectionLease&&) = delete;
+  ConnectionLease(const ConnectionLease&) = delete;
+  ConnectionLease& operator=(const ConnectionLease&) = delete;
+  ~ConnectionLease() {
+    if (lent_ != nullptr) *lent_ = false;
+  }
+  RedisConnection& operator*() const { return *redis_; }
+  RedisConnection* operator->() const { return redis_; }
+
+ private:
+  friend class CommitPipeline;
+  ConnectionLease(RedisConnection& redis, bool& lent) : redis_(&redis), lent_(&lent) {
+    lent = true;
+  }
+  RedisConnection* redis_;
+  bool* lent_;
+};
+
 class CommitPipeline {
  public:
   CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOptions opt, std::string instance);
 
   // The serving connection, once every reply due on it was read and its commit settled: the
-  // only way to it, for a call that needs one (a script, a claim of the heartbeat). Not kept past
-  // that call. Using it while a drain is reading is a bug, asserted (a settle runs only after).
-  RedisConnection& Drained();
+  // only way to it, for a call that needs one (a script, a claim of the heartbeat), lent until
+  // the lease ends (with the call's full expression, for a temporary). Asking for it while a
+  // drain is reading, or using the pipeline while it is lent, is a bug, asserted.
+  ConnectionLease Drained();
   // One plain command on the serving connection, after every reply due.
   Result<RedisValue> Command(const std::vector<std::string_view>& argv) {
-    return Drained().Command(argv);
+    return Drained()->Command(argv);
   }
   bool connected() const { return redis_->connected(); }
   // Where the commits append their events, for the server's other removals (DeleteIfCommand).
   const EventTarget& events() const { return events_; }
   // After a lost connection: the replies due fail (they had no answer), then the reconnect.
-  Status Reconnect() { return Drained().Reconnect(); }
+  Status Reconnect() { return Drained()->Reconnect(); }
 
   // Loads the commit script (after connecting, and whenever Redis lost it).
   Status LoadScript();
@@ -154,6 +187,7 @@ class CommitPipeline {
   Status send_failed_;          // not ok: a send failed, so no reply will come
   std::optional<Result<RedisValue>> take_reply_;
   bool reading_ = false;  // a drain is reading replies: the connection is not to be used
+  bool lent_ = false;     // a ConnectionLease lives: the pipeline is not to be used
   int take_size_ = 4;
 };
 
