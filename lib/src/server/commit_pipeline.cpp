@@ -2,23 +2,12 @@
 
 #include <algorithm>
 #include <cassert>
-#include <charconv>
 
 #include "common/log.h"
 #include "protocol/json_codec.h"
 #include "redis/lua_scripts.h"
 
 namespace mcd {
-
-namespace {
-CommitAction ActionOf(std::string_view action) {
-  if (action == "hset") return CommitAction::kHset;
-  if (action == "del") return CommitAction::kDel;
-  if (action == "incr") return CommitAction::kIncr;
-  if (action == "unhold") return CommitAction::kUnhold;
-  return CommitAction::kNone;
-}
-}  // namespace
 
 std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
                                          const std::string& field, const std::string& value,
@@ -64,16 +53,16 @@ Status CommitPipeline::LoadScriptNow() {
 
 Pending CommitPipeline::Make(const Route& route, const std::string& raw, const std::string& req,
                              const std::string& name, const std::string& reply, Pre pre,
-                             const char* action, const CommitEvent& event,
-                             const std::vector<std::string>& extra, Continuation done) const {
+                             const CommitChange& change, const CommitEvent& event,
+                             Continuation done) const {
   // From the socket, the reply goes there: the commit writes none (and no first result: the
   // client never sends the command again) and has nothing to take off the processing list.
   bool socket = route.socket();
   bool written = !socket && !req.empty();
   CommitArgs a;
-  a.action = ActionOf(action);
+  a.action = change.action;
   bool incr = a.action == CommitAction::kIncr;
-  if (incr || a.action == CommitAction::kUnhold) a.holder = extra.at(0);
+  if (incr || a.action == CommitAction::kUnhold) a.holder = change.holder;
   std::string tensor_key = name.empty() ? opt_.keys.Unused() : opt_.keys.Tensor(name);
   std::string reply_key = written ? opt_.keys.Reply(req) : opt_.keys.Unused();
   std::string first_key = written ? opt_.keys.Done(req) : opt_.keys.Unused();
@@ -99,15 +88,14 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   a.event = event;
   a.name = name;
   a.node = opt_.node;
-  if (a.action == CommitAction::kHset) a.fields = &extra;
+  if (a.action == CommitAction::kHset) a.fields = change.fields;
   if (incr) {
-    const std::string& delta = extra.at(1);
-    std::from_chars(delta.data(), delta.data() + delta.size(), a.delta);
+    a.delta = change.delta;
     // From the socket the script assembles no reply, so the tails stay here (SocketReply) and
     // travel empty.
     if (!socket) {
-      a.held_tail = extra.at(2);
-      a.freed_tail = extra.at(3);
+      a.held_tail = change.held_tail;
+      a.freed_tail = change.freed_tail;
     }
   }
   Pending p;
@@ -118,7 +106,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   if (socket) {
     p.req = req;
     p.reply = reply;
-    if (incr) p.tails = {extra.at(2), extra.at(3)};
+    if (incr) p.tails = {std::string(change.held_tail), std::string(change.freed_tail)};
   }
   return p;
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,32 @@ struct EventTarget {
 std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
                                          const std::string& field, const std::string& value,
                                          const CommitEvent& event, const std::string& name);
+
+// What a commit does to its tensor hash, with what the action needs: kHset the field/value
+// pairs; kIncr the holder ("" for a reference bound to nobody), the change of the count and the
+// reply's tails while the tensor is still referenced and once it is freed (after the new count);
+// kUnhold the holder (one that died). Views of the caller's strings, read within Make.
+struct CommitChange {
+  CommitAction action = CommitAction::kNone;
+  const std::vector<std::string>* fields = nullptr;
+  std::string_view holder;
+  int delta = 0;
+  std::string_view held_tail;
+  std::string_view freed_tail;
+
+  static CommitChange None() { return CommitChange{}; }
+  static CommitChange Del() { return CommitChange{CommitAction::kDel}; }
+  static CommitChange Hset(const std::vector<std::string>& fields) {
+    return CommitChange{CommitAction::kHset, &fields};
+  }
+  static CommitChange Incr(std::string_view holder, int delta, std::string_view held_tail,
+                           std::string_view freed_tail) {
+    return CommitChange{CommitAction::kIncr, nullptr, holder, delta, held_tail, freed_tail};
+  }
+  static CommitChange Unhold(std::string_view holder) {
+    return CommitChange{CommitAction::kUnhold, nullptr, holder};
+  }
+};
 
 // What the pipeline needs of the server's options.
 struct CommitOptions {
@@ -126,13 +153,11 @@ class CommitPipeline {
 
   // Loads the commit script (after connecting, and whenever Redis lost it).
   Status LoadScript();
-  // A commit of `action` ("none", "hset", "del", "incr", "unhold") on tensor `name` under
-  // `pre`, writing `reply` for command `raw` (the list's; "" for internal actions) routed by
-  // `route`, and `event` when it changes the tensor. For "incr" and "unhold", extra[0] is the
-  // holder ("" for none).
+  // A commit of `change` on tensor `name` under `pre`, writing `reply` for command `raw` (the
+  // list's; "" for internal actions) routed by `route`, and `event` when it changes the tensor.
   Pending Make(const Route& route, const std::string& raw, const std::string& req,
-               const std::string& name, const std::string& reply, Pre pre, const char* action,
-               const CommitEvent& event, const std::vector<std::string>& extra,
+               const std::string& name, const std::string& reply, Pre pre,
+               const CommitChange& change, const CommitEvent& event,
                Continuation done = nullptr) const;
   // Plans a commit for the current batch; Flush sends the batch.
   void Queue(Pending pending) { batch_.push_back(std::move(pending)); }

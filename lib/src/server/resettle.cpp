@@ -103,11 +103,10 @@ Status Resettle::Republish(Entry& entry) {
   MCD_ASSIGN_OR_RETURN(
       CommitResult committed,
       pipeline_.CommitNow(pipeline_.Make(
-          Route{}, "", "", entry.record.name, "", Pre::kAbsent, "hset",
+          Route{}, "", "", entry.record.name, "", Pre::kAbsent, CommitChange::Hset(fields),
           // One still being filled is announced at its publish.
           entry.filler ? CommitEvent{}
-                       : CommitEvent{"create", entry.record.creator_pid, "republished"},
-          fields)));
+                       : CommitEvent{"create", entry.record.creator_pid, "republished"})));
   if (committed.kind != CommitResult::kOk) {
     return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
   }

@@ -28,8 +28,8 @@ class CommitPipelineTest : public ::testing::Test {
   // its name and result to settled_.
   Pending Create(const std::string& name, const std::string& bytes) {
     return pipeline_->Make(
-        Route{}, "", "", name, "", Pre::kAbsent, "hset", CommitEvent{},
-        {"bytes", bytes, "owner", "inst1", "state", "ready"},
+        Route{}, "", "", name, "", Pre::kAbsent,
+        CommitChange::Hset({"bytes", bytes, "owner", "inst1", "state", "ready"}), CommitEvent{},
         [this, name](Pending&, Result<CommitResult> r) {
           settled_.push_back(name + ":" + (r.ok() ? std::to_string(r->kind) : "error"));
         });
