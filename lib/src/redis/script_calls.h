@@ -1,8 +1,13 @@
 // The calls of the Lua scripts (lua_scripts.h), each defined once as a pair: a struct of named
 // arguments made into the command's argv (EVALSHA or EVAL, keys, arguments, in the order the
 // script reads them), and the script's reply read into a typed result. The fields carry the names
-// that the scripts' headers give their KEYS and ARGV. An argv of string_views points into the
-// struct's fields and what they name, which must outlive it. Thread-safe (no state).
+// that the scripts' headers give their KEYS and ARGV. Thread-safe (no state).
+//
+// WARNING: a *Call that returns std::vector<std::string_view> (ForwardCall, ForgetHolderCall,
+// ReferenceCall, RedeemGrantCall) returns views into its Args struct and the strings that struct
+// names: valid only while all of them live. Use the argv within the full expression that makes
+// it (`redis.Command(ForwardCall(args))`), never keep it past the arguments. The calls whose argv
+// waits in a pipeline (CommitCall, DeleteIfCall) return owned strings.
 #pragma once
 
 #include <cstdint>

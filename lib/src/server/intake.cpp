@@ -168,6 +168,10 @@ Request Intake::FromList(std::string line) {
 
 std::vector<Request> Intake::Requests(RedisValue taken) {
   std::vector<Request> out;
+  size_t listed = taken.type == RedisValue::Type::kArray ? taken.elements.size()
+                  : taken.is_nil()                       ? 0
+                                                         : 1;
+  out.reserve(listed + socket_in_.size());
   auto from_list = [&](RedisValue& line) {
     if (!IsWakeMarker(line.str)) out.push_back(FromList(std::move(line.str)));
   };

@@ -264,8 +264,9 @@ Status Server::Impl::Run() {
     }
     intake_->CollectSocket();
     if (!busy && taken.ok() && !intake_->has_socket_lines()) {
-      pipeline_->Drain();  // before sleeping: the commits' results, and what the last batch freed
-                           // is freed
+      // Before sleeping: the commits' results are read and the memory of the tensors the last
+      // batch deleted is freed.
+      pipeline_->Drain();
       if (applier_->ResumeDue()) {
         applier_->ResumeNow();
         continue;
