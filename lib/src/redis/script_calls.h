@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
 #include "memcuda/status.h"
 
@@ -100,6 +101,23 @@ struct DeleteIfArgs {
 std::vector<std::string> DeleteIfCall(const DeleteIfArgs& args);  // EVAL
 // True when the key was deleted.
 Result<bool> ParseDeleteIfReply(Result<RedisValue> reply);
+
+// Where a server's lifecycle events go: the stream's key, about how many it keeps (0: none are
+// written), and the node they name. Made by Of alone.
+struct EventTarget {
+  std::string key;
+  uint64_t cap = 0;
+  std::string node;
+  static EventTarget Of(const KeySpace& keys, uint64_t event_history, const std::string& node) {
+    return EventTarget{keys.Events(), event_history, node};
+  }
+};
+// The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
+// deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
+// server event) to `events`.
+std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
+                                         const std::string& field, const std::string& value,
+                                         const CommitEvent& event, const std::string& name);
 
 // ---- forward.lua ---------------------------------------------------------------------------
 

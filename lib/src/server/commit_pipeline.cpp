@@ -9,21 +9,6 @@
 
 namespace mcd {
 
-std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
-                                         const std::string& field, const std::string& value,
-                                         const CommitEvent& event, const std::string& name) {
-  DeleteIfArgs args;
-  args.key = key;
-  args.events = events.key;
-  args.field = field;
-  args.value = value;
-  args.event_cap = events.cap;
-  args.event = event;
-  args.name = name;
-  args.node = events.node;
-  return DeleteIfCall(args);
-}
-
 CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOptions opt,
                                std::string instance)
     : redis_(std::move(redis)),
@@ -32,7 +17,7 @@ CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOpt
       queue_key_(opt_.keys.NodeQueue(opt_.node)),
       processing_key_(opt_.keys.Processing(opt_.node)),
       holders_key_(opt_.keys.Holders(opt_.node)),
-      events_{opt_.keys.Events(), opt_.event_history, opt_.node} {}
+      events_(EventTarget::Of(opt_.keys, opt_.event_history, opt_.node)) {}
 
 ConnectionLease CommitPipeline::Drained() {
   assert(!reading_ && "the serving connection is used while a drain reads its replies");

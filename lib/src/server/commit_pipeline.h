@@ -50,24 +50,6 @@ struct Pending {
   std::vector<std::string> tails;
 };
 
-// Where a server's lifecycle events go: the stream's key, about how many it keeps (0: none are
-// written), and the node they name.
-struct EventTarget {
-  std::string key;
-  uint64_t cap = 0;
-  std::string node;
-  static EventTarget Of(const ServerOptions& opt) {
-    return EventTarget{opt.keys.Events(), opt.event_history, opt.node};
-  }
-};
-
-// The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
-// deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
-// server event) to `events`.
-std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
-                                         const std::string& field, const std::string& value,
-                                         const CommitEvent& event, const std::string& name);
-
 // What a commit does to its tensor hash, with what the action needs: kHset the field/value
 // pairs; kIncr the holder ("" for a reference bound to nobody), the change of the count and the
 // reply's tails while the tensor is still referenced and once it is freed (after the new count);
