@@ -152,8 +152,9 @@ Status Server::Impl::Start() {
   WarnIfRedisEvicts(*pipeline_->Drained());
   // The runtime folder, where the default sockets are, when it is this user's alone.
   std::string socket_dir = CheckOwnFolder(RuntimeDir()).ok() ? RuntimeDir() : "";
-  MCD_RETURN_IF_ERROR(
-      ReconcileNode(*pipeline_->Drained(), opt_, instance_, shm_prefix_, socket_dir));
+  MCD_RETURN_IF_ERROR(ReconcileNode(*pipeline_->Drained(),
+                                    ReconcileOptions{opt_.keys, opt_.node, opt_.event_history},
+                                    instance_, shm_prefix_, socket_dir));
   MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(*pipeline_->Drained()));
   relay_ =
       std::make_unique<QueueRelay>(opt_.redis_url, opt_.keys.queue, opt_.keys.NodeQueue(opt_.node));

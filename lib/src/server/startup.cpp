@@ -50,8 +50,9 @@ Status ScanNodeHashes(
       });
 }
 
-Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
-                     const std::string& shm_prefix, const std::string& socket_dir) {
+Status ReconcileNode(RedisConnection& redis, const ReconcileOptions& opt,
+                     const std::string& instance, const std::string& shm_prefix,
+                     const std::string& socket_dir) {
   int removed = 0;
   Status scanned = ScanNodeHashes(
       redis, opt.keys, opt.node, {"ipc_kind", "ipc_handle"},
