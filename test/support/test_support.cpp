@@ -326,4 +326,12 @@ bool HasCudaDevice() {
   }
   return count > 0;
 }
+
+std::vector<std::string> List(RedisConnection& redis, const std::string& key) {
+  std::vector<std::string> out;
+  auto v = redis.Command({"LRANGE", key, "0", "-1"});
+  if (v.ok())
+    for (auto& e : v->elements) out.push_back(e.str);
+  return out;
+}
 }  // namespace mcd::test

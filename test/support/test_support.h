@@ -111,5 +111,7 @@ int BlockedClients(RedisConnection& redis, const std::string& cmd);
 // Polls `predicate` every 20 ms for at most `timeout_ms`.
 bool WaitFor(const std::function<bool()>& predicate, int timeout_ms);
 bool HasCudaDevice();
+// The items of list `key`, from its head; none when it cannot be read.
+std::vector<std::string> List(RedisConnection& redis, const std::string& key);
 
 }  // namespace mcd::test

@@ -131,6 +131,21 @@ std::vector<std::string> DeleteIfCall(const DeleteIfArgs& a) {
   return argv;
 }
 
+std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
+                                         const std::string& field, const std::string& value,
+                                         const CommitEvent& event, const std::string& name) {
+  DeleteIfArgs args;
+  args.key = key;
+  args.events = events.key;
+  args.field = field;
+  args.value = value;
+  args.event_cap = events.cap;
+  args.event = event;
+  args.name = name;
+  args.node = events.node;
+  return DeleteIfCall(args);
+}
+
 Result<bool> ParseDeleteIfReply(Result<RedisValue> reply) {
   MCD_ASSIGN_OR_RETURN(int64_t deleted, IntegerReply(std::move(reply), "EVAL (delete_if)"));
   return deleted == 1;

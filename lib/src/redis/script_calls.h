@@ -1,8 +1,13 @@
 // The calls of the Lua scripts (lua_scripts.h), each defined once as a pair: a struct of named
 // arguments made into the command's argv (EVALSHA or EVAL, keys, arguments, in the order the
 // script reads them), and the script's reply read into a typed result. The fields carry the names
-// that the scripts' headers give their KEYS and ARGV. An argv of string_views points into the
-// struct's fields and what they name, which must outlive it. Thread-safe (no state).
+// that the scripts' headers give their KEYS and ARGV. Thread-safe (no state).
+//
+// WARNING: a *Call that returns std::vector<std::string_view> (ForwardCall, ForgetHolderCall,
+// ReferenceCall, RedeemGrantCall) returns views into its Args struct and the strings that struct
+// names: valid only while all of them live. Use the argv within the full expression that makes
+// it (`redis.Command(ForwardCall(args))`), never keep it past the arguments. The calls whose argv
+// waits in a pipeline (CommitCall, DeleteIfCall) return owned strings.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
 #include "memcuda/status.h"
 
@@ -97,6 +103,23 @@ struct DeleteIfArgs {
 std::vector<std::string> DeleteIfCall(const DeleteIfArgs& args);  // EVAL
 // True when the key was deleted.
 Result<bool> ParseDeleteIfReply(Result<RedisValue> reply);
+
+// Where a server's lifecycle events go: the stream's key, about how many it keeps (0: none are
+// written), and the node they name. Made by Of alone.
+struct EventTarget {
+  std::string key;
+  uint64_t cap = 0;
+  std::string node;
+  static EventTarget Of(const KeySpace& keys, uint64_t event_history, const std::string& node) {
+    return EventTarget{keys.Events(), event_history, node};
+  }
+};
+// The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
+// deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
+// server event) to `events`.
+std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
+                                         const std::string& field, const std::string& value,
+                                         const CommitEvent& event, const std::string& name);
 
 // ---- forward.lua ---------------------------------------------------------------------------
 

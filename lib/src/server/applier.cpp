@@ -271,9 +271,10 @@ void CommandApplier::HandleCreate(Request& request) {
     fields.push_back(std::move(value));
   }
   std::string reply = TensorReplyJson(cmd.req, Op::kCreate, entry.json_head, 1);
-  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kAbsent, "hset",
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kAbsent,
+                       CommitChange::Hset(fields),
                        // A tensor being filled is announced when it is published, ready.
-                       filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}, fields),
+                       filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}),
         request,
         [this, t0, entry = std::move(entry)](const Request& made,
                                              Result<CommitResult> committed) mutable {
@@ -337,8 +338,8 @@ void CommandApplier::HandleRefcount(Request& request, int delta) {
   // The script writes the reply around the count it makes.
   TensorReplyParts reply = TensorReplyHead(cmd.req, cmd.op, it->second.json_head);
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply.head, Pre::kMine,
-                       "incr", CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid},
-                       {holder.value(), std::to_string(delta), reply.held_tail, reply.freed_tail}),
+                       CommitChange::Incr(holder.value(), delta, reply.held_tail, reply.freed_tail),
+                       CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid}),
         request, [this, op, t0](const Request& made, Result<CommitResult> committed) {
           RefcountCommitted(made, op, t0, std::move(committed));
         });
@@ -378,8 +379,8 @@ void CommandApplier::HandlePublish(Request& request) {
   // Nobody can take or give back a reference of a tensor being filled: its count is still the
   // creator's 1.
   std::string reply = TensorReplyJson(cmd.req, Op::kPublish, RecordJsonHead(ready), 1);
-  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating, "hset",
-                       CommitEvent{"create", cmd.pid}, {"state", "ready"}),
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
+                       CommitChange::Hset({"state", "ready"}), CommitEvent{"create", cmd.pid}),
         request, [this, t0](const Request& made, Result<CommitResult> committed) {
           PublishCommitted(made, t0, std::move(committed));
         });
@@ -412,8 +413,8 @@ void CommandApplier::HandleAbandon(Request& request) {
   if (it == table_.end()) return;
   std::string reply = TensorReplyJson(cmd.req, Op::kAbandon, it->second.json_head, 0);
   // Never announced, so no event: the stream names a tensor from its publish on.
-  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating, "del",
-                       CommitEvent{}, {}),
+  Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
+                       CommitChange::Del(), CommitEvent{}),
         request, [this, t0](const Request& made, Result<CommitResult> committed) {
           const std::string& name = made.parsed->name;
           if (committed.ok() && committed->kind == CommitResult::kOk) {

@@ -2,38 +2,12 @@
 
 #include <algorithm>
 #include <cassert>
-#include <charconv>
 
 #include "common/log.h"
 #include "protocol/json_codec.h"
 #include "redis/lua_scripts.h"
 
 namespace mcd {
-
-namespace {
-CommitAction ActionOf(std::string_view action) {
-  if (action == "hset") return CommitAction::kHset;
-  if (action == "del") return CommitAction::kDel;
-  if (action == "incr") return CommitAction::kIncr;
-  if (action == "unhold") return CommitAction::kUnhold;
-  return CommitAction::kNone;
-}
-}  // namespace
-
-std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
-                                         const std::string& field, const std::string& value,
-                                         const CommitEvent& event, const std::string& name) {
-  DeleteIfArgs args;
-  args.key = key;
-  args.events = events.key;
-  args.field = field;
-  args.value = value;
-  args.event_cap = events.cap;
-  args.event = event;
-  args.name = name;
-  args.node = events.node;
-  return DeleteIfCall(args);
-}
 
 CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOptions opt,
                                std::string instance)
@@ -43,12 +17,12 @@ CommitPipeline::CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOpt
       queue_key_(opt_.keys.NodeQueue(opt_.node)),
       processing_key_(opt_.keys.Processing(opt_.node)),
       holders_key_(opt_.keys.Holders(opt_.node)),
-      events_{opt_.keys.Events(), opt_.event_history, opt_.node} {}
+      events_(EventTarget::Of(opt_.keys, opt_.event_history, opt_.node)) {}
 
-RedisConnection& CommitPipeline::Drained() {
+ConnectionLease CommitPipeline::Drained() {
   assert(!reading_ && "the serving connection is used while a drain reads its replies");
   Drain();
-  return *redis_;
+  return ConnectionLease(*redis_, lent_);
 }
 
 Status CommitPipeline::LoadScript() {
@@ -64,16 +38,16 @@ Status CommitPipeline::LoadScriptNow() {
 
 Pending CommitPipeline::Make(const Route& route, const std::string& raw, const std::string& req,
                              const std::string& name, const std::string& reply, Pre pre,
-                             const char* action, const CommitEvent& event,
-                             const std::vector<std::string>& extra, Continuation done) const {
+                             const CommitChange& change, const CommitEvent& event,
+                             Continuation done) const {
   // From the socket, the reply goes there: the commit writes none (and no first result: the
   // client never sends the command again) and has nothing to take off the processing list.
   bool socket = route.socket();
   bool written = !socket && !req.empty();
   CommitArgs a;
-  a.action = ActionOf(action);
+  a.action = change.action;
   bool incr = a.action == CommitAction::kIncr;
-  if (incr || a.action == CommitAction::kUnhold) a.holder = extra.at(0);
+  if (incr || a.action == CommitAction::kUnhold) a.holder = change.holder;
   std::string tensor_key = name.empty() ? opt_.keys.Unused() : opt_.keys.Tensor(name);
   std::string reply_key = written ? opt_.keys.Reply(req) : opt_.keys.Unused();
   std::string first_key = written ? opt_.keys.Done(req) : opt_.keys.Unused();
@@ -99,15 +73,14 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   a.event = event;
   a.name = name;
   a.node = opt_.node;
-  if (a.action == CommitAction::kHset) a.fields = &extra;
+  if (a.action == CommitAction::kHset) a.fields = change.fields;
   if (incr) {
-    const std::string& delta = extra.at(1);
-    std::from_chars(delta.data(), delta.data() + delta.size(), a.delta);
+    a.delta = change.delta;
     // From the socket the script assembles no reply, so the tails stay here (SocketReply) and
     // travel empty.
     if (!socket) {
-      a.held_tail = extra.at(2);
-      a.freed_tail = extra.at(3);
+      a.held_tail = change.held_tail;
+      a.freed_tail = change.freed_tail;
     }
   }
   Pending p;
@@ -118,13 +91,14 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   if (socket) {
     p.req = req;
     p.reply = reply;
-    if (incr) p.tails = {extra.at(2), extra.at(3)};
+    if (incr) p.tails = {std::string(change.held_tail), std::string(change.freed_tail)};
   }
   return p;
 }
 
 void CommitPipeline::Flush() {
   assert(!reading_ && "a commit is sent while a drain reads its replies");
+  assert(!lent_ && "a commit is sent while the connection is lent");
   size_t earlier = due_.size();  // the last batch's commits, a take sent ahead
   std::vector<Pending> sent = std::move(batch_);
   batch_.clear();
@@ -148,6 +122,7 @@ bool CommitPipeline::IsDue(const std::string& name) const {
 
 void CommitPipeline::SendTake() {
   assert(!reading_ && "a take is sent while a drain reads its replies");
+  assert(!lent_ && "a take is sent while the connection is lent");
   // Plain LMOVEs in one write rather than a script: each moves one command atomically into the
   // processing list, and one that finds the queue empty costs Redis about a microsecond, where a
   // script call costs it ~15 (most of it the script machinery).
@@ -209,6 +184,7 @@ void CommitPipeline::Drain(size_t count) {
     }
   };
   assert(!reading_ && "a drain is entered while another one reads");
+  assert(!lent_ && "a drain is entered while the connection is lent");
   reading_ = true;
   read(count);
   if (reload) read(due_.size());  // commits are run again on a connection with nothing due

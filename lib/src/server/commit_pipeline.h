@@ -6,7 +6,8 @@
 // list) is one call of the commit script, so it happens whole or not at all. A batch's commits go
 // out pipelined, without waiting for their results, and a take of the next commands (plain
 // LMOVEs) can travel on the same connection ahead of them; results are read back in the order
-// sent (Drain) and handed to each commit's own continuation. NOSCRIPT (Redis restarted or flushed
+// sent (Drain) and handed to each commit's own continuation (see Continuation for the order they
+// run in). NOSCRIPT (Redis restarted or flushed
 // its scripts) is handled here, once for every caller. Main thread of the server only.
 #pragma once
 
@@ -16,6 +17,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memcuda/redis.h"
@@ -26,8 +29,12 @@
 namespace mcd {
 
 struct Pending;
-// What the code that made a commit does with its result: run after every result read with it
-// has been read, in the order sent.
+// What the code that made a commit does with its result: run once, after every result read with
+// it has been read. Within one drain they run in the order sent, except that one which uses the
+// connection (Drained, Command, CommitNow) first drains all that is due, so the continuations
+// of commits sent after its drain began run before the rest of its own drain's. Commits naming
+// the same tensor still settle in the order sent: the server drains before it handles a command
+// naming a tensor that is due (IsDue).
 using Continuation = std::function<void(Pending&, Result<CommitResult>)>;
 
 // A commit waiting to be sent with the rest of its batch, and its continuation.
@@ -43,23 +50,31 @@ struct Pending {
   std::vector<std::string> tails;
 };
 
-// Where a server's lifecycle events go: the stream's key, about how many it keeps (0: none are
-// written), and the node they name.
-struct EventTarget {
-  std::string key;
-  uint64_t cap = 0;
-  std::string node;
-  static EventTarget Of(const ServerOptions& opt) {
-    return EventTarget{opt.keys.Events(), opt.event_history, opt.node};
+// What a commit does to its tensor hash, with what the action needs: kHset the field/value
+// pairs; kIncr the holder ("" for a reference bound to nobody), the change of the count and the
+// reply's tails while the tensor is still referenced and once it is freed (after the new count);
+// kUnhold the holder (one that died). Views of the caller's strings, read within Make.
+struct CommitChange {
+  CommitAction action = CommitAction::kNone;
+  const std::vector<std::string>* fields = nullptr;
+  std::string_view holder;
+  int delta = 0;
+  std::string_view held_tail;
+  std::string_view freed_tail;
+
+  static CommitChange None() { return CommitChange{}; }
+  static CommitChange Del() { return CommitChange{CommitAction::kDel}; }
+  static CommitChange Hset(const std::vector<std::string>& fields) {
+    return CommitChange{CommitAction::kHset, &fields};
+  }
+  static CommitChange Incr(std::string_view holder, int delta, std::string_view held_tail,
+                           std::string_view freed_tail) {
+    return CommitChange{CommitAction::kIncr, nullptr, holder, delta, held_tail, freed_tail};
+  }
+  static CommitChange Unhold(std::string_view holder) {
+    return CommitChange{CommitAction::kUnhold, nullptr, holder};
   }
 };
-
-// The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
-// deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
-// server event) to `events`.
-std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
-                                         const std::string& field, const std::string& value,
-                                         const CommitEvent& event, const std::string& name);
 
 // What the pipeline needs of the server's options.
 struct CommitOptions {
@@ -73,33 +88,58 @@ struct CommitOptions {
   }
 };
 
+// The serving connection, lent by CommitPipeline::Drained for the length of one call that needs
+// it. The holder may leave replies on it that the pipeline does not know of (an Append not yet
+// read), so while a lease lives the pipeline is not to be used: asserted. Move-only; lives no
+// longer than the pipeline.
+class ConnectionLease {
+ public:
+  ConnectionLease(ConnectionLease&& other) noexcept
+      : redis_(other.redis_), lent_(std::exchange(other.lent_, nullptr)) {}
+  ConnectionLease& operator=(ConnectionLease&&) = delete;
+  ConnectionLease(const ConnectionLease&) = delete;
+  ConnectionLease& operator=(const ConnectionLease&) = delete;
+  ~ConnectionLease() {
+    if (lent_ != nullptr) *lent_ = false;
+  }
+  RedisConnection& operator*() const { return *redis_; }
+  RedisConnection* operator->() const { return redis_; }
+
+ private:
+  friend class CommitPipeline;
+  ConnectionLease(RedisConnection& redis, bool& lent) : redis_(&redis), lent_(&lent) {
+    lent = true;
+  }
+  RedisConnection* redis_;
+  bool* lent_;
+};
+
 class CommitPipeline {
  public:
   CommitPipeline(std::unique_ptr<RedisConnection> redis, CommitOptions opt, std::string instance);
 
   // The serving connection, once every reply due on it was read and its commit settled: the
-  // only way to it, for a call that needs one (a script, a claim of the heartbeat). Not kept past
-  // that call. Using it while a drain is reading is a bug, asserted (a settle runs only after).
-  RedisConnection& Drained();
+  // only way to it, for a call that needs one (a script, a claim of the heartbeat), lent until
+  // the lease ends (with the call's full expression, for a temporary). Asking for it while a
+  // drain is reading, or using the pipeline while it is lent, is a bug, asserted.
+  ConnectionLease Drained();
   // One plain command on the serving connection, after every reply due.
   Result<RedisValue> Command(const std::vector<std::string_view>& argv) {
-    return Drained().Command(argv);
+    return Drained()->Command(argv);
   }
   bool connected() const { return redis_->connected(); }
   // Where the commits append their events, for the server's other removals (DeleteIfCommand).
   const EventTarget& events() const { return events_; }
   // After a lost connection: the replies due fail (they had no answer), then the reconnect.
-  Status Reconnect() { return Drained().Reconnect(); }
+  Status Reconnect() { return Drained()->Reconnect(); }
 
   // Loads the commit script (after connecting, and whenever Redis lost it).
   Status LoadScript();
-  // A commit of `action` ("none", "hset", "del", "incr", "unhold") on tensor `name` under
-  // `pre`, writing `reply` for command `raw` (the list's; "" for internal actions) routed by
-  // `route`, and `event` when it changes the tensor. For "incr" and "unhold", extra[0] is the
-  // holder ("" for none).
+  // A commit of `change` on tensor `name` under `pre`, writing `reply` for command `raw` (the
+  // list's; "" for internal actions) routed by `route`, and `event` when it changes the tensor.
   Pending Make(const Route& route, const std::string& raw, const std::string& req,
-               const std::string& name, const std::string& reply, Pre pre, const char* action,
-               const CommitEvent& event, const std::vector<std::string>& extra,
+               const std::string& name, const std::string& reply, Pre pre,
+               const CommitChange& change, const CommitEvent& event,
                Continuation done = nullptr) const;
   // Plans a commit for the current batch; Flush sends the batch.
   void Queue(Pending pending) { batch_.push_back(std::move(pending)); }
@@ -154,6 +194,7 @@ class CommitPipeline {
   Status send_failed_;          // not ok: a send failed, so no reply will come
   std::optional<Result<RedisValue>> take_reply_;
   bool reading_ = false;  // a drain is reading replies: the connection is not to be used
+  bool lent_ = false;     // a ConnectionLease lives: the pipeline is not to be used
   int take_size_ = 4;
 };
 

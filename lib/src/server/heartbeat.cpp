@@ -9,7 +9,7 @@
 #include "common/process.h"
 #include "memcuda/heartbeat.h"
 #include "redis/lua_scripts.h"
-#include "server/commit_pipeline.h"
+#include "redis/script_calls.h"
 #include "server/recurring.h"
 
 namespace mcd {
@@ -273,9 +273,9 @@ std::string Heartbeat::node_lost() {
 
 void Heartbeat::Remove(RedisConnection& conn) {
   if (!owned_ || !conn.connected()) return;
-  EventTarget events{opt_.keys.Events(), opt_.event_history, opt_.node};
-  auto command = DeleteIfCommand(events, opt_.keys.Server(opt_.node), heartbeat_field::kInstance,
-                                 instance_, CommitEvent{"server_stop", getpid()}, "");
+  auto command = DeleteIfCommand(EventTarget::Of(opt_.keys, opt_.event_history, opt_.node),
+                                 opt_.keys.Server(opt_.node), heartbeat_field::kInstance, instance_,
+                                 CommitEvent{"server_stop", getpid()}, "");
   (void)conn.Command(std::vector<std::string_view>(command.begin(), command.end()));
 }
 

@@ -16,16 +16,27 @@
 namespace mcd {
 
 Status Waker::Wake() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!conn_ || !conn_->connected()) {
+  // The connection leaves its slot for the call, so that no thread waits under the lock through
+  // another's connect (up to 2 s) or RPUSH: one waking meanwhile makes a connection of its own.
+  std::unique_ptr<RedisConnection> conn;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    conn = std::move(conn_);
+  }
+  if (!conn || !conn->connected()) {
     RedisOptions ropt;
     ropt.command_timeout_ms = 2000;
-    auto conn = RedisConnection::Connect(url_, ropt);
-    if (!conn.ok()) return Status::Ok();  // the take's own timeout wakes it then
-    conn_ = std::move(conn).value();
+    auto made = RedisConnection::Connect(url_, ropt);
+    if (!made.ok()) return Status::Ok();  // the take's own timeout wakes it then
+    conn = std::move(made).value();
   }
-  Status pushed = conn_->Command({"RPUSH", queue_key_, kWakeMarker}).status();
-  return conn_->connected() ? pushed : Status::Ok();
+  Status pushed = conn->Command({"RPUSH", queue_key_, kWakeMarker}).status();
+  bool connected = conn->connected();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!conn_) conn_ = std::move(conn);  // else the other call's is kept, and this one closes
+  }
+  return connected ? pushed : Status::Ok();
 }
 
 Intake::Intake(std::string queue_key, std::string processing_key, Waker& waker)
@@ -157,6 +168,10 @@ Request Intake::FromList(std::string line) {
 
 std::vector<Request> Intake::Requests(RedisValue taken) {
   std::vector<Request> out;
+  size_t listed = taken.type == RedisValue::Type::kArray ? taken.elements.size()
+                  : taken.is_nil()                       ? 0
+                                                         : 1;
+  out.reserve(listed + socket_in_.size());
   auto from_list = [&](RedisValue& line) {
     if (!IsWakeMarker(line.str)) out.push_back(FromList(std::move(line.str)));
   };

@@ -43,7 +43,7 @@ class Waker {
   const RedisUrl url_;
   const std::string queue_key_;
   std::mutex mutex_;
-  std::unique_ptr<RedisConnection> conn_;  // under mutex_
+  std::unique_ptr<RedisConnection> conn_;  // under mutex_; out of it during a call
 };
 
 class Intake {

@@ -27,8 +27,8 @@ void Reaper::ReapStackTensors() {
     bool filling = found->second.filler.has_value();
     CommitEvent event{"reclaim", found->second.record.owner_pid, "owner_exited"};
     auto committed = pipeline_.CommitNow(
-        pipeline_.Make(Route{}, "", "", name, "", filling ? Pre::kCreating : Pre::kMine, "del",
-                       filling ? CommitEvent{} : event, {}));
+        pipeline_.Make(Route{}, "", "", name, "", filling ? Pre::kCreating : Pre::kMine,
+                       CommitChange::Del(), filling ? CommitEvent{} : event));
     Reclaimed("reclaim", name, std::move(committed), t0, owner);
   }
 }
@@ -39,8 +39,8 @@ void Reaper::ReapDeadFillers() {
     auto t0 = OutcomeLog::Clock::now();
     auto found = table_.find(name);
     std::string filler = "filler_pid=" + std::to_string(found->second.filler->pid);
-    auto committed = pipeline_.CommitNow(
-        pipeline_.Make(Route{}, "", "", name, "", Pre::kCreating, "del", CommitEvent{}, {}));
+    auto committed = pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kCreating,
+                                                        CommitChange::Del(), CommitEvent{}));
     Reclaimed("reclaim_unfilled", name, std::move(committed), t0, filler);
   }
 }
@@ -72,7 +72,7 @@ Status Reaper::GiveBackAll(const std::string& holder) {
     // "mine": a hash this instance wrote; the script gives back what the hash says the holder
     // holds (none when it gave them back itself).
     pipeline_.Queue(pipeline_.Make(
-        Route{}, "", "", name, "", Pre::kMine, "unhold", event, {holder},
+        Route{}, "", "", name, "", Pre::kMine, CommitChange::Unhold(holder), event,
         [this, name, holder, t0](Pending&, Result<CommitResult> committed) {
           if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
             return outcomes_.Record(

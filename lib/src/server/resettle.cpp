@@ -25,7 +25,7 @@ Resettle::Resettle(ResettleOptions opt, std::string instance, CommitPipeline& pi
 
 Status Resettle::Settle() {
   // The heartbeat first, in case Redis lost it: clients look for it before anything else.
-  Status claimed = heartbeat_.Claim(pipeline_.Drained());
+  Status claimed = heartbeat_.Claim(*pipeline_.Drained());
   if (claimed.code() == ErrorCode::kAlreadyExists) {
     Log(LogLevel::kError, "after reconnecting: " + claimed.message());
     stop_();  // another instance serves the node now
@@ -85,7 +85,7 @@ Status Resettle::Settle() {
   }
   MCD_RETURN_IF_ERROR(RemovePhantoms());
   MCD_RETURN_IF_ERROR(applier_.ResumeUnfinished());
-  return heartbeat_.MarkSettled(pipeline_.Drained());
+  return heartbeat_.MarkSettled(*pipeline_.Drained());
 }
 
 Status Resettle::Republish(Entry& entry) {
@@ -103,11 +103,10 @@ Status Resettle::Republish(Entry& entry) {
   MCD_ASSIGN_OR_RETURN(
       CommitResult committed,
       pipeline_.CommitNow(pipeline_.Make(
-          Route{}, "", "", entry.record.name, "", Pre::kAbsent, "hset",
+          Route{}, "", "", entry.record.name, "", Pre::kAbsent, CommitChange::Hset(fields),
           // One still being filled is announced at its publish.
           entry.filler ? CommitEvent{}
-                       : CommitEvent{"create", entry.record.creator_pid, "republished"},
-          fields)));
+                       : CommitEvent{"create", entry.record.creator_pid, "republished"})));
   if (committed.kind != CommitResult::kOk) {
     return Status(ErrorCode::kAlreadyExists, "another hash of that name exists");
   }
@@ -136,7 +135,7 @@ Result<bool> Resettle::RemovalCommitted(const std::string& name) {
 Status Resettle::RemovePhantoms() {
   std::vector<std::string> phantoms;
   Status scanned = ScanNodeHashes(
-      pipeline_.Drained(), opt_.keys, opt_.node, {}, [&](const std::string& key, RedisValue& f) {
+      *pipeline_.Drained(), opt_.keys, opt_.node, {}, [&](const std::string& key, RedisValue& f) {
         std::string name = opt_.keys.NameFromTensorKey(key);
         if (f.elements[0].str == instance_ && table_.find(name) == table_.end())
           phantoms.push_back(name);

@@ -17,8 +17,8 @@ void Responder::Fail(const Request& request, const char* op, const Status& statu
     return;
   }
   pipeline_.Queue(pipeline_.Make(request.route, request.raw, request.req, "",
-                                 ErrorReplyJson(request.req, op, status), Pre::kNone, "none",
-                                 CommitEvent{}, {},
+                                 ErrorReplyJson(request.req, op, status), Pre::kNone,
+                                 CommitChange::None(), CommitEvent{},
                                  [this, raw = request.raw](Pending&, Result<CommitResult> r) {
                                    if (!r.ok()) Unanswered(raw, r.status());
                                  }));
@@ -29,9 +29,9 @@ void Responder::AnswerNow(const Request& request, const char* op, const Status& 
     intake_.Answer(request.route, ErrorReplyJson(request.req, op, status));
     return;
   }
-  auto answered = pipeline_.CommitNow(pipeline_.Make(request.route, request.raw, request.req, "",
-                                                     ErrorReplyJson(request.req, op, status),
-                                                     Pre::kNone, "none", CommitEvent{}, {}));
+  auto answered = pipeline_.CommitNow(pipeline_.Make(
+      request.route, request.raw, request.req, "", ErrorReplyJson(request.req, op, status),
+      Pre::kNone, CommitChange::None(), CommitEvent{}));
   if (!answered.ok()) Unanswered(request.raw, answered.status());
 }
 

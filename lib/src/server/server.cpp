@@ -149,12 +149,13 @@ Status Server::Impl::Start() {
                                  *devices_, *heartbeat_, *applier_, [this] { RequestStop(); });
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
-  WarnIfRedisEvicts(pipeline_->Drained());
+  WarnIfRedisEvicts(*pipeline_->Drained());
   // The runtime folder, where the default sockets are, when it is this user's alone.
   std::string socket_dir = CheckOwnFolder(RuntimeDir()).ok() ? RuntimeDir() : "";
-  MCD_RETURN_IF_ERROR(
-      ReconcileNode(pipeline_->Drained(), opt_, instance_, shm_prefix_, socket_dir));
-  MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(pipeline_->Drained()));
+  MCD_RETURN_IF_ERROR(ReconcileNode(*pipeline_->Drained(),
+                                    ReconcileOptions{opt_.keys, opt_.node, opt_.event_history},
+                                    instance_, shm_prefix_, socket_dir));
+  MCD_RETURN_IF_ERROR(heartbeat_->MarkSettled(*pipeline_->Drained()));
   relay_ =
       std::make_unique<QueueRelay>(opt_.redis_url, opt_.keys.queue, opt_.keys.NodeQueue(opt_.node));
   relay_->Start();
@@ -211,7 +212,7 @@ Status Server::Impl::OpenSockets() {
     MCD_ASSIGN_OR_RETURN(pool_socket, SocketPath(opt_.pool_socket, "pool"));
   }
   heartbeat_->set_pool_socket(pool_socket);
-  MCD_RETURN_IF_ERROR(heartbeat_->Claim(pipeline_->Drained()));
+  MCD_RETURN_IF_ERROR(heartbeat_->Claim(*pipeline_->Drained()));
   if (pools) {
     MCD_ASSIGN_OR_RETURN(PeerPolicy policy, Peers());
     MCD_RETURN_IF_ERROR(devices_->StartPoolSocket(pool_socket, policy));
@@ -224,7 +225,7 @@ Status Server::Impl::OpenSockets() {
   // without one sends through the queue for as long as it runs: name it now, before the server
   // says it serves, not when the heartbeat thread first gets to it.
   heartbeat_->set_command_socket(intake_->socket_path());
-  return heartbeat_->Claim(pipeline_->Drained());
+  return heartbeat_->Claim(*pipeline_->Drained());
 }
 
 Result<std::string> Server::Impl::SocketPath(const std::string& given, const char* kind) const {
@@ -264,14 +265,15 @@ Status Server::Impl::Run() {
     }
     intake_->CollectSocket();
     if (!busy && taken.ok() && !intake_->has_socket_lines()) {
-      pipeline_->Drain();  // before sleeping: the commits' results, and what the last batch freed
-                           // is freed
+      // Before sleeping: the commits' results are read and the memory of the tensors the last
+      // batch deleted is freed.
+      pipeline_->Drain();
       if (applier_->ResumeDue()) {
         applier_->ResumeNow();
         continue;
       }
       auto t0 = Clock::now();
-      taken = intake_->WaitForCommand(pipeline_->Drained());
+      taken = intake_->WaitForCommand(*pipeline_->Drained());
       // An answer faster than a context switch means the command was already waiting.
       if (taken.ok() && !taken->is_nil()) busy = Clock::now() - t0 < std::chrono::microseconds(60);
     }
@@ -373,10 +375,10 @@ void Server::Impl::Shutdown() {
   if (pipeline_) pipeline_->Drain();
   if (intake_) intake_->CloseSocket();
   copies_.reset();  // its thread stops: no read is served past here
-  if (intake_ && pipeline_) intake_->RemoveMarkersAtStop(pipeline_->Drained());
+  if (intake_ && pipeline_) intake_->RemoveMarkersAtStop(*pipeline_->Drained());
   size_t total = table_.held();
   size_t freed = DeleteAndFreeAll();
-  if (heartbeat_ && pipeline_) heartbeat_->Remove(pipeline_->Drained());
+  if (heartbeat_ && pipeline_) heartbeat_->Remove(*pipeline_->Drained());
   if (devices_) devices_->Stop();
   if (heartbeat_ && heartbeat_->owned()) {
     Log(LogLevel::kInfo,
@@ -388,7 +390,8 @@ size_t Server::Impl::DeleteAndFreeAll() {
   // Hashes first (pipelined: nobody can get a tensor any more), then the memory, one worker job
   // per device rather than one per tensor.
   if (pipeline_ && pipeline_->connected()) {
-    RedisConnection& redis = pipeline_->Drained();
+    ConnectionLease lease = pipeline_->Drained();
+    RedisConnection& redis = *lease;
     size_t pending = 0;
     auto drain = [&] {
       for (; pending > 0; --pending) (void)redis.ReadReply();

@@ -17,7 +17,7 @@
 #include "common/log.h"
 #include "memcuda/unique_fd.h"
 #include "protocol/text.h"
-#include "server/commit_pipeline.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -50,8 +50,9 @@ Status ScanNodeHashes(
       });
 }
 
-Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
-                     const std::string& shm_prefix, const std::string& socket_dir) {
+Status ReconcileNode(RedisConnection& redis, const ReconcileOptions& opt,
+                     const std::string& instance, const std::string& shm_prefix,
+                     const std::string& socket_dir) {
   int removed = 0;
   Status scanned = ScanNodeHashes(
       redis, opt.keys, opt.node, {"ipc_kind", "ipc_handle"},
@@ -74,8 +75,8 @@ Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std
         }
         // Only while it is still the dead instance's, with the event that says it went.
         const std::string& dead = f.elements[0].str;
-        auto command = DeleteIfCommand(EventTarget::Of(opt), key, "owner", dead,
-                                       CommitEvent{"reclaim", 0, "server_lost"},
+        auto command = DeleteIfCommand(EventTarget::Of(opt.keys, opt.event_history, opt.node), key,
+                                       "owner", dead, CommitEvent{"reclaim", 0, "server_lost"},
                                        opt.keys.NameFromTensorKey(key));
         MCD_RETURN_IF_ERROR(
             redis.Command(std::vector<std::string_view>(command.begin(), command.end())).status());

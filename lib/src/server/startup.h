@@ -1,12 +1,13 @@
 // What a server does once at start, before it serves: clean up after dead instances of its node.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 
 namespace mcd {
 
@@ -17,13 +18,22 @@ Status ScanNodeHashes(
     const std::vector<std::string>& fields,
     const std::function<Status(const std::string& key, RedisValue& values)>& on_hash);
 
+// What ReconcileNode needs of the server's options: where the keys are, the node, and how many
+// events the stream keeps (0: none are written).
+struct ReconcileOptions {
+  KeySpace keys;
+  std::string node;
+  uint64_t event_history = 0;
+};
+
 // Removes the hashes of node `opt.node` owned by an instance other than `instance` (their
 // memory died with their process, or is unlinked here for host shm), then every shm object named
 // under `shm_prefix` that no hash refers to, and the sockets dead instances left in
 // `socket_dir` (RemoveDeadSockets; "" for none). Logs what it removed and how many commands wait
 // in the processing list.
-Status ReconcileNode(RedisConnection& redis, const ServerOptions& opt, const std::string& instance,
-                     const std::string& shm_prefix, const std::string& socket_dir);
+Status ReconcileNode(RedisConnection& redis, const ReconcileOptions& opt,
+                     const std::string& instance, const std::string& shm_prefix,
+                     const std::string& socket_dir);
 
 // "<kind>-<node>-<instance>.sock": the name of a server's socket of `kind` ("cmd", "pool") in
 // the runtime folder, the node cut to 40 characters with all but letters and digits as '_'.

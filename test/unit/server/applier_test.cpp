@@ -48,10 +48,10 @@ TEST_F(ApplierTest, ACreateThenAGetThenADeleteOfAHostTensor) {
                              HexEncode(handle) +
                              R"(","ipc_kind":"host_shm","lifetime":"heap","name":"t","node":"n1",)"
                              R"("offset":0,"owner":"inst1","shape":[4,256],"state":"ready",)";
-  EXPECT_EQ(List(opt_.keys.Reply("r1")),
+  EXPECT_EQ(test::List(*side_, opt_.keys.Reply("r1")),
             std::vector<std::string>{R"({"ok":true,"op":"create","req":"r1","tensor":)" + record +
                                      R"("refcount":1}})"});
-  EXPECT_TRUE(List(processing_).empty());
+  EXPECT_TRUE(test::List(*side_, processing_).empty());
   ASSERT_NE(table_.find("t"), table_.end());
 
   // Bytes written through one mapping are read back through another.
@@ -69,7 +69,7 @@ TEST_F(ApplierTest, ACreateThenAGetThenADeleteOfAHostTensor) {
   EXPECT_TRUE(Holds(holder));
   EXPECT_EQ(Hash("t")["holder:" + holder], "1");
   EXPECT_EQ(Hash("t")["bound"], "1");
-  EXPECT_EQ(List(opt_.keys.Reply("r2")),
+  EXPECT_EQ(test::List(*side_, opt_.keys.Reply("r2")),
             std::vector<std::string>{R"({"ok":true,"op":"get","req":"r2","tensor":)" + record +
                                      R"("refcount":2}})"});
   void* read = OpenHostShm(handle, bytes.size(), 0, false).value();
@@ -86,14 +86,14 @@ TEST_F(ApplierTest, ACreateThenAGetThenADeleteOfAHostTensor) {
   Apply({R"({"op":"delete","name":"t","req":"r4"})"});
   pipeline_.Drain();
   EXPECT_TRUE(Hash("t").empty());
-  std::vector<std::string> reply = List(opt_.keys.Reply("r4"));
+  std::vector<std::string> reply = test::List(*side_, opt_.keys.Reply("r4"));
   ASSERT_EQ(reply.size(), 1u);
   EXPECT_EQ(reply[0].rfind(R"({"ok":true,"op":"delete","req":"r4","tensor":)", 0), 0u) << reply[0];
   EXPECT_NE(reply[0].find(R"("refcount":0)"), std::string::npos) << reply[0];
   EXPECT_EQ(table_.find("t"), table_.end());
   EXPECT_TRUE(test::WaitFor([&] { return !ShmExists(handle); }, 30000))
       << "the memory of a deleted tensor is not freed";
-  EXPECT_TRUE(List(processing_).empty());
+  EXPECT_TRUE(test::List(*side_, processing_).empty());
 }
 
 TEST_F(ApplierTest, ACommandNamingATensorWhoseCommitIsDueWaitsForIt) {
@@ -101,27 +101,27 @@ TEST_F(ApplierTest, ACommandNamingATensorWhoseCommitIsDueWaitsForIt) {
   ASSERT_TRUE(pipeline_.IsDue("t"));
   Apply({R"({"op":"get","name":"t","req":"r2"})"});
   pipeline_.Drain();
-  std::vector<std::string> reply = List(opt_.keys.Reply("r2"));
+  std::vector<std::string> reply = test::List(*side_, opt_.keys.Reply("r2"));
   ASSERT_EQ(reply.size(), 1u);
   EXPECT_EQ(reply[0].rfind(R"({"ok":true,"op":"get","req":"r2",)", 0), 0u) << reply[0];
   EXPECT_EQ(Hash("t")["refcount"], "2");
   // Within one batch too: the get sees the tensor its create before it made.
   Apply({Create("u", "r5"), R"({"op":"get","name":"u","req":"r6"})"});
   pipeline_.Drain();
-  reply = List(opt_.keys.Reply("r6"));
+  reply = test::List(*side_, opt_.keys.Reply("r6"));
   ASSERT_EQ(reply.size(), 1u);
   EXPECT_EQ(reply[0].rfind(R"({"ok":true,"op":"get","req":"r6",)", 0), 0u) << reply[0];
   EXPECT_EQ(Hash("u")["refcount"], "2");
-  EXPECT_TRUE(List(processing_).empty());
+  EXPECT_TRUE(test::List(*side_, processing_).empty());
 }
 
 TEST_F(ApplierTest, AGetOfAMissingTensorIsAnsweredNotFound) {
   Apply({R"({"op":"get","name":"nope","req":"r9"})"});
   pipeline_.Drain();
-  EXPECT_EQ(List(opt_.keys.Reply("r9")),
+  EXPECT_EQ(test::List(*side_, opt_.keys.Reply("r9")),
             std::vector<std::string>{ErrorReplyJson(
                 "r9", "get", Status(ErrorCode::kNotFound, "no tensor named 'nope'"))});
-  EXPECT_TRUE(List(processing_).empty());
+  EXPECT_TRUE(test::List(*side_, processing_).empty());
   EXPECT_TRUE(Hash("nope").empty());
 }
 

@@ -28,8 +28,8 @@ class CommitPipelineTest : public ::testing::Test {
   // its name and result to settled_.
   Pending Create(const std::string& name, const std::string& bytes) {
     return pipeline_->Make(
-        Route{}, "", "", name, "", Pre::kAbsent, "hset", CommitEvent{},
-        {"bytes", bytes, "owner", "inst1", "state", "ready"},
+        Route{}, "", "", name, "", Pre::kAbsent,
+        CommitChange::Hset({"bytes", bytes, "owner", "inst1", "state", "ready"}), CommitEvent{},
         [this, name](Pending&, Result<CommitResult> r) {
           settled_.push_back(name + ":" + (r.ok() ? std::to_string(r->kind) : "error"));
         });
@@ -60,6 +60,25 @@ TEST_F(CommitPipelineTest, PipelinedCommitsSettleInTheOrderSent) {
   pipeline_->Drain();
   EXPECT_EQ(settled_.back(), "a:" + std::to_string(CommitResult::kConflict));
   EXPECT_EQ(Field("a", "bytes"), "16");
+}
+
+// While the connection is lent its holder may have replies outstanding that the pipeline does
+// not know of: any use of the pipeline then would read them as its own, so it is asserted.
+TEST_F(CommitPipelineTest, UsingThePipelineWhileItsConnectionIsLentIsCaught) {
+  {
+    ConnectionLease lease = pipeline_->Drained();
+    EXPECT_DEBUG_DEATH((void)pipeline_->Command({"PING"}), "lent");
+    EXPECT_DEBUG_DEATH(pipeline_->Flush(), "lent");
+    EXPECT_DEBUG_DEATH(pipeline_->Drain(), "lent");
+    EXPECT_DEBUG_DEATH(pipeline_->SendTake(), "lent");
+    EXPECT_DEBUG_DEATH((void)pipeline_->CommitNow(Create("x", "8")), "lent");
+    EXPECT_DEBUG_DEATH((void)pipeline_->Drained(), "lent");
+  }
+  pipeline_->Drain();  // a release build ran them: the take sent above
+  // The lease over, the pipeline is its own again.
+  auto pong = pipeline_->Command({"PING"});
+  ASSERT_TRUE(pong.ok()) << pong.status().ToString();
+  EXPECT_EQ(pong->str, "PONG");
 }
 
 TEST_F(CommitPipelineTest, APlainCommandReadsTheRepliesDueFirst) {

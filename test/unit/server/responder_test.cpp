@@ -30,14 +30,6 @@ class ResponderTest : public ::testing::Test {
     ASSERT_TRUE(pipeline_.LoadScript().ok());
     ASSERT_TRUE(side_->Command({"LPUSH", processing_, kCommand}).ok());
   }
-  std::vector<std::string> List(const std::string& key) {
-    std::vector<std::string> out;
-    auto v = side_->Command({"LRANGE", key, "0", "-1"});
-    if (v.ok())
-      for (auto& e : v->elements) out.push_back(e.str);
-    return out;
-  }
-
   test::RedisServer redis_;
   ServerOptions opt_ = Options(redis_);
   std::string processing_ = opt_.keys.Processing("n1");
@@ -52,12 +44,12 @@ class ResponderTest : public ::testing::Test {
 TEST_F(ResponderTest, AListCommandsErrorReplyIsCommittedAndTheCommandLeavesTheList) {
   Request request = Intake::FromList(kCommand);
   responder_.Fail(request, "get", not_found_);
-  EXPECT_EQ(List(processing_).size(), 1u);  // queued with the batch, not sent yet
+  EXPECT_EQ(test::List(*side_, processing_).size(), 1u);  // queued with the batch, not sent yet
   pipeline_.Flush();
   pipeline_.Drain();
-  EXPECT_EQ(List(opt_.keys.Reply("r1")),
+  EXPECT_EQ(test::List(*side_, opt_.keys.Reply("r1")),
             std::vector<std::string>{ErrorReplyJson("r1", "get", not_found_)});
-  EXPECT_TRUE(List(processing_).empty());
+  EXPECT_TRUE(test::List(*side_, processing_).empty());
 }
 
 TEST_F(ResponderTest, ASocketCommandsErrorReplyGoesToItsConnectionAndNotToRedis) {
@@ -73,8 +65,8 @@ TEST_F(ResponderTest, ASocketCommandsErrorReplyGoesToItsConnectionAndNotToRedis)
   EXPECT_FALSE(intake_.Waiting(requests[0].route));
   pipeline_.Flush();
   pipeline_.Drain();
-  EXPECT_TRUE(List(opt_.keys.Reply("r1")).empty());
-  EXPECT_EQ(List(processing_).size(), 1u);  // the list's own command, untouched
+  EXPECT_TRUE(test::List(*side_, opt_.keys.Reply("r1")).empty());
+  EXPECT_EQ(test::List(*side_, processing_).size(), 1u);  // the list's own command, untouched
 }
 
 TEST_F(ResponderTest, ARefusalThatMayPassLeavesTheCommandToBeResumed) {
@@ -83,8 +75,8 @@ TEST_F(ResponderTest, ARefusalThatMayPassLeavesTheCommandToBeResumed) {
                      Status(ErrorCode::kTryAgain,
                             "Redis EVALSHA: BUSY Redis is busy running a "
                             "script. script: abc, on @user_script:1."));
-  EXPECT_EQ(List(processing_), std::vector<std::string>{kCommand});
-  EXPECT_TRUE(List(opt_.keys.Reply("r1")).empty());
+  EXPECT_EQ(test::List(*side_, processing_), std::vector<std::string>{kCommand});
+  EXPECT_TRUE(test::List(*side_, opt_.keys.Reply("r1")).empty());
   EXPECT_FALSE(responder_.ResumeDue());  // a second after the refusal
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!responder_.ResumeDue() && std::chrono::steady_clock::now() < deadline)
@@ -98,12 +90,74 @@ TEST_F(ResponderTest, ARefusalThatWillNotPassIsAnsweredAndTheCommandLeavesTheLis
                      Status(ErrorCode::kRedisError,
                             "Redis EVALSHA: OOM command not allowed when used memory > "
                             "'maxmemory'. script: abc, on @user_script:1."));
-  EXPECT_TRUE(List(processing_).empty());
-  std::vector<std::string> reply = List(opt_.keys.Reply("r1"));
+  EXPECT_TRUE(test::List(*side_, processing_).empty());
+  std::vector<std::string> reply = test::List(*side_, opt_.keys.Reply("r1"));
   ASSERT_EQ(reply.size(), 1u);
   EXPECT_NE(reply[0].find("Redis refused the change: OOM command not allowed"), std::string::npos)
       << reply[0];
   EXPECT_FALSE(responder_.ResumeDue());
+}
+
+// A socket request (its route waiting for an answer) made from kCommand on `client`.
+class ResponderSocketTest : public ResponderTest {
+ protected:
+  void SetUp() override {
+    ResponderTest::SetUp();
+    ASSERT_TRUE(intake_.ListenOnSocket(dir_.path() + "/cmd.sock", PeerPolicy{geteuid()}).ok());
+    client_ = std::make_unique<test::SocketClient>(dir_.path() + "/cmd.sock");
+    client_->Send(kCommand);
+    test::CollectSocketLine(intake_);
+    std::vector<Request> requests = intake_.Requests(RedisValue{});
+    ASSERT_EQ(requests.size(), 1u);
+    request_ = std::move(requests[0]);
+  }
+  // The get's commit as the applier makes it: the reply's head and tails around the count.
+  Pending Get() {
+    parts_ = TensorReplyHead("r1", Op::kGet, R"({"name":"t1")");
+    return pipeline_.Make(request_.route, request_.raw, request_.req, "t1", parts_.head, Pre::kMine,
+                          CommitChange::Incr("", 1, parts_.held_tail, parts_.freed_tail),
+                          CommitEvent{});
+  }
+
+  test::TempDir dir_;
+  std::unique_ptr<test::SocketClient> client_;
+  Request request_;
+  TensorReplyParts parts_;
+};
+
+TEST_F(ResponderSocketTest, ACommittedGetIsAnsweredOnItsConnectionWithTheCountAndTheHeldTail) {
+  Pending pending = Get();
+  std::vector<std::string> handled;
+  responder_.Committed(pending, CommitResult{CommitResult::kOk, 2}, [&](Result<CommitResult> r) {
+    handled.push_back(r.ok() ? "ok" : "failed");
+  });
+  EXPECT_EQ(client_->ReadLine(),
+            TensorReplyJson(parts_.head, 2, parts_.held_tail, parts_.freed_tail));
+  EXPECT_EQ(handled, std::vector<std::string>{"ok"});
+  EXPECT_FALSE(intake_.Waiting(request_.route));
+  EXPECT_TRUE(test::List(*side_, opt_.keys.Reply("r1")).empty());  // nothing written to Redis
+}
+
+TEST_F(ResponderSocketTest, ACommittedReleaseToZeroIsAnsweredWithTheFreedTail) {
+  Pending pending = Get();
+  responder_.Committed(pending, CommitResult{CommitResult::kOk, 0}, [](Result<CommitResult>) {});
+  std::string reply = client_->ReadLine();
+  EXPECT_EQ(reply, TensorReplyJson(parts_.head, 0, parts_.held_tail, parts_.freed_tail));
+  EXPECT_NE(reply, TensorReplyJson(parts_.head, 0, parts_.held_tail, parts_.held_tail));
+}
+
+TEST_F(ResponderSocketTest, ACommitWithoutAnAnswerFromRedisIsToldItsOutcomeIsUnknown) {
+  Pending pending = Get();
+  std::vector<std::string> handled;
+  responder_.Committed(
+      pending, Status(ErrorCode::kUnavailable, "Redis connection lost"),
+      [&](Result<CommitResult> r) { handled.push_back(r.ok() ? "ok" : r.status().message()); });
+  EXPECT_EQ(handled, std::vector<std::string>{"Redis connection lost"});
+  std::string reply = client_->ReadLine();
+  EXPECT_NE(reply.find("\"ok\":false"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("may or may not have taken effect"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("Redis connection lost"), std::string::npos) << reply;
+  EXPECT_FALSE(intake_.Waiting(request_.route));
 }
 
 }  // namespace

@@ -45,13 +45,6 @@ class ServingTest : public ::testing::Test {
     }
     applier_.ProcessBatch(std::move(requests));
   }
-  std::vector<std::string> List(const std::string& key) {
-    std::vector<std::string> out;
-    auto v = side_->Command({"LRANGE", key, "0", "-1"});
-    if (v.ok())
-      for (auto& e : v->elements) out.push_back(e.str);
-    return out;
-  }
   std::map<std::string, std::string> Hash(const std::string& name) {
     auto v = side_->Command({"HGETALL", opt_.keys.Tensor(name)});
     return v.ok() ? FieldMap(v.value()) : std::map<std::string, std::string>{};

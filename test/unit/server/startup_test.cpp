@@ -73,7 +73,7 @@ class StartupTest : public ::testing::Test {
 
   test::RedisServer redis_;
   test::TempDir dir_;
-  ServerOptions opt_;
+  ReconcileOptions opt_{KeySpace{}, "", 10000};  // events written, as a server's default
   std::string shm_prefix_;
   std::unique_ptr<RedisConnection> conn_;
 };
