@@ -15,6 +15,7 @@ release() keeps it mapped until it goes, so a view can never outlive its memory.
 docs/python.md.
 """
 
+import collections
 import ctypes
 import json
 import threading
@@ -56,6 +57,12 @@ class Client:
             raise error_for(rc, _clib.mcd_last_error(None).decode())
         self._handle = handle
         self._lock = threading.RLock()
+        # By name: the mappings of this client alive here (each with the reference it took),
+        # and how many of their references rm() gave back already. A mapping whose reference
+        # rm() took gives back none when it goes, only its mapping: otherwise, holding none
+        # any more, this process would give back one bound to no process (the creator's).
+        self._live = collections.Counter()
+        self._given = collections.Counter()
 
     # -- the lifecycle -----------------------------------------------------------------------
 
@@ -111,9 +118,13 @@ class Client:
     def rm(self, name):
         """Gives one reference to tensor `name` back, as mcd-rm does: this process's own if it
         holds one, else one bound to no process (the creator's); the tensor is freed at 0.
-        Arrays of this process that view it stay valid: each Tensor holds a reference of its
-        own."""
-        self._call(_clib.mcd_release_reference, _bytes(name))
+        Arrays of this process that view it stay valid: their mapping stays until its Tensor
+        and arrays are gone, and when rm() gave back the reference a Tensor here held, that
+        Tensor then gives back none of its own."""
+        with self._lock:
+            self._call(_clib.mcd_release_reference, _bytes(name))
+            if self._live[name] > self._given[name]:
+                self._given[name] += 1
 
     def close(self):
         """Nothing to do at once: the connection closes when the client and every Tensor of it
@@ -140,14 +151,24 @@ class Client:
         if rc != 0:
             raise error_for(rc, error)
 
-    def _give_back(self, name):
-        """A Tensor's reference and mapping, given back when its last view went. Called from a
-        finalizer, so maybe by the garbage collector of a thread that holds the lock already:
-        the lock is re-entrant, and that thread is then between two calls into libmemcuda
-        (which never calls back into Python), where a third one is safe."""
+    def _opened(self, name):
         with self._lock:
+            self._live[name] += 1
+
+    def _give_back(self, name):
+        """A Tensor's reference and mapping, given back when its last view went (its mapping
+        only, when rm() gave its reference back). Called from a finalizer, so maybe by the
+        garbage collector of a thread that holds the lock already: the lock is re-entrant, and
+        that thread is then between two calls into libmemcuda (which never calls back into
+        Python), where a third one is safe."""
+        with self._lock:
+            self._live[name] -= 1
+            give_back = _clib.mcd_release
+            if self._given[name] > 0:
+                self._given[name] -= 1
+                give_back = _clib.mcd_close
             if self._handle:
-                _clib.mcd_release(self._handle, name)
+                give_back(self._handle, name.encode())
 
 
 class _Mapping:
@@ -163,7 +184,8 @@ class _Mapping:
         self.shape = tuple(record.shape[i] for i in range(record.ndim))
         self.nbytes = record.bytes
         self.data = record.data
-        weakref.finalize(self, client._give_back, self.name.encode())
+        client._opened(self.name)
+        weakref.finalize(self, client._give_back, self.name)
 
 
 class Tensor:

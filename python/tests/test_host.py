@@ -41,6 +41,25 @@ def test_create_get_release_rm_keep_exact_refcounts(mc):
     assert mc.ls() == []
 
 
+def test_rm_of_a_tensor_held_here_then_its_release_give_back_one_reference_each(node, mc):
+    node.run("mcd-create", "k", "--dtype", "u8", "--shape", "64", "--device", "cpu")
+    assert refcount(mc, "k") == 1  # the creator's, bound to no process
+    w = mc.get("k")
+    v = np.asarray(w)
+    assert refcount(mc, "k") == 2
+    mc.rm("k")  # this process's own: the one w holds
+    assert refcount(mc, "k") == 1
+    v[:] = 7  # the mapping stays until w and its arrays are gone
+    del v
+    w.release()
+    gc.collect()
+    assert refcount(mc, "k") == 1, "w's release gave back the creator's reference too"
+    with mc.get("k") as again:
+        assert np.asarray(again).tolist() == [7] * 64
+    node.run("mcd-rm", "k")
+    assert mc.ls() == []
+
+
 def test_numpy_views_the_memory_in_place_across_processes(node, mc):
     t = mc.create("shared", (4,), "i32", device="cpu")
     a = np.asarray(t)
