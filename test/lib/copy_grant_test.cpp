@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "memcuda/protocol.h"
+#include "server/server_options.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -72,7 +73,7 @@ TEST(CopyGrants, AWrongTokenDoesNotBurnTheGrant) {
   test::RedisServer redis;
   ServerOptions asker_opt = Options(redis.url(), "asker");
   ServerOptions server_opt = Options(redis.url(), "serving");
-  CopyGrants asker(CopyGrantsOptions::Of(asker_opt)), server(CopyGrantsOptions::Of(server_opt));
+  CopyGrants asker(CopyGrantsOptionsOf(asker_opt)), server(CopyGrantsOptionsOf(server_opt));
   auto grant = asker.Issue("serving", "t", 1234, 60000);
   ASSERT_TRUE(grant.ok()) << grant.status().ToString();
   CopyGrant forged = *grant;
@@ -98,7 +99,7 @@ TEST(CopyGrants, AGrantWhoseKeyWasThereAlreadyIsNotIssued) {
   test::TempDir dir;
   Listener nil(dir.path() + "/nil.sock", "$-1\r\n");
   ServerOptions opt = Options("unix://" + dir.path() + "/nil.sock", "asker");
-  CopyGrants grants(CopyGrantsOptions::Of(opt));
+  CopyGrants grants(CopyGrantsOptionsOf(opt));
   auto grant = grants.Issue("serving", "t", 1234, 60000);
   ASSERT_FALSE(grant.ok()) << "a nil reply to SET NX was taken for a grant written";
   EXPECT_EQ(grant.status().code(), ErrorCode::kUnexpectedReply) << grant.status().ToString();
@@ -112,7 +113,7 @@ TEST(CopyGrants, AFailedRedisIsNotAskedAgainAtOnce) {
   test::TempDir dir;
   Listener mute(dir.path() + "/mute.sock", "");
   ServerOptions opt = Options("unix://" + dir.path() + "/mute.sock", "serving");
-  CopyGrants server(CopyGrantsOptions::Of(opt));
+  CopyGrants server(CopyGrantsOptionsOf(opt));
   CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
   EXPECT_EQ(server.Redeem({ReadOf(grant, 1)})[0].code(), ErrorCode::kUnavailable);
   auto t0 = std::chrono::steady_clock::now();

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 #include "redis/script_calls.h"
 #include "server/request.h"
 
@@ -83,9 +83,6 @@ struct CommitOptions {
   int reply_ttl_s = 60;  // a queued command's reply
   int done_ttl_s = 60;   // its first result, by which a repeated req is recognised
   uint64_t event_history = 0;
-  static CommitOptions Of(const ServerOptions& opt) {
-    return CommitOptions{opt.keys, opt.node, opt.reply_ttl_s, opt.done_ttl_s, opt.event_history};
-  }
 };
 
 // The serving connection, lent by CommitPipeline::Drained for the length of one call that needs

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/process.h"  // SecureRandom
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 #include "memcuda/status.h"
 #include "server/copy_service.h"
 
@@ -36,9 +36,6 @@ struct CopyGrantsOptions {
   RedisUrl redis_url;  // for their own connection
   KeySpace keys;
   std::string node;  // the node served
-  static CopyGrantsOptions Of(const ServerOptions& opt) {
-    return CopyGrantsOptions{opt.redis_url, opt.keys, opt.node};
-  }
 };
 
 // The grants of one server, on a Redis connection of their own (the serving loop's may have

@@ -7,7 +7,7 @@
 
 namespace mcd {
 
-Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const ServerOptions& opt,
+Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DeviceSetOptions& opt,
                                                    const std::string& shm_prefix) {
   std::unique_ptr<DeviceSet> set(new DeviceSet());
   set->workers_[kHostDevice] = std::make_unique<GpuWorker>(kHostDevice);
@@ -23,7 +23,7 @@ Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const ServerOptions& opt,
   return set;
 }
 
-Status DeviceSet::AddGpu(int d, const ServerOptions& opt) {
+Status DeviceSet::AddGpu(int d, const DeviceSetOptions& opt) {
   auto worker = std::make_unique<GpuWorker>(d);
   Status bound = worker->Call([](DeviceContext& ctx) { return ctx.EnsureGpu(); });
   if (!bound.ok()) {

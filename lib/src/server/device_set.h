@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,16 +18,28 @@
 #include "alloc/allocator.h"
 #include "ipc/fd_passing.h"
 #include "memcuda/gpu_worker.h"
-#include "memcuda/server.h"
 #include "server/tensor_table.h"
 
 namespace mcd {
+
+// What the devices need of the server's options; the defaults are ServerOptions' (its fields of
+// the same names, memcuda/server.h).
+struct DeviceSetOptions {
+  bool all_devices = true;                       // every CUDA device on the machine
+  std::vector<int> devices;                      // when !all_devices
+  std::string allocator = "cuda";                // "cuda" or "pool"
+  uint64_t pool_max_bytes = 0;                   // 0: the whole device
+  double pool_max_fraction = 0;                  // > 0: this fraction of the device instead
+  uint64_t pool_release_threshold = UINT64_MAX;  // bytes the pool keeps cached when idle
+  uint64_t ready_max_bytes = 256ull << 20;       // zeroed ready stock per device; 0: none
+  uint64_t ipc_slab_max_bytes = 32ull << 20;     // "cuda": the largest slab; 0: none
+};
 
 class DeviceSet {
  public:
   // Host memory (shm objects named "<shm_prefix><seq>") and the GPUs of `opt`; fails when a
   // GPU asked for cannot be served.
-  static Result<std::unique_ptr<DeviceSet>> Open(const ServerOptions& opt,
+  static Result<std::unique_ptr<DeviceSet>> Open(const DeviceSetOptions& opt,
                                                  const std::string& shm_prefix);
   ~DeviceSet() { Stop(); }
   DeviceSet(const DeviceSet&) = delete;
@@ -86,7 +99,7 @@ class DeviceSet {
 
  private:
   DeviceSet() = default;
-  Status AddGpu(int device, const ServerOptions& opt);
+  Status AddGpu(int device, const DeviceSetOptions& opt);
   // cudaMemcpy on `device`'s worker (CopyOut, CopyIn).
   Status CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind);
   std::string DeviceText(const std::function<std::string(const Allocator&)>& value_of) const;

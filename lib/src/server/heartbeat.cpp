@@ -8,16 +8,12 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "memcuda/heartbeat.h"
+#include "memcuda/server.h"  // kMaxHeartbeatTtlS
 #include "redis/lua_scripts.h"
 #include "redis/script_calls.h"
 #include "server/recurring.h"
 
 namespace mcd {
-
-HeartbeatOptions HeartbeatOptions::Of(const ServerOptions& opt) {
-  return HeartbeatOptions{opt.node, opt.keys, opt.redis_url, opt.heartbeat_ttl_s,
-                          opt.event_history};
-}
 
 Heartbeat::Heartbeat(HeartbeatOptions opt, std::string instance, StopSignal& stop,
                      DeviceSet& devices, const TensorTable& table, const OutcomeLog& outcomes)

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "memcuda/heartbeat.h"
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 #include "redis/script_calls.h"
 #include "server/device_set.h"
 #include "server/outcome_log.h"
@@ -32,7 +32,6 @@ struct HeartbeatOptions {
   RedisUrl redis_url;  // for the heartbeat thread's own connection
   int ttl_s = 5;
   uint64_t event_history = 0;  // the event stream's cap
-  static HeartbeatOptions Of(const ServerOptions& opt);
 };
 
 class Heartbeat {

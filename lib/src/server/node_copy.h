@@ -14,7 +14,6 @@
 
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 #include "server/commit_pipeline.h"
 #include "server/copy_grant.h"
 #include "server/copy_service.h"
@@ -27,9 +26,6 @@ namespace mcd {
 struct NodeCopierOptions {
   CopyGrantsOptions grants;  // the node served, its keys, and the Redis its grants go to
   bool stage_gpu_copies = false;
-  static NodeCopierOptions Of(const ServerOptions& opt) {
-    return NodeCopierOptions{CopyGrantsOptions::Of(opt), opt.stage_gpu_copies};
-  }
 };
 
 class NodeCopier {

@@ -5,8 +5,8 @@
 
 #include <string>
 
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 #include "server/commit_pipeline.h"
 #include "server/device_set.h"
 #include "server/outcome_log.h"
@@ -18,7 +18,6 @@ namespace mcd {
 struct ReaperOptions {
   KeySpace keys;
   std::string node;
-  static ReaperOptions Of(const ServerOptions& opt) { return ReaperOptions{opt.keys, opt.node}; }
 };
 
 class Reaper {

@@ -8,8 +8,8 @@
 #include <functional>
 #include <string>
 
+#include "memcuda/keys.h"
 #include "memcuda/redis.h"
-#include "memcuda/server.h"
 #include "server/applier.h"
 #include "server/commit_pipeline.h"
 #include "server/device_set.h"
@@ -22,9 +22,6 @@ namespace mcd {
 struct ResettleOptions {
   KeySpace keys;
   std::string node;
-  static ResettleOptions Of(const ServerOptions& opt) {
-    return ResettleOptions{opt.keys, opt.node};
-  }
 };
 
 class Resettle {

@@ -14,6 +14,7 @@
 //   stop_signal.h     the server's stop, seen by the serving loop and the heartbeat thread
 //   node_copy.h       copies between nodes (over copy_service.h, UCX)
 //   startup.h         the clean-up after dead instances
+//   server_options.h  each module's options, filled from ServerOptions
 #include "memcuda/server.h"
 
 #include <grp.h>
@@ -42,6 +43,7 @@
 #include "server/reaper.h"
 #include "server/replies.h"
 #include "server/resettle.h"
+#include "server/server_options.h"
 #include "server/startup.h"
 #include "server/stop_signal.h"
 #include "server/tensor_table.h"
@@ -125,16 +127,16 @@ Status Server::Impl::Start() {
   shm_prefix_ = ShmPrefix(opt_.keys.prefix, opt_.node + "-" + url_tag);
 
   // Host memory is always served; GPUs as asked (all by default).
-  MCD_ASSIGN_OR_RETURN(devices_, DeviceSet::Open(opt_, shm_prefix_ + instance_ + "-"));
-  heartbeat_ = std::make_unique<Heartbeat>(HeartbeatOptions::Of(opt_), instance_, stop_, *devices_,
+  MCD_ASSIGN_OR_RETURN(devices_,
+                       DeviceSet::Open(DeviceSetOptionsOf(opt_), shm_prefix_ + instance_ + "-"));
+  heartbeat_ = std::make_unique<Heartbeat>(HeartbeatOptionsOf(opt_), instance_, stop_, *devices_,
                                            table_, outcomes_);
   RedisOptions ropt;
   ropt.command_timeout_ms = 10000;
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> redis,
                        RedisConnection::Connect(opt_.redis_url, ropt));
   MCD_RETURN_IF_ERROR(CheckRedisVersion(*redis, opt_.redis_url.Redacted()));
-  pipeline_ =
-      std::make_unique<CommitPipeline>(std::move(redis), CommitOptions::Of(opt_), instance_);
+  pipeline_ = std::make_unique<CommitPipeline>(std::move(redis), CommitOptionsOf(opt_), instance_);
   waker_ = std::make_unique<Waker>(opt_.redis_url, opt_.keys.NodeQueue(opt_.node));
   intake_ = std::make_unique<Intake>(opt_.keys.NodeQueue(opt_.node),
                                      opt_.keys.Processing(opt_.node), *waker_);
@@ -142,11 +144,11 @@ Status Server::Impl::Start() {
   applier_ =
       std::make_unique<CommandApplier>(ApplierOptions{opt_.keys, opt_.node, instance_}, *pipeline_,
                                        *intake_, table_, *devices_, outcomes_, *copier_);
-  reaper_ = std::make_unique<Reaper>(ReaperOptions::Of(opt_), instance_, *pipeline_, table_,
+  reaper_ = std::make_unique<Reaper>(ReaperOptionsOf(opt_), instance_, *pipeline_, table_,
                                      *devices_, outcomes_);
   resettler_ =
-      std::make_unique<Resettle>(ResettleOptions::Of(opt_), instance_, *pipeline_, table_,
-                                 *devices_, *heartbeat_, *applier_, [this] { RequestStop(); });
+      std::make_unique<Resettle>(ResettleOptionsOf(opt_), instance_, *pipeline_, table_, *devices_,
+                                 *heartbeat_, *applier_, [this] { RequestStop(); });
   MCD_RETURN_IF_ERROR(Prepare());
   MCD_RETURN_IF_ERROR(OpenSockets());
   WarnIfRedisEvicts(*pipeline_->Drained());
@@ -179,7 +181,7 @@ void Server::Impl::StartNodeCopies() {
       off = started.status().message();
     }
   }
-  copier_ = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt_), *pipeline_, table_, *devices_,
+  copier_ = std::make_unique<NodeCopier>(NodeCopierOptionsOf(opt_), *pipeline_, table_, *devices_,
                                          copies_.get(), off);
   if (!copies_) {
     Log(LogLevel::kInfo, "copies between nodes: off (" + off + ")");

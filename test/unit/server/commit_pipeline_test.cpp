@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "server/server_options.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -18,8 +19,7 @@ class CommitPipelineTest : public ::testing::Test {
   void SetUp() override {
     opt_.redis_url = redis_.parsed_url();
     opt_.node = "n1";
-    pipeline_ =
-        std::make_unique<CommitPipeline>(redis_.Connect(), CommitOptions::Of(opt_), "inst1");
+    pipeline_ = std::make_unique<CommitPipeline>(redis_.Connect(), CommitOptionsOf(opt_), "inst1");
     ASSERT_TRUE(pipeline_->LoadScript().ok());
     side_ = redis_.Connect();
   }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 
+#include "server/server_options.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -18,7 +19,7 @@ class DeviceSetTest : public ::testing::Test {
   void SetUp() override {
     prefix_ = "/mcd-unit-" + std::to_string(getpid()) + "-";
     opt_.all_devices = false;  // and no devices named: host memory only
-    auto set = DeviceSet::Open(opt_, prefix_);
+    auto set = DeviceSet::Open(DeviceSetOptionsOf(opt_), prefix_);
     ASSERT_TRUE(set.ok()) << set.status().ToString();
     set_ = std::move(set).value();
   }

@@ -17,6 +17,7 @@
 #include "memcuda/heartbeat.h"
 #include "server/device_set.h"
 #include "server/outcome_log.h"
+#include "server/server_options.h"
 #include "server/stop_signal.h"
 #include "server/tensor_table.h"
 #include "test_support.h"
@@ -32,7 +33,8 @@ class HeartbeatTest : public ::testing::Test {
     opt_.all_devices = false;  // host memory only
     opt_.heartbeat_ttl_s = 4;  // a beat a second
     opt_.event_history = 50;
-    auto devices = DeviceSet::Open(opt_, "/mcd-hbtest-" + std::to_string(getpid()) + "-");
+    auto devices =
+        DeviceSet::Open(DeviceSetOptionsOf(opt_), "/mcd-hbtest-" + std::to_string(getpid()) + "-");
     ASSERT_TRUE(devices.ok()) << devices.status().ToString();
     devices_ = std::move(devices).value();
     conn_ = redis_.Connect();
@@ -40,8 +42,8 @@ class HeartbeatTest : public ::testing::Test {
   }
 
   std::unique_ptr<Heartbeat> Make(const std::string& instance) {
-    return std::make_unique<Heartbeat>(HeartbeatOptions::Of(opt_), instance, stop_, *devices_,
-                                       table_, outcomes_);
+    return std::make_unique<Heartbeat>(HeartbeatOptionsOf(opt_), instance, stop_, *devices_, table_,
+                                       outcomes_);
   }
 
   std::map<std::string, std::string> Stored() {

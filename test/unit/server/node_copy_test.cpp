@@ -12,6 +12,7 @@
 #include <deque>
 
 #include "server/commit_pipeline.h"
+#include "server/server_options.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -78,12 +79,12 @@ struct Node {
     opt.all_devices = false;
     opt.redis_url = RedisUrl::Parse(redis.url()).value();
     conn = redis.Connect();
-    serving = std::make_unique<CommitPipeline>(redis.Connect(), CommitOptions::Of(opt),
-                                               name + "-instance");
+    serving =
+        std::make_unique<CommitPipeline>(redis.Connect(), CommitOptionsOf(opt), name + "-instance");
     shm_prefix = "/mcd-unit-" + std::to_string(getpid()) + "-" + name + "-";
-    devices = DeviceSet::Open(opt, shm_prefix).value();
+    devices = DeviceSet::Open(DeviceSetOptionsOf(opt), shm_prefix).value();
     service.address_ = address;
-    copier = std::make_unique<NodeCopier>(NodeCopierOptions::Of(opt), *serving, table, *devices,
+    copier = std::make_unique<NodeCopier>(NodeCopierOptionsOf(opt), *serving, table, *devices,
                                           &service, "");
   }
   ~Node() {
@@ -221,7 +222,7 @@ TEST_F(NodeCopyTest, LocateRefusesWhatCannotBeCopied) {
   EXPECT_EQ(code("w", 4), ErrorCode::kUnavailable);  // no live server there
   // Copies off here: the reason given.
   Hset(b_.opt.keys.Server("b"), {"instance", "bbbb", "ucx_address", "b0b0"});
-  NodeCopier off(NodeCopierOptions::Of(a_.opt), *a_.serving, a_.table, *a_.devices, nullptr,
+  NodeCopier off(NodeCopierOptionsOf(a_.opt), *a_.serving, a_.table, *a_.devices, nullptr,
                  "copies are off here");
   auto refused = off.Locate(CopyCommand("w", 4));
   EXPECT_EQ(refused.status().code(), ErrorCode::kUnsupported);

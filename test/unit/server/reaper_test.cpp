@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/process.h"
+#include "server/server_options.h"
 #include "unit/server/serving_fixture.h"
 
 namespace mcd {
@@ -21,7 +22,7 @@ class ReaperTest : public test::ServingTest {
   test::TempDir dir_;
   test::Background process_{{"/bin/sleep", "600"}, {}, dir_.path() + "/sleep.log"};
   const std::string pid_ = std::to_string(process_.pid());
-  Reaper reaper_{ReaperOptions::Of(opt_), "inst1", pipeline_, table_, *devices_, outcomes_};
+  Reaper reaper_{ReaperOptionsOf(opt_), "inst1", pipeline_, table_, *devices_, outcomes_};
 };
 
 TEST_F(ReaperTest, ADeadHoldersReferencesAreGivenBackAndTheHolderForgotten) {

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "server/server_options.h"
 #include "unit/server/serving_fixture.h"
 
 namespace mcd {
@@ -47,10 +48,10 @@ class ResettleTest : public test::ServingTest {
   }
 
   StopSignal stop_;
-  Heartbeat heartbeat_{HeartbeatOptions::Of(opt_), "inst1", stop_, *devices_, table_, outcomes_};
+  Heartbeat heartbeat_{HeartbeatOptionsOf(opt_), "inst1", stop_, *devices_, table_, outcomes_};
   bool stopped_ = false;
   Resettle resettle_{
-      ResettleOptions::Of(opt_),  "inst1", pipeline_, table_, *devices_, heartbeat_, applier_,
+      ResettleOptionsOf(opt_),    "inst1", pipeline_, table_, *devices_, heartbeat_, applier_,
       [this] { stopped_ = true; }};
 };
 

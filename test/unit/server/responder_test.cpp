@@ -9,6 +9,7 @@
 #include <string>
 
 #include "protocol/json_codec.h"
+#include "server/server_options.h"
 #include "test_support.h"
 #include "unit/socket_client.h"
 
@@ -34,7 +35,7 @@ class ResponderTest : public ::testing::Test {
   ServerOptions opt_ = Options(redis_);
   std::string processing_ = opt_.keys.Processing("n1");
   std::unique_ptr<RedisConnection> side_ = redis_.Connect();
-  CommitPipeline pipeline_{redis_.Connect(), CommitOptions::Of(opt_), "inst1"};
+  CommitPipeline pipeline_{redis_.Connect(), CommitOptionsOf(opt_), "inst1"};
   Waker waker_{redis_.parsed_url(), opt_.keys.NodeQueue("n1")};
   Intake intake_{opt_.keys.NodeQueue("n1"), processing_, waker_};
   Responder responder_{processing_, pipeline_, intake_};

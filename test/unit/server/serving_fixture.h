@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "server/applier.h"
+#include "server/server_options.h"
 #include "test_support.h"
 
 namespace mcd {
@@ -69,13 +70,13 @@ class ServingTest : public ::testing::Test {
   std::string processing_ = opt_.keys.Processing("n1");
   std::string prefix_ = "/mcd-unit-" + std::to_string(getpid()) + "-serving-";
   std::unique_ptr<RedisConnection> side_ = redis_.Connect();
-  CommitPipeline pipeline_{redis_.Connect(), CommitOptions::Of(opt_), "inst1"};
+  CommitPipeline pipeline_{redis_.Connect(), CommitOptionsOf(opt_), "inst1"};
   Waker waker_{redis_.parsed_url(), opt_.keys.NodeQueue("n1")};
   Intake intake_{opt_.keys.NodeQueue("n1"), processing_, waker_};
-  std::unique_ptr<DeviceSet> devices_ = DeviceSet::Open(opt_, prefix_).value();
+  std::unique_ptr<DeviceSet> devices_ = DeviceSet::Open(DeviceSetOptionsOf(opt_), prefix_).value();
   TensorTable table_;
   OutcomeLog outcomes_;
-  NodeCopier copier_{NodeCopierOptions::Of(opt_), pipeline_, table_, *devices_, nullptr, "off"};
+  NodeCopier copier_{NodeCopierOptionsOf(opt_), pipeline_, table_, *devices_, nullptr, "off"};
   CommandApplier applier_{ApplierOptions{opt_.keys, "n1", "inst1"},
                           pipeline_,
                           intake_,
