@@ -100,8 +100,10 @@ class Client:
     def get(self, name):
         """Takes a reference to tensor `name` for this process and opens it here."""
         out = _CTensor()
-        self._call(_clib.mcd_get, _bytes(name), ctypes.byref(out))
-        return Tensor(self, _Mapping(self, out), out)
+        with self._lock:  # the reference and its count at once: rm() never sees one alone
+            self._call(_clib.mcd_get, _bytes(name), ctypes.byref(out))
+            mapping = _Mapping(self, out)
+        return Tensor(self, mapping, out)
 
     def stat(self, name):
         """The tensor's record as a dict (the keys of `mcd-ls --json`)."""
@@ -120,11 +122,21 @@ class Client:
         holds one, else one bound to no process (the creator's); the tensor is freed at 0.
         Arrays of this process that view it stay valid: their mapping stays until its Tensor
         and arrays are gone, and when rm() gave back the reference a Tensor here held, that
-        Tensor then gives back none of its own."""
+        Tensor then gives back none of its own. Counted per Client: a Tensor of another Client
+        of this process is not known here."""
+        name = str(name)
         with self._lock:
-            self._call(_clib.mcd_release_reference, _bytes(name))
-            if self._live[name] > self._given[name]:
+            # Booked before the call: a finalizer that runs inside it on this thread (the lock
+            # is re-entrant) then closes its mapping only.
+            booked = self._live[name] > self._given[name]
+            if booked:
                 self._given[name] += 1
+            try:
+                self._call(_clib.mcd_release_reference, _bytes(name))
+            except BaseException:
+                if booked and self._given[name] > 0:
+                    self._drop(self._given, name)
+                raise
 
     def close(self):
         """Nothing to do at once: the connection closes when the client and every Tensor of it
@@ -155,6 +167,12 @@ class Client:
         with self._lock:
             self._live[name] += 1
 
+    @staticmethod
+    def _drop(counter, name):
+        counter[name] -= 1
+        if counter[name] <= 0:
+            del counter[name]  # no entry kept per name ever touched
+
     def _give_back(self, name):
         """A Tensor's reference and mapping, given back when its last view went (its mapping
         only, when rm() gave its reference back). Called from a finalizer, so maybe by the
@@ -162,10 +180,10 @@ class Client:
         that thread is then between two calls into libmemcuda (which never calls back into
         Python), where a third one is safe."""
         with self._lock:
-            self._live[name] -= 1
+            self._drop(self._live, name)
             give_back = _clib.mcd_release
             if self._given[name] > 0:
-                self._given[name] -= 1
+                self._drop(self._given, name)
                 give_back = _clib.mcd_close
             if self._handle:
                 give_back(self._handle, name.encode())
@@ -320,8 +338,9 @@ class Tensor:
         rather than in create(), so that a producer that only hands a tensor over pays for no
         mapping of its own (a create then costs one request)."""
         out = _CTensor()
-        self._client._call(_clib.mcd_get, self.name.encode(), ctypes.byref(out))
-        return _Mapping(self._client, out)
+        with self._client._lock:  # as in Client.get
+            self._client._call(_clib.mcd_get, self.name.encode(), ctypes.byref(out))
+            return _Mapping(self._client, out)
 
 
 def _host_buffer(data):

@@ -38,7 +38,11 @@ Result<HeartbeatRecord> ServerView::Parse(const RedisValue& all) {
       }
     }
     std::string unread;
-    for (const std::string& why : unreadable) unread += "; unreadable heartbeat " + why;
+    // A few at most: anyone with Redis credentials may write heartbeats.
+    for (size_t i = 0; i < unreadable.size() && i < 3; ++i)
+      unread += "; unreadable heartbeat " + unreadable[i];
+    if (unreadable.size() > 3)
+      unread += "; " + std::to_string(unreadable.size() - 3) + " more unreadable";
     return Status(ErrorCode::kUnavailable,
                   "no mcd-serve is running for node '" + node_ + "' on " + redis_url_ +
                       " (no heartbeat at " + keys_.Server(node_) + "); " +

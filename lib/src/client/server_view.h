@@ -28,6 +28,9 @@ class ServerView {
   ServerView(RedisConnection& redis, const std::string& node, const KeySpace& keys,
              std::string redis_url)
       : redis_(redis), node_(node), keys_(keys), redis_url_(std::move(redis_url)) {}
+  // Held by reference: a temporary would be gone once the constructor returns.
+  ServerView(RedisConnection&, std::string&&, const KeySpace&, std::string) = delete;
+  ServerView(RedisConnection&, const std::string&, KeySpace&&, std::string) = delete;
 
   // HGETALL of the heartbeat through its codec (HeartbeatFromFields), or kUnavailable when no
   // server is alive for the node, or kUnexpectedReply naming a malformed field.
