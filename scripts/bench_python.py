@@ -37,6 +37,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import memcuda  # noqa: E402
 from bench_torch_peer import parse_size, percentile  # noqa: E402  (the peer's own script, beside this one)
 
+class _TimedCalls:
+    """libmemcuda's calls as the memcuda package makes them, with the time of mcd_create_ex
+    kept: what of a Python create is the library's, and what is Python's own."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self.create_us = []
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def mcd_create_ex(self, *args):
+        t0 = time.perf_counter()
+        rc = self._lib.mcd_create_ex(*args)
+        self.create_us.append((time.perf_counter() - t0) * 1e6)
+        return rc
+
+
 def consumer(conn, node):
     torch.zeros(1, device="cuda")  # context up before the first measurement
     mc = memcuda.connect(node=node)
@@ -89,6 +107,7 @@ def main():
     args = ap.parse_args()
 
     mp.set_start_method("spawn")
+    calls = memcuda._clib = _TimedCalls(memcuda._clib)
     mc = memcuda.connect(node=args.node)
     conn, child = mp.Pipe()
     proc = mp.Process(target=consumer, args=(child, args.node), daemon=True)
@@ -154,25 +173,51 @@ def main():
         kept.clear()
         for i in range(args.iterations):
             lat["handover floor"].append(floor_handover(size, i) * 1e6)
+        # The producer's create alone, back to back (as mcd-bench's create row times the C++
+        # one): against the share rows' creates, what a create pays for the server's idle time
+        # between two handovers.
+        share_creates, share_calls = list(create_us), list(calls.create_us)
+        del create_us[:], calls.create_us[:]
+        for i in range(args.iterations):
+            name = "bench-py-%d-loop-%d" % (os.getpid(), i)
+            t0 = time.perf_counter()
+            t = mc.create(name, (size,), "u8", device=0)
+            create_us.append((time.perf_counter() - t0) * 1e6)
+            made.append((name, t))
+        loop_creates, loop_calls = list(create_us), list(calls.create_us)
+        del create_us[:], calls.create_us[:]
+        for name, t in made:
+            t.release()
+            mc.rm(name)
+        made.clear()
+        print("%d B, producer's create, median (us): in the share rows %.1f (libmemcuda's call "
+              "%.1f), back to back %.1f (libmemcuda's call %.1f)"
+              % (size, percentile(share_creates, 0.5), percentile(share_calls, 0.5),
+                 percentile(loop_creates, 0.5), percentile(loop_calls, 0.5)), file=sys.stderr)
+        for which, values in (("share rows", share_creates), ("back to back", loop_creates)):
+            rows.append({"row": "python create", "peer": which, "bytes": size, "n": len(values),
+                         "median_us": percentile(values, 0.5), "p90_us": percentile(values, 0.9),
+                         "p99_us": percentile(values, 0.99)})
         for peer, values in lat.items():
             rows.append({"row": "python share", "peer": peer, "bytes": size, "n": len(values),
                          "median_us": percentile(values, 0.5), "p90_us": percentile(values, 0.9),
                          "p99_us": percentile(values, 0.99)})
     conn.send(None)
     proc.join(timeout=10)
-    print("producer create, median (us): %.1f" % percentile(create_us, 0.5), file=sys.stderr)
     config = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "host": socket.gethostname(),
               "memcuda": memcuda.version(), "iterations": args.iterations}
     if args.json:
         json.dump({"tool": "bench_python", "config": config, "rows": rows}, sys.stdout, indent=1)
         print()
         return
-    print("%-28s %10s %12s %10s %10s" % ("python share", "bytes", "median us", "p90 us", "p99 us"))
+    print("%-14s %-28s %10s %12s %10s %10s" % ("row", "", "bytes", "median us", "p90 us", "p99 us"))
     for r in rows:
-        print("%-28s %10d %12.1f %10.1f %10.1f" % (r["peer"], r["bytes"], r["median_us"], r["p90_us"], r["p99_us"]))
-    for size in sorted({r["bytes"] for r in rows}):
-        peer = next(r for r in rows if r["bytes"] == size and r["peer"].startswith("torch"))
-        for ours in (r for r in rows if r["bytes"] == size and r["peer"].startswith("memcuda")):
+        print("%-14s %-28s %10d %12.1f %10.1f %10.1f"
+              % (r["row"], r["peer"], r["bytes"], r["median_us"], r["p90_us"], r["p99_us"]))
+    shares = [r for r in rows if r["row"] == "python share"]
+    for size in sorted({r["bytes"] for r in shares}):
+        peer = next(r for r in shares if r["bytes"] == size and r["peer"].startswith("torch"))
+        for ours in (r for r in shares if r["bytes"] == size and r["peer"].startswith("memcuda")):
             print("%d B, %s: %.2fx torch.multiprocessing (medians, one run)"
                   % (size, ours["peer"], peer["median_us"] / ours["median_us"]))
 

@@ -49,6 +49,98 @@ TEST_F(GpuLifecycle, OutOfMemoryIsCleanAndOthersSurvive) {
 }
 
 TEST_F(GpuLifecycle, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
+// The ready stock at its default (a quarter of the device) follows demand for large tensors: a
+// 1 GiB tensor created makes a block ahead, its block is kept when it is deleted, the next two
+// creates take both blocks zeroed (every byte), and all of it goes back to the driver once such
+// creates stop.
+TEST_F(GpuLifecycle, TheStockFollowsLargeTensorsAndGivesThemBack) {
+  constexpr uint64_t kBytes = 1ull << 30;
+  const std::string written = test::RandomBytes(kBytes, 42);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  CreateSpec spec;
+  spec.dtype = DType::kU8;
+  spec.shape = {static_cast<int64_t>(kBytes)};
+  spec.device = 0;
+  spec.name = "w0";
+  auto first = client->Create(spec);
+  ASSERT_TRUE(first.ok()) << first.status().ToString() << ServeLog();
+  ASSERT_TRUE(
+      test::WaitFor([&] { return std::stoull("0" + Heartbeat("ready_bytes")) >= kBytes; }, 5000))
+      << "a block of the size should be made ahead; ready_bytes " << Heartbeat("ready_bytes");
+  {
+    auto view = client->Get("w0");
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    ASSERT_TRUE(client->CopyFromHost(view.value(), written.data(), kBytes).ok());
+    ASSERT_TRUE(client->Release("w0").ok());  // the get's reference and mapping
+  }
+  ASSERT_TRUE(client->Release("w0").ok());  // the last one: its block goes to the stock
+  std::string back(kBytes, '\x01');
+  int reused = 0;
+  for (const char* name : {"w1", "w2"}) {
+    spec.name = name;
+    auto next = client->Create(spec);
+    ASSERT_TRUE(next.ok()) << next.status().ToString() << ServeLog();
+    reused += next->ipc_handle == first->ipc_handle;
+    auto view = client->Get(name);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    ASSERT_TRUE(client->CopyToHost(view.value(), back.data(), kBytes).ok());
+    EXPECT_EQ(static_cast<uint64_t>(std::count(back.begin(), back.end(), '\0')), kBytes) << name;
+    ASSERT_TRUE(client->Release(name).ok());
+  }
+  EXPECT_EQ(reused, 1) << "one of the two creates should have taken the deleted tensor's block";
+  for (const char* name : {"w1", "w2"}) ASSERT_TRUE(client->Release(name).ok());
+  // No more creates of the size: the stock goes back to the driver (2 s idle, then a Trim).
+  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
+      << "ready_bytes " << Heartbeat("ready_bytes");
+  size_t free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_GT(free_after + (512ull << 20), free_before)
+      << "free before " << free_before << ", after " << free_after;
+}
+
+// A block made ahead is memory the server did not hold: the stock makes none that would leave
+// less than a quarter of the device free.
+TEST_F(GpuLifecycle, TheStockMakesNoBlockAheadIntoTheDevicesLastQuarter) {
+  constexpr uint64_t kBytes = 1ull << 30;
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  // Held by this process: once the tensor is made, a quarter of the device and half a block
+  // stay free, so a block more would cut into the quarter.
+  const double reserve = 0.25 * static_cast<double>(total);
+  ASSERT_GT(static_cast<double>(free), reserve + 2.0 * kBytes) << "the device is too full";
+  size_t hog_bytes = free - static_cast<size_t>(reserve) - kBytes - kBytes / 2;
+  void* hog = nullptr;
+  ASSERT_EQ(cudaMalloc(&hog, hog_bytes), cudaSuccess);
+  size_t before_create = 0;
+  ASSERT_EQ(cudaMemGetInfo(&before_create, &total), cudaSuccess);
+  CreateSpec spec;
+  spec.name = "q";
+  spec.dtype = DType::kU8;
+  spec.shape = {static_cast<int64_t>(kBytes)};
+  spec.device = 0;
+  auto made = client->Create(spec);
+  ASSERT_TRUE(made.ok()) << made.status().ToString() << ServeLog();
+  // The refill is posted right behind the create on the server's worker: a block made ahead
+  // would show within the second (and stay until the size is idle for 2 s).
+  for (int i = 0; i < 20; ++i) {
+    size_t now = 0;
+    ASSERT_EQ(cudaMemGetInfo(&now, &total), cudaSuccess);
+    ASSERT_GT(now + kBytes + kBytes / 2, before_create)
+        << "a block was made ahead into the reserve: free " << now << " of " << total;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Heartbeat("ready_bytes"), "0");
+  ASSERT_TRUE(client->Release("q").ok());
+  EXPECT_EQ(cudaFree(hog), cudaSuccess);
+}
+
 TEST_F(GpuLifecycle, ATensorPastItsAllocationIsRefused) {
   ExpectATensorPastItsAllocationIsRefused();
 }
@@ -199,7 +291,7 @@ TEST_F(GpuLifecycle, AWarmedUpProcessOpensThePrimerDuringItsFirstGet) {
 
 TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {
   // Each reply key is taken by a string, so Redis refuses each commit: nothing may be published
-  // and each 256 MiB allocation (above the ready stock's block size) must go back to the driver.
+  // and each 256 MiB allocation must go back to the driver (through the ready stock).
   constexpr int kCreates = 8;
   size_t free_before = 0, free_after = 0, total = 0;
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -222,6 +314,9 @@ TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {
     return n;
   };
   ASSERT_TRUE(test::WaitFor([&] { return refused() == kCreates; }, 20000)) << ServeLog();
+  // Their blocks went to the ready stock, which gives them back once no such create comes.
+  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
+      << "ready_bytes " << Heartbeat("ready_bytes");
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
   EXPECT_EQ(Tool("mcd-ls", {"-q"}).out, "");
   EXPECT_EQ(conn->Command({"LLEN", keys.Processing(node_)})->integer, 0);

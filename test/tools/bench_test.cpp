@@ -96,14 +96,14 @@ TEST(Bench, SelfServeHostRecordIsComplete) {
               std::isdigit(static_cast<unsigned char>(redis_version[0])) &&
               redis_version.find('.') != std::string::npos)
       << record["config"].dump();
-  for (const char* expected :
-       {"redis_rtt", "create", "get_warm", "delete", "get_first", "share", "share_existing",
-        "create+delete_x1", "create+delete_x2", "copy_from_mapping", "copy_local"}) {
+  for (const char* expected : {"redis_rtt", "create", "get_warm", "delete", "get_first",
+                               "rtt_first", "share", "share_existing", "create+delete_x1",
+                               "create+delete_x2", "copy_from_mapping", "copy_local"}) {
     EXPECT_EQ(seen.count(expected), 1u) << expected;
   }
-  // Every row of both sizes: 6 per size, plus the floor, a throughput row per client count and
+  // Every row of both sizes: 7 per size, plus the floor, a throughput row per client count and
   // two bandwidth rows (host memory has no bare floor, and one device no cross-device row).
-  EXPECT_EQ(record["rows"].size(), 1u + 2 * 6 + 2 + 2);
+  EXPECT_EQ(record["rows"].size(), 1u + 2 * 7 + 2 + 2);
 }
 
 // The self-serve folders (mcd-bench-<pid>-*) in `dir`.

@@ -15,10 +15,13 @@ fail=0
 for tool in mcd-create mcd-get mcd-rm mcd-ls mcd-serve mcd-bench mcd-d3d-probe; do
   offered="$(complete_for "$tool" -)"
   [ -n "$offered" ] || { echo "$tool: nothing offered"; fail=1; continue; }
+  # Read whole once: `grep -q` on a pipe stops reading at its match, and the tool's write then
+  # fails (SIGPIPE, which pipefail reports).
+  help="$("$tool" --help)"
   # Every option offered is accepted: with --help after it the tool prints its help and exits
   # 0, where an unknown option would be a usage error (64).
   while read -r option; do
-    if ! "$tool" "$option" --help >/dev/null 2>&1 && ! "$tool" --help | grep -qE "(^|[ ,])$option([ ,=]|$)"; then
+    if ! "$tool" "$option" --help >/dev/null 2>&1 && ! grep -qE "(^|[ ,])$option([ ,=]|$)" <<< "$help"; then
       echo "$tool: offers $option, which it refuses"; fail=1
     fi
   done <<< "$offered"

@@ -224,6 +224,35 @@ class Bench {
     row.note +=
         "; its Client::Connect before, median " + Whole(Percentile(row.connect_us, 0.5)) + " us";
     rows_.push_back(std::move(row));
+    return FirstRoundTrip(kind, device, bytes);
+  }
+
+  // The floor of get_first's round trip: what a fresh process's first command to a Redis that
+  // was idle while the process started takes, with nothing of memcuda's in the way.
+  Status FirstRoundTrip(const std::string& kind, int device, uint64_t bytes) {
+    Row row{"rtt_first",
+            kind,
+            device,
+            bytes,
+            {},
+            0,
+            "a fresh process's first Redis round trip (PING), context up: the floor of get_first's "
+            "reference"};
+    for (int i = 0; i < opt_.fresh; ++i) {
+      if (Stopping()) return StoppedBySignal();
+      Child child =
+          SpawnChild(ChildArgs({"--child", "first-rtt", "--child-device", DeviceName(device)}));
+      std::string line = ReadLine(child.from);
+      int rc = WaitChild(child);
+      double us = 0;
+      std::istringstream parts(line);
+      if (rc != 0 || !(parts >> us)) {
+        return Status(ErrorCode::kInternal,
+                      "first-rtt child failed (exit " + std::to_string(rc) + ")");
+      }
+      row.us.push_back(us);
+    }
+    rows_.push_back(std::move(row));
     return Status::Ok();
   }
 

@@ -161,6 +161,23 @@ int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string
   return client->Release(name).ok() ? 0 : 70;
 }
 
+int ChildFirstRtt(const tools::CommonFlags& flags, int device) {
+  auto url = ResolveRedisUrl(flags.redis_url);
+  if (!url.ok()) return tools::Fail("mcd-bench", url.status());
+  auto conn = RedisConnection::Connect(url.value());
+  if (!conn.ok()) return tools::Fail("mcd-bench", conn.status());
+  if (device != kHostDevice) {
+    cudaSetDevice(device);
+    cudaFree(nullptr);
+  }
+  auto t0 = Clock::now();
+  auto pong = conn.value()->Command({"PING"});
+  auto t1 = Clock::now();
+  if (!pong.ok()) return tools::Fail("mcd-bench", pong.status());
+  std::printf("%.3f\n", Us(t0, t1));
+  return 0;
+}
+
 int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds,
                int id) {
   auto client = ConnectOrDie(flags);

@@ -51,6 +51,10 @@ int ChildShare(const tools::CommonFlags& flags, int device);
 // A fresh process: connect and warm the CUDA context, then time the first Get + touch. Prints
 // the get's time and the connect's.
 int ChildFirstGet(const tools::CommonFlags& flags, int device, const std::string& name);
+// A fresh process as ChildFirstGet's, with a Redis connection of its own instead of a client:
+// its context up, then one PING timed, the floor of a first get's round trip to a Redis that
+// was idle while the process started. Prints the round trip's time.
+int ChildFirstRtt(const tools::CommonFlags& flags, int device);
 // Throughput client: create + delete pairs for `seconds`; prints how many, then each pair's
 // create and delete latencies, on one line.
 int ChildChurn(const tools::CommonFlags& flags, int device, uint64_t bytes, double seconds, int id);

@@ -74,6 +74,7 @@ int RunChild(const BenchFlags& f) {
   int device = ParseDevice(f.child_device).value();
   if (f.child == "share") return ChildShare(f.opt.flags, device);
   if (f.child == "first-get") return ChildFirstGet(f.opt.flags, device, f.child_name);
+  if (f.child == "first-rtt") return ChildFirstRtt(f.opt.flags, device);
   if (f.child == "bare") return ChildBareImporter(f.child_name, device, f.child_id);
   if (f.child == "churn")
     return ChildChurn(f.opt.flags, device, f.child_bytes, f.child_seconds, f.child_id);

@@ -32,7 +32,8 @@ struct ServeFlags {
   bool stage_gpu_copies = false;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
   // The library's defaults, shown in --help as they are given.
-  std::string ready_max = MiB(ServerOptions{}.ready_max_bytes);
+  std::string ready_max =
+      std::to_string(static_cast<int>(ServerOptions{}.ready_max_fraction * 100)) + "%";
   std::string slab_max = MiB(ServerOptions{}.ipc_slab_max_bytes);
   bool quiet = false;
   bool verbose = false;
@@ -94,8 +95,9 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
       "Unix socket on which local clients send commands straight to the server, past the "
       "queue (default: in the runtime folder; none: only the queue)");
   app.add_option("--ready-max", f.ready_max,
-                 "GPU memory per device kept as zeroed blocks of recently created sizes, so that "
-                 "creates of those sizes wait for no allocation (0: none)")
+                 "GPU memory per device kept at most as zeroed blocks of recently created sizes, "
+                 "so that creates of those sizes wait for no allocation; what it holds follows "
+                 "demand (SIZE, or N% of the device; 0: none)")
       ->capture_default_str();
   app.add_option("--slab-max", f.slab_max,
                  "With --allocator cuda: the largest slab small tensors are carved from, so that a "
@@ -105,23 +107,37 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
   app.add_flag("-v,--verbose", f.verbose, "Log debug detail");
 }
 
+// A size flag that may also be a share of the device ("25%"): sets `bytes`, or `fraction` (in
+// (0, 1]) with `bytes` 0.
+Status ParseSizeOrShare(const std::string& flag, const std::string& text, uint64_t& bytes,
+                        double& fraction) {
+  if (!text.empty() && text.back() == '%') {
+    char* end = nullptr;
+    double percent = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size() - 1 || !(percent > 0 && percent <= 100)) {
+      return Status(ErrorCode::kInvalidArgument,
+                    flag + " percentage must be in (0, 100], not '" + text + "'");
+    }
+    bytes = 0;
+    fraction = percent / 100.0;
+    return Status::Ok();
+  }
+  MCD_ASSIGN_OR_RETURN(bytes, tools::ParseSize(text));
+  fraction = 0;
+  return Status::Ok();
+}
+
 // The sizes of the flags (--pool-max, --pool-release-threshold, --ready-max, --slab-max).
 Status ParseSizes(const ServeFlags& f, ServerOptions& options) {
   if (!f.pool_max.empty()) {
-    if (f.pool_max.back() == '%') {
-      double percent = std::atof(f.pool_max.c_str());
-      if (percent <= 0 || percent > 100) {
-        return Status(ErrorCode::kInvalidArgument, "--pool-max percentage must be in (0, 100]");
-      }
-      options.pool_max_fraction = percent / 100.0;
-    } else {
-      MCD_ASSIGN_OR_RETURN(options.pool_max_bytes, tools::ParseSize(f.pool_max));
-    }
+    MCD_RETURN_IF_ERROR(ParseSizeOrShare("--pool-max", f.pool_max, options.pool_max_bytes,
+                                         options.pool_max_fraction));
   }
   if (!f.pool_release.empty()) {
     MCD_ASSIGN_OR_RETURN(options.pool_release_threshold, tools::ParseSize(f.pool_release));
   }
-  MCD_ASSIGN_OR_RETURN(options.ready_max_bytes, tools::ParseSize(f.ready_max));
+  MCD_RETURN_IF_ERROR(ParseSizeOrShare("--ready-max", f.ready_max, options.ready_max_bytes,
+                                       options.ready_max_fraction));
   MCD_ASSIGN_OR_RETURN(options.ipc_slab_max_bytes, tools::ParseSize(f.slab_max));
   return Status::Ok();
 }

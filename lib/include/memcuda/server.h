@@ -37,9 +37,12 @@ struct MCD_API ServerOptions {
   double pool_max_fraction = 0;                  // > 0: this fraction of the device instead
   uint64_t pool_release_threshold = UINT64_MAX;  // bytes the pool keeps cached when idle
   std::string pool_group;  // group allowed besides the server's user ("" = none)
-  // GPU memory per device kept as zeroed blocks of recently created sizes (up to half of it
-  // each), so that such creates need no allocation on their path; 0: none.
-  uint64_t ready_max_bytes = 256ull << 20;
+  // GPU memory per device kept at most as zeroed blocks of recently created sizes (up to half
+  // of it each), so that such creates need no allocation on their path: ready_max_bytes when
+  // > 0, else ready_max_fraction of the device's memory; both 0: none. What it holds follows
+  // demand (memcuda(7) and mcd-serve(1), --ready-max).
+  uint64_t ready_max_bytes = 0;
+  double ready_max_fraction = 0.25;
   // "cuda": the largest slab that small tensors are carved from, so that a process opening
   // many of them opens few allocations (memcuda(7), SLABS); 0: every tensor its own cudaMalloc.
   uint64_t ipc_slab_max_bytes = 32ull << 20;

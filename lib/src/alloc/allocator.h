@@ -93,21 +93,29 @@ inline constexpr uint64_t kMaxPoolTensorBytes = 5ull << 30;
 // A stock of zeroed blocks in front of a GPU allocator, so that a create of a size created
 // recently takes a block that is ready (zeroed, exported, synchronized) instead of waiting for
 // an allocation, a memset and a stream synchronization on its path.
-// - Demand-driven: a size is stocked only once a create asked for it, and each create of it
-//   lets the stock grow by one (up to kReadyPerSize blocks): Refill (posted after the create)
-//   allocates the block, off the create's path.
+// - It follows demand, per size: a size is stocked once a create asked for it, and its stock
+//   aims at one block more than the most tensors of the size alive at once over the last second
+//   or two, less those alive now (at most kReadyPerSize blocks). Refill (posted after a create)
+//   allocates what is missing, off the create's path, and only while the device keeps
+//   kReadyFreeReserve of its memory free after the block.
 // - A freed block of a stocked size goes back to the stock instead of being freed, zeroed on
 //   the worker's stream on its way; a create takes a block whose zeroing has finished, one
 //   handed out before first (other processes open it faster), or waits for the oldest: a block
 //   never carries a former tenant's bytes.
-// - Bounded: only sizes up to max_bytes / 2 (two blocks of a size fit: one handed out while the
-//   other is zeroed), max_bytes in all. Sizes not created for
-//   kReadyIdle are given back by Trim; all of it before an allocation is retried after running
-//   out of memory, and at shutdown.
-// max_bytes 0 returns `inner` itself.
+// - Bounded: only sizes up to half the limit (two blocks of a size fit: one handed out while
+//   the other is zeroed), the limit in all. Blocks above a size's demand go back at the next
+//   Trim (every second), a size not created for kReadyIdle all of it; all of it before an
+//   allocation is retried after running out of memory, and at shutdown.
+// The limit: `bytes`, or when `fraction` > 0 that fraction of the device's memory (read at
+// Init); neither returns `inner` itself.
+struct ReadyLimit {
+  uint64_t bytes = 0;
+  double fraction = 0;
+};
 inline constexpr int kReadyPerSize = 8;
 inline constexpr int64_t kReadyIdleMs = 2000;
-std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, uint64_t max_bytes);
+inline constexpr double kReadyFreeReserve = 0.25;
+std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, ReadyLimit limit);
 
 // Removes host shm objects of this user whose names start with `name_prefix` (left by a dead
 // instance). Returns how many were removed.

@@ -1,10 +1,15 @@
 // The ready stock in front of a GPU allocator (WithReadyStock in allocator.h).
 //
 // Why: on the H100 host a create's GPU step (allocation, zeroing, stream synchronization,
-// export) takes ~30 us with the pool and ~55 us with cudaMalloc, on the path of every create.
-// A block taken from the stock costs none of that; the allocation happens afterwards (Refill),
-// while the create's commit travels through Redis, and the zeroing of a refilled or returned block
-// runs on the stream while the worker goes on (Stock, TakeZeroed).
+// export) takes ~30 us with the pool and ~55 us with cudaMalloc, on the path of every create,
+// and ~1.2 ms for 1 GiB (~11 ms for 8 GiB). A block taken from the stock costs none of that; the
+// allocation happens afterwards (Refill), while the create's commit travels through Redis, and
+// the zeroing of a refilled or returned block runs on the stream while the worker goes on
+// (Stock, TakeZeroed).
+//
+// How much it holds follows demand, per size (Target): one block more than the most tensors of
+// the size alive at once lately, so that a create right after a delete takes a block zeroed
+// before rather than wait for the delete's (zeroing 8 GiB takes ~2.7 ms on an H100).
 #include <algorithm>
 #include <atomic>
 #include <cassert>
@@ -22,8 +27,10 @@ namespace {
 
 class ReadyStock final : public Allocator {
  public:
-  ReadyStock(std::unique_ptr<Allocator> inner, uint64_t max_bytes)
-      : inner_(std::move(inner)), max_bytes_(max_bytes), max_block_(max_bytes / 2) {}
+  ReadyStock(std::unique_ptr<Allocator> inner, ReadyLimit limit)
+      : inner_(std::move(inner)), limit_(limit) {
+    SetMax(limit.bytes);
+  }
 
   IpcKind kind() const noexcept override { return inner_->kind(); }
   int pool_fd() const noexcept override { return inner_->pool_fd(); }
@@ -36,6 +43,11 @@ class ReadyStock final : public Allocator {
 
   Status Init(DeviceContext& ctx) override {
     MCD_RETURN_IF_ERROR(inner_->Init(ctx));
+    if (limit_.fraction > 0 && ctx.gpu_up()) {
+      size_t free = 0, total = 0;
+      MCD_CUDA_RETURN(cudaMemGetInfo(&free, &total));
+      SetMax(static_cast<uint64_t>(static_cast<double>(total) * limit_.fraction));
+    }
     if (!hook_added_) {
       // Newest first at Reset: the stock goes back before the inner allocator's own cleanup
       // (the pool's destruction).
@@ -48,15 +60,20 @@ class ReadyStock final : public Allocator {
   // Init has run (the server sets every allocator up before serving); the inner allocator
   // checks its own state.
   Result<Allocation> Allocate(DeviceContext& ctx, uint64_t bytes, bool zero) override {
+    Shelf* shelf = nullptr;
     if (bytes <= max_block_) {
       refill_due_.store(true, std::memory_order_relaxed);
-      Shelf& shelf = shelves_[bytes];
-      shelf.last_create_ms = SteadyMs();
-      shelf.wanted = std::min(shelf.wanted + 1, kReadyPerSize);
-      if (!shelf.blocks.empty()) {
-        MCD_ASSIGN_OR_RETURN(Allocation block, TakeZeroed(shelf));
+      shelf = &shelves_[bytes];
+      const int64_t now = SteadyMs();
+      // Demand lately: what a size saw before an idle spell is forgotten.
+      if (now - shelf->last_create_ms > kReadyIdleMs) shelf->peak = shelf->window_peak = 0;
+      shelf->last_create_ms = now;
+      shelf->created = true;
+      if (!shelf->blocks.empty()) {
+        MCD_ASSIGN_OR_RETURN(Allocation block, TakeZeroed(*shelf));
         assert(block.bytes == bytes);  // a shelf holds blocks of its own size only
         Hold(-static_cast<int64_t>(bytes));
+        shelf->HandOut();
         return block;
       }
     }
@@ -67,15 +84,22 @@ class ReadyStock final : public Allocator {
                                " bytes: giving back the " + std::to_string(ReadyBytes()) +
                                " bytes held ready, then retrying");
       Trim(ctx, true);
+      shelf = bytes <= max_block_ ? &shelves_[bytes] : nullptr;  // Trim erased the shelves
+      if (shelf != nullptr) shelf->last_create_ms = SteadyMs();
       allocated = inner_->Allocate(ctx, bytes, zero);
     }
+    if (allocated.ok() && shelf != nullptr) shelf->HandOut();
     return allocated;
   }
 
   Status Free(DeviceContext& ctx, const Allocation& allocation) override {
     refill_paused_ = false;
     auto shelf = shelves_.find(allocation.bytes);
-    if (shelf != shelves_.end() && static_cast<int>(shelf->second.blocks.size()) < kReadyPerSize &&
+    if (shelf == shelves_.end()) return inner_->Free(ctx, allocation);
+    if (shelf->second.live > 0) --shelf->second.live;
+    // A block freed keeps its place while the size's demand wants it: it was in use a moment
+    // ago, so holding it takes nothing from another process that it had.
+    if (static_cast<int>(shelf->second.blocks.size()) < Target(shelf->second) &&
         Held() + allocation.bytes <= max_bytes_ && ctx.gpu_up() &&
         Stock(ctx, shelf->second, allocation, /*handed_out=*/true)) {
       return Status::Ok();
@@ -83,13 +107,16 @@ class ReadyStock final : public Allocator {
     return inner_->Free(ctx, allocation);
   }
 
-  // One block more per wanted size and call, so that a Refill job stays short: the allocation
-  // waits here, its zeroing does not (Stock).
+  // One block more per size short of its Target and call, so that a Refill job stays short: the
+  // allocation waits here, its zeroing does not (Stock). A block allocated ahead is memory the
+  // server did not hold before, so it is taken only while the device keeps kReadyFreeReserve of
+  // its memory free after it.
   void Refill(DeviceContext& ctx) override {
     refill_due_.store(false, std::memory_order_relaxed);
     if (refill_paused_) return;
     for (auto& [bytes, shelf] : shelves_) {
-      if (static_cast<int>(shelf.blocks.size()) >= shelf.wanted || Held() + bytes > max_bytes_)
+      if (static_cast<int>(shelf.blocks.size()) >= Target(shelf) || Held() + bytes > max_bytes_ ||
+          !LeavesReserve(bytes))
         continue;
       auto block = inner_->Allocate(ctx, bytes, /*zero=*/false);
       if (!block.ok() || !Stock(ctx, shelf, block.value(), /*handed_out=*/false)) {
@@ -108,6 +135,7 @@ class ReadyStock final : public Allocator {
     bool synchronized = false;
     for (auto it = shelves_.begin(); it != shelves_.end();) {
       if (!everything && now - it->second.last_create_ms <= kReadyIdleMs) {
+        GiveBackSurplus(ctx, it->second);
         ++it;
         continue;
       }
@@ -121,6 +149,13 @@ class ReadyStock final : public Allocator {
         (void)inner_->Free(ctx, block.memory);
         spare_events_.push_back(block.zeroed);
         Hold(-static_cast<int64_t>(block.memory.bytes));
+      }
+      it->second.blocks.clear();
+      // A shelf with tensors out keeps counting them, so that their frees find it.
+      if (it->second.live > 0 && !everything) {
+        it->second.peak = it->second.window_peak = it->second.live;
+        ++it;
+        continue;
       }
       it = shelves_.erase(it);
     }
@@ -146,9 +181,62 @@ class ReadyStock final : public Allocator {
   };
   struct Shelf {
     std::deque<Block> blocks;  // oldest first: its memset was queued first
-    int wanted = 0;            // grows by one per create of the size, up to kReadyPerSize
+    int live = 0;              // blocks of the size handed out and not freed yet
+    int peak = 0;              // the most live at once, over the last two Trims or so
+    int window_peak = 0;       // the most live at once since the last Trim
+    bool created = false;      // a create of the size since the last Trim
     int64_t last_create_ms = 0;
+    void HandOut() {
+      ++live;
+      window_peak = std::max(window_peak, live);
+      peak = std::max(peak, live);
+    }
   };
+
+  // Blocks a shelf holds ready: one more than the size's recent peak of live tensors less those
+  // live now, so that every tensor of a burst as large as the last one finds its block, and a
+  // create right after a delete takes another block than the one being zeroed.
+  static int Target(const Shelf& shelf) {
+    return std::max(0, std::min(kReadyPerSize, shelf.peak + 1 - shelf.live));
+  }
+
+  // Each Trim (about a second apart) while the size is created: demand older than the last
+  // window is forgotten, and the blocks above the target that are zeroed already go back (the
+  // others at the next Trim, so that no free waits for a memset). A size no longer created
+  // keeps its stock until it is idle (kReadyIdleMs), then gives all of it back.
+  void GiveBackSurplus(DeviceContext& ctx, Shelf& shelf) {
+    if (!shelf.created) return;
+    shelf.created = false;
+    shelf.peak = std::max(shelf.window_peak, shelf.live);
+    shelf.window_peak = shelf.live;
+    while (static_cast<int>(shelf.blocks.size()) > Target(shelf) &&
+           cudaEventQuery(shelf.blocks.front().zeroed) == cudaSuccess) {
+      Block& block = shelf.blocks.front();
+      (void)inner_->Free(ctx, block.memory);
+      spare_events_.push_back(block.zeroed);
+      Hold(-static_cast<int64_t>(block.memory.bytes));
+      shelf.blocks.pop_front();
+    }
+    cudaGetLastError();  // cudaErrorNotReady from a query
+  }
+
+  // Whether the device keeps kReadyFreeReserve of its memory free once `bytes` more are taken.
+  // Blocks under 64 MiB are not asked about: the query costs more than they weigh.
+  bool LeavesReserve(uint64_t bytes) const {
+    if (bytes < (64ull << 20)) return true;
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return free >= bytes &&
+           static_cast<double>(free - bytes) >= static_cast<double>(total) * kReadyFreeReserve;
+  }
+
+  void SetMax(uint64_t max_bytes) {
+    max_bytes_ = max_bytes;
+    max_block_ = max_bytes / 2;
+  }
 
   // Queues the block's zeroing on the worker's stream and shelves it, without waiting for the
   // memset: a 1 GiB memset takes ~0.3 ms on an H100, which a create of another block need not
@@ -206,8 +294,9 @@ class ReadyStock final : public Allocator {
   }
 
   std::unique_ptr<Allocator> inner_;
-  const uint64_t max_bytes_;
-  const uint64_t max_block_;
+  const ReadyLimit limit_;
+  uint64_t max_bytes_ = 0;  // set before serving (constructor, Init); worker thread after
+  uint64_t max_block_ = 0;
   std::map<uint64_t, Shelf> shelves_;      // by size in bytes; worker thread only
   std::vector<cudaEvent_t> spare_events_;  // of blocks handed out or freed, for the next Stock
   std::atomic<uint64_t> held_{0};
@@ -220,9 +309,9 @@ class ReadyStock final : public Allocator {
 
 }  // namespace
 
-std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, uint64_t max_bytes) {
-  if (max_bytes == 0) return inner;
-  return std::make_unique<ReadyStock>(std::move(inner), max_bytes);
+std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, ReadyLimit limit) {
+  if (limit.bytes == 0 && limit.fraction <= 0) return inner;
+  return std::make_unique<ReadyStock>(std::move(inner), limit);
 }
 
 }  // namespace mcd

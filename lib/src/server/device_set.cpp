@@ -40,7 +40,8 @@ Status DeviceSet::AddGpu(int d, const DeviceSetOptions& opt) {
   } else {
     allocator = MakeCudaIpcAllocator(opt.ipc_slab_max_bytes);
   }
-  allocator = WithReadyStock(std::move(allocator), opt.ready_max_bytes);
+  allocator =
+      WithReadyStock(std::move(allocator), ReadyLimit{opt.ready_max_bytes, opt.ready_max_fraction});
   Status ready = worker->Call([&](DeviceContext& ctx) { return allocator->Init(ctx); });
   if (!ready.ok()) {
     return Status(ready.code(), "cannot set up the " + std::string(IpcKindName(allocator->kind())) +

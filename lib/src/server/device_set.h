@@ -31,7 +31,8 @@ struct DeviceSetOptions {
   uint64_t pool_max_bytes = 0;                   // 0: the whole device
   double pool_max_fraction = 0;                  // > 0: this fraction of the device instead
   uint64_t pool_release_threshold = UINT64_MAX;  // bytes the pool keeps cached when idle
-  uint64_t ready_max_bytes = 256ull << 20;       // zeroed ready stock per device; 0: none
+  uint64_t ready_max_bytes = 0;                  // zeroed ready stock per device, when > 0
+  double ready_max_fraction = 0.25;              // else this fraction of the device; both 0: none
   uint64_t ipc_slab_max_bytes = 32ull << 20;     // "cuda": the largest slab; 0: none
 };
 

@@ -19,6 +19,7 @@ DeviceSetOptions DeviceSetOptionsOf(const ServerOptions& opt) {
   d.pool_max_fraction = opt.pool_max_fraction;
   d.pool_release_threshold = opt.pool_release_threshold;
   d.ready_max_bytes = opt.ready_max_bytes;
+  d.ready_max_fraction = opt.ready_max_fraction;
   d.ipc_slab_max_bytes = opt.ipc_slab_max_bytes;
   return d;
 }
