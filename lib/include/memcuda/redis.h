@@ -164,6 +164,7 @@ class MCD_API RedisConnection {
   // Commands appended and not yet written, and those written (wholly or in part) whose reply
   // is not read yet: what awaiting_reply() tells after a failure.
   size_t queued_ = 0;
+  std::string resp_;  // Append's command in RESP form, the buffer kept from one to the next
   size_t unanswered_ = 0;
 };
 
