@@ -33,10 +33,8 @@ class Client::Impl {
   Status Connect();
 
   // requests.cpp. Each retried while Redis is away, as RedisRetry::Run says.
-  // get: refcount+1 by the reference script, no server hop; `meanwhile` runs while its
-  // answer is out (ReferenceScript::Get).
-  Result<TensorRecord> DirectGet(const std::string& name,
-                                 const std::function<void()>& meanwhile = nullptr);
+  // get: refcount+1 by the reference script, no server hop.
+  Result<TensorRecord> DirectGet(const std::string& name);
   // create: the command through the server.
   Result<TensorRecord> Create(Command cmd);
   // The filled tensor `name` becomes ready (its filler's publish command, through the server).

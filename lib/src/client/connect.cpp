@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "client/client_impl.h"
-#include "common/code_pages.h"
 #include "common/process.h"
 #include "redis/lua_scripts.h"
 
@@ -28,7 +27,6 @@ Client::Impl::Impl(ClientOptions options)
 // there (connection refused, no socket file) is unavailable at once: waiting would only turn a
 // wrong address into a "try again" after the whole timeout.
 Status Client::Impl::Connect() {
-  MapOwnCodePages();  // before the first get needs them (common/code_pages.h)
   if (opt_.node.empty()) {
     const char* env = std::getenv("MCD_NODE");
     node_given_ = env != nullptr && env[0] != '\0';

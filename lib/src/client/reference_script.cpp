@@ -75,16 +75,12 @@ ReferenceArgs ReferenceScript::Args(const std::string& name, const std::string& 
   return args;
 }
 
-Result<TensorRecord> ReferenceScript::Get(const std::string& name,
-                                          const std::function<void()>& meanwhile) {
+Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   std::string key = keys_.Tensor(name);
   std::string server = keys_.Server(node_);
   ReferenceArgs args = Args(name, key, server);
   std::vector<std::string_view> argv = ReferenceCall(sha_, args);
-  Status sent = redis_.Append(argv);
-  if (sent.ok()) sent = redis_.FlushOutput();
-  if (meanwhile) meanwhile();
-  auto reply = sent.ok() ? redis_.ReadCommandReply("EVALSHA") : Result<RedisValue>(sent);
+  auto reply = redis_.Command(argv);
   if (!reply.ok() && IsNoScript(reply.status().message())) {
     MCD_RETURN_IF_ERROR(Load());
     argv[kReferenceShaIndex] = sha_;

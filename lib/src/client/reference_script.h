@@ -4,7 +4,6 @@
 // delete command instead, from inside the script. Used by one Client, so by one thread at a time.
 #pragma once
 
-#include <functional>
 #include <optional>
 #include <string>
 
@@ -27,10 +26,8 @@ class ReferenceScript {
   // round trip).
   void set_sha(std::string sha) { sha_ = std::move(sha); }
   Status Load();
-  // Takes a reference: one EVALSHA. `meanwhile`, when given, runs once the script is sent,
-  // before its answer is read.
-  Result<TensorRecord> Get(const std::string& name,
-                           const std::function<void()>& meanwhile = nullptr);
+  // Takes a reference: one EVALSHA.
+  Result<TensorRecord> Get(const std::string& name);
   // Gives one back: one taken when the hash's epoch (TensorRecord::epoch) was `epoch`, or
   // kAnyEpoch when that is not known. One taken in an older epoch is not counted by the hash
   // that the server put back after Redis lost it, so nothing is given back for it: the record

@@ -9,8 +9,7 @@ namespace mcd {
 
 // Repeated after a lost connection: at worst this process then holds one more reference, given
 // back when it exits.
-Result<TensorRecord> Client::Impl::DirectGet(const std::string& name,
-                                             const std::function<void()>& meanwhile) {
+Result<TensorRecord> Client::Impl::DirectGet(const std::string& name) {
   if (holder_ && holder_->pid == kInitPid) {
     return Status(ErrorCode::kInvalidArgument,
                   "this client's references would be bound to pid 1 (init), which never "
@@ -20,7 +19,7 @@ Result<TensorRecord> Client::Impl::DirectGet(const std::string& name,
   }
   auto record = Retrying("get", true, [&]() -> Result<TensorRecord> {
     MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // its tensors died with it
-    return script_->Get(name, meanwhile);
+    return script_->Get(name);
   });
   if (record.ok()) book_.Took(name, record->refcount, record->epoch);
   return record;

@@ -52,11 +52,9 @@ Status Client::Fill(const TensorRecord& creating, const void* contents) {
 Result<TensorView> Client::Get(const std::string& name) {
   MCD_RETURN_IF_ERROR(ValidateName(name));
   // The same effect as the queue's get command (refcount+1 on a ready tensor of a live server),
-  // in one Redis round trip, during which the driver's once-per-process costs are being paid:
-  // posted once the script is sent, so that the round trip starts first (a process's first
-  // post takes ~40 us of code run for the first time).
-  MCD_ASSIGN_OR_RETURN(TensorRecord record,
-                       impl_->DirectGet(name, [this] { impl_->server().PrefetchImports(); }));
+  // in one Redis round trip, during which the driver's once-per-process costs are being paid.
+  impl_->server().PrefetchImports();
+  MCD_ASSIGN_OR_RETURN(TensorRecord record, impl_->DirectGet(name));
   auto ptr = MappingRegistry::Get().Open(record, impl_->server().PoolSourceOf());
   if (!ptr.ok()) {
     (void)ReleaseReference(name);  // nobody in this process holds it: give it back
