@@ -60,13 +60,9 @@ void MappingRegistry::PrefetchPool(const std::string& owner, int device, PoolSou
       auto pool = ImportPoolOf(ctx, owner, device, source);
       imported = pool.status();
       if (pool.ok() && !primer.empty()) {
-        // Freed at once, as PrefetchIpc's primer: the setup stays paid, the bounds check's
-        // entry point too.
+        // Freed at once, as PrefetchIpc's primer: the setup stays paid.
         auto ptr = OpenPoolPointer(ctx, pool.value(), primer, 0);
-        if (ptr.ok()) {
-          (void)AllocationBytes(ptr.value());
-          (void)ClosePoolPointer(ctx, ptr.value(), 0);
-        }
+        if (ptr.ok()) (void)ClosePoolPointer(ctx, ptr.value(), 0);
       }
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -87,15 +83,10 @@ void MappingRegistry::PrefetchIpc(int device, std::string handle) {
     if (!primed_.insert(device).second) return;
   }
   // Closed at once: the setup stays paid (keeping it open measured no faster), and the
-  // process holds no reference to the server's memory. Its bounds are read as a tensor's are
-  // (OpenMapping), so that the driver's entry point for that is looked up now, not after the
-  // get's round trip.
+  // process holds no reference to the server's memory.
   (void)Worker(device).Post([handle = std::move(handle)](DeviceContext& ctx) {
     auto ptr = OpenCudaIpc(ctx, handle, 0);
-    if (ptr.ok()) {
-      (void)AllocationBytes(ptr.value());
-      (void)CloseCudaIpc(ctx, ptr.value(), 0);
-    }
+    if (ptr.ok()) (void)CloseCudaIpc(ctx, ptr.value(), 0);
     return Status::Ok();
   });
 }
