@@ -17,6 +17,10 @@ A third row, "handover floor", times what every Python share here pays whoever s
 producer sends a name over the same Pipe, the consumer reads one element of a torch.Tensor it
 has open already and acknowledges. A share can be no faster than that.
 
+Two "python create" rows say where the producer's time goes: its creates in the share rows, and
+as many back to back (as mcd-bench's create row times the C++ one), each with libmemcuda's own
+call apart from the Python around it.
+
 Needs a running mcd-serve with a GPU (MCD_REDIS_URL or the private Redis of
 `mcd-serve --spawn-redis`), PyTorch, and the memcuda package (pip install ./python, or
 PYTHONPATH=python). Prints a table; --json writes the rows as mcd-bench does.
