@@ -102,6 +102,36 @@ def consumer(conn, node):
         "%s %.1f" % (k, percentile(v, 0.5)) for k, v in steps.items()), file=sys.stderr)
 
 
+def producer_creates(mc, calls, size, n, share_creates_us):
+    """The "python create" rows: the share rows' creates (`share_creates_us`, with libmemcuda's
+    own calls in `calls`), against `n` creates back to back, as mcd-bench's create row times the
+    C++ one: what a create pays for the server's idle time between two handovers. Those tensors
+    are given back 64 at a time, outside the time."""
+    share_creates, share_calls = list(share_creates_us), list(calls.create_us)
+    del share_creates_us[:], calls.create_us[:]
+    loop_creates, made = [], []
+    for i in range(n):
+        name = "bench-py-%d-loop-%d" % (os.getpid(), i)
+        t0 = time.perf_counter()
+        made.append(mc.create(name, (size,), "u8", device=0))
+        loop_creates.append((time.perf_counter() - t0) * 1e6)
+        if len(made) >= 64 or i == n - 1:
+            for t in made:
+                t.release()
+                mc.rm(t.name)
+            made.clear()
+    loop_calls = list(calls.create_us)
+    del calls.create_us[:]
+    print("%d B, producer's create, median (us): in the share rows %.1f (libmemcuda's call "
+          "%.1f), back to back %.1f (libmemcuda's call %.1f)"
+          % (size, percentile(share_creates, 0.5), percentile(share_calls, 0.5),
+             percentile(loop_creates, 0.5), percentile(loop_calls, 0.5)), file=sys.stderr)
+    return [{"row": "python create", "peer": which, "bytes": size, "n": len(values),
+             "median_us": percentile(values, 0.5), "p90_us": percentile(values, 0.9),
+             "p99_us": percentile(values, 0.99)}
+            for which, values in (("share rows", share_creates), ("back to back", loop_creates))]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1MiB")
@@ -163,6 +193,7 @@ def main():
         for i in range(5):  # warm-up of both
             memcuda_share(size, -1 - i)
             torch_share(size, i)
+        del create_us[:], calls.create_us[:]  # the creates of the share rows only
         for how in ("dlpack", "as_tensor"):
             row = "memcuda, torch.from_dlpack" if how == "dlpack" else "memcuda, torch.as_tensor"
             for i in range(args.iterations):
@@ -177,31 +208,7 @@ def main():
         kept.clear()
         for i in range(args.iterations):
             lat["handover floor"].append(floor_handover(size, i) * 1e6)
-        # The producer's create alone, back to back (as mcd-bench's create row times the C++
-        # one): against the share rows' creates, what a create pays for the server's idle time
-        # between two handovers.
-        share_creates, share_calls = list(create_us), list(calls.create_us)
-        del create_us[:], calls.create_us[:]
-        for i in range(args.iterations):
-            name = "bench-py-%d-loop-%d" % (os.getpid(), i)
-            t0 = time.perf_counter()
-            t = mc.create(name, (size,), "u8", device=0)
-            create_us.append((time.perf_counter() - t0) * 1e6)
-            made.append((name, t))
-        loop_creates, loop_calls = list(create_us), list(calls.create_us)
-        del create_us[:], calls.create_us[:]
-        for name, t in made:
-            t.release()
-            mc.rm(name)
-        made.clear()
-        print("%d B, producer's create, median (us): in the share rows %.1f (libmemcuda's call "
-              "%.1f), back to back %.1f (libmemcuda's call %.1f)"
-              % (size, percentile(share_creates, 0.5), percentile(share_calls, 0.5),
-                 percentile(loop_creates, 0.5), percentile(loop_calls, 0.5)), file=sys.stderr)
-        for which, values in (("share rows", share_creates), ("back to back", loop_creates)):
-            rows.append({"row": "python create", "peer": which, "bytes": size, "n": len(values),
-                         "median_us": percentile(values, 0.5), "p90_us": percentile(values, 0.9),
-                         "p99_us": percentile(values, 0.99)})
+        rows.extend(producer_creates(mc, calls, size, args.iterations, create_us))
         for peer, values in lat.items():
             rows.append({"row": "python share", "peer": peer, "bytes": size, "n": len(values),
                          "median_us": percentile(values, 0.5), "p90_us": percentile(values, 0.9),

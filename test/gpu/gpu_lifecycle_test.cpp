@@ -141,6 +141,38 @@ TEST_F(GpuLifecycle, TheStockMakesNoBlockAheadIntoTheDevicesLastQuarter) {
   EXPECT_EQ(cudaFree(hog), cudaSuccess);
 }
 
+// A size no longer created is not stocked again while a tensor of it lives on: a 1 GiB tensor
+// kept alive, then small creates for 3 s, and no 1 GiB block may be made ahead for it meanwhile.
+TEST_F(GpuLifecycle, ASizeNoLongerCreatedIsNotStockedWhileItsTensorLivesOn) {
+  constexpr uint64_t kBytes = 1ull << 30;
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  CreateSpec spec;
+  spec.dtype = DType::kU8;
+  spec.shape = {static_cast<int64_t>(kBytes)};
+  spec.device = 0;
+  spec.name = "kept";
+  ASSERT_TRUE(client->Create(spec).ok()) << ServeLog();
+  // The block made ahead for the size goes back once it is idle.
+  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
+      << "ready_bytes " << Heartbeat("ready_bytes");
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  spec.shape = {1 << 20};
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (int i = 0; std::chrono::steady_clock::now() < end; ++i) {
+    spec.name = "small" + std::to_string(i);
+    ASSERT_TRUE(client->Create(spec).ok()) << ServeLog();
+    ASSERT_TRUE(client->Release(spec.name).ok());
+    size_t free_now = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_now, &total), cudaSuccess);
+    ASSERT_GT(free_now + (512ull << 20), free_before)
+        << "a 1 GiB block was made for a size no longer created, after " << i << " creates";
+  }
+  ASSERT_TRUE(client->Release("kept").ok());
+}
+
 TEST_F(GpuLifecycle, ATensorPastItsAllocationIsRefused) {
   ExpectATensorPastItsAllocationIsRefused();
 }

@@ -1390,7 +1390,19 @@ TEST_F(Lifecycle, ToolExitCodes) {
   EXPECT_EQ(Tool("mcd-create", {"--bogus"}).exit_code, 64);
   auto stock = test::Run({test::ToolPath("mcd-serve"), "--ready-max", "lots"}, Env());
   EXPECT_EQ(stock.exit_code, 64);
-  EXPECT_NE(stock.err.find("bad size 'lots'"), std::string::npos) << stock.err;
+  EXPECT_NE(stock.err.find("--ready-max: bad size 'lots'"), std::string::npos) << stock.err;
+  // A share of the device, or a size: out of range, malformed or past 2^64, refused before the
+  // server starts (no heartbeat written).
+  for (const char* bad : {"150%", "0%", "-5%", "10%%", "25 %", "0x10", "1e9", "17000000TiB"}) {
+    auto refused = test::Run(
+        {test::ToolPath("mcd-serve"), "--devices", "cpu", "--ready-max", bad, "--node", "refused"},
+        Env());
+    EXPECT_EQ(refused.exit_code, 64) << bad << ": " << refused.err;
+    EXPECT_NE(refused.err.find("--ready-max"), std::string::npos) << bad << ": " << refused.err;
+  }
+  auto pool = test::Run({test::ToolPath("mcd-serve"), "--pool-max", "101%"}, Env());
+  EXPECT_EQ(pool.exit_code, 64) << pool.err;
+  EXPECT_EQ(redis_.Connect()->Command({"EXISTS", keys_.Server("refused")})->integer, 0);
   auto help = Tool("mcd-ls", {"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("MCD_REDIS_URL"), std::string::npos);

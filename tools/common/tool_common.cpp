@@ -115,12 +115,23 @@ std::string HumanBytes(uint64_t bytes) {
 }
 
 Result<uint64_t> ParseSize(const std::string& text) {
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  std::string unit(end);
-  if (end == text.c_str() || value < 0) {
+  // Decimal digits with at most one point, then the unit: no sign, no exponent, no hex (which
+  // strtod alone would take).
+  size_t digits = 0;
+  bool point = false;
+  for (; digits < text.size(); ++digits) {
+    char c = text[digits];
+    if (c == '.' && !point) {
+      point = true;
+    } else if (c < '0' || c > '9') {
+      break;
+    }
+  }
+  if (digits == 0 || (point && digits == 1)) {
     return Status(ErrorCode::kInvalidArgument, "bad size '" + text + "' (e.g. 64MiB, 40GiB)");
   }
+  double value = std::strtod(text.substr(0, digits).c_str(), nullptr);
+  std::string unit = text.substr(digits);
   if (!unit.empty() && unit.back() == 'B') unit.pop_back();
   if (!unit.empty() && unit.back() == 'i') unit.pop_back();
   double scale = 1;
@@ -133,7 +144,12 @@ Result<uint64_t> ParseSize(const std::string& text) {
   else if (unit == "T")
     scale = 1024.0 * 1024 * 1024 * 1024;
   else if (!unit.empty())
-    return Status(ErrorCode::kInvalidArgument, "bad size unit in '" + text + "'");
+    return Status(ErrorCode::kInvalidArgument,
+                  "bad size unit in '" + text + "' (B, KiB, MiB, GiB or TiB)");
+  // 2^64 and above would wrap.
+  if (value * scale >= 18446744073709551616.0) {
+    return Status(ErrorCode::kInvalidArgument, "size '" + text + "' is too large");
+  }
   return static_cast<uint64_t>(value * scale);
 }
 

@@ -121,8 +121,10 @@ class Bench {
   // three tensors); the share rows give theirs back whenever they hold that much.
   static constexpr uint64_t kLiveBudget = 8ull << 30;
   // Tensors a share row holds at once: kLiveBudget's worth, at least one.
+  // Bounded so that it fits an int for the smallest sizes too (8 GiB of 1-byte tensors).
   static int BatchOf(uint64_t bytes) {
-    return static_cast<int>(std::max<uint64_t>(1, kLiveBudget / std::max<uint64_t>(bytes, 1)));
+    uint64_t batch = std::max<uint64_t>(1, kLiveBudget / std::max<uint64_t>(bytes, 1));
+    return static_cast<int>(std::min<uint64_t>(batch, 1u << 20));
   }
   int Iterations(uint64_t bytes) const {
     uint64_t fit = std::max<uint64_t>(3, kLiveBudget / std::max<uint64_t>(bytes, 1));

@@ -112,17 +112,20 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
 Status ParseSizeOrShare(const std::string& flag, const std::string& text, uint64_t& bytes,
                         double& fraction) {
   if (!text.empty() && text.back() == '%') {
-    char* end = nullptr;
-    double percent = std::strtod(text.c_str(), &end);
-    if (end != text.c_str() + text.size() - 1 || !(percent > 0 && percent <= 100)) {
+    // The number before the sign as a size without unit: decimal digits, one point at most.
+    auto number = tools::ParseSize(text.substr(0, text.size() - 1));
+    double percent = number.ok() ? std::strtod(text.c_str(), nullptr) : -1;
+    if (!number.ok() || !(percent > 0 && percent <= 100)) {
       return Status(ErrorCode::kInvalidArgument,
-                    flag + " percentage must be in (0, 100], not '" + text + "'");
+                    flag + " '" + text + "': a share of the device is N% with 0 < N <= 100");
     }
     bytes = 0;
     fraction = percent / 100.0;
     return Status::Ok();
   }
-  MCD_ASSIGN_OR_RETURN(bytes, tools::ParseSize(text));
+  auto size = tools::ParseSize(text);
+  if (!size.ok()) return Status(size.status().code(), flag + ": " + size.status().message());
+  bytes = size.value();
   fraction = 0;
   return Status::Ok();
 }

@@ -96,8 +96,8 @@ inline constexpr uint64_t kMaxPoolTensorBytes = 5ull << 30;
 // - It follows demand, per size: a size is stocked once a create asked for it, and its stock
 //   aims at one block more than the most tensors of the size alive at once over the last second
 //   or two, less those alive now (at most kReadyPerSize blocks). Refill (posted after a create)
-//   allocates what is missing, off the create's path, and only while the device keeps
-//   kReadyFreeReserve of its memory free after the block.
+//   allocates what is missing, off the create's path; past kReadyAheadFreely held in all, only
+//   while the device keeps kReadyFreeReserve of its memory free after the block.
 // - A freed block of a stocked size goes back to the stock instead of being freed, zeroed on
 //   the worker's stream on its way; a create takes a block whose zeroing has finished, one
 //   handed out before first (other processes open it faster), or waits for the oldest: a block
@@ -106,8 +106,8 @@ inline constexpr uint64_t kMaxPoolTensorBytes = 5ull << 30;
 //   the other is zeroed), the limit in all. Blocks above a size's demand go back at the next
 //   Trim (every second), a size not created for kReadyIdle all of it; all of it before an
 //   allocation is retried after running out of memory, and at shutdown.
-// The limit: `bytes`, or when `fraction` > 0 that fraction of the device's memory (read at
-// Init); neither returns `inner` itself.
+// The limit: `bytes` when > 0, else `fraction` of the device's memory (read at Init); both 0
+// returns `inner` itself.
 struct ReadyLimit {
   uint64_t bytes = 0;
   double fraction = 0;
@@ -115,6 +115,7 @@ struct ReadyLimit {
 inline constexpr int kReadyPerSize = 8;
 inline constexpr int64_t kReadyIdleMs = 2000;
 inline constexpr double kReadyFreeReserve = 0.25;
+inline constexpr uint64_t kReadyAheadFreely = 256ull << 20;
 std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, ReadyLimit limit);
 
 // Removes host shm objects of this user whose names start with `name_prefix` (left by a dead

@@ -43,7 +43,7 @@ class ReadyStock final : public Allocator {
 
   Status Init(DeviceContext& ctx) override {
     MCD_RETURN_IF_ERROR(inner_->Init(ctx));
-    if (limit_.fraction > 0 && ctx.gpu_up()) {
+    if (limit_.bytes == 0 && limit_.fraction > 0 && ctx.gpu_up()) {
       size_t free = 0, total = 0;
       MCD_CUDA_RETURN(cudaMemGetInfo(&free, &total));
       SetMax(static_cast<uint64_t>(static_cast<double>(total) * limit_.fraction));
@@ -51,7 +51,10 @@ class ReadyStock final : public Allocator {
     if (!hook_added_) {
       // Newest first at Reset: the stock goes back before the inner allocator's own cleanup
       // (the pool's destruction).
-      ctx.AddResetHook([this, &ctx] { Trim(ctx, true); });
+      ctx.AddResetHook([this, &ctx] {
+        Trim(ctx, true);
+        idle_live_.clear();  // the context's memory is gone, tensors and all
+      });
       hook_added_ = true;
     }
     return Status::Ok();
@@ -63,12 +66,7 @@ class ReadyStock final : public Allocator {
     Shelf* shelf = nullptr;
     if (bytes <= max_block_) {
       refill_due_.store(true, std::memory_order_relaxed);
-      shelf = &shelves_[bytes];
-      const int64_t now = SteadyMs();
-      // Demand lately: what a size saw before an idle spell is forgotten.
-      if (now - shelf->last_create_ms > kReadyIdleMs) shelf->peak = shelf->window_peak = 0;
-      shelf->last_create_ms = now;
-      shelf->created = true;
+      shelf = &ShelfFor(bytes);
       if (!shelf->blocks.empty()) {
         MCD_ASSIGN_OR_RETURN(Allocation block, TakeZeroed(*shelf));
         assert(block.bytes == bytes);  // a shelf holds blocks of its own size only
@@ -83,9 +81,8 @@ class ReadyStock final : public Allocator {
       Log(LogLevel::kInfo, "out of memory for " + std::to_string(bytes) +
                                " bytes: giving back the " + std::to_string(ReadyBytes()) +
                                " bytes held ready, then retrying");
-      Trim(ctx, true);
-      shelf = bytes <= max_block_ ? &shelves_[bytes] : nullptr;  // Trim erased the shelves
-      if (shelf != nullptr) shelf->last_create_ms = SteadyMs();
+      Trim(ctx, true);  // the live counts are kept (idle_live_)
+      shelf = bytes <= max_block_ ? &ShelfFor(bytes) : nullptr;
       allocated = inner_->Allocate(ctx, bytes, zero);
     }
     if (allocated.ok() && shelf != nullptr) shelf->HandOut();
@@ -95,11 +92,15 @@ class ReadyStock final : public Allocator {
   Status Free(DeviceContext& ctx, const Allocation& allocation) override {
     refill_paused_ = false;
     auto shelf = shelves_.find(allocation.bytes);
-    if (shelf == shelves_.end()) return inner_->Free(ctx, allocation);
+    if (shelf == shelves_.end()) {
+      ForgetIdleLive(allocation.bytes);
+      return inner_->Free(ctx, allocation);
+    }
+    assert(shelf->second.live > 0);  // every block handed out was counted (HandOut)
     if (shelf->second.live > 0) --shelf->second.live;
     // A block freed keeps its place while the size's demand wants it: it was in use a moment
     // ago, so holding it takes nothing from another process that it had.
-    if (static_cast<int>(shelf->second.blocks.size()) < Target(shelf->second) &&
+    if (static_cast<int>(shelf->second.blocks.size()) < Target(shelf->second, SteadyMs()) &&
         Held() + allocation.bytes <= max_bytes_ && ctx.gpu_up() &&
         Stock(ctx, shelf->second, allocation, /*handed_out=*/true)) {
       return Status::Ok();
@@ -109,14 +110,15 @@ class ReadyStock final : public Allocator {
 
   // One block more per size short of its Target and call, so that a Refill job stays short: the
   // allocation waits here, its zeroing does not (Stock). A block allocated ahead is memory the
-  // server did not hold before, so it is taken only while the device keeps kReadyFreeReserve of
-  // its memory free after it.
+  // server did not hold before, so past kReadyAheadFreely in all it is taken only while the
+  // device keeps kReadyFreeReserve of its memory free after it.
   void Refill(DeviceContext& ctx) override {
     refill_due_.store(false, std::memory_order_relaxed);
     if (refill_paused_) return;
+    const int64_t now = SteadyMs();
     for (auto& [bytes, shelf] : shelves_) {
-      if (static_cast<int>(shelf.blocks.size()) >= Target(shelf) || Held() + bytes > max_bytes_ ||
-          !LeavesReserve(bytes))
+      if (static_cast<int>(shelf.blocks.size()) >= Target(shelf, now) ||
+          Held() + bytes > max_bytes_ || !LeavesReserve(bytes))
         continue;
       auto block = inner_->Allocate(ctx, bytes, /*zero=*/false);
       if (!block.ok() || !Stock(ctx, shelf, block.value(), /*handed_out=*/false)) {
@@ -134,14 +136,14 @@ class ReadyStock final : public Allocator {
     int64_t now = SteadyMs();
     bool synchronized = false;
     for (auto it = shelves_.begin(); it != shelves_.end();) {
-      if (!everything && now - it->second.last_create_ms <= kReadyIdleMs) {
+      if (!everything && !Idle(it->second, now)) {
         GiveBackSurplus(ctx, it->second);
         ++it;
         continue;
       }
       // No memset runs on a block freed here. Synchronized only when one is: Trim runs every
       // second on the worker, which a needless sync would stall.
-      if (!synchronized && ctx.gpu_up()) {
+      if (!synchronized && !it->second.blocks.empty() && ctx.gpu_up()) {
         (void)cudaStreamSynchronize(ctx.stream());
         synchronized = true;
       }
@@ -150,13 +152,8 @@ class ReadyStock final : public Allocator {
         spare_events_.push_back(block.zeroed);
         Hold(-static_cast<int64_t>(block.memory.bytes));
       }
-      it->second.blocks.clear();
-      // A shelf with tensors out keeps counting them, so that their frees find it.
-      if (it->second.live > 0 && !everything) {
-        it->second.peak = it->second.window_peak = it->second.live;
-        ++it;
-        continue;
-      }
+      // Its tensors still out are counted apart, for when the size is created again.
+      if (it->second.live > 0) idle_live_[it->first] += it->second.live;
       it = shelves_.erase(it);
     }
     inner_->Trim(ctx, everything);  // the inner allocator's own caches (cuda_ipc's empty slabs)
@@ -193,11 +190,41 @@ class ReadyStock final : public Allocator {
     }
   };
 
+  static bool Idle(const Shelf& shelf, int64_t now) {
+    return now - shelf.last_create_ms > kReadyIdleMs;
+  }
+
   // Blocks a shelf holds ready: one more than the size's recent peak of live tensors less those
   // live now, so that every tensor of a burst as large as the last one finds its block, and a
-  // create right after a delete takes another block than the one being zeroed.
-  static int Target(const Shelf& shelf) {
+  // create right after a delete takes another block than the one being zeroed. None for a size
+  // no longer created.
+  static int Target(const Shelf& shelf, int64_t now) {
+    if (Idle(shelf, now)) return 0;
     return std::max(0, std::min(kReadyPerSize, shelf.peak + 1 - shelf.live));
+  }
+
+  // The shelf of a size being created now: made (with the count of its tensors still out from
+  // before, idle_live_) or found; demand seen before an idle spell is forgotten.
+  Shelf& ShelfFor(uint64_t bytes) {
+    const int64_t now = SteadyMs();
+    auto [it, made] = shelves_.try_emplace(bytes);
+    Shelf& shelf = it->second;
+    if (made) {
+      if (auto idle = idle_live_.find(bytes); idle != idle_live_.end()) {
+        shelf.live = idle->second;
+        idle_live_.erase(idle);
+      }
+    }
+    if (Idle(shelf, now)) shelf.peak = shelf.window_peak = shelf.live;
+    shelf.last_create_ms = now;
+    shelf.created = true;
+    return shelf;
+  }
+
+  // A tensor of a size with no shelf is freed: one fewer of it out.
+  void ForgetIdleLive(uint64_t bytes) {
+    auto idle = idle_live_.find(bytes);
+    if (idle != idle_live_.end() && --idle->second <= 0) idle_live_.erase(idle);
   }
 
   // Each Trim (about a second apart) while the size is created: demand older than the last
@@ -209,7 +236,7 @@ class ReadyStock final : public Allocator {
     shelf.created = false;
     shelf.peak = std::max(shelf.window_peak, shelf.live);
     shelf.window_peak = shelf.live;
-    while (static_cast<int>(shelf.blocks.size()) > Target(shelf) &&
+    while (static_cast<int>(shelf.blocks.size()) > Target(shelf, SteadyMs()) &&
            cudaEventQuery(shelf.blocks.front().zeroed) == cudaSuccess) {
       Block& block = shelf.blocks.front();
       (void)inner_->Free(ctx, block.memory);
@@ -221,9 +248,10 @@ class ReadyStock final : public Allocator {
   }
 
   // Whether the device keeps kReadyFreeReserve of its memory free once `bytes` more are taken.
-  // Blocks under 64 MiB are not asked about: the query costs more than they weigh.
+  // Not asked while the stock holds under kReadyAheadFreely with them: the query would cost
+  // small creates more than such blocks weigh.
   bool LeavesReserve(uint64_t bytes) const {
-    if (bytes < (64ull << 20)) return true;
+    if (Held() + bytes <= kReadyAheadFreely) return true;
     size_t free = 0, total = 0;
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
       cudaGetLastError();
@@ -297,7 +325,10 @@ class ReadyStock final : public Allocator {
   const ReadyLimit limit_;
   uint64_t max_bytes_ = 0;  // set before serving (constructor, Init); worker thread after
   uint64_t max_block_ = 0;
-  std::map<uint64_t, Shelf> shelves_;      // by size in bytes; worker thread only
+  std::map<uint64_t, Shelf> shelves_;  // by size in bytes; worker thread only
+  // Sizes whose shelf went idle with tensors still out: how many, so that their frees are
+  // counted and a shelf made again for the size starts from them. Worker thread only.
+  std::map<uint64_t, int> idle_live_;
   std::vector<cudaEvent_t> spare_events_;  // of blocks handed out or freed, for the next Stock
   std::atomic<uint64_t> held_{0};
   // Set by Allocate for a stocked size, cleared by Refill (both on the worker thread); the

@@ -286,27 +286,50 @@ Status RedisConnection::SetTimeout(int timeout_ms) {
 
 namespace {
 
-// One RESP header ("*3\r\n", "$12\r\n"): the marker, the count in decimal, CRLF.
-void AppendRespHeader(std::string& resp, char marker, size_t count) {
-  char digits[24];
-  auto end = std::to_chars(digits, digits + sizeof(digits), count).ptr;
-  resp += marker;
-  resp.append(digits, end);
-  resp += "\r\n";
+size_t DecimalDigits(size_t n) {
+  size_t digits = 1;
+  for (; n >= 10; n /= 10) ++digits;
+  return digits;
+}
+
+// The bytes of `args` as RESP bulk strings: "$<len>\r\n<arg>\r\n" each.
+size_t BulkBytes(const std::vector<std::string_view>& args) {
+  size_t bytes = 0;
+  for (std::string_view arg : args) bytes += 5 + DecimalDigits(arg.size()) + arg.size();
+  return bytes;
+}
+
+// Writes one RESP header ("*3\r\n", "$12\r\n") at `out`, which has room for it.
+char* WriteHeader(char* out, char marker, size_t count) {
+  *out++ = marker;
+  out = std::to_chars(out, out + 20, count).ptr;
+  *out++ = '\r';
+  *out++ = '\n';
+  return out;
+}
+
+// Writes `arg` as a bulk string at `out`, which has room for it.
+char* WriteBulk(char* out, std::string_view arg) {
+  out = WriteHeader(out, '$', arg.size());
+  if (!arg.empty()) std::memcpy(out, arg.data(), arg.size());
+  out += arg.size();
+  *out++ = '\r';
+  *out++ = '\n';
+  return out;
 }
 
 }  // namespace
 
 std::string RespCommand(size_t argc) {
-  std::string resp;
-  AppendRespHeader(resp, '*', argc);
+  std::string resp(3 + DecimalDigits(argc), '\0');
+  WriteHeader(resp.data(), '*', argc);
   return resp;
 }
 
 void RespArg(std::string& resp, std::string_view arg) {
-  AppendRespHeader(resp, '$', arg.size());
-  resp += arg;
-  resp += "\r\n";
+  size_t at = resp.size();
+  resp.resize(at + BulkBytes({arg}));
+  WriteBulk(resp.data() + at, arg);
 }
 
 Status RedisConnection::AppendFormatted(std::string_view resp) {
@@ -324,31 +347,10 @@ Status RedisConnection::AppendFormatted(std::string_view resp) {
 // then written in one pass into a buffer kept between commands.
 Status RedisConnection::Append(const std::vector<std::string_view>& argv) {
   if (!connected()) return Status(ErrorCode::kUnavailable, "Redis connection is closed");
-  auto digits = [](size_t n) {
-    size_t d = 1;
-    for (; n >= 10; n /= 10) ++d;
-    return d;
-  };
-  size_t bytes = 3 + digits(argv.size());
-  for (std::string_view arg : argv) bytes += 5 + digits(arg.size()) + arg.size();
-  resp_.resize(bytes);
-  char* out = resp_.data();
-  char* const end = out + bytes;
-  auto header = [&](char marker, size_t count) {
-    *out++ = marker;
-    out = std::to_chars(out, end, count).ptr;
-    *out++ = '\r';
-    *out++ = '\n';
-  };
-  header('*', argv.size());
-  for (std::string_view arg : argv) {
-    header('$', arg.size());
-    if (!arg.empty()) std::memcpy(out, arg.data(), arg.size());
-    out += arg.size();
-    *out++ = '\r';
-    *out++ = '\n';
-  }
-  assert(out == end);
+  resp_.resize(3 + DecimalDigits(argv.size()) + BulkBytes(argv));
+  char* out = WriteHeader(resp_.data(), '*', argv.size());
+  for (std::string_view arg : argv) out = WriteBulk(out, arg);
+  assert(out == resp_.data() + resp_.size());
   if (redisAppendFormattedCommand(ctx_, resp_.data(), resp_.size()) != REDIS_OK) {
     return ContextError("redisAppendFormattedCommand");
   }
