@@ -48,6 +48,10 @@ class ReadyStock final : public Allocator {
       MCD_CUDA_RETURN(cudaMemGetInfo(&free, &total));
       SetMax(static_cast<uint64_t>(static_cast<double>(total) * limit_.fraction));
     }
+    // What --ready-max came to, which a share of the device does not say by itself.
+    Log(LogLevel::kInfo, "device " + std::to_string(ctx.device()) + ": ready stock of up to " +
+                             std::to_string(max_bytes_ >> 20) + " MiB, sizes up to " +
+                             std::to_string(max_block_ >> 20) + " MiB");
     if (!hook_added_) {
       // Newest first at Reset: the stock goes back before the inner allocator's own cleanup
       // (the pool's destruction).
