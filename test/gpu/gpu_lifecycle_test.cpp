@@ -94,12 +94,16 @@ TEST_F(GpuLifecycle, TheStockFollowsLargeTensorsAndGivesThemBack) {
   EXPECT_EQ(reused, 1) << "one of the two creates should have taken the deleted tensor's block";
   for (const char* name : {"w1", "w2"}) ASSERT_TRUE(client->Release(name).ok());
   // No more creates of the size: the stock goes back to the driver (2 s idle, then a Trim).
-  ASSERT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
-      << "ready_bytes " << Heartbeat("ready_bytes");
   size_t free_after = 0;
-  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
-  EXPECT_GT(free_after + (512ull << 20), free_before)
+  EXPECT_TRUE(test::WaitFor(
+      [&] {
+        return cudaMemGetInfo(&free_after, &total) == cudaSuccess &&
+               free_after + (512ull << 20) > free_before;
+      },
+      10000))
       << "free before " << free_before << ", after " << free_after;
+  EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 3000))
+      << "ready_bytes " << Heartbeat("ready_bytes");
 }
 
 // A block made ahead is memory the server did not hold: the stock makes none that would leave
@@ -154,7 +158,10 @@ TEST_F(GpuLifecycle, ASizeNoLongerCreatedIsNotStockedWhileItsTensorLivesOn) {
   spec.device = 0;
   spec.name = "kept";
   ASSERT_TRUE(client->Create(spec).ok()) << ServeLog();
-  // The block made ahead for the size goes back once it is idle.
+  // The block made ahead for the size, then given back once the size is idle.
+  ASSERT_TRUE(
+      test::WaitFor([&] { return std::stoull("0" + Heartbeat("ready_bytes")) >= kBytes; }, 5000))
+      << "ready_bytes " << Heartbeat("ready_bytes");
   ASSERT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 10000))
       << "ready_bytes " << Heartbeat("ready_bytes");
   size_t free_before = 0, total = 0;
