@@ -89,7 +89,13 @@ class ReadyStock final : public Allocator {
       shelf = bytes <= max_block_ ? &ShelfFor(bytes) : nullptr;
       allocated = inner_->Allocate(ctx, bytes, zero);
     }
-    if (allocated.ok() && shelf != nullptr) shelf->HandOut();
+    if (shelf != nullptr && allocated.ok()) {
+      shelf->HandOut();
+    } else if (shelf != nullptr && shelf->live == 0 && shelf->blocks.empty()) {
+      // A size the inner allocator refuses (too large for the pool, past its limit) gets no
+      // shelf: Refill would try it, fail and pause every size's refills.
+      shelves_.erase(bytes);
+    }
     return allocated;
   }
 

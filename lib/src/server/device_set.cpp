@@ -24,13 +24,15 @@ Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DeviceSetOptions& opt,
 }
 
 Status DeviceSet::AddGpu(int d, const DeviceSetOptions& opt) {
+  // Declared before the worker, so that on an early return the worker stops (running the
+  // allocator's reset hooks) while the allocator still exists.
+  std::unique_ptr<Allocator> allocator;
   auto worker = std::make_unique<GpuWorker>(d);
   Status bound = worker->Call([](DeviceContext& ctx) { return ctx.EnsureGpu(); });
   if (!bound.ok()) {
     return Status(bound.code(),
                   "cannot serve device " + std::to_string(d) + ": " + bound.message());
   }
-  std::unique_ptr<Allocator> allocator;
   if (opt.allocator == "pool") {
     PoolConfig pool;
     pool.max_bytes = opt.pool_max_bytes;
