@@ -12,6 +12,25 @@ namespace {
 
 using GpuLifecycle = test::GpuServerTest;
 
+// A tensor of `bytes` bytes (u8) on GPU 0.
+CreateSpec OnGpu0(const std::string& name, uint64_t bytes) {
+  CreateSpec spec;
+  spec.name = name;
+  spec.dtype = DType::kU8;
+  spec.shape = {static_cast<int64_t>(bytes)};
+  spec.device = 0;
+  return spec;
+}
+
+// Whether GPU 0's free memory comes back within 10 s to `before`, less 512 MiB (the server's
+// own context and stream); `now` holds the last reading.
+bool FreeMemoryComesBack(size_t before, size_t& now) {
+  size_t total = 0;
+  return test::WaitFor(
+      [&] { return cudaMemGetInfo(&now, &total) == cudaSuccess && now + (512ull << 20) > before; },
+      10000);
+}
+
 TEST_F(GpuLifecycle, CreateFromNpyReadBackInAnotherProcessAndScaleInPlace) {
   std::string in = WriteNpy(1024);
   auto created = Tool("mcd-create", {"g", "--from", in, "--device", "0", "--json"});
@@ -61,11 +80,7 @@ TEST_F(GpuLifecycle, TheStockFollowsLargeTensorsAndGivesThemBack) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   size_t free_before = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
-  CreateSpec spec;
-  spec.dtype = DType::kU8;
-  spec.shape = {static_cast<int64_t>(kBytes)};
-  spec.device = 0;
-  spec.name = "w0";
+  CreateSpec spec = OnGpu0("w0", kBytes);
   auto first = client->Create(spec);
   ASSERT_TRUE(first.ok()) << first.status().ToString() << ServeLog();
   ASSERT_TRUE(
@@ -95,12 +110,7 @@ TEST_F(GpuLifecycle, TheStockFollowsLargeTensorsAndGivesThemBack) {
   for (const char* name : {"w1", "w2"}) ASSERT_TRUE(client->Release(name).ok());
   // No more creates of the size: the stock goes back to the driver (2 s idle, then a Trim).
   size_t free_after = 0;
-  EXPECT_TRUE(test::WaitFor(
-      [&] {
-        return cudaMemGetInfo(&free_after, &total) == cudaSuccess &&
-               free_after + (512ull << 20) > free_before;
-      },
-      10000))
+  EXPECT_TRUE(FreeMemoryComesBack(free_before, free_after))
       << "free before " << free_before << ", after " << free_after;
   EXPECT_TRUE(test::WaitFor([&] { return Heartbeat("ready_bytes") == "0"; }, 3000))
       << "ready_bytes " << Heartbeat("ready_bytes");
@@ -124,11 +134,7 @@ TEST_F(GpuLifecycle, TheStockMakesNoBlockAheadIntoTheDevicesLastQuarter) {
   ASSERT_EQ(cudaMalloc(&hog, hog_bytes), cudaSuccess);
   size_t before_create = 0;
   ASSERT_EQ(cudaMemGetInfo(&before_create, &total), cudaSuccess);
-  CreateSpec spec;
-  spec.name = "q";
-  spec.dtype = DType::kU8;
-  spec.shape = {static_cast<int64_t>(kBytes)};
-  spec.device = 0;
+  CreateSpec spec = OnGpu0("q", kBytes);
   auto made = client->Create(spec);
   ASSERT_TRUE(made.ok()) << made.status().ToString() << ServeLog();
   // The refill is posted right behind the create on the server's worker: a block made ahead
@@ -152,11 +158,7 @@ TEST_F(GpuLifecycle, ASizeNoLongerCreatedIsNotStockedWhileItsTensorLivesOn) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  CreateSpec spec;
-  spec.dtype = DType::kU8;
-  spec.shape = {static_cast<int64_t>(kBytes)};
-  spec.device = 0;
-  spec.name = "kept";
+  CreateSpec spec = OnGpu0("kept", kBytes);
   ASSERT_TRUE(client->Create(spec).ok()) << ServeLog();
   // The block made ahead for the size, then given back once the size is idle.
   ASSERT_TRUE(
@@ -357,12 +359,7 @@ TEST_F(GpuLifecycle, CreatesWhoseCommitRedisRefusesGiveTheirMemoryBack) {
   EXPECT_EQ(conn->Command({"LLEN", keys.Processing(node_)})->integer, 0);
   // 2 GiB would be missing had they leaked. Their blocks went to the ready stock, which gives
   // them back once no such create comes (2 s); allow for the server's own context.
-  EXPECT_TRUE(test::WaitFor(
-      [&] {
-        return cudaMemGetInfo(&free_after, &total) == cudaSuccess &&
-               free_after + (512ull << 20) > free_before;
-      },
-      10000))
+  EXPECT_TRUE(FreeMemoryComesBack(free_before, free_after))
       << "free before " << free_before << ", after " << free_after;
   EXPECT_EQ(Tool("mcd-create", {"ok", "--dtype", "u8", "--shape", "268435456", "--device", "0"})
                 .exit_code,

@@ -40,5 +40,5 @@ expect mcd-serve --command-socket yes
 [ "$(complete_for mcd-create --life)" = "--lifetime" ] || { echo "prefix completion"; fail=1; }
 COMP_WORDS=(mcd-create --dtype b); COMP_CWORD=2; _mcd_complete
 [ "${COMPREPLY[*]}" = "bf16 bool" ] || { echo "dtype values: ${COMPREPLY[*]}"; fail=1; }
-[ "$fail" = 0 ] && echo "completion: ok"
-exit "$fail"
+[ "$fail" = 0 ] || exit 1
+echo "completion: ok"

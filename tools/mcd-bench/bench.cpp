@@ -146,14 +146,7 @@ class Bench {
         }
       }
       std::this_thread::sleep_for(kIdleSpell);
-      auto t0 = Clock::now();
-      Status s = op(i);
-      auto t1 = Clock::now();
-      if (!s.ok()) {
-        row.note = s.ToString();
-        return;
-      }
-      row.us.push_back(Us(t0, t1));
+      if (!TimeOne(row, op, i)) return;
     }
   }
 
@@ -162,15 +155,22 @@ class Bench {
     auto deadline = Clock::now() + std::chrono::duration<double>(opt_.max_seconds);
     int iterations = row.bytes != 0 ? Iterations(row.bytes) : opt_.iterations;
     for (int i = 0; i < iterations && Clock::now() < deadline && !Stopping(); ++i) {
-      auto t0 = Clock::now();
-      Status s = op(i);
-      auto t1 = Clock::now();
-      if (!s.ok()) {
-        row.note = s.ToString();
-        return;
-      }
-      row.us.push_back(Us(t0, t1));
+      if (!TimeOne(row, op, i)) return;
     }
+  }
+
+  // Times op(i) into the row; false (the error in the row's note) when it failed.
+  template <typename Fn>
+  static bool TimeOne(Row& row, Fn& op, int i) {
+    auto t0 = Clock::now();
+    Status s = op(i);
+    auto t1 = Clock::now();
+    if (!s.ok()) {
+      row.note = s.ToString();
+      return false;
+    }
+    row.us.push_back(Us(t0, t1));
+    return true;
   }
 
   std::string Name(const std::string& row, int i) const { return TensorName(getpid(), row, i); }

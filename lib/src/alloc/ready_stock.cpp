@@ -147,7 +147,7 @@ class ReadyStock final : public Allocator {
     bool synchronized = false;
     for (auto it = shelves_.begin(); it != shelves_.end();) {
       if (!everything && !Idle(it->second, now)) {
-        GiveBackSurplus(ctx, it->second);
+        GiveBackSurplus(ctx, it->second, now);
         ++it;
         continue;
       }
@@ -241,12 +241,12 @@ class ReadyStock final : public Allocator {
   // window is forgotten, and the blocks above the target that are zeroed already go back (the
   // others at the next Trim, so that no free waits for a memset). A size no longer created
   // keeps its stock until it is idle (kReadyIdleMs), then gives all of it back.
-  void GiveBackSurplus(DeviceContext& ctx, Shelf& shelf) {
+  void GiveBackSurplus(DeviceContext& ctx, Shelf& shelf, int64_t now) {
     if (!shelf.created) return;
     shelf.created = false;
     shelf.peak = std::max(shelf.window_peak, shelf.live);
     shelf.window_peak = shelf.live;
-    while (static_cast<int>(shelf.blocks.size()) > Target(shelf, SteadyMs()) &&
+    while (static_cast<int>(shelf.blocks.size()) > Target(shelf, now) &&
            cudaEventQuery(shelf.blocks.front().zeroed) == cudaSuccess) {
       Block& block = shelf.blocks.front();
       (void)inner_->Free(ctx, block.memory);
