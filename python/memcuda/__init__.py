@@ -105,6 +105,18 @@ class Client:
             mapping = _Mapping(self, out)
         return Tensor(self, mapping, out)
 
+    def get_many(self, names):
+        """get() for every tensor of `names` (distinct) in one Redis round trip, all or
+        nothing: on an error no reference is taken, and the error names the tensor that
+        stopped it. Tensors that share an allocation (a tensor set's members) are mapped once.
+        A list of Tensors in the order of `names`."""
+        names = [str(name) for name in names]
+        array = (ctypes.c_char_p * len(names))(*[name.encode() for name in names])
+        out = (_CTensor * len(names))()
+        with self._lock:
+            self._call(_clib.mcd_get_many, array, len(names), out)
+            return [Tensor(self, _Mapping(self, record), record) for record in out]
+
     def stat(self, name):
         """The tensor's record as a dict (the keys of `mcd-ls --json`)."""
         text = ctypes.c_void_p()

@@ -74,6 +74,35 @@ def test_numpy_views_the_memory_in_place_across_processes(node, mc):
     mc.rm("shared")
 
 
+def test_get_many_takes_every_reference_at_once_or_none(node, mc):
+    rng = np.random.default_rng(5)
+    data = {"m.%d" % i: rng.integers(0, 2**31, size=100 + i, dtype=np.int32) for i in range(12)}
+    for name, values in data.items():
+        mc.create(name, values.shape, "i32", device="cpu", data=values)
+    names = sorted(data, reverse=True)
+    with pytest.raises(memcuda.NotFound, match="'absent'"):
+        mc.get_many(names[:3] + ["absent"])
+    assert all(refcount(mc, name) == 1 for name in names)
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.get_many([names[0], names[0]])
+    # Another process gets them all in one call and reads each one's own bytes.
+    node.python("rng = np.random.default_rng(5); "
+                "data = {'m.%%d' %% i: rng.integers(0, 2**31, size=100 + i, dtype=np.int32) "
+                "for i in range(12)}; ts = mc.get_many(%r); "
+                "assert all(np.array_equal(np.asarray(t), data[t.name]) for t in ts)" % names)
+    got = mc.get_many(names)
+    assert [t.name for t in got] == names
+    for t in got:
+        assert np.array_equal(np.asarray(t), data[t.name]), t.name
+    assert all(refcount(mc, name) == 2 for name in names)
+    del got, t
+    gc.collect()
+    assert all(refcount(mc, name) == 1 for name in names)
+    for name in names:
+        mc.rm(name)
+    assert mc.ls() == []
+
+
 def test_a_view_outlives_release_and_its_reference_goes_with_it(mc):
     t = mc.create("v", (8,), "f64", device="cpu")
     a = np.asarray(t)

@@ -33,7 +33,8 @@ bool EndsWith(const std::string& text, const std::string& suffix) {
 struct GetFlags {
   mcd::tools::CommonFlags common;
   mcd::tools::HolderFlags holder;
-  std::string name, output;
+  std::vector<std::string> names;
+  std::string output;
   bool no_ref = false;
   uint64_t print_count = 0;
   double wait_s = -1;  // --wait; < 0: none
@@ -48,11 +49,14 @@ void AddFlags(CLI::App& app, GetFlags& f) {
                          "  mcd-get weights --no-ref -o weights.npy\n"
                          "  mcd-get weights --detached      # a reference that outlives the shell\n"
                          "  mcd-get batch.7 --wait 60 -q    # once the producer has made it\n"
+                         "  mcd-get w.0 w.1 w.2 --json      # three references, all or none\n"
                          "A reference is the calling shell's (or --owner-pid's): mcd-rm from it\n"
                          "gives it back, and the server does when that process exits.\n\n") +
              tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
-  app.add_option("NAME", f.name, "Tensor name")->required();
+  app.add_option("NAME", f.names,
+                 "Tensor names: several are got in one Redis round trip, all or none")
+      ->required();
   app.add_flag("--no-ref", f.no_ref, "Read without taking a reference (refcount unchanged)");
   tools::AddHolderFlags(app, f.holder, "take",
                         "Take a reference bound to no process: it lives until an mcd-rm gives "
@@ -82,10 +86,35 @@ mcd::Result<std::unique_ptr<mcd::Client>> Connect(const GetFlags& f) {
   return tools::ConnectClient("mcd-get", options, f.common.quiet);
 }
 
-// What the flags ask to have: a wait, a reference, or a read.
-mcd::Result<mcd::TensorView> OpenAsAsked(mcd::Client& client, const GetFlags& f) {
-  if (f.wait_s >= 0) return client.GetWhenReady(f.name, mcd::tools::TimeoutMs(f.wait_s), !f.no_ref);
-  return f.no_ref ? client.Open(f.name) : client.Get(f.name);
+// What the flags ask to have of one tensor: a wait, a reference, or a read.
+mcd::Result<mcd::TensorView> OpenAsAsked(mcd::Client& client, const GetFlags& f,
+                                         const std::string& name) {
+  if (f.wait_s >= 0) return client.GetWhenReady(name, mcd::tools::TimeoutMs(f.wait_s), !f.no_ref);
+  return f.no_ref ? client.Open(name) : client.Get(name);
+}
+
+// The same of several: references taken in one call, all or none (after waiting for each to be
+// ready, with --wait: a reference is taken only once all of them are); reads one by one.
+mcd::Result<std::vector<mcd::TensorView>> OpenAllAsAsked(mcd::Client& client, const GetFlags& f) {
+  using namespace mcd;
+  std::vector<TensorView> views;
+  if (f.names.size() == 1 || f.no_ref) {
+    for (const std::string& name : f.names) {
+      MCD_ASSIGN_OR_RETURN(TensorView view, OpenAsAsked(client, f, name));
+      views.push_back(std::move(view));
+    }
+    return views;
+  }
+  if (f.wait_s >= 0) {
+    const int64_t deadline = tools::NowMs() + tools::TimeoutMs(f.wait_s);
+    for (const std::string& name : f.names) {
+      int left =
+          f.wait_s == 0 ? -1 : static_cast<int>(std::max<int64_t>(0, deadline - tools::NowMs()));
+      MCD_RETURN_IF_ERROR(client.GetWhenReady(name, left, false).status());
+      (void)client.Close(name);
+    }
+  }
+  return client.GetMany(f.names);
 }
 
 // Writes `contents` to the -o file: NumPy for a .npy name, raw bytes for .bin.
@@ -149,20 +178,32 @@ static int ToolMain(int argc, char** argv) {
     return tools::Fail(tool,
                        Status(ErrorCode::kInvalidArgument, "-o needs a .npy or .bin file name"));
   }
+  if (!f.output.empty() && f.names.size() > 1) {
+    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument, "-o writes one tensor"));
+  }
   auto client = Connect(f);
   if (!client.ok()) return tools::Fail(tool, client.status());
-  auto view = OpenAsAsked(**client, f);
-  if (!view.ok()) return tools::Fail(tool, view.status());
-  std::string contents;
-  Status read = ReadContents(**client, *view, f, contents);
-  if (!read.ok()) {
-    // A get that fails after the reference was taken gives it back: nobody would mcd-rm it.
-    if (!f.no_ref) (void)client.value()->Release(f.name);
-    return tools::Fail(tool, read);
+  auto views = OpenAllAsAsked(**client, f);
+  if (!views.ok()) return tools::Fail(tool, views.status());
+  std::vector<std::string> contents(views->size());
+  for (size_t i = 0; i < views->size(); ++i) {
+    Status read = ReadContents(**client, (*views)[i], f, contents[i]);
+    if (!read.ok()) {
+      // A get that fails after the references were taken gives them back: nobody would
+      // mcd-rm them.
+      if (!f.no_ref) (void)client.value()->ReleaseMany(f.names);
+      return tools::Fail(tool, read);
+    }
   }
-  // The mapping is this process's; the reference (if taken) stays until mcd-rm.
-  (void)client.value()->Close(f.name);
-  PrintResult(f, view->record, contents);
+  // The mappings are this process's; the references (if taken) stay until mcd-rm.
+  for (const std::string& name : f.names) (void)client.value()->Close(name);
+  const bool array = f.common.json && views->size() > 1;
+  if (array) std::cout << "[";
+  for (size_t i = 0; i < views->size(); ++i) {
+    if (i > 0 && (array || !f.common.quiet)) std::cout << (array ? "," : "\n");
+    PrintResult(f, (*views)[i].record, contents[i]);
+  }
+  if (array) std::cout << "]\n";
   return 0;
 }
 

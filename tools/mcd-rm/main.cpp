@@ -22,10 +22,14 @@ void AddFlags(CLI::App& app, RmFlags& f) {
       std::string("Examples:\n"
                   "  mcd-rm weights                  # the shell's reference, else an unbound one\n"
                   "  mcd-rm batch.7 --wait-free 600  # and wait until every consumer let go\n"
+                  "  mcd-rm w.0 w.1 w.2              # three at once, all or none\n"
                   "  mcd-ls -q 'tmp.*' | xargs -r mcd-rm --ignore-missing\n\n") +
       tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
-  app.add_option("NAME", f.names, "Tensor names")->required();
+  app.add_option("NAME", f.names,
+                 "Tensor names: several are given back in one Redis round trip, all or none "
+                 "(one by one with --ignore-missing)")
+      ->required();
   app.add_flag("--ignore-missing", f.ignore_missing, "A name that does not exist is not an error");
   app.add_option("--wait-free", f.wait_s,
                  "Then wait up to SECONDS until each tensor is freed, every other holder's "
@@ -46,37 +50,59 @@ Result<std::unique_ptr<Client>> Connect(const RmFlags& f) {
   return client;
 }
 
-// Gives back one reference to `name` (then, with --wait-free, waits until it is freed) and
-// reports it: on stdout, or appended to `json`. The exit code of its failure, else 0.
-int Remove(const RmFlags& f, Client& client, const std::string& name, std::string& json) {
-  auto record = client.Release(name);
-  if (!record.ok()) {
-    if (f.ignore_missing && record.status().code() == ErrorCode::kNotFound) return 0;
-    return tools::Fail(kTool, record.status());
-  }
-  bool freed = record->refcount <= 0;
+// Reports the reference of `name` given back (then, with --wait-free, waits until the tensor is
+// freed): on stdout, or appended to `json`. The exit code of a failed wait, else 0.
+int Report(const RmFlags& f, Client& client, const std::string& name, TensorRecord record,
+           std::string& json) {
+  bool freed = record.refcount <= 0;
   if (!freed && f.wait_s >= 0) {
-    Status waited = client.WaitFreed(name, record->ctime_ms, tools::TimeoutMs(f.wait_s));
+    Status waited = client.WaitFreed(name, record.ctime_ms, tools::TimeoutMs(f.wait_s));
     if (!waited.ok()) {
       // The reference is given back: repeating the mcd-rm would give back another's.
       return tools::Fail(
           kTool, Status(waited.code(), "gave back the reference of '" + name + "' (refcount " +
-                                           std::to_string(record->refcount) +
+                                           std::to_string(record.refcount) +
                                            "), then: " + waited.message()));
     }
     freed = true;
-    record->refcount = 0;
+    record.refcount = 0;
   }
   if (f.common.json) {
     if (json.size() > 1) json += ",";
     json += "{\"name\":\"" + name +
-            "\",\"refcount\":" + std::to_string(std::max<int64_t>(0, record->refcount)) +
+            "\",\"refcount\":" + std::to_string(std::max<int64_t>(0, record.refcount)) +
             ",\"freed\":" + (freed ? "true" : "false") + "}";
   } else if (!f.common.quiet) {
     std::cout << tools::Escaped(name) << ": "
-              << (freed ? "freed" : "refcount " + std::to_string(record->refcount)) << "\n";
+              << (freed ? "freed" : "refcount " + std::to_string(record.refcount)) << "\n";
   }
   return 0;
+}
+
+// Several names without --ignore-missing: one reference of each in one call, all or none.
+// Otherwise one by one, skipping (with --ignore-missing) the names that do not exist.
+int RemoveAll(const RmFlags& f, Client& client, std::string& json) {
+  int exit_code = 0;
+  if (f.names.size() > 1 && !f.ignore_missing) {
+    auto records = client.ReleaseMany(f.names);
+    if (!records.ok()) return tools::Fail(kTool, records.status());
+    for (size_t i = 0; i < f.names.size(); ++i) {
+      int rc = Report(f, client, f.names[i], (*records)[i], json);
+      if (exit_code == 0) exit_code = rc;
+    }
+    return exit_code;
+  }
+  for (const std::string& name : f.names) {
+    auto record = client.Release(name);
+    int rc = 0;
+    if (record.ok()) {
+      rc = Report(f, client, name, std::move(record).value(), json);
+    } else if (!f.ignore_missing || record.status().code() != ErrorCode::kNotFound) {
+      rc = tools::Fail(kTool, record.status());
+    }
+    if (exit_code == 0) exit_code = rc;
+  }
+  return exit_code;
 }
 
 }  // namespace
@@ -92,12 +118,8 @@ static int ToolMain(int argc, char** argv) {
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
   auto client = Connect(flags);
   if (!client.ok()) return tools::Fail(kTool, client.status());
-  int exit_code = 0;
   std::string json = "[";
-  for (const std::string& name : flags.names) {
-    int rc = Remove(flags, *client.value(), name, json);
-    if (exit_code == 0) exit_code = rc;
-  }
+  int exit_code = RemoveAll(flags, *client.value(), json);
   if (flags.common.json) std::cout << json << "]\n";
   return exit_code;
 }

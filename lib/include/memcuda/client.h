@@ -44,6 +44,9 @@ struct MCD_API ClientOptions {
 
 inline constexpr int64_t kNoHolder = -1;
 
+// The most tensors one batched call (Client::GetMany, ReleaseMany) names.
+inline constexpr size_t kMaxBatch = 65536;
+
 // Whether MCD_VIA_QUEUE in the environment (set, not empty, not "0") sends this process's
 // commands through the queue, whatever ClientOptions::command_socket says.
 MCD_API bool CommandsViaQueue();
@@ -90,6 +93,12 @@ class MCD_API Client {
   // Takes a reference (refcount+1, the get command's effect, done by an atomic script in one
   // Redis round trip) and opens the tensor in this process.
   Result<TensorView> Get(const std::string& name);
+  // Get for several tensors (distinct names, at most kMaxBatch): every reference is taken by one
+  // script call, one Redis round trip, all or nothing; the error then names the first tensor
+  // that could not be got, and nothing is taken. Tensors that share an allocation (a tensor
+  // set's members, tensors carved from one slab) are mapped once. Views in the order of `names`.
+  // Not for Redis Cluster: the call names every tensor's keys at once.
+  Result<std::vector<TensorView>> GetMany(const std::vector<std::string>& names);
   // Opens the tensor without touching its refcount (it must be ready).
   Result<TensorView> Open(const std::string& name);
   // Closes this process's mapping of it, if any, and gives one reference back (refcount-1; the
@@ -98,6 +107,11 @@ class MCD_API Client {
   // once; others by the reference script, which queues the delete command only when
   // it finds the last reference. Returns the record as it was after the decrement.
   Result<TensorRecord> Release(const std::string& name);
+  // Release for several tensors (distinct names, at most kMaxBatch): unmaps each here, then gives
+  // one reference of each back in one script call, all or nothing as GetMany; the last
+  // references queue their delete commands, whose replies come back in the same round trip.
+  // Records in the order of `names`.
+  Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names);
   // Gives one reference back without touching this process's mappings.
   Result<TensorRecord> ReleaseReference(const std::string& name);
   // Closes this process's mapping of a tensor opened with Get/Open, without a delete command.

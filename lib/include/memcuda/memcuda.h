@@ -112,6 +112,13 @@ MCD_API int32_t mcd_create_ex(mcd_client* client, const char* name, const char* 
                               const mcd_create_options* options, mcd_tensor* out);
 /* Takes a reference (refcount+1) and maps the tensor into this process. */
 MCD_API int32_t mcd_get(mcd_client* client, const char* name, mcd_tensor* out);
+/* mcd_get of `count` tensors (distinct names) in one Redis round trip, all or nothing: on an
+ * error no reference is taken, and mcd_last_error names the tensor that stopped it. `out` has
+ * room for `count` tensors, filled in the order of `names`. */
+MCD_API int32_t mcd_get_many(mcd_client* client, const char* const* names, size_t count,
+                             mcd_tensor* out);
+/* mcd_release of `count` tensors (distinct names) in one Redis round trip, all or nothing. */
+MCD_API int32_t mcd_release_many(mcd_client* client, const char* const* names, size_t count);
 /* Maps the tensor without taking a reference. */
 MCD_API int32_t mcd_open(mcd_client* client, const char* name, mcd_tensor* out);
 /* Unmaps (if mapped here) and gives one reference back (refcount-1; freed at 0). GPU work of

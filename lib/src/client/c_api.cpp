@@ -178,6 +178,40 @@ int32_t mcd_release(mcd_client* c, const char* name) {
   });
 }
 
+// The names of a batched call, or an error set on the client.
+static int32_t Names(mcd_client* c, const char* const* names, size_t count,
+                     std::vector<std::string>* out) {
+  if (c == nullptr || c->client == nullptr) return MCD_ERR_INVALID_ARGUMENT;
+  if (names == nullptr && count > 0) return Check(c, nullptr);
+  for (size_t i = 0; i < count; ++i) {
+    if (int32_t rc = Check(c, names[i]); rc != MCD_OK) return rc;
+    out->emplace_back(names[i]);
+  }
+  return MCD_OK;
+}
+
+int32_t mcd_get_many(mcd_client* c, const char* const* names, size_t count, mcd_tensor* out) {
+  std::vector<std::string> list;
+  if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto views = c->client->GetMany(list);
+    if (!views.ok()) return Fail(c, views.status());
+    for (size_t i = 0; out != nullptr && i < views->size(); ++i) {
+      Fill((*views)[i].record, (*views)[i].data, &out[i]);
+    }
+    return MCD_OK;
+  });
+}
+
+int32_t mcd_release_many(mcd_client* c, const char* const* names, size_t count) {
+  std::vector<std::string> list;
+  if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto records = c->client->ReleaseMany(list);
+    return records.ok() ? MCD_OK : Fail(c, records.status());
+  });
+}
+
 int32_t mcd_close(mcd_client* c, const char* name) {
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {

@@ -12,6 +12,8 @@
 
 namespace mcd {
 
+Status CheckBatch(const std::vector<std::string>& names);  // tensor_open.cpp
+
 namespace {
 
 Status ValidateGlob(const std::string& glob) {
@@ -151,6 +153,12 @@ Result<TensorRecord> Client::Release(const std::string& name) {
   // Unmap before the count drops: at zero the server frees the memory.
   MCD_RETURN_IF_ERROR(Close(name));
   return ReleaseReference(name);
+}
+
+Result<std::vector<TensorRecord>> Client::ReleaseMany(const std::vector<std::string>& names) {
+  MCD_RETURN_IF_ERROR(CheckBatch(names));
+  for (const std::string& name : names) MCD_RETURN_IF_ERROR(Close(name));
+  return impl_->ReleaseMany(names);
 }
 
 Result<TensorRecord> Client::ReleaseReference(const std::string& name) {

@@ -43,6 +43,10 @@ class Client::Impl {
   void Abandon(const std::string& name);
   // Gives one reference back, the cheapest way that is right (ReferenceBook::PlanRelease).
   Result<TensorRecord> Release(const std::string& name);
+  // DirectGet and Release of several tensors in one script call, all or nothing
+  // (ReferenceScript::GetMany); `names` checked by the caller (CheckBatch).
+  Result<std::vector<TensorRecord>> DirectGetMany(const std::vector<std::string>& names);
+  Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names);
 
   // Reads without touching the tensor (RecordReads), retried while Redis is away.
   Result<TensorRecord> Stat(const std::string& name);

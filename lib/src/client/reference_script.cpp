@@ -51,6 +51,8 @@ ReferenceScript::ReferenceScript(RedisConnection& redis, std::string node, KeySp
       holders_key_(keys_.Holders(node_)),
       held_key_(holder ? keys_.Held(node_, holder_id_) : keys_.Unused()),
       events_key_(keys_.Events()),
+      server_key_(keys_.Server(node_)),
+      unused_key_(keys_.Unused()),
       pid_(std::to_string(holder ? holder->pid : getpid())) {}
 
 Status ReferenceScript::Load() {
@@ -131,6 +133,153 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
   if (!popped.ok()) return popped.status();
   if (!answer.ok()) return answer.status();
   return Answer(name, answer.value(), true);
+}
+
+Result<std::vector<ReferenceManyItem>> ReferenceScript::ManyItems(
+    const std::vector<std::string>& names, const std::vector<std::string>* epochs,
+    std::vector<Transport::Outgoing>* out) {
+  std::vector<ReferenceManyItem> items(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    ReferenceManyItem& item = items[i];
+    item.tensor = keys_.Tensor(names[i]);
+    item.name = names[i];
+    item.reply_list = unused_key_;
+    if (out == nullptr) continue;
+    MCD_ASSIGN_OR_RETURN(Transport::Outgoing outgoing,
+                         transport_.Prepare(DeleteCommand(names[i], holder_)));
+    item.reply_list = outgoing.reply_key;
+    item.delete_command = outgoing.body;
+    item.epoch = (*epochs)[i];
+    out->push_back(std::move(outgoing));
+  }
+  return items;
+}
+
+ReferenceManyArgs ReferenceScript::ManyArgs(const std::vector<ReferenceManyItem>& items,
+                                            const std::string& queue) const {
+  const bool release = !queue.empty();
+  ReferenceManyArgs args;
+  args.heartbeat = server_key_;
+  args.holders = holders_key_;
+  args.held = held_key_;
+  args.events = events_key_;
+  args.queue = release ? queue : unused_key_;
+  args.release = release;
+  args.node = node_;
+  args.holder = holder_id_;
+  args.pid = pid_;
+  args.marker_ttl_s = kMarkerTtl;
+  args.fields = &TensorFieldNames();
+  args.items = &items;
+  return args;
+}
+
+Result<RedisValue> ReferenceScript::RunMany(std::vector<std::string>& argv) {
+  if (many_sha_ == kNotLoaded) {
+    MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefManyScript}));
+    MCD_ASSIGN_OR_RETURN(many_sha_, AsString(sha, "SCRIPT LOAD"));
+  }
+  argv[kReferenceShaIndex] = many_sha_;
+  std::vector<std::string_view> views(argv.begin(), argv.end());
+  return redis_.Command(views);
+}
+
+Result<std::vector<TensorRecord>> ReferenceScript::GetMany(const std::vector<std::string>& names) {
+  MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items, ManyItems(names, nullptr, nullptr));
+  std::vector<std::string> argv = ReferenceManyCall(many_sha_, ManyArgs(items, std::string()));
+  auto reply = RunMany(argv);
+  if (!reply.ok() && IsNoScript(reply.status().message())) {
+    many_sha_ = kNotLoaded;
+    reply = RunMany(argv);
+  }
+  if (!reply.ok()) return reply.status();
+  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer,
+                       ParseReferenceManyReply(std::move(reply).value()));
+  if (answer.failed) {
+    if (*answer.failed >= names.size()) {
+      return Status(ErrorCode::kUnexpectedReply, "batched reference script named no tensor");
+    }
+    return Answer(names[*answer.failed], answer.refusal).status();
+  }
+  if (answer.answers.size() != names.size()) {
+    return Status(ErrorCode::kUnexpectedReply, "batched reference script answered " +
+                                                   std::to_string(answer.answers.size()) + " of " +
+                                                   std::to_string(names.size()));
+  }
+  std::vector<TensorRecord> records;
+  records.reserve(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto record = Answer(names[i], answer.answers[i]);
+    if (!record.ok()) {
+      // A hash it cannot read: every reference just taken goes back, as Get gives back its one.
+      std::vector<std::string> epochs(names.size(), kAnyEpoch);
+      (void)ReleaseMany(names, epochs);
+      return record.status();
+    }
+    records.push_back(std::move(record).value());
+  }
+  return records;
+}
+
+Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
+    const std::vector<std::string>& names, const std::vector<std::string>& epochs, bool retried) {
+  if (many_sha_ == kNotLoaded) {
+    MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefManyScript}));
+    MCD_ASSIGN_OR_RETURN(many_sha_, AsString(sha, "SCRIPT LOAD"));
+  }
+  std::vector<Transport::Outgoing> out;
+  MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items, ManyItems(names, &epochs, &out));
+  std::vector<std::string> argv = ReferenceManyCall(many_sha_, ManyArgs(items, out.front().queue));
+  MCD_RETURN_IF_ERROR(redis_.Append(std::vector<std::string_view>(argv.begin(), argv.end())));
+  for (const Transport::Outgoing& o : out) {
+    MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", o.reply_key, o.wait}));
+  }
+  auto script = redis_.ReadReply();
+  if (!script.ok()) return script.status();
+  if (script->type == RedisValue::Type::kError) {
+    // As Release: nothing will wake the BLPOPs, so they go with the connection.
+    std::string error = script->str;
+    MCD_RETURN_IF_ERROR(redis_.Reconnect());
+    if (retried || !IsNoScript(error)) {
+      return RedisErrorStatus("EVALSHA (batched reference script)", error);
+    }
+    many_sha_ = kNotLoaded;
+    return ReleaseMany(names, epochs, true);
+  }
+  std::vector<Result<RedisValue>> popped;
+  popped.reserve(out.size());
+  for (size_t i = 0; i < out.size(); ++i) popped.push_back(redis_.ReadReply());
+  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer,
+                       ParseReferenceManyReply(std::move(script).value()));
+  if (answer.failed) {
+    if (*answer.failed >= names.size()) {
+      return Status(ErrorCode::kUnexpectedReply, "batched reference script named no tensor");
+    }
+    return Answer(names[*answer.failed], answer.refusal, true).status();
+  }
+  if (answer.answers.size() != names.size()) {
+    return Status(ErrorCode::kUnexpectedReply, "batched reference script answered " +
+                                                   std::to_string(answer.answers.size()) + " of " +
+                                                   std::to_string(names.size()));
+  }
+  // Every reference is given back by now (the queued ones by their delete commands, whose
+  // replies say how): the first error to report is kept, the records of the rest returned.
+  std::vector<TensorRecord> records;
+  records.reserve(names.size());
+  Status first = Status::Ok();
+  for (size_t i = 0; i < names.size(); ++i) {
+    Result<TensorRecord> record = answer.answers[i].kind == ReferenceReply::kQueued
+                                      ? transport_.ServerReply(out[i], std::move(popped[i]))
+                                      : (popped[i].ok() ? Answer(names[i], answer.answers[i], true)
+                                                        : Result<TensorRecord>(popped[i].status()));
+    if (record.ok()) {
+      records.push_back(std::move(record).value());
+    } else if (first.ok()) {
+      first = record.status();
+    }
+  }
+  if (!first.ok()) return first;
+  return records;
 }
 
 Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceReply& reply,

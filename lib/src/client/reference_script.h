@@ -37,12 +37,31 @@ class ReferenceScript {
   static constexpr const char* kAnyEpoch = ::mcd::kAnyEpoch;
   Result<TensorRecord> Release(const std::string& name, const std::string& epoch,
                                bool retried = false);
+  // Get and Release for several tensors (distinct names) in one script call, all or nothing
+  // (reference_many.lua): either every reference is taken (given back), or none is and the error
+  // is the first refusal's, naming its tensor. One round trip; a release of some tensor's last
+  // reference also waits for the server's reply to its delete command, sent in the same write.
+  // `epochs` go with `names` (kAnyEpoch where not known).
+  Result<std::vector<TensorRecord>> GetMany(const std::vector<std::string>& names);
+  Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names,
+                                                const std::vector<std::string>& epochs,
+                                                bool retried = false);
 
  private:
   // The arguments shared by a get and a release of `name`, whose key and heartbeat key they
   // point to.
   ReferenceArgs Args(const std::string& name, const std::string& key,
                      const std::string& server) const;
+  // The batched call's arguments for `names` (a release: with each one's delete command, whose
+  // Outgoing is added to `out`).
+  Result<std::vector<ReferenceManyItem>> ManyItems(const std::vector<std::string>& names,
+                                                   const std::vector<std::string>* epochs,
+                                                   std::vector<Transport::Outgoing>* out);
+  // `queue`: the command queue a release's delete commands go to (empty for a get).
+  ReferenceManyArgs ManyArgs(const std::vector<ReferenceManyItem>& items,
+                             const std::string& queue) const;
+  // Runs `argv` (reference_many.lua), loading the script first where Redis does not have it.
+  Result<RedisValue> RunMany(std::vector<std::string>& argv);
   // What the script answered, for `name`; `release`: to a release.
   Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply, bool release = false);
 
@@ -57,8 +76,11 @@ class ReferenceScript {
   const std::string holders_key_;  // the node's set of holders
   const std::string held_key_;     // the holder's set of tensors, <prefix>:- for none
   const std::string events_key_;
+  const std::string server_key_;  // the node's heartbeat
+  const std::string unused_key_;
   const std::string pid_;  // who the events name: the holder, else this process
   std::string sha_ = kNotLoaded;
+  std::string many_sha_ = kNotLoaded;
 };
 
 }  // namespace mcd

@@ -25,6 +25,39 @@ Result<TensorRecord> Client::Impl::DirectGet(const std::string& name) {
   return record;
 }
 
+Result<std::vector<TensorRecord>> Client::Impl::DirectGetMany(
+    const std::vector<std::string>& names) {
+  if (holder_ && holder_->pid == kInitPid) return DirectGet(names.front()).status();  // its refusal
+  auto records = Retrying("get", true, [&]() -> Result<std::vector<TensorRecord>> {
+    MCD_RETURN_IF_ERROR(server_->EnsureAlive());
+    return script_->GetMany(names);
+  });
+  if (records.ok()) {
+    for (const TensorRecord& r : records.value()) book_.Took(r.name, r.refcount, r.epoch);
+  }
+  return records;
+}
+
+// Every release through the script, which queues the delete command of each last reference:
+// the creator's shortcut of Release (straight to the server) would cost a request per tensor.
+Result<std::vector<TensorRecord>> Client::Impl::ReleaseMany(const std::vector<std::string>& names) {
+  std::vector<std::string> epochs;
+  epochs.reserve(names.size());
+  for (const std::string& name : names) {
+    epochs.push_back(book_.PlanRelease(name, ReferenceScript::kAnyEpoch).epoch);
+  }
+  auto released = Retrying("release", false, [&]() -> Result<std::vector<TensorRecord>> {
+    MCD_RETURN_IF_ERROR(server_->EnsureAlive());
+    return script_->ReleaseMany(names, epochs);
+  });
+  if (released.ok()) {
+    for (const TensorRecord& r : released.value()) book_.Saw(r.name, r.refcount);
+  } else {
+    for (const std::string& name : names) book_.Saw(name, 0);
+  }
+  return released;
+}
+
 Result<TensorRecord> Client::Impl::ServerRequest(const char* what, const Command& cmd) {
   return Retrying(what, false, [&]() -> Result<TensorRecord> {
     // Nobody would take the command, or the tensor died with its server.

@@ -3,12 +3,17 @@
 // this client is creating, written and closed again); and what a failed open means. Mappings are
 // process-wide (MappingRegistry). The client's thread.
 #include <cstdlib>
+#include <string_view>
+#include <unordered_set>
 
 #include "client/client_impl.h"
 #include "client/mapping_registry.h"
 #include "common/process.h"
 
 namespace mcd {
+
+// The names of one batched call: some, not too many, each valid, none twice.
+Status CheckBatch(const std::vector<std::string>& names);
 
 Status Client::Impl::WhyNotOpened(const Status& failed) const {
   if (failed.code() != ErrorCode::kCudaError) return failed;
@@ -61,6 +66,43 @@ Result<TensorView> Client::Get(const std::string& name) {
     return impl_->WhyNotOpened(ptr.status());
   }
   return TensorView{record, ptr.value()};
+}
+
+Status CheckBatch(const std::vector<std::string>& names) {
+  if (names.empty()) return Status(ErrorCode::kInvalidArgument, "no tensor named");
+  if (names.size() > kMaxBatch) {
+    return Status(ErrorCode::kInvalidArgument, std::to_string(names.size()) +
+                                                   " tensors in one call, over the limit of " +
+                                                   std::to_string(kMaxBatch));
+  }
+  std::unordered_set<std::string_view> seen;
+  for (const std::string& name : names) {
+    MCD_RETURN_IF_ERROR(ValidateName(name));
+    if (!seen.insert(name).second) {
+      return Status(ErrorCode::kInvalidArgument, "tensor '" + name + "' is named twice");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<TensorView>> Client::GetMany(const std::vector<std::string>& names) {
+  MCD_RETURN_IF_ERROR(CheckBatch(names));
+  impl_->server().PrefetchImports();
+  MCD_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, impl_->DirectGetMany(names));
+  std::vector<TensorView> views;
+  views.reserve(records.size());
+  for (TensorRecord& record : records) {
+    auto ptr = MappingRegistry::Get().Open(record, impl_->server().PoolSourceOf());
+    if (!ptr.ok()) {
+      // All or nothing: what was opened is closed, and every reference goes back.
+      for (const TensorView& opened : views) (void)MappingRegistry::Get().Close(opened.record);
+      (void)impl_->ReleaseMany(names);
+      Status why = impl_->WhyNotOpened(ptr.status());
+      return Status(why.code(), "tensor '" + record.name + "': " + why.message());
+    }
+    views.push_back(TensorView{std::move(record), ptr.value()});
+  }
+  return views;
 }
 
 Result<TensorView> Client::Open(const std::string& name) {

@@ -10,6 +10,8 @@ namespace mcd {
 extern const char* const kCommitScript;
 // scripts/reference.lua
 extern const char* const kRefScript;
+// scripts/reference_many.lua
+extern const char* const kRefManyScript;
 // scripts/heartbeat.lua
 extern const char* const kHeartbeatScript;
 // scripts/forward.lua

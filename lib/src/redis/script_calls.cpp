@@ -115,6 +115,54 @@ Result<CommitResult> ParseCommitReply(Result<RedisValue> result) {
   return out;
 }
 
+std::vector<std::string> ReferenceManyCall(std::string_view sha, const ReferenceManyArgs& a) {
+  const size_t fields = a.fields ? a.fields->size() : 0;
+  const std::vector<ReferenceManyItem>& items = *a.items;
+  std::vector<std::string> argv;
+  argv.reserve(15 + fields + 5 * items.size());
+  for (std::string_view arg : {std::string_view("EVALSHA"), sha}) argv.emplace_back(arg);
+  argv.push_back(std::to_string(5 + 2 * items.size()));
+  for (std::string_view key : {a.heartbeat, a.holders, a.held, a.events, a.queue}) {
+    argv.emplace_back(key);
+  }
+  for (const ReferenceManyItem& item : items) {
+    argv.push_back(item.tensor);
+    argv.push_back(item.reply_list);
+  }
+  for (std::string_view arg :
+       {std::string_view(a.release ? "-1" : "1"), a.node, a.holder, a.pid, a.marker_ttl_s}) {
+    argv.emplace_back(arg);
+  }
+  argv.push_back(std::to_string(fields));
+  if (a.fields) argv.insert(argv.end(), a.fields->begin(), a.fields->end());
+  for (const ReferenceManyItem& item : items) {
+    argv.push_back(item.name);
+    argv.push_back(item.delete_command);
+    argv.push_back(item.epoch);
+  }
+  return argv;
+}
+
+Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply) {
+  std::vector<RedisValue>& e = reply.elements;
+  ReferenceManyReply out;
+  if (e.size() == 3 && e[0].str == "failed" && e[1].type == RedisValue::Type::kInteger &&
+      e[1].integer >= 1) {
+    out.failed = static_cast<size_t>(e[1].integer - 1);
+    MCD_ASSIGN_OR_RETURN(out.refusal, ParseReferenceReply(std::move(e[2])));
+    return out;
+  }
+  if (e.size() != 2 || e[0].str != "ok") {
+    return Status(ErrorCode::kUnexpectedReply, "batched reference script reply");
+  }
+  out.answers.reserve(e[1].elements.size());
+  for (RedisValue& answer : e[1].elements) {
+    MCD_ASSIGN_OR_RETURN(ReferenceReply parsed, ParseReferenceReply(std::move(answer)));
+    out.answers.push_back(std::move(parsed));
+  }
+  return out;
+}
+
 std::vector<std::string> DeleteIfCall(const DeleteIfArgs& a) {
   std::vector<std::string> argv;
   argv.reserve(13);

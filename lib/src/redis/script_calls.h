@@ -182,6 +182,34 @@ struct ReferenceReply {
 // A reply that is no answer of the script is kUnexpectedReply.
 Result<ReferenceReply> ParseReferenceReply(RedisValue reply);
 
+// ---- reference_many.lua --------------------------------------------------------------------
+
+struct ReferenceManyItem {
+  std::string tensor;          // KEYS: its hash
+  std::string reply_list;      // KEYS: release: its delete command's reply list; get: unused key
+  std::string name;            // ARGV
+  std::string delete_command;  // ARGV, release only
+  std::string epoch = kAnyEpoch;
+};
+struct ReferenceManyArgs {
+  std::string_view heartbeat, holders, held, events, queue;  // KEYS, as ReferenceArgs's
+  bool release = false;
+  std::string_view node, holder, pid, marker_ttl_s;
+  const std::vector<std::string>* fields = nullptr;
+  const std::vector<ReferenceManyItem>* items = nullptr;
+};
+// EVALSHA `sha` at kReferenceShaIndex, like ReferenceCall; owned strings (it may be long).
+std::vector<std::string> ReferenceManyCall(std::string_view sha, const ReferenceManyArgs& args);
+
+// Either every tensor's answer, in order, or the refusal of the first one that stopped the call
+// (`failed`, from 0) with nothing changed.
+struct ReferenceManyReply {
+  std::vector<ReferenceReply> answers;
+  std::optional<size_t> failed;
+  ReferenceReply refusal{ReferenceReply::kOk, {}, {}, {}};
+};
+Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply);
+
 // ---- redeem_grant.lua ----------------------------------------------------------------------
 
 struct RedeemGrantArgs {

@@ -1,0 +1,77 @@
+-- reference.lua for several tensors at once (Client::GetMany, Client::ReleaseMany): one call
+-- takes a reference of every tensor named, or gives one of each back, all or nothing. Every
+-- tensor is checked first, as reference.lua checks one; the first that cannot be got or given
+-- back is answered with its refusal and nothing changes. A release of a tensor's last reference
+-- queues its delete command, as reference.lua does.
+--
+-- Called through ReferenceManyCall / ParseReferenceManyReply (redis/script_calls.h).
+-- KEYS[1] heartbeat, the client's node's, KEYS[2] holders, KEYS[3] held, KEYS[4] events,
+-- KEYS[5] queue (as reference.lua's); then two per tensor: its hash, and (release) the reply
+-- list of its delete command (for a get, the unused key <prefix>:-).
+-- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] node, ARGV[3] holder, ARGV[4] pid,
+-- ARGV[5] marker_ttl_s, ARGV[6] the number of hash fields to return, then those fields; then
+-- three per tensor: its name, (release) its delete command and epoch ("*": not known).
+-- A release pushes an empty marker onto the reply list of every tensor whose release it answers
+-- itself (all of them when it refuses), so that the BLPOPs sent right behind it return at once.
+-- Returns {"ok", {answer per tensor}}, an answer being {"ok", {values}}, {"forgotten",
+-- {values}} or {"queued"} as reference.lua answers; or {"failed", i, refusal}: the i-th tensor
+-- (from 1) refused with reference.lua's refusal ({"missing", instance, settled}, {"not_ready",
+-- state}, {"wrong_node", node}, {"gone"}, {"not_held"}).
+local release = ARGV[1] == '-1'
+local delta = tonumber(ARGV[1])
+local holder = ARGV[3]
+local nfields = tonumber(ARGV[6])
+local fields = {}
+for i = 1, nfields do fields[i] = ARGV[6 + i] end
+local first_arg = 6 + nfields
+local n = (#KEYS - 5) / 2
+local function tensor(i) return KEYS[4 + 2 * i] end
+local function arg(i, j) return ARGV[first_arg + 3 * (i - 1) + j] end
+local function mark(i)
+  if not release then return end
+  redis.call('RPUSH', KEYS[5 + 2 * i], '')
+  redis.call('EXPIRE', KEYS[5 + 2 * i], ARGV[5])
+end
+local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SETTLED)
+local read = {}
+for i = 1, n do
+  local f = redis.call('HMGET', tensor(i), 'state', 'owner', 'refcount', 'node', 'epoch')
+  local forgotten = release and arg(i, 3) ~= '*' and arg(i, 3) ~= (f[5] or '')
+  local refusal
+  if not f[1] then
+    refusal = {'missing', server[1] or '', server[3] or ''}
+  elseif f[4] ~= ARGV[2] then
+    refusal = {'wrong_node', f[4]}
+  elseif f[1] ~= 'ready' then
+    refusal = {'not_ready', f[1]}
+  elseif server[1] ~= f[2] then
+    refusal = {'gone'}
+  elseif release and not forgotten and not mcd_releasable(tensor(i), holder, tonumber(f[3])) then
+    refusal = {'not_held'}
+  end
+  if refusal then
+    for j = 1, n do mark(j) end
+    return {'failed', i, refusal}
+  end
+  read[i] = {tonumber(f[3]), forgotten}
+end
+local out = {}
+for i = 1, n do
+  local key, count, forgotten = tensor(i), read[i][1], read[i][2]
+  if forgotten then
+    mark(i)
+    out[i] = {'forgotten', redis.call('HMGET', key, unpack(fields))}
+  elseif release and count <= 1 then
+    redis.call('LPUSH', KEYS[5], arg(i, 2))
+    out[i] = {'queued'}
+  else
+    local own = not release or mcd_releasable(key, holder, count) == 'own'
+    redis.call('HINCRBY', key, 'refcount', delta)
+    if own and holder ~= '' then mcd_hold(key, KEYS[2], KEYS[3], holder, delta) end
+    mcd_event(KEYS[4], server[2], release and 'release' or 'get', arg(i, 1), ARGV[2],
+              count + delta, ARGV[4], '')
+    mark(i)
+    out[i] = {'ok', redis.call('HMGET', key, unpack(fields))}
+  end
+end
+return {'ok', out}
