@@ -132,9 +132,9 @@ TEST_F(Batch, OneTensorThatCannotBeGotLeavesEveryRefcountAsItWas) {
   EXPECT_EQ(released.status().code(), ErrorCode::kNotFound) << released.status().ToString();
   EXPECT_EQ(HashField(names[0], "refcount"), "2");
   EXPECT_EQ(HashField(names[1], "refcount"), "2");
-  (void)Raw(R"({"op":"abandon","name":"filling","pid":)" + std::to_string(getpid()) +
-                R"(,"req":"f2"})",
-            "f2");
+  (void)Raw(
+      R"({"op":"abandon","name":"filling","pid":)" + std::to_string(getpid()) + R"(,"req":"f2"})",
+      "f2");
 }
 
 // The tools: mcd-get with several names takes every reference (bound to its caller) and prints
@@ -150,8 +150,8 @@ TEST_F(Batch, TheToolsGetAndRemoveSeveralTensorsAllOrNone) {
   EXPECT_NE(failed.err.find("missing"), std::string::npos) << failed.err;
   for (const std::string& name : names) EXPECT_EQ(HashField(name, "refcount"), "1") << name;
 
-  auto got = Tool("mcd-get", {names[0], names[1], names[2], "--detached", "--json", "--print",
-                              "4"});
+  auto got =
+      Tool("mcd-get", {names[0], names[1], names[2], "--detached", "--json", "--print", "4"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   json records = json::parse(got.out);
   ASSERT_TRUE(records.is_array()) << got.out;

@@ -70,6 +70,22 @@ struct MCD_API CreateSpec {
   uint64_t contents_bytes = 0;
 };
 
+// A tensor set (memcuda(7), TENSOR SETS): tensors named "<name>/..." laid out in one allocation,
+// each still a tensor of its own (its hash, refcount, dtype, shape and offset), which any client
+// opens in place; a process that opens several maps the allocation once. The allocation goes
+// when the last member is freed.
+struct MCD_API CreateSetSpec {
+  std::string name;
+  std::vector<SetMember> members;  // name ("<name>/..."), dtype and shape each; bytes is derived
+  int device = 0;                  // or kHostDevice
+  Lifetime lifetime = Lifetime::kHeap;
+  bool zero_init = true;
+  // The host bytes of each member, in the order of `members`, each exactly its size; empty for
+  // none. As CreateSpec::contents: the members are "creating" until every byte is in, and a
+  // failure on the way leaves nothing behind.
+  std::vector<const void*> contents;
+};
+
 // An opened tensor: `data` is valid in this process until Release() (or Close()). GPU work of
 // this process that uses it must have finished by then: neither waits for it.
 struct MCD_API TensorView {
@@ -99,6 +115,14 @@ class MCD_API Client {
   // set's members, tensors carved from one slab) are mapped once. Views in the order of `names`.
   // Not for Redis Cluster: the call names every tensor's keys at once.
   Result<std::vector<TensorView>> GetMany(const std::vector<std::string>& names);
+  // Creates every member of a tensor set in one command (and fills them, with contents): all of
+  // them or none. Returns the members' records (refcount 1 each), in the order of the spec's.
+  // Not for Redis Cluster, as GetMany.
+  Result<std::vector<TensorRecord>> CreateSet(const CreateSetSpec& spec);
+  // GetMany of every member of tensor set `set` still there (one freed on its own has left the
+  // set), found and referenced in one script call, and opened with one mapping of the set's
+  // allocation. Views sorted by name. kNotFound when no member is left.
+  Result<std::vector<TensorView>> GetSet(const std::string& set);
   // Opens the tensor without touching its refcount (it must be ready).
   Result<TensorView> Open(const std::string& name);
   // Closes this process's mapping of it, if any, and gives one reference back (refcount-1; the

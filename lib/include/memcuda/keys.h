@@ -36,6 +36,12 @@ struct MCD_API KeySpace {
   // <prefix>:copy:<id>, a string with a TTL: a server's grant to read a tensor of another
   // node's server, used up by that server (memcuda(7), TRUST).
   std::string CopyGrant(std::string_view id) const;
+  // <prefix>:set:{NAME}, a list: the tensor keys of the members of tensor set NAME, written with
+  // them (memcuda(7), TENSOR SETS).
+  std::string Set(std::string_view name) const;
+  // <prefix>:members:<id>, a list with a TTL: the members of a create_set command, one JSON
+  // object each, pushed by its client before the command.
+  std::string Members(std::string_view id) const;
   // <prefix>:events, a stream: the lifecycle events of every node (memcuda/events.h).
   std::string Events() const;
   // <prefix>:-, named among a script's KEYS where a call has no such key. Never read nor

@@ -57,7 +57,8 @@ MCD_API Result<std::vector<int64_t>> ParseShapeList(std::string_view text);
 
 // publish: the creator of a tensor made with `fill` (state "creating") says every byte is in;
 // the tensor becomes "ready". abandon: it gives up instead; the tensor goes (memcuda(7)).
-enum class Op { kCreate, kGet, kDelete, kPublish, kAbandon };
+// create_set: a tensor set, its members laid out in one allocation (memcuda(7), TENSOR SETS).
+enum class Op { kCreate, kGet, kDelete, kPublish, kAbandon, kCreateSet };
 MCD_API const char* OpName(Op op) noexcept;
 
 enum class Lifetime { kHeap, kStack };
@@ -104,7 +105,36 @@ struct MCD_API Command {
   // process the reference is bound to (its holder; 0 = bound to nobody).
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;  // its start time (clock ticks since boot), 0 = look it up
+  // create_set: the id of the list of its members (KeySpace::Members), pushed before the
+  // command. publish, abandon: "set": true, of every member of tensor set `name` at once.
+  std::string members;
+  bool set = false;
 };
+
+// One member of a create_set, as its client pushes it onto the members list:
+// {"name":"SET/x","dtype":"f16","shape":[2,3]}.
+struct MCD_API SetMember {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+};
+// The most members one tensor set has.
+inline constexpr size_t kMaxSetMembers = 65536;
+// Where members start in a set's allocation: each at a multiple of this.
+inline constexpr uint64_t kSetMemberAlign = 256;
+// Parses and validates one member of set `set`: its name must be "<set>/..." and valid, its
+// dtype and shape those of a create (kInvalidArgument, kTooLarge as ParseCommand says).
+MCD_API Result<SetMember> ParseSetMember(std::string_view raw, std::string_view set);
+MCD_API std::string SetMemberToJson(const SetMember& member);
+// Where each member of a set lies in its allocation, in the order given: one after another, each
+// at the next multiple of kSetMemberAlign; `total` is the allocation's size. kTooLarge when it
+// would pass 2^63 - 1 bytes.
+struct MCD_API SetLayout {
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+};
+MCD_API Result<SetLayout> LayOutSet(const std::vector<SetMember>& members);
 
 // Parses and validates one raw command: size and nesting are bounded before parsing, duplicate
 // keys, unknown ops, missing or mistyped fields, bad names, dtypes and shapes are
@@ -152,6 +182,9 @@ struct MCD_API TensorRecord {
   // before are not counted in the hash any more: a release naming an older epoch gives back
   // nothing (ReferenceScript::Release).
   std::string epoch;
+  // The tensor set this tensor is a member of (its members share one allocation: memcuda(7),
+  // TENSOR SETS), "" for a tensor of its own.
+  std::string set;
   // The processes that hold references, with how many each (the hash's holder:PID:START
   // fields that are not 0); the rest of refcount is bound to nobody. Read by RecordFromHash
   // only.

@@ -17,12 +17,24 @@
 
 namespace mcd {
 
+struct SharedBlock;
+
 struct Allocation {
   void* ptr = nullptr;
   uint64_t bytes = 0;
   IpcKind ipc_kind = IpcKind::kUnknown;
   std::string ipc_handle;  // raw bytes as stored in the hash
   uint64_t offset = 0;
+  // A member of a tensor set: its part of the set's one allocation, which goes when the last
+  // member is freed (DeviceSet::Free). Allocators never see one: they get the whole.
+  std::shared_ptr<SharedBlock> shared;
+};
+
+// The one allocation of a tensor set, and how many of its members are not freed yet. The
+// server's main thread only.
+struct SharedBlock {
+  Allocation whole;
+  size_t members = 0;
 };
 
 // Every method runs on the device's GpuWorker thread, with that worker's context.

@@ -47,6 +47,13 @@ class Client::Impl {
   // (ReferenceScript::GetMany); `names` checked by the caller (CheckBatch).
   Result<std::vector<TensorRecord>> DirectGetMany(const std::vector<std::string>& names);
   Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names);
+  // A tensor set (tensor_sets.cpp): its members pushed, then the create_set command `cmd`
+  // through the server, which answers with the record of the whole set; then its publish or
+  // abandon (a set being filled); and every member's reference in one script call.
+  Result<TensorRecord> CreateSet(Command cmd, const std::vector<SetMember>& members);
+  Result<TensorRecord> PublishSet(const std::string& set);
+  void AbandonSet(const std::string& set);
+  Result<std::vector<TensorRecord>> DirectGetSet(const std::string& set);
 
   // Reads without touching the tensor (RecordReads), retried while Redis is away.
   Result<TensorRecord> Stat(const std::string& name);
@@ -60,6 +67,9 @@ class Client::Impl {
   // kOk when the tensor `read` was read without a reference is still there, the same one, so
   // what was copied out of it was its own bytes; kNotFound otherwise.
   Status StillThere(const TensorRecord& read);
+  // Maps every tensor of `records`, whose references this client just took; when one cannot be
+  // mapped, closes the others and gives every reference back, and says which.
+  Result<std::vector<TensorView>> OpenReferenced(std::vector<TensorRecord> records);
 
   template <typename Op>
   auto Retrying(const char* what, bool repeatable, Op op) -> decltype(op()) {

@@ -174,32 +174,54 @@ ReferenceManyArgs ReferenceScript::ManyArgs(const std::vector<ReferenceManyItem>
   return args;
 }
 
-Result<RedisValue> ReferenceScript::RunMany(std::vector<std::string>& argv) {
-  if (many_sha_ == kNotLoaded) {
-    MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefManyScript}));
-    MCD_ASSIGN_OR_RETURN(many_sha_, AsString(sha, "SCRIPT LOAD"));
+Status ReferenceScript::LoadMany() {
+  MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefManyScript}));
+  MCD_ASSIGN_OR_RETURN(many_sha_, AsString(sha, "SCRIPT LOAD"));
+  return Status::Ok();
+}
+
+Result<ReferenceManyReply> ReferenceScript::RunMany(std::vector<std::string>& argv) {
+  for (int attempt = 0;; ++attempt) {
+    if (many_sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(LoadMany());
+    argv[kReferenceShaIndex] = many_sha_;
+    auto reply = redis_.Command(std::vector<std::string_view>(argv.begin(), argv.end()));
+    if (!reply.ok() && IsNoScript(reply.status().message()) && attempt == 0) {
+      many_sha_ = kNotLoaded;  // Redis lost it (a restart, SCRIPT FLUSH): once more
+      continue;
+    }
+    if (!reply.ok()) return reply.status();
+    return ParseReferenceManyReply(std::move(reply).value());
   }
-  argv[kReferenceShaIndex] = many_sha_;
-  std::vector<std::string_view> views(argv.begin(), argv.end());
-  return redis_.Command(views);
 }
 
 Result<std::vector<TensorRecord>> ReferenceScript::GetMany(const std::vector<std::string>& names) {
   MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items, ManyItems(names, nullptr, nullptr));
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, ManyArgs(items, std::string()));
-  auto reply = RunMany(argv);
-  if (!reply.ok() && IsNoScript(reply.status().message())) {
-    many_sha_ = kNotLoaded;
-    reply = RunMany(argv);
+  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv));
+  return Taken(names, answer);
+}
+
+Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set) {
+  static const std::vector<ReferenceManyItem> kNoItems;
+  const std::string list = keys_.Set(set);
+  ReferenceManyArgs args = ManyArgs(kNoItems, std::string());
+  args.set_list = list;
+  std::vector<std::string> argv = ReferenceManyCall(many_sha_, args);
+  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv));
+  if (answer.failed == ReferenceManyReply::kNoMember) {
+    Status missing = Answer(set, answer.refusal).status();
+    if (missing.code() != ErrorCode::kNotFound) return missing;  // e.g. the server is gone
+    return Status(ErrorCode::kNotFound, "no tensor set named '" + set + "'");
   }
-  if (!reply.ok()) return reply.status();
-  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer,
-                       ParseReferenceManyReply(std::move(reply).value()));
+  return Taken(answer.names, answer);
+}
+
+Result<std::vector<TensorRecord>> ReferenceScript::Taken(const std::vector<std::string>& names,
+                                                         ReferenceManyReply& answer) {
   if (answer.failed) {
-    if (*answer.failed >= names.size()) {
-      return Status(ErrorCode::kUnexpectedReply, "batched reference script named no tensor");
-    }
-    return Answer(names[*answer.failed], answer.refusal).status();
+    const std::string& name =
+        *answer.failed < names.size() ? names[*answer.failed] : answer.failed_name;
+    return Answer(name, answer.refusal).status();
   }
   if (answer.answers.size() != names.size()) {
     return Status(ErrorCode::kUnexpectedReply, "batched reference script answered " +
@@ -223,10 +245,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetMany(const std::vector<std
 
 Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
     const std::vector<std::string>& names, const std::vector<std::string>& epochs, bool retried) {
-  if (many_sha_ == kNotLoaded) {
-    MCD_ASSIGN_OR_RETURN(RedisValue sha, redis_.Command({"SCRIPT", "LOAD", kRefManyScript}));
-    MCD_ASSIGN_OR_RETURN(many_sha_, AsString(sha, "SCRIPT LOAD"));
-  }
+  if (many_sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(LoadMany());
   std::vector<Transport::Outgoing> out;
   MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items, ManyItems(names, &epochs, &out));
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, ManyArgs(items, out.front().queue));

@@ -43,6 +43,9 @@ class ReferenceScript {
   // reference also waits for the server's reply to its delete command, sent in the same write.
   // `epochs` go with `names` (kAnyEpoch where not known).
   Result<std::vector<TensorRecord>> GetMany(const std::vector<std::string>& names);
+  // GetMany of the members of tensor set `set` still there (its list, KeySpace::Set), read by the
+  // same script call; the records say their names. kNotFound when none is left.
+  Result<std::vector<TensorRecord>> GetSet(const std::string& set);
   Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names,
                                                 const std::vector<std::string>& epochs,
                                                 bool retried = false);
@@ -60,8 +63,13 @@ class ReferenceScript {
   // `queue`: the command queue a release's delete commands go to (empty for a get).
   ReferenceManyArgs ManyArgs(const std::vector<ReferenceManyItem>& items,
                              const std::string& queue) const;
-  // Runs `argv` (reference_many.lua), loading the script first where Redis does not have it.
-  Result<RedisValue> RunMany(std::vector<std::string>& argv);
+  // Runs a get's `argv` (reference_many.lua), loading the script first where Redis does not
+  // have it, and reads its answer.
+  Status LoadMany();
+  Result<ReferenceManyReply> RunMany(std::vector<std::string>& argv);
+  // The records of the references a get's `answer` took of `names`, or its refusal's error.
+  Result<std::vector<TensorRecord>> Taken(const std::vector<std::string>& names,
+                                          ReferenceManyReply& answer);
   // What the script answered, for `name`; `release`: to a release.
   Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply, bool release = false);
 

@@ -58,6 +58,53 @@ Result<std::vector<TensorRecord>> Client::Impl::ReleaseMany(const std::vector<st
   return released;
 }
 
+Result<TensorRecord> Client::Impl::CreateSet(Command cmd, const std::vector<SetMember>& members) {
+  MCD_ASSIGN_OR_RETURN(cmd.members, NewRequestId(""));
+  const std::string key = opt_.keys.Members(cmd.members);
+  std::vector<std::string> push = {"RPUSH", key};
+  for (const SetMember& member : members) push.push_back(SetMemberToJson(member));
+  MCD_RETURN_IF_ERROR(Retrying("create_set", false, [&]() -> Result<RedisValue> {
+                        MCD_RETURN_IF_ERROR(redis_->Append(
+                            std::vector<std::string_view>(push.begin(), push.end())));
+                        MCD_RETURN_IF_ERROR(redis_->Append({"EXPIRE", key, "60"}));
+                        MCD_RETURN_IF_ERROR(redis_->ReadReply().status());
+                        return redis_->ReadReply();
+                      }).status());
+  auto created = ServerRequest("create_set", cmd);
+  if (created.ok()) {
+    for (const SetMember& member : members) book_.Created(member.name, 1);
+  }
+  return created;
+}
+
+Result<TensorRecord> Client::Impl::PublishSet(const std::string& set) {
+  Command cmd;
+  cmd.op = Op::kPublish;
+  cmd.name = set;
+  cmd.set = true;
+  return ServerRequest("publish", cmd);
+}
+
+void Client::Impl::AbandonSet(const std::string& set) {
+  Command cmd;
+  cmd.op = Op::kAbandon;
+  cmd.name = set;
+  cmd.set = true;
+  (void)ServerRequest("abandon", cmd);
+}
+
+Result<std::vector<TensorRecord>> Client::Impl::DirectGetSet(const std::string& set) {
+  if (holder_ && holder_->pid == kInitPid) return DirectGet(set).status();  // its refusal
+  auto records = Retrying("get", true, [&]() -> Result<std::vector<TensorRecord>> {
+    MCD_RETURN_IF_ERROR(server_->EnsureAlive());
+    return script_->GetSet(set);
+  });
+  if (records.ok()) {
+    for (const TensorRecord& r : records.value()) book_.Took(r.name, r.refcount, r.epoch);
+  }
+  return records;
+}
+
 Result<TensorRecord> Client::Impl::ServerRequest(const char* what, const Command& cmd) {
   return Retrying(what, false, [&]() -> Result<TensorRecord> {
     // Nobody would take the command, or the tensor died with its server.

@@ -89,15 +89,21 @@ Result<std::vector<TensorView>> Client::GetMany(const std::vector<std::string>& 
   MCD_RETURN_IF_ERROR(CheckBatch(names));
   impl_->server().PrefetchImports();
   MCD_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, impl_->DirectGetMany(names));
+  return impl_->OpenReferenced(std::move(records));
+}
+
+Result<std::vector<TensorView>> Client::Impl::OpenReferenced(std::vector<TensorRecord> records) {
+  std::vector<std::string> names;
+  for (const TensorRecord& r : records) names.push_back(r.name);
   std::vector<TensorView> views;
   views.reserve(records.size());
   for (TensorRecord& record : records) {
-    auto ptr = MappingRegistry::Get().Open(record, impl_->server().PoolSourceOf());
+    auto ptr = MappingRegistry::Get().Open(record, server_->PoolSourceOf());
     if (!ptr.ok()) {
       // All or nothing: what was opened is closed, and every reference goes back.
       for (const TensorView& opened : views) (void)MappingRegistry::Get().Close(opened.record);
-      (void)impl_->ReleaseMany(names);
-      Status why = impl_->WhyNotOpened(ptr.status());
+      (void)ReleaseMany(names);
+      Status why = WhyNotOpened(ptr.status());
       return Status(why.code(), "tensor '" + record.name + "': " + why.message());
     }
     views.push_back(TensorView{std::move(record), ptr.value()});

@@ -39,12 +39,14 @@ enum CommandField {
   kCopyOf,
   kFill,
   kPidSpace,
+  kMembers,
+  kSet,
   kCommandFieldCount
 };
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
-    "op",          "name",  "req",     "node",     "pid",      "sent_ms",
-    "dtype",       "shape", "device",  "lifetime", "init",     "owner_pid",
-    "owner_start", "bytes", "copy_of", "fill",     "pid_space"};
+    "op",      "name",   "req",       "node",    "pid",       "sent_ms",     "dtype",
+    "shape",   "device", "lifetime",  "init",    "owner_pid", "owner_start", "bytes",
+    "copy_of", "fill",   "pid_space", "members", "set"};
 
 // owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
 // is bound to.
@@ -150,14 +152,19 @@ Status ParseDeviceField(const rj::Value* device, Command& cmd) {
   return Status::Ok();
 }
 
-// A create's own fields (dtype, shape, device, lifetime, init, owner, bytes).
-Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd) {
-  if (m.at[kDType] == nullptr) return Invalid("missing \"dtype\"");
-  MCD_ASSIGN_OR_RETURN(std::string_view dtype, StringField(*m.at[kDType], "dtype"));
+Status ParseDTypeField(const rj::Value* value, DType& out) {
+  if (value == nullptr) return Invalid("missing \"dtype\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view dtype, StringField(*value, "dtype"));
   auto parsed_dtype = ParseDType(dtype);
   if (!parsed_dtype)
     return Invalid("unknown dtype \"" + Printable(dtype) + "\" (expected " + DTypeNames() + ")");
-  cmd.dtype = *parsed_dtype;
+  out = *parsed_dtype;
+  return Status::Ok();
+}
+
+// A create's own fields (dtype, shape, bytes, then CreatePlacement's).
+Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd) {
+  MCD_RETURN_IF_ERROR(ParseDTypeField(m.at[kDType], cmd.dtype));
   MCD_RETURN_IF_ERROR(ParseShape(m.at[kShape], cmd));
   MCD_ASSIGN_OR_RETURN(cmd.bytes, ShapeBytes(cmd.shape, cmd.dtype));
   if (const rj::Value* bytes = m.at[kBytes]) {
@@ -166,6 +173,11 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
     if (stated != cmd.bytes)
       return Invalid("\"bytes\" does not match shape x dtype (" + std::to_string(cmd.bytes) + ")");
   }
+  return Status::Ok();
+}
+
+// What a create and a create_set share: device, lifetime, init, copy_of, fill, pid_space.
+Status ParsePlacement(const MemberIndex<kCommandFieldCount>& m, Command& cmd) {
   MCD_RETURN_IF_ERROR(ParseDeviceField(m.at[kDevice], cmd));
   if (m.at[kLifetime] != nullptr) {
     MCD_ASSIGN_OR_RETURN(std::string_view lifetime, StringField(*m.at[kLifetime], "lifetime"));
@@ -215,7 +227,69 @@ Status ParseCreateFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd)
   return Status::Ok();
 }
 
+// A create_set's fields: "members" (the id of its members list), and a create's placement; the
+// members bring their own dtypes and shapes.
+Status ParseSetFields(const MemberIndex<kCommandFieldCount>& m, Command& cmd) {
+  for (int f : {kDType, kShape, kBytes, kCopyOf, kSet}) {
+    if (m.at[f] != nullptr)
+      return Invalid("\"" + std::string(kCommandKeys[f]) + "\" is not for op \"create_set\"");
+  }
+  if (m.at[kMembers] == nullptr) return Invalid("missing \"members\"");
+  Command id;  // the members list's id follows a req's rules
+  Status valid = ParseRequestId(*m.at[kMembers], id);
+  if (!valid.ok()) return Invalid("\"members\": " + valid.message());
+  cmd.members = id.req;
+  return ParsePlacement(m, cmd);
+}
+
+enum MemberField { kMName, kMDType, kMShape, kMemberFieldCount };
+constexpr std::string_view kMemberKeys[kMemberFieldCount] = {"name", "dtype", "shape"};
+
 }  // namespace
+
+Result<SetMember> ParseSetMember(std::string_view raw, std::string_view set) {
+  if (raw.size() > kMaxCommandBytes) {
+    return Status(ErrorCode::kTooLarge, "set member is " + std::to_string(raw.size()) +
+                                            " bytes; the limit is " +
+                                            std::to_string(kMaxCommandBytes));
+  }
+  PooledDocument pooled;
+  Document& doc = pooled.doc();
+  MCD_RETURN_IF_ERROR(ParseJson(raw, 3, "set member", pooled));
+  if (!doc.IsObject()) return Invalid("set member is not a JSON object");
+  MemberIndex<kMemberFieldCount> m(doc, kMemberKeys);
+  if (!m.repeated.empty())
+    return Invalid("set member repeats the key \"" + Printable(m.repeated) + "\"");
+  if (m.has_unknown) return Invalid("unknown set member field \"" + Printable(m.unknown) + "\"");
+  if (m.at[kMName] == nullptr) return Invalid("set member without \"name\"");
+  MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*m.at[kMName], "name"));
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  if (name.size() <= set.size() + 1 || name.substr(0, set.size()) != set ||
+      name[set.size()] != '/') {
+    return Invalid("set member '" + Printable(name) + "' is not named '" + std::string(set) +
+                   "/...'");
+  }
+  SetMember member;
+  member.name = std::string(name);
+  Command shape;  // read as a create reads its own
+  MCD_RETURN_IF_ERROR(ParseDTypeField(m.at[kMDType], member.dtype));
+  MCD_RETURN_IF_ERROR(ParseShape(m.at[kMShape], shape));
+  member.shape = std::move(shape.shape);
+  MCD_ASSIGN_OR_RETURN(member.bytes, ShapeBytes(member.shape, member.dtype));
+  return member;
+}
+
+std::string SetMemberToJson(const SetMember& member) {
+  PooledWriter pooled;
+  Writer& w = pooled.w();
+  w.StartObject();
+  WriteKeyString(w, "name", member.name);
+  WriteKeyString(w, "dtype", DTypeName(member.dtype));
+  w.Key("shape");
+  WriteShape(w, member.shape);
+  w.EndObject();
+  return pooled.str();
+}
 
 Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   auto unreadable = [&](Status status) {
@@ -256,9 +330,11 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     cmd.op = Op::kPublish;
   } else if (op == "abandon") {
     cmd.op = Op::kAbandon;
+  } else if (op == "create_set") {
+    cmd.op = Op::kCreateSet;
   } else {
     return Invalid("unknown op \"" + Printable(op) +
-                   "\" (expected create, get, delete, publish or abandon)");
+                   "\" (expected create, get, delete, publish, abandon or create_set)");
   }
   if (m.at[kName] == nullptr) return Invalid("missing \"name\"");
   MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*m.at[kName], "name"));
@@ -284,14 +360,27 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
         "never be given back");
   }
   if (cmd.op == Op::kCreate) {
+    if (m.at[kMembers] != nullptr || m.at[kSet] != nullptr)
+      return Invalid("\"members\" and \"set\" are not for op \"create\" (see create_set)");
     MCD_RETURN_IF_ERROR(ParseCreateFields(m, cmd));
+    MCD_RETURN_IF_ERROR(ParsePlacement(m, cmd));
+    return cmd;
+  }
+  if (cmd.op == Op::kCreateSet) {
+    MCD_RETURN_IF_ERROR(ParseSetFields(m, cmd));
     return cmd;
   }
   if ((cmd.op == Op::kPublish || cmd.op == Op::kAbandon) && cmd.pid == 0)
     return Invalid(std::string(OpName(cmd.op)) +
                    " needs \"pid\": the process that filled the tensor");
+  if (const rj::Value* set = m.at[kSet]) {
+    if (cmd.op != Op::kPublish && cmd.op != Op::kAbandon)
+      return Invalid("\"set\" is only valid for op \"publish\" and \"abandon\"");
+    if (!set->IsBool()) return Invalid("\"set\" must be true or false");
+    cmd.set = set->GetBool();
+  }
   for (int f = kDType; f < kCommandFieldCount; ++f) {
-    if (f == kOwnerPid || f == kOwnerStart) continue;
+    if (f == kOwnerPid || f == kOwnerStart || f == kSet) continue;
     if (m.at[f] != nullptr)
       return Invalid("\"" + std::string(kCommandKeys[f]) + "\" is only valid for op \"create\"");
   }
@@ -314,10 +403,17 @@ std::string CommandToJson(const Command& cmd) {
     w.Key("sent_ms");
     w.Int64(cmd.sent_ms);
   }
-  if (cmd.op == Op::kCreate) {
-    WriteKeyString(w, "dtype", DTypeName(cmd.dtype));
-    w.Key("shape");
-    WriteShape(w, cmd.shape);
+  if (cmd.op == Op::kCreateSet) WriteKeyString(w, "members", cmd.members);
+  if (cmd.set) {
+    w.Key("set");
+    w.Bool(true);
+  }
+  if (cmd.op == Op::kCreate || cmd.op == Op::kCreateSet) {
+    if (cmd.op == Op::kCreate) {
+      WriteKeyString(w, "dtype", DTypeName(cmd.dtype));
+      w.Key("shape");
+      WriteShape(w, cmd.shape);
+    }
     w.Key("device");
     w.Int(cmd.device);
     if (cmd.lifetime != Lifetime::kHeap) WriteKeyString(w, "lifetime", LifetimeName(cmd.lifetime));

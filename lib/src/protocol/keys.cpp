@@ -49,6 +49,14 @@ std::string KeySpace::CopyGrant(std::string_view id) const {
 
 std::string KeySpace::Events() const { return prefix + ":events"; }
 
+std::string KeySpace::Set(std::string_view name) const {
+  return prefix + ":set:{" + std::string(name) + "}";
+}
+
+std::string KeySpace::Members(std::string_view id) const {
+  return prefix + ":members:" + std::string(id);
+}
+
 std::string KeySpace::Unused() const { return prefix + ":-"; }
 
 }  // namespace mcd

@@ -116,6 +116,8 @@ const char* OpName(Op op) noexcept {
       return "publish";
     case Op::kAbandon:
       return "abandon";
+    case Op::kCreateSet:
+      return "create_set";
   }
   return "?";
 }
@@ -198,11 +200,26 @@ Result<std::vector<int64_t>> ParseShapeList(std::string_view text) {
   return out;
 }
 
+Result<SetLayout> LayOutSet(const std::vector<SetMember>& members) {
+  constexpr uint64_t kLimit = (uint64_t{1} << 63) - 1;
+  SetLayout layout;
+  layout.offsets.reserve(members.size());
+  for (const SetMember& member : members) {
+    uint64_t at = (layout.total + kSetMemberAlign - 1) / kSetMemberAlign * kSetMemberAlign;
+    if (at < layout.total || member.bytes > kLimit - at) {
+      return Status(ErrorCode::kTooLarge, "the members of the set pass 2^63 bytes");
+    }
+    layout.offsets.push_back(at);
+    layout.total = at + member.bytes;
+  }
+  return layout;
+}
+
 const std::vector<std::string>& TensorFieldNames() {
   static const std::vector<std::string> names = {
       "dtype",    "shape",       "ctime",     "node",        "device", "bytes",
       "ipc_kind", "ipc_handle",  "offset",    "refcount",    "state",  "owner",
-      "lifetime", "creator_pid", "owner_pid", "owner_start", "epoch"};
+      "lifetime", "creator_pid", "owner_pid", "owner_start", "epoch",  "set"};
   return names;
 }
 
@@ -225,6 +242,7 @@ std::vector<std::pair<std::string, std::string>> HashFields(const TensorRecord& 
       {"owner_pid", std::to_string(r.owner_pid)},
       {"owner_start", std::to_string(r.owner_start)}};
   if (!r.epoch.empty()) fields.emplace_back("epoch", r.epoch);  // only a hash put back has one
+  if (!r.set.empty()) fields.emplace_back("set", r.set);        // only a set's member has one
   return fields;
 }
 
@@ -291,6 +309,7 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
     kOwnerPid,
     kOwnerStart,
     kEpoch,
+    kSet,
     kFieldCount
   };
   if (values.size() != kFieldCount)
@@ -334,6 +353,7 @@ Result<TensorRecord> RecordFromFields(const std::string& name,
   if ((value = get(kIpcHandle)) != nullptr) r.ipc_handle = *value;
   if ((value = get(kOwner)) != nullptr) r.owner = *value;
   if ((value = get(kEpoch)) != nullptr) r.epoch = *value;
+  if ((value = get(kSet)) != nullptr) r.set = *value;
   if ((value = get(kLifetime)) != nullptr) {  // read as written: no other value is read as heap
     if (*value != "stack" && *value != "heap") return bad("lifetime");
     r.lifetime = *value == "stack" ? Lifetime::kStack : Lifetime::kHeap;
@@ -361,6 +381,10 @@ Status ValidateRecord(const TensorRecord& r) {
                                                    "' says \"" + field + "\" " + value + ", " +
                                                    why);
   };
+  // A set's name is a tensor name's prefix, and names the set's key (KeySpace::Set).
+  if (!r.set.empty() && !ValidateName(r.set).ok()) {
+    return bad("set", Printable(r.set, 255), "which is no tensor set name");
+  }
   // A reader indexes the memory by shape and dtype: they must cover exactly the bytes it maps.
   auto covered = ShapeBytes(r.shape, r.dtype);
   if (!covered.ok() || covered.value() != r.bytes) {

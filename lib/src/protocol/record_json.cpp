@@ -55,6 +55,7 @@ void WriteRecordFields(Writer& w, const TensorRecord& r, bool with_refcount) {
     w.Key("refcount");
     w.Int64(r.refcount);
   }
+  if (!r.set.empty()) WriteKeyString(w, "set", r.set);  // only a set's member has one
   w.Key("shape");
   WriteShape(w, r.shape);
   WriteKeyString(w, "state", r.state);
@@ -79,12 +80,13 @@ enum RecordField {
   kROwnerPid,
   kROwnerStart,
   kREpoch,
+  kRSet,
   kRecordFieldCount
 };
 constexpr std::string_view kRecordKeys[kRecordFieldCount] = {
-    "name",           "dtype",    "shape",       "device",    "bytes",       "ipc_kind",
-    "ipc_handle_hex", "offset",   "refcount",    "state",     "ctime",       "node",
-    "owner",          "lifetime", "creator_pid", "owner_pid", "owner_start", "epoch"};
+    "name",        "dtype",     "shape",       "device", "bytes", "ipc_kind", "ipc_handle_hex",
+    "offset",      "refcount",  "state",       "ctime",  "node",  "owner",    "lifetime",
+    "creator_pid", "owner_pid", "owner_start", "epoch",  "set"};
 
 // A record object as RecordToJson writes it. Name, dtype, shape, device and bytes are required;
 // the others default to what an old record lacks; keys of newer writers are skipped.
@@ -146,6 +148,7 @@ Result<TensorRecord> RecordFromObject(const rj::Value& object) {
   MCD_ASSIGN_OR_RETURN(r.owner_pid, integer(kROwnerPid));
   MCD_ASSIGN_OR_RETURN(r.owner_start, count(kROwnerStart));
   MCD_ASSIGN_OR_RETURN(r.epoch, text(kREpoch, ""));
+  MCD_ASSIGN_OR_RETURN(r.set, text(kRSet, ""));
   MCD_RETURN_IF_ERROR(ValidateRecord(r));
   return r;
 }

@@ -33,6 +33,10 @@ const char* ActionName(CommitAction action) {
       return "incr";
     case CommitAction::kUnhold:
       return "unhold";
+    case CommitAction::kHsetMany:
+      return "hset_many";
+    case CommitAction::kDelMany:
+      return "del_many";
   }
   return "none";
 }
@@ -58,13 +62,22 @@ std::vector<std::string> CommitCall(std::string_view sha, const CommitArgs& a) {
                  : a.action == CommitAction::kIncr   ? 4
                  : a.action == CommitAction::kUnhold ? 1
                                                      : 0;
+  const size_t members = a.members != nullptr ? a.members->size() : 0;
+  if (a.members != nullptr) {
+    for (const CommitMember& m : *a.members) extra += 3 + m.fields.size();
+  }
   std::vector<std::string> argv;
   argv.reserve(24 + extra);
+  for (std::string_view arg : {std::string_view("EVALSHA"), sha}) argv.emplace_back(arg);
+  argv.push_back(std::to_string(7 + members));
   for (std::string_view arg :
-       {std::string_view("EVALSHA"), sha, std::string_view("7"), a.tensor, a.processing,
-        a.reply_list, a.first_result, a.holders, a.held, a.events, a.raw, a.reply}) {
+       {a.tensor, a.processing, a.reply_list, a.first_result, a.holders, a.held, a.events}) {
     argv.emplace_back(arg);
   }
+  if (a.members != nullptr) {
+    for (const CommitMember& m : *a.members) argv.push_back(m.key);
+  }
+  for (std::string_view arg : {a.raw, a.reply}) argv.emplace_back(arg);
   argv.push_back(std::to_string(a.reply_ttl_s));
   argv.push_back(std::to_string(a.first_result_ttl_s));
   argv.emplace_back(a.has_req ? "1" : "0");
@@ -89,6 +102,14 @@ std::vector<std::string> CommitCall(std::string_view sha, const CommitArgs& a) {
       break;
     case CommitAction::kUnhold:
       argv.emplace_back(a.holder);
+      break;
+    case CommitAction::kHsetMany:
+    case CommitAction::kDelMany:
+      for (const CommitMember& m : *a.members) {
+        argv.push_back(m.name);
+        argv.push_back(std::to_string(m.fields.size()));
+        argv.insert(argv.end(), m.fields.begin(), m.fields.end());
+      }
       break;
     default:
       break;
@@ -117,14 +138,16 @@ Result<CommitResult> ParseCommitReply(Result<RedisValue> result) {
 
 std::vector<std::string> ReferenceManyCall(std::string_view sha, const ReferenceManyArgs& a) {
   const size_t fields = a.fields ? a.fields->size() : 0;
-  const std::vector<ReferenceManyItem>& items = *a.items;
+  static const std::vector<ReferenceManyItem> kNone;
+  const std::vector<ReferenceManyItem>& items = a.items != nullptr ? *a.items : kNone;
   std::vector<std::string> argv;
   argv.reserve(15 + fields + 5 * items.size());
   for (std::string_view arg : {std::string_view("EVALSHA"), sha}) argv.emplace_back(arg);
-  argv.push_back(std::to_string(5 + 2 * items.size()));
+  argv.push_back(std::to_string(5 + (a.set_list.empty() ? 2 * items.size() : 1)));
   for (std::string_view key : {a.heartbeat, a.holders, a.held, a.events, a.queue}) {
     argv.emplace_back(key);
   }
+  if (!a.set_list.empty()) argv.emplace_back(a.set_list);
   for (const ReferenceManyItem& item : items) {
     argv.push_back(item.tensor);
     argv.push_back(item.reply_list);
@@ -146,14 +169,22 @@ std::vector<std::string> ReferenceManyCall(std::string_view sha, const Reference
 Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply) {
   std::vector<RedisValue>& e = reply.elements;
   ReferenceManyReply out;
-  if (e.size() == 3 && e[0].str == "failed" && e[1].type == RedisValue::Type::kInteger &&
-      e[1].integer >= 1) {
-    out.failed = static_cast<size_t>(e[1].integer - 1);
+  if (e.size() >= 3 && e[0].str == "failed" && e[1].type == RedisValue::Type::kInteger &&
+      e[1].integer >= 0) {
+    if (e.size() == 4) out.failed_name = std::move(e[3].str);
+    out.failed =
+        e[1].integer == 0 ? ReferenceManyReply::kNoMember : static_cast<size_t>(e[1].integer - 1);
     MCD_ASSIGN_OR_RETURN(out.refusal, ParseReferenceReply(std::move(e[2])));
     return out;
   }
-  if (e.size() != 2 || e[0].str != "ok") {
+  if ((e.size() != 2 && e.size() != 3) || e[0].str != "ok") {
     return Status(ErrorCode::kUnexpectedReply, "batched reference script reply");
+  }
+  if (e.size() == 3) {
+    for (RedisValue& name : e[2].elements) out.names.push_back(std::move(name.str));
+    if (out.names.size() != e[1].elements.size()) {
+      return Status(ErrorCode::kUnexpectedReply, "batched reference script named too few members");
+    }
   }
   out.answers.reserve(e[1].elements.size());
   for (RedisValue& answer : e[1].elements) {

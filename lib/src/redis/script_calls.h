@@ -30,7 +30,16 @@ namespace mcd {
 enum class Pre { kNone, kAbsent, kMine, kCreating };
 
 // What the commit does to the tensor hash.
-enum class CommitAction { kNone, kHset, kDel, kIncr, kUnhold };
+// kHsetMany, kDelMany: every member of a tensor set (CommitArgs::members) at once.
+enum class CommitAction { kNone, kHset, kDel, kIncr, kUnhold, kHsetMany, kDelMany };
+
+// One member hash of a kHsetMany or kDelMany commit: its key, name and (kHsetMany) the
+// field/value pairs written.
+struct CommitMember {
+  std::string key;
+  std::string name;
+  std::vector<std::string> fields;
+};
 
 // The lifecycle event a commit appends to the event stream when it changes the tensor
 // (events.lua): `kind` "" for none, "create", "ref" (the script names it "get", "release" or
@@ -72,6 +81,8 @@ struct CommitArgs {
   int delta = 0;
   std::string_view held_tail;
   std::string_view freed_tail;
+  // kHsetMany, kDelMany: the members (`tensor` is then the set's list of member keys).
+  const std::vector<CommitMember>* members = nullptr;
 };
 
 struct CommitResult {
@@ -197,6 +208,8 @@ struct ReferenceManyArgs {
   std::string_view node, holder, pid, marker_ttl_s;
   const std::vector<std::string>* fields = nullptr;
   const std::vector<ReferenceManyItem>* items = nullptr;
+  // A get of a tensor set's members (no items): the set's list of member keys.
+  std::string_view set_list;
 };
 // EVALSHA `sha` at kReferenceShaIndex, like ReferenceCall; owned strings (it may be long).
 std::vector<std::string> ReferenceManyCall(std::string_view sha, const ReferenceManyArgs& args);
@@ -204,8 +217,11 @@ std::vector<std::string> ReferenceManyCall(std::string_view sha, const Reference
 // Either every tensor's answer, in order, or the refusal of the first one that stopped the call
 // (`failed`, from 0) with nothing changed.
 struct ReferenceManyReply {
+  static constexpr size_t kNoMember = SIZE_MAX;  // `failed` of a set with no member left
   std::vector<ReferenceReply> answers;
+  std::vector<std::string> names;  // a set's members, in the order of `answers`
   std::optional<size_t> failed;
+  std::string failed_name;  // that tensor's name
   ReferenceReply refusal{ReferenceReply::kOk, {}, {}, {}};
 };
 Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply);

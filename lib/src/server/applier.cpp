@@ -7,6 +7,7 @@
 #include "protocol/json_codec.h"
 #include "protocol/not_held.h"
 #include "redis/script_calls.h"
+#include "server/set_applier.h"
 
 namespace mcd {
 
@@ -20,7 +21,22 @@ CommandApplier::CommandApplier(ApplierOptions opt, CommitPipeline& pipeline, Int
       devices_(devices),
       outcomes_(outcomes),
       copier_(copier),
-      responder_(opt_.keys.Processing(opt_.node), pipeline, intake) {}
+      responder_(opt_.keys.Processing(opt_.node), pipeline, intake),
+      sets_(std::make_unique<SetApplier>(opt_, pipeline, table, devices, outcomes, responder_)) {}
+
+CommandApplier::~CommandApplier() = default;
+
+namespace {
+// Whether a commit naming `name`, or a set it may be a member of (a prefix of it up to a '/'),
+// is still on its way.
+bool DueOrInDueSet(const CommitPipeline& pipeline, const std::string& name) {
+  for (size_t slash = name.find('/'); slash != std::string::npos;
+       slash = name.find('/', slash + 1)) {
+    if (pipeline.IsDue(name.substr(0, slash))) return true;
+  }
+  return pipeline.IsDue(name);
+}
+}  // namespace
 
 void CommandApplier::ProcessBatch(std::vector<Request> requests) {
   std::vector<std::string> touched;
@@ -44,7 +60,7 @@ void CommandApplier::ProcessBatch(std::vector<Request> requests) {
         pipeline_.Flush();
         pipeline_.Drain();
         touched.clear();
-      } else if (pipeline_.IsDue(parsed->name)) {
+      } else if (DueOrInDueSet(pipeline_, parsed->name)) {
         pipeline_.Drain();  // its result decides what this command finds
       }
       touched.push_back(parsed->name);
@@ -122,10 +138,15 @@ void CommandApplier::Handle(Request& request) {
       HandleRefcount(request, -1);
       break;
     case Op::kPublish:
+      if (cmd.set) return sets_->HandlePublish(request);
       HandlePublish(request);
       break;
     case Op::kAbandon:
+      if (cmd.set) return sets_->HandleAbandon(request);
       HandleAbandon(request);
+      break;
+    case Op::kCreateSet:
+      sets_->HandleCreate(request);
       break;
   }
 }
@@ -168,6 +189,25 @@ Status CommandApplier::MissingStatus(const std::string& name) {
   return Status(ErrorCode::kNotFound, "no tensor named '" + name + "'");
 }
 
+Result<std::optional<Holder>> FillerOf(const Command& cmd) {
+  if (!cmd.fill) return std::optional<Holder>();
+  if (!cmd.pid_space.empty() && cmd.pid_space != PidSpace()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "the filling process runs on another host or in another PID namespace "
+                  "than mcd-serve, where its pid names nothing: create the tensor empty "
+                  "and write it, or run the filler beside the server");
+  }
+  // The filler waits for this reply, so its start time read now is its own.
+  Holder filler{cmd.pid, ProcessStartTime(cmd.pid), 0};
+  if (filler.start == 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "filler process " + std::to_string(cmd.pid) +
+                      " is not running on this host (a create with \"fill\" comes from "
+                      "the process that writes the bytes)");
+  }
+  return std::optional<Holder>(filler);
+}
+
 Result<std::string> CommandApplier::HolderOf(const Command& cmd) const {
   if (cmd.owner_pid == 0) return std::string();  // bound to nobody
   uint64_t start = cmd.owner_start != 0 ? cmd.owner_start : ProcessStartTime(cmd.owner_pid);
@@ -180,7 +220,7 @@ Result<std::string> CommandApplier::HolderOf(const Command& cmd) const {
   return HolderId(cmd.owner_pid, start);
 }
 
-TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
+TensorRecord NewRecord(const Command& cmd, const ApplierOptions& opt) {
   TensorRecord record;
   record.name = cmd.name;
   record.dtype = cmd.dtype;
@@ -190,8 +230,8 @@ TensorRecord CommandApplier::NewRecord(const Command& cmd) const {
   record.refcount = 1;
   record.state = cmd.fill ? "creating" : "ready";
   record.ctime_ms = NowMs();
-  record.node = opt_.node;
-  record.owner = opt_.instance;
+  record.node = opt.node;
+  record.owner = opt.instance;
   record.lifetime = cmd.lifetime;
   record.creator_pid = cmd.pid;
   if (cmd.lifetime == Lifetime::kStack) {
@@ -221,29 +261,14 @@ void CommandApplier::HandleCreate(Request& request) {
                        "device " + DeviceName(cmd.device) +
                            " is not served here (devices: " + devices_.devices_text() + ")"));
   }
-  TensorRecord record = NewRecord(cmd);
+  TensorRecord record = NewRecord(cmd, opt_);
   if (cmd.lifetime == Lifetime::kStack && !ProcessAlive(record.owner_pid, record.owner_start)) {
     return fail(Status(
         ErrorCode::kInvalidArgument,
         "owner process " + std::to_string(record.owner_pid) + " of stack tensor is not running"));
   }
-  std::optional<Holder> filler;
-  if (cmd.fill) {
-    if (!cmd.pid_space.empty() && cmd.pid_space != PidSpace()) {
-      return fail(Status(ErrorCode::kInvalidArgument,
-                         "the filling process runs on another host or in another PID namespace "
-                         "than mcd-serve, where its pid names nothing: create the tensor empty "
-                         "and write it, or run the filler beside the server"));
-    }
-    // The filler waits for this reply, so its start time read now is its own.
-    filler = Holder{cmd.pid, ProcessStartTime(cmd.pid), 0};
-    if (filler->start == 0) {
-      return fail(Status(ErrorCode::kInvalidArgument,
-                         "filler process " + std::to_string(cmd.pid) +
-                             " is not running on this host (a create with \"fill\" comes from "
-                             "the process that writes the bytes)"));
-    }
-  }
+  auto filler = FillerOf(cmd);
+  if (!filler.ok()) return fail(filler.status());
   std::optional<NodeCopier::Source> source;
   if (!cmd.copy_of.empty()) {
     auto located = copier_.Locate(cmd);
@@ -264,7 +289,7 @@ void CommandApplier::HandleCreate(Request& request) {
   record.ipc_handle = allocation->ipc_handle;
   record.offset = allocation->offset;
 
-  Entry entry{record, std::move(allocation).value(), RecordJsonHead(record), filler};
+  Entry entry{record, std::move(allocation).value(), RecordJsonHead(record), *filler};
   std::vector<std::string> fields;
   for (auto& [field, value] : HashFields(record)) {
     fields.push_back(field);
@@ -274,7 +299,7 @@ void CommandApplier::HandleCreate(Request& request) {
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kAbsent,
                        CommitChange::Hset(fields),
                        // A tensor being filled is announced when it is published, ready.
-                       filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}),
+                       *filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}),
         request,
         [this, t0, entry = std::move(entry)](const Request& made,
                                              Result<CommitResult> committed) mutable {
@@ -455,6 +480,13 @@ void CommandApplier::RefcountCommitted(const Request& request, const char* op, C
     auto found = table_.find(name);
     if (found == table_.end()) return outcomes_.Record(op, name, Status::Ok(), t0, "freed=0");
     Entry entry = table_.Forget(found);
+    if (entry.allocation.shared && entry.allocation.shared->members == 1) {
+      // The set's last member: its list of members goes too (unless a new set of its name
+      // already replaced it).
+      static const std::vector<CommitMember> kNoMembers;
+      pipeline_.Queue(pipeline_.Make(Route{}, "", "", entry.record.set, "", Pre::kNone,
+                                     CommitChange::DelMany(kNoMembers), CommitEvent{}));
+    }
     // The reply is out and the hash gone: the worker frees the memory while this thread goes on
     // with the next commands. The outcome, a failed post included, reaches the callback.
     (void)devices_.Free(

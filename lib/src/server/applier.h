@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,20 @@ struct ApplierOptions {
   std::string instance;  // this server's instance id, the owner of the hashes it writes
 };
 
+// The record of a tensor `cmd` creates, before its memory is known.
+TensorRecord NewRecord(const Command& cmd, const ApplierOptions& opt);
+// The process that fills a create with "fill" (nullopt for a create without): its pid and start
+// time; kInvalidArgument when its pid names no process here.
+Result<std::optional<Holder>> FillerOf(const Command& cmd);
+
+class SetApplier;
+
 class CommandApplier {
  public:
   using Clock = std::chrono::steady_clock;
   CommandApplier(ApplierOptions opt, CommitPipeline& pipeline, Intake& intake, TensorTable& table,
                  DeviceSet& devices, OutcomeLog& outcomes, NodeCopier& copier);
+  ~CommandApplier();
 
   // Plans the batch's requests in order and sends their commits pipelined. A command naming a
   // tensor that an earlier one of the batch touched, or whose commit is still on its way, waits
@@ -77,7 +87,6 @@ class CommandApplier {
   // A command taken from the queue that names another node, moved to that node's queue in one
   // script call (forward.lua); false when that node has no live server.
   bool Forwarded(const std::string& raw, const std::string& node);
-  TensorRecord NewRecord(const Command& cmd) const;
   // The holder ("PID:START") a get or delete names with owner_pid, "" for none.
   Result<std::string> HolderOf(const Command& cmd) const;
 
@@ -88,7 +97,8 @@ class CommandApplier {
   DeviceSet& devices_;
   OutcomeLog& outcomes_;
   NodeCopier& copier_;
-  Responder responder_;  // replies on a request's route, Redis's refusals, the resume
+  Responder responder_;               // replies on a request's route, Redis's refusals, the resume
+  std::unique_ptr<SetApplier> sets_;  // create_set, and publish and abandon of a set
 };
 
 }  // namespace mcd

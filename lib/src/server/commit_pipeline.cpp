@@ -48,7 +48,11 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   a.action = change.action;
   bool incr = a.action == CommitAction::kIncr;
   if (incr || a.action == CommitAction::kUnhold) a.holder = change.holder;
-  std::string tensor_key = name.empty() ? opt_.keys.Unused() : opt_.keys.Tensor(name);
+  // A set's commit names the set, whose key is its list of member keys.
+  std::string tensor_key = name.empty()     ? opt_.keys.Unused()
+                           : change.members ? opt_.keys.Set(name)
+                                            : opt_.keys.Tensor(name);
+  a.members = change.members;
   std::string reply_key = written ? opt_.keys.Reply(req) : opt_.keys.Unused();
   std::string first_key = written ? opt_.keys.Done(req) : opt_.keys.Unused();
   std::string held_key =

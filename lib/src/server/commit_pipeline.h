@@ -61,6 +61,8 @@ struct CommitChange {
   int delta = 0;
   std::string_view held_tail;
   std::string_view freed_tail;
+  // kHsetMany, kDelMany: every member of the set the commit names (its `name`).
+  const std::vector<CommitMember>* members = nullptr;
 
   static CommitChange None() { return CommitChange{}; }
   static CommitChange Del() { return CommitChange{CommitAction::kDel}; }
@@ -73,6 +75,16 @@ struct CommitChange {
   }
   static CommitChange Unhold(std::string_view holder) {
     return CommitChange{CommitAction::kUnhold, nullptr, holder};
+  }
+  static CommitChange HsetMany(const std::vector<CommitMember>& members) {
+    CommitChange change{CommitAction::kHsetMany};
+    change.members = &members;
+    return change;
+  }
+  static CommitChange DelMany(const std::vector<CommitMember>& members) {
+    CommitChange change{CommitAction::kDelMany};
+    change.members = &members;
+    return change;
   }
 };
 
@@ -140,6 +152,7 @@ class CommitPipeline {
                Continuation done = nullptr) const;
   // Plans a commit for the current batch; Flush sends the batch.
   void Queue(Pending pending) { batch_.push_back(std::move(pending)); }
+  bool has_queued() const { return !batch_.empty(); }
   // Sends the batch's commits without waiting for them, then reads what was due before them.
   void Flush();
   // Reads the first `count` replies due (all by default), in order, then settles their commits

@@ -106,6 +106,13 @@ Status DeviceSet::CopyOnWorker(int device, void* dst, const void* src, uint64_t 
 
 Status DeviceSet::Free(int device, const Allocation& allocation,
                        std::function<void(const Status&)> then) {
+  if (allocation.shared) {
+    if (--allocation.shared->members > 0) {
+      if (then) then(Status::Ok());
+      return Status::Ok();
+    }
+    return Free(device, allocation.shared->whole, std::move(then));
+  }
   {
     std::lock_guard<std::mutex> lock(holds_mutex_);
     auto held = held_.find({device, allocation.ptr});
@@ -142,7 +149,9 @@ Status DeviceSet::FreeOnWorker(int device, const Allocation& allocation,
 }
 
 std::function<void()> DeviceSet::Hold(int device, const Allocation& allocation) {
-  std::pair<int, void*> key{device, allocation.ptr};
+  // A set member is held by its set's allocation, the one its last free frees.
+  std::pair<int, void*> key{device,
+                            allocation.shared ? allocation.shared->whole.ptr : allocation.ptr};
   {
     std::lock_guard<std::mutex> lock(holds_mutex_);
     ++held_[key].holds;
@@ -198,7 +207,10 @@ size_t DeviceSet::FreeAll(const std::map<int, std::vector<const Entry*>>& by_dev
     if (worker == workers_.end() || allocator == allocators_.end()) continue;
     (void)worker->second->Call([&](DeviceContext& ctx) {
       for (const Entry* entry : entries) {
-        Status s = allocator->second->Free(ctx, entry->allocation);
+        // A set's allocation goes with its last member still held.
+        const std::shared_ptr<SharedBlock>& shared = entry->allocation.shared;
+        if (shared && --shared->members > 0) continue;
+        Status s = allocator->second->Free(ctx, shared ? shared->whole : entry->allocation);
         if (s.ok()) {
           ++freed;
         } else {

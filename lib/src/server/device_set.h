@@ -59,7 +59,8 @@ class DeviceSet {
   // Frees an allocation on its device's worker and waits for it; with `then`, posts the free
   // instead and `then` runs on the worker with the outcome (so it may only touch what is safe
   // from another thread: the outcome log, the log). An allocation under a Hold is freed when
-  // the hold goes, and this returns Ok at once.
+  // the hold goes, and this returns Ok at once. A set member's frees its set's allocation once
+  // it is the last member left (before that, Ok at once).
   Status Free(int device, const Allocation& allocation,
               std::function<void(const Status&)> then = nullptr);
   // Keeps GPU `allocation` from being freed (or its memory handed out again) until the returned

@@ -268,8 +268,13 @@ Status Server::Impl::Run() {
     intake_->CollectSocket();
     if (!busy && taken.ok() && !intake_->has_socket_lines()) {
       // Before sleeping: the commits' results are read and the memory of the tensors the last
-      // batch deleted is freed.
+      // batch deleted is freed; what their continuations queued (the list of a set whose last
+      // member went) is sent too.
       pipeline_->Drain();
+      if (pipeline_->has_queued()) {
+        pipeline_->Flush();
+        pipeline_->Drain();
+      }
       if (applier_->ResumeDue()) {
         applier_->ResumeNow();
         continue;

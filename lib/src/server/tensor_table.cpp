@@ -1,5 +1,7 @@
 #include "server/tensor_table.h"
 
+#include <algorithm>
+
 #include "common/process.h"
 
 namespace mcd {
@@ -17,7 +19,11 @@ void TensorTable::Keep(Entry entry) {
     filling_names_.erase(name);
   }
   uint64_t bytes = entry.record.bytes;
-  if (auto old = tensors_.find(name); old != tensors_.end()) bytes_ -= old->second.record.bytes;
+  if (auto old = tensors_.find(name); old != tensors_.end()) {
+    bytes_ -= old->second.record.bytes;
+  } else if (!entry.record.set.empty()) {
+    sets_[entry.record.set].push_back(name);
+  }
   tensors_[name] = std::move(entry);
   count_ = tensors_.size();
   bytes_ += bytes;
@@ -25,6 +31,11 @@ void TensorTable::Keep(Entry entry) {
 
 Entry TensorTable::Forget(Map::iterator it) {
   Entry entry = std::move(it->second);
+  if (auto set = sets_.find(entry.record.set); set != sets_.end()) {
+    std::vector<std::string>& members = set->second;
+    members.erase(std::find(members.begin(), members.end(), it->first));
+    if (members.empty()) sets_.erase(set);
+  }
   stack_names_.erase(it->first);
   filling_names_.erase(it->first);
   tensors_.erase(it);
@@ -59,6 +70,12 @@ void TensorTable::Published(Map::iterator it) {
   filling_names_.erase(it->first);
 }
 
+const std::vector<std::string>& TensorTable::SetMembers(const std::string& set) const {
+  static const std::vector<std::string> kNone;
+  auto found = sets_.find(set);
+  return found == sets_.end() ? kNone : found->second;
+}
+
 std::vector<Entry> TensorTable::TakeUnsettled() {
   std::vector<Entry> out = std::move(unsettled_);
   unsettled_.clear();
@@ -77,6 +94,7 @@ void TensorTable::Clear() {
   tensors_.clear();
   stack_names_.clear();
   filling_names_.clear();
+  sets_.clear();
   orphans_.clear();
   unsettled_.clear();
   maybe_deleted_.clear();

@@ -43,6 +43,8 @@ class TensorTable {
   std::vector<std::string> DeadFillers() const;
   // A filled tensor is published: its record (and the replies' head) say "ready" from now on.
   void Published(Map::iterator it);
+  // The members of tensor set `set` held here, in the order created (empty: no such set).
+  const std::vector<std::string>& SetMembers(const std::string& set) const;
   size_t count() const { return count_.load(); }
   uint64_t bytes() const { return bytes_.load(); }  // of the tensors (heartbeat: tensor_bytes)
 
@@ -67,6 +69,7 @@ class TensorTable {
   Map tensors_;
   std::set<std::string> stack_names_;    // the stack tensors among them, for the reaper
   std::set<std::string> filling_names_;  // those being filled (Entry::filler), for the reaper
+  std::unordered_map<std::string, std::vector<std::string>> sets_;  // members by set
   std::atomic<size_t> count_{0};
   std::atomic<uint64_t> bytes_{0};
   std::vector<Entry> orphans_;

@@ -29,6 +29,13 @@
 -- another process's.
 -- unhold (needs "mine"): ARGV[15] holder, one that died: every reference it held is given back.
 -- After incr and unhold, at refcount <= 0 the hash is deleted (the caller then frees the memory).
+-- hset_many, del_many: every member of a tensor set at once. KEYS[1] is then the set's list of
+-- member keys, KEYS[8..] the member hashes; ARGV[15..] per member: its name, how many
+-- field/value strings follow (0 for del_many), then them. `pre` holds for every member, "absent"
+-- also for the set: no list of it that names a member hash still there (the list of a set whose
+-- members are all gone is replaced). hset_many under "absent" writes the list; del_many deletes
+-- it with the members; under "none" (the server freed a set's last member), it deletes the list
+-- alone, once no hash it names is left. The event is each member's.
 -- Returns {"ok"} | {"ok", refcount} (incr, unhold: the count after; del under "mine": the count
 -- it had) | {"dup", first_reply} | {"conflict"} | {"not_held"}.
 --
@@ -46,8 +53,24 @@ if ARGV[5] == '1' then
   end
 end
 local pre = ARGV[6]
+local action = ARGV[8]
+local many = action == 'hset_many' or action == 'del_many'
 local refcount
-if pre == 'absent' then
+if many then
+  if pre == 'absent' then
+    for _, key in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+      if redis.call('EXISTS', key) == 1 then return {'conflict'} end
+    end
+  end
+  for k = 8, #KEYS do
+    if pre == 'absent' then
+      if redis.call('EXISTS', KEYS[k]) == 1 then return {'conflict'} end
+    elseif pre == 'creating' then
+      local f = redis.call('HMGET', KEYS[k], 'state', 'owner')
+      if f[1] ~= 'creating' or f[2] ~= ARGV[7] then return {'conflict'} end
+    end
+  end
+elseif pre == 'absent' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {'conflict'} end
 elseif pre == 'mine' or pre == 'creating' then
   local f = redis.call('HMGET', KEYS[1], 'state', 'owner', 'refcount')
@@ -60,7 +83,6 @@ elseif pre == 'mine' or pre == 'creating' then
     if not refcount then return redis.error_reply('ERR hash value is not an integer') end
   end
 end
-local action = ARGV[8]
 local reply = ARGV[2]
 local result = {'ok'}
 local holder = ''
@@ -93,7 +115,31 @@ if ARGV[5] == '1' then
   redis.call('EXPIRE', KEYS[3], ARGV[3])
   redis.call('SET', KEYS[4], reply, 'EX', ARGV[4])
 end
-if action == 'hset' then
+if many then
+  local drop_list = pre == 'absent' or action == 'del_many'
+  if action == 'del_many' and pre == 'none' then  -- the last member is gone: the list, if stale
+    for _, key in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+      if redis.call('EXISTS', key) == 1 then drop_list = false end
+    end
+  end
+  if drop_list then redis.call('DEL', KEYS[1]) end
+  local at = 15
+  for k = 8, #KEYS do
+    local count = tonumber(ARGV[at + 1])
+    if action == 'del_many' then
+      redis.call('DEL', KEYS[k])
+    else
+      redis.call('HSET', KEYS[k], unpack(ARGV, at + 2, at + 1 + count))
+      if pre == 'absent' then redis.call('RPUSH', KEYS[1], KEYS[k]) end
+    end
+    if ARGV[10] ~= '' then
+      mcd_event(KEYS[7], ARGV[9], ARGV[10], ARGV[at], ARGV[12], 1, ARGV[13], ARGV[14])
+    end
+    at = at + 2 + count
+  end
+  redis.call('LREM', KEYS[2], -1, ARGV[1])
+  return result
+elseif action == 'hset' then
   redis.call('HSET', KEYS[1], unpack(ARGV, 15))
 elseif action == 'del' or ((action == 'incr' or action == 'unhold') and result[2] <= 0) then
   redis.call('DEL', KEYS[1])

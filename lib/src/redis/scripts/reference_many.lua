@@ -13,10 +13,14 @@
 -- three per tensor: its name, (release) its delete command and epoch ("*": not known).
 -- A release pushes an empty marker onto the reply list of every tensor whose release it answers
 -- itself (all of them when it refuses), so that the BLPOPs sent right behind it return at once.
--- Returns {"ok", {answer per tensor}}, an answer being {"ok", {values}}, {"forgotten",
--- {values}} or {"queued"} as reference.lua answers; or {"failed", i, refusal}: the i-th tensor
--- (from 1) refused with reference.lua's refusal ({"missing", instance, settled}, {"not_ready",
--- state}, {"wrong_node", node}, {"gone"}, {"not_held"}).
+-- A get with a sixth key and no tensor of its own (Client::GetSet): KEYS[6] is then the list of a
+-- tensor set's member keys (KeySpace::Set), and the tensors are its members still there (a
+-- member freed on its own has left the set); the answer then ends with their names.
+-- Returns {"ok", {answer per tensor}} ({"ok", {answers}, {names}} for a set), an answer being
+-- {"ok", {values}}, {"forgotten", {values}} or {"queued"} as reference.lua answers; or
+-- {"failed", i, refusal, name}: the i-th tensor (from 1) refused with reference.lua's refusal
+-- ({"missing", instance, settled}, {"not_ready", state}, {"wrong_node", node}, {"gone"},
+-- {"not_held"}); a set with no member left: i 0, "missing".
 local release = ARGV[1] == '-1'
 local delta = tonumber(ARGV[1])
 local holder = ARGV[3]
@@ -24,18 +28,33 @@ local nfields = tonumber(ARGV[6])
 local fields = {}
 for i = 1, nfields do fields[i] = ARGV[6 + i] end
 local first_arg = 6 + nfields
-local n = (#KEYS - 5) / 2
-local function tensor(i) return KEYS[4 + 2 * i] end
+local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SETTLED)
+local keys, names, replies = {}, {}, {}
+local of_set = not release and #KEYS == 6
+if of_set then
+  for _, key in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
+    if redis.call('EXISTS', key) == 1 then
+      keys[#keys + 1] = key
+      names[#names + 1] = string.match(key, '{([^{}]*)}$') or key
+    end
+  end
+  if #keys == 0 then return {'failed', 0, {'missing', server[1] or '', server[3] or ''}} end
+else
+  for i = 1, (#KEYS - 5) / 2 do
+    keys[i], replies[i] = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+    names[i] = ARGV[first_arg + 3 * (i - 1) + 1]
+  end
+end
+local n = #keys
 local function arg(i, j) return ARGV[first_arg + 3 * (i - 1) + j] end
 local function mark(i)
   if not release then return end
-  redis.call('RPUSH', KEYS[5 + 2 * i], '')
-  redis.call('EXPIRE', KEYS[5 + 2 * i], ARGV[5])
+  redis.call('RPUSH', replies[i], '')
+  redis.call('EXPIRE', replies[i], ARGV[5])
 end
-local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SETTLED)
 local read = {}
 for i = 1, n do
-  local f = redis.call('HMGET', tensor(i), 'state', 'owner', 'refcount', 'node', 'epoch')
+  local f = redis.call('HMGET', keys[i], 'state', 'owner', 'refcount', 'node', 'epoch')
   local forgotten = release and arg(i, 3) ~= '*' and arg(i, 3) ~= (f[5] or '')
   local refusal
   if not f[1] then
@@ -46,18 +65,18 @@ for i = 1, n do
     refusal = {'not_ready', f[1]}
   elseif server[1] ~= f[2] then
     refusal = {'gone'}
-  elseif release and not forgotten and not mcd_releasable(tensor(i), holder, tonumber(f[3])) then
+  elseif release and not forgotten and not mcd_releasable(keys[i], holder, tonumber(f[3])) then
     refusal = {'not_held'}
   end
   if refusal then
     for j = 1, n do mark(j) end
-    return {'failed', i, refusal}
+    return {'failed', i, refusal, names[i]}
   end
   read[i] = {tonumber(f[3]), forgotten}
 end
 local out = {}
 for i = 1, n do
-  local key, count, forgotten = tensor(i), read[i][1], read[i][2]
+  local key, count, forgotten = keys[i], read[i][1], read[i][2]
   if forgotten then
     mark(i)
     out[i] = {'forgotten', redis.call('HMGET', key, unpack(fields))}
@@ -68,10 +87,11 @@ for i = 1, n do
     local own = not release or mcd_releasable(key, holder, count) == 'own'
     redis.call('HINCRBY', key, 'refcount', delta)
     if own and holder ~= '' then mcd_hold(key, KEYS[2], KEYS[3], holder, delta) end
-    mcd_event(KEYS[4], server[2], release and 'release' or 'get', arg(i, 1), ARGV[2],
+    mcd_event(KEYS[4], server[2], release and 'release' or 'get', names[i], ARGV[2],
               count + delta, ARGV[4], '')
     mark(i)
     out[i] = {'ok', redis.call('HMGET', key, unpack(fields))}
   end
 end
+if of_set then return {'ok', out, names} end
 return {'ok', out}
