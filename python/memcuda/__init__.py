@@ -18,6 +18,7 @@ docs/python.md.
 import collections
 import ctypes
 import json
+import os
 import threading
 import weakref
 
@@ -116,6 +117,40 @@ class Client:
         with self._lock:
             self._call(_clib.mcd_get_many, array, len(names), out)
             return [Tensor(self, _Mapping(self, record), record) for record in out]
+
+    def get_set(self, name):
+        """get() of every member of tensor set `name` still there, in one Redis round trip and
+        one mapping of the set's allocation: a dict of Tensors by member name without the
+        "name/" prefix (as the set's safetensors file names them), sorted."""
+        name = str(name).rstrip("/")
+        array = ctypes.c_void_p()
+        count = ctypes.c_size_t()
+        with self._lock:
+            self._call(_clib.mcd_get_set, _bytes(name), ctypes.byref(array), ctypes.byref(count))
+            try:
+                records = ctypes.cast(array, ctypes.POINTER(_CTensor))
+                out = {}
+                for i in range(count.value):
+                    record = records[i]
+                    out[record.name.decode()[len(name) + 1:]] = Tensor(
+                        self, _Mapping(self, record), record)
+                return out
+            finally:
+                _clib.mcd_free(array)
+
+    def load_safetensors(self, path, name, device=0):
+        """Loads safetensors file `path` into a new tensor set `name` on `device`: each tensor of
+        the file a member "name/<its name>", all in one allocation, all of them or none. Returns
+        the members' names."""
+        name = str(name).rstrip("/")
+        self._call(_clib.mcd_load_safetensors, _bytes(os.fspath(path)), _bytes(name),
+                   _device(device))
+        return [record["name"] for record in self.ls(name + "/*")]
+
+    def save_safetensors(self, name, path):
+        """Writes every member of tensor set `name` to safetensors file `path`."""
+        self._call(_clib.mcd_save_safetensors, _bytes(str(name).rstrip("/")),
+                   _bytes(os.fspath(path)))
 
     def stat(self, name):
         """The tensor's record as a dict (the keys of `mcd-ls --json`)."""

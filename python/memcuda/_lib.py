@@ -94,6 +94,10 @@ _declare("mcd_create_ex", _i32, _client, _str, _str, ctypes.POINTER(_i64), _i32,
 _declare("mcd_get", _i32, _client, _str, ctypes.POINTER(Tensor))
 _declare("mcd_get_many", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t,
          ctypes.POINTER(Tensor))
+_declare("mcd_get_set", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p),
+         ctypes.POINTER(ctypes.c_size_t))
+_declare("mcd_load_safetensors", _i32, _client, _str, _str, _i32)
+_declare("mcd_save_safetensors", _i32, _client, _str, _str)
 _declare("mcd_open", _i32, _client, _str, ctypes.POINTER(Tensor))
 _declare("mcd_release", _i32, _client, _str)
 _declare("mcd_release_reference", _i32, _client, _str)

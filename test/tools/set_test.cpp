@@ -112,7 +112,9 @@ TEST_F(Sets, ASetsMembersShareOneAllocationAndAreGotInOneCall) {
   ASSERT_TRUE(producer->ReleaseMany({names[24]}).ok());
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000)) << ServeLog();
   EXPECT_TRUE(test::WaitFor(
-      [&] { return redis_.Connect()->Command({"EXISTS", keys_.Set("model")})->integer == 0; },
+      [&] {
+        return redis_.Connect()->Command({"EXISTS", keys_.Set("model")})->integer == 0;
+      },
       5000))
       << "the set's list goes with its last member";
   EXPECT_EQ(consumer->GetSet("model").status().code(), ErrorCode::kNotFound);
@@ -147,17 +149,17 @@ TEST_F(Sets, ABadSetMakesNothing) {
 
   // A raw create_set whose members list holds a bad member is answered with the member named.
   auto conn = redis_.Connect();
-  ASSERT_TRUE(conn->Command({"RPUSH", keys_.Members("m1"),
-                             R"({"name":"s/a","dtype":"f32","shape":[2]})",
-                             R"({"name":"s/b","dtype":"f99","shape":[2]})"})
-                  .ok());
-  json bad = Raw(R"({"op":"create_set","name":"s","members":"m1","device":"cpu","req":"c1"})",
-                 "c1");
+  ASSERT_TRUE(
+      conn->Command({"RPUSH", keys_.Members("m1"), R"({"name":"s/a","dtype":"f32","shape":[2]})",
+                     R"({"name":"s/b","dtype":"f99","shape":[2]})"})
+          .ok());
+  json bad =
+      Raw(R"({"op":"create_set","name":"s","members":"m1","device":"cpu","req":"c1"})", "c1");
   EXPECT_EQ(bad["ok"], false) << bad.dump();
   EXPECT_NE(bad.dump().find("member 2"), std::string::npos) << bad.dump();
   EXPECT_EQ(ShmCount(), 1u);
-  json none = Raw(R"({"op":"create_set","name":"s","members":"m2","device":"cpu","req":"c2"})",
-                  "c2");
+  json none =
+      Raw(R"({"op":"create_set","name":"s","members":"m2","device":"cpu","req":"c2"})", "c2");
   EXPECT_EQ(none["ok"], false) << none.dump();
 
   // The same set again, without the taken name: made.

@@ -23,6 +23,7 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
           "  mcd-create scratch --dtype u8 --shape 4096 --device cpu --lifetime "
           "stack --owner-pid $$\n"
           "  mcd-create table --from table.npy --device 0\n"
+          "  mcd-create llama --from model.safetensors --device 0  # a tensor set\n"
           "  mcd-create weights.local --copy-of weights --device 0  # from another node\n\n") +
       tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
@@ -41,7 +42,9 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
       ->check(CLI::IsMember({"zero", "none"}))
       ->capture_default_str();
   app.add_option("--from", f.from,
-                 "Load a NumPy .npy file (its dtype and shape) into the new tensor");
+                 "Load a NumPy .npy file (its dtype and shape) into the new tensor, or a "
+                 ".safetensors file into a new tensor set NAME: each of its tensors a member "
+                 "NAME/<its name>, all in one allocation");
   app.add_option(
          "--copy-of", f.copy_of,
          "A copy of tensor OTHER of another node (its dtype, shape and bytes), moved by the "
@@ -113,6 +116,46 @@ Result<TensorRecord> Create(const CreateFlags& f, CreateSpec spec, const tools::
   return client->Create(spec);
 }
 
+bool IsSafetensors(const std::string& path) {
+  constexpr std::string_view kSuffix = ".safetensors";
+  return path.size() > kSuffix.size() &&
+         path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
+// --from FILE.safetensors: the file's tensors as the members of tensor set NAME.
+int CreateSetFrom(const CreateFlags& f) {
+  const char* tool = "mcd-create";
+  if (!f.dtype.empty() || !f.shape.empty() || f.owner_pid != 0 || f.lifetime != "heap") {
+    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
+                                    "a tensor set from a .safetensors file takes dtypes and shapes "
+                                    "from the file, and is a heap set: drop --dtype, --shape, "
+                                    "--lifetime and --owner-pid"));
+  }
+  auto device = ParseDevice(f.device);
+  if (!device.ok()) return tools::Fail(tool, device.status());
+  auto options = tools::MakeClientOptions(f.common, true);
+  if (!options.ok()) return tools::Fail(tool, options.status());
+  auto client = tools::ConnectClient(tool, *options, f.common.quiet);
+  if (!client.ok()) return tools::Fail(tool, client.status());
+  auto members = (*client)->LoadSafetensors(f.from, f.name, *device);
+  if (!members.ok()) return tools::Fail(tool, members.status());
+  uint64_t bytes = 0;
+  for (const TensorRecord& r : *members) bytes += r.bytes;
+  if (f.common.json) {
+    std::string out = "[";
+    for (const TensorRecord& r : *members) out += (out.size() > 1 ? "," : "") + RecordToJson(r);
+    std::cout << out << "]\n";
+  } else if (!f.common.quiet) {
+    const TensorRecord& r = members->front();
+    std::cout << "created set " << tools::Escaped(f.name) << ": " << members->size() << " tensors "
+              << tools::Escaped(f.name) << "/... on "
+              << (r.device == kHostDevice ? "cpu" : "device " + std::to_string(r.device)) << " ("
+              << tools::HumanBytes(bytes) << " in one allocation, " << IpcKindName(r.ipc_kind)
+              << ")\n";
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace mcd
 
@@ -124,6 +167,7 @@ static int ToolMain(int argc, char** argv) {
   CreateFlags flags;
   AddFlags(app, flags);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  if (IsSafetensors(flags.from)) return CreateSetFrom(flags);
   tools::NpyArray npy;
   auto spec = MakeSpec(flags, npy);
   if (!spec.ok()) return tools::Fail("mcd-create", spec.status());

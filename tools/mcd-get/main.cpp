@@ -50,6 +50,8 @@ void AddFlags(CLI::App& app, GetFlags& f) {
                          "  mcd-get weights --detached      # a reference that outlives the shell\n"
                          "  mcd-get batch.7 --wait 60 -q    # once the producer has made it\n"
                          "  mcd-get w.0 w.1 w.2 --json      # three references, all or none\n"
+                         "  mcd-get llama/                  # every member of tensor set llama\n"
+                         "  mcd-get llama/ -o out.safetensors\n"
                          "A reference is the calling shell's (or --owner-pid's): mcd-rm from it\n"
                          "gives it back, and the server does when that process exits.\n\n") +
              tools::kEnvironmentFooter);
@@ -62,7 +64,8 @@ void AddFlags(CLI::App& app, GetFlags& f) {
                         "Take a reference bound to no process: it lives until an mcd-rm gives "
                         "it back");
   app.add_option("-o,--output", f.output,
-                 "Write the contents to FILE.npy (NumPy) or FILE.bin (raw)");
+                 "Write the contents to FILE.npy (NumPy) or FILE.bin (raw); a tensor set "
+                 "(NAME/) to FILE.safetensors");
   app.add_option("--print", f.print_count, "Print the first N values")
       ->check(CLI::NonNegativeNumber);  // "-1" would wrap to all of them
   app.add_option("--wait", f.wait_s,
@@ -165,6 +168,46 @@ void PrintResult(const GetFlags& f, const mcd::TensorRecord& r, const std::strin
   }
 }
 
+// NAME/: the members of tensor set NAME. Their references are taken in one call (bound as any
+// other get's; given back at once with --no-ref), or held while -o FILE.safetensors is written.
+int GetSet(const GetFlags& f, const std::string& set) {
+  using namespace mcd;
+  const char* tool = "mcd-get";
+  if (f.names.size() > 1 || f.wait_s >= 0 || f.print_count > 0 ||
+      (!f.output.empty() && !EndsWith(f.output, ".safetensors"))) {
+    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
+                                    "a tensor set (NAME/) is got alone, without --wait and "
+                                    "--print; -o writes it to a .safetensors file"));
+  }
+  auto client = Connect(f);
+  if (!client.ok()) return tools::Fail(tool, client.status());
+  if (!f.output.empty()) {
+    Status saved = (*client)->SaveSafetensors(set, f.output);
+    if (!saved.ok()) return tools::Fail(tool, saved);
+    if (!f.common.quiet)
+      std::cout << "wrote set " << tools::Escaped(set) << " to " << f.output << "\n";
+    return 0;
+  }
+  auto views = (*client)->GetSet(set);
+  if (!views.ok()) return tools::Fail(tool, views.status());
+  std::vector<std::string> names;
+  for (const TensorView& view : *views) {
+    names.push_back(view.record.name);
+    (void)(*client)->Close(view.record.name);
+  }
+  if (f.no_ref) {
+    auto released = (*client)->ReleaseMany(names);
+    if (!released.ok()) return tools::Fail(tool, released.status());
+  }
+  if (f.common.json) std::cout << "[";
+  for (size_t i = 0; i < views->size(); ++i) {
+    if (i > 0 && (f.common.json || !f.common.quiet)) std::cout << (f.common.json ? "," : "\n");
+    PrintResult(f, (*views)[i].record, "");
+  }
+  if (f.common.json) std::cout << "]\n";
+  return 0;
+}
+
 }  // namespace
 
 static int ToolMain(int argc, char** argv) {
@@ -174,6 +217,9 @@ static int ToolMain(int argc, char** argv) {
   GetFlags f;
   AddFlags(app, f);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  for (const std::string& name : f.names) {
+    if (name.size() > 1 && name.back() == '/') return GetSet(f, name.substr(0, name.size() - 1));
+  }
   if (!f.output.empty() && !EndsWith(f.output, ".npy") && !EndsWith(f.output, ".bin")) {
     return tools::Fail(tool,
                        Status(ErrorCode::kInvalidArgument, "-o needs a .npy or .bin file name"));

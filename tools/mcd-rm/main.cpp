@@ -23,6 +23,7 @@ void AddFlags(CLI::App& app, RmFlags& f) {
                   "  mcd-rm weights                  # the shell's reference, else an unbound one\n"
                   "  mcd-rm batch.7 --wait-free 600  # and wait until every consumer let go\n"
                   "  mcd-rm w.0 w.1 w.2              # three at once, all or none\n"
+                  "  mcd-rm llama/                   # every member of tensor set llama\n"
                   "  mcd-ls -q 'tmp.*' | xargs -r mcd-rm --ignore-missing\n\n") +
       tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
@@ -81,18 +82,33 @@ int Report(const RmFlags& f, Client& client, const std::string& name, TensorReco
 
 // Several names without --ignore-missing: one reference of each in one call, all or none.
 // Otherwise one by one, skipping (with --ignore-missing) the names that do not exist.
+// NAME/ stands for every member of tensor set NAME.
 int RemoveAll(const RmFlags& f, Client& client, std::string& json) {
   int exit_code = 0;
-  if (f.names.size() > 1 && !f.ignore_missing) {
-    auto records = client.ReleaseMany(f.names);
+  std::vector<std::string> names;
+  for (const std::string& name : f.names) {
+    if (name.size() < 2 || name.back() != '/') {
+      names.push_back(name);
+      continue;
+    }
+    std::string set = name.substr(0, name.size() - 1);
+    auto members = client.SetMembers(set);
+    if (!members.ok()) return tools::Fail(kTool, members.status());
+    if (members->empty() && !f.ignore_missing) {
+      return tools::Fail(kTool, Status(ErrorCode::kNotFound, "no tensor set named '" + set + "'"));
+    }
+    names.insert(names.end(), members->begin(), members->end());
+  }
+  if (names.size() > 1 && !f.ignore_missing) {
+    auto records = client.ReleaseMany(names);
     if (!records.ok()) return tools::Fail(kTool, records.status());
-    for (size_t i = 0; i < f.names.size(); ++i) {
-      int rc = Report(f, client, f.names[i], (*records)[i], json);
+    for (size_t i = 0; i < names.size(); ++i) {
+      int rc = Report(f, client, names[i], (*records)[i], json);
       if (exit_code == 0) exit_code = rc;
     }
     return exit_code;
   }
-  for (const std::string& name : f.names) {
+  for (const std::string& name : names) {
     auto record = client.Release(name);
     int rc = 0;
     if (record.ok()) {

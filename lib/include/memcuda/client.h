@@ -123,6 +123,18 @@ class MCD_API Client {
   // set), found and referenced in one script call, and opened with one mapping of the set's
   // allocation. Views sorted by name. kNotFound when no member is left.
   Result<std::vector<TensorView>> GetSet(const std::string& set);
+  // The names of the members of tensor set `set` still there, sorted (empty: no such set).
+  Result<std::vector<std::string>> SetMembers(const std::string& set);
+  // Loads safetensors file `path` into a new tensor set `set` on `device`: each tensor of the
+  // file a member named "<set>/<its name>", of its dtype and shape (a scalar as shape [1]), in the
+  // file's order; every dtype of the format that memcuda has (kUnsupported names the rest). All
+  // of it or nothing, as CreateSet. Returns the members' records.
+  Result<std::vector<TensorRecord>> LoadSafetensors(const std::string& path, const std::string& set,
+                                                    int device,
+                                                    Lifetime lifetime = Lifetime::kHeap);
+  // Writes every member of tensor set `set` to safetensors file `path` (named without "<set>/",
+  // sorted by name), holding a reference of each meanwhile. The file appears whole or not at all.
+  Status SaveSafetensors(const std::string& set, const std::string& path);
   // Opens the tensor without touching its refcount (it must be ready).
   Result<TensorView> Open(const std::string& name);
   // Closes this process's mapping of it, if any, and gives one reference back (refcount-1; the

@@ -119,6 +119,16 @@ MCD_API int32_t mcd_get_many(mcd_client* client, const char* const* names, size_
                              mcd_tensor* out);
 /* mcd_release of `count` tensors (distinct names) in one Redis round trip, all or nothing. */
 MCD_API int32_t mcd_release_many(mcd_client* client, const char* const* names, size_t count);
+/* Tensor sets (memcuda(7), TENSOR SETS): tensors "SET/..." laid out in one allocation.
+ * mcd_get_set: mcd_get of every member of set `set` still there, in one Redis round trip and one
+ * mapping, all or nothing; *out (free it with mcd_free) holds *count tensors, sorted by name. */
+MCD_API int32_t mcd_get_set(mcd_client* client, const char* set, mcd_tensor** out, size_t* count);
+/* Loads safetensors file `path` into a new set `set` on `device` (members "SET/<tensor name>"),
+ * all of it or nothing. */
+MCD_API int32_t mcd_load_safetensors(mcd_client* client, const char* path, const char* set,
+                                     int32_t device);
+/* Writes every member of set `set` to safetensors file `path` (whole or not at all). */
+MCD_API int32_t mcd_save_safetensors(mcd_client* client, const char* set, const char* path);
 /* Maps the tensor without taking a reference. */
 MCD_API int32_t mcd_open(mcd_client* client, const char* name, mcd_tensor* out);
 /* Unmaps (if mapped here) and gives one reference back (refcount-1; freed at 0). GPU work of

@@ -212,6 +212,45 @@ int32_t mcd_release_many(mcd_client* c, const char* const* names, size_t count) 
   });
 }
 
+int32_t mcd_get_set(mcd_client* c, const char* set, mcd_tensor** out, size_t* count) {
+  if (int32_t rc = Check(c, set); rc != MCD_OK) return rc;
+  if (out == nullptr || count == nullptr) return Check(c, nullptr);
+  return Guard(c, [&]() -> int32_t {
+    auto views = c->client->GetSet(set);
+    if (!views.ok()) return Fail(c, views.status());
+    *out = static_cast<mcd_tensor*>(std::malloc(views->size() * sizeof(mcd_tensor)));
+    if (*out == nullptr) {
+      std::vector<std::string> names;
+      for (const mcd::TensorView& view : *views) names.push_back(view.record.name);
+      (void)c->client->ReleaseMany(names);
+      return Fail(c, mcd::Status(mcd::ErrorCode::kOutOfMemory, "no host memory for the set"));
+    }
+    for (size_t i = 0; i < views->size(); ++i) {
+      Fill((*views)[i].record, (*views)[i].data, &(*out)[i]);
+    }
+    *count = views->size();
+    return MCD_OK;
+  });
+}
+
+int32_t mcd_load_safetensors(mcd_client* c, const char* path, const char* set, int32_t device) {
+  if (int32_t rc = Check(c, set); rc != MCD_OK) return rc;
+  if (int32_t rc = Check(c, path); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    auto members = c->client->LoadSafetensors(path, set, device);
+    return members.ok() ? MCD_OK : Fail(c, members.status());
+  });
+}
+
+int32_t mcd_save_safetensors(mcd_client* c, const char* set, const char* path) {
+  if (int32_t rc = Check(c, set); rc != MCD_OK) return rc;
+  if (int32_t rc = Check(c, path); rc != MCD_OK) return rc;
+  return Guard(c, [&]() -> int32_t {
+    mcd::Status saved = c->client->SaveSafetensors(set, path);
+    return saved.ok() ? MCD_OK : Fail(c, saved);
+  });
+}
+
 int32_t mcd_close(mcd_client* c, const char* name) {
   if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {

@@ -16,13 +16,13 @@ namespace {
 Result<Command> CreateSetCommand(CreateSetSpec& spec) {
   MCD_RETURN_IF_ERROR(ValidateName(spec.name));
   if (spec.members.empty() || spec.members.size() > kMaxSetMembers) {
-    return Status(ErrorCode::kInvalidArgument, "a tensor set has 1 to " +
-                                                   std::to_string(kMaxSetMembers) + " members");
+    return Status(ErrorCode::kInvalidArgument,
+                  "a tensor set has 1 to " + std::to_string(kMaxSetMembers) + " members");
   }
   if (!spec.contents.empty() && spec.contents.size() != spec.members.size()) {
-    return Status(ErrorCode::kInvalidArgument, "contents for " +
-                                                   std::to_string(spec.contents.size()) + " of " +
-                                                   std::to_string(spec.members.size()) + " members");
+    return Status(ErrorCode::kInvalidArgument,
+                  "contents for " + std::to_string(spec.contents.size()) + " of " +
+                      std::to_string(spec.members.size()) + " members");
   }
   std::unordered_set<std::string_view> names;
   for (SetMember& member : spec.members) {
@@ -110,6 +110,26 @@ Result<std::vector<TensorRecord>> Client::CreateSet(const CreateSetSpec& spec_in
   }
   impl_->AbandonSet(spec.name);
   return filled;
+}
+
+Result<std::vector<std::string>> Client::SetMembers(const std::string& set) {
+  MCD_RETURN_IF_ERROR(ValidateName(set));
+  const KeySpace& keys = impl_->options().keys;
+  return impl_->Retrying("read", true, [&]() -> Result<std::vector<std::string>> {
+    RedisConnection& redis = impl_->redis();
+    MCD_ASSIGN_OR_RETURN(RedisValue listed, redis.Command({"LRANGE", keys.Set(set), "0", "-1"}));
+    for (const RedisValue& key : listed.elements) {
+      MCD_RETURN_IF_ERROR(redis.Append({"EXISTS", key.str}));
+    }
+    std::vector<std::string> names;
+    for (const RedisValue& key : listed.elements) {
+      MCD_ASSIGN_OR_RETURN(RedisValue exists, redis.ReadReply());
+      std::string name = keys.NameFromTensorKey(key.str);
+      if (exists.integer == 1 && !name.empty()) names.push_back(std::move(name));
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  });
 }
 
 Result<std::vector<TensorView>> Client::GetSet(const std::string& set) {

@@ -44,8 +44,8 @@ Result<std::vector<SetMember>> SetApplier::ReadMembers(const Command& cmd) {
                   "no members at " + key + " (push them before the create_set, within a minute)");
   }
   if (listed.elements.size() > kMaxSetMembers) {
-    return Status(ErrorCode::kTooLarge, "a set has at most " + std::to_string(kMaxSetMembers) +
-                                            " members");
+    return Status(ErrorCode::kTooLarge,
+                  "a set has at most " + std::to_string(kMaxSetMembers) + " members");
   }
   std::vector<SetMember> members;
   members.reserve(listed.elements.size());
@@ -151,9 +151,9 @@ void SetApplier::HandleCreate(Request& request) {
   }
   if (!devices_.Serves(cmd.device)) {
     return Fail(request, "create_set",
-                Status(ErrorCode::kNoDevice, "device " + DeviceName(cmd.device) +
-                                                 " is not served here (devices: " +
-                                                 devices_.devices_text() + ")"),
+                Status(ErrorCode::kNoDevice,
+                       "device " + DeviceName(cmd.device) +
+                           " is not served here (devices: " + devices_.devices_text() + ")"),
                 t0);
   }
   auto filler = FillerOf(cmd);
@@ -224,8 +224,8 @@ Result<std::vector<TensorTable::Map::iterator>> SetApplier::FilledMembers(const 
     auto it = table_.find(name);
     const Entry& entry = it->second;
     if (!entry.filler) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "tensor set '" + cmd.name + "' is " + entry.record.state + ", not being filled");
+      return Status(ErrorCode::kInvalidArgument, "tensor set '" + cmd.name + "' is " +
+                                                     entry.record.state + ", not being filled");
     }
     if (entry.filler->pid != cmd.pid) {
       return Status(ErrorCode::kInvalidArgument,
@@ -249,8 +249,8 @@ void SetApplier::HandlePublish(Request& request) {
   for (const auto& it : *members) records.push_back(&it->second.record);
   static const std::vector<std::string> kReady = {"state", "ready"};
   std::vector<CommitMember> commit = CommitMembers(records, &kReady);
-  std::string reply =
-      TensorReplyJson(cmd.req, Op::kPublish, RecordJsonHead(SetRecord(cmd.name, *members, "ready")), 1);
+  std::string reply = TensorReplyJson(cmd.req, Op::kPublish,
+                                      RecordJsonHead(SetRecord(cmd.name, *members, "ready")), 1);
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
                        CommitChange::HsetMany(commit), CommitEvent{"create", cmd.pid}),
         request, [this, t0](const Request& made, Result<CommitResult> committed) {
@@ -262,8 +262,9 @@ void SetApplier::HandlePublish(Request& request) {
             return outcomes_.Record("publish", set, Status::Ok(), t0, "set");
           }
           Status failed = committed.ok() ? Status(ErrorCode::kNotFound,
-                                                  "tensor set '" + set + "' is gone (its members "
-                                                  "were removed underneath the server)")
+                                                  "tensor set '" + set +
+                                                      "' is gone (its members "
+                                                      "were removed underneath the server)")
                                          : committed.status();
           if (committed.ok() && committed->kind == CommitResult::kDup) {
             return outcomes_.Record("publish", set, Status::Ok(), t0, "repeated_req=" + made.req);
@@ -286,8 +287,8 @@ void SetApplier::HandleAbandon(Request& request) {
   for (const auto& it : *members) records.push_back(&it->second.record);
   static const std::vector<std::string> kNoFields;
   std::vector<CommitMember> commit = CommitMembers(records, &kNoFields);
-  std::string reply = TensorReplyJson(
-      cmd.req, Op::kAbandon, RecordJsonHead(SetRecord(cmd.name, *members, "creating")), 0);
+  std::string reply = TensorReplyJson(cmd.req, Op::kAbandon,
+                                      RecordJsonHead(SetRecord(cmd.name, *members, "creating")), 0);
   // Never announced, so no event.
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
                        CommitChange::DelMany(commit), CommitEvent{}),
@@ -307,9 +308,9 @@ void SetApplier::HandleAbandon(Request& request) {
           if (committed.ok() && committed->kind == CommitResult::kDup) {
             return outcomes_.Record("abandon", set, Status::Ok(), t0, "repeated_req=" + made.req);
           }
-          Status failed = committed.ok() ? Status(ErrorCode::kNotFound,
-                                                  "tensor set '" + set + "' is gone")
-                                         : committed.status();
+          Status failed = committed.ok()
+                              ? Status(ErrorCode::kNotFound, "tensor set '" + set + "' is gone")
+                              : committed.status();
           if (committed.ok()) {
             responder_.AnswerNow(made, "abandon", failed);
           } else {

@@ -1,0 +1,141 @@
+// safetensors files in and out of tensor sets (client.h): LoadSafetensors maps the file and makes
+// one set of its tensors, filled from the mapping; SaveSafetensors writes a set's members back as
+// one file. The format itself: protocol/safetensors.h. The client's thread.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "client/client_impl.h"
+#include "memcuda/unique_fd.h"
+#include "protocol/safetensors.h"
+
+namespace mcd {
+
+namespace {
+
+Status IoError(const std::string& what, int err) {
+  return Status(ErrorCode::kIoError, what + ": " + std::strerror(err));
+}
+
+// A read-only mapping of a whole file, unmapped when it goes.
+class MappedFile {
+ public:
+  static Result<MappedFile> Open(const std::string& path) {
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return IoError("open " + path, errno);
+    struct stat st {};
+    if (fstat(fd.get(), &st) != 0) return IoError("stat " + path, errno);
+    if (!S_ISREG(st.st_mode)) {
+      return Status(ErrorCode::kInvalidArgument, path + " is not a regular file");
+    }
+    MappedFile file;
+    file.size_ = static_cast<uint64_t>(st.st_size);
+    if (file.size_ == 0) return file;
+    void* data = mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (data == MAP_FAILED) return IoError("mmap " + path, errno);
+    (void)madvise(data, file.size_, MADV_SEQUENTIAL);  // read once, front to back
+    file.data_ = static_cast<const char*>(data);
+    return file;
+  }
+  MappedFile(MappedFile&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(other.size_) {}
+  MappedFile& operator=(MappedFile&&) = delete;
+  ~MappedFile() {
+    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
+  }
+  const char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  MappedFile() = default;
+  const char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+Status WriteAll(int fd, const char* data, uint64_t bytes, const std::string& path) {
+  while (bytes > 0) {
+    ssize_t n = write(fd, data, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError("write " + path, errno);
+    data += n;
+    bytes -= static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<TensorRecord>> Client::LoadSafetensors(const std::string& path,
+                                                          const std::string& set, int device,
+                                                          Lifetime lifetime) {
+  MCD_RETURN_IF_ERROR(ValidateName(set));
+  MCD_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  const std::string_view whole(file.data(), file.size());
+  MCD_ASSIGN_OR_RETURN(uint64_t header, SafetensorsHeaderSize(whole.substr(0, 8), file.size()));
+  const uint64_t data_at = 8 + header;
+  auto entries = ParseSafetensorsHeader(whole.substr(8, header), file.size() - data_at);
+  if (!entries.ok()) {
+    return Status(entries.status().code(), path + ": " + entries.status().message());
+  }
+  CreateSetSpec spec;
+  spec.name = set;
+  spec.device = device;
+  spec.lifetime = lifetime;
+  for (const SafetensorsEntry& entry : entries.value()) {
+    SetMember member;
+    member.name = set + "/" + entry.name;
+    Status valid = ValidateName(member.name);
+    if (!valid.ok()) {
+      return Status(ErrorCode::kInvalidArgument, path + ": tensor '" + entry.name +
+                                                     "' cannot be named '" + member.name +
+                                                     "': " + valid.message());
+    }
+    member.dtype = entry.dtype;
+    member.shape = entry.shape;
+    spec.members.push_back(std::move(member));
+    spec.contents.push_back(file.data() + data_at + entry.begin);
+  }
+  return CreateSet(spec);
+}
+
+Status Client::SaveSafetensors(const std::string& set, const std::string& path) {
+  MCD_ASSIGN_OR_RETURN(std::vector<TensorView> views, GetSet(set));
+  std::vector<std::string> names;
+  std::vector<SafetensorsEntry> entries;
+  uint64_t largest = 0;
+  for (const TensorView& view : views) {
+    const TensorRecord& r = view.record;
+    names.push_back(r.name);
+    entries.push_back(SafetensorsEntry{r.name.substr(set.size() + 1), r.dtype, r.shape, 0, r.bytes});
+    largest = std::max(largest, r.bytes);
+  }
+  // Written beside its final name and renamed there once whole: a reader never sees half a file.
+  const std::string temp = path + ".tmp-" + std::to_string(getpid());
+  Status written = Status::Ok();
+  {
+    UniqueFd fd(open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) written = IoError("open " + temp, errno);
+    std::string head = SafetensorsHeader(entries);
+    if (written.ok()) written = WriteAll(fd.get(), head.data(), head.size(), temp);
+    std::string buffer;
+    if (written.ok()) buffer.resize(largest);
+    for (size_t i = 0; written.ok() && i < views.size(); ++i) {
+      written = CopyToHost(views[i], buffer.data(), views[i].record.bytes);
+      if (written.ok()) written = WriteAll(fd.get(), buffer.data(), views[i].record.bytes, temp);
+    }
+    if (written.ok() && fd && close(fd.release()) != 0) written = IoError("close " + temp, errno);
+  }
+  if (written.ok() && rename(temp.c_str(), path.c_str()) != 0) {
+    written = IoError("rename to " + path, errno);
+  }
+  if (!written.ok()) unlink(temp.c_str());
+  auto released = ReleaseMany(names);
+  if (written.ok() && !released.ok()) return released.status();
+  return written;
+}
+
+}  // namespace mcd

@@ -1,0 +1,154 @@
+// safetensors in and out of tensor sets: mcd-create NAME --from FILE.safetensors makes a set of
+// the file's tensors, mcd-get NAME/ -o FILE.safetensors writes one back; a file memcuda cannot
+// hold is refused with nothing made. Real redis-server, mcd-serve and tools, host tensors; the
+// files are written and read here by hand (not by the code under test), every byte compared.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "lifecycle_fixture.h"
+#include "test_support.h"
+
+namespace mcd {
+namespace {
+
+using test::RandomBytes;
+
+struct FileTensor {
+  std::string name, dtype;  // the format's dtype name
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+// A safetensors file of `tensors`, their data back to back in the order given after `gap` bytes
+// of padding each (so offsets are not aligned), with a __metadata__ entry.
+std::string SafetensorsFile(const std::vector<FileTensor>& tensors, size_t gap = 3) {
+  json header = {{"__metadata__", {{"format", "pt"}}}};
+  std::string data;
+  for (const FileTensor& t : tensors) {
+    data.append(gap, 'x');
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data += t.bytes;
+  }
+  std::string text = header.dump();
+  std::string size(8, '\0');
+  for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(text.size() >> (8 * i));
+  return size + text + data;
+}
+
+// The tensors of a safetensors file, by name, as read here.
+std::map<std::string, FileTensor> ReadSafetensors(const std::string& file) {
+  std::map<std::string, FileTensor> out;
+  if (file.size() < 8) return out;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
+  json header = json::parse(file.substr(8, n));
+  for (auto& [name, t] : header.items()) {
+    if (name == "__metadata__") continue;
+    uint64_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+    out[name] = FileTensor{name, t["dtype"], t["shape"].get<std::vector<int64_t>>(),
+                           file.substr(8 + n + begin, end - begin)};
+  }
+  return out;
+}
+
+class Safetensors : public Lifecycle {
+ protected:
+  std::string Path(const std::string& file) const { return dir_.path() + "/" + file; }
+  void Write(const std::string& file, const std::string& bytes) {
+    std::ofstream(Path(file), std::ios::binary) << bytes;
+  }
+  static std::vector<FileTensor> Model() {
+    return {{"model.embed_tokens.weight", "F16", {64, 16}, RandomBytes(64 * 16 * 2, 1)},
+            {"model.layers.0.self_attn.q_proj.weight", "BF16", {16, 16}, RandomBytes(512, 2)},
+            {"model.layers.0.mlp.gate_proj.bias", "F32", {48}, RandomBytes(48 * 4, 3)},
+            {"model.norm.eps", "F64", {}, RandomBytes(8, 4)},
+            {"lm_head.mask", "BOOL", {5, 3}, std::string(15, '\1')},
+            {"pos.ids", "I64", {2, 2, 3}, RandomBytes(96, 5)},
+            {"q.scales", "U8", {7}, RandomBytes(7, 6)}};
+  }
+};
+
+// A checkpoint of mixed dtypes (a scalar among them, offsets unaligned) becomes a set whose
+// members hold the file's bytes; the set written back holds the same tensors, bytes and shapes.
+TEST_F(Safetensors, ACheckpointBecomesASetAndComesBackTheSame) {
+  std::vector<FileTensor> model = Model();
+  Write("model.safetensors", SafetensorsFile(model));
+  auto made = Tool("mcd-create", {"llm", "--from", Path("model.safetensors"), "--device", "cpu"});
+  ASSERT_EQ(made.exit_code, 0) << made.err << ServeLog();
+  EXPECT_NE(made.out.find("7 tensors"), std::string::npos) << made.out;
+  EXPECT_EQ(ShmCount(), 1u) << "one allocation for the whole checkpoint";
+  for (const FileTensor& t : model) {
+    std::string name = "llm/" + t.name;
+    EXPECT_EQ(HashField(name, "set"), "llm");
+    auto read = Tool("mcd-get", {name, "--no-ref", "-q", "-o", Path(t.name + ".bin")});
+    ASSERT_EQ(read.exit_code, 0) << read.err;
+    EXPECT_TRUE(test::ReadFile(Path(t.name + ".bin")) == t.bytes) << name;
+  }
+  EXPECT_EQ(HashField("llm/model.norm.eps", "shape"), "[1]") << "a scalar is shape [1]";
+  EXPECT_EQ(HashField("llm/lm_head.mask", "dtype"), "bool");
+
+  auto saved = Tool("mcd-get", {"llm/", "-o", Path("out.safetensors")});
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  std::map<std::string, FileTensor> back = ReadSafetensors(test::ReadFile(Path("out.safetensors")));
+  ASSERT_EQ(back.size(), model.size());
+  for (const FileTensor& t : model) {
+    const FileTensor& b = back[t.name];
+    EXPECT_EQ(b.dtype, t.dtype) << t.name;
+    EXPECT_EQ(b.shape, t.shape.empty() ? std::vector<int64_t>{1} : t.shape) << t.name;
+    EXPECT_TRUE(b.bytes == t.bytes) << t.name;
+  }
+  for (const FileTensor& t : model) EXPECT_EQ(HashField("llm/" + t.name, "refcount"), "1");
+
+  // The set's references, all at once, bound to the caller; then every member given back.
+  auto got = Tool("mcd-get", {"llm/", "--detached", "--json"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(json::parse(got.out).size(), model.size());
+  EXPECT_EQ(HashField("llm/q.scales", "refcount"), "2");
+  ASSERT_EQ(Tool("mcd-rm", {"llm/"}).exit_code, 0);
+  EXPECT_EQ(HashField("llm/q.scales", "refcount"), "1");
+  auto removed = Tool("mcd-rm", {"llm/"});
+  ASSERT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000)) << ServeLog();
+  EXPECT_NE(Tool("mcd-rm", {"llm/"}).exit_code, 0) << "no such set any more";
+}
+
+// A file memcuda cannot hold is refused, naming why, and nothing is made.
+TEST_F(Safetensors, AFileMemcudaCannotHoldMakesNothing) {
+  std::vector<FileTensor> model = Model();
+  model.push_back({"fp8.weight", "F8_E4M3", {4}, RandomBytes(4, 9)});
+  Write("fp8.safetensors", SafetensorsFile(model));
+  auto refused = Tool("mcd-create", {"a", "--from", Path("fp8.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("F8_E4M3"), std::string::npos) << refused.err;
+
+  std::string whole = SafetensorsFile(Model());
+  Write("cut.safetensors", whole.substr(0, whole.size() - 10));
+  refused = Tool("mcd-create", {"b", "--from", Path("cut.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("outside"), std::string::npos) << refused.err;
+
+  std::string huge = whole;
+  huge[7] = '\x7f';  // a header size past the file
+  Write("huge.safetensors", huge);
+  refused = Tool("mcd-create", {"c", "--from", Path("huge.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("limit"), std::string::npos) << refused.err;
+
+  std::vector<FileTensor> empty = {{"e", "F32", {0, 4}, ""}};
+  Write("empty.safetensors", SafetensorsFile(empty));
+  refused = Tool("mcd-create", {"d", "--from", Path("empty.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("at least one element"), std::string::npos) << refused.err;
+
+  Write("junk.safetensors", std::string("\x05\0\0\0\0\0\0\0{nope", 13));
+  refused = Tool("mcd-create", {"e", "--from", Path("junk.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_EQ(ShmCount(), 0u) << "nothing made";
+  EXPECT_TRUE(Tool("mcd-ls", {"-q"}).out.empty()) << "no tensor";
+}
+
+}  // namespace
+}  // namespace mcd
