@@ -24,6 +24,7 @@ import weakref
 
 from . import _dlpack
 from ._dtypes import DTYPES, dtype_name
+from . import _lib
 from ._lib import DEVICE_CPU, CreateOptions, Tensor as _CTensor, lib as _clib, take_string
 from .errors import *  # noqa: F401,F403  (the exception classes are part of the API)
 from . import errors
@@ -117,6 +118,33 @@ class Client:
         with self._lock:
             self._call(_clib.mcd_get_many, array, len(names), out)
             return [Tensor(self, _Mapping(self, record), record) for record in out]
+
+    def create_set(self, name, members, device=0, init="zero"):
+        """Creates tensor set `name`: `members` is a list of (member name, shape, dtype) or
+        (member name, shape, dtype, data), each named without the "name/" prefix, all laid out
+        in one allocation, all made or none (data: host bytes as create() takes them, for every
+        member or none; the set is ready only once every byte is in). Returns get_set(name)."""
+        name = str(name).rstrip("/")
+        if init not in ("zero", "none"):
+            raise ValueError("init must be 'zero' or 'none', not %r" % (init,))
+        array = (_lib.SetMember * len(members))()
+        keep = []  # what the structs point into, alive until the call returns
+        for i, member in enumerate(members):
+            member_name, shape, dtype = member[0], _shape(member[1]), member[2]
+            dims = (ctypes.c_int64 * len(shape))(*shape)
+            full = ("%s/%s" % (name, member_name)).encode()
+            keep += [dims, full]
+            array[i].name, array[i].dtype = full, dtype_name(dtype).encode()
+            array[i].shape, array[i].ndim = dims, len(shape)
+            if len(member) > 3 and member[3] is not None:
+                held, array[i].data, array[i].data_bytes = _host_buffer(member[3])
+                keep.append(held)
+        options = CreateOptions()
+        options.size = ctypes.sizeof(CreateOptions)
+        options.no_init = 1 if init == "none" else 0
+        self._call(_clib.mcd_create_set, _bytes(name), array, len(members), _device(device),
+                   ctypes.byref(options))
+        return self.get_set(name)
 
     def get_set(self, name):
         """get() of every member of tensor set `name` still there, in one Redis round trip and

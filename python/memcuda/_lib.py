@@ -94,6 +94,14 @@ _declare("mcd_create_ex", _i32, _client, _str, _str, ctypes.POINTER(_i64), _i32,
 _declare("mcd_get", _i32, _client, _str, ctypes.POINTER(Tensor))
 _declare("mcd_get_many", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t,
          ctypes.POINTER(Tensor))
+class SetMember(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("ndim", ctypes.c_int32),
+                ("data", ctypes.c_void_p), ("data_bytes", ctypes.c_uint64)]
+
+
+_declare("mcd_create_set", _i32, _client, _str, ctypes.POINTER(SetMember), ctypes.c_size_t, _i32,
+         ctypes.POINTER(CreateOptions))
 _declare("mcd_get_set", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p),
          ctypes.POINTER(ctypes.c_size_t))
 _declare("mcd_load_safetensors", _i32, _client, _str, _str, _i32)

@@ -136,3 +136,33 @@ def test_a_tensor_created_here_is_seen_by_another_process(gpu):
     gc.collect()
     mc.rm("p")
     assert mc.ls() == []
+
+
+def test_a_set_from_safetensors_is_one_mapping_that_torch_and_another_process_view(gpu, tmp_path):
+    from test_host import _safetensors_file
+    rng = np.random.default_rng(21)
+    tensors = {"w.%d" % i: rng.standard_normal((64 + i, 32)).astype(np.float16) for i in range(20)}
+    tensors["big"] = rng.integers(0, 255, size=48 << 20, dtype=np.uint8)
+    path = tmp_path / "m.safetensors"
+    _safetensors_file(path, tensors)
+    mc = memcuda.connect(node=gpu.node)
+    mc.load_safetensors(path, "m", device=0)
+    got = mc.get_set("m")
+    views = {name: torch.from_dlpack(t) for name, t in got.items()}
+    for name, array in tensors.items():
+        assert torch.equal(views[name].cpu(), torch.from_numpy(array)), name
+    records = {name: mc.stat("m/" + name) for name in tensors}
+    base = min(records.values(), key=lambda r: r["offset"])
+    for name, t in got.items():  # one mapping: addresses as far apart as offsets
+        assert t.data_ptr - got[base["name"][2:]].data_ptr == records[name]["offset"] - base["offset"]
+    gpu.python("import torch, numpy as np; got = mc.get_set('m'); rng = np.random.default_rng(21); "
+               "w0 = rng.standard_normal((64, 32)).astype(np.float16); "
+               "assert torch.equal(torch.from_dlpack(got['w.0']).cpu(), torch.from_numpy(w0))")
+    del views, got
+    gc.collect()
+    gpu.run("mcd-rm", "m/")
+    # The child's references go back once the server sees it gone (within about a second).
+    end = time.time() + 10
+    while mc.ls() and time.time() < end:
+        time.sleep(0.05)
+    assert mc.ls() == []

@@ -162,6 +162,26 @@ def test_a_safetensors_checkpoint_loads_into_a_set_that_any_process_views_in_pla
         assert raw[8 + size + begin:8 + size + end] == array.tobytes(), name
 
 
+def test_create_set_makes_every_member_or_none(mc):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.integers(0, 255, size=13, dtype=np.uint8)
+    got = mc.create_set("s", [("a", a.shape, "f32", a), ("b", b.shape, "u8", b)], device="cpu")
+    assert sorted(got) == ["a", "b"]
+    assert np.array_equal(np.asarray(got["a"]), a) and np.array_equal(np.asarray(got["b"]), b)
+    assert mc.stat("s/a")["set"] == "s"
+    with pytest.raises(memcuda.AlreadyExists):
+        mc.create_set("s", [("c", (2,), "f32")], device="cpu")
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.create_set("t", [("c", (2,), "f32"), ("c", (3,), "f32")], device="cpu")
+    assert [r["name"] for r in mc.ls()] == ["s/a", "s/b"]
+    del got
+    gc.collect()
+    mc.rm("s/a")
+    mc.rm("s/b")
+    assert mc.ls() == []
+
+
 def test_a_view_outlives_release_and_its_reference_goes_with_it(mc):
     t = mc.create("v", (8,), "f64", device="cpu")
     a = np.asarray(t)

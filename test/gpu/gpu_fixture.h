@@ -282,6 +282,83 @@ class GpuServerTest : public ::testing::Test {
   std::unique_ptr<RedisServer> redis_;
   std::string node_;
   std::unique_ptr<Background> server_;
+
+  // Batched gets and a tensor set on the GPU, every byte compared: plain tensors got in one call;
+  // a set of odd sizes (one of 64 MiB) made in one allocation, whose members are opened through
+  // one mapping, read by another process, written to a safetensors file and loaded again.
+  void ExpectBatchesAndSetsKeepEveryByte() {
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    const std::vector<int64_t> sizes = {1000, 3 << 20, 17, 64 << 20, 3 * 4096 + 1};
+    std::vector<std::string> data, names;
+    CreateSetSpec spec;
+    spec.name = "gs";
+    spec.device = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      data.push_back(RandomBytes(static_cast<size_t>(sizes[i]), 77 + static_cast<uint32_t>(i)));
+      names.push_back("gs/m" + std::to_string(i));
+      spec.members.push_back(SetMember{names.back(), DType::kU8, {sizes[i]}, 0});
+    }
+    for (const std::string& d : data) spec.contents.push_back(d.data());
+    auto made = client->CreateSet(spec);
+    ASSERT_TRUE(made.ok()) << made.status().ToString() << ServeLog();
+    auto views = client->GetSet("gs");
+    ASSERT_TRUE(views.ok()) << views.status().ToString();
+    ASSERT_EQ(views->size(), sizes.size());
+    const TensorView& first = views->front();
+    for (size_t i = 0; i < views->size(); ++i) {
+      const TensorView& view = (*views)[i];
+      ASSERT_EQ(view.record.name, names[i]);
+      EXPECT_EQ(static_cast<char*>(view.data) - static_cast<char*>(first.data),
+                static_cast<ptrdiff_t>(view.record.offset - first.record.offset))
+          << "one mapping of the set's allocation";
+      std::string got(data[i].size(), '\0');
+      ASSERT_TRUE(client->CopyToHost(view, got.data(), got.size()).ok());
+      EXPECT_TRUE(got == data[i]) << names[i];
+    }
+    std::string out = dir_.path() + "/m3.bin";
+    ASSERT_EQ(Tool("mcd-get", {"gs/m3", "--no-ref", "-q", "-o", out}).exit_code, 0);
+    EXPECT_TRUE(ReadFile(out) == data[3]) << "another process reads the member's own bytes";
+    std::string file = dir_.path() + "/gs.safetensors";
+    ASSERT_EQ(Tool("mcd-get", {"gs/", "-q", "-o", file}).exit_code, 0) << ServeLog();
+    auto loaded = Tool("mcd-create", {"gs2", "--from", file, "--device", "0", "-q"});
+    ASSERT_EQ(loaded.exit_code, 0) << loaded.err << ServeLog();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::string again = dir_.path() + "/again" + std::to_string(i) + ".bin";
+      ASSERT_EQ(Tool("mcd-get", {"gs2/m" + std::to_string(i), "--no-ref", "-q", "-o", again})
+                    .exit_code,
+                0);
+      EXPECT_TRUE(ReadFile(again) == data[i]) << "gs2/m" << i;
+    }
+
+    std::vector<std::string> plain;
+    for (size_t i = 0; i < 3; ++i) {
+      CreateSpec one;
+      one.name = "plain" + std::to_string(i);
+      one.dtype = DType::kU8;
+      one.shape = {sizes[i]};
+      one.device = 0;
+      one.contents = data[i].data();
+      one.contents_bytes = data[i].size();
+      ASSERT_TRUE(client->Create(one).ok());
+      plain.push_back(one.name);
+    }
+    auto other = Connect();
+    ASSERT_NE(other, nullptr);
+    auto batch = other->GetMany(plain);
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    for (size_t i = 0; i < plain.size(); ++i) {
+      std::string got(data[i].size(), '\0');
+      ASSERT_TRUE(other->CopyToHost((*batch)[i], got.data(), got.size()).ok());
+      EXPECT_TRUE(got == data[i]) << plain[i];
+    }
+    ASSERT_TRUE(other->ReleaseMany(plain).ok());
+    ASSERT_TRUE(client->ReleaseMany(plain).ok());
+    ASSERT_TRUE(client->ReleaseMany(names).ok());
+    ASSERT_TRUE(client->ReleaseMany(names).ok());
+    ASSERT_EQ(Tool("mcd-rm", {"gs2/", "-q"}).exit_code, 0);
+    EXPECT_TRUE(Tool("mcd-ls", {"-q"}).out.empty()) << Tool("mcd-ls", {}).out;
+  }
 };
 
 }  // namespace mcd::test

@@ -186,6 +186,8 @@ TEST_F(GpuLifecycle, ATensorPastItsAllocationIsRefused) {
   ExpectATensorPastItsAllocationIsRefused();
 }
 
+TEST_F(GpuLifecycle, BatchesAndSetsKeepEveryByte) { ExpectBatchesAndSetsKeepEveryByte(); }
+
 TEST_F(GpuLifecycle, AWaitingConsumerReadsEveryByteOfAFilledTensor) {
   ExpectAWaitingConsumerReadsEveryByte();
 }

@@ -124,6 +124,8 @@ TEST_F(PoolTest, TenThousandCyclesDoNotGrowThePool) {
 TEST_F(PoolTest, AFreedBlockIsHandedOutAgainZeroed) { ExpectAFreedBlockComesBackZeroed(); }
 TEST_F(PoolTest, ATensorPastItsAllocationIsRefused) { ExpectATensorPastItsAllocationIsRefused(); }
 
+TEST_F(PoolTest, BatchesAndSetsKeepEveryByte) { ExpectBatchesAndSetsKeepEveryByte(); }
+
 TEST_F(PoolTest, AWaitingConsumerReadsEveryByteOfAFilledTensor) {
   ExpectAWaitingConsumerReadsEveryByte();
 }

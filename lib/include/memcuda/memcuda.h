@@ -123,6 +123,20 @@ MCD_API int32_t mcd_release_many(mcd_client* client, const char* const* names, s
  * mcd_get_set: mcd_get of every member of set `set` still there, in one Redis round trip and one
  * mapping, all or nothing; *out (free it with mcd_free) holds *count tensors, sorted by name. */
 MCD_API int32_t mcd_get_set(mcd_client* client, const char* set, mcd_tensor** out, size_t* count);
+/* One member of a set for mcd_create_set: its full name ("SET/..."), dtype, shape, and host bytes
+ * to fill it with (exactly its size; NULL for none, and then for every member). */
+typedef struct mcd_set_member {
+  const char* name;
+  const char* dtype;
+  const int64_t* shape;
+  int32_t ndim;
+  const void* data;
+  uint64_t data_bytes;
+} mcd_set_member;
+/* Creates tensor set `set` of `count` members in one allocation, all or nothing; `options`
+ * (NULL: defaults) says the lifetime and init as for mcd_create_ex (its data is not used). */
+MCD_API int32_t mcd_create_set(mcd_client* client, const char* set, const mcd_set_member* members,
+                               size_t count, int32_t device, const mcd_create_options* options);
 /* Loads safetensors file `path` into a new set `set` on `device` (members "SET/<tensor name>"),
  * all of it or nothing. */
 MCD_API int32_t mcd_load_safetensors(mcd_client* client, const char* path, const char* set,

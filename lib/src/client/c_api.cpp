@@ -104,17 +104,11 @@ const char* mcd_version_info(void) {
 }
 int32_t mcd_abi_version(void) { return MCD_ABI_VERSION; }
 
-int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
-                   int32_t ndim, int32_t device, mcd_tensor* out) {
-  return mcd_create_ex(c, name, dtype, shape, ndim, device, nullptr, out);
-}
-
-int32_t mcd_create_ex(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
-                      int32_t ndim, int32_t device, const mcd_create_options* options,
-                      mcd_tensor* out) {
-  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
-  // The caller's struct may be older (smaller) than this library's: what it lacks is default.
-  mcd_create_options opt{};
+// The caller's options, or the defaults; the caller's struct may be older (smaller) than this
+// library's: what it lacks is default.
+static int32_t ReadOptions(mcd_client* c, const mcd_create_options* options,
+                           mcd_create_options& opt) {
+  opt = mcd_create_options{};
   if (options != nullptr) {
     if (options->size < offsetof(mcd_create_options, lifetime) + sizeof(int32_t)) {
       return Fail(c,
@@ -127,6 +121,20 @@ int32_t mcd_create_ex(mcd_client* c, const char* name, const char* dtype, const 
     return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
                                "lifetime must be MCD_LIFETIME_HEAP or MCD_LIFETIME_STACK"));
   }
+  return MCD_OK;
+}
+
+int32_t mcd_create(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
+                   int32_t ndim, int32_t device, mcd_tensor* out) {
+  return mcd_create_ex(c, name, dtype, shape, ndim, device, nullptr, out);
+}
+
+int32_t mcd_create_ex(mcd_client* c, const char* name, const char* dtype, const int64_t* shape,
+                      int32_t ndim, int32_t device, const mcd_create_options* options,
+                      mcd_tensor* out) {
+  if (int32_t rc = Check(c, name); rc != MCD_OK) return rc;
+  mcd_create_options opt{};
+  if (int32_t rc = ReadOptions(c, options, opt); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {
     auto parsed = mcd::ParseDType(dtype != nullptr ? dtype : "");
     if (!parsed)
@@ -208,6 +216,53 @@ int32_t mcd_release_many(mcd_client* c, const char* const* names, size_t count) 
   if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
   return Guard(c, [&]() -> int32_t {
     auto records = c->client->ReleaseMany(list);
+    return records.ok() ? MCD_OK : Fail(c, records.status());
+  });
+}
+
+int32_t mcd_create_set(mcd_client* c, const char* set, const mcd_set_member* members,
+                       size_t count, int32_t device, const mcd_create_options* options) {
+  if (int32_t rc = Check(c, set); rc != MCD_OK) return rc;
+  mcd_create_options opt{};
+  if (int32_t rc = ReadOptions(c, options, opt); rc != MCD_OK) return rc;
+  if (members == nullptr && count > 0) return Check(c, nullptr);
+  return Guard(c, [&]() -> int32_t {
+    mcd::CreateSetSpec spec;
+    spec.name = set;
+    spec.device = device;
+    spec.lifetime =
+        opt.lifetime == MCD_LIFETIME_STACK ? mcd::Lifetime::kStack : mcd::Lifetime::kHeap;
+    spec.zero_init = opt.no_init == 0;
+    for (size_t i = 0; i < count; ++i) {
+      const mcd_set_member& m = members[i];
+      auto dtype = mcd::ParseDType(m.dtype != nullptr ? m.dtype : "");
+      if (m.name == nullptr || !dtype || m.shape == nullptr || m.ndim <= 0 ||
+          m.ndim > MCD_MAX_DIMS) {
+        return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                                   "member " + std::to_string(i + 1) +
+                                       " needs a name, a dtype (" + mcd::DTypeNames() +
+                                       ") and 1 to 8 dims"));
+      }
+      mcd::SetMember member;
+      member.name = m.name;
+      member.dtype = *dtype;
+      member.shape.assign(m.shape, m.shape + m.ndim);
+      spec.members.push_back(std::move(member));
+      if (m.data != nullptr) {
+        auto bytes = mcd::ShapeBytes(spec.members.back().shape, *dtype);
+        if (!bytes.ok() || *bytes != m.data_bytes) {
+          return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                                     "member '" + std::string(m.name) +
+                                         "': data_bytes is not its size"));
+        }
+        spec.contents.push_back(m.data);
+      }
+    }
+    if (!spec.contents.empty() && spec.contents.size() != count) {
+      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                                 "data for some members and not others: all or none"));
+    }
+    auto records = c->client->CreateSet(spec);
     return records.ok() ? MCD_OK : Fail(c, records.status());
   });
 }
