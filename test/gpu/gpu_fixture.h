@@ -325,9 +325,9 @@ class GpuServerTest : public ::testing::Test {
     ASSERT_EQ(loaded.exit_code, 0) << loaded.err << ServeLog();
     for (size_t i = 0; i < sizes.size(); ++i) {
       std::string again = dir_.path() + "/again" + std::to_string(i) + ".bin";
-      ASSERT_EQ(Tool("mcd-get", {"gs2/m" + std::to_string(i), "--no-ref", "-q", "-o", again})
-                    .exit_code,
-                0);
+      ASSERT_EQ(
+          Tool("mcd-get", {"gs2/m" + std::to_string(i), "--no-ref", "-q", "-o", again}).exit_code,
+          0);
       EXPECT_TRUE(ReadFile(again) == data[i]) << "gs2/m" << i;
     }
 

@@ -220,8 +220,8 @@ int32_t mcd_release_many(mcd_client* c, const char* const* names, size_t count) 
   });
 }
 
-int32_t mcd_create_set(mcd_client* c, const char* set, const mcd_set_member* members,
-                       size_t count, int32_t device, const mcd_create_options* options) {
+int32_t mcd_create_set(mcd_client* c, const char* set, const mcd_set_member* members, size_t count,
+                       int32_t device, const mcd_create_options* options) {
   if (int32_t rc = Check(c, set); rc != MCD_OK) return rc;
   mcd_create_options opt{};
   if (int32_t rc = ReadOptions(c, options, opt); rc != MCD_OK) return rc;
@@ -239,9 +239,8 @@ int32_t mcd_create_set(mcd_client* c, const char* set, const mcd_set_member* mem
       if (m.name == nullptr || !dtype || m.shape == nullptr || m.ndim <= 0 ||
           m.ndim > MCD_MAX_DIMS) {
         return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
-                                   "member " + std::to_string(i + 1) +
-                                       " needs a name, a dtype (" + mcd::DTypeNames() +
-                                       ") and 1 to 8 dims"));
+                                   "member " + std::to_string(i + 1) + " needs a name, a dtype (" +
+                                       mcd::DTypeNames() + ") and 1 to 8 dims"));
       }
       mcd::SetMember member;
       member.name = m.name;
@@ -251,9 +250,9 @@ int32_t mcd_create_set(mcd_client* c, const char* set, const mcd_set_member* mem
       if (m.data != nullptr) {
         auto bytes = mcd::ShapeBytes(spec.members.back().shape, *dtype);
         if (!bytes.ok() || *bytes != m.data_bytes) {
-          return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
-                                     "member '" + std::string(m.name) +
-                                         "': data_bytes is not its size"));
+          return Fail(
+              c, mcd::Status(mcd::ErrorCode::kInvalidArgument,
+                             "member '" + std::string(m.name) + "': data_bytes is not its size"));
         }
         spec.contents.push_back(m.data);
       }

@@ -110,7 +110,8 @@ Status Client::SaveSafetensors(const std::string& set, const std::string& path) 
   for (const TensorView& view : views) {
     const TensorRecord& r = view.record;
     names.push_back(r.name);
-    entries.push_back(SafetensorsEntry{r.name.substr(set.size() + 1), r.dtype, r.shape, 0, r.bytes});
+    entries.push_back(
+        SafetensorsEntry{r.name.substr(set.size() + 1), r.dtype, r.shape, 0, r.bytes});
     largest = std::max(largest, r.bytes);
   }
   // Written beside its final name and renamed there once whole: a reader never sees half a file.

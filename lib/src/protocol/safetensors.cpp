@@ -16,9 +16,9 @@ struct DTypeNamePair {
   DType dtype;
 };
 constexpr DTypeNamePair kDTypes[] = {
-    {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"F32", DType::kF32}, {"F64", DType::kF64},
-    {"I8", DType::kI8},   {"I16", DType::kI16},   {"I32", DType::kI32}, {"I64", DType::kI64},
-    {"U8", DType::kU8},   {"U16", DType::kU16},   {"U32", DType::kU32}, {"U64", DType::kU64},
+    {"F16", DType::kF16},  {"BF16", DType::kBF16}, {"F32", DType::kF32}, {"F64", DType::kF64},
+    {"I8", DType::kI8},    {"I16", DType::kI16},   {"I32", DType::kI32}, {"I64", DType::kI64},
+    {"U8", DType::kU8},    {"U16", DType::kU16},   {"U32", DType::kU32}, {"U64", DType::kU64},
     {"BOOL", DType::kBool}};
 
 Status Bad(const std::string& why) {
@@ -34,8 +34,8 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
   const rj::Value* offsets = nullptr;
   for (auto m = value.MemberBegin(); m != value.MemberEnd(); ++m) {
     std::string_view key = Text(m->name);
-    const rj::Value** slot = key == "dtype" ? &dtype
-                             : key == "shape" ? &shape
+    const rj::Value** slot = key == "dtype"          ? &dtype
+                             : key == "shape"        ? &shape
                              : key == "data_offsets" ? &offsets
                                                      : nullptr;
     if (slot == nullptr) return Bad(who + " has an unknown field \"" + Printable(key) + "\"");
@@ -45,8 +45,9 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
   if (dtype == nullptr || !dtype->IsString() || shape == nullptr || !shape->IsArray() ||
       offsets == nullptr || !offsets->IsArray() || offsets->Size() != 2 ||
       !(*offsets)[0].IsUint64() || !(*offsets)[1].IsUint64()) {
-    return Bad(who + " needs \"dtype\" (a string), \"shape\" (an array) and \"data_offsets\" "
-                     "(two integers)");
+    return Bad(who +
+               " needs \"dtype\" (a string), \"shape\" (an array) and \"data_offsets\" "
+               "(two integers)");
   }
   SafetensorsEntry entry;
   entry.name = std::string(name);
@@ -157,7 +158,8 @@ std::string SafetensorsHeader(const std::vector<SafetensorsEntry>& entries) {
   std::string json(out.GetString(), out.GetSize());
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string head(8, '\0');
-  for (int i = 0; i < 8; ++i) head[i] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    head[i] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
   return head + json;
 }
 
