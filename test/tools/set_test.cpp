@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -169,6 +170,29 @@ TEST_F(Sets, ABadSetMakesNothing) {
   EXPECT_EQ(ShmCount(), 2u);
   // A set of that name is refused while any member of it lives.
   EXPECT_EQ(client->CreateSet(Spec("w", 2, 12).spec).status().code(), ErrorCode::kAlreadyExists);
+}
+
+// mcd-create --members: a set from a list, in one command; a bad line names itself and makes
+// nothing.
+TEST_F(Sets, ASetFromAListIsMadeByTheTool) {
+  std::string list = dir_.path() + "/list.txt";
+  std::ofstream(list) << "# weights\nemb f16 64x8\n\nbias f32 17\nids i64 2,3\n";
+  auto made = Tool("mcd-create", {"batch", "--members", list, "--device", "cpu", "--json"});
+  ASSERT_EQ(made.exit_code, 0) << made.err << ServeLog();
+  json records = json::parse(made.out);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0]["name"], "batch/emb");
+  EXPECT_EQ(HashField("batch/bias", "shape"), "[17]");
+  EXPECT_EQ(HashField("batch/ids", "dtype"), "i64");
+  EXPECT_EQ(HashField("batch/ids", "set"), "batch");
+  EXPECT_EQ(ShmCount(), 1u);
+
+  std::ofstream(list) << "a f16 4\nb f99 4\n";
+  auto bad = Tool("mcd-create", {"other", "--members", list, "--device", "cpu"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("list.txt:2"), std::string::npos) << bad.err;
+  EXPECT_EQ(HashField("other/a", "state"), "");
+  EXPECT_EQ(ShmCount(), 1u);
 }
 
 // A set made empty (no contents) is zeroed and ready at once.

@@ -1,7 +1,9 @@
 // mcd-create: create a named tensor through mcd-serve. See mcd-create(1).
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "flags.h"
 #include "npy.h"
@@ -11,7 +13,8 @@ namespace {
 
 struct CreateFlags {
   tools::CommonFlags common;
-  std::string name, dtype, shape, device = "0", lifetime = "heap", init = "zero", from, copy_of;
+  std::string name, dtype, shape, device = "0", lifetime = "heap", init = "zero", from, copy_of,
+                                  members;
   int64_t owner_pid = 0;
 };
 
@@ -24,6 +27,7 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
           "stack --owner-pid $$\n"
           "  mcd-create table --from table.npy --device 0\n"
           "  mcd-create llama --from model.safetensors --device 0  # a tensor set\n"
+          "  mcd-create batch --members list.txt --device 0        # one from a list\n"
           "  mcd-create weights.local --copy-of weights --device 0  # from another node\n\n") +
       tools::kEnvironmentFooter);
   tools::AddCommonFlags(app, f.common);
@@ -45,6 +49,11 @@ void AddFlags(CLI::App& app, CreateFlags& f) {
                  "Load a NumPy .npy file (its dtype and shape) into the new tensor, or a "
                  ".safetensors file into a new tensor set NAME: each of its tensors a member "
                  "NAME/<its name>, all in one allocation");
+  app.add_option("--members", f.members,
+                 "Create tensor set NAME from a list FILE ('-': stdin), one member a line: "
+                 "MEMBER DTYPE SHAPE (e.g. 'layers.0.weight f16 4096x4096'), each a tensor "
+                 "NAME/MEMBER, all in one allocation, made in one command")
+      ->excludes("--from");
   app.add_option(
          "--copy-of", f.copy_of,
          "A copy of tensor OTHER of another node (its dtype, shape and bytes), moved by the "
@@ -122,22 +131,68 @@ bool IsSafetensors(const std::string& path) {
          path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
 }
 
-// --from FILE.safetensors: the file's tensors as the members of tensor set NAME.
+// The members of --members FILE: "MEMBER DTYPE SHAPE" a line; blank lines and '#' comments
+// are skipped.
+Result<std::vector<SetMember>> ReadMemberList(const std::string& path, const std::string& set) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path);
+    if (!file) return Status(ErrorCode::kIoError, "cannot read " + path);
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  std::vector<SetMember> members;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::istringstream words(line);
+    std::string member, dtype, shape, extra;
+    if (!(words >> member) || member[0] == '#') continue;
+    auto where = [&] { return path + ":" + std::to_string(number) + ": "; };
+    if (!(words >> dtype >> shape) || (words >> extra)) {
+      return Status(ErrorCode::kInvalidArgument, where() + "expected MEMBER DTYPE SHAPE");
+    }
+    SetMember m;
+    m.name = set + "/" + member;
+    auto parsed = ParseDType(dtype);
+    if (!parsed) {
+      return Status(ErrorCode::kInvalidArgument,
+                    where() + "unknown dtype '" + dtype + "' (expected " + DTypeNames() + ")");
+    }
+    m.dtype = *parsed;
+    auto dims = ParseShapeList(shape);
+    if (!dims.ok()) return Status(dims.status().code(), where() + dims.status().message());
+    m.shape = std::move(dims).value();
+    members.push_back(std::move(m));
+  }
+  return members;
+}
+
+// --from FILE.safetensors or --members LIST: tensor set NAME, its members the file's tensors or
+// the list's.
 int CreateSetFrom(const CreateFlags& f) {
   const char* tool = "mcd-create";
   if (!f.dtype.empty() || !f.shape.empty() || f.owner_pid != 0 || f.lifetime != "heap") {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
-                                    "a tensor set from a .safetensors file takes dtypes and shapes "
-                                    "from the file, and is a heap set: drop --dtype, --shape, "
+                                    "a tensor set takes its members' dtypes and shapes from its "
+                                    "file or list, and is a heap set: drop --dtype, --shape, "
                                     "--lifetime and --owner-pid"));
   }
   auto device = ParseDevice(f.device);
   if (!device.ok()) return tools::Fail(tool, device.status());
+  CreateSetSpec spec;
+  if (!f.members.empty()) {
+    auto listed = ReadMemberList(f.members, f.name);
+    if (!listed.ok()) return tools::Fail(tool, listed.status());
+    spec.name = f.name;
+    spec.members = std::move(listed).value();
+    spec.device = *device;
+    spec.zero_init = f.init == "zero";
+  }
   auto options = tools::MakeClientOptions(f.common, true);
   if (!options.ok()) return tools::Fail(tool, options.status());
   auto client = tools::ConnectClient(tool, *options, f.common.quiet);
   if (!client.ok()) return tools::Fail(tool, client.status());
-  auto members = (*client)->LoadSafetensors(f.from, f.name, *device);
+  auto members = f.members.empty() ? (*client)->LoadSafetensors(f.from, f.name, *device)
+                                   : (*client)->CreateSet(spec);
   if (!members.ok()) return tools::Fail(tool, members.status());
   uint64_t bytes = 0;
   for (const TensorRecord& r : *members) bytes += r.bytes;
@@ -167,7 +222,7 @@ static int ToolMain(int argc, char** argv) {
   CreateFlags flags;
   AddFlags(app, flags);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
-  if (IsSafetensors(flags.from)) return CreateSetFrom(flags);
+  if (IsSafetensors(flags.from) || !flags.members.empty()) return CreateSetFrom(flags);
   tools::NpyArray npy;
   auto spec = MakeSpec(flags, npy);
   if (!spec.ok()) return tools::Fail("mcd-create", spec.status());
