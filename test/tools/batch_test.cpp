@@ -74,6 +74,25 @@ TEST_F(Batch, GetManyTakesEveryReferenceInOneCallAndReadsEachTensorsOwnBytes) {
     EXPECT_EQ(std::memcmp(view.data, data.data(), data.size()), 0) << names[i];
   }
 
+  // Each reference is this process's: its holder field, the hash's bound count, and both sets.
+  auto conn = redis_.Connect();
+  std::string holder;
+  auto fields = conn->Command({"HGETALL", keys_.Tensor(names[0])});
+  for (size_t i = 0; i + 1 < fields->elements.size(); i += 2) {
+    if (fields->elements[i].str.rfind("holder:", 0) == 0)
+      holder = fields->elements[i].str.substr(7);
+  }
+  ASSERT_FALSE(holder.empty()) << "no holder field";
+  EXPECT_EQ(holder.substr(0, holder.find(':')), std::to_string(getpid()));
+  for (const std::string& name : names) {
+    EXPECT_EQ(HashField(name, "holder:" + holder), "1") << name;
+    EXPECT_EQ(HashField(name, "bound"), "1") << name;
+    EXPECT_EQ(conn->Command({"SISMEMBER", keys_.Held(node_, holder), keys_.Tensor(name)})->integer,
+              1)
+        << name;
+  }
+  EXPECT_EQ(conn->Command({"SISMEMBER", keys_.Holders(node_), holder})->integer, 1);
+
   scripts = EvalshaCalls();
   auto released = consumer->ReleaseMany(names);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
@@ -81,6 +100,7 @@ TEST_F(Batch, GetManyTakesEveryReferenceInOneCallAndReadsEachTensorsOwnBytes) {
   for (size_t i = 0; i < names.size(); ++i) {
     EXPECT_EQ((*released)[i].refcount, 1) << names[i];
     EXPECT_EQ(HashField(names[i], "refcount"), "1");
+    EXPECT_EQ(HashField(names[i], "bound"), "0") << "the consumer's own reference went back";
   }
   // The last references: each queues its delete command, answered in the same call.
   released = producer->ReleaseMany(names);

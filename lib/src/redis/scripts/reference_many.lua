@@ -28,6 +28,12 @@ local nfields = tonumber(ARGV[6])
 local fields = {}
 for i = 1, nfields do fields[i] = ARGV[6 + i] end
 local first_arg = 6 + nfields
+-- Each hash is read once, whole, before anything changes: its checks and its answer.
+local at = {}
+for i, name in ipairs(fields) do at[name] = i end
+for _, name in ipairs({'state', 'owner', 'refcount', 'node', 'epoch'}) do
+  if not at[name] then return redis.error_reply('ERR reference_many: no field ' .. name) end
+end
 local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SETTLED)
 local keys, names, replies = {}, {}, {}
 local of_set = not release and #KEYS == 6
@@ -54,44 +60,55 @@ local function mark(i)
 end
 local read = {}
 for i = 1, n do
-  local f = redis.call('HMGET', keys[i], 'state', 'owner', 'refcount', 'node', 'epoch')
-  local forgotten = release and arg(i, 3) ~= '*' and arg(i, 3) ~= (f[5] or '')
+  local f = redis.call('HMGET', keys[i], unpack(fields))
+  local state, node = f[at.state], f[at.node]
+  local forgotten = release and arg(i, 3) ~= '*' and arg(i, 3) ~= (f[at.epoch] or '')
   local refusal
-  if not f[1] then
+  if not state then
     refusal = {'missing', server[1] or '', server[3] or ''}
-  elseif f[4] ~= ARGV[2] then
-    refusal = {'wrong_node', f[4]}
-  elseif f[1] ~= 'ready' then
-    refusal = {'not_ready', f[1]}
-  elseif server[1] ~= f[2] then
+  elseif node ~= ARGV[2] then
+    refusal = {'wrong_node', node}
+  elseif state ~= 'ready' then
+    refusal = {'not_ready', state}
+  elseif server[1] ~= f[at.owner] then
     refusal = {'gone'}
-  elseif release and not forgotten and not mcd_releasable(keys[i], holder, tonumber(f[3])) then
+  elseif release and not forgotten and
+      not mcd_releasable(keys[i], holder, tonumber(f[at.refcount])) then
     refusal = {'not_held'}
   end
   if refusal then
     for j = 1, n do mark(j) end
     return {'failed', i, refusal, names[i]}
   end
-  read[i] = {tonumber(f[3]), forgotten}
+  read[i] = {tonumber(f[at.refcount]), forgotten, f}
 end
 local out = {}
+local taken = {}  -- the hashes a get's holder takes a reference of (mcd_take_many)
 for i = 1, n do
-  local key, count, forgotten = keys[i], read[i][1], read[i][2]
+  local key, count, forgotten, values = keys[i], read[i][1], read[i][2], read[i][3]
   if forgotten then
     mark(i)
-    out[i] = {'forgotten', redis.call('HMGET', key, unpack(fields))}
+    out[i] = {'forgotten', values}
   elseif release and count <= 1 then
     redis.call('LPUSH', KEYS[5], arg(i, 2))
     out[i] = {'queued'}
   else
     local own = not release or mcd_releasable(key, holder, count) == 'own'
     redis.call('HINCRBY', key, 'refcount', delta)
-    if own and holder ~= '' then mcd_hold(key, KEYS[2], KEYS[3], holder, delta) end
+    if own and holder ~= '' then
+      if release then
+        mcd_hold(key, KEYS[2], KEYS[3], holder, delta)
+      else
+        taken[#taken + 1] = key
+      end
+    end
     mcd_event(KEYS[4], server[2], release and 'release' or 'get', names[i], ARGV[2],
               count + delta, ARGV[4], '')
     mark(i)
-    out[i] = {'ok', redis.call('HMGET', key, unpack(fields))}
+    values[at.refcount] = tostring(count + delta)
+    out[i] = {'ok', values}
   end
 end
+if #taken > 0 then mcd_take_many(taken, KEYS[2], KEYS[3], holder) end
 if of_set then return {'ok', out, names} end
 return {'ok', out}
