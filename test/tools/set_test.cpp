@@ -3,6 +3,7 @@
 // the allocation goes with the last member. Real redis-server, mcd-serve and tools, host
 // tensors; every byte read is compared with what was written.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstring>
 #include <fstream>
@@ -193,6 +194,98 @@ TEST_F(Sets, ASetFromAListIsMadeByTheTool) {
   EXPECT_NE(bad.err.find("list.txt:2"), std::string::npos) << bad.err;
   EXPECT_EQ(HashField("other/a", "state"), "");
   EXPECT_EQ(ShmCount(), 1u);
+}
+
+// A member freed on its own leaves the set for good: a tensor of its name made since is none of
+// the set's (not got, listed or removed with it); the set's list goes with its last member, also
+// when the reaper frees it; and after Redis lost it all, the server puts the list back too.
+TEST_F(Sets, ASetIsItsMembersAndNothingElse) {
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  Made made = Spec("s", 3, 5);
+  ASSERT_TRUE(client->CreateSet(made.spec).ok());
+  const std::string first = made.spec.members[0].name;
+  ASSERT_TRUE(client->ReleaseMany({first}).ok());
+  CreateSpec plain = HostSpec(first);
+  ASSERT_TRUE(client->Create(plain).ok());
+  auto members = client->SetMembers("s");
+  ASSERT_TRUE(members.ok());
+  EXPECT_EQ(members->size(), 2u) << "the plain tensor of a former member's name is no member";
+  auto views = client->GetSet("s");
+  ASSERT_TRUE(views.ok()) << views.status().ToString();
+  EXPECT_EQ(views->size(), 2u);
+  for (const TensorView& v : *views) EXPECT_NE(v.record.name, first);
+  ASSERT_TRUE(client->ReleaseMany(*members).ok());  // GetSet's references
+  ASSERT_EQ(Tool("mcd-rm", {"s/"}).exit_code, 0);
+  EXPECT_EQ(HashField(first, "refcount"), "1") << "mcd-rm s/ left the plain tensor alone";
+  EXPECT_TRUE(test::WaitFor(
+      [&] {
+        return redis_.Connect()->Command({"EXISTS", keys_.Set("s")})->integer == 0;
+      },
+      5000));
+
+  // A set whose filler dies: the reaper frees it, and its list goes too.
+  pid_t filler = fork();
+  if (filler == 0) {
+    sleep(2);
+    _exit(0);
+  }
+  auto conn = redis_.Connect();
+  ASSERT_TRUE(
+      conn->Command({"RPUSH", keys_.Members("r1"), R"({"name":"k/a","dtype":"u8","shape":[8]})",
+                     R"({"name":"k/b","dtype":"u8","shape":[8]})"})
+          .ok());
+  json reaped = Raw(R"({"op":"create_set","name":"k","members":"r1","device":"cpu","fill":true,)"
+                    R"("pid":)" +
+                        std::to_string(filler) + R"(,"req":"k1"})",
+                    "k1");
+  ASSERT_EQ(reaped["ok"], true) << reaped.dump();
+  EXPECT_EQ(HashField("k/a", "state"), "creating");
+  waitpid(filler, nullptr, 0);
+  EXPECT_TRUE(test::WaitFor([&] { return HashField("k/a", "state").empty(); }, 10000))
+      << ServeLog();
+  EXPECT_TRUE(test::WaitFor(
+      [&] {
+        return conn->Command({"EXISTS", keys_.Set("k")})->integer == 0;
+      },
+      5000))
+      << "the reaped set's list";
+
+  // Redis loses everything: the members and their list come back.
+  Made kept = Spec("p", 2, 9);
+  ASSERT_TRUE(client->CreateSet(kept.spec).ok());
+  redis_.Restart();
+  EXPECT_TRUE(test::WaitFor(
+      [&] {
+        auto c = redis_.Connect();
+        return c && c->Command({"EXISTS", keys_.Set("p")}).ok() &&
+               c->Command({"EXISTS", keys_.Set("p")})->integer == 1 &&
+               HashField(kept.spec.members[1].name, "state") == "ready";
+      },
+      15000))
+      << ServeLog();
+  auto again = ConnectClient();
+  ASSERT_NE(again, nullptr);
+  auto back = again->GetSet("p");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ(std::memcmp((*back)[1].data, kept.bytes[1].data(), kept.bytes[1].size()), 0);
+}
+
+// A hash written by hand with a refcount that is no number stops a batched get before any
+// reference is taken; a name ending in '/' (which the tools read as a set) is refused.
+TEST_F(Sets, BadHashesAndNamesChangeNothing) {
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Create(HostSpec("a")).ok());
+  ASSERT_TRUE(client->Create(HostSpec("b")).ok());
+  ASSERT_TRUE(redis_.Connect()->Command({"HSET", keys_.Tensor("b"), "refcount", "abc"}).ok());
+  auto got = client->GetMany({"a", "b"});
+  EXPECT_FALSE(got.ok());
+  EXPECT_EQ(HashField("a", "refcount"), "1") << "nothing taken";
+  EXPECT_EQ(client->Create(HostSpec("slash/")).status().code(), ErrorCode::kInvalidArgument);
+  auto tool = Tool("mcd-create", {"pl/", "--dtype", "u8", "--shape", "1", "--device", "cpu"});
+  EXPECT_EQ(tool.exit_code, 64) << tool.err;
 }
 
 // A set made empty (no contents) is zeroed and ready at once.

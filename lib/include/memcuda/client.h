@@ -127,7 +127,7 @@ class MCD_API Client {
   Result<std::vector<std::string>> SetMembers(const std::string& set);
   // Loads safetensors file `path` into a new tensor set `set` on `device`: each tensor of the
   // file a member named "<set>/<its name>", of its dtype and shape (a scalar as shape [1]), in the
-  // file's order; every dtype of the format that memcuda has (kUnsupported names the rest). All
+  // file's order; every dtype of the format that memcuda has (kInvalidArgument names the rest). All
   // of it or nothing, as CreateSet. Returns the members' records.
   Result<std::vector<TensorRecord>> LoadSafetensors(const std::string& path, const std::string& set,
                                                     int device,

@@ -13,6 +13,7 @@
 #ifndef MEMCUDA_MEMCUDA_H_
 #define MEMCUDA_MEMCUDA_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "memcuda/export.h"

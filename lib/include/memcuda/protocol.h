@@ -45,8 +45,9 @@ inline constexpr size_t kMaxDims = 8;
 inline constexpr size_t kMaxCommandBytes = 4096;
 inline constexpr int kMaxJsonDepth = 4;
 
-// Names: 1..200 bytes of [A-Za-z0-9._:/@+=,-]. No spaces, control characters, Redis glob
-// (* ? [ ] \) or hash-tag ({ }) characters, so a name is safe in keys, globs and shells.
+// Names: 1..200 bytes of [A-Za-z0-9._:/@+=,-], not ending in '/' (NAME/ stands for tensor set
+// NAME in the tools). No spaces, control characters, Redis glob (* ? [ ] \) or hash-tag ({ })
+// characters, so a name is safe in keys, globs and shells.
 MCD_API Status ValidateName(std::string_view name);
 // Product of dims times the element size; rejects zero, negative, >kMaxDims and 64-bit overflow.
 MCD_API Result<uint64_t> ShapeBytes(const std::vector<int64_t>& shape, DType dtype);

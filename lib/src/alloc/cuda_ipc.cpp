@@ -32,13 +32,16 @@ Status OutOfMemory(const char* what, uint64_t bytes) {
 // (driver 580.159.04, H100; docs/design.md, "Fast paths and knobs": Exports in whole 2 MiB).
 constexpr uint64_t kExportGranularity = 2ull << 20;
 
+uint64_t ExportBytes(uint64_t bytes) {
+  return (bytes + kExportGranularity - 1) / kExportGranularity * kExportGranularity;
+}
+
 // cudaMalloc + cudaIpcGetMemHandle of `bytes` rounded up to kExportGranularity; the caller frees
 // `ptr` on its own errors.
 Result<SlabMemory> MallocExported(uint64_t bytes) {
   SlabMemory memory;
   if (bytes > UINT64_MAX - kExportGranularity) return OutOfMemory("cudaMalloc", bytes);
-  bytes = (bytes + kExportGranularity - 1) / kExportGranularity * kExportGranularity;
-  cudaError_t err = cudaMalloc(&memory.base, bytes);
+  cudaError_t err = cudaMalloc(&memory.base, ExportBytes(bytes));
   if (err == cudaErrorMemoryAllocation) return OutOfMemory("cudaMalloc", bytes);
   MCD_CUDA_RETURN(err);
   cudaIpcMemHandle_t handle{};
@@ -104,6 +107,16 @@ class CudaIpcAllocator final : public Allocator {
       a.ptr = alone->base;
       a.ipc_handle = std::move(alone->handle);
       a.bytes = bytes;
+      // Every process that opens the tensor maps its allocation whole: the rounding too holds no
+      // other tenant's bytes.
+      if (uint64_t tail = ExportBytes(bytes) - bytes; tail > 0) {
+        cudaError_t zeroed =
+            cudaMemsetAsync(static_cast<char*>(a.ptr) + bytes, 0, tail, ctx.stream());
+        if (zeroed != cudaSuccess) {
+          cudaFree(a.ptr);
+          return CudaStatus(zeroed, "cudaMemsetAsync");
+        }
+      }
     }
     a.ipc_kind = kind();
     if (Status ready = ZeroAndSynchronize(ctx, a.ptr, bytes, zero); !ready.ok()) {

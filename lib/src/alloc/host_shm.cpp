@@ -22,6 +22,11 @@ namespace {
 
 std::string Errno(const std::string& call, int err) { return call + ": " + std::strerror(err); }
 
+uint64_t PageSize() {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
 class HostShmAllocator final : public Allocator {
  public:
   explicit HostShmAllocator(std::string name_prefix) : prefix_(std::move(name_prefix)) {}
@@ -123,16 +128,21 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
     return Status(ErrorCode::kUnexpectedReply,
                   "shared-memory object " + name + " is smaller than the tensor it should hold");
   }
-  void* base = mmap(nullptr, offset + bytes, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
+  // Only the pages the tensor lies in: the members of a tensor set share one object, and a
+  // process that opens them all maps each member's own bytes, not the set up to it.
+  uint64_t lead = offset % PageSize();
+  void* base =
+      mmap(nullptr, lead + bytes, PROT_READ | PROT_WRITE,
+           MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), static_cast<off_t>(offset - lead));
   int err = errno;
   if (base == MAP_FAILED) return Status(ErrorCode::kIoError, Errno("mmap(" + name + ")", err));
-  return static_cast<void*>(static_cast<char*>(base) + offset);
+  return static_cast<void*>(static_cast<char*>(base) + lead);
 }
 
 Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset) {
-  void* base = static_cast<char*>(ptr) - offset;
-  if (munmap(base, offset + bytes) != 0) return Status(ErrorCode::kIoError, Errno("munmap", errno));
+  uint64_t lead = offset % PageSize();
+  void* base = static_cast<char*>(ptr) - lead;
+  if (munmap(base, lead + bytes) != 0) return Status(ErrorCode::kIoError, Errno("munmap", errno));
   return Status::Ok();
 }
 

@@ -199,12 +199,13 @@ static int32_t Names(mcd_client* c, const char* const* names, size_t count,
 }
 
 int32_t mcd_get_many(mcd_client* c, const char* const* names, size_t count, mcd_tensor* out) {
-  std::vector<std::string> list;
-  if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
+  if (out == nullptr) return Check(c, nullptr);  // the views would be lost, the references held
   return Guard(c, [&]() -> int32_t {
+    std::vector<std::string> list;
+    if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
     auto views = c->client->GetMany(list);
     if (!views.ok()) return Fail(c, views.status());
-    for (size_t i = 0; out != nullptr && i < views->size(); ++i) {
+    for (size_t i = 0; i < views->size(); ++i) {
       Fill((*views)[i].record, (*views)[i].data, &out[i]);
     }
     return MCD_OK;
@@ -212,9 +213,10 @@ int32_t mcd_get_many(mcd_client* c, const char* const* names, size_t count, mcd_
 }
 
 int32_t mcd_release_many(mcd_client* c, const char* const* names, size_t count) {
-  std::vector<std::string> list;
-  if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
+  if (c == nullptr || c->client == nullptr) return MCD_ERR_INVALID_ARGUMENT;
   return Guard(c, [&]() -> int32_t {
+    std::vector<std::string> list;
+    if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
     auto records = c->client->ReleaseMany(list);
     return records.ok() ? MCD_OK : Fail(c, records.status());
   });

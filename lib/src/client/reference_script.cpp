@@ -206,6 +206,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   const std::string list = keys_.Set(set);
   ReferenceManyArgs args = ManyArgs(kNoItems, std::string());
   args.set_list = list;
+  args.set_name = set;
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, args);
   MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv));
   if (answer.failed == ReferenceManyReply::kNoMember) {
@@ -245,6 +246,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::Taken(const std::vector<std::
 
 Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
     const std::vector<std::string>& names, const std::vector<std::string>& epochs, bool retried) {
+  if (names.empty()) return std::vector<TensorRecord>();
   if (many_sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(LoadMany());
   std::vector<Transport::Outgoing> out;
   MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items, ManyItems(names, &epochs, &out));

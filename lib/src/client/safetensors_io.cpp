@@ -67,6 +67,44 @@ Status WriteAll(int fd, const char* data, uint64_t bytes, const std::string& pat
   return Status::Ok();
 }
 
+// SaveSafetensors' file: the members `views` of set `set`, named without "<set>/". Written
+// beside its final name and renamed there once whole: a reader never sees half a file.
+Status WriteSetFile(Client& client, const std::string& set, const std::vector<TensorView>& views,
+                    const std::string& path) {
+  std::vector<SafetensorsEntry> entries;
+  uint64_t largest = 0;
+  const std::string prefix = set + "/";
+  for (const TensorView& view : views) {
+    const TensorRecord& r = view.record;
+    if (r.name.compare(0, prefix.size(), prefix) != 0) {  // a hash written by hand
+      return Status(ErrorCode::kUnexpectedReply,
+                    "tensor '" + r.name + "' says it is of set '" + set + "' but is not named so");
+    }
+    entries.push_back(SafetensorsEntry{r.name.substr(prefix.size()), r.dtype, r.shape, 0, r.bytes});
+    largest = std::max(largest, r.bytes);
+  }
+  const std::string temp = path + ".tmp-" + std::to_string(getpid());
+  Status written = Status::Ok();
+  {
+    UniqueFd fd(open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) written = IoError("open " + temp, errno);
+    std::string head = SafetensorsHeader(entries);
+    if (written.ok()) written = WriteAll(fd.get(), head.data(), head.size(), temp);
+    std::string buffer;
+    if (written.ok()) buffer.resize(largest);
+    for (size_t i = 0; written.ok() && i < views.size(); ++i) {
+      written = client.CopyToHost(views[i], buffer.data(), views[i].record.bytes);
+      if (written.ok()) written = WriteAll(fd.get(), buffer.data(), views[i].record.bytes, temp);
+    }
+    if (written.ok() && fd && close(fd.release()) != 0) written = IoError("close " + temp, errno);
+  }
+  if (written.ok() && rename(temp.c_str(), path.c_str()) != 0) {
+    written = IoError("rename to " + path, errno);
+  }
+  if (!written.ok()) unlink(temp.c_str());
+  return written;
+}
+
 }  // namespace
 
 Result<std::vector<TensorRecord>> Client::LoadSafetensors(const std::string& path,
@@ -105,36 +143,9 @@ Result<std::vector<TensorRecord>> Client::LoadSafetensors(const std::string& pat
 Status Client::SaveSafetensors(const std::string& set, const std::string& path) {
   MCD_ASSIGN_OR_RETURN(std::vector<TensorView> views, GetSet(set));
   std::vector<std::string> names;
-  std::vector<SafetensorsEntry> entries;
-  uint64_t largest = 0;
-  for (const TensorView& view : views) {
-    const TensorRecord& r = view.record;
-    names.push_back(r.name);
-    entries.push_back(
-        SafetensorsEntry{r.name.substr(set.size() + 1), r.dtype, r.shape, 0, r.bytes});
-    largest = std::max(largest, r.bytes);
-  }
-  // Written beside its final name and renamed there once whole: a reader never sees half a file.
-  const std::string temp = path + ".tmp-" + std::to_string(getpid());
-  Status written = Status::Ok();
-  {
-    UniqueFd fd(open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) written = IoError("open " + temp, errno);
-    std::string head = SafetensorsHeader(entries);
-    if (written.ok()) written = WriteAll(fd.get(), head.data(), head.size(), temp);
-    std::string buffer;
-    if (written.ok()) buffer.resize(largest);
-    for (size_t i = 0; written.ok() && i < views.size(); ++i) {
-      written = CopyToHost(views[i], buffer.data(), views[i].record.bytes);
-      if (written.ok()) written = WriteAll(fd.get(), buffer.data(), views[i].record.bytes, temp);
-    }
-    if (written.ok() && fd && close(fd.release()) != 0) written = IoError("close " + temp, errno);
-  }
-  if (written.ok() && rename(temp.c_str(), path.c_str()) != 0) {
-    written = IoError("rename to " + path, errno);
-  }
-  if (!written.ok()) unlink(temp.c_str());
-  auto released = ReleaseMany(names);
+  for (const TensorView& view : views) names.push_back(view.record.name);
+  Status written = WriteSetFile(*this, set, views, path);
+  auto released = ReleaseMany(names);  // whatever happened
   if (written.ok() && !released.ok()) return released.status();
   return written;
 }

@@ -119,13 +119,14 @@ Result<std::vector<std::string>> Client::SetMembers(const std::string& set) {
     RedisConnection& redis = impl_->redis();
     MCD_ASSIGN_OR_RETURN(RedisValue listed, redis.Command({"LRANGE", keys.Set(set), "0", "-1"}));
     for (const RedisValue& key : listed.elements) {
-      MCD_RETURN_IF_ERROR(redis.Append({"EXISTS", key.str}));
+      MCD_RETURN_IF_ERROR(redis.Append({"HGET", key.str, "set"}));
     }
+    // A member freed on its own has left the set, and a tensor of its name made since is none.
     std::vector<std::string> names;
     for (const RedisValue& key : listed.elements) {
-      MCD_ASSIGN_OR_RETURN(RedisValue exists, redis.ReadReply());
+      MCD_ASSIGN_OR_RETURN(RedisValue of, redis.ReadReply());
       std::string name = keys.NameFromTensorKey(key.str);
-      if (exists.integer == 1 && !name.empty()) names.push_back(std::move(name));
+      if (!of.is_nil() && of.str == set && !name.empty()) names.push_back(std::move(name));
     }
     std::sort(names.begin(), names.end());
     return names;

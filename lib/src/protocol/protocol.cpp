@@ -162,6 +162,10 @@ Status ValidateName(std::string_view name) {
                      "; names use letters, digits and . _ : / @ + = , -");
     }
   }
+  if (name.back() == '/') {
+    return Invalid("tensor name \"" + Printable(name) +
+                   "\" ends with '/', which the tools read as every member of a tensor set");
+  }
   return Status::Ok();
 }
 

@@ -55,7 +55,7 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
       std::find_if(std::begin(kDTypes), std::end(kDTypes),
                    [&](const DTypeNamePair& d) { return Text(*dtype) == d.name; });
   if (known == std::end(kDTypes)) {
-    return Status(ErrorCode::kUnsupported,
+    return Status(ErrorCode::kInvalidArgument,
                   who + " is " + Printable(Text(*dtype)) +
                       ", a dtype memcuda has not (it has F16 BF16 F32 F64 I8 I16 I32 I64 U8 U16 "
                       "U32 U64 BOOL)");
@@ -75,8 +75,11 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
   }
   auto bytes = ShapeBytes(entry.shape, entry.dtype);
   if (!bytes.ok()) {
-    return Status(bytes.status().code(), who + ": " + bytes.status().message() +
-                                             " (a memcuda tensor holds at least one element)");
+    std::string why = who + ": " + bytes.status().message();
+    if (bytes.status().code() == ErrorCode::kInvalidArgument) {
+      why += " (a memcuda tensor holds at least one element)";
+    }
+    return Status(bytes.status().code(), why);
   }
   if (bytes.value() != entry.end - entry.begin) {
     return Bad(who + " has " + std::to_string(entry.end - entry.begin) +

@@ -28,7 +28,7 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 // The header's size from the file's first 8 bytes, checked against the file's size.
 Result<uint64_t> SafetensorsHeaderSize(std::string_view first8, uint64_t file_bytes);
 // The tensors of header `json`, whose data is `data_bytes` long, sorted by where their data
-// begins: each dtype one memcuda has (kUnsupported naming the tensor and dtype otherwise), its
+// begins: each dtype one memcuda has (kInvalidArgument naming the tensor and dtype otherwise), its
 // data inside the file and exactly shape x dtype long, no two overlapping. A scalar (shape []) is
 // read as shape [1]; a tensor of no elements is refused (a memcuda tensor holds at least one).
 Result<std::vector<SafetensorsEntry>> ParseSafetensorsHeader(std::string_view json,

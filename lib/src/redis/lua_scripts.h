@@ -22,5 +22,7 @@ extern const char* const kDeleteIfScript;
 extern const char* const kForgetHolderScript;
 // scripts/redeem_grant.lua
 extern const char* const kRedeemGrantScript;
+// scripts/set_members.lua
+extern const char* const kSetMembersScript;
 
 }  // namespace mcd

@@ -158,6 +158,7 @@ std::vector<std::string> ReferenceManyCall(std::string_view sha, const Reference
   }
   argv.push_back(std::to_string(fields));
   if (a.fields) argv.insert(argv.end(), a.fields->begin(), a.fields->end());
+  if (!a.set_list.empty()) argv.emplace_back(a.set_name);
   for (const ReferenceManyItem& item : items) {
     argv.push_back(item.name);
     argv.push_back(item.delete_command);
@@ -192,6 +193,31 @@ Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply) {
     out.answers.push_back(std::move(parsed));
   }
   return out;
+}
+
+std::vector<std::string> SetMembersCall(const std::string& members_key, size_t max_members,
+                                        size_t max_bytes) {
+  return {"EVAL",      kSetMembersScript,           "1",
+          members_key, std::to_string(max_members), std::to_string(max_bytes)};
+}
+
+Result<std::vector<std::string>> ParseSetMembersReply(Result<RedisValue> reply) {
+  MCD_ASSIGN_OR_RETURN(RedisValue value, Answered(std::move(reply), "EVAL (set_members)"));
+  std::vector<RedisValue>& e = value.elements;
+  if (e.size() == 2 && e[0].str == "ok") {
+    std::vector<std::string> members;
+    members.reserve(e[1].elements.size());
+    for (RedisValue& member : e[1].elements) members.push_back(std::move(member.str));
+    return members;
+  }
+  if (e.size() == 2 && e[0].str == "too_many") {
+    return Status(ErrorCode::kTooLarge, std::to_string(e[1].integer) + " members, over the limit");
+  }
+  if (e.size() == 3 && e[0].str == "too_large") {
+    return Status(ErrorCode::kTooLarge, "member " + std::to_string(e[1].integer) + " is " +
+                                            std::to_string(e[2].integer) + " bytes long");
+  }
+  return Status(ErrorCode::kUnexpectedReply, "set_members script reply");
 }
 
 std::vector<std::string> DeleteIfCall(const DeleteIfArgs& a) {

@@ -208,8 +208,9 @@ struct ReferenceManyArgs {
   std::string_view node, holder, pid, marker_ttl_s;
   const std::vector<std::string>* fields = nullptr;
   const std::vector<ReferenceManyItem>* items = nullptr;
-  // A get of a tensor set's members (no items): the set's list of member keys.
+  // A get of a tensor set's members (no items): the set's list of member keys, and its name.
   std::string_view set_list;
+  std::string_view set_name;
 };
 // EVALSHA `sha` at kReferenceShaIndex, like ReferenceCall; owned strings (it may be long).
 std::vector<std::string> ReferenceManyCall(std::string_view sha, const ReferenceManyArgs& args);
@@ -225,6 +226,14 @@ struct ReferenceManyReply {
   ReferenceReply refusal{ReferenceReply::kOk, {}, {}, {}};
 };
 Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply);
+
+// ---- set_members.lua -----------------------------------------------------------------------
+
+// EVAL of the script (rare: a create_set's), its argv owned.
+std::vector<std::string> SetMembersCall(const std::string& members_key, size_t max_members,
+                                        size_t max_bytes);
+// The members, or kTooLarge saying which limit they pass.
+Result<std::vector<std::string>> ParseSetMembersReply(Result<RedisValue> reply);
 
 // ---- redeem_grant.lua ----------------------------------------------------------------------
 

@@ -27,14 +27,15 @@ CommandApplier::CommandApplier(ApplierOptions opt, CommitPipeline& pipeline, Int
 CommandApplier::~CommandApplier() = default;
 
 namespace {
-// Whether a commit naming `name`, or a set it may be a member of (a prefix of it up to a '/'),
-// is still on its way.
-bool DueOrInDueSet(const CommitPipeline& pipeline, const std::string& name) {
+// Whether `touches(n)` holds for `name` or for a set it may be a member of (a prefix of it up
+// to a '/'): a command on a member waits for a create_set of its set.
+template <typename Touches>
+bool NameOrSet(const std::string& name, Touches touches) {
   for (size_t slash = name.find('/'); slash != std::string::npos;
        slash = name.find('/', slash + 1)) {
-    if (pipeline.IsDue(name.substr(0, slash))) return true;
+    if (touches(name.substr(0, slash))) return true;
   }
-  return pipeline.IsDue(name);
+  return touches(name);
 }
 }  // namespace
 
@@ -56,11 +57,15 @@ void CommandApplier::ProcessBatch(std::vector<Request> requests) {
     if (parsed.ok() && !request.route.socket() && parsed->sent_ms > 0)
       outcomes_.RecordQueueWait(NowMs() - parsed->sent_ms);
     if (parsed.ok()) {
-      if (std::find(touched.begin(), touched.end(), parsed->name) != touched.end()) {
+      auto in_batch = [&](const std::string& n) {
+        return std::find(touched.begin(), touched.end(), n) != touched.end();
+      };
+      auto due = [&](const std::string& n) { return pipeline_.IsDue(n); };
+      if (NameOrSet(parsed->name, in_batch)) {
         pipeline_.Flush();
         pipeline_.Drain();
         touched.clear();
-      } else if (DueOrInDueSet(pipeline_, parsed->name)) {
+      } else if (NameOrSet(parsed->name, due)) {
         pipeline_.Drain();  // its result decides what this command finds
       }
       touched.push_back(parsed->name);
@@ -96,6 +101,8 @@ Status CommandApplier::ResumeUnfinished() {
   ProcessBatch(std::move(requests));
   return Status::Ok();
 }
+
+void CommandApplier::DropEmptiedSets() { sets_->DropEmptied(); }
 
 void CommandApplier::ResumeNow() {
   // Nothing is due and no take is out: the processing list holds only the left commands.
@@ -480,13 +487,6 @@ void CommandApplier::RefcountCommitted(const Request& request, const char* op, C
     auto found = table_.find(name);
     if (found == table_.end()) return outcomes_.Record(op, name, Status::Ok(), t0, "freed=0");
     Entry entry = table_.Forget(found);
-    if (entry.allocation.shared && entry.allocation.shared->members == 1) {
-      // The set's last member: its list of members goes too (unless a new set of its name
-      // already replaced it).
-      static const std::vector<CommitMember> kNoMembers;
-      pipeline_.Queue(pipeline_.Make(Route{}, "", "", entry.record.set, "", Pre::kNone,
-                                     CommitChange::DelMany(kNoMembers), CommitEvent{}));
-    }
     // The reply is out and the hash gone: the worker frees the memory while this thread goes on
     // with the next commands. The outcome, a failed post included, reaches the callback.
     (void)devices_.Free(

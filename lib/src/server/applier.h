@@ -54,6 +54,9 @@ class CommandApplier {
   // being refused. ResumeDue: that time has come; ResumeNow: resume them, with nothing in flight.
   bool ResumeDue() const { return responder_.ResumeDue(); }
   void ResumeNow();
+  // Queues the removal of the lists of the sets whose last member left the table
+  // (SetApplier::DropEmptied); the caller flushes.
+  void DropEmptiedSets();
 
  private:
   // Each Handle* takes the request (its parsed command ok) and queues its commit, whose

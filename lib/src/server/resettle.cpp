@@ -61,6 +61,7 @@ Status Resettle::Settle() {
     }
   }
   for (const std::string& name : published) table_.Published(table_.find(name));
+  std::set<std::string> sets_put_back;
   for (const std::string& name : lost) {
     auto found = table_.find(name);
     bool removed = false;
@@ -75,6 +76,9 @@ Status Resettle::Settle() {
       continue;
     }
     Status republished = Republish(found->second);
+    if (republished.ok() && !found->second.record.set.empty()) {
+      sets_put_back.insert(found->second.record.set);
+    }
     if (republished.ok()) continue;
     if (!pipeline_.connected()) return republished;
     // Another instance's hash has the name now, or Redis refuses: processes may still map the
@@ -83,6 +87,7 @@ Status Resettle::Settle() {
                              republished.ToString() + "); its memory is kept until shutdown");
     table_.Orphan(table_.Forget(found));
   }
+  for (const std::string& set : sets_put_back) MCD_RETURN_IF_ERROR(PutBackSetList(set));
   MCD_RETURN_IF_ERROR(RemovePhantoms());
   MCD_RETURN_IF_ERROR(applier_.ResumeUnfinished());
   return heartbeat_.MarkSettled(*pipeline_.Drained());
@@ -114,6 +119,18 @@ Status Resettle::Republish(Entry& entry) {
                            "' lost its hash with Redis; put it back (refcount 1, epoch " +
                            entry.record.epoch +
                            ": references taken before the loss are not known)");
+  return Status::Ok();
+}
+
+Status Resettle::PutBackSetList(const std::string& set) {
+  // The list goes with the members, when Redis loses them; each is a tensor of the set's again.
+  const std::string list = opt_.keys.Set(set);
+  std::vector<std::string> push = {"RPUSH", list};
+  for (const std::string& member : table_.SetMembers(set)) push.push_back(opt_.keys.Tensor(member));
+  MCD_RETURN_IF_ERROR(pipeline_.Command({"DEL", list}).status());
+  MCD_RETURN_IF_ERROR(
+      pipeline_.Command(std::vector<std::string_view>(push.begin(), push.end())).status());
+  Log(LogLevel::kWarn, "tensor set '" + set + "' lost its list of members with Redis; put it back");
   return Status::Ok();
 }
 

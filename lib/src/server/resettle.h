@@ -40,6 +40,9 @@ class Resettle {
 
  private:
   // The server is the authority on what it holds: a tensor whose hash Redis lost is put back.
+  // Writes the list of tensor set `set` again, naming its members held here (after Redis lost
+  // it with them).
+  Status PutBackSetList(const std::string& set);
   Status Republish(Entry& entry);
   // Whether the removal of `name` whose commit got no answer went through: the newest event
   // naming it is that removal (refcount 0), which the commit appended with it. Redis that lost

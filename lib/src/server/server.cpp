@@ -271,6 +271,7 @@ Status Server::Impl::Run() {
       // batch deleted is freed; what their continuations queued (the list of a set whose last
       // member went) is sent too.
       pipeline_->Drain();
+      applier_->DropEmptiedSets();
       if (pipeline_->has_queued()) {
         pipeline_->Flush();
         pipeline_->Drain();

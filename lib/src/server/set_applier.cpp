@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "protocol/json_codec.h"
+#include "redis/script_calls.h"
 
 namespace mcd {
 
@@ -34,24 +35,35 @@ void SetApplier::Fail(const Request& request, const char* op, const Status& stat
   outcomes_.Record(op, request.parsed->name, status, t0);
 }
 
+void SetApplier::DropEmptied() {
+  static const std::vector<CommitMember> kNoMembers;
+  for (const std::string& set : table_.TakeEmptiedSets()) {
+    pipeline_.Queue(pipeline_.Make(Route{}, "", "", set, "", Pre::kNone,
+                                   CommitChange::DelMany(kNoMembers), CommitEvent{}));
+  }
+}
+
 Result<std::vector<SetMember>> SetApplier::ReadMembers(const Command& cmd) {
   const std::string key = opt_.keys.Members(cmd.members);
-  MCD_ASSIGN_OR_RETURN(RedisValue listed,
-                       pipeline_.Command({"LRANGE", key, "0", std::to_string(kMaxSetMembers)}));
-  (void)pipeline_.Command({"DEL", key});  // read once; its TTL removes it otherwise
-  if (listed.elements.empty()) {
+  // Taken out of Redis whole, after Redis checked how many and how long (set_members.lua).
+  std::vector<std::string> argv = SetMembersCall(key, kMaxSetMembers, kMaxCommandBytes);
+  auto listed = ParseSetMembersReply(
+      pipeline_.Command(std::vector<std::string_view>(argv.begin(), argv.end())));
+  if (!listed.ok()) {
+    return Status(listed.status().code(), "the members of set '" + cmd.name + "' at " + key + ": " +
+                                              listed.status().message() + " (at most " +
+                                              std::to_string(kMaxSetMembers) + " members of " +
+                                              std::to_string(kMaxCommandBytes) + " bytes each)");
+  }
+  if (listed->empty()) {
     return Status(ErrorCode::kInvalidArgument,
                   "no members at " + key + " (push them before the create_set, within a minute)");
   }
-  if (listed.elements.size() > kMaxSetMembers) {
-    return Status(ErrorCode::kTooLarge,
-                  "a set has at most " + std::to_string(kMaxSetMembers) + " members");
-  }
   std::vector<SetMember> members;
-  members.reserve(listed.elements.size());
+  members.reserve(listed->size());
   std::unordered_set<std::string> names;
-  for (const RedisValue& raw : listed.elements) {
-    auto member = ParseSetMember(raw.str, cmd.name);
+  for (const std::string& raw : *listed) {
+    auto member = ParseSetMember(raw, cmd.name);
     if (!member.ok()) {
       return Status(member.status().code(), "member " + std::to_string(members.size() + 1) +
                                                 " of set '" + cmd.name +

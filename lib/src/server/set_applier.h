@@ -23,6 +23,10 @@ class SetApplier {
   void HandleCreate(Request& request);
   void HandlePublish(Request& request);
   void HandleAbandon(Request& request);
+  // Queues, for each set whose last member left the table (freed, reclaimed, abandoned), the
+  // removal of its list of members: only once no hash it names is left, so that a set made again
+  // meanwhile keeps its own (commit.lua del_many under "none").
+  void DropEmptied();
 
  private:
   template <typename Then>

@@ -34,7 +34,10 @@ Entry TensorTable::Forget(Map::iterator it) {
   if (auto set = sets_.find(entry.record.set); set != sets_.end()) {
     std::vector<std::string>& members = set->second;
     members.erase(std::find(members.begin(), members.end(), it->first));
-    if (members.empty()) sets_.erase(set);
+    if (members.empty()) {
+      emptied_sets_.push_back(set->first);
+      sets_.erase(set);
+    }
   }
   stack_names_.erase(it->first);
   filling_names_.erase(it->first);
@@ -95,6 +98,7 @@ void TensorTable::Clear() {
   stack_names_.clear();
   filling_names_.clear();
   sets_.clear();
+  emptied_sets_.clear();
   orphans_.clear();
   unsettled_.clear();
   maybe_deleted_.clear();

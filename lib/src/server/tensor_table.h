@@ -45,6 +45,8 @@ class TensorTable {
   void Published(Map::iterator it);
   // The members of tensor set `set` held here, in the order created (empty: no such set).
   const std::vector<std::string>& SetMembers(const std::string& set) const;
+  // The sets whose last member left the table since the last call, whatever freed it.
+  std::vector<std::string> TakeEmptiedSets() { return std::exchange(emptied_sets_, {}); }
   size_t count() const { return count_.load(); }
   uint64_t bytes() const { return bytes_.load(); }  // of the tensors (heartbeat: tensor_bytes)
 
@@ -70,6 +72,7 @@ class TensorTable {
   std::set<std::string> stack_names_;    // the stack tensors among them, for the reaper
   std::set<std::string> filling_names_;  // those being filled (Entry::filler), for the reaper
   std::unordered_map<std::string, std::vector<std::string>> sets_;  // members by set
+  std::vector<std::string> emptied_sets_;
   std::atomic<size_t> count_{0};
   std::atomic<uint64_t> bytes_{0};
   std::vector<Entry> orphans_;

@@ -32,10 +32,11 @@
 -- hset_many, del_many: every member of a tensor set at once. KEYS[1] is then the set's list of
 -- member keys, KEYS[8..] the member hashes; ARGV[15..] per member: its name, how many
 -- field/value strings follow (0 for del_many), then them. `pre` holds for every member, "absent"
--- also for the set: no list of it that names a member hash still there (the list of a set whose
--- members are all gone is replaced). hset_many under "absent" writes the list; del_many deletes
--- it with the members; under "none" (the server freed a set's last member), it deletes the list
--- alone, once no hash it names is left. The event is each member's.
+-- also for the set: no list of it that names a hash still its member (its "set" field the set's
+-- name, ARGV[11]); the list of a set whose members are all gone is replaced. hset_many under
+-- "absent" writes the list; del_many deletes it with the members; under "none" (the server freed
+-- a set's last member), it deletes the list alone, once no hash it names is still a member. The
+-- event is each member's.
 -- Returns {"ok"} | {"ok", refcount} (incr, unhold: the count after; del under "mine": the count
 -- it had) | {"dup", first_reply} | {"conflict"} | {"not_held"}.
 --
@@ -59,7 +60,7 @@ local refcount
 if many then
   if pre == 'absent' then
     for _, key in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-      if redis.call('EXISTS', key) == 1 then return {'conflict'} end
+      if redis.call('HGET', key, 'set') == ARGV[11] then return {'conflict'} end
     end
   end
   for k = 8, #KEYS do
@@ -119,7 +120,7 @@ if many then
   local drop_list = pre == 'absent' or action == 'del_many'
   if action == 'del_many' and pre == 'none' then  -- the last member is gone: the list, if stale
     for _, key in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-      if redis.call('EXISTS', key) == 1 then drop_list = false end
+      if redis.call('HGET', key, 'set') == ARGV[11] then drop_list = false end
     end
   end
   if drop_list then redis.call('DEL', KEYS[1]) end

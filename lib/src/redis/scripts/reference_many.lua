@@ -14,8 +14,9 @@
 -- A release pushes an empty marker onto the reply list of every tensor whose release it answers
 -- itself (all of them when it refuses), so that the BLPOPs sent right behind it return at once.
 -- A get with a sixth key and no tensor of its own (Client::GetSet): KEYS[6] is then the list of a
--- tensor set's member keys (KeySpace::Set), and the tensors are its members still there (a
--- member freed on its own has left the set); the answer then ends with their names.
+-- tensor set's member keys (KeySpace::Set), the argument after the fields the set's name, and the
+-- tensors are the hashes of that list whose "set" field names the set (a member freed on its own
+-- has left it); the answer then ends with their names.
 -- Returns {"ok", {answer per tensor}} ({"ok", {answers}, {names}} for a set), an answer being
 -- {"ok", {values}}, {"forgotten", {values}} or {"queued"} as reference.lua answers; or
 -- {"failed", i, refusal, name}: the i-th tensor (from 1) refused with reference.lua's refusal
@@ -38,8 +39,9 @@ local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SE
 local keys, names, replies = {}, {}, {}
 local of_set = not release and #KEYS == 6
 if of_set then
+  -- A member freed on its own has left the set, and a tensor of its name made since is none.
   for _, key in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
-    if redis.call('EXISTS', key) == 1 then
+    if redis.call('HGET', key, 'set') == ARGV[first_arg + 1] then
       keys[#keys + 1] = key
       names[#names + 1] = string.match(key, '{([^{}]*)}$') or key
     end
@@ -79,6 +81,10 @@ for i = 1, n do
   if refusal then
     for j = 1, n do mark(j) end
     return {'failed', i, refusal, names[i]}
+  end
+  if not tonumber(f[at.refcount]) then  -- a hash written by hand: refused before any change
+    for j = 1, n do mark(j) end
+    return redis.error_reply('ERR hash value is not an integer (refcount of ' .. names[i] .. ')')
   end
   read[i] = {tonumber(f[at.refcount]), forgotten, f}
 end
