@@ -158,7 +158,7 @@ def test_a_set_from_safetensors_is_one_mapping_that_torch_and_another_process_vi
     gpu.python("import torch, numpy as np; got = mc.get_set('m'); rng = np.random.default_rng(21); "
                "w0 = rng.standard_normal((64, 32)).astype(np.float16); "
                "assert torch.equal(torch.from_dlpack(got['w.0']).cpu(), torch.from_numpy(w0))")
-    del views, got
+    del views, got, t
     gc.collect()
     gpu.run("mcd-rm", "m/")
     # The child's references go back once the server sees it gone (within about a second).
