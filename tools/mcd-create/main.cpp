@@ -202,11 +202,12 @@ int CreateSetFrom(const CreateFlags& f) {
     std::cout << out << "]\n";
   } else if (!f.common.quiet) {
     const TensorRecord& r = members->front();
-    std::cout << "created set " << tools::Escaped(f.name) << ": " << members->size() << " tensors "
-              << tools::Escaped(f.name) << "/... on "
+    std::cout << "created set " << tools::Escaped(f.name) << ": " << members->size()
+              << (members->size() == 1 ? " tensor " : " tensors ") << tools::Escaped(f.name)
+              << "/... on "
               << (r.device == kHostDevice ? "cpu" : "device " + std::to_string(r.device)) << " ("
-              << tools::HumanBytes(bytes) << " in one allocation, " << IpcKindName(r.ipc_kind)
-              << ")\n";
+              << tools::HumanBytes(bytes) << " of tensors in one allocation, "
+              << IpcKindName(r.ipc_kind) << ")\n";
   }
   return 0;
 }

@@ -173,11 +173,14 @@ void PrintResult(const GetFlags& f, const mcd::TensorRecord& r, const std::strin
 int GetSet(const GetFlags& f, const std::string& set) {
   using namespace mcd;
   const char* tool = "mcd-get";
-  if (f.names.size() > 1 || f.wait_s >= 0 || f.print_count > 0 ||
-      (!f.output.empty() && !EndsWith(f.output, ".safetensors"))) {
+  if (!f.output.empty() && !EndsWith(f.output, ".safetensors")) {
+    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
+                                    "-o writes a tensor set (NAME/) to a .safetensors file"));
+  }
+  if (f.names.size() > 1 || f.wait_s >= 0 || f.print_count > 0) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
                                     "a tensor set (NAME/) is got alone, without --wait and "
-                                    "--print; -o writes it to a .safetensors file"));
+                                    "--print"));
   }
   auto client = Connect(f);
   if (!client.ok()) return tools::Fail(tool, client.status());

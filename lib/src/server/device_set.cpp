@@ -209,7 +209,10 @@ size_t DeviceSet::FreeAll(const std::map<int, std::vector<const Entry*>>& by_dev
       for (const Entry* entry : entries) {
         // A set's allocation goes with its last member still held.
         const std::shared_ptr<SharedBlock>& shared = entry->allocation.shared;
-        if (shared && --shared->members > 0) continue;
+        if (shared && --shared->members > 0) {
+          ++freed;  // its part goes with the set's last member
+          continue;
+        }
         Status s = allocator->second->Free(ctx, shared ? shared->whole : entry->allocation);
         if (s.ok()) {
           ++freed;
