@@ -17,6 +17,7 @@ docs/python.md.
 
 import collections
 import ctypes
+import gc
 import json
 import os
 import threading
@@ -65,6 +66,9 @@ class Client:
         # any more, this process would give back one bound to no process (the creator's).
         self._live = collections.Counter()
         self._given = collections.Counter()
+        # While release_many runs: the names whose references its Tensors' mappings give back,
+        # sent together at its end.
+        self._batch = None
 
     # -- the lifecycle -----------------------------------------------------------------------
 
@@ -180,6 +184,26 @@ class Client:
         self._call(_clib.mcd_save_safetensors, _bytes(str(name).rstrip("/")),
                    _bytes(os.fspath(path)))
 
+    def release_many(self, tensors):
+        """Tensor.release() of each of `tensors`, the references of those no exported array
+        views any more given back in one Redis round trip (the others go with their last array,
+        as release() says). Where that one call is refused, each is given back on its own, so
+        that none is kept."""
+        with self._lock:
+            self._batch = []
+            try:
+                for t in tensors:
+                    t.release()
+                gc.collect()  # mappings held in cycles go now too, inside the batch
+            finally:
+                names, self._batch = self._batch, None
+            if not names:
+                return
+            array = (ctypes.c_char_p * len(names))(*[name.encode() for name in names])
+            if _clib.mcd_release_many(self._handle, array, len(names)) != 0:
+                for name in names:
+                    _clib.mcd_release(self._handle, name.encode())
+
     def stat(self, name):
         """The tensor's record as a dict (the keys of `mcd-ls --json`)."""
         text = ctypes.c_void_p()
@@ -260,6 +284,9 @@ class Client:
             if self._given[name] > 0:
                 self._drop(self._given, name)
                 give_back = _clib.mcd_close
+            elif self._batch is not None and name not in self._batch:
+                self._batch.append(name)  # release_many gives it back with the others
+                return
             if self._handle:
                 give_back(self._handle, name.encode())
 

@@ -102,6 +102,7 @@ class SetMember(ctypes.Structure):
 
 _declare("mcd_create_set", _i32, _client, _str, ctypes.POINTER(SetMember), ctypes.c_size_t, _i32,
          ctypes.POINTER(CreateOptions))
+_declare("mcd_release_many", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t)
 _declare("mcd_get_set", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p),
          ctypes.POINTER(ctypes.c_size_t))
 _declare("mcd_load_safetensors", _i32, _client, _str, _str, _i32)

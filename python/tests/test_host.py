@@ -95,9 +95,14 @@ def test_get_many_takes_every_reference_at_once_or_none(node, mc):
     for t in got:
         assert np.array_equal(np.asarray(t), data[t.name]), t.name
     assert all(refcount(mc, name) == 2 for name in names)
-    del got, t
+    held = np.asarray(got[0])  # a view: its reference goes with it, not with release_many
+    mc.release_many(got)
+    assert all(t.released for t in got)
+    assert refcount(mc, names[0]) == 2 and all(refcount(mc, name) == 1 for name in names[1:])
+    assert np.array_equal(held, data[names[0]])
+    del held, got, t
     gc.collect()
-    assert all(refcount(mc, name) == 1 for name in names)
+    assert refcount(mc, names[0]) == 1
     for name in names:
         mc.rm(name)
     assert mc.ls() == []
