@@ -23,16 +23,9 @@ local function mcd_hold(tensor, index, held, holder, delta)
   redis.call('HINCRBY', tensor, 'bound', delta)
 end
 
--- mcd_hold(tensor, index, held, holder, 1) for each of `tensors`, with each set written once for
--- all of them (reference_many.lua's get).
-local function mcd_take_many(tensors, index, held, holder)
-  local field = 'holder:' .. holder
-  local first = {}
-  for _, tensor in ipairs(tensors) do
-    if redis.call('HEXISTS', tensor, field) == 0 then first[#first + 1] = tensor end
-    redis.call('HINCRBY', tensor, field, 1)
-    redis.call('HINCRBY', tensor, 'bound', 1)
-  end
+-- The sets mcd_hold writes at a holder's first reference of each of the hashes `first`, written
+-- once for all of them (reference_many.lua's get, which writes the hashes' fields itself).
+local function mcd_hold_sets(index, held, holder, first)
   for i = 1, #first, 4000 do  -- unpack returns at most a few thousand values
     redis.call('SADD', held, unpack(first, i, math.min(i + 3999, #first)))
   end

@@ -35,6 +35,16 @@ for i, name in ipairs(fields) do at[name] = i end
 for _, name in ipairs({'state', 'owner', 'refcount', 'node', 'epoch'}) do
   if not at[name] then return redis.error_reply('ERR reference_many: no field ' .. name) end
 end
+-- A get also reads the counts it is about to change, so that one HSET a hash writes them all
+-- (holders.lua's bookkeeping: the holder's field and "bound", the sets at its first reference).
+local holder_field = holder ~= '' and ('holder:' .. holder) or nil
+local read_fields = fields
+if not release then
+  read_fields = {unpack(fields)}
+  read_fields[nfields + 1] = 'bound'
+  read_fields[nfields + 2] = holder_field or 'bound'
+end
+local function number_or_absent(v) return not v or tonumber(v) ~= nil end
 local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SETTLED)
 local keys, names, replies = {}, {}, {}
 local of_set = not release and #KEYS == 6
@@ -62,7 +72,7 @@ local function mark(i)
 end
 local read = {}
 for i = 1, n do
-  local f = redis.call('HMGET', keys[i], unpack(fields))
+  local f = redis.call('HMGET', keys[i], unpack(read_fields))
   local state, node = f[at.state], f[at.node]
   local forgotten = release and arg(i, 3) ~= '*' and arg(i, 3) ~= (f[at.epoch] or '')
   local refusal
@@ -82,14 +92,17 @@ for i = 1, n do
     for j = 1, n do mark(j) end
     return {'failed', i, refusal, names[i]}
   end
-  if not tonumber(f[at.refcount]) then  -- a hash written by hand: refused before any change
+  -- A hash written by hand: refused before any change.
+  local counts = tonumber(f[at.refcount]) and
+      (release or (number_or_absent(f[nfields + 1]) and number_or_absent(f[nfields + 2])))
+  if not counts then
     for j = 1, n do mark(j) end
-    return redis.error_reply('ERR hash value is not an integer (refcount of ' .. names[i] .. ')')
+    return redis.error_reply('ERR hash value is not an integer (' .. names[i] .. ')')
   end
   read[i] = {tonumber(f[at.refcount]), forgotten, f}
 end
 local out = {}
-local taken = {}  -- the hashes a get's holder takes a reference of (mcd_take_many)
+local first = {}  -- the hashes a get's holder takes its first reference of (mcd_hold_sets)
 for i = 1, n do
   local key, count, forgotten, values = keys[i], read[i][1], read[i][2], read[i][3]
   if forgotten then
@@ -99,15 +112,19 @@ for i = 1, n do
     redis.call('LPUSH', KEYS[5], arg(i, 2))
     out[i] = {'queued'}
   else
-    local own = not release or mcd_releasable(key, holder, count) == 'own'
-    redis.call('HINCRBY', key, 'refcount', delta)
-    if own and holder ~= '' then
-      if release then
-        mcd_hold(key, KEYS[2], KEYS[3], holder, delta)
-      else
-        taken[#taken + 1] = key
-      end
+    if release then
+      local own = mcd_releasable(key, holder, count) == 'own'
+      redis.call('HINCRBY', key, 'refcount', delta)
+      if own and holder ~= '' then mcd_hold(key, KEYS[2], KEYS[3], holder, delta) end
+    elseif holder_field then
+      local mine = values[nfields + 2]
+      if not mine then first[#first + 1] = key end
+      redis.call('HSET', key, 'refcount', count + 1, holder_field, (tonumber(mine) or 0) + 1,
+                 'bound', (tonumber(values[nfields + 1]) or 0) + 1)
+    else
+      redis.call('HSET', key, 'refcount', count + 1)
     end
+    values[nfields + 1], values[nfields + 2] = nil, nil
     mcd_event(KEYS[4], server[2], release and 'release' or 'get', names[i], ARGV[2],
               count + delta, ARGV[4], '')
     mark(i)
@@ -115,6 +132,6 @@ for i = 1, n do
     out[i] = {'ok', values}
   end
 end
-if #taken > 0 then mcd_take_many(taken, KEYS[2], KEYS[3], holder) end
+mcd_hold_sets(KEYS[2], KEYS[3], holder, first)
 if of_set then return {'ok', out, names} end
 return {'ok', out}
