@@ -23,7 +23,7 @@ cxx="$(command -v clang++-14 || command -v clang++ || true)"
 cmake -S test/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j "$(nproc)" >/dev/null
 export UBSAN_OPTIONS="suppressions=$PWD/test/fuzz/ubsan.supp:halt_on_error=1:print_stacktrace=1"
-targets=(fuzz_command fuzz_reply fuzz_hash fuzz_npy fuzz_url)
+targets=(fuzz_command fuzz_reply fuzz_hash fuzz_npy fuzz_url fuzz_safetensors)
 each=$(( seconds / ${#targets[@]} ))
 [ "$each" -ge 1 ] || each=1
 for t in "${targets[@]}"; do
