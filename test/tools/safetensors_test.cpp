@@ -102,6 +102,12 @@ TEST_F(Safetensors, ACheckpointBecomesASetAndComesBackTheSame) {
   }
   for (const FileTensor& t : model) EXPECT_EQ(HashField("llm/" + t.name, "refcount"), "1");
 
+  // Read without a reference: the counts shown are the tensors' own.
+  auto peek = Tool("mcd-get", {"llm/", "--no-ref", "--json"});
+  ASSERT_EQ(peek.exit_code, 0) << peek.err;
+  for (const json& r : json::parse(peek.out)) EXPECT_EQ(r["refcount"], 1) << r.dump();
+  EXPECT_EQ(HashField("llm/q.scales", "refcount"), "1");
+
   // The set's references, all at once, bound to the caller; then every member given back.
   auto got = Tool("mcd-get", {"llm/", "--detached", "--json"});
   ASSERT_EQ(got.exit_code, 0) << got.err;

@@ -198,14 +198,20 @@ int GetSet(const GetFlags& f, const std::string& set) {
     names.push_back(view.record.name);
     (void)(*client)->Close(view.record.name);
   }
+  std::vector<TensorRecord> records;
+  for (const TensorView& view : *views) records.push_back(view.record);
   if (f.no_ref) {
     auto released = (*client)->ReleaseMany(names);
     if (!released.ok()) return tools::Fail(tool, released.status());
+    // The records as the references went back: what the counts are without this tool's.
+    for (size_t i = 0; i < records.size() && i < released->size(); ++i) {
+      records[i].refcount = (*released)[i].refcount;
+    }
   }
   if (f.common.json) std::cout << "[";
-  for (size_t i = 0; i < views->size(); ++i) {
+  for (size_t i = 0; i < records.size(); ++i) {
     if (i > 0 && (f.common.json || !f.common.quiet)) std::cout << (f.common.json ? "," : "\n");
-    PrintResult(f, (*views)[i].record, "");
+    PrintResult(f, records[i], "");
   }
   if (f.common.json) std::cout << "]\n";
   return 0;
