@@ -11,6 +11,7 @@
 // a reference read the tensor's own bytes). Used by one thread at a time, as the Client.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,6 +89,11 @@ class Client::Impl {
   void MakeParts(const std::string& sha);
   Status DiscoverNode();
   static Result<std::optional<Holder>> ResolveHolder(int64_t pid);
+  // requests.cpp: the refusal of a get whose reference would be bound to init (Ok otherwise);
+  // a batched `take` of references, retried and booked as DirectGet's.
+  Status RefusesInit() const;
+  Result<std::vector<TensorRecord>> TakeAll(
+      const std::function<Result<std::vector<TensorRecord>>()>& take);
   // requests.cpp: `cmd` through the server, retried as `what`.
   Result<TensorRecord> ServerRequest(const char* what, const Command& cmd);
 

@@ -16,6 +16,14 @@ namespace {
 // the BLPOP sent right behind the script, so this only bounds one whose client died.
 constexpr const char* kMarkerTtl = "60";
 
+// kUnexpectedReply unless the batched script answered for each of `count` tensors.
+Status AnsweredAll(const ReferenceManyReply& answer, size_t count) {
+  if (answer.answers.size() == count) return Status::Ok();
+  return Status(ErrorCode::kUnexpectedReply, "batched reference script answered " +
+                                                 std::to_string(answer.answers.size()) + " of " +
+                                                 std::to_string(count));
+}
+
 // The record a release that took effect returns: the hash as the script read it, or, when a
 // field of it does not pass validation (a hand-edited hash), the name, state and refcount alone.
 // Failing there would report an error for a reference already given back, and a caller that
@@ -224,11 +232,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::Taken(const std::vector<std::
         *answer.failed < names.size() ? names[*answer.failed] : answer.failed_name;
     return Answer(name, answer.refusal).status();
   }
-  if (answer.answers.size() != names.size()) {
-    return Status(ErrorCode::kUnexpectedReply, "batched reference script answered " +
-                                                   std::to_string(answer.answers.size()) + " of " +
-                                                   std::to_string(names.size()));
-  }
+  MCD_RETURN_IF_ERROR(AnsweredAll(answer, names.size()));
   std::vector<TensorRecord> records;
   records.reserve(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
@@ -278,11 +282,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
     }
     return Answer(names[*answer.failed], answer.refusal, true).status();
   }
-  if (answer.answers.size() != names.size()) {
-    return Status(ErrorCode::kUnexpectedReply, "batched reference script answered " +
-                                                   std::to_string(answer.answers.size()) + " of " +
-                                                   std::to_string(names.size()));
-  }
+  MCD_RETURN_IF_ERROR(AnsweredAll(answer, names.size()));
   // Every reference is given back by now (the queued ones by their delete commands, whose
   // replies say how): the first error to report is kept, the records of the rest returned.
   std::vector<TensorRecord> records;

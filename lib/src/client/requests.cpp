@@ -9,14 +9,17 @@ namespace mcd {
 
 // Repeated after a lost connection: at worst this process then holds one more reference, given
 // back when it exits.
+Status Client::Impl::RefusesInit() const {
+  if (!holder_ || holder_->pid != kInitPid) return Status::Ok();
+  return Status(ErrorCode::kInvalidArgument,
+                "this client's references would be bound to pid 1 (init), which never "
+                "exits while the server runs, and never be given back: bind them to "
+                "another process or to none (holder_pid kNoHolder), or run the program "
+                "under an init (docker run --init)");
+}
+
 Result<TensorRecord> Client::Impl::DirectGet(const std::string& name) {
-  if (holder_ && holder_->pid == kInitPid) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "this client's references would be bound to pid 1 (init), which never "
-                  "exits while the server runs, and never be given back: bind them to "
-                  "another process or to none (holder_pid kNoHolder), or run the program "
-                  "under an init (docker run --init)");
-  }
+  MCD_RETURN_IF_ERROR(RefusesInit());
   auto record = Retrying("get", true, [&]() -> Result<TensorRecord> {
     MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // its tensors died with it
     return script_->Get(name);
@@ -27,10 +30,20 @@ Result<TensorRecord> Client::Impl::DirectGet(const std::string& name) {
 
 Result<std::vector<TensorRecord>> Client::Impl::DirectGetMany(
     const std::vector<std::string>& names) {
-  if (holder_ && holder_->pid == kInitPid) return DirectGet(names.front()).status();  // its refusal
+  return TakeAll([&] { return script_->GetMany(names); });
+}
+
+Result<std::vector<TensorRecord>> Client::Impl::DirectGetSet(const std::string& set) {
+  return TakeAll([&] { return script_->GetSet(set); });
+}
+
+// As DirectGet, for the references one batched script call takes.
+Result<std::vector<TensorRecord>> Client::Impl::TakeAll(
+    const std::function<Result<std::vector<TensorRecord>>()>& take) {
+  MCD_RETURN_IF_ERROR(RefusesInit());
   auto records = Retrying("get", true, [&]() -> Result<std::vector<TensorRecord>> {
     MCD_RETURN_IF_ERROR(server_->EnsureAlive());
-    return script_->GetMany(names);
+    return take();
   });
   if (records.ok()) {
     for (const TensorRecord& r : records.value()) book_.Took(r.name, r.refcount, r.epoch);
@@ -91,18 +104,6 @@ void Client::Impl::AbandonSet(const std::string& set) {
   cmd.name = set;
   cmd.set = true;
   (void)ServerRequest("abandon", cmd);
-}
-
-Result<std::vector<TensorRecord>> Client::Impl::DirectGetSet(const std::string& set) {
-  if (holder_ && holder_->pid == kInitPid) return DirectGet(set).status();  // its refusal
-  auto records = Retrying("get", true, [&]() -> Result<std::vector<TensorRecord>> {
-    MCD_RETURN_IF_ERROR(server_->EnsureAlive());
-    return script_->GetSet(set);
-  });
-  if (records.ok()) {
-    for (const TensorRecord& r : records.value()) book_.Took(r.name, r.refcount, r.epoch);
-  }
-  return records;
 }
 
 Result<TensorRecord> Client::Impl::ServerRequest(const char* what, const Command& cmd) {

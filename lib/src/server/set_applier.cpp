@@ -252,6 +252,23 @@ Result<std::vector<TensorTable::Map::iterator>> SetApplier::FilledMembers(const 
   return members;
 }
 
+void SetApplier::NotCommitted(const Request& made, const char* op,
+                              const Result<CommitResult>& committed, Clock::time_point t0) {
+  const std::string& set = made.parsed->name;
+  if (committed.ok() && committed->kind == CommitResult::kDup) {
+    return outcomes_.Record(op, set, Status::Ok(), t0, "repeated_req=" + made.req);
+  }
+  if (!committed.ok()) {
+    responder_.Refused(made, op, committed.status());
+    return outcomes_.Record(op, set, committed.status(), t0);
+  }
+  Status gone(ErrorCode::kNotFound, "tensor set '" + set +
+                                        "' is gone (its members were removed underneath the "
+                                        "server)");
+  responder_.AnswerNow(made, op, gone);
+  outcomes_.Record(op, set, gone, t0);
+}
+
 void SetApplier::HandlePublish(Request& request) {
   auto t0 = Clock::now();
   const Command& cmd = request.parsed.value();
@@ -273,20 +290,7 @@ void SetApplier::HandlePublish(Request& request) {
             }
             return outcomes_.Record("publish", set, Status::Ok(), t0, "set");
           }
-          Status failed = committed.ok() ? Status(ErrorCode::kNotFound,
-                                                  "tensor set '" + set +
-                                                      "' is gone (its members "
-                                                      "were removed underneath the server)")
-                                         : committed.status();
-          if (committed.ok() && committed->kind == CommitResult::kDup) {
-            return outcomes_.Record("publish", set, Status::Ok(), t0, "repeated_req=" + made.req);
-          }
-          if (committed.ok()) {
-            responder_.AnswerNow(made, "publish", failed);
-          } else {
-            responder_.Refused(made, "publish", failed);
-          }
-          outcomes_.Record("publish", set, failed, t0);
+          NotCommitted(made, "publish", committed, t0);
         });
 }
 
@@ -317,18 +321,7 @@ void SetApplier::HandleAbandon(Request& request) {
             return outcomes_.Record("abandon", set, Status::Ok(), t0,
                                     "set freed=" + std::to_string(freed));
           }
-          if (committed.ok() && committed->kind == CommitResult::kDup) {
-            return outcomes_.Record("abandon", set, Status::Ok(), t0, "repeated_req=" + made.req);
-          }
-          Status failed = committed.ok()
-                              ? Status(ErrorCode::kNotFound, "tensor set '" + set + "' is gone")
-                              : committed.status();
-          if (committed.ok()) {
-            responder_.AnswerNow(made, "abandon", failed);
-          } else {
-            responder_.Refused(made, "abandon", failed);
-          }
-          outcomes_.Record("abandon", set, failed, t0);
+          NotCommitted(made, "abandon", committed, t0);
         });
 }
 

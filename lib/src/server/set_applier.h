@@ -52,6 +52,10 @@ class SetApplier {
   std::vector<CommitMember> CommitMembers(const std::vector<const TensorRecord*>& records,
                                           const std::vector<std::string>* fields) const;
   void Fail(const Request& request, const char* op, const Status& status, Clock::time_point t0);
+  // A set's publish or abandon (`op`) whose commit did not go through: a repeated req, Redis's
+  // refusal, or members gone underneath the server.
+  void NotCommitted(const Request& made, const char* op, const Result<CommitResult>& committed,
+                    Clock::time_point t0);
 
   const ApplierOptions& opt_;
   CommitPipeline& pipeline_;
