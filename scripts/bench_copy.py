@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """Copies between nodes, measured: `mcd-create DST --copy-of SRC` between two mcd-serve processes
 of different nodes on this host, over UCX's TCP and shared-memory transports, for host and GPU
 tensors, beside a plain cudaMemcpy D2H + H2D of the same size (PyTorch, pageable and pinned).

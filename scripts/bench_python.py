@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """Python programs sharing a GPU tensor, memcuda beside torch.multiprocessing, in one run.
 
 memcuda's rows and the peer's are timed alike, from before the producer makes the tensor to the

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """Prints mcd-bench and peer JSON records as one text table (for docs and notes).
 
     python3 scripts/bench_table.py bench.json [torch.json ...]

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """The peer a user would pick instead of memcuda: torch.multiprocessing sharing a CUDA tensor.
 
 Measured the way mcd-bench measures its "share" row: a producer process creates a tensor (zeroed,

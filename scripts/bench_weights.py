@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """A model's weights to every worker at once: memcuda beside torch.multiprocessing, in one run.
 
 One producer makes a 7B-like set of weights (by default 291 f16 tensors, 13.5 GB, shaped as a

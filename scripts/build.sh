@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Configures and builds memcuda.  Usage: scripts/build.sh [BUILD_DIR] [extra cmake -D options]
 set -euo pipefail
 cd "$(dirname "$0")/.."

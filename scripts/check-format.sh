@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Checks that every C, C++ and CUDA source of the project is as .clang-format lays it out
 # (clang-format 14, Debian 12's: other versions lay some constructs out differently).
 #   scripts/check-format.sh         # lists the files that differ; exit 1 if any

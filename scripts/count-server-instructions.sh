@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Instructions the server's main thread runs per create + delete round of a 4 KiB host tensor,
 # counted by callgrind: a short and a long run of the same server build, and the difference
 # divided by the extra rounds, so that start, stop and the clients' own cost fall out.

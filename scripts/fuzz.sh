@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Fuzzes every parser that takes outside input (test/fuzz: commands, replies, hash fields,
 # shapes, .npy files, Redis URLs) with libFuzzer under AddressSanitizer + UBSan, for SECONDS in
 # all (default 60), shared among the targets. Each starts from its seed corpus in

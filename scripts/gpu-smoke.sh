@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # The smoke test a GPU CI runner runs: private Redis + mcd-serve on GPU 0, a tensor created from a
 # .npy of random values, read back by another process and compared byte for byte, the example
 # compute process run on it and its result compared with the values expected, everything

@@ -1,4 +1,7 @@
 #!/usr/bin/python3
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """Plots mcd-bench records (and the torch.multiprocessing peer's) into one PNG.
 
 Left: end-to-end share latency by tensor size, per allocator and for the peer, of a fresh tensor

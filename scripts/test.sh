@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Runs the whole test suite: builds with AddressSanitizer + UBSan into build-asan and runs every
 # CTest test. GPU-labelled tests run on a machine with a CUDA device and are reported as skipped
 # elsewhere. Then the fuzz targets run for a minute (MCD_FUZZ_SECONDS). Extra arguments go to

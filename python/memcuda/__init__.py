@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """memcuda for Python: named tensors that live in mcd-serve, opened in place as NumPy, PyTorch,
 CuPy and JAX arrays.
 

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """DLPack capsules made in pure Python (ctypes), to the DLPack 0.8 ABI that every consumer
 reads (PyTorch, CuPy, JAX, NumPy >= 1.22): a DLManagedTensor whose deleter drops the owner
 object that keeps the memory mapped, in a capsule named "dltensor" whose destructor calls the

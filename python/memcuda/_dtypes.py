@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """memcuda dtypes and what NumPy, the array interfaces and DLPack call them."""
 
 # name: (bytes, NumPy typestr or None, DLPack (code, bits))

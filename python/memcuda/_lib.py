@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """libmemcuda's C ABI (memcuda.h) through ctypes: finding the library and declaring its calls."""
 
 import ctypes

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """memcuda's errors as exceptions: one class per stable code name of memcuda(7) and the tools'
 exit-code table. Each carries `code` (the name, e.g. "not_found") and `errno` (the C ABI's value);
 classes also derive from the Python built-in that fits, so `except KeyError` catches not_found."""

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """A real redis-server and a real mcd-serve for each test, as the C++ lifecycle tests have:
 the tools and libmemcuda come from MCD_BIN_DIR (a build's bin/, with its lib/ beside it), else
 from PATH."""

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """The memcuda package on a GPU host: tensors made by the tools, viewed in place by PyTorch and
 CuPy, changed by their kernels, read back by the tools; every reference given back and the GPU
 memory with it. Skipped (and reported so) without a GPU or PyTorch."""

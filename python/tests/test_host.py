@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 """The memcuda package against a real mcd-serve, on host tensors (any machine)."""
 
 import gc

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Bash completion for the memcuda tools: each tool's options as its own --help lists them (read
 # once per shell, so they cannot drift from the tool), values for the options that take a known
 # set, and tensor names from `mcd-ls -q`.

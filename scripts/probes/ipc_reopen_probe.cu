@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What a process pays to open cuda_ipc tensors that share one allocation (a slab,
 // docs/design.md) against tensors of their own, with nothing of memcuda in the way.
 //

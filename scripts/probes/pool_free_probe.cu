@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What a process pays to give back pool pointers it imported (ClosePoolPointer's cudaFree):
 // the first one, and those after it, by the way they are freed.
 //

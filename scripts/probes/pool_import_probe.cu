@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What a fresh process pays the CUDA driver to open a tensor of an IPC memory pool, step by step,
 // with nothing of memcuda in the way (the pool's primer, docs/design.md).
 //

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Whether a fresh process can import a large pointer of an IPC memory pool, with nothing of
 // memcuda in the way: the parent makes an IPC-capable pool on device 0, allocates SIZE bytes from
 // it and exports the pool and the pointer; a fresh child imports both, grants its device access

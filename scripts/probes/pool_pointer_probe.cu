@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Where the cost of a fresh process's first cudaMemPoolImportPointer goes (the pool's primer,
 // docs/design.md): once per process, or per chunk of the pool?
 //

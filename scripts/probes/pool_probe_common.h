@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What the pool probes share: an IPC pool on device 0 whose descriptor the probe's fresh child
 // processes inherit, the export data of pointers passed to them as hex, and timing.
 #pragma once

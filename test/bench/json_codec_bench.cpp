@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The measurement behind the protocol's JSON codec (docs/design.md, "JSON codec"): what the
 // server pays per create to parse the command and write the record, with the codec (RapidJSON)
 // and with nlohmann_json doing the same work. Run on the host whose create it is compared with:

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What every fuzz target checks beyond "no crash, no sanitizer report": a property that must
 // hold for every input, stopped at once when it does not.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A queue or command-socket line: parsed, or refused with a code of the table; a parsed
 // command encodes to JSON that parses back to the same command.
 #include <cstdint>

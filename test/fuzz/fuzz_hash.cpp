@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What a tensor hash in Redis holds, as anyone with Redis credentials may write it: fields and
 // values (one per line, "field=value"), and the small parsers of its values: holder ids,
 // shapes, devices, hex. A record read from a hash is safe to map (FuzzCheckSafeToMap) and

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A .npy file as mcd-create --from reads it: read whole, or refused with a code of the table,
 // and never an allocation of more than the file holds.
 #include <sys/mman.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A server reply as a client reads it, and a record as JSON: parsed or refused; a record that
 // parses is safe to map (FuzzCheckSafeToMap) and encodes to JSON that parses back to the same
 // record.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A safetensors file as mcd-create --from and Client::LoadSafetensors read it: its header read
 // into tensors that each lie inside the file's data, in order and apart, exactly shape x dtype
 // long; or refused with a code of the table. What is read is written back (SafetensorsHeader)

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A Redis URL from a flag or the environment: parsed or refused as invalid, and a parsed one
 // never shows its password.
 #include <cstdint>

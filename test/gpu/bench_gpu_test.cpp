@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-bench on a GPU host: the rows that exist only there (the bare floors, the cross-device copy)
 // are in the record for both GPU allocators, and --device picks the GPU. Shape and sanity, not
 // speed.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A private redis-server and an mcd-serve on GPU 0 for each GPU test; skipped without a device.
 #pragma once
 

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The lifecycle on a real GPU with the default allocator: cudaMalloc + a CUDA IPC handle that
 // other processes open, write and read back. Skipped without a CUDA device.
 #include <cuda_runtime.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // GPU tests of the worker: the stream belongs to the worker thread, work submitted from several
 // threads runs on it in submission order, and an error the library reported does not linger
 // there. Skipped without a CUDA device.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The stream-ordered IPC pool (mcd-serve --allocator pool) on a real GPU. Skipped without one.
 #include <cuda_runtime.h>
 #include <linux/audit.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-d3d-probe on a GPU host: the Linux (Vulkan external memory) path passes every step.
 #include <gtest/gtest.h>
 

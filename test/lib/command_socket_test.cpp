@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The command socket's reading: whole lines in order, nothing from a client that gave up, a line
 // past the limit cut off, replies back to the right connection, other users kept out.
 #include "ipc/command_socket.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // CopyGrants (server/copy_grant.h) against a real Redis, and against sockets that answer nil to
 // everything or nothing at all.
 #include "server/copy_grant.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The UCX copy service (server/copy_service_ucx.cpp) on its own, with the raw UCX peer of
 // test/tools/ucx_peer.cpp on the other side, over TCP on loopback: what the service does with
 // reads nobody takes, and with answers from a peer that learnt a real fetch id.

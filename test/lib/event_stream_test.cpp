@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // EventStream against a real redis-server: the stream written by hand, with the cap the servers
 // use (XADD MAXLEN ~) or an exact trim, so that what a reader lost is known to the entry.
 #include <gtest/gtest.h>

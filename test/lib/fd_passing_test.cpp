@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The pool socket: descriptors pass to allowed peers (SCM_RIGHTS), refused ones get nothing.
 #include "ipc/fd_passing.h"
 

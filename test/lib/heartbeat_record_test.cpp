@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The heartbeat's codec (memcuda/heartbeat.h): a record to the hash's fields and back, the
 // fields as the server has always written them, and crafted fields refused with an error that
 // names them. Pure functions; no Redis.

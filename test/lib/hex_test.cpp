@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Hex encoding and decoding (common/hex.h), which ids, epochs, primers, grant keys and the UCX
 // worker's address all go through.
 #include "common/hex.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The typed ownership of the public headers: UniqueFd closes exactly once and hands ownership
 // on; IpcKind has one name per kind and reads an unknown one as kUnknown.
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Request ids: each one 128 fresh random bits, so that nobody who sees a process's reqs (their
 // reply keys are visible to every Redis user through SCAN) can write a reply ahead of its next.
 #include <gtest/gtest.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The slab carver's bookkeeping, on plain memory standing in for the device's: size classes,
 // blocks that never overlap and name their slab, the empty slab kept per class and no more, the
 // fullest slab filled first, and running out of memory. (gpu_test runs it on cudaMalloc.)

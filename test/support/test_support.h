@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Test support: a real redis-server started by the test on a Unix socket (or TCP port) in a
 // temporary folder, and running the real tool binaries.
 #pragma once

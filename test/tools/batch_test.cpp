@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Batched lifecycle calls: Client::GetMany / ReleaseMany (and mcd-get, mcd-rm with several names)
 // take or give back a reference of every tensor named in one script call, all or nothing. Real
 // redis-server, mcd-serve and tools, host tensors; every byte read is compared with what was

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A short mcd-bench run on host memory: checks the record's shape and sanity, not speed.
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Chaos under load: eight shell clients run create, get, release, release through the real
 // tools while mcd-serve is SIGKILLed, Redis restarts (empty, from its AOF, from a slow AOF load)
 // and clients and their tools are SIGKILLed mid-command. Afterwards, with every client gone,

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # The bash completion offers each tool's options as its --help lists them: nothing a tool
 # refuses (mcd-ls --timeout-ms once was), nothing it has left out.
 #   test/tools/completion_test.sh BIN_DIR

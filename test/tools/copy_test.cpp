@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Copies between nodes: mcd-create --copy-of, the bytes moved by two mcd-serve processes of
 // different nodes over UCX (Debian's libucx0), on this machine's loopback (tcp) and through
 // shared memory (sm). Real Redis, real servers, the real tools; the GPU case runs on GPU hosts.

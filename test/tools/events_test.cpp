@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Shell pipelines: mcd-get --wait, mcd-rm --wait-free and mcd-ls --watch, with real processes
 // against a real Redis and mcd-serve. The events come from the scripts that make each change
 // (memcuda(7), EVENTS), so a watcher sees exactly the changes made, in order.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Ready means filled: a tensor created with contents (mcd-create --from, CreateSpec::contents, the
 // C ABI's and Python's data) is "creating" until its filler has written every byte and published
 // it; gets answer not_ready meanwhile, waits wait through it, no event names it, and a filler

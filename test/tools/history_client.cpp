@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A client process of the history test: creates a tensor (on MCD_HISTORY_DEVICE, host memory by
 // default) from a file's bytes, reads one
 // into a file, or takes references and holds them until it is killed, through libmemcuda's C++

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The history checker's record and model: what the history test's clients did and saw (every
 // operation with its invocation and completion time, arguments, exit code and output), the
 // faults it injected, what it saw of the references held in Redis while it ran, and what Redis

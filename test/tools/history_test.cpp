@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The history checker: concurrent clients create tensors from random bytes, wait for them, read
 // them back and remove them through the tools, the library and the C ABI, hold references in
 // processes that are SIGKILLed, and watch the event stream, while the test SIGKILLs mcd-serve

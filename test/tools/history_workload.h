@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The clients of the history test: worker threads that create tensors from random bytes and
 // read, wait for and remove them through the tools, the library and the C ABI; processes that
 // hold references until the test SIGKILLs them; a look at every hash's holders twice a second;

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A libmemcuda program that takes a reference to each named tensor, says "held" on stdout and
 // then waits to be killed: the holder whose death the holder tests cause.
 #include <unistd.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // References bound to the processes that hold them: a holder that dies has its references given
 // back by the server of its node within about a second, freeing a tensor that reaches 0.
 #include <gtest/gtest.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The fixture of the lifecycle tests: a real redis-server and a real mcd-serve on host memory
 // (device cpu) for each test, the tools run as a user runs them, and what Redis and /dev/shm
 // hold looked at directly.

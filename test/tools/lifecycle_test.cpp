@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Whole lifecycles through the real binaries, a real mcd-serve and a real redis-server, on host
 // memory (device cpu), so they run on machines without a GPU.
 #include <fcntl.h>

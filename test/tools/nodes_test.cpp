@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Many nodes on one Redis: each server takes only its own node's commands (its queue
 // <queue>:<node>), the shared queue of the minimal form still works, mcd-ls sees every node, and
 // a tool pointed at the wrong node says which node holds the tensor. Real redis-server, real

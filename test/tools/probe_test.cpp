@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-d3d-probe without a GPU: every path "unavailable", exit 69 (gpu/probe_gpu_test.cpp: with
 // one).
 #include <gtest/gtest.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Redis restarts under a serving mcd-serve: what the server had taken is resumed once Redis has
 // loaded its data, creates whose outcome was unknown are settled, and clients meeting a Redis
 // that is loading wait for it within their timeout, or say "try again" (exit 75).

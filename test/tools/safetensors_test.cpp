@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // safetensors in and out of tensor sets: mcd-create NAME --from FILE.safetensors makes a set of
 // the file's tensors, mcd-get NAME/ -o FILE.safetensors writes one back; a file memcuda cannot
 // hold is refused with nothing made. Real redis-server, mcd-serve and tools, host tensors; the

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A highly available control plane for the tests: a real Redis master and replica watched by
 // three real sentinels on this machine's loopback, reached through a redis-sentinel:// URL.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A highly available control plane: a real Redis master and replica watched by three real
 // sentinels on this machine's loopback, memcuda reaching them through a redis-sentinel:// URL.
 // The master is SIGKILLed under load; the sentinels promote the replica; the tools and the

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Tensor sets: Client::CreateSet lays its members out in one allocation, each a tensor of its own;
 // Client::GetSet takes every member's reference in one script call and maps the allocation once;
 // the allocation goes with the last member. Real redis-server, mcd-serve and tools, host

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # scripts/gpu-smoke.sh fails, with the exit code its header documents, on each failure it checks
 # for: wrong bytes read back, a compute process that computed nothing or the wrong thing, a
 # tensor or a host object left behind, a server that does not start, a tool that exits non-zero.

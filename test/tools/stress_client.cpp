@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A client process for the concurrency test: N rounds of create/get/release on its own names
 // and get/release on a shared name, through libmemcuda and the real server.
 #include <cstdio>

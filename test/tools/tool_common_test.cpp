@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The helpers the mcd-* tools share, tested without a Redis or a server.
 #include "tool_common.h"
 

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A stranger's raw UCX peer for copy_test: it speaks the copy service's messages
 // (server/copy_wire.h) to a server's worker, whose address it was given, without any Redis.
 //

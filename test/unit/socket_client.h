@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // For unit tests of the server's modules: a client of the command socket at `path` that sends
 // one line and reads one reply line, and a wait for the intake to collect what was sent.
 #pragma once

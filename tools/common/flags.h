@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // CLI11 helpers shared by the tools. Included by each tool's main.cpp only: CLI11 2.1.2 is
 // header-only and is compiled once per tool.
 #pragma once

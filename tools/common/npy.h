@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // NumPy .npy files (format versions 1-3, little-endian, C order) for mcd-create --from and
 // mcd-get -o.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Helpers shared by the mcd-* tools (not CLI11: each tool parses in its own main.cpp).
 #pragma once
 

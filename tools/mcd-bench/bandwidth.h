@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The bandwidth rows: a copy out of a shared mapping against the same copy between buffers of
 // this process, on the tensor's own device ("copy_from_mapping" / "copy_local") and, on a host
 // with two GPUs, from a tensor on one GPU into a process working on another

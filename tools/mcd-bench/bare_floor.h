@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The bare floor: what CUDA alone costs to hand an existing allocation to another process, with
 // no Redis, no server and no memcuda in between. The bench process allocates and exports the
 // memory itself (cudaMalloc + cudaIpcGetMemHandle, or an IPC-capable pool +

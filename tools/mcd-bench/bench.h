@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The rows of one allocator: the Redis floor, then create / get / delete, the first get in a fresh
 // process, the share between two processes, throughput with N client processes and copy
 // bandwidth, for each size.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What every part of mcd-bench shares: a row of results, the run's options, the stop signal,
 // progress on stderr.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-bench's child processes (the same binary, run with --child): the consumer of the share row,
 // the fresh process of the first-get row, the throughput clients; and what the parent and the
 // children share to talk to each other and to Redis.

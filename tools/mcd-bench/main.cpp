@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-bench: measures the lifecycle against a live mcd-serve, or against private ones it starts
 // (--self-serve), in one run: the Redis round trip (the floor), create / get / delete per
 // allocator and size, the first get in a fresh process, the end-to-end share between two

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // --self-serve: a private redis-server, and an mcd-serve per allocator in turn.
 #pragma once
 

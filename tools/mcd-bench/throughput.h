@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The throughput row: N client processes doing create+delete pairs, with what the pairs cost
 // Redis and the server in CPU time.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-create: create a named tensor through mcd-serve. See mcd-create(1).
 #include <unistd.h>
 

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-d3d-probe: proves the GPU worker's graphics-interop lifecycle on this machine and tells an
 // operator what is available: D3D11 on Windows, Vulkan external memory on Linux.
 // See mcd-d3d-probe(1).

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-get: take a reference to a tensor, open it in this process, print its record and
 // optionally its contents. See mcd-get(1).
 #include <algorithm>

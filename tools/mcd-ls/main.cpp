@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-ls: list tensors from their Redis hashes (SCAN, never KEYS). See mcd-ls(1).
 #include <algorithm>
 #include <iostream>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-ls --servers: the live servers of a Redis from their heartbeats, as a table, JSON, or the
 // Prometheus text format (for the node exporter's textfile collector). See mcd-ls(1).
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-ls --watch: the lifecycle events as they happen (memcuda/events.h), as table lines or JSON
 // lines, from now or from a point in the kept history, until interrupted. See mcd-ls(1).
 #pragma once

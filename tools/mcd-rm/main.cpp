@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-rm: give back one reference to each named tensor (the delete step): the calling
 // process's own when it holds one, else one bound to no process. See mcd-rm(1).
 #include <iostream>

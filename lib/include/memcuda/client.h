@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The client side of the lifecycle: send commands to mcd-serve through Redis, open tensors in
 // this process, read their records (man memcuda(7)).
 //

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Lifecycle events: every change to a tensor, and every server start and stop, is appended to
 // the Redis stream <prefix>:events by the same atomic script call that makes the change
 // (memcuda(7), EVENTS). `mcd-ls --watch` prints them; the waits of Client (GetWhenReady,

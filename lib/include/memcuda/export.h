@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Symbol export for libmemcuda: everything is hidden unless marked MCD_API. In C++ with GCC the
 // standard attribute form is used, so that it combines with [[nodiscard]] in one declaration
 // (`class [[nodiscard]] MCD_API Status`), which GCC refuses for __attribute__ and __declspec.

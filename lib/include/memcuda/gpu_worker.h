@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // GpuWorker: the single-thread GPU executor of the design, one per device.
 //
 // Every CUDA call for a device runs on that device's worker thread, in FIFO order, on the one

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The heartbeat of a node's server (<prefix>:server:<node>, man memcuda(7)) as a typed record,
 // and its one codec: the record to the hash's field/value pairs, as the server writes them, and
 // back, as every reader (clients, mcd-ls) reads them. Every heartbeat field is named here and

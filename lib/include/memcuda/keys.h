@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The Redis key layout of the contract (man memcuda(7)), in one place.
 #pragma once
 

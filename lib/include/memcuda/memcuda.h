@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 /* memcuda.h: the plain C ABI of libmemcuda's client side, for C, Rust (cudarc), Python (ctypes)
  * and anything else that can call C. See memcuda(7) for the protocol underneath.
  *

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The process-wide polling policy of libmemcuda's waits. Public because mcd-bench records it
 // beside its results: the same build measures differently with polling on and off.
 #pragma once

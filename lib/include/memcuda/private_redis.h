@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A redis-server of this user's own, for machines where no Redis is configured. Public because
 // two tools start one: `mcd-serve --spawn-redis` and mcd-bench (a throwaway one per run).
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The public contract (man memcuda(7)): dtypes, tensor names, the JSON commands on the
 // lifecycle list, the tensor hash, and the replies. Pure functions; no I/O.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A RAII connection to Redis over hiredis 0.14, with the URL grammar of `redis-cli -u`.
 // RedisUrl is public because ClientOptions carries one; RedisConnection because mcd-bench
 // measures Redis itself (its round trip and CPU time) and the tests inspect the Redis layout.

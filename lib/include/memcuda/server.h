@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The daemon that owns the memory: consumes the lifecycle list and applies each command through
 // the device's GpuWorker (man mcd-serve(1), memcuda(7)). Public because mcd-serve and
 // `mcd-bench --self-serve` run it in their own process; its parts are private (lib/src/server/).

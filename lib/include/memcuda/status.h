@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Error model shared by the library, its C ABI and the tools.
 //
 // Every failure is an ErrorCode (stable int32_t values with stable snake_case names, like

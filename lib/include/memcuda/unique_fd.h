@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The one owner of a file descriptor: closes it when it goes, moves but never copies, so that a
 // descriptor has exactly one owner at a time and ownership shows in the types. Every function
 // of libmemcuda and its tools that makes a descriptor returns one of these; `release()` hands it

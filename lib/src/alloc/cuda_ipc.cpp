@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // cuda_ipc: cudaMalloc + cudaIpcGetMemHandle. The handle is 64 raw bytes that any CUDA program
 // on this machine opens with cudaIpcOpenMemHandle, with nothing from memcuda. Small tensors are
 // carved from shared slabs (slab_carver.h): their hash names the slab's handle and the tensor's

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // cuda_mempool: the design's stream-ordered allocator made shareable. One IPC-capable pool per
 // device (POSIX file-descriptor handles), owned by the device's worker; every allocation and free
 // is ordered on the worker's single stream. The pool's descriptor reaches other processes over

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Client side: open and close the mapping of an exported allocation, by ipc_kind.
 #include <cuda_runtime_api.h>
 

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The ready stock in front of a GPU allocator (WithReadyStock in allocator.h).
 //
 // Why: on the H100 host a create's GPU step (allocation, zeroing, stream synchronization,

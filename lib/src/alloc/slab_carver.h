@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // SlabCarver: small tensors carved out of larger allocations ("slabs") of a size class each, so
 // that many tensors share one exported allocation.
 //

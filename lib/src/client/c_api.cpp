@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The C ABI over mcd::Client. No exception crosses this boundary.
 #include <algorithm>
 #include <cstddef>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The client facade: Client's methods over Client::Impl (client_impl.h, which lists the parts).
 // Here: connecting, creating (and filling) a tensor, releasing, and the reads that change
 // nothing. Elsewhere by job: tensor_open.cpp (Get, Open, Fill, Close), tensor_bytes.cpp (copies

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Client::Impl: the state behind one Client and the requests that change a tensor. Its parts,
 // each made once the node is known (MakeParts) and each given only what it uses:
 //   redis_retry.h       trying again while Redis is away

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Connecting a Client (Client::Impl, client_impl.h): the Redis connection, the node and its
 // server's heartbeat, the holder of this client's references, and the parts made once the node
 // is known. The client's thread.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Reading the event stream (memcuda/events.h): XREAD BLOCK on a connection of its own.
 //
 // Gaps. The stream is capped (XADD MAXLEN ~), so a reader that falls behind finds entries after

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Process-wide: the mappings this process has opened, and the worker that runs this process's
 // CUDA calls for each device. Private to libmemcuda's client.
 #pragma once

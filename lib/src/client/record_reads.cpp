@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // RecordReads (record_reads.h): tensor records read from Redis. The client's thread.
 #include "client/record_reads.h"
 

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Reading tensor records without touching them: one hash (Stat), the names that match a glob
 // (SCAN), and the records of all of them (pipelined HMGETs or HGETALLs in windows). One try
 // each: the caller retries while Redis is away (RedisRetry). Used by one Client, so by one thread

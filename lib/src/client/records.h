@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A tensor's record from an HMGET of its hash (the fields of TensorFieldNames(), in order).
 #pragma once
 

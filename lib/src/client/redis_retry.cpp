@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // RedisRetry (redis_retry.h): what a failed try of a client's Redis work means. The client's
 // thread.
 #include "client/redis_retry.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Trying a client's Redis work again while Redis is away for a while (restarting, loading, failing
 // over), within the client's timeout: the pauses between tries (Backoff), what a failed try means
 // (another try, or the error to report), and when Redis was last found away, since a Redis back

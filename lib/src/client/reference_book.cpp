@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // ReferenceBook (reference_book.h): the client's memory of its references. The client's thread.
 #include "client/reference_book.h"
 

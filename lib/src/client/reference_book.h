@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What a client remembers of the references it holds, to send each release the cheapest way
 // that is right: the tensors it created, with the refcount it last saw of each (one it last saw
 // at 1 has its release sent to the server at once, as the last one most likely is), and the

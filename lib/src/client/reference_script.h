@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The reference script: a get (refcount+1 on a ready tensor of a live server) and a release
 // that leaves references are one atomic script call in Redis, with no hop through the server,
 // since no memory changes hands; a release that finds the last reference queues the server's

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The requests that change a tensor (Client::Impl, client_impl.h): create, publish and abandon
 // through the server; get and release by the reference script, or a release through the server
 // where it is most likely the last; each retried while Redis is away, and each noted in the

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // safetensors files in and out of tensor sets (client.h): LoadSafetensors maps the file and makes
 // one set of its tensors, filled from the mapping; SaveSafetensors writes a set's members back as
 // one file. The format itself: protocol/safetensors.h. The client's thread.

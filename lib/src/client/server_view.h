@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The node's server as this client knows it: its heartbeat (<prefix>:server:<node>), read at
 // connect and again when the server changed, and what a first Get needs of it, prepared where
 // the heartbeat is read rather than on the Get's path: the server process pinned (for copying

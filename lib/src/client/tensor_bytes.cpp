@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The reads and writes of a tensor's bytes (client.h): copies between an opened tensor and host
 // memory, host tensors with memcpy on the calling thread, device tensors on the device's worker
 // (MappingRegistry), where every CUDA call of this process for that device runs. The client's

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Opening a tensor in this process (client.h): Get (a reference, then the mapping), Open (the
 // mapping alone, of a ready tensor of the node's live server), and Fill (the mapping of a tensor
 // this client is creating, written and closed again); and what a failed open means. Mappings are

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Tensor sets (client.h, CreateSetSpec): CreateSet (the members pushed, one create_set command,
 // then the bytes written through one mapping of the whole set and one publish), and GetSet (every
 // member's reference in one script call, and one mapping). The client's thread.

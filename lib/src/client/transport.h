@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // How a client's commands reach the server and its replies come back: on the server's command
 // socket when its heartbeat names one this process may use (one line out, one line back, no
 // Redis on the way), else through the lifecycle list (LPUSH and a BLPOP on the reply key, in one

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Client's waits (client.h): a check, then a block on the event stream until an event that may
 // change the check's answer, then the check again. The stream position is read before the first
 // check, so a change that lands between a check and the block is read from the stream, not

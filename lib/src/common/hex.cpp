@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Hex encoding for every part of libmemcuda (common/hex.h); memcuda/protocol.h exports the same
 // two functions to the library's users. Pure functions, any thread.
 #include "common/hex.h"

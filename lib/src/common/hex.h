@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Bytes as lowercase hex and back: process ids, epochs, primers, grant keys and the UCX worker's
 // address are all written this way. Pure functions, any thread.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Process identity helpers: a pid plus its start time names a process uniquely, so a reused pid
 // does not keep a stack tensor alive.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The per-user runtime folder: $XDG_RUNTIME_DIR/memcuda when that is a writable folder, else
 // /tmp/memcuda-<uid>. The server's sockets and a private Redis live there, so it must be this
 // user's alone: another local user who made /tmp/memcuda-<uid> first would otherwise see and

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Busy-polling before blocking: the process-wide policy.
 //
 // On a virtual machine, waking a thread that sleeps in the kernel costs tens of microseconds

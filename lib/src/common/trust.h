@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Whom a client trusts to serve it (memcuda(7), TRUST): its own user, root, and the users named
 // in MCD_TRUSTED_USERS. A heartbeat, a hash or a reply read from Redis can be written by anyone
 // with Redis credentials, so what they name (a socket, a process, a shared-memory object) is

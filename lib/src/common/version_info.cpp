@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 #include "common/version_info.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What --version says: this build and the driver of this machine. Private to libmemcuda; the C
 // ABI's mcd_version_info() hands it out.
 #pragma once

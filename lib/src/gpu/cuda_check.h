@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Private helpers turning CUDA runtime results into Status values that name the call.
 #pragma once
 

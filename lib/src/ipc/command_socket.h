@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The server's command socket: the same JSON commands as the lifecycle list, sent by processes
 // of the server's machine straight to the server, one per line, each answered with the reply
 // line that the list's reply key would have held. A tensor created this way is the same as one

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Passing a memory pool's file descriptor to other processes: over a Unix socket (SCM_RIGHTS),
 // with the peer's credentials checked (SO_PEERCRED), or copied straight out of the owning process
 // (pidfd_getfd) where the kernel lets the caller. Private to libmemcuda.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Unix stream sockets between the server and the processes of its machine: binding one that
 // only allowed processes may use, and connecting to one. Private to libmemcuda.
 #pragma once

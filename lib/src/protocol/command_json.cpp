@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The protocol's commands as JSON: ParseCommand, CommandToJson, and shapes.
 #include "protocol/json_codec.h"
 #include "protocol/json_support.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A lifecycle event as the JSON line of `mcd-ls --watch --json`.
 #include "memcuda/events.h"
 #include "protocol/json_support.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The heartbeat's codec (memcuda/heartbeat.h): one table of its fields, read both ways.
 // Pure functions; any thread.
 #include <charconv>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The one JSON codec of the protocol: commands, replies and records, read and written with
 // RapidJSON (Debian's rapidjson-dev, header-only). json_support.h says how; command_json.cpp and
 // record_json.cpp hold the rest of the codec, whose entry points for users (ParseCommand,

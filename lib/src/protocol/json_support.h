@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What the protocol's JSON codec is built from (json_codec.h says what it offers). Reading:
 // RapidJSON's SAX reader fills a document through DepthLimit, which refuses nesting deeper than
 // the caller allows before anything deeper is built (iterative parsing, so no recursion on

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The answer to a release by a process that holds none of a tensor's references, where every
 // one is another process's (holders.lua): the server's and the reference script's alike.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Records and replies as JSON: what the tools print, what the server answers, and reading both.
 #include "common/hex.h"
 #include "protocol/json_codec.h"

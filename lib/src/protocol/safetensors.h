@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The safetensors file format (huggingface/safetensors): an 8-byte little-endian size N, N bytes
 // of JSON naming each tensor's dtype, shape and data_offsets ([begin, end) from the start of the
 // data, which follows the header), an optional "__metadata__" object of strings, then the data.

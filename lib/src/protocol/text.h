@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Small text helpers shared by the protocol's validation and its JSON codec. Private.
 #pragma once
 

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The Lua scripts that make every change to a tensor hash atomic with its reply. Each lives in
 // its own file under redis/scripts/, with its keys, arguments and answers described at its top;
 // the build embeds the files' text here (lib/CMakeLists.txt). Callers build their argv and read

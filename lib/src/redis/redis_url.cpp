@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The Redis URL grammar (RedisUrl::Parse: redis://, unix:// and redis-sentinel://) and a URL's
 // redacted form, for messages. Pure functions; any thread.
 #include <charconv>

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The calls of the Lua scripts (lua_scripts.h), each defined once as a pair: a struct of named
 // arguments made into the command's argv (EVALSHA or EVAL, keys, arguments, in the order the
 // script reads them), and the script's reply read into a typed result. The fields carry the names

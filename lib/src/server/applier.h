@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Applying commands: each command of a batch is checked, its memory allocated or freed through
 // the device's allocator, and its effect queued as one commit (commit_pipeline.h); its reply goes
 // back on the route it came by (responder.h). Main thread of the server only.

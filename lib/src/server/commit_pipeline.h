@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The serving connection and every change committed on it. One owner: the server's main
 // connection to Redis is held here alone, with the queue of replies due on it, so that no reply
 // is read out of order by construction: the other modules reach Redis through Command (or

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Grants: what keeps copies between nodes inside the trust domain (memcuda(7), TRUST). The copy
 // service's UCX worker takes messages from whoever reaches it, and its address is no secret, so a
 // server serves a read only against a grant. The asking server writes a grant into the Redis it

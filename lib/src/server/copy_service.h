@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Copies between nodes over UCX (docs/scale-out.md): each server's UCX worker, whose address its
 // heartbeat publishes (ucx_address), serves reads of its tensors to other servers and fetches
 // other servers' tensors for creates with copy_of. UCX picks the transport (shared memory on

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // CopyService in a build without UCX: copies between nodes are refused with a clear error.
 #include "server/copy_service.h"
 

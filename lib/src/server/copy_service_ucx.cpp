@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // CopyService over UCX's active messages (ucp_am_send_nbx, ucp_am_recv_data_nbx). UCX 1.13 (Debian
 // 12's libucx-dev) or later. libucp is opened at run time (dlopen), not linked: libmemcuda's
 // clients never need it, a host without it gets a clear error, and a CUDA-aware UCX of the

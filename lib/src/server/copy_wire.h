@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The copy service's messages on the wire (UCX active messages, server/copy_service_ucx.cpp),
 // little-endian on every host memcuda builds for (x86-64, aarch64). Apart from the service, so
 // that the tests' raw UCX peer speaks them as a stranger would.

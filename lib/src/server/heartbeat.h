@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The node's heartbeat (<prefix>:server:<node>): claimed at start (refused while another live
 // instance holds the node), then rewritten by a thread every TTL/4 with what clients read from
 // it (sockets, primers, pool descriptors) and the server's counters, until the server's stop

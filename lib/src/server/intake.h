@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Taking commands: from the lifecycle list (a blocking BLMOVE into the node's processing list
 // while idle, on the serving connection lent for the wait; LMOVEs sent ahead by the commit
 // pipeline while busy) and from the command socket, whose commands are answered on their

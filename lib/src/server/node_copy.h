@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Copies between nodes, the server's part (docs/scale-out.md): a create with copy_of gets the
 // bytes of the other node's tensor from that node's server, through the CopyService, into its new
 // memory before its commit, so that nothing is published half made; and the reads other servers

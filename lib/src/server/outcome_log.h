@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The server's record of what each command came to: one log line per command, and the counters
 // that the heartbeat publishes (commands_ok, errors_<code>, commands_failed, and a histogram of
 // the time each create, get and delete took the server: latency_<op>). Thread-safe: the workers

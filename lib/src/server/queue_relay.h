@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The shared queue's relay: a thread of its own that moves each command pushed onto the shared
 // lifecycle list (`tensor_lifecycle`, the minimal form, which a plain `redis-cli LPUSH` uses) into
 // this node's queue (`tensor_lifecycle:<node>`), where the serving loop takes it. Each move is

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Giving back what dead processes held, once a second from the serving loop: stack tensors whose
 // owner process is gone, and the references of holders that died (holders.lua). A tensor that
 // reaches refcount 0 this way is freed exactly as by a delete. Main thread of the server only.

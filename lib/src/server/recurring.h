@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A failure that repeats (Redis refusing the take, the heartbeat not written): said when it
 // starts and then once a minute while it lasts, not at every try. Private to the server.
 #pragma once

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The server's reading of Redis's refusals (its reply texts are the codec's:
 // protocol/json_codec.h). Private to the server.
 #pragma once

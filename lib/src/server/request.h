@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // A command as the server handles it: where it came from and its reply goes (its route), its
 // text, its request id and what parsing it made of it. Made by Intake, handed by value through
 // the applier, the responder and the continuation of its commit. Main thread of the server only.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What a lost Redis connection leaves open, settled after the reconnect and before the server
 // serves again: creates and removals whose commit got no answer, hashes Redis lost (a restart
 // without persistence, a failover to a replica that missed writes) and hashes it brought back

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Where a command's answer goes, and what happens when Redis refuses one: an error reply on the
 // request's route (its socket connection, or a commit that writes the reply to Redis and takes
 // the command off the processing list), a command left in the list to be resumed when Redis's

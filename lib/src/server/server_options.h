@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What each module of the server is given of its options: the module's own options struct,
 // filled from ServerOptions. The one private header of the server that reads ServerOptions, used
 // by server.cpp where it builds the modules (and by the tests that build them the same way). Any

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Tensor sets (memcuda(7), TENSOR SETS): create_set lays every member out in one allocation and
 // writes every member's hash, and the set's list of them, in one commit; publish and abandon with
 // "set" do the same for a set being filled. From then on each member is a tensor of its own (got,

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // What a server does once at start, before it serves: clean up after dead instances of its node.
 #pragma once
 

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The server's stop: asked once, from any thread (a signal handler's thread, the heartbeat
 // thread when the node was taken over, Server::RequestStop), and seen by every loop that runs
 // until it (the serving loop, the heartbeat thread, which sleeps on it between beats). Owned by

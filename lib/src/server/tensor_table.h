@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The tensors this server instance holds, by name, with the memory behind each. The refcount
 // lives in Redis only; this table says which allocation a name stands for, so that the server
 // can free it when the refcount reaches 0. Main thread of the server only.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The Client facade (client.cpp) and the Client::Impl parts it drives, connect.cpp,
 // requests.cpp, tensor_open.cpp and tensor_bytes.cpp, over a real redis-server and a real
 // mcd-serve on host memory: the bytes written at create, read and written by another client,

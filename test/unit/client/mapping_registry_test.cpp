@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // MappingRegistry on host memory (host_shm, no GPU needed): a tensor opened twice is mapped once
 // and unmapped only when its last open is closed; tensors of one object at other offsets or
 // sizes are mappings of their own; what the registry maps is the tensor's own bytes. Mappings

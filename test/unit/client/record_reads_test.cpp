@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // RecordReads over a real redis-server, the hashes written by hand as a server writes them: a
 // record read back field for field, a missing one told from a Redis that lost it, names sorted
 // and filtered by glob, and a listing (pipelined in windows) that returns every record in order,

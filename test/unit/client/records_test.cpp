@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // records.h: a tensor hash as Redis returns it (HMGET of TensorFieldNames(), or HGETALL with the
 // holders) parsed into a record, and a hash crafted by hand refused field by field, naming the
 // field: anyone with Redis credentials can write a hash, and a reader maps memory by it.

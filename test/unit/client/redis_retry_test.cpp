@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // RedisRetry over a real redis-server that goes away: a try Redis refused for now (kTryAgain) is
 // made again, an error of the op's own is not; a connection lost before a request left is made
 // again and one Redis closed between requests is found before an op that may not repeat is sent;

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // ReferenceBook: which release goes to the server at once (a created tensor last seen at refcount
 // 1, with no reference of this client's own taken), and which epoch each release names (the
 // oldest reference taken and not given back), within its bound. No Redis: the book is plain

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // ReferenceScript (client/reference_script.h) against a real redis-server: a reference taken and
 // given back with exact refcounts and holder fields, a release of a reference taken before the
 // hash was put back (another epoch), which gives back nothing, and a release by a process that

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // ServerView over heartbeats planted in a real redis-server: a live server, a dead one, a
 // malformed field, and finding the node's server. Main thread only.
 #include "client/server_view.h"

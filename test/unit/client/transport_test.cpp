@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Transport over a real redis-server: a command on the server's command socket (a small fake
 // server in this process, or, for the owner check, in a process of another user) and on the
 // lifecycle list (a fake server thread that pops it and answers): what is sent, the reply read

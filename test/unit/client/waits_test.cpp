@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Client's waits (waits.cpp) over a real redis-server and a real mcd-serve on host memory, as the
 // tools' --wait runs them: a wait that ends when the tensor appears (with its bytes), a wait for a
 // release that ends when the tensor is freed, each timing out with kTimeout and a message that

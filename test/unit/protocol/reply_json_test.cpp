@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The one assembler of a tensor's success reply (protocol/json_codec.h): the exact text of each
 // op's reply, that its parts assemble into the same text as commit.lua would, and that a client
 // reads the record back from it; and a record printed with one more member (mcd-get --json).

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The typed calls of the Lua scripts (redis/script_calls.h), each run against a real
 // redis-server with the real script: the typed result, and the keys the call changed.
 #include "redis/script_calls.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // CommandApplier (server/applier.h) over a real redis-server and host memory: commands taken from
 // the list route create, get and delete a tensor (its hash, refcount and holders in Redis, the
 // replies in the reply lists, the bytes in its shared memory), a command waits for the commit of

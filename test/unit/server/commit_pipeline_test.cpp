@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // CommitPipeline (server/commit_pipeline.h), the serving connection's owner, over a real
 // redis-server: pipelined commits settle in order, a plain command drains first, and NOSCRIPT
 // after SCRIPT FLUSH loads the script again and reruns the commit. Main thread only.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // DeviceSet (server/device_set.h) on host memory only: what it serves and says in the heartbeat,
 // allocations and frees on the host worker, and frees deferred past the holds of a copy.
 #include "server/device_set.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Heartbeat against a real redis-server: the claim, the record as it lands in Redis field by
 // field, a second live instance refused, the beats, the stop and a node taken over. Host memory
 // only (a DeviceSet without GPUs). Main thread, and the heartbeat thread under test.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Intake and its Waker (server/intake.h) over a real redis-server: a command taken from the
 // list moves into the processing list, a wake marker is dropped (and leaves the processing list
 // with the next take), and socket lines come out as requests routed to their connection.

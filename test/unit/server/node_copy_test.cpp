@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // NodeCopier (server/node_copy.h) without UCX: two copiers of two nodes on one real redis-server,
 // each over a fake CopyService that hands the asker's read straight to the serving copier, so
 // that Locate's checks, Fill, the grant written and redeemed in Redis, and ServeReads' answers

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // OutcomeLog (server/outcome_log.h): the counters and latency histograms the heartbeat
 // publishes from each command's outcome.
 #include "server/outcome_log.h"

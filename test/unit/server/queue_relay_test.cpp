@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // QueueRelay (server/queue_relay.h) over a real redis-server: what is pushed onto the shared
 // queue lands on this node's queue, in order, each command once.
 #include "server/queue_relay.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Reaper (server/reaper.h) over a real redis-server and host memory: the references of a holder
 // that died are given back and the holder forgotten, and a stack tensor whose owner died is
 // removed and its memory freed. The dead processes are sleeps this test starts and kills.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The server's reading of Redis's refusals of a commit (server/replies.h): RedisWords strips what
 // the pipeline adds around Redis's own words, MayPass says which refusals the server tries
 // again later. Pure functions; main thread.

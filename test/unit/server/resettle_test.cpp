@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Resettle (server/resettle.h) over a real redis-server and host memory: a create whose commit
 // got no answer, the serving connection lost, is kept when Redis holds its hash and freed when it
 // does not; the heartbeat is claimed again on the way. Main thread, and the heartbeat's idle

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Responder (server/responder.h) over a real redis-server: an error reply goes to a socket
 // command's connection, and to Redis for a list command (which then leaves the processing list);
 // a refusal that may pass leaves the list command to be resumed, one that will not answers it.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The server's serving parts over a real redis-server and host memory, for the unit tests of the
 // modules that work on them (applier, reaper, resettle): the serving connection's pipeline, the
 // intake, a host-only device set, the tensor table and the applier, with helpers that apply

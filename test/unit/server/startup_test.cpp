@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // ReconcileNode (server/startup.h) over hashes planted in a real redis-server: a starting server
 // removes its node's tensors of dead instances, their own shm objects, and the sockets dead
 // instances left, and nothing else.

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // TensorTable (server/tensor_table.h): the server's index of the tensors it holds, kept in step
 // with its stack and filling indexes and the count and bytes the heartbeat reads.
 #include "server/tensor_table.h"

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Windows: a D3D11 <-> CUDA lifecycle owned by a GPU worker. On the GpuWorker's thread:
 // a D3D11 device on the adapter whose LUID is the CUDA device's, a shareable texture exported as
 // an NT handle, imported into CUDA as external memory and mapped as an array; a kernel writes it,

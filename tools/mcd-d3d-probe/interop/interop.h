@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Graphics <-> CUDA interop lifecycles owned by a GpuWorker (its DeviceContext):
 // D3D11 on Windows, Vulkan external memory on Linux. Each probe creates the graphics resource,
 // imports it into CUDA, moves data both ways with verification, and releases everything in the

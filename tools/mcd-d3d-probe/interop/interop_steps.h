@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Private: what the interop probes share. They record timed steps into their report and run
 // as one job on the device's GpuWorker.
 #pragma once

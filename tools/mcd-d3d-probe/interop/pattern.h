@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Private: the byte pattern the interop probes write from CUDA kernels and check on the graphics
 // side. Position-dependent and never zero, so an unwritten or misplaced byte cannot pass.
 #pragma once

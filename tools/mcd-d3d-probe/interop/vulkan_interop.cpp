@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Linux: the worker-owned interop lifecycle through Vulkan external memory. Vulkan exports a
 // device-local buffer and two binary semaphores as opaque file descriptors; CUDA imports them
 // (cudaImportExternalMemory, cudaExternalMemoryGetMappedBuffer, cudaImportExternalSemaphore),

@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- Commit: applies one command's effect, writes its reply and removes it from the processing
 -- list, all at once, so no reader sees half a change and no command is applied twice.
 --

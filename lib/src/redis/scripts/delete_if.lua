@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- Deletes KEYS[1] key, a hash, only while its field ARGV[1] field holds ARGV[2] value, and then
 -- appends the event that says so to the stream KEYS[2] events (events.lua): a stopping server
 -- removes only the hashes and the heartbeat that are still its own, a starting one the hashes of a

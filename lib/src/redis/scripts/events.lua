@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- Lifecycle events (mcd-ls --watch, mcd-get --wait, mcd-rm --wait-free): every script that
 -- changes a tensor or a node's claim appends the event describing the change to the stream
 -- <prefix>:events in the same call, so a reader never sees an event for a change that did not

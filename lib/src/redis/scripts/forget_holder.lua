@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- Forgets a holder that died, once nothing of it is left (holders.lua). Each tensor of its set
 -- whose hash no longer names it (its references given back, the hash gone, or another
 -- instance's) leaves the set; when none is left, the holder leaves the node's set of holders.

@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- Forwards a command that a server took but that names another node (it came through the shared
 -- queue) to that node's queue, taking it off the taker's processing list in the same step, so it
 -- is neither lost nor applied twice. Only while that node has a live server: otherwise nothing

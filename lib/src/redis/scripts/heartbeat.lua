@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- The node's heartbeat, written by one server instance only: the first write claims the node,
 -- so two servers started at once for one node cannot both serve it, and a server that was not
 -- heard from for longer than the TTL finds, when it wakes, that another one took the node over.

@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- The heartbeat fields that scripts read (heartbeat.lua, reference.lua), named once for Lua.
 -- The other side is the heartbeat's codec, which names every field once in C++
 -- (memcuda/heartbeat.h, HeartbeatFields / HeartbeatFromFields in

@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- References bound to their holders: the part shared by commit.lua and reference.lua (the build
 -- puts it at the top of both). A holder is a process of the tensor's node, named "PID:START"
 -- (START: its start time in clock ticks since boot, so that a reused pid is another holder).

@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- Redeems a copy's grant (server/copy_grant.h): takes it out only when it holds what the read
 -- says. The key's name is no secret (other Redis users may see it through SCAN), so a read with
 -- the right id and a wrong token must not burn the grant. Compared as SHA-1 digests, so that how

@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- Reference counting done by clients directly, without the server: a get, or a release that is
 -- not the last one. The last release must go through the server, which frees the memory: a
 -- release names its delete command, and the script queues it in that case.

@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- reference.lua for several tensors at once (Client::GetMany, Client::ReleaseMany): one call
 -- takes a reference of every tensor named, or gives one of each back, all or nothing. Every
 -- tensor is checked first, as reference.lua checks one; the first that cannot be got or given

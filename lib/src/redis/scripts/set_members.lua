@@ -1,3 +1,6 @@
+-- SPDX-FileCopyrightText: 2026 The memcuda Authors
+-- SPDX-License-Identifier: Apache-2.0
+
 -- The members of a create_set, taken for the server (SetApplier::ReadMembers): the list is read
 -- and deleted in one call, and checked here first, so that the server is sent at most ARGV[1]
 -- members of at most ARGV[2] bytes each.
