@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Installs what memcuda builds and runs with, from Debian 12's packages. The CUDA Toolkit is not
 # a Debian package here: it must already be installed under /usr/local/cuda (or CUDA_HOME).
 set -euo pipefail
@@ -9,7 +12,7 @@ packages=(build-essential cmake pkg-config libhiredis-dev libcli11-dev nlohmann-
           libvulkan-dev
           g++-mingw-w64-x86-64-posix clang-14 libclang-rt-14-dev
           python3-numpy python3-pytest python3-venv python3-pip python3-setuptools python3-wheel
-          libsystemd0)
+          libsystemd0 systemd lintian)
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 

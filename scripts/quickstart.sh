@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # The quick start: install the dependencies, build, install (to /usr/local unless PREFIX is set),
 # then run the main job: mcd-serve, with a private Redis unless one is configured
 # (MCD_REDIS_URL or REDIS_URL). Stop it with Ctrl-C: it frees every tensor it owns.
@@ -10,6 +13,12 @@ prefix="${PREFIX:-/usr/local}"
 sudo=""
 if [ "$(id -u)" -ne 0 ] && [ ! -w "$prefix" ]; then sudo="sudo"; fi
 $sudo cmake --install build --prefix "$prefix" >/dev/null
+# The dynamic linker's cache learns the new library, so that programs built against it without
+# an rpath find it (the tools find it through their RUNPATH either way). A prefix the linker
+# does not search needs its lib folder in /etc/ld.so.conf.d.
+if command -v ldconfig >/dev/null || [ -x /sbin/ldconfig ]; then
+  $sudo env PATH="$PATH:/sbin:/usr/sbin" ldconfig
+fi
 echo "quickstart: installed the mcd-* tools, libmemcuda and man pages under $prefix" >&2
 
 args=()

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 /* A C program on the installed C ABI: the library it loaded, and a clear failure without a
  * server. Exit 0 when both are as expected. */
 #include <memcuda/memcuda.h>

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The memcuda Authors
+# SPDX-License-Identifier: Apache-2.0
+
 # Installs a build into a temporary prefix and uses it as a downstream project would: the tools
 # run without LD_LIBRARY_PATH (their RUNPATH), and a consumer builds through find_package in C
 # and C++ (every public header compiling on its own) and through pkg-config, then runs.
@@ -20,11 +23,15 @@ for program in "$prefix"/bin/*; do
   fi
 done
 echo "consumer: $(ls "$prefix/bin" | wc -l) programs, e.g. $line"
-cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" >/dev/null
-cmake --build "$work/build" >/dev/null
-"$work/build/consumer_c"
-"$work/build/consumer_cpp"
+# A project of C++14 and one of C++17: the target raises the first to the C++17 it needs.
+for standard in 14 17; do
+  cmake -S "$here" -B "$work/build$standard" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_STANDARD="$standard" -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" >/dev/null
+  cmake --build "$work/build$standard" >/dev/null ||
+    { echo "consumer: the C++$standard project does not build" >&2; exit 1; }
+  "$work/build$standard/consumer_c"
+  "$work/build$standard/consumer_cpp"
+done
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 [ "$(pkg-config --modversion memcuda)" = "$(sed -n 's/^Version: //p' "$prefix/lib/pkgconfig/memcuda.pc")" ]
 # shellcheck disable=SC2046

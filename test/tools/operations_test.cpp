@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Operating memcuda: which server a tool finds (MCD_NODE, the only live server, an error that
 // lists the live ones), and mcd-ls --servers as a readiness check and a metrics source.
 #include <gtest/gtest.h>
@@ -191,6 +194,46 @@ TEST_F(Operations, AServiceManagerIsToldWhenTheServerIsReadyAndWhenItStops) {
   EXPECT_EQ(server_->Stop(SIGTERM), 0);
   server_.reset();
   close(fd);
+}
+
+// At boot, a Redis may come up after mcd-serve, or still be loading its data. Without
+// --wait-for-redis the server exits 69 at once, as before; with it, it says that it waits,
+// then serves once Redis answers; a stop signal ends the wait with exit 0, at once.
+TEST(RedisWait, AServerStartedBeforeItsRedisWaitsForItAndAStopEndsTheWait) {
+  test::TempDir dir;
+  const std::string socket_path = dir.path() + "/late.sock";
+  const std::vector<std::string> serve = {
+      test::ToolPath("mcd-serve"), "--devices", "cpu", "--node", "late", "--redis-url",
+      "unix://" + socket_path};
+  auto at_once = test::Run(serve, {}, 30);
+  EXPECT_EQ(at_once.exit_code, 69) << at_once.err;
+
+  std::vector<std::string> waiting = serve;
+  waiting.insert(waiting.end(), {"--wait-for-redis", "30"});
+  const std::string log = dir.path() + "/serve.log";
+  test::Background server(waiting, {}, log);
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(log).find("waiting for Redis at") != std::string::npos; }, 10000))
+      << test::ReadFile(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // a try or two that fail
+  test::Background redis({"redis-server", "--port", "0", "--unixsocket", socket_path, "--save", "",
+                          "--appendonly", "no"},
+                         {}, dir.path() + "/redis.log");
+  EXPECT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(log).find("serving node 'late'") != std::string::npos; }, 10000))
+      << test::ReadFile(log);
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << test::ReadFile(log);
+
+  std::vector<std::string> never = waiting;
+  never[6] = "unix://" + dir.path() + "/none.sock";
+  const std::string never_log = dir.path() + "/never.log";
+  test::Background stopped(never, {}, never_log);
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ReadFile(never_log).find("waiting for Redis") != std::string::npos; },
+      10000));
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(stopped.Stop(SIGTERM), 0) << test::ReadFile(never_log);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
 }
 
 // A stand-in for an older Redis on a Unix socket: INFO and HELLO get the replies given (RESP),

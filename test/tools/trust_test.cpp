@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The trust model (memcuda(7), TRUST), tried as its attackers would: a second local user, and
 // anyone who can write to Redis. Each test is the attack that found a hole, against the fix
 // that closes it. The tests that act as another user need root (as CI runs them) to become
@@ -245,7 +248,9 @@ TEST_F(Trust, NoHashFieldCanSendAClientOutsideItsMapping) {
 
 // The server's sockets serve its user, root and the members of --pool-group; the Redis ACL has
 // no say there. A member of the group creates through the socket; another user's tool cannot
-// connect to it (and, with no queue that a server reads, gets nothing done).
+// connect to it (and, with no queue that a server reads, gets nothing done). Host tensors are
+// the group's as the sockets are: a member reads every byte the server's user wrote, another
+// user cannot open them.
 TEST_F(Trust, TheCommandSocketServesTheServersUserRootAndItsGroupOnly) {
   NEEDS_ROOT();
   group* users = getgrnam("users");
@@ -272,6 +277,38 @@ TEST_F(Trust, TheCommandSocketServesTheServersUserRootAndItsGroupOnly) {
   EXPECT_EQ(HashField("by-stranger", "state"), "");
   ASSERT_TRUE(redis_.Connect()->Command({"DEL", "nowhere:" + node_}).ok());
   ASSERT_EQ(Tool("mcd-rm", {"by-member", "--detached"}).exit_code, 0);
+
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  CreateSpec spec = HostSpec("shared");
+  spec.shape = {4096};
+  ASSERT_TRUE(client->Create(spec).ok());
+  auto view = client->Get("shared");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  const std::string data = test::RandomBytes(4096, 61);
+  std::memcpy(view->data, data.data(), data.size());
+  const std::string held = HashField("shared", "refcount");
+  struct stat shm {};
+  ASSERT_EQ(stat(("/dev/shm" + HashField("shared", "ipc_handle")).c_str(), &shm), 0);
+  EXPECT_EQ(shm.st_mode & 0777, 0660u);
+  EXPECT_EQ(shm.st_gid, users->gr_gid);
+  auto read_as = [&](const std::string& out, std::vector<gid_t> groups, bool take_reference) {
+    std::vector<std::string> argv = {
+        test::ToolPath("mcd-get"), "shared", "-o", out, "--node", node_, "--timeout-ms", "1500"};
+    if (!take_reference) argv.push_back("--no-ref");
+    return test::Run(argv, Env(), 30, AsOtherUser(groups));
+  };
+  const std::string out = open_.path() + "/shared.bin";
+  auto read = read_as(out, {users->gr_gid}, false);
+  ASSERT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_TRUE(test::ReadFile(out) == data) << "the member read other bytes";
+  // The stranger's reference (for its parent, as a user's mcd-get takes) goes back with the
+  // refused open.
+  auto refused = read_as(open_.path() + "/stranger.bin", {}, true);
+  EXPECT_NE(refused.exit_code, 0) << refused.out;
+  EXPECT_NE(refused.err.find("ermission denied"), std::string::npos) << refused.err;
+  EXPECT_EQ(HashField("shared", "refcount"), held)
+      << "a refused open gave its reference back: " << refused.err;
 }
 
 // A heartbeat anyone wrote to Redis cannot keep a node from being served: one without the TTL

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 /* mcd-example-c: the C ABI from plain C. Creates a host tensor, maps it twice (as two users
  * would), writes through one mapping, reads through a fresh one, and releases everything.
  *   mcd-example-c NAME [NODE]        (Redis from MCD_REDIS_URL as for the tools) */
@@ -16,7 +19,15 @@ int main(int argc, char** argv) {
     printf("%s\n", mcd_version_info());
     return 0;
   }
-  if (argc < 2) {
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    printf(
+        "usage: mcd-example-c NAME [NODE]\n"
+        "The C ABI from plain C: creates host tensor NAME (i32[4,4]) on NODE's server, maps it\n"
+        "twice, writes through one mapping, reads through a fresh one, releases everything.\n"
+        "Redis from MCD_REDIS_URL, as for the tools. See mcd-example-c(1).\n");
+    return 0;
+  }
+  if (argc < 2 || argv[1][0] == '-') {
     fprintf(stderr, "usage: mcd-example-c NAME [NODE]\n");
     return 64;
   }

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-example-scale: an example compute process. It takes a reference to an f32 tensor, changes
 // it in place (x = x * FACTOR + 1) with a kernel on the GPU (or a loop for host tensors), and
 // gives the reference back; every other process sees the new values, nothing is copied.
@@ -23,7 +26,16 @@ int main(int argc, char** argv) {
     std::printf("%s\n", mcd_version_info());
     return 0;
   }
-  if (argc != 3 && argc != 5) {
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::printf(
+        "usage: mcd-example-scale NAME FACTOR [--node NODE]\n"
+        "An example compute process: takes a reference to f32 tensor NAME, sets x = x * FACTOR + "
+        "1\n"
+        "in place (a CUDA kernel, or a loop for host tensors), gives the reference back.\n"
+        "Redis from MCD_REDIS_URL, as for the tools. See mcd-example-scale(1).\n");
+    return 0;
+  }
+  if ((argc != 3 && argc != 5) || argv[1][0] == '-') {
     std::fprintf(stderr, "usage: mcd-example-scale NAME FACTOR [--node NODE]\n");
     return 64;
   }

@@ -1,9 +1,13 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // mcd-serve: the daemon that owns the GPU (and host) memory of a node and applies the commands
 // of the lifecycle list. See mcd-serve(1).
 #include <dlfcn.h>
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -30,6 +34,7 @@ struct ServeFlags {
   uint64_t event_history = 10000;
   bool no_node_copies = false;
   bool stage_gpu_copies = false;
+  double wait_for_redis = 0;
   std::string allocator = "cuda", pool_max, pool_release, pool_group, pool_socket, command_socket;
   // The library's defaults, shown in --help as they are given.
   std::string ready_max =
@@ -54,6 +59,12 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
   app.add_flag("--spawn-redis", f.spawn_redis,
                "Start a private redis-server on a Unix socket in the runtime folder");
+  app.add_option("--wait-for-redis", f.wait_for_redis,
+                 "Seconds to wait at start for a Redis that does not answer yet (started after "
+                 "this server, or still loading its data), trying every half second; 0: fail "
+                 "at once (exit 69)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--redis-server", f.redis_server, "redis-server binary for --spawn-redis")
       ->capture_default_str();
   app.add_option("--heartbeat-ttl", f.heartbeat_ttl, "Seconds a heartbeat stays valid")
@@ -201,12 +212,49 @@ void NotifyServiceManager(const std::string& state) {
   notify(0, state.c_str());
 }
 
-Status Serve(const ServerOptions& options, PrivateRedis* private_redis) {
+// --wait-for-redis: a Redis that does not answer yet (a service started after this one at boot,
+// or one still loading its data) is tried again every half second for up to `seconds`, and the
+// service manager hears why the start takes long. A stop signal ends the wait: exit 0 then,
+// as a stop while serving does. Returns whether to go on and serve.
+Result<bool> WaitForRedis(const RedisUrl& url, double seconds, const sigset_t& stop_signals) {
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  RedisOptions ropt;
+  ropt.connect_timeout_ms = 1000;
+  bool said = false;
+  for (;;) {
+    auto conn = RedisConnection::Connect(url, ropt);
+    Status answered = conn.ok() ? conn.value()->Command({"PING"}).status() : conn.status();
+    if (answered.ok()) {
+      if (said) std::cerr << "mcd-serve: Redis at " << url.Redacted() << " answers\n";
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status(ErrorCode::kUnavailable, "Redis at " + url.Redacted() +
+                                                 " did not answer within --wait-for-redis (" +
+                                                 answered.message() + ")");
+    }
+    if (!said) {
+      std::cerr << "mcd-serve: waiting for Redis at " << url.Redacted() << " ("
+                << answered.message() << "), up to --wait-for-redis\n";
+      NotifyServiceManager("STATUS=waiting for Redis at " + url.Redacted());
+      said = true;
+    }
+    timespec half_second{0, 500 * 1000 * 1000};
+    if (sigtimedwait(&stop_signals, nullptr, &half_second) > 0) return false;
+  }
+}
+
+Status Serve(const ServerOptions& options, double wait_for_redis, PrivateRedis* private_redis) {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (wait_for_redis > 0) {
+    MCD_ASSIGN_OR_RETURN(bool go_on, WaitForRedis(options.redis_url, wait_for_redis, stop_signals));
+    if (!go_on) return Status::Ok();
+  }
   MCD_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Start(options));
   NotifyServiceManager("READY=1\nSTATUS=serving");
   std::thread signal_thread([&stop_signals, srv = server.get()] {
@@ -264,7 +312,7 @@ static int ToolMain(int argc, char** argv) {
     std::cerr << "mcd-serve: private Redis at " << options->redis_url.Redacted()
               << " (found by the other tools with no flag)\n";
   }
-  Status served = Serve(options.value(), private_redis.get());
+  Status served = Serve(options.value(), flags.wait_for_redis, private_redis.get());
   private_redis.reset();
   if (!served.ok()) return tools::Fail("mcd-serve", served);
   return 0;

@@ -1,8 +1,12 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // Server-side allocators (one interface, chosen per device) and the client-side openers that
 // map what they export. Private to libmemcuda.
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <cstring>
@@ -87,8 +91,11 @@ struct PoolConfig {
 // every write to it: a tensor is published only after that. Worker thread.
 Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool zero);
 
-// POSIX shared memory, one object per tensor, named "<name_prefix><seq>".
-std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix);
+// POSIX shared memory, one object per tensor, named "<name_prefix><seq>": readable and
+// writable by the server's user only, or (`group` not -1) by that group's members too, as the
+// server's sockets are (--pool-group).
+std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix,
+                                                gid_t group = static_cast<gid_t>(-1));
 // cudaMalloc + cudaIpcGetMemHandle; tensors small enough for slabs of up to max_slab_bytes
 // are carved from shared slabs (SlabCarver, slab_carver.h; 0: every tensor alone).
 std::unique_ptr<Allocator> MakeCudaIpcAllocator(uint64_t max_slab_bytes);

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // host_shm: one POSIX shared-memory object per tensor, so the whole lifecycle runs on machines
 // without a GPU. The object name goes into ipc_handle; it is unlinked at refcount 0.
 #include <dirent.h>
@@ -29,7 +32,8 @@ uint64_t PageSize() {
 
 class HostShmAllocator final : public Allocator {
  public:
-  explicit HostShmAllocator(std::string name_prefix) : prefix_(std::move(name_prefix)) {}
+  HostShmAllocator(std::string name_prefix, gid_t group)
+      : prefix_(std::move(name_prefix)), group_(group) {}
   IpcKind kind() const noexcept override { return IpcKind::kHostShm; }
 
   Result<Allocation> Allocate(DeviceContext&, uint64_t bytes, bool /*zero*/) override {
@@ -55,6 +59,14 @@ class HostShmAllocator final : public Allocator {
       if (!fd && errno != EEXIST) break;
     }
     if (!fd) return Status(ErrorCode::kIoError, Errno("shm_open(" + name + ")", errno));
+    // For the group's members: the group set on the object itself, and its mode set after the
+    // open, which the umask (0077 under systemd's UMask=) would otherwise narrow.
+    if (group_ != static_cast<gid_t>(-1) &&
+        (fchown(fd.get(), static_cast<uid_t>(-1), group_) != 0 || fchmod(fd.get(), 0660) != 0)) {
+      int err = errno;
+      shm_unlink(name.c_str());
+      return Status(ErrorCode::kIoError, Errno("giving " + name + " to the pool group", err));
+    }
     if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
       int err = errno;
       shm_unlink(name.c_str());
@@ -77,13 +89,14 @@ class HostShmAllocator final : public Allocator {
 
  private:
   std::string prefix_;
+  gid_t group_;  // -1: none
   std::atomic<uint64_t> seq_{0};
 };
 
 }  // namespace
 
-std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix) {
-  return std::make_unique<HostShmAllocator>(std::move(name_prefix));
+std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix, gid_t group) {
+  return std::make_unique<HostShmAllocator>(std::move(name_prefix), group);
 }
 
 void UnlinkHostShm(const std::string& shm_name) { shm_unlink(shm_name.c_str()); }

@@ -1,5 +1,11 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // One-line log records on stderr: "2026-11-22T03:04:05.123Z mcd-serve[123] info: ...", the
-// message with every byte outside printable ASCII shown as \xNN and a backslash as \\.
+// message with every byte outside printable ASCII shown as \xNN and a backslash as \\. When
+// stderr is the journal's stream (JOURNAL_STREAM names it, as systemd sets it for a service),
+// "<3>..." to "<7>...": the message with its syslog priority as sd-daemon(3) prefixes it, the
+// time, name and pid left to journald.
 #pragma once
 
 #include <string>

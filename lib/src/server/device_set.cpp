@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 #include "server/device_set.h"
 
 #include "common/hex.h"
@@ -11,7 +14,7 @@ Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DeviceSetOptions& opt,
                                                    const std::string& shm_prefix) {
   std::unique_ptr<DeviceSet> set(new DeviceSet());
   set->workers_[kHostDevice] = std::make_unique<GpuWorker>(kHostDevice);
-  set->allocators_[kHostDevice] = MakeHostShmAllocator(shm_prefix);
+  set->allocators_[kHostDevice] = MakeHostShmAllocator(shm_prefix, opt.shm_group);
   std::vector<int> gpus = opt.devices;
   if (opt.all_devices) {
     gpus.clear();

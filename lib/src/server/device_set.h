@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The devices a server serves: host memory always, GPUs as asked, each with the GpuWorker that
 // runs every CUDA call for it and the allocator stack chosen for it (ready stock over slabs
 // over cudaMalloc, or ready stock over an IPC pool). Also the pool socket that hands the pools'
@@ -34,6 +37,7 @@ struct DeviceSetOptions {
   uint64_t ready_max_bytes = 0;                  // zeroed ready stock per device, when > 0
   double ready_max_fraction = 0.25;              // else this fraction of the device; both 0: none
   uint64_t ipc_slab_max_bytes = 32ull << 20;     // "cuda": the largest slab; 0: none
+  gid_t shm_group = static_cast<gid_t>(-1);      // host tensors shared with this group; -1: none
 };
 
 class DeviceSet {

@@ -1,3 +1,6 @@
+// SPDX-FileCopyrightText: 2026 The memcuda Authors
+// SPDX-License-Identifier: Apache-2.0
+
 // The server's lifecycle: Start (devices, Redis, the node's claim, sockets, startup clean-up),
 // the serving loop, the reconnect after a lost Redis, and Shutdown. The parts it drives:
 //   intake.h          requests from the node's queue and the command socket; the Waker
@@ -126,9 +129,12 @@ Status Server::Impl::Start() {
                 std::hash<std::string>{}(opt_.redis_url.Redacted()) & 0xffffffffu);
   shm_prefix_ = ShmPrefix(opt_.keys.prefix, opt_.node + "-" + url_tag);
 
-  // Host memory is always served; GPUs as asked (all by default).
-  MCD_ASSIGN_OR_RETURN(devices_,
-                       DeviceSet::Open(DeviceSetOptionsOf(opt_), shm_prefix_ + instance_ + "-"));
+  // Host memory is always served, to the same peers as the sockets; GPUs as asked (all by
+  // default).
+  DeviceSetOptions device_opt = DeviceSetOptionsOf(opt_);
+  MCD_ASSIGN_OR_RETURN(PeerPolicy peers, Peers());
+  device_opt.shm_group = peers.group;
+  MCD_ASSIGN_OR_RETURN(devices_, DeviceSet::Open(device_opt, shm_prefix_ + instance_ + "-"));
   heartbeat_ = std::make_unique<Heartbeat>(HeartbeatOptionsOf(opt_), instance_, stop_, *devices_,
                                            table_, outcomes_);
   RedisOptions ropt;
