@@ -9,7 +9,11 @@
 #include <sys/un.h>
 
 #include <cctype>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -77,8 +81,8 @@ TEST_F(Operations, WithTwoLiveServersAToolWithoutANodeListsThemAndDoesNothing) {
   EXPECT_NE(created.err.find(node_), std::string::npos) << created.err;
   EXPECT_NE(created.err.find(other), std::string::npos) << created.err;
   EXPECT_TRUE(TensorKeys().empty());
-  // Both in mcd-ls --servers, sorted by node.
-  auto listed = Tool("mcd-ls", {"--servers", "--json"});
+  // Both in mcd-ls --servers (without --node), sorted by node.
+  auto listed = Unnamed("mcd-ls", {"--servers", "--json"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   auto servers = json::parse(listed.out);
   ASSERT_EQ(servers.size(), 2u);
@@ -110,19 +114,67 @@ TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExi
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_EQ(table.out.rfind("NODE", 0), 0u) << table.out;
   EXPECT_NE(table.out.find(node_), std::string::npos);
-  EXPECT_NE(table.out.find("1.0 KiB"), std::string::npos) << table.out;  // bytes held
-  auto s = json::parse(Tool("mcd-ls", {"--servers", "--json"}).out)[0];
+  EXPECT_NE(table.out.find(" 1.0KiB "), std::string::npos) << table.out;  // bytes held
+  // Each value one field, for awk: as many in the row as in the header.
+  auto fields = [](const std::string& line) {
+    std::istringstream in(line);
+    return std::distance(std::istream_iterator<std::string>(in),
+                         std::istream_iterator<std::string>());
+  };
+  EXPECT_EQ(fields(table.out.substr(0, table.out.find('\n'))),
+            fields(table.out.substr(table.out.find('\n') + 1)))
+      << table.out;
+  // With --node, that node's server only: another node has none live (69).
+  auto mine = Unnamed("mcd-ls", {"--servers", "-q", "--node", node_});
+  EXPECT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_EQ(mine.out, node_ + "\n");
+  auto other = Unnamed("mcd-ls", {"--servers", "--node", "elsewhere"});
+  EXPECT_EQ(other.exit_code, 69) << other.out;
+  EXPECT_NE(other.err.find("no mcd-serve is live for node 'elsewhere'"), std::string::npos)
+      << other.err;
+  EXPECT_EQ(other.out, "");
+  auto listed = Tool("mcd-ls", {"--servers", "--json"});
+  EXPECT_EQ(listed.out.find('\n'), listed.out.size() - 1) << "one line: " << listed.out;
+  auto s = json::parse(listed.out)[0];
+  EXPECT_EQ(s["device_tensors"]["cpu"]["tensors"], 1) << listed.out;
+  EXPECT_EQ(s["device_tensors"]["cpu"]["bytes"], 1024) << listed.out;
   EXPECT_EQ(s["tensor_bytes"], 1024);
   EXPECT_EQ(s["errors"]["already_exists"], 1);
   EXPECT_GE(s["commands_ok"].get<int>(), 1);
   EXPECT_EQ(s["pid"], server_->pid());
   auto prom = Tool("mcd-ls", {"--servers", "--prometheus"});
   ASSERT_EQ(prom.exit_code, 0) << prom.err;
+  // The server is named by node and `server`: `instance` is the scrape target's, Prometheus's own.
   std::string label =
-      "{node=\"" + node_ + "\",instance=\"" + s["instance"].get<std::string>() + "\"}";
+      "{node=\"" + node_ + "\",server=\"" + s["instance"].get<std::string>() + "\"}";
+  EXPECT_EQ(prom.out.find("instance="), std::string::npos) << prom.out;
+  std::string on_cpu = label.substr(0, label.size() - 1) + ",device=\"cpu\"}";
   EXPECT_NE(prom.out.find("mcd_servers_live 1\n"), std::string::npos) << prom.out;
-  EXPECT_NE(prom.out.find("mcd_tensors" + label + " 1\n"), std::string::npos) << prom.out;
-  EXPECT_NE(prom.out.find("mcd_tensor_bytes" + label + " 1024\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("mcd_tensors" + on_cpu + " 1\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("mcd_tensor_bytes" + on_cpu + " 1024\n"), std::string::npos) << prom.out;
+  // A start time, as process_start_time_seconds is, rather than an uptime that grows.
+  size_t started = prom.out.find("mcd_server_start_time_seconds" + label + " ");
+  ASSERT_NE(started, std::string::npos) << prom.out;
+  double start_s = std::strtod(prom.out.c_str() + prom.out.find(' ', started) + 1, nullptr);
+  EXPECT_NEAR(start_s, s["started_ms"].get<double>() / 1000, 0.001);
+  EXPECT_EQ(prom.out.find("uptime"), std::string::npos) << prom.out;
+  // The reference parser (the Python client's) reads every family.
+  const std::string prom_file = dir_.path() + "/metrics.prom";
+  { std::ofstream(prom_file) << prom.out; }
+  auto parsed =
+      test::Run({"/usr/bin/python3", "-c",
+                 "import sys\n"
+                 "from prometheus_client.parser import text_string_to_metric_families\n"
+                 "families = list(text_string_to_metric_families(open(sys.argv[1]).read()))\n"
+                 "print(len(families), sum(len(f.samples) for f in families))\n",
+                 prom_file});
+  EXPECT_EQ(parsed.exit_code, 0) << parsed.err << " (python3-prometheus-client, install-deps.sh)";
+  EXPECT_EQ(parsed.out.rfind("11 ", 0), 0u) << parsed.out;
+  // And promtool's lint of metric names and help, where Prometheus is installed.
+  if (std::system("command -v promtool >/dev/null") == 0) {
+    auto linted = test::Run({"/bin/sh", "-c", "promtool check metrics < " + prom_file});
+    EXPECT_EQ(linted.exit_code, 0) << linted.out << linted.err;
+  }
   EXPECT_NE(prom.out.find("# TYPE mcd_commands_failed_total counter"), std::string::npos);
   EXPECT_NE(prom.out.find("mcd_command_errors_total{node=\"" + node_), std::string::npos)
       << prom.out;
@@ -154,7 +206,8 @@ TEST_F(Operations, ServersAreListedForPeopleScriptsAndPrometheusAndNoneLiveIsExi
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
   auto none = Tool("mcd-ls", {"--servers"});
   EXPECT_EQ(none.exit_code, 69);
-  EXPECT_NE(none.err.find("no mcd-serve is live on " + redis_.url()), std::string::npos)
+  EXPECT_NE(none.err.find("no mcd-serve is live for node '" + node_ + "' on " + redis_.url()),
+            std::string::npos)
       << none.err;
   auto none_prom = Tool("mcd-ls", {"--servers", "--prometheus"});
   EXPECT_EQ(none_prom.exit_code, 69);

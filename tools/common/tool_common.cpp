@@ -105,7 +105,7 @@ Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
 
 std::string HumanBytes(uint64_t bytes) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
+  if (bytes < 1024) return std::to_string(bytes) + "B";
   double value = static_cast<double>(bytes);
   size_t unit = 0;
   while (value >= 1024.0 && unit + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
@@ -113,7 +113,7 @@ std::string HumanBytes(uint64_t bytes) {
     ++unit;
   }
   char buf[32];
-  std::snprintf(buf, sizeof(buf), value < 10 ? "%.1f %s" : "%.0f %s", value, kUnits[unit]);
+  std::snprintf(buf, sizeof(buf), value < 10 ? "%.1f%s" : "%.0f%s", value, kUnits[unit]);
   return buf;
 }
 

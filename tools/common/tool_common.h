@@ -50,7 +50,7 @@ Result<std::unique_ptr<Client>> ConnectClient(const char* tool, const ClientOpti
 Result<int64_t> ProcessToBindTo(int64_t owner_pid, const std::string& what,
                                 const std::string& instead);
 
-std::string HumanBytes(uint64_t bytes);  // "1.0 MiB"
+std::string HumanBytes(uint64_t bytes);  // "1.0MiB", "512B": one field for awk and sort -h
 // "4096", "64MiB", "40GiB", "1.5G", "2T" -> bytes (K/M/G/T are powers of 1024).
 Result<uint64_t> ParseSize(const std::string& text);
 std::string HumanAge(int64_t ms);  // "3s", "5m", "2h", "4d"

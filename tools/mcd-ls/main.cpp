@@ -34,7 +34,8 @@ void AddFlags(CLI::App& app, LsFlags& f) {
   tools::AddConnectionFlags(app, f.common);
   app.add_option("GLOB", f.glob, "Only names matching this Redis glob")->capture_default_str();
   app.get_option("--node")->description(
-      "Only this node's tensors (and with --watch, its events); every node's by default");
+      "Only this node's tensors (with --watch, its events; with --servers, its server); every "
+      "node's by default");
   app.add_flag("-l,--long", f.long_format,
                "More columns: lifetime, ipc kind, owner pid, exact bytes, and the processes that "
                "hold references (PID:COUNT)");
@@ -63,12 +64,18 @@ void AddFlags(CLI::App& app, LsFlags& f) {
       ->check(CLI::PositiveNumber);
 }
 
-// --servers: the live servers as the flags ask; exit 69 when none is live.
-int ListServers(const LsFlags& f, Client& client) {
+// --servers: the live servers as the flags ask (with --node, that node's only); exit 69 when
+// none is live.
+int ListServers(const LsFlags& f, Client& client, const std::string& only_node) {
   std::vector<HeartbeatRecord> dead;
   std::vector<std::string> unreadable;
   auto live = client.LiveServerRecords(&dead, &unreadable);
   if (!live.ok()) return tools::Fail(kTool, live.status());
+  if (!only_node.empty()) {
+    auto other_node = [&](const HeartbeatRecord& hb) { return hb.node != only_node; };
+    live->erase(std::remove_if(live->begin(), live->end(), other_node), live->end());
+    dead.erase(std::remove_if(dead.begin(), dead.end(), other_node), dead.end());
+  }
   // A heartbeat with a malformed field names no server this tool can list: say which and why.
   for (const std::string& why : unreadable) {
     std::cerr << kTool << ": note: unreadable heartbeat " << tools::Escaped(why) << " (left out)\n";
@@ -90,9 +97,11 @@ int ListServers(const LsFlags& f, Client& client) {
     std::cout << tools::FormatServers(live.value(), format, !f.no_headers);
   }
   if (live->empty()) {
-    return tools::Fail(kTool,
-                       Status(ErrorCode::kUnavailable,
-                              "no mcd-serve is live on " + client.options().redis_url.Redacted()));
+    return tools::Fail(
+        kTool,
+        Status(ErrorCode::kUnavailable,
+               "no mcd-serve is live" + (only_node.empty() ? "" : " for node '" + only_node + "'") +
+                   " on " + client.options().redis_url.Redacted()));
   }
   return 0;
 }
@@ -199,7 +208,7 @@ static int ToolMain(int argc, char** argv) {
   }
   auto client = Client::Connect(options.value());
   if (!client.ok()) return tools::Fail(kTool, client.status());
-  if (flags.servers) return ListServers(flags, *client.value());
+  if (flags.servers) return ListServers(flags, *client.value(), only_node);
   return ListTensors(flags, *client.value(), only_node);
 }
 

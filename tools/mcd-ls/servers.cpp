@@ -3,6 +3,7 @@
 
 #include "servers.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -19,6 +20,31 @@ double UptimeSeconds(const HeartbeatRecord& hb) {
   return hb.started_ms > 0 ? static_cast<double>(NowMs() - hb.started_ms) / 1000.0 : 0.0;
 }
 
+// A server's tensors and bytes by device (its heartbeat's device_tensors, "cpu:2:4096,0:1:1024"):
+// one entry per device; none from a server too old to write them.
+struct DeviceTensorCount {
+  std::string device;
+  uint64_t tensors = 0, bytes = 0;
+};
+std::vector<DeviceTensorCount> ByDevice(const HeartbeatRecord& hb) {
+  std::vector<DeviceTensorCount> out;
+  std::istringstream items(hb.device_tensors);
+  for (std::string item; std::getline(items, item, ',');) {
+    size_t first = item.find(':'), second = item.rfind(':');
+    if (first == std::string::npos || second == first) continue;  // not of this layout: left out
+    out.push_back({item.substr(0, first), std::strtoull(item.c_str() + first + 1, nullptr, 10),
+                   std::strtoull(item.c_str() + second + 1, nullptr, 10)});
+  }
+  return out;
+}
+
+nlohmann::json DeviceTensors(const HeartbeatRecord& hb) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const DeviceTensorCount& d : ByDevice(hb))
+    out[d.device] = {{"tensors", d.tensors}, {"bytes", d.bytes}};
+  return out;
+}
+
 // Per-code error counters, by code.
 std::map<std::string, uint64_t> Errors(const HeartbeatRecord& hb) {
   return std::map<std::string, uint64_t>(hb.errors.begin(), hb.errors.end());
@@ -31,10 +57,9 @@ std::string Table(const Heartbeats& servers, bool headers) {
                     "HELD", "OK", "FAILED"});
   }
   for (const HeartbeatRecord& hb : servers) {
-    std::string copies = hb.node_copies;
-    if (copies == "in_place") copies = "in place";
+    // Every value one field (in_place, as the heartbeat says it), for awk.
     rows.push_back({hb.node, hb.instance, std::to_string(hb.pid), hb.devices, hb.allocator,
-                    copies.empty() ? "-" : copies,
+                    hb.node_copies.empty() ? "-" : hb.node_copies,
                     HumanAge(static_cast<int64_t>(UptimeSeconds(hb) * 1000)),
                     std::to_string(hb.tensors), HumanBytes(hb.tensor_bytes),
                     std::to_string(hb.commands_ok), std::to_string(hb.commands_failed)});
@@ -56,6 +81,7 @@ std::string Json(const Heartbeats& servers) {
                    {"uptime_s", UptimeSeconds(hb)},
                    {"tensors", hb.tensors},
                    {"tensor_bytes", hb.tensor_bytes},
+                   {"device_tensors", DeviceTensors(hb)},
                    {"commands_ok", hb.commands_ok},
                    {"commands_failed", hb.commands_failed},
                    {"errors", Errors(hb)},
@@ -64,7 +90,7 @@ std::string Json(const Heartbeats& servers) {
                    {"slab_bytes", hb.slab_bytes},
                    {"queue", hb.queue}});
   }
-  return out.dump(1) + "\n";
+  return out.dump() + "\n";  // one line, as every --json of the tools
 }
 
 // A label value as the text format wants it: backslash, quote and newline escaped.
@@ -96,17 +122,49 @@ std::string Prometheus(const Heartbeats& servers) {
   out << "# HELP mcd_servers_live mcd-serve instances with a live heartbeat on this Redis.\n"
          "# TYPE mcd_servers_live gauge\n"
       << "mcd_servers_live " << servers.size() << "\n";
+  // Each series names its server by node and by `server` (the instance's id): Prometheus keeps
+  // `instance` for the scrape target.
+  auto server = [](const HeartbeatRecord& hb) {
+    return "node=\"" + Label(hb.node) + "\",server=\"" + Label(hb.instance) + "\"";
+  };
+  out << "# HELP mcd_server_start_time_seconds When the server started, in seconds since the "
+         "epoch.\n# TYPE mcd_server_start_time_seconds gauge\n";
+  for (const HeartbeatRecord& hb : servers) {
+    out << "mcd_server_start_time_seconds{" << server(hb) << "} "
+        << SecondsText(static_cast<uint64_t>(std::max<int64_t>(hb.started_ms, 0)) * 1000) << "\n";
+  }
+  // Tensors and their bytes by device; a server too old to say by device gives its totals
+  // without the label.
+  struct ByDeviceGauge {
+    const char* name;
+    const char* help;
+    uint64_t DeviceTensorCount::*field;
+    uint64_t HeartbeatRecord::*total;
+  };
+  const ByDeviceGauge by_device[] = {
+      {"mcd_tensors", "Tensors the server holds, by device.", &DeviceTensorCount::tensors,
+       &HeartbeatRecord::tensors},
+      {"mcd_tensor_bytes", "Bytes of the tensors the server holds, by device.",
+       &DeviceTensorCount::bytes, &HeartbeatRecord::tensor_bytes},
+  };
+  for (const ByDeviceGauge& g : by_device) {
+    out << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " gauge\n";
+    for (const HeartbeatRecord& hb : servers) {
+      std::vector<DeviceTensorCount> devices = ByDevice(hb);
+      if (devices.empty()) out << g.name << "{" << server(hb) << "} " << hb.*g.total << "\n";
+      for (const DeviceTensorCount& d : devices) {
+        out << g.name << "{" << server(hb) << ",device=\"" << Label(d.device) << "\"} "
+            << d.*g.field << "\n";
+      }
+    }
+  }
   struct Gauge {
     const char* name;
     const char* type;
     const char* help;
-    uint64_t HeartbeatRecord::*field;  // nullptr: the uptime
+    uint64_t HeartbeatRecord::*field;
   };
   const Gauge gauges[] = {
-      {"mcd_server_uptime_seconds", "gauge", "Seconds since the server started.", nullptr},
-      {"mcd_tensors", "gauge", "Tensors the server holds.", &HeartbeatRecord::tensors},
-      {"mcd_tensor_bytes", "gauge", "Bytes of the tensors the server holds.",
-       &HeartbeatRecord::tensor_bytes},
       {"mcd_pool_used_bytes", "gauge", "Bytes in use in the server's IPC pools.",
        &HeartbeatRecord::pool_used},
       {"mcd_ready_bytes", "gauge", "Bytes kept as zeroed ready blocks.",
@@ -121,22 +179,14 @@ std::string Prometheus(const Heartbeats& servers) {
   };
   for (const Gauge& g : gauges) {
     out << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " " << g.type << "\n";
-    for (const HeartbeatRecord& hb : servers) {
-      out << g.name << "{node=\"" << Label(hb.node) << "\",instance=\"" << Label(hb.instance)
-          << "\"} ";
-      if (g.field == nullptr) {
-        out << UptimeSeconds(hb) << "\n";
-      } else {
-        out << hb.*g.field << "\n";
-      }
-    }
+    for (const HeartbeatRecord& hb : servers)
+      out << g.name << "{" << server(hb) << "} " << hb.*g.field << "\n";
   }
   out << "# HELP mcd_command_duration_seconds Time the server took over a command, by op.\n"
          "# TYPE mcd_command_duration_seconds histogram\n";
   for (const HeartbeatRecord& hb : servers) {
     for (const auto& [op, text] : hb.latency) {
-      std::string labels = "node=\"" + Label(hb.node) + "\",instance=\"" + Label(hb.instance) +
-                           "\",op=\"" + Label(op) + "\"";
+      std::string labels = server(hb) + ",op=\"" + Label(op) + "\"";
       // "50:12,100:3,...,+Inf:0;sum_us;count": buckets not cumulative, bounds in us.
       std::istringstream parts(text);
       std::string buckets, sum, count;
@@ -164,8 +214,8 @@ std::string Prometheus(const Heartbeats& servers) {
          "# TYPE mcd_command_errors_total counter\n";
   for (const HeartbeatRecord& hb : servers) {
     for (const auto& [code, n] : Errors(hb)) {
-      out << "mcd_command_errors_total{node=\"" << Label(hb.node) << "\",instance=\""
-          << Label(hb.instance) << "\",code=\"" << Label(code) << "\"} " << n << "\n";
+      out << "mcd_command_errors_total{" << server(hb) << ",code=\"" << Label(code) << "\"} " << n
+          << "\n";
     }
   }
   return out.str();

@@ -49,6 +49,7 @@ inline constexpr char kVersion[] = "version";
 inline constexpr char kEventHistory[] = "event_history";
 inline constexpr char kTensors[] = "tensors";
 inline constexpr char kTensorBytes[] = "tensor_bytes";
+inline constexpr char kDeviceTensors[] = "device_tensors";
 inline constexpr char kCommandsOk[] = "commands_ok";
 inline constexpr char kSettled[] = "settled";
 inline constexpr char kCommandsFailed[] = "commands_failed";
@@ -88,6 +89,9 @@ struct MCD_API HeartbeatRecord {
   uint64_t event_history = 0;  // the event stream's cap (0: it writes no events)
   uint64_t tensors = 0;
   uint64_t tensor_bytes = 0;
+  // The same by device served: "cpu:<tensors>:<bytes>,0:<tensors>:<bytes>,..." ("" from a
+  // server too old to write it).
+  std::string device_tensors;
   uint64_t commands_ok = 0;
   // The SHA of the script the server loaded once it had put its hashes back in this Redis
   // (Heartbeat::MarkSettled); "" before.

@@ -60,6 +60,7 @@ const std::vector<FieldSpec>& Table() {
       Count(f::kEventHistory, &R::event_history),
       Count(f::kTensors, &R::tensors),
       Count(f::kTensorBytes, &R::tensor_bytes),
+      Text(f::kDeviceTensors, &R::device_tensors),
       Count(f::kCommandsOk, &R::commands_ok),
       Text(f::kSettled, &R::settled),
   };

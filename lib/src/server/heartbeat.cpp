@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/log.h"
 #include "common/process.h"
@@ -96,6 +97,7 @@ HeartbeatRecord Heartbeat::Record() {
   r.event_history = opt_.event_history;
   r.tensors = table_.count();
   r.tensor_bytes = table_.bytes();
+  r.device_tensors = DeviceTensorsText();
   r.commands_ok = outcomes_.ok();
   r.settled = settled();
   r.errors = outcomes_.Errors();
@@ -121,6 +123,23 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
   std::vector<std::string> argv = HeartbeatCall(args);
   return ParseHeartbeatReply(
       conn.CommandRaw(std::vector<std::string_view>(argv.begin(), argv.end())));
+}
+
+std::string Heartbeat::DeviceTensorsText() const {
+  std::map<int, TensorTable::DeviceCount> counts = table_.ByDevice();
+  std::string out;
+  size_t start = 0;
+  const std::string& devices = devices_.devices_text();
+  while (start <= devices.size()) {
+    size_t comma = std::min(devices.find(',', start), devices.size());
+    std::string device = devices.substr(start, comma - start);
+    TensorTable::DeviceCount count =
+        counts[device == "cpu" ? kHostDevice : std::atoi(device.c_str())];
+    out += (out.empty() ? "" : ",") + device + ":" + std::to_string(count.tensors) + ":" +
+           std::to_string(count.bytes);
+    start = comma + 1;
+  }
+  return out;
 }
 
 std::string Heartbeat::Stale(const NodeHolder& holder) {

@@ -22,8 +22,10 @@ void TensorTable::Keep(Entry entry) {
     filling_names_.erase(name);
   }
   uint64_t bytes = entry.record.bytes;
+  CountOnDevice(entry, 1);
   if (auto old = tensors_.find(name); old != tensors_.end()) {
     bytes_ -= old->second.record.bytes;
+    CountOnDevice(old->second, -1);
   } else if (!entry.record.set.empty()) {
     sets_[entry.record.set].push_back(name);
   }
@@ -47,7 +49,20 @@ Entry TensorTable::Forget(Map::iterator it) {
   tensors_.erase(it);
   count_ = tensors_.size();
   bytes_ -= entry.record.bytes;
+  CountOnDevice(entry, -1);
   return entry;
+}
+
+void TensorTable::CountOnDevice(const Entry& entry, int sign) {
+  std::lock_guard<std::mutex> lock(by_device_mutex_);
+  DeviceCount& count = by_device_[entry.record.device];
+  count.tensors += static_cast<uint64_t>(sign);
+  count.bytes += static_cast<uint64_t>(sign) * entry.record.bytes;
+}
+
+std::map<int, TensorTable::DeviceCount> TensorTable::ByDevice() const {
+  std::lock_guard<std::mutex> lock(by_device_mutex_);
+  return by_device_;
 }
 
 std::vector<std::string> TensorTable::DeadStackTensors() const {
@@ -107,6 +122,8 @@ void TensorTable::Clear() {
   maybe_deleted_.clear();
   count_ = 0;
   bytes_ = 0;
+  std::lock_guard<std::mutex> lock(by_device_mutex_);
+  by_device_.clear();
 }
 
 }  // namespace mcd

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -52,6 +53,11 @@ class TensorTable {
   std::vector<std::string> TakeEmptiedSets() { return std::exchange(emptied_sets_, {}); }
   size_t count() const { return count_.load(); }
   uint64_t bytes() const { return bytes_.load(); }  // of the tensors (heartbeat: tensor_bytes)
+  // The tensors and their bytes by device (heartbeat: device_tensors). Any thread.
+  struct DeviceCount {
+    uint64_t tensors = 0, bytes = 0;
+  };
+  std::map<int, DeviceCount> ByDevice() const;
 
   // Allocations whose hash vanished underneath (removed by hand, or lost with a Redis that
   // restarted without persistence): processes may still map them, so they are freed at shutdown.
@@ -78,6 +84,10 @@ class TensorTable {
   std::vector<std::string> emptied_sets_;
   std::atomic<size_t> count_{0};
   std::atomic<uint64_t> bytes_{0};
+  // Changed with the map (main thread), read by the heartbeat thread.
+  void CountOnDevice(const Entry& entry, int sign);
+  mutable std::mutex by_device_mutex_;
+  std::map<int, DeviceCount> by_device_;  // under by_device_mutex_
   std::vector<Entry> orphans_;
   std::vector<Entry> unsettled_;
   std::set<std::string> maybe_deleted_;
