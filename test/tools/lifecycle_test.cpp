@@ -18,8 +18,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "lifecycle_fixture.h"
@@ -1385,6 +1387,63 @@ TEST_F(Lifecycle, ABenchGivesBackEveryTensorItMadeEvenWhenStopped) {
   EXPECT_EQ(TensorKeys(), std::vector<std::string>{});
   EXPECT_TRUE(ShmFreedSoon());
   for (pid_t child : children) EXPECT_FALSE(test::Running(child)) << child;
+}
+
+// mcd-ls fits the shell: each value of the table one field (awk counts as many in a row as in
+// the header), rows ordered by --sort (-r reverses), columns chosen by --columns; -q and --json
+// exclude each other in every tool; a name that would read as an option cannot be made.
+TEST_F(Lifecycle, ListingsFitTheShell) {
+  const std::vector<std::pair<std::string, std::string>> made = {
+      {"small", "4"}, {"large", "4096"}, {"middle", "256"}};
+  for (const auto& [name, n] : made) {
+    ASSERT_EQ(Tool("mcd-create", {name, "--dtype", "f32", "--shape", n, "--device", "cpu", "-q"})
+                  .exit_code,
+              0);
+  }
+  auto fields = [](const std::string& line) {
+    std::istringstream in(line);
+    return std::distance(std::istream_iterator<std::string>(in),
+                         std::istream_iterator<std::string>());
+  };
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  auto table = Tool("mcd-ls", {});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  std::vector<std::string> rows = lines(table.out);
+  ASSERT_EQ(rows.size(), 4u) << table.out;
+  for (const std::string& row : rows) EXPECT_EQ(fields(row), fields(rows[0])) << table.out;
+  EXPECT_NE(table.out.find(" 16KiB "), std::string::npos) << table.out;
+
+  auto by_bytes = Tool("mcd-ls", {"--sort", "bytes", "--columns", "name,bytes", "--no-headers"});
+  ASSERT_EQ(by_bytes.exit_code, 0) << by_bytes.err;
+  EXPECT_EQ(lines(by_bytes.out),
+            (std::vector<std::string>{"small   16B", "middle  1.0KiB", "large   16KiB"}))
+      << by_bytes.out;
+  auto reversed = Tool("mcd-ls", {"--sort", "bytes", "-r", "-q"});
+  EXPECT_EQ(reversed.out, "large\nmiddle\nsmall\n") << reversed.err;
+  auto by_name = Tool("mcd-ls", {"-q"});
+  EXPECT_EQ(by_name.out, "large\nmiddle\nsmall\n") << by_name.err;
+  auto unknown = Tool("mcd-ls", {"--columns", "name,colour"});
+  EXPECT_EQ(unknown.exit_code, 64);
+  EXPECT_NE(unknown.err.find("no column 'colour'"), std::string::npos) << unknown.err;
+  EXPECT_EQ(Tool("mcd-ls", {"--sort", "colour"}).exit_code, 64);
+
+  for (const std::string& tool : {"mcd-ls", "mcd-get", "mcd-rm", "mcd-create"}) {
+    auto both = Tool(tool, {"small", "--json", "-q"});
+    EXPECT_EQ(both.exit_code, 64) << tool << ": " << both.out;
+    EXPECT_NE(both.err.find("excludes"), std::string::npos) << tool << ": " << both.err;
+  }
+  auto dashed = test::Run({test::ToolPath("mcd-create"), "--node", node_, "--dtype", "u8",
+                           "--shape", "4", "--device", "cpu", "--", "-rf"},
+                          Env());
+  EXPECT_EQ(dashed.exit_code, 64) << dashed.out;
+  EXPECT_NE(dashed.err.find("starts with '-'"), std::string::npos) << dashed.err;
+  EXPECT_EQ(HashField("-rf", "state"), "");
+  for (const auto& [name, n] : made) ASSERT_EQ(Tool("mcd-rm", {name, "-q"}).exit_code, 0);
 }
 
 TEST_F(Lifecycle, ToolExitCodes) {

@@ -45,8 +45,10 @@ inline void AddCommonFlags(CLI::App& app, CommonFlags& flags) {
          "Wait at most this long for the server's reply (a command still queued then is withdrawn)")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
-  app.add_flag("--json", flags.json, "Print JSON (stable keys) instead of text");
-  app.add_flag("-q,--quiet", flags.quiet, "Print nothing on success");
+  // -q and --json exclude each other in every tool: one asks for nothing on stdout, the other
+  // for a record there.
+  auto* json = app.add_flag("--json", flags.json, "Print JSON (stable keys) instead of text");
+  app.add_flag("-q,--quiet", flags.quiet, "Print nothing on success")->excludes(json);
 }
 
 // --owner-pid and --detached of the tools that take (mcd-get) or give back (mcd-rm) references:

@@ -4,6 +4,8 @@
 // mcd-ls: list tensors from their Redis hashes (SCAN, never KEYS). See mcd-ls(1).
 #include <algorithm>
 #include <iostream>
+#include <iterator>
+#include <map>
 
 #include "flags.h"
 #include "servers.h"
@@ -19,8 +21,92 @@ struct LsFlags {
   std::string glob = "*";
   bool long_format = false, names_only = false, no_headers = false, json = false;
   bool servers = false, prometheus = false, watching = false;
+  std::string sort = "name";
+  bool reverse = false;
+  std::string columns;  // "": the default ones (with -l, the long ones)
   tools::WatchOptions watch;
 };
+
+// A column of the tensor table: its name for --columns, its header, and its value of a record
+// (`exact`: -l, bytes as a number). The first nine are the table's default; -l adds the rest.
+struct Column {
+  const char* name;
+  const char* header;
+  std::string (*value)(const TensorRecord& r, int64_t now_ms, bool exact);
+};
+const Column kColumns[] = {
+    {"name", "NAME", [](const TensorRecord& r, int64_t, bool) -> std::string { return r.name; }},
+    {"dtype", "DTYPE",
+     [](const TensorRecord& r, int64_t, bool) -> std::string { return DTypeName(r.dtype); }},
+    {"shape", "SHAPE",
+     [](const TensorRecord& r, int64_t, bool) -> std::string { return tools::ShapeText(r.shape); }},
+    {"device", "DEVICE",
+     [](const TensorRecord& r, int64_t, bool) -> std::string { return DeviceName(r.device); }},
+    {"bytes", "BYTES",
+     [](const TensorRecord& r, int64_t, bool exact) -> std::string {
+       return exact ? std::to_string(r.bytes) : tools::HumanBytes(r.bytes);
+     }},
+    {"refs", "REFS",
+     [](const TensorRecord& r, int64_t, bool) -> std::string {
+       return std::to_string(r.refcount);
+     }},
+    {"state", "STATE", [](const TensorRecord& r, int64_t, bool) -> std::string { return r.state; }},
+    {"age", "AGE",
+     [](const TensorRecord& r, int64_t now, bool) -> std::string {
+       return tools::HumanAge(now - r.ctime_ms);
+     }},
+    {"node", "NODE", [](const TensorRecord& r, int64_t, bool) -> std::string { return r.node; }},
+    {"lifetime", "LIFETIME",
+     [](const TensorRecord& r, int64_t, bool) -> std::string { return LifetimeName(r.lifetime); }},
+    {"ipc", "IPC",
+     [](const TensorRecord& r, int64_t, bool) -> std::string { return IpcKindName(r.ipc_kind); }},
+    {"pid", "PID",
+     [](const TensorRecord& r, int64_t, bool) -> std::string {
+       return std::to_string(r.lifetime == Lifetime::kStack ? r.owner_pid : r.creator_pid);
+     }},
+    {"holders", "HOLDERS",
+     [](const TensorRecord& r, int64_t, bool) -> std::string {
+       std::string holders;
+       for (const Holder& h : r.holders)
+         holders +=
+             (holders.empty() ? "" : ",") + std::to_string(h.pid) + ":" + std::to_string(h.refs);
+       return holders.empty() ? std::string("-") : holders;
+     }},
+};
+constexpr size_t kDefaultColumns = 9;
+
+// --sort: the keys, each comparing two records (then by name, so the order is total).
+const std::map<std::string, bool (*)(const TensorRecord&, const TensorRecord&)> kSortKeys = {
+    {"name", [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; }},
+    {"bytes", [](const TensorRecord& a, const TensorRecord& b) { return a.bytes < b.bytes; }},
+    {"age", [](const TensorRecord& a, const TensorRecord& b) { return a.ctime_ms > b.ctime_ms; }},
+    {"refs", [](const TensorRecord& a, const TensorRecord& b) { return a.refcount < b.refcount; }},
+    {"device", [](const TensorRecord& a, const TensorRecord& b) { return a.device < b.device; }},
+    {"state", [](const TensorRecord& a, const TensorRecord& b) { return a.state < b.state; }},
+    {"node", [](const TensorRecord& a, const TensorRecord& b) { return a.node < b.node; }},
+};
+
+// The columns --columns names (comma-separated, from kColumns), or the default ones.
+Result<std::vector<const Column*>> ChosenColumns(const LsFlags& f) {
+  std::vector<const Column*> out;
+  if (f.columns.empty()) {
+    size_t n = f.long_format ? std::size(kColumns) : kDefaultColumns;
+    for (size_t i = 0; i < n; ++i) out.push_back(&kColumns[i]);
+    return out;
+  }
+  for (const std::string& name : tools::SplitList(f.columns)) {
+    auto known = std::find_if(std::begin(kColumns), std::end(kColumns),
+                              [&](const Column& c) { return name == c.name; });
+    if (known == std::end(kColumns)) {
+      std::string all;
+      for (const Column& c : kColumns) all += std::string(all.empty() ? "" : ",") + c.name;
+      return Status(ErrorCode::kInvalidArgument,
+                    "--columns: no column '" + name + "'; the columns are " + all);
+    }
+    out.push_back(known);
+  }
+  return out;
+}
 
 void AddFlags(CLI::App& app, LsFlags& f) {
   app.footer(
@@ -41,7 +127,18 @@ void AddFlags(CLI::App& app, LsFlags& f) {
                "hold references (PID:COUNT)");
   app.add_flag("-q,--quiet", f.names_only, "Names only, one per line (for xargs mcd-rm)");
   app.add_flag("--no-headers", f.no_headers, "Leave out the header line");
-  app.add_flag("--json", f.json, "A JSON array of records");
+  app.add_flag("--json", f.json, "A JSON array of records (one line)")->excludes("--quiet");
+  std::string keys;
+  for (const auto& [key, less] : kSortKeys) keys += (keys.empty() ? "" : ", ") + key;
+  app.add_option("--sort", f.sort, "Order tensors by " + keys + " (age: newest first)")
+      ->check(CLI::IsMember(kSortKeys))
+      ->capture_default_str();
+  app.add_flag("-r,--reverse", f.reverse, "Reverse the order");
+  app.add_option("-o,--columns", f.columns,
+                 "The table's columns, comma-separated: name, dtype, shape, device, bytes, refs, "
+                 "state, age, node, lifetime, ipc, pid, holders")
+      ->excludes("--json")
+      ->excludes("--quiet");
   app.add_flag("--servers", f.servers,
                "The live servers instead (node, instance, devices, uptime, tensors, bytes, "
                "commands); exit 69 when none is live: a readiness check");
@@ -117,33 +214,32 @@ void WarnUnreadable(const std::vector<std::string>& unreadable) {
   std::cerr << "\n";
 }
 
-// The records as a JSON array or as the table (-l: its long columns).
-std::string FormatRecords(const LsFlags& f, const std::vector<TensorRecord>& records) {
+// The records as a JSON array or as the table (-l: its long columns and exact bytes; --columns:
+// those named), in the order of --sort.
+void SortRecords(const LsFlags& f, std::vector<TensorRecord>& records) {
+  auto less = kSortKeys.at(f.sort);
+  std::sort(records.begin(), records.end(), [&](const TensorRecord& a, const TensorRecord& b) {
+    if (less(a, b) || less(b, a)) return f.reverse ? less(b, a) : less(a, b);
+    return f.reverse ? b.name < a.name : a.name < b.name;
+  });
+}
+
+Result<std::string> FormatRecords(const LsFlags& f, const std::vector<TensorRecord>& records) {
   if (f.json) {
     std::string out = "[";
     for (const TensorRecord& r : records) out += (out.size() > 1 ? "," : "") + RecordToJson(r);
     return out + "]\n";
   }
+  MCD_ASSIGN_OR_RETURN(std::vector<const Column*> columns, ChosenColumns(f));
   std::vector<std::vector<std::string>> rows;
   if (!f.no_headers) {
-    rows.push_back({"NAME", "DTYPE", "SHAPE", "DEVICE", "BYTES", "REFS", "STATE", "AGE", "NODE"});
-    if (f.long_format) rows.back().insert(rows.back().end(), {"LIFETIME", "IPC", "PID", "HOLDERS"});
+    rows.emplace_back();
+    for (const Column* c : columns) rows.back().push_back(c->header);
   }
   int64_t now = tools::NowMs();
   for (const TensorRecord& r : records) {
-    rows.push_back({r.name, DTypeName(r.dtype), tools::ShapeText(r.shape), DeviceName(r.device),
-                    f.long_format ? std::to_string(r.bytes) : tools::HumanBytes(r.bytes),
-                    std::to_string(r.refcount), r.state, tools::HumanAge(now - r.ctime_ms),
-                    r.node});
-    if (f.long_format) {
-      int64_t pid = r.lifetime == Lifetime::kStack ? r.owner_pid : r.creator_pid;
-      std::string holders;
-      for (const Holder& h : r.holders)
-        holders +=
-            (holders.empty() ? "" : ",") + std::to_string(h.pid) + ":" + std::to_string(h.refs);
-      rows.back().insert(rows.back().end(), {LifetimeName(r.lifetime), IpcKindName(r.ipc_kind),
-                                             std::to_string(pid), holders.empty() ? "-" : holders});
-    }
+    rows.emplace_back();
+    for (const Column* c : columns) rows.back().push_back(c->value(r, now, f.long_format));
   }
   return tools::FormatTable(rows, tools::TerminalWidth(), 0);
 }
@@ -159,7 +255,8 @@ int ListTensors(const LsFlags& f, Client& client, const std::string& only_node) 
     }
   }
   std::string out;
-  if (f.names_only && !f.json && only_node.empty()) {
+  // Names only, in name order: read without the records.
+  if (f.names_only && only_node.empty() && f.sort == "name" && !f.reverse) {
     auto names = client.ListNames(f.glob);
     if (!names.ok()) return tools::Fail(kTool, names.status());
     for (const std::string& name : names.value()) out += tools::Escaped(name) + "\n";
@@ -167,21 +264,25 @@ int ListTensors(const LsFlags& f, Client& client, const std::string& only_node) 
     return 0;
   }
   std::vector<std::string> unreadable;
-  auto records = client.List(f.glob, &unreadable, f.long_format || f.json);
+  const bool holders = f.long_format || f.json || f.columns.find("holders") != std::string::npos;
+  auto records = client.List(f.glob, &unreadable, holders);
   if (!records.ok()) return tools::Fail(kTool, records.status());
+  auto& all = records.value();
   if (!only_node.empty()) {
-    auto& all = records.value();
     all.erase(std::remove_if(all.begin(), all.end(),
                              [&](const TensorRecord& r) { return r.node != only_node; }),
               all.end());
-    if (f.names_only && !f.json) {
-      for (const TensorRecord& r : all) out += tools::Escaped(r.name) + "\n";
-      std::cout << out;
-      return 0;
-    }
+  }
+  SortRecords(f, all);
+  if (f.names_only) {
+    for (const TensorRecord& r : all) out += tools::Escaped(r.name) + "\n";
+    std::cout << out;
+    return 0;
   }
   WarnUnreadable(unreadable);
-  std::cout << FormatRecords(f, records.value());
+  auto table = FormatRecords(f, all);
+  if (!table.ok()) return tools::Fail(kTool, table.status());
+  std::cout << table.value();
   return 0;
 }
 

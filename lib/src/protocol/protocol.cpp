@@ -165,6 +165,10 @@ Status ValidateName(std::string_view name) {
                      "; names use letters, digits and . _ : / @ + = , -");
     }
   }
+  if (name.front() == '-') {
+    return Invalid("tensor name \"" + Printable(name) +
+                   "\" starts with '-', which the tools would take for an option");
+  }
   if (name.back() == '/') {
     return Invalid("tensor name \"" + Printable(name) +
                    "\" ends with '/', which the tools read as every member of a tensor set");
