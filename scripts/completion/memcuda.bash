@@ -24,7 +24,13 @@ _mcd_complete() {
   local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" cmd="${COMP_WORDS[0]}"
   case "$prev" in
     --dtype) COMPREPLY=($(compgen -W "f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool" -- "$cur")); return ;;
-    --device) COMPREPLY=($(compgen -W "cpu 0 1 2 3 4 5 6 7" -- "$cur")); return ;;
+    # Host memory ("cpu") where the tool takes it: mcd-create's tensors; mcd-bench and
+    # mcd-d3d-probe measure a GPU.
+    --device)
+      local devices="0 1 2 3 4 5 6 7"
+      [[ "${cmd##*/}" == mcd-create ]] && devices="cpu $devices"
+      COMPREPLY=($(compgen -W "$devices" -- "$cur")); return ;;
+    --sort) COMPREPLY=($(compgen -W "name bytes age refs device state node" -- "$cur")); return ;;
     --lifetime) COMPREPLY=($(compgen -W "heap stack" -- "$cur")); return ;;
     --init) COMPREPLY=($(compgen -W "zero none" -- "$cur")); return ;;
     --allocator) COMPREPLY=($(compgen -W "cuda pool" -- "$cur")); return ;;
@@ -37,4 +43,5 @@ _mcd_complete() {
     COMPREPLY=($(compgen -W "$(_mcd_tensor_names)" -- "$cur"))
   fi
 }
-complete -F _mcd_complete mcd-create mcd-get mcd-rm mcd-ls mcd-serve mcd-bench mcd-d3d-probe
+complete -F _mcd_complete mcd-create mcd-get mcd-rm mcd-ls mcd-serve mcd-bench mcd-d3d-probe \
+  mcd-example-scale mcd-example-c

@@ -43,5 +43,13 @@ expect mcd-serve --command-socket yes
 [ "$(complete_for mcd-create --life)" = "--lifetime" ] || { echo "prefix completion"; fail=1; }
 COMP_WORDS=(mcd-create --dtype b); COMP_CWORD=2; _mcd_complete
 [ "${COMPREPLY[*]}" = "bf16 bool" ] || { echo "dtype values: ${COMPREPLY[*]}"; fail=1; }
+# --device cpu only where the tool takes it: mcd-create; mcd-bench and mcd-d3d-probe measure GPUs.
+for tool_want in mcd-create:cpu mcd-bench: mcd-d3d-probe:; do
+  COMP_WORDS=("${tool_want%%:*}" --device c); COMP_CWORD=2; _mcd_complete || true  # none: status 1
+  [ "${COMPREPLY[*]}" = "${tool_want#*:}" ] ||
+    { echo "${tool_want%%:*} --device offers '${COMPREPLY[*]}'"; fail=1; }
+done
+COMP_WORDS=(mcd-ls --sort b); COMP_CWORD=2; _mcd_complete
+[ "${COMPREPLY[*]}" = "bytes" ] || { echo "sort keys: ${COMPREPLY[*]}"; fail=1; }
 [ "$fail" = 0 ] || exit 1
 echo "completion: ok"
