@@ -18,6 +18,8 @@ release() keeps it mapped until it goes, so a view can never outlive its memory.
 docs/python.md.
 """
 
+from __future__ import annotations
+
 import collections
 import ctypes
 import gc
@@ -25,6 +27,9 @@ import json
 import os
 import threading
 import weakref
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import sys
 
 from . import _dlpack
 from ._dtypes import DTYPES, dtype_name
@@ -32,18 +37,29 @@ from . import _lib
 from ._lib import DEVICE_CPU, CreateOptions, Tensor as _CTensor, lib as _clib, take_string
 from .errors import *  # noqa: F401,F403  (the exception classes are part of the API)
 from . import errors
-from .errors import Released, error_for
+from .errors import InvalidArgument, Released, error_for
+
+_dlpack.use_destructor_of(_clib)
 
 __all__ = ["connect", "Client", "Tensor", "version"] + errors.__all__
 __version__ = "0.1.0"
 
+# What the calls take: a shape as dimensions or one int; a dtype by memcuda's name ("f32"), NumPy's
+# ("float32", numpy.float32) or torch's (torch.float32); a device as a GPU ordinal, "cuda:N" or
+# "cpu"; a path as str or os.PathLike.
+Shape = Union[int, Sequence[int]]
+DType = Any
+Device = Union[int, str]
+PathLike = Union[str, "os.PathLike[str]"]
 
-def version():
+
+def version() -> str:
     """The version of the libmemcuda this package runs on."""
     return _clib.mcd_version().decode()
 
 
-def connect(redis_url=None, node=None, timeout=5.0):
+def connect(redis_url: Optional[str] = None, node: Optional[str] = None,
+            timeout: float = 5.0) -> "Client":
     """A client of the node's mcd-serve. `redis_url` as the tools take it (None: MCD_REDIS_URL,
     REDIS_URL, else the private Redis of `mcd-serve --spawn-redis` (none: memcuda.Unavailable); the
     password may come from MCD_REDIS_PASSWORD or MCD_REDIS_PASSWORD_FILE); `node` None:
@@ -55,7 +71,8 @@ def connect(redis_url=None, node=None, timeout=5.0):
 class Client:
     """One connection to Redis and the node's server. Thread-safe: calls are serialised."""
 
-    def __init__(self, redis_url=None, node=None, timeout=5.0):
+    def __init__(self, redis_url: Optional[str] = None, node: Optional[str] = None,
+                 timeout: float = 5.0) -> None:
         handle = ctypes.c_void_p()
         rc = _clib.mcd_connect(_bytes(redis_url), _bytes(node), int(timeout * 1000),
                               ctypes.byref(handle))
@@ -75,8 +92,9 @@ class Client:
 
     # -- the lifecycle -----------------------------------------------------------------------
 
-    def create(self, name, shape, dtype="f32", device=0, lifetime="heap", init="zero",
-               owner_pid=None, data=None):
+    def create(self, name: str, shape: Shape, dtype: DType = "f32", device: Device = 0,
+               lifetime: str = "heap", init: str = "zero", owner_pid: Optional[int] = None,
+               data: Any = None) -> "Tensor":
         """Creates tensor `name` and returns it, to be opened here on first use. `device`: a GPU
         ordinal or "cpu"; `lifetime`: "heap" (lives until its last reference is given back: see
         rm) or "stack" (also freed when `owner_pid`, default this process, exits); `init`:
@@ -91,9 +109,9 @@ class Client:
         options = CreateOptions()
         options.size = ctypes.sizeof(CreateOptions)
         if lifetime not in ("heap", "stack"):
-            raise ValueError("lifetime must be 'heap' or 'stack', not %r" % (lifetime,))
+            raise InvalidArgument("lifetime must be 'heap' or 'stack', not %r" % (lifetime,))
         if init not in ("zero", "none"):
-            raise ValueError("init must be 'zero' or 'none', not %r" % (init,))
+            raise InvalidArgument("init must be 'zero' or 'none', not %r" % (init,))
         options.lifetime = 1 if lifetime == "stack" else 0
         options.no_init = 1 if init == "none" else 0
         options.owner_pid = int(owner_pid or 0)
@@ -106,7 +124,7 @@ class Client:
                    len(shape), _device(device), ctypes.byref(options), ctypes.byref(out))
         return Tensor(self, None, out)
 
-    def get(self, name):
+    def get(self, name: str) -> "Tensor":
         """Takes a reference to tensor `name` for this process and opens it here."""
         out = _CTensor()
         with self._lock:  # the reference and its count at once: rm() never sees one alone
@@ -114,7 +132,7 @@ class Client:
             mapping = _Mapping(self, out)
         return Tensor(self, mapping, out)
 
-    def get_many(self, names):
+    def get_many(self, names: Iterable[str]) -> List["Tensor"]:
         """get() for every tensor of `names` (distinct) in one Redis round trip, all or
         nothing: on an error no reference is taken, and the error names the tensor that
         stopped it. Tensors that share an allocation (a tensor set's members) are mapped once.
@@ -126,14 +144,15 @@ class Client:
             self._call(_clib.mcd_get_many, array, len(names), out)
             return [Tensor(self, _Mapping(self, record), record) for record in out]
 
-    def create_set(self, name, members, device=0, init="zero"):
+    def create_set(self, name: str, members: Sequence[tuple], device: Device = 0,
+                   init: str = "zero") -> Dict[str, "Tensor"]:
         """Creates tensor set `name`: `members` is a list of (member name, shape, dtype) or
         (member name, shape, dtype, data), each named without the "name/" prefix, all laid out
         in one allocation, all made or none (data: host bytes as create() takes them, for every
         member or none; the set is ready only once every byte is in). Returns get_set(name)."""
         name = str(name).rstrip("/")
         if init not in ("zero", "none"):
-            raise ValueError("init must be 'zero' or 'none', not %r" % (init,))
+            raise InvalidArgument("init must be 'zero' or 'none', not %r" % (init,))
         array = (_lib.SetMember * len(members))()
         keep = []  # what the structs point into, alive until the call returns
         for i, member in enumerate(members):
@@ -153,7 +172,7 @@ class Client:
                    ctypes.byref(options))
         return self.get_set(name)
 
-    def get_set(self, name):
+    def get_set(self, name: str) -> Dict[str, "Tensor"]:
         """get() of every member of tensor set `name` still there, in one Redis round trip and
         one mapping of the set's allocation: a dict of Tensors by member name without the
         "name/" prefix (as the set's safetensors file names them), sorted."""
@@ -173,7 +192,7 @@ class Client:
             finally:
                 _clib.mcd_free(array)
 
-    def load_safetensors(self, path, name, device=0):
+    def load_safetensors(self, path: PathLike, name: str, device: Device = 0) -> List[str]:
         """Loads safetensors file `path` into a new tensor set `name` on `device`: each tensor of
         the file a member "name/<its name>", all in one allocation, all of them or none. Returns
         the members' names."""
@@ -182,12 +201,12 @@ class Client:
                    _device(device))
         return [record["name"] for record in self.ls(name + "/*")]
 
-    def save_safetensors(self, name, path):
+    def save_safetensors(self, name: str, path: PathLike) -> None:
         """Writes every member of tensor set `name` to safetensors file `path`."""
         self._call(_clib.mcd_save_safetensors, _bytes(str(name).rstrip("/")),
                    _bytes(os.fspath(path)))
 
-    def release_many(self, tensors):
+    def release_many(self, tensors: Iterable["Tensor"]) -> None:
         """Tensor.release() of each of `tensors`, the references of those no exported array
         views any more given back in one Redis round trip (the others go with their last array,
         as release() says). Where that one call is refused, each is given back on its own, so
@@ -207,19 +226,19 @@ class Client:
                 for name in names:
                     _clib.mcd_release(self._handle, name.encode())
 
-    def stat(self, name):
+    def stat(self, name: str) -> Dict[str, Any]:
         """The tensor's record as a dict (the keys of `mcd-ls --json`)."""
         text = ctypes.c_void_p()
         self._call(_clib.mcd_stat_json, _bytes(name), ctypes.byref(text))
         return json.loads(take_string(text))
 
-    def ls(self, glob="*"):
+    def ls(self, glob: str = "*") -> List[Dict[str, Any]]:
         """The records of the tensors whose names match `glob`, sorted by name."""
         text = ctypes.c_void_p()
         self._call(_clib.mcd_list_json, _bytes(glob), ctypes.byref(text))
         return json.loads(take_string(text))
 
-    def rm(self, name):
+    def rm(self, name: str) -> None:
         """Gives one reference to tensor `name` back, as mcd-rm does: this process's own if it
         holds one, else one bound to no process (the creator's); the tensor is freed at 0.
         Arrays of this process that view it stay valid: their mapping stays until its Tensor
@@ -240,7 +259,7 @@ class Client:
                     self._drop(self._given, name)
                 raise
 
-    def close(self):
+    def close(self) -> None:
         """Nothing to do at once: the connection closes when the client and every Tensor of it
         are gone (a Tensor keeps the connection its release needs)."""
 
@@ -319,11 +338,11 @@ class Tensor:
     def __init__(self, client, mapping, record):
         self._client = client
         self._mapping = mapping  # None until first use for a Tensor from create()
-        self.name = record.name.decode()
-        self.dtype = record.dtype.decode()
-        self.shape = tuple(record.shape[i] for i in range(record.ndim))
-        self.nbytes = record.bytes
-        self.device = "cpu" if record.device == DEVICE_CPU else record.device
+        self.name: str = record.name.decode()
+        self.dtype: str = record.dtype.decode()  # memcuda's name: "f32", "bf16", ...
+        self.shape: Tuple[int, ...] = tuple(record.shape[i] for i in range(record.ndim))
+        self.nbytes: int = record.bytes
+        self.device: Union[int, str] = "cpu" if record.device == DEVICE_CPU else record.device
         self._released = False
         self._interface_exported = False
 
@@ -333,15 +352,15 @@ class Tensor:
             self.name, self.shape, self.dtype, self.device, state)
 
     @property
-    def released(self):
+    def released(self) -> bool:
         return self._released
 
     @property
-    def data_ptr(self):
+    def data_ptr(self) -> int:
         """The address of the memory in this process (a device pointer on a GPU)."""
         return self._live().data
 
-    def release(self):
+    def release(self) -> None:
         """Gives this Tensor's reference back and unmaps the memory, at once when no array
         exported from it views the memory any more, else when the last such array is
         garbage-collected: a view stays usable until then. Arrays made through
@@ -363,48 +382,74 @@ class Tensor:
 
     # -- copies through host memory --------------------------------------------------------
 
-    def tobytes(self):
+    def tobytes(self) -> bytes:
         """A copy of the tensor's bytes in host memory."""
         buf = ctypes.create_string_buffer(self.nbytes)
         self._client._call(_clib.mcd_copy_to_host, self.name.encode(), buf, self.nbytes)
         return buf.raw
 
-    def write(self, data):
+    def write(self, data: Any) -> None:
         """Copies `data` (any object with the buffer protocol, at most the tensor's size, e.g. a
         NumPy array or bytes) into the tensor, from its start."""
         src, _, nbytes = _host_buffer(data)
         if nbytes > self.nbytes:
-            raise ValueError("%d bytes do not fit tensor %r of %d bytes" % (nbytes, self.name, self.nbytes))
+            raise InvalidArgument("%d bytes do not fit tensor %r of %d bytes"
+                                  % (nbytes, self.name, self.nbytes))
         self._client._call(_clib.mcd_copy_from_host, self.name.encode(), src, nbytes)
 
     # -- zero-copy exports -----------------------------------------------------------------
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> Tuple[int, int]:
         if self.device == "cpu":
             return (_dlpack.KDL_CPU, 0)
         return (_dlpack.KDL_CUDA, self.device)
 
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        """A DLPack capsule of the memory. `stream` is accepted and needs no synchronisation:
-        this process has queued no work on the memory, and the process that wrote it finished
-        its work before handing the tensor over (memcuda(7), SYNCHRONIZATION)."""
+    def __dlpack__(self, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None,
+                   copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule of the memory: DLPack 1.0's "dltensor_versioned" when the consumer
+        says it reads it (max_version of 1.0 or later), else "dltensor". For a GPU tensor,
+        `stream` is accepted and needs no synchronisation: this process has queued no work on
+        the memory, and the process that wrote it finished its work before handing the tensor
+        over (memcuda(7), SYNCHRONIZATION); a host tensor takes none (BufferError), as DLPack
+        says of host memory."""
         mapping = self._live()
         if copy:
             raise BufferError("memcuda exports views only (copy=True asked); use tobytes()")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("tensor %r is on %r, not on %r" % (self.name, self.device, dl_device))
+        if stream is not None and self.device == "cpu":
+            raise BufferError("tensor %r is in host memory, which has no stream (stream=%r)"
+                              % (self.name, stream))
         device_type, device_id = self.__dlpack_device__()
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
         return _dlpack.capsule(mapping.data, device_type, device_id, self.shape,
-                               DTYPES[self.dtype][2], mapping)
+                               DTYPES[self.dtype][2], mapping, versioned)
+
+    def memoryview(self) -> memoryview:
+        """A writable memoryview of a host tensor's bytes, in place, without NumPy (format "B",
+        one dimension); it keeps the mapping alive as an exported array does. On Python 3.12
+        and later, memoryview(tensor) gives the same (the buffer protocol, PEP 688)."""
+        if self.device != "cpu":
+            raise BufferError("tensor %r is on GPU %d: the buffer protocol is for host memory"
+                              % (self.name, self.device))
+        mapping = self._live()
+        buffer = (ctypes.c_char * self.nbytes).from_address(mapping.data)
+        buffer._owner = mapping
+        return memoryview(buffer).cast("B")
+
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int) -> memoryview:
+            return self.memoryview()
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
         if self.device == "cpu":
             raise AttributeError("tensor %r is in host memory: use __array_interface__" % self.name)
         return self._interface(stream=True)
 
     @property
-    def __array_interface__(self):
+    def __array_interface__(self) -> Dict[str, Any]:
         if self.device != "cpu":
             raise AttributeError("tensor %r is on GPU %d: use __cuda_array_interface__ or DLPack"
                                  % (self.name, self.device))
@@ -453,7 +498,7 @@ def _host_buffer(data):
     writable, else a copy (ctypes maps only writable buffers)."""
     view = memoryview(data)
     if not view.c_contiguous:
-        raise ValueError("data must be C-contiguous")
+        raise InvalidArgument("data must be C-contiguous")
     view = view.cast("B")
     src = (ctypes.c_char * view.nbytes).from_buffer_copy(view) if view.readonly else \
         (ctypes.c_char * view.nbytes).from_buffer(view)
@@ -469,7 +514,7 @@ def _shape(shape):
         shape = (shape,)
     shape = tuple(int(d) for d in shape)
     if not 1 <= len(shape) <= 8:
-        raise ValueError("shape needs 1 to 8 dimensions, not %d" % len(shape))
+        raise InvalidArgument("shape needs 1 to 8 dimensions, not %d" % len(shape))
     return shape
 
 

@@ -3,6 +3,8 @@
 
 """memcuda dtypes and what NumPy, the array interfaces and DLPack call them."""
 
+from .errors import InvalidArgument
+
 # name: (bytes, NumPy typestr or None, DLPack (code, bits))
 # DLPack codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
 DTYPES = {
@@ -40,5 +42,5 @@ def dtype_name(dtype):
         name = name.replace("torch.", "")
     name = _ALIASES.get(name, name)
     if name not in DTYPES:
-        raise ValueError("unknown dtype %r (expected one of %s)" % (dtype, " ".join(DTYPES)))
+        raise InvalidArgument("unknown dtype %r (expected one of %s)" % (dtype, " ".join(DTYPES)))
     return name

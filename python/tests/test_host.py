@@ -3,6 +3,7 @@
 
 """The memcuda package against a real mcd-serve, on host tensors (any machine)."""
 
+import ctypes
 import gc
 import os
 import signal
@@ -234,6 +235,95 @@ def test_a_dlpack_capsule_nobody_consumed_gives_its_hold_back(mc):
     mc.rm("c")
 
 
+def _capsule_is(capsule, name):
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.restype, is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    return is_valid(capsule, name) == 1
+
+
+def test_a_capsule_the_consumer_refuses_leaks_nothing_and_its_error_stands(mc):
+    # NumPy has no bfloat16: it refuses the capsule, with its own error (not a SystemError), and
+    # the capsule's hold on the reference and the mapping goes with it.
+    t = mc.create("bf", 4, "bf16", device="cpu")
+    t.data_ptr  # mapped here (a reference of this process) before the export
+    before = _dlpack.live_count()
+    held = refcount(mc, "bf")
+    with pytest.raises(Exception) as refused:
+        np.from_dlpack(t)
+    assert not isinstance(refused.value, SystemError), refused.value
+    assert "dtype" in str(refused.value).lower()
+    gc.collect()
+    assert _dlpack.live_count() == before
+    assert refcount(mc, "bf") == held
+    t.release()
+    gc.collect()
+    assert refcount(mc, "bf") == 1
+    mc.rm("bf")
+
+
+def test_a_consumer_that_reads_dlpack_1_gets_a_versioned_capsule(mc):
+    data = os.urandom(64)
+    t = mc.create("v", 16, "f32", device="cpu")
+    t.write(data)
+    before = _dlpack.live_count()
+    legacy = t.__dlpack__(max_version=(0, 8))
+    assert _capsule_is(legacy, b"dltensor") and not _capsule_is(legacy, b"dltensor_versioned")
+    del legacy
+    capsule = t.__dlpack__(max_version=(1, 0))
+    assert _capsule_is(capsule, b"dltensor_versioned")
+    # Read and taken as a DLPack 1.0 consumer does: the structure, every byte, then the rename
+    # and the deleter's call.
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    managed = _dlpack.DLManagedTensorVersioned.from_address(
+        get_pointer(capsule, b"dltensor_versioned"))
+    assert (managed.version.major, managed.version.minor, managed.flags) == (1, 0, 0)
+    tensor = managed.dl_tensor
+    assert (tensor.ndim, tensor.shape[0], tensor.dtype.code, tensor.dtype.bits) == (1, 16, 2, 32)
+    assert ctypes.string_at(tensor.data, 64) == data
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.restype, set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    assert set_name(capsule, b"used_dltensor_versioned") == 0
+    assert _dlpack.live_count() == before + 1
+    del capsule  # taken: the destructor leaves it to the consumer's deleter
+    assert _dlpack.live_count() == before + 1
+    managed.deleter(ctypes.pointer(managed))
+    assert _dlpack.live_count() == before
+    # Not taken: the destructor calls the deleter.
+    unread = t.__dlpack__(max_version=(1, 2))
+    assert _dlpack.live_count() == before + 1
+    del unread
+    assert _dlpack.live_count() == before
+    # A host tensor has no stream.
+    with pytest.raises(BufferError, match="no stream"):
+        t.__dlpack__(stream=1)
+    t.release()
+    gc.collect()
+    assert refcount(mc, "v") == 1
+    mc.rm("v")
+
+
+def test_a_host_tensor_is_a_buffer_without_numpy(node, mc, tmp_path):
+    data = os.urandom(4096)
+    t = mc.create("buf", 4096, "u8", device="cpu")
+    view = t.memoryview()
+    assert (view.format, view.nbytes, view.readonly) == ("B", 4096, False)
+    view[:] = data
+    t.release()  # the memoryview keeps the mapping
+    assert bytes(view) == data
+    out = tmp_path / "buf.bin"
+    got = subprocess.run([tool("mcd-get"), "buf", "--no-ref", "-o", str(out), "--node", node.node],
+                         capture_output=True, text=True, env=node.env)
+    assert got.returncode == 0, got.stderr
+    assert out.read_bytes() == data  # another process reads every byte written here
+    if sys.version_info >= (3, 12):
+        assert bytes(memoryview(mc.get("buf"))) == data
+    del view
+    gc.collect()
+    assert refcount(mc, "buf") == 1
+    mc.rm("buf")
+
+
 def test_host_copies_both_ways(mc):
     t = mc.create("h", (3,), "u16", device="cpu", init="none")
     t.write(np.array([5, 6, 7], dtype=np.uint16))
@@ -279,8 +369,13 @@ def test_errors_carry_the_tools_stable_names(mc):
     assert exists.value.code == "already_exists"
     with pytest.raises(memcuda.InvalidArgument):
         mc.create("bad*name", 1, "f32", device="cpu")
-    with pytest.raises(ValueError):
+    with pytest.raises(memcuda.InvalidArgument) as dtype:  # a ValueError too
         mc.create("x", 1, "q7", device="cpu")
+    assert isinstance(dtype.value, ValueError) and "unknown dtype 'q7'" in str(dtype.value)
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.create("x", (), "f32", device="cpu")
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.create("x", 1, "f32", device="cpu", init="ones")
     with pytest.raises(memcuda.NoDevice):
         mc.create("x", 1, "f32", device=7)
     with pytest.raises(memcuda.Unavailable):
@@ -383,3 +478,40 @@ def test_the_package_installs_with_pip_and_nothing_downloaded(tmp_path):
                           capture_output=True, text=True, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "site-packages" in done.stdout
+    # Typed (PEP 561), and under its licence.
+    installed = os.path.dirname(done.stdout.split()[-1])
+    assert os.path.exists(os.path.join(installed, "py.typed"))
+    meta = subprocess.run([str(venv / "bin" / "python"), "-c",
+                           "from importlib.metadata import metadata; print(metadata('memcuda')['License'])"],
+                          capture_output=True, text=True, cwd=str(tmp_path))
+    assert meta.stdout.strip() == "Apache-2.0", meta.stderr
+
+
+def test_the_type_hints_check_a_program_that_uses_the_package(tmp_path):
+    # mypy --strict over a program that uses the API as documented passes, and finds the misuse
+    # in one that does not (Debian's mypy: scripts/install-deps.sh).
+    package = os.path.join(os.path.dirname(__file__), "..")
+    good = tmp_path / "good.py"
+    good.write_text(
+        "import memcuda\n"
+        "def share(mc: memcuda.Client) -> int:\n"
+        "    t = mc.create('x', (2, 3), 'f32', device='cpu')\n"
+        "    view: memoryview = t.memoryview()\n"
+        "    names: list[str] = mc.load_safetensors('m.safetensors', 'm')\n"
+        "    total: int = sum(m.nbytes for m in mc.get_set('m').values())\n"
+        "    mc.release_many(mc.get_many(names))\n"
+        "    t.release()\n"
+        "    return t.nbytes + len(view) + total\n")
+    bad = tmp_path / "bad.py"
+    bad.write_text("import memcuda\n"
+                   "def f(mc: memcuda.Client) -> str:\n"
+                   "    return mc.create('x', 4).nbytes\n")
+    def mypy(path):
+        return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+                               "--no-incremental", str(path)], capture_output=True, text=True,
+                              env=dict(os.environ, MYPYPATH=package))
+    checked = mypy(good)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    refused = mypy(bad)
+    assert refused.returncode == 1 and 'got "int", expected "str"' in refused.stdout, refused.stdout
+

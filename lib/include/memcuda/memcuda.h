@@ -175,6 +175,14 @@ MCD_API int32_t mcd_stat(mcd_client* client, const char* name, mcd_tensor* out);
 MCD_API int32_t mcd_list_json(mcd_client* client, const char* glob, char** json_out);
 
 MCD_API void mcd_free(void* p);
+
+/* For language bindings that make DLPack capsules over mapped tensors in their own language (the
+ * Python package): the destructor to give PyCapsule_New for a "dltensor" or
+ * "dltensor_versioned" capsule. When no consumer took the capsule, it calls the managed tensor's
+ * deleter, with any Python exception pending set aside meanwhile and put back after (a consumer
+ * that refuses a capsule drops it with its exception set). Only ever call it from a Python
+ * process: it finds the Python C API there. */
+MCD_API void mcd_dlpack_capsule_destructor(void* capsule);
 /* "ok", "not_found", ...; "unknown" for other values. Static storage. */
 MCD_API const char* mcd_error_name(int32_t code);
 /* The detail message of the last failed call on `client` ("" when none). Valid until the next
