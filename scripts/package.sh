@@ -10,14 +10,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian's build flags where dpkg-buildflags is (debug information, fortified functions, a
 # stack protector, read-only relocations bound at load); the Release build's own optimisation.
-cflags="-g" ldflags=""
+cflags="-g" cxxflags="-g" ldflags=""
 if command -v dpkg-buildflags >/dev/null; then
   export DEB_BUILD_MAINT_OPTIONS=hardening=+all
-  cflags="$(dpkg-buildflags --get CXXFLAGS) $(dpkg-buildflags --get CPPFLAGS)"
+  cflags="$(dpkg-buildflags --get CFLAGS) $(dpkg-buildflags --get CPPFLAGS)"
+  cxxflags="$(dpkg-buildflags --get CXXFLAGS) $(dpkg-buildflags --get CPPFLAGS)"
   ldflags="$(dpkg-buildflags --get LDFLAGS)"
 fi
 cmake -S . -B build-deb -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DMCD_BUILD_TESTS=OFF \
-  -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cflags" -DCMAKE_CUDA_FLAGS=-g \
+  -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cxxflags" -DCMAKE_CUDA_FLAGS=-g \
   -DCMAKE_EXE_LINKER_FLAGS="$ldflags" -DCMAKE_SHARED_LINKER_FLAGS="$ldflags" "$@" >/dev/null
 cmake --build build-deb -j "$(nproc)" >/dev/null
 rm -f build-deb/*.deb build-deb/*.ddeb

@@ -35,7 +35,8 @@ _mcd_complete() {
     --init) COMPREPLY=($(compgen -W "zero none" -- "$cur")); return ;;
     --allocator) COMPREPLY=($(compgen -W "cuda pool" -- "$cur")); return ;;
     --devices) COMPREPLY=($(compgen -W "all cpu 0 0,1" -- "$cur")); return ;;
-    --from|-o|--output|--pool-socket|--command-socket|--redis-server) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --from|--output|--pool-socket|--command-socket|--redis-server) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    -o) [[ "${cmd##*/}" != mcd-ls ]] && COMPREPLY=($(compgen -f -- "$cur")); return ;;  # mcd-ls: --columns
   esac
   if [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W "$(_mcd_options "$cmd")" -- "$cur"))

@@ -128,17 +128,6 @@ void AddFlags(CLI::App& app, LsFlags& f) {
   app.add_flag("-q,--quiet", f.names_only, "Names only, one per line (for xargs mcd-rm)");
   app.add_flag("--no-headers", f.no_headers, "Leave out the header line");
   app.add_flag("--json", f.json, "A JSON array of records (one line)")->excludes("--quiet");
-  std::string keys;
-  for (const auto& [key, less] : kSortKeys) keys += (keys.empty() ? "" : ", ") + key;
-  app.add_option("--sort", f.sort, "Order tensors by " + keys + " (age: newest first)")
-      ->check(CLI::IsMember(kSortKeys))
-      ->capture_default_str();
-  app.add_flag("-r,--reverse", f.reverse, "Reverse the order");
-  app.add_option("-o,--columns", f.columns,
-                 "The table's columns, comma-separated: name, dtype, shape, device, bytes, refs, "
-                 "state, age, node, lifetime, ipc, pid, holders")
-      ->excludes("--json")
-      ->excludes("--quiet");
   app.add_flag("--servers", f.servers,
                "The live servers instead (node, instance, devices, uptime, tensors, bytes, "
                "commands); exit 69 when none is live: a readiness check");
@@ -159,6 +148,23 @@ void AddFlags(CLI::App& app, LsFlags& f) {
   app.add_option("--count", f.watch.count, "With --watch: stop after N events")
       ->needs("--watch")
       ->check(CLI::PositiveNumber);
+  std::string keys;
+  for (const auto& [key, less] : kSortKeys) keys += (keys.empty() ? "" : ", ") + key;
+  app.add_option("--sort", f.sort, "Order tensors by " + keys + " (age: newest first)")
+      ->check(CLI::IsMember(kSortKeys))
+      ->excludes("--servers")
+      ->excludes("--watch")
+      ->capture_default_str();
+  app.add_flag("-r,--reverse", f.reverse, "Reverse the order")
+      ->excludes("--servers")
+      ->excludes("--watch");
+  app.add_option("-o,--columns", f.columns,
+                 "The table's columns, comma-separated: name, dtype, shape, device, bytes, refs, "
+                 "state, age, node, lifetime, ipc, pid, holders")
+      ->excludes("--json")
+      ->excludes("--quiet")
+      ->excludes("--servers")
+      ->excludes("--watch");
 }
 
 // --servers: the live servers as the flags ask (with --node, that node's only); exit 69 when
@@ -296,6 +302,9 @@ static int ToolMain(int argc, char** argv) {
   LsFlags flags;
   AddFlags(app, flags);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  // A usage error is said before anything is asked of Redis.
+  if (auto columns = ChosenColumns(flags); !columns.ok())
+    return tools::Fail(kTool, columns.status());
   // Every node's tensors are listed; --node (the flag, not MCD_NODE) keeps one node's.
   const std::string only_node = flags.common.node;
   auto options = tools::MakeClientOptions(flags.common, false);

@@ -64,6 +64,7 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
                  "this server, or still loading its data), trying every half second; 0: fail "
                  "at once (exit 69)")
       ->check(CLI::Range(0.0, 86400.0))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)  // the unit's, then the admin's
       ->capture_default_str();
   app.add_option("--redis-server", f.redis_server, "redis-server binary for --spawn-redis")
       ->capture_default_str();
@@ -212,10 +213,29 @@ void NotifyServiceManager(const std::string& state) {
   notify(0, state.c_str());
 }
 
+// A line of mcd-serve's own (outside the Server): to the journal with its priority under
+// systemd, else as the tools write theirs.
+void Say(int level, const std::string& message) {
+  if (ServerLogsToJournal()) {
+    ServerLog(level, message);
+  } else {
+    std::cerr << "mcd-serve: " << message << "\n";
+  }
+}
+
+// Whether a failure to reach Redis may pass by itself: nothing listening yet, no answer, a
+// Redis loading its data. A refused password or user will not, and ends the wait at once.
+bool PassesByItself(const Status& status) {
+  ErrorCode code = status.code();
+  return code == ErrorCode::kUnavailable || code == ErrorCode::kTryAgain ||
+         code == ErrorCode::kTimeout;
+}
+
 // --wait-for-redis: a Redis that does not answer yet (a service started after this one at boot,
-// or one still loading its data) is tried again every half second for up to `seconds`, and the
-// service manager hears why the start takes long. A stop signal ends the wait: exit 0 then,
-// as a stop while serving does. Returns whether to go on and serve.
+// or one still loading its data) is tried again every half second for up to `seconds`; the
+// service manager hears why the start takes long, and gives it the time (EXTEND_TIMEOUT_USEC). A
+// stop signal ends the wait: exit 0 then, as a stop while serving does. Returns whether to go on
+// and serve.
 Result<bool> WaitForRedis(const RedisUrl& url, double seconds, const sigset_t& stop_signals) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -226,20 +246,23 @@ Result<bool> WaitForRedis(const RedisUrl& url, double seconds, const sigset_t& s
     auto conn = RedisConnection::Connect(url, ropt);
     Status answered = conn.ok() ? conn.value()->Command({"PING"}).status() : conn.status();
     if (answered.ok()) {
-      if (said) std::cerr << "mcd-serve: Redis at " << url.Redacted() << " answers\n";
+      if (said) Say(2, "Redis at " + url.Redacted() + " answers");
       return true;
     }
+    if (!PassesByItself(answered)) return answered;
     if (std::chrono::steady_clock::now() >= deadline) {
       return Status(ErrorCode::kUnavailable, "Redis at " + url.Redacted() +
                                                  " did not answer within --wait-for-redis (" +
                                                  answered.message() + ")");
     }
     if (!said) {
-      std::cerr << "mcd-serve: waiting for Redis at " << url.Redacted() << " ("
-                << answered.message() << "), up to --wait-for-redis\n";
-      NotifyServiceManager("STATUS=waiting for Redis at " + url.Redacted());
+      Say(2, "waiting for Redis at " + url.Redacted() + " (" + answered.message() +
+                 "), up to --wait-for-redis");
       said = true;
     }
+    // Each try asks for 10 s more than the unit's TimeoutStartSec= (Type=notify).
+    NotifyServiceManager("STATUS=waiting for Redis at " + url.Redacted() +
+                         "\nEXTEND_TIMEOUT_USEC=10000000");
     timespec half_second{0, 500 * 1000 * 1000};
     if (sigtimedwait(&stop_signals, nullptr, &half_second) > 0) return false;
   }
@@ -314,8 +337,10 @@ static int ToolMain(int argc, char** argv) {
   }
   Status served = Serve(options.value(), flags.wait_for_redis, private_redis.get());
   private_redis.reset();
-  if (!served.ok()) return tools::Fail("mcd-serve", served);
-  return 0;
+  if (served.ok()) return 0;
+  if (!ServerLogsToJournal()) return tools::Fail("mcd-serve", served);
+  ServerLog(0, served.message() + " (" + std::string(ErrorName(served.code())) + ")");
+  return ExitCodeFor(served.code());
 }
 
 int main(int argc, char** argv) { return mcd::tools::Guarded("mcd-serve", ToolMain, argc, argv); }

@@ -52,6 +52,9 @@ inline constexpr int kMaxJsonDepth = 4;
 // NAME in the tools). No spaces, control characters, Redis glob (* ? [ ] \) or hash-tag ({ })
 // characters, so a name is safe in keys, globs and shells.
 MCD_API Status ValidateName(std::string_view name);
+// ValidateName, and not starting with '-', which the tools would take for an option: the name of
+// a tensor or set being made (one of an older version that does is still got and removed).
+MCD_API Status ValidateNewName(std::string_view name);
 // Product of dims times the element size; rejects zero, negative, >kMaxDims and 64-bit overflow.
 MCD_API Result<uint64_t> ShapeBytes(const std::vector<int64_t>& shape, DType dtype);
 MCD_API std::string ShapeToJson(const std::vector<int64_t>& shape);  // "[2,3]"

@@ -94,4 +94,10 @@ class MCD_API Server {
   std::unique_ptr<Impl> impl_;
 };
 
+// For what mcd-serve says outside the Server (its wait for Redis, why it exits), under systemd:
+// whether stderr is the journal's stream (JOURNAL_STREAM names it), and a line there as the
+// server's own are written, with its syslog priority (level: 0 error, 1 warn, 2 info, 3 debug).
+MCD_API bool ServerLogsToJournal();
+MCD_API void ServerLog(int level, const std::string& message);
+
 }  // namespace mcd

@@ -61,8 +61,13 @@ class HostShmAllocator final : public Allocator {
     if (!fd) return Status(ErrorCode::kIoError, Errno("shm_open(" + name + ")", errno));
     // For the group's members: the group set on the object itself, and its mode set after the
     // open, which the umask (0077 under systemd's UMask=) would otherwise narrow.
+    // No fchown where the object has the group already (made by a process of that group, as
+    // the service is): its sandbox may deny the call itself.
+    struct stat st {};
+    bool has_group = fstat(fd.get(), &st) == 0 && st.st_gid == group_;
     if (group_ != static_cast<gid_t>(-1) &&
-        (fchown(fd.get(), static_cast<uid_t>(-1), group_) != 0 || fchmod(fd.get(), 0660) != 0)) {
+        ((!has_group && fchown(fd.get(), static_cast<uid_t>(-1), group_) != 0) ||
+         fchmod(fd.get(), 0660) != 0)) {
       int err = errno;
       shm_unlink(name.c_str());
       return Status(ErrorCode::kIoError, Errno("giving " + name + " to the pool group", err));

@@ -31,7 +31,7 @@ Status ValidateGlob(const std::string& glob) {
 
 // The create command of `spec`, checked; without the fill (Client::Create adds it).
 Result<Command> CreateCommand(const CreateSpec& spec) {
-  MCD_RETURN_IF_ERROR(ValidateName(spec.name));
+  MCD_RETURN_IF_ERROR(ValidateNewName(spec.name));
   Command cmd;
   cmd.op = Op::kCreate;
   cmd.name = spec.name;

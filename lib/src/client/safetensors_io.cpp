@@ -113,7 +113,7 @@ Status WriteSetFile(Client& client, const std::string& set, const std::vector<Te
 Result<std::vector<TensorRecord>> Client::LoadSafetensors(const std::string& path,
                                                           const std::string& set, int device,
                                                           Lifetime lifetime) {
-  MCD_RETURN_IF_ERROR(ValidateName(set));
+  MCD_RETURN_IF_ERROR(ValidateNewName(set));
   MCD_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
   const std::string_view whole(file.data(), file.size());
   MCD_ASSIGN_OR_RETURN(uint64_t header, SafetensorsHeaderSize(whole.substr(0, 8), file.size()));

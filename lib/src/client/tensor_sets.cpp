@@ -17,7 +17,7 @@ namespace {
 
 // The create_set command of `spec`, checked; the members' bytes worked out.
 Result<Command> CreateSetCommand(CreateSetSpec& spec) {
-  MCD_RETURN_IF_ERROR(ValidateName(spec.name));
+  MCD_RETURN_IF_ERROR(ValidateNewName(spec.name));
   if (spec.members.empty() || spec.members.size() > kMaxSetMembers) {
     return Status(ErrorCode::kInvalidArgument,
                   "a tensor set has 1 to " + std::to_string(kMaxSetMembers) + " members");

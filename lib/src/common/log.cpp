@@ -21,17 +21,6 @@ std::string g_tag = "memcuda";  // guarded by g_mutex
 const char* const kLevelNames[] = {"error", "warn", "info", "debug"};
 const char* const kJournalPriorities[] = {"<3>", "<4>", "<6>", "<7>"};  // sd-daemon.h's SD_*
 
-// Whether stderr is the stream systemd connected to the journal: JOURNAL_STREAM is
-// "<device>:<inode>" of it (systemd.exec(5)). Looked at with each line, since stderr may be
-// redirected meanwhile; lines are few.
-bool StderrIsJournal() {
-  const char* stream = std::getenv("JOURNAL_STREAM");
-  unsigned long long dev = 0, ino = 0;
-  if (stream == nullptr || std::sscanf(stream, "%llu:%llu", &dev, &ino) != 2) return false;
-  struct stat st {};
-  return fstat(STDERR_FILENO, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
-}
-
 // The message with every byte outside printable ASCII as \xNN (a backslash as \\): lines quote
 // what Redis holds (a state, a node, a reason a script gave), which must not drive the terminal
 // or forge a line of whoever follows the log.
@@ -53,6 +42,16 @@ std::string LogSafe(const std::string& message) {
   return out;
 }
 }  // namespace
+
+// JOURNAL_STREAM is "<device>:<inode>" of the journal's stream (systemd.exec(5)). Looked at with
+// each line, since stderr may be redirected meanwhile; lines are few.
+bool StderrIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  unsigned long long dev = 0, ino = 0;
+  if (stream == nullptr || std::sscanf(stream, "%llu:%llu", &dev, &ino) != 2) return false;
+  struct stat st {};
+  return fstat(STDERR_FILENO, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
 
 void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
 

@@ -18,5 +18,7 @@ void SetLogLevel(LogLevel level);
 void SetLogTag(const std::string& tag);  // program name shown in each line
 bool LogEnabled(LogLevel level);
 void Log(LogLevel level, const std::string& message);
+// Whether stderr is the journal's stream, as systemd connects a service's (JOURNAL_STREAM).
+bool StderrIsJournal();
 
 }  // namespace mcd

@@ -44,7 +44,11 @@ Result<UniqueFd> ListenUnix(const std::string& path, const PeerPolicy& policy, i
   // credential check, which is the real gate.
   bool grouped = policy.group != static_cast<gid_t>(-1);
   chmod(path.c_str(), grouped ? 0660 : 0600);
-  if (grouped && chown(path.c_str(), static_cast<uid_t>(-1), policy.group) != 0) {
+  // No chown where the file has the group already (a service whose Group= is the pool group):
+  // its sandbox may deny the call itself.
+  struct stat st {};
+  bool has_group = stat(path.c_str(), &st) == 0 && st.st_gid == policy.group;
+  if (grouped && !has_group && chown(path.c_str(), static_cast<uid_t>(-1), policy.group) != 0) {
     Status status = Errno(ErrorCode::kPermissionDenied, "chown " + path);
     unlink(path.c_str());
     return status;

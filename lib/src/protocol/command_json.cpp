@@ -341,7 +341,8 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
   }
   if (m.at[kName] == nullptr) return Invalid("missing \"name\"");
   MCD_ASSIGN_OR_RETURN(std::string_view name, StringField(*m.at[kName], "name"));
-  MCD_RETURN_IF_ERROR(ValidateName(name));
+  const bool makes = cmd.op == Op::kCreate || cmd.op == Op::kCreateSet;
+  MCD_RETURN_IF_ERROR(makes ? ValidateNewName(name) : ValidateName(name));
   cmd.name = std::string(name);
   if (m.at[kNode] != nullptr) {
     MCD_ASSIGN_OR_RETURN(std::string_view node, StringField(*m.at[kNode], "node"));

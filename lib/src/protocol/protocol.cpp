@@ -165,13 +165,18 @@ Status ValidateName(std::string_view name) {
                      "; names use letters, digits and . _ : / @ + = , -");
     }
   }
-  if (name.front() == '-') {
-    return Invalid("tensor name \"" + Printable(name) +
-                   "\" starts with '-', which the tools would take for an option");
-  }
   if (name.back() == '/') {
     return Invalid("tensor name \"" + Printable(name) +
                    "\" ends with '/', which the tools read as every member of a tensor set");
+  }
+  return Status::Ok();
+}
+
+Status ValidateNewName(std::string_view name) {
+  MCD_RETURN_IF_ERROR(ValidateName(name));
+  if (name.front() == '-') {
+    return Invalid("tensor name \"" + Printable(name) +
+                   "\" starts with '-', which the tools would take for an option");
   }
   return Status::Ok();
 }

@@ -125,8 +125,16 @@ Status RedisConnection::Open() {
   if (ctx_->err != 0) {
     std::string detail = ctx_->errstr;
     Status status = ContextError("connect");
-    if (detail.find("refused") != std::string::npos ||
-        detail.find("No such file") != std::string::npos) {
+    const bool refused = detail.find("refused") != std::string::npos;
+    // A master the sentinels still name, refusing: it died and they have not promoted a replica
+    // yet. Tried again (within the caller's timeout) as a failover under way is.
+    if (refused && url_.via_sentinel()) {
+      return Status(ErrorCode::kTryAgain, "the master that the sentinels of " + url_.Redacted() +
+                                              " name (" + url_.host + ":" +
+                                              std::to_string(url_.port) +
+                                              ") refuses connections: a failover " + "under way?");
+    }
+    if (refused || detail.find("No such file") != std::string::npos) {
       return Status(ErrorCode::kUnavailable,
                     "cannot connect to Redis at " + url_.Redacted() + ": " + detail +
                         " (is Redis running? `mcd-serve --spawn-redis` starts a private one; "

@@ -442,4 +442,11 @@ void Server::Shutdown() { impl_->Shutdown(); }
 const std::string& Server::instance_id() const { return impl_->instance_; }
 const std::string& Server::node() const { return impl_->opt_.node; }
 
+bool ServerLogsToJournal() { return StderrIsJournal(); }
+
+void ServerLog(int level, const std::string& message) {
+  SetLogTag("mcd-serve");
+  Log(static_cast<LogLevel>(std::clamp(level, 0, 3)), message);
+}
+
 }  // namespace mcd

@@ -22,10 +22,10 @@ void TensorTable::Keep(Entry entry) {
     filling_names_.erase(name);
   }
   uint64_t bytes = entry.record.bytes;
-  CountOnDevice(entry, 1);
-  if (auto old = tensors_.find(name); old != tensors_.end()) {
+  auto old = tensors_.find(name);
+  CountOnDevice(&entry, old != tensors_.end() ? &old->second : nullptr);
+  if (old != tensors_.end()) {
     bytes_ -= old->second.record.bytes;
-    CountOnDevice(old->second, -1);
   } else if (!entry.record.set.empty()) {
     sets_[entry.record.set].push_back(name);
   }
@@ -49,15 +49,22 @@ Entry TensorTable::Forget(Map::iterator it) {
   tensors_.erase(it);
   count_ = tensors_.size();
   bytes_ -= entry.record.bytes;
-  CountOnDevice(entry, -1);
+  CountOnDevice(nullptr, &entry);
   return entry;
 }
 
-void TensorTable::CountOnDevice(const Entry& entry, int sign) {
+void TensorTable::CountOnDevice(const Entry* added, const Entry* removed) {
   std::lock_guard<std::mutex> lock(by_device_mutex_);
-  DeviceCount& count = by_device_[entry.record.device];
-  count.tensors += static_cast<uint64_t>(sign);
-  count.bytes += static_cast<uint64_t>(sign) * entry.record.bytes;
+  if (added != nullptr) {
+    DeviceCount& count = by_device_[added->record.device];
+    count.tensors += 1;
+    count.bytes += added->record.bytes;
+  }
+  if (removed != nullptr) {
+    DeviceCount& count = by_device_[removed->record.device];
+    count.tensors -= 1;
+    count.bytes -= removed->record.bytes;
+  }
 }
 
 std::map<int, TensorTable::DeviceCount> TensorTable::ByDevice() const {

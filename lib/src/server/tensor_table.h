@@ -84,8 +84,9 @@ class TensorTable {
   std::vector<std::string> emptied_sets_;
   std::atomic<size_t> count_{0};
   std::atomic<uint64_t> bytes_{0};
-  // Changed with the map (main thread), read by the heartbeat thread.
-  void CountOnDevice(const Entry& entry, int sign);
+  // Changed with the map (main thread), read by the heartbeat thread: a tensor added, removed,
+  // or (both) one that takes another's place, in one step.
+  void CountOnDevice(const Entry* added, const Entry* removed);
   mutable std::mutex by_device_mutex_;
   std::map<int, DeviceCount> by_device_;  // under by_device_mutex_
   std::vector<Entry> orphans_;
