@@ -20,7 +20,8 @@ fi
 cmake -S . -B build-deb -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DMCD_BUILD_TESTS=OFF \
   -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cxxflags" -DCMAKE_CUDA_FLAGS=-g \
   -DCMAKE_EXE_LINKER_FLAGS="$ldflags" -DCMAKE_SHARED_LINKER_FLAGS="$ldflags" "$@" >/dev/null
-cmake --build build-deb -j "$(nproc)" >/dev/null
+# The compiler's output to a log, shown when the build fails.
+cmake --build build-deb -j "$(nproc)" >build-deb/build.log 2>&1 || { tail -n 40 build-deb/build.log >&2; exit 1; }
 rm -f build-deb/*.deb build-deb/*.ddeb
 (cd build-deb && cpack -G DEB >/dev/null)
 
@@ -34,6 +35,8 @@ for ddeb in build-deb/*.ddeb; do
   package="$(dpkg-deb -f "$ddeb" Package)"
   mkdir -p "$tree/usr/share/doc"
   ln -s "${package%-dbgsym}" "$tree/usr/share/doc/$package"
+  chmod 0755 "$tree"
+  find "$tree/usr" -type f -exec chmod 0644 {} +  # debug files are data, not programs
   (cd "$tree" && find usr -type f -exec md5sum {} + | sort -k 2) >"$tree/DEBIAN/md5sums"
   dpkg-deb --root-owner-group -b "$tree" "$ddeb" >/dev/null
   rm -rf "$tree"

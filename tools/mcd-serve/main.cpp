@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -256,15 +257,20 @@ Result<bool> WaitForRedis(const RedisUrl& url, double seconds, const sigset_t& s
                                                  answered.message() + ")");
     }
     if (!said) {
-      Say(2, "waiting for Redis at " + url.Redacted() + " (" + answered.message() +
-                 "), up to --wait-for-redis");
+      char limit[32];
+      std::snprintf(limit, sizeof(limit), "%g", seconds);
+      Say(2, "waiting for Redis at " + url.Redacted() + " (" + answered.message() + "), up to " +
+                 limit + " s (--wait-for-redis)");
       said = true;
     }
     // Each try asks for 10 s more than the unit's TimeoutStartSec= (Type=notify).
     NotifyServiceManager("STATUS=waiting for Redis at " + url.Redacted() +
                          "\nEXTEND_TIMEOUT_USEC=10000000");
     timespec half_second{0, 500 * 1000 * 1000};
-    if (sigtimedwait(&stop_signals, nullptr, &half_second) > 0) return false;
+    if (sigtimedwait(&stop_signals, nullptr, &half_second) > 0) {
+      Say(2, "stopped while waiting for Redis: nothing was served");
+      return false;
+    }
   }
 }
 
