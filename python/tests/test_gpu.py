@@ -141,6 +141,44 @@ def test_a_tensor_created_here_is_seen_by_another_process(gpu):
     assert mc.ls() == []
 
 
+def test_torch_and_cupy_take_dlpack_1_capsules_and_every_byte(gpu):
+    # Both ask for DLPack 1.0 (max_version) and get "dltensor_versioned" capsules, whose views
+    # read every byte written; the capsules' holds go with the views.
+    import cupy
+    from memcuda import _dlpack
+    mc = memcuda.connect(node=gpu.node)
+    asked = []
+    export = memcuda.Tensor.__dlpack__
+
+    def spy(self, **kw):
+        asked.append(kw.get("max_version"))
+        return export(self, **kw)
+
+    data = torch.randint(0, 256, (1 << 20,), dtype=torch.uint8, device="cuda")
+    t = mc.create("dl1", (1 << 20,), "u8", device=0)
+    torch.from_dlpack(t).copy_(data)
+    torch.cuda.synchronize()
+    before = _dlpack.live_count()
+    u = mc.get("dl1")
+    memcuda.Tensor.__dlpack__ = spy
+    try:
+        x = torch.from_dlpack(u)
+        c = cupy.from_dlpack(u)
+    finally:
+        memcuda.Tensor.__dlpack__ = export
+    assert asked and all(v is not None and tuple(v) >= (1, 0) for v in asked), asked
+    assert torch.equal(x, data)
+    assert (cupy.asnumpy(c) == data.cpu().numpy()).all()
+    assert _dlpack.live_count() == before + 2
+    del x, c
+    u.release()
+    t.release()
+    gc.collect()
+    assert _dlpack.live_count() == before
+    assert mc.stat("dl1")["refcount"] == 1
+    mc.rm("dl1")
+
+
 def test_a_set_from_safetensors_is_one_mapping_that_torch_and_another_process_view(gpu, tmp_path):
     from test_host import _safetensors_file
     rng = np.random.default_rng(21)
