@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -305,6 +306,12 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
 bool Running(pid_t pid) {
   auto fields = StatFields(pid);
   return fields.size() == 2 && fields[0] != "Z" && fields[0] != "X";
+}
+
+size_t FieldCount(const std::string& line) {
+  std::istringstream in(line);
+  return static_cast<size_t>(
+      std::distance(std::istream_iterator<std::string>(in), std::istream_iterator<std::string>()));
 }
 
 bool WaitFor(const std::function<bool()>& predicate, int timeout_ms) {

@@ -113,6 +113,8 @@ StreamInfo StreamInfoOf(RedisConnection& redis, const std::string& key);
 int BlockedClients(RedisConnection& redis, const std::string& cmd);
 // Polls `predicate` every 20 ms for at most `timeout_ms`.
 bool WaitFor(const std::function<bool()>& predicate, int timeout_ms);
+// The whitespace-separated fields of `line`, as awk counts them.
+size_t FieldCount(const std::string& line);
 bool HasCudaDevice();
 // The items of list `key`, from its head; none when it cannot be read.
 std::vector<std::string> List(RedisConnection& redis, const std::string& key);
