@@ -29,8 +29,6 @@ import threading
 import weakref
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-import sys
-
 from . import _dlpack
 from ._dtypes import DTYPES, dtype_name
 from . import _lib
@@ -156,6 +154,9 @@ class Client:
         array = (_lib.SetMember * len(members))()
         keep = []  # what the structs point into, alive until the call returns
         for i, member in enumerate(members):
+            if not isinstance(member, (tuple, list)) or len(member) not in (3, 4):
+                raise InvalidArgument("set member %r is not (name, shape, dtype[, data])"
+                                      % (member,))
             member_name, shape, dtype = member[0], _shape(member[1]), member[2]
             dims = (ctypes.c_int64 * len(shape))(*shape)
             full = ("%s/%s" % (name, member_name)).encode()
@@ -263,10 +264,10 @@ class Client:
         """Nothing to do at once: the connection closes when the client and every Tensor of it
         are gone (a Tensor keeps the connection its release needs)."""
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self):
@@ -374,10 +375,10 @@ class Tensor:
         if not self._interface_exported:
             self._mapping = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Tensor":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     # -- copies through host memory --------------------------------------------------------
@@ -402,7 +403,7 @@ class Tensor:
     def __dlpack_device__(self) -> Tuple[int, int]:
         if self.device == "cpu":
             return (_dlpack.KDL_CPU, 0)
-        return (_dlpack.KDL_CUDA, self.device)
+        return (_dlpack.KDL_CUDA, int(self.device))
 
     def __dlpack__(self, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
                    dl_device: Optional[Tuple[int, int]] = None,
@@ -428,8 +429,9 @@ class Tensor:
 
     def memoryview(self) -> memoryview:
         """A writable memoryview of a host tensor's bytes, in place, without NumPy (format "B",
-        one dimension); it keeps the mapping alive as an exported array does. On Python 3.12
-        and later, memoryview(tensor) gives the same (the buffer protocol, PEP 688)."""
+        one dimension); it keeps the mapping alive as an exported array does. (Not
+        memoryview(tensor): a Tensor that had the buffer protocol would be read by NumPy as its
+        bytes rather than through __array_interface__, with its shape and dtype.)"""
         if self.device != "cpu":
             raise BufferError("tensor %r is on GPU %d: the buffer protocol is for host memory"
                               % (self.name, self.device))
@@ -438,9 +440,6 @@ class Tensor:
         buffer._owner = mapping
         return memoryview(buffer).cast("B")
 
-    if sys.version_info >= (3, 12):
-        def __buffer__(self, flags: int) -> memoryview:
-            return self.memoryview()
 
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
@@ -512,7 +511,10 @@ def _bytes(text):
 def _shape(shape):
     if isinstance(shape, int):
         shape = (shape,)
-    shape = tuple(int(d) for d in shape)
+    try:
+        shape = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise InvalidArgument("shape %r is not a sequence of whole numbers" % (shape,)) from None
     if not 1 <= len(shape) <= 8:
         raise InvalidArgument("shape needs 1 to 8 dimensions, not %d" % len(shape))
     return shape
@@ -521,6 +523,10 @@ def _shape(shape):
 def _device(device):
     if device in ("cpu", DEVICE_CPU):
         return DEVICE_CPU
-    if isinstance(device, str) and device.startswith("cuda"):
-        return int(device.partition(":")[2] or 0)
-    return int(device)
+    try:
+        if isinstance(device, str) and device.startswith("cuda"):
+            return int(device.partition(":")[2] or 0)
+        return int(device)
+    except (TypeError, ValueError):
+        raise InvalidArgument("device %r is none of a GPU ordinal, \"cuda:N\" or \"cpu\""
+                              % (device,)) from None

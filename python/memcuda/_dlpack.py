@@ -87,6 +87,9 @@ _destructor_address = None  # libmemcuda's, set by use_destructor_of
 def use_destructor_of(lib):
     """Takes the capsule destructor from libmemcuda (`lib`, a ctypes.CDLL)."""
     global _destructor_address
+    if not hasattr(lib, "mcd_dlpack_capsule_destructor"):
+        raise ImportError("memcuda: this libmemcuda is older than the package (it has no "
+                          "mcd_dlpack_capsule_destructor): install the two from one release")
     _destructor_address = ctypes.cast(lib.mcd_dlpack_capsule_destructor, ctypes.c_void_p)
 
 

@@ -121,7 +121,8 @@ _declare("mcd_list_json", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p))
 _declare("mcd_free", None, ctypes.c_void_p)
 _declare("mcd_error_name", _str, _i32)
 _declare("mcd_last_error", _str, _client)
-_declare("mcd_dlpack_capsule_destructor", None, ctypes.c_void_p)
+if hasattr(lib, "mcd_dlpack_capsule_destructor"):  # else _dlpack says which library is too old
+    _declare("mcd_dlpack_capsule_destructor", None, ctypes.c_void_p)
 
 if lib.mcd_abi_version() != ABI_VERSION:
     raise ImportError("memcuda: libmemcuda has ABI %d, this package speaks ABI %d"

@@ -316,8 +316,8 @@ def test_a_host_tensor_is_a_buffer_without_numpy(node, mc, tmp_path):
                          capture_output=True, text=True, env=node.env)
     assert got.returncode == 0, got.stderr
     assert out.read_bytes() == data  # another process reads every byte written here
-    if sys.version_info >= (3, 12):
-        assert bytes(memoryview(mc.get("buf"))) == data
+    # NumPy still reads the tensor through __array_interface__, with its shape and dtype.
+    assert np.asarray(mc.get("buf")).tobytes() == data
     del view
     gc.collect()
     assert refcount(mc, "buf") == 1
@@ -376,12 +376,20 @@ def test_errors_carry_the_tools_stable_names(mc):
         mc.create("x", (), "f32", device="cpu")
     with pytest.raises(memcuda.InvalidArgument):
         mc.create("x", 1, "f32", device="cpu", init="ones")
+    for bad in ({"shape": ["a"]}, {"device": "cuda:x"}, {"device": "gpu"}):
+        with pytest.raises(memcuda.InvalidArgument):
+            mc.create("x", **dict({"shape": 1, "dtype": "f32", "device": "cpu"}, **bad))
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.create_set("s", [("only-a-name",)], device="cpu")
     with pytest.raises(memcuda.NoDevice):
         mc.create("x", 1, "f32", device=7)
     with pytest.raises(memcuda.Unavailable):
         memcuda.connect(node="no-such-node")
     mc.rm("e")
-    # The package's table is the library's.
+    # Every class is named in errors.__all__ (a literal, for type checkers), and the package's
+    # table is the library's.
+    assert {type(memcuda.errors.error_for(e, "")).__name__ for e in range(1, 23)} <= \
+        set(memcuda.errors.__all__)
     for errno in range(1, 23):
         assert memcuda.errors.error_for(errno, "").code == _lib.lib.mcd_error_name(errno).decode()
 
@@ -495,6 +503,12 @@ def test_the_type_hints_check_a_program_that_uses_the_package(tmp_path):
     good.write_text(
         "import memcuda\n"
         "def share(mc: memcuda.Client) -> int:\n"
+        "    try:\n"
+        "        mc.get('missing')\n"
+        "    except memcuda.NotFound as e:\n"
+        "        code: str = e.code\n"
+        "    with memcuda.connect() as other:\n"
+        "        kept: memcuda.Tensor = other.get('x')\n"
         "    t = mc.create('x', (2, 3), 'f32', device='cpu')\n"
         "    view: memoryview = t.memoryview()\n"
         "    names: list[str] = mc.load_safetensors('m.safetensors', 'm')\n"
@@ -508,7 +522,8 @@ def test_the_type_hints_check_a_program_that_uses_the_package(tmp_path):
                    "    return mc.create('x', 4).nbytes\n")
     def mypy(path):
         return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-                               "--no-incremental", str(path)], capture_output=True, text=True,
+                               "--cache-dir", str(tmp_path / "mypy"), str(path)],
+                              capture_output=True, text=True,
                               env=dict(os.environ, MYPYPATH=package))
     checked = mypy(good)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -146,6 +146,20 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
   EXPECT_EQ(ParseCommand(long_name).status().code(), ErrorCode::kInvalidArgument);
 }
 
+// A tensor or set being made may not take a name the tools would read as an option; one an older
+// version made is still got and removed.
+TEST(Protocol, ANewNameMayNotStartWithADash) {
+  auto made = ParseCommand(R"({"op":"create","name":"-rf","dtype":"u8","shape":[1],"device":-1})");
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("starts with '-'"), std::string::npos)
+      << made.status().message();
+  EXPECT_FALSE(ValidateNewName("-x").ok());
+  EXPECT_TRUE(ValidateNewName("x-").ok());
+  EXPECT_TRUE(ValidateName("-x").ok());
+  EXPECT_TRUE(ParseCommand(R"({"op":"get","name":"-old"})").ok());
+  EXPECT_TRUE(ParseCommand(R"({"op":"delete","name":"-old"})").ok());
+}
+
 // A delete may still name init, to give back what an older server bound to it; a heap create's
 // pid only says who sent it.
 TEST(Protocol, OnlyBindingToInitIsRefused) {

@@ -218,9 +218,9 @@ void NotifyServiceManager(const std::string& state) {
 // systemd, else as the tools write theirs.
 void Say(int level, const std::string& message) {
   if (ServerLogsToJournal()) {
-    ServerLog(level, message);
+    ServerLog(level, message);  // escaped there, as every log line is
   } else {
-    std::cerr << "mcd-serve: " << message << "\n";
+    std::cerr << "mcd-serve: " << tools::Escaped(message) << "\n";  // it quotes Redis's words
   }
 }
 
@@ -247,7 +247,11 @@ Result<bool> WaitForRedis(const RedisUrl& url, double seconds, const sigset_t& s
     auto conn = RedisConnection::Connect(url, ropt);
     Status answered = conn.ok() ? conn.value()->Command({"PING"}).status() : conn.status();
     if (answered.ok()) {
-      if (said) Say(2, "Redis at " + url.Redacted() + " answers");
+      if (said) {
+        Say(2, "Redis at " + url.Redacted() + " answers");
+        // The start itself (CUDA on every device, the node's clean-up) gets time of its own.
+        NotifyServiceManager("EXTEND_TIMEOUT_USEC=120000000");
+      }
       return true;
     }
     if (!PassesByItself(answered)) return answered;

@@ -28,7 +28,9 @@ Client::Impl::Impl(ClientOptions options)
 // Tries again within the timeout while Redis drops the connection it accepted or says it is
 // loading or failing over: a tool started while Redis loads waits for it. A Redis that is not
 // there (connection refused, no socket file) is unavailable at once: waiting would only turn a
-// wrong address into a "try again" after the whole timeout.
+// wrong address into a "try again" after the whole timeout. But a master that the sentinels
+// still name and that refuses is a failover under way (RedisConnection says try_again): waited
+// through, and "try again" if it lasts the timeout.
 Status Client::Impl::Connect() {
   if (opt_.node.empty()) {
     const char* env = std::getenv("MCD_NODE");

@@ -129,10 +129,18 @@ Status RedisConnection::Open() {
     // A master the sentinels still name, refusing: it died and they have not promoted a replica
     // yet. Tried again (within the caller's timeout) as a failover under way is.
     if (refused && url_.via_sentinel()) {
-      return Status(ErrorCode::kTryAgain, "the master that the sentinels of " + url_.Redacted() +
-                                              " name (" + url_.host + ":" +
-                                              std::to_string(url_.port) +
-                                              ") refuses connections: a failover " + "under way?");
+      return Status(ErrorCode::kTryAgain,
+                    "the master that the sentinels of " + url_.Redacted() + " name (" + url_.host +
+                        ":" + std::to_string(url_.port) + ") refuses connections: " + detail +
+                        " (a failover under way? if it lasts, that address is not one this host "
+                        "reaches: see the sentinels' announce-ip)");
+    }
+    // A Unix socket this user may not open (a folder or file of Redis's group, say): waiting
+    // would not help.
+    if (url_.is_unix && detail.find("Permission denied") != std::string::npos) {
+      return Status(ErrorCode::kPermissionDenied,
+                    "cannot connect to Redis at " + url_.Redacted() + ": " + detail +
+                        " (this user may not open the socket: is it in Redis's group?)");
     }
     if (refused || detail.find("No such file") != std::string::npos) {
       return Status(ErrorCode::kUnavailable,
