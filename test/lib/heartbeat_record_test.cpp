@@ -43,6 +43,7 @@ HeartbeatRecord Full() {
   r.event_history = 10000;
   r.tensors = 6;
   r.tensor_bytes = 7;
+  r.device_tensors = "cpu:2:3,0:4:4";
   r.commands_ok = 8;
   r.settled = "5f2e";
   r.errors = {{"already_exists", 2}, {"not_found", 3}};
@@ -81,6 +82,7 @@ void ExpectSame(const HeartbeatRecord& a, const HeartbeatRecord& b) {
   EXPECT_EQ(a.event_history, b.event_history);
   EXPECT_EQ(a.tensors, b.tensors);
   EXPECT_EQ(a.tensor_bytes, b.tensor_bytes);
+  EXPECT_EQ(a.device_tensors, b.device_tensors);
   EXPECT_EQ(a.commands_ok, b.commands_ok);
   EXPECT_EQ(a.settled, b.settled);
   EXPECT_EQ(a.errors, b.errors);
@@ -137,6 +139,7 @@ TEST(HeartbeatRecord, WritesTheFieldsAsTheServerAlwaysHas) {
       {"event_history", "10000"},
       {"tensors", "6"},
       {"tensor_bytes", "7"},
+      {"device_tensors", "cpu:2:3,0:4:4"},
       {"commands_ok", "8"},
       {"settled", "5f2e"},
       {"errors_already_exists", "2"},

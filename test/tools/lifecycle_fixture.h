@@ -235,7 +235,9 @@ class Lifecycle : public ::testing::Test {
     return reply.ok() && !reply->is_nil() ? reply->str : "";
   }
 
-  size_t ShmCount() { return test::ShmObjects("mcd-mcd-" + node_).size(); }
+  size_t ShmCount() {
+    return test::ShmObjects("mcd-mcd-" + node_ + "-").size();
+  }  // this node's only
   // The last release is answered once the hash is gone; the server frees the memory right after
   // sending the answer, so a moment may pass before the object disappears.
   bool ShmFreedSoon() {
