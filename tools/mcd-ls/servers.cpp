@@ -117,24 +117,15 @@ std::string SecondsText(uint64_t us) {
   return digits;
 }
 
-std::string Prometheus(const Heartbeats& servers) {
-  std::ostringstream out;
-  out << "# HELP mcd_servers_live mcd-serve instances with a live heartbeat on this Redis.\n"
-         "# TYPE mcd_servers_live gauge\n"
-      << "mcd_servers_live " << servers.size() << "\n";
-  // Each series names its server by node and by `server` (the instance's id): Prometheus keeps
-  // `instance` for the scrape target.
-  auto server = [](const HeartbeatRecord& hb) {
-    return "node=\"" + Label(hb.node) + "\",server=\"" + Label(hb.instance) + "\"";
-  };
-  out << "# HELP mcd_server_start_time_seconds When the server started, in seconds since the "
-         "epoch.\n# TYPE mcd_server_start_time_seconds gauge\n";
-  for (const HeartbeatRecord& hb : servers) {
-    out << "mcd_server_start_time_seconds{" << server(hb) << "} "
-        << SecondsText(static_cast<uint64_t>(std::max<int64_t>(hb.started_ms, 0)) * 1000) << "\n";
-  }
-  // Tensors and their bytes by device; a server too old to say by device gives its totals
-  // without the label.
+// Each series names its server by node and by `server` (the instance's id): Prometheus keeps
+// `instance` for the scrape target.
+std::string ServerLabels(const HeartbeatRecord& hb) {
+  return "node=\"" + Label(hb.node) + "\",server=\"" + Label(hb.instance) + "\"";
+}
+
+// Tensors and their bytes by device; a server too old to say by device gives its totals without
+// the label.
+void TensorsByDevice(std::ostream& out, const Heartbeats& servers) {
   struct ByDeviceGauge {
     const char* name;
     const char* help;
@@ -147,16 +138,28 @@ std::string Prometheus(const Heartbeats& servers) {
       {"mcd_tensor_bytes", "Bytes of the tensors the server holds, by device.",
        &DeviceTensorCount::bytes, &HeartbeatRecord::tensor_bytes},
   };
+  std::vector<std::vector<DeviceTensorCount>> devices;
+  for (const HeartbeatRecord& hb : servers) devices.push_back(ByDevice(hb));
   for (const ByDeviceGauge& g : by_device) {
     out << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " gauge\n";
-    for (const HeartbeatRecord& hb : servers) {
-      std::vector<DeviceTensorCount> devices = ByDevice(hb);
-      if (devices.empty()) out << g.name << "{" << server(hb) << "} " << hb.*g.total << "\n";
-      for (const DeviceTensorCount& d : devices) {
-        out << g.name << "{" << server(hb) << ",device=\"" << Label(d.device) << "\"} "
-            << d.*g.field << "\n";
+    for (size_t i = 0; i < servers.size(); ++i) {
+      const std::string labels = ServerLabels(servers[i]);
+      if (devices[i].empty()) out << g.name << "{" << labels << "} " << servers[i].*g.total << "\n";
+      for (const DeviceTensorCount& d : devices[i]) {
+        out << g.name << "{" << labels << ",device=\"" << Label(d.device) << "\"} " << d.*g.field
+            << "\n";
       }
     }
+  }
+}
+
+// The server's own figures, one series each.
+void ServerGauges(std::ostream& out, const Heartbeats& servers) {
+  out << "# HELP mcd_server_start_time_seconds When the server started, in seconds since the "
+         "epoch.\n# TYPE mcd_server_start_time_seconds gauge\n";
+  for (const HeartbeatRecord& hb : servers) {
+    out << "mcd_server_start_time_seconds{" << ServerLabels(hb) << "} "
+        << SecondsText(static_cast<uint64_t>(std::max<int64_t>(hb.started_ms, 0)) * 1000) << "\n";
   }
   struct Gauge {
     const char* name;
@@ -180,13 +183,17 @@ std::string Prometheus(const Heartbeats& servers) {
   for (const Gauge& g : gauges) {
     out << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " " << g.type << "\n";
     for (const HeartbeatRecord& hb : servers)
-      out << g.name << "{" << server(hb) << "} " << hb.*g.field << "\n";
+      out << g.name << "{" << ServerLabels(hb) << "} " << hb.*g.field << "\n";
   }
+}
+
+// The command latency histograms, by op, and the errors, by code.
+void Commands(std::ostream& out, const Heartbeats& servers) {
   out << "# HELP mcd_command_duration_seconds Time the server took over a command, by op.\n"
          "# TYPE mcd_command_duration_seconds histogram\n";
   for (const HeartbeatRecord& hb : servers) {
     for (const auto& [op, text] : hb.latency) {
-      std::string labels = server(hb) + ",op=\"" + Label(op) + "\"";
+      std::string labels = ServerLabels(hb) + ",op=\"" + Label(op) + "\"";
       // "50:12,100:3,...,+Inf:0;sum_us;count": buckets not cumulative, bounds in us.
       std::istringstream parts(text);
       std::string buckets, sum, count;
@@ -214,10 +221,20 @@ std::string Prometheus(const Heartbeats& servers) {
          "# TYPE mcd_command_errors_total counter\n";
   for (const HeartbeatRecord& hb : servers) {
     for (const auto& [code, n] : Errors(hb)) {
-      out << "mcd_command_errors_total{" << server(hb) << ",code=\"" << Label(code) << "\"} " << n
-          << "\n";
+      out << "mcd_command_errors_total{" << ServerLabels(hb) << ",code=\"" << Label(code) << "\"} "
+          << n << "\n";
     }
   }
+}
+
+std::string Prometheus(const Heartbeats& servers) {
+  std::ostringstream out;
+  out << "# HELP mcd_servers_live mcd-serve instances with a live heartbeat on this Redis.\n"
+         "# TYPE mcd_servers_live gauge\n"
+      << "mcd_servers_live " << servers.size() << "\n";
+  ServerGauges(out, servers);
+  TensorsByDevice(out, servers);
+  Commands(out, servers);
   return out.str();
 }
 
