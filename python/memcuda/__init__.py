@@ -24,7 +24,9 @@ import collections
 import ctypes
 import gc
 import json
+import operator
 import os
+import re
 import threading
 import weakref
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -72,7 +74,11 @@ class Client:
     def __init__(self, redis_url: Optional[str] = None, node: Optional[str] = None,
                  timeout: float = 5.0) -> None:
         handle = ctypes.c_void_p()
-        rc = _clib.mcd_connect(_bytes(redis_url), _bytes(node), int(timeout * 1000),
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise InvalidArgument("timeout must be a positive number of seconds, not %r"
+                                  % (timeout,))
+        rc = _clib.mcd_connect(_bytes(redis_url, "Redis URL"), _bytes(node, "node"),
+                               int(timeout * 1000),
                               ctypes.byref(handle))
         if rc != 0:
             raise error_for(rc, _clib.mcd_last_error(None).decode())
@@ -112,7 +118,7 @@ class Client:
             raise InvalidArgument("init must be 'zero' or 'none', not %r" % (init,))
         options.lifetime = 1 if lifetime == "stack" else 0
         options.no_init = 1 if init == "none" else 0
-        options.owner_pid = int(owner_pid or 0)
+        options.owner_pid = 0 if owner_pid is None else _whole(owner_pid, "owner_pid", 1, 2**31 - 1)
         keep = None  # what options.data points into, alive until the call returns
         if data is not None:
             keep, options.data, options.data_bytes = _host_buffer(data)
@@ -135,7 +141,9 @@ class Client:
         nothing: on an error no reference is taken, and the error names the tensor that
         stopped it. Tensors that share an allocation (a tensor set's members) are mapped once.
         A list of Tensors in the order of `names`."""
-        names = [str(name) for name in names]
+        if isinstance(names, (str, bytes)):
+            raise InvalidArgument("get_many takes a list of names, not one name")
+        names = [_str(name) for name in names]
         array = (ctypes.c_char_p * len(names))(*[name.encode() for name in names])
         out = (_CTensor * len(names))()
         with self._lock:
@@ -148,9 +156,12 @@ class Client:
         (member name, shape, dtype, data), each named without the "name/" prefix, all laid out
         in one allocation, all made or none (data: host bytes as create() takes them, for every
         member or none; the set is ready only once every byte is in). Returns get_set(name)."""
-        name = str(name).rstrip("/")
+        name = _str(name).rstrip("/")
         if init not in ("zero", "none"):
             raise InvalidArgument("init must be 'zero' or 'none', not %r" % (init,))
+        if isinstance(members, (str, bytes)) or not isinstance(members, Sequence):
+            raise InvalidArgument("members must be a list of (name, shape, dtype[, data]), not %s"
+                                  % type(members).__name__)
         array = (_lib.SetMember * len(members))()
         keep = []  # what the structs point into, alive until the call returns
         for i, member in enumerate(members):
@@ -159,7 +170,7 @@ class Client:
                                       % (member,))
             member_name, shape, dtype = member[0], _shape(member[1]), member[2]
             dims = (ctypes.c_int64 * len(shape))(*shape)
-            full = ("%s/%s" % (name, member_name)).encode()
+            full = ("%s/%s" % (name, _str(member_name, "member name"))).encode()
             keep += [dims, full]
             array[i].name, array[i].dtype = full, dtype_name(dtype).encode()
             array[i].shape, array[i].ndim = dims, len(shape)
@@ -177,7 +188,7 @@ class Client:
         """get() of every member of tensor set `name` still there, in one Redis round trip and
         one mapping of the set's allocation: a dict of Tensors by member name without the
         "name/" prefix (as the set's safetensors file names them), sorted."""
-        name = str(name).rstrip("/")
+        name = _str(name).rstrip("/")
         array = ctypes.c_void_p()
         count = ctypes.c_size_t()
         with self._lock:
@@ -197,21 +208,29 @@ class Client:
         """Loads safetensors file `path` into a new tensor set `name` on `device`: each tensor of
         the file a member "name/<its name>", all in one allocation, all of them or none. Returns
         the members' names."""
-        name = str(name).rstrip("/")
-        self._call(_clib.mcd_load_safetensors, _bytes(os.fspath(path)), _bytes(name),
+        name = _str(name).rstrip("/")
+        self._call(_clib.mcd_load_safetensors, _bytes(os.fspath(path), "path"), _bytes(name),
                    _device(device))
         return [record["name"] for record in self.ls(name + "/*")]
 
     def save_safetensors(self, name: str, path: PathLike) -> None:
         """Writes every member of tensor set `name` to safetensors file `path`."""
-        self._call(_clib.mcd_save_safetensors, _bytes(str(name).rstrip("/")),
-                   _bytes(os.fspath(path)))
+        self._call(_clib.mcd_save_safetensors, _bytes(_str(name).rstrip("/")),
+                   _bytes(os.fspath(path), "path"))
 
     def release_many(self, tensors: Iterable["Tensor"]) -> None:
         """Tensor.release() of each of `tensors`, the references of those no exported array
         views any more given back in one Redis round trip (the others go with their last array,
         as release() says). Where that one call is refused, each is given back on its own, so
         that none is kept."""
+        try:
+            tensors = list(tensors)
+        except TypeError:
+            raise InvalidArgument("release_many takes Tensors, not %s"
+                                  % type(tensors).__name__) from None
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise InvalidArgument("release_many takes Tensors, not %s" % type(t).__name__)
         with self._lock:
             self._batch = []
             try:
@@ -246,7 +265,7 @@ class Client:
         and arrays are gone, and when rm() gave back the reference a Tensor here held, that
         Tensor then gives back none of its own. Counted per Client: a Tensor of another Client
         of this process is not known here."""
-        name = str(name)
+        name = _str(name)
         with self._lock:
             # Booked before the call: a finalizer that runs inside it on this thread (the lock
             # is re-entrant) then closes its mapping only.
@@ -495,38 +514,72 @@ class Tensor:
 def _host_buffer(data):
     """(a ctypes array over `data`'s bytes, its address, its size): in place where the buffer is
     writable, else a copy (ctypes maps only writable buffers)."""
-    view = memoryview(data)
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise InvalidArgument("data must be a bytes-like object (the buffer protocol: bytes, a "
+                              "NumPy array), not %s" % type(data).__name__) from None
     if not view.c_contiguous:
         raise InvalidArgument("data must be C-contiguous")
+    if view.format[:1] in (">", "!"):
+        raise InvalidArgument("data is big-endian (format %r); tensors are little-endian: "
+                              "convert it first (numpy: a.astype(a.dtype.newbyteorder('<')))"
+                              % view.format)
     view = view.cast("B")
     src = (ctypes.c_char * view.nbytes).from_buffer_copy(view) if view.readonly else \
         (ctypes.c_char * view.nbytes).from_buffer(view)
     return src, ctypes.addressof(src), view.nbytes
 
 
-def _bytes(text):
-    return None if text is None else str(text).encode()
+def _str(text, what="name"):
+    """`text` checked for the C ABI: a str (nothing else is taken for one), without NUL (a C
+    string ends at the first, so "a\\0b" would name "a"), encodable as UTF-8."""
+    if not isinstance(text, str):
+        raise InvalidArgument("the %s must be a str, not %s" % (what, type(text).__name__))
+    if "\0" in text:
+        raise InvalidArgument("the %s %r holds a NUL character" % (what, text))
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument("the %s %r is not valid UTF-8 text" % (what, text)) from None
+    return text
+
+
+def _bytes(text, what="name"):
+    return None if text is None else _str(text, what).encode()
+
+
+def _whole(value, what, low, high):
+    """`value` as an int in [low, high]: an int or NumPy integer, never a float rounded down nor
+    a number the C ABI's field would wrap."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise InvalidArgument("%s %r is not a whole number" % (what, value)) from None
+    if not low <= number <= high:
+        raise InvalidArgument("%s %d is out of range (%d to %d)" % (what, number, low, high))
+    return number
 
 
 def _shape(shape):
     if isinstance(shape, int):
         shape = (shape,)
     try:
-        shape = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
+        dims = tuple(shape)
+    except TypeError:
         raise InvalidArgument("shape %r is not a sequence of whole numbers" % (shape,)) from None
-    if not 1 <= len(shape) <= 8:
-        raise InvalidArgument("shape needs 1 to 8 dimensions, not %d" % len(shape))
-    return shape
+    if not 1 <= len(dims) <= 8:
+        raise InvalidArgument("shape needs 1 to 8 dimensions, not %d" % len(dims))
+    return tuple(_whole(d, "dimension", 1, 2**63 - 1) for d in dims)
 
 
 def _device(device):
     if device in ("cpu", DEVICE_CPU):
         return DEVICE_CPU
-    try:
-        if isinstance(device, str) and device.startswith("cuda"):
-            return int(device.partition(":")[2] or 0)
-        return int(device)
-    except (TypeError, ValueError):
-        raise InvalidArgument("device %r is none of a GPU ordinal, \"cuda:N\" or \"cpu\""
-                              % (device,)) from None
+    if isinstance(device, str):
+        match = re.fullmatch(r"cuda(?::([0-9]+))?", device)
+        if match is None:
+            raise InvalidArgument("device %r is none of a GPU ordinal, \"cuda:N\" or \"cpu\""
+                                  % (device,))
+        device = int(match.group(1) or 0)
+    return _whole(device, "device", 0, 2**31 - 1)

@@ -34,7 +34,12 @@ _ALIASES = {
 def dtype_name(dtype):
     """memcuda's name for `dtype`: a name ("f32", "float32"), a NumPy dtype or type, or a
     torch.dtype."""
-    if isinstance(dtype, str):
+    if dtype is float or dtype is int or dtype is bool:
+        # Python's own types, as NumPy reads them: float is float64, int int64.
+        name = {float: "f64", int: "i64", bool: "bool"}[dtype]
+    elif getattr(dtype, "byteorder", "=") == ">":
+        raise InvalidArgument("dtype %r is big-endian; tensors are little-endian" % (dtype,))
+    elif isinstance(dtype, str):
         name = dtype
     else:
         # torch.float32 -> "float32"; numpy.dtype('float32').name / numpy.float32.__name__

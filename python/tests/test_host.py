@@ -22,6 +22,7 @@ def refcount(mc, name):
     return mc.stat(name)["refcount"]
 
 
+
 def test_create_get_release_rm_keep_exact_refcounts(mc):
     t = mc.create("a", (2, 3), "f32", device="cpu")
     assert (t.name, t.shape, t.dtype, t.device) == ("a", (2, 3), "f32", "cpu")
@@ -381,6 +382,26 @@ def test_errors_carry_the_tools_stable_names(mc):
             mc.create("x", **dict({"shape": 1, "dtype": "f32", "device": "cpu"}, **bad))
     with pytest.raises(memcuda.InvalidArgument):
         mc.create_set("s", [("only-a-name",)], device="cpu")
+    # Nothing is cut short, wrapped or rounded on its way to the C ABI: a name with a NUL would
+    # name another tensor, a dimension of 2**64 + 4 would be 4, a device of 2**32 - 1 the host.
+    mc.create("victim", 2, "u8", device="cpu").release()
+    for bad in (dict(name="victim\0x"), dict(shape=(2**64 + 4,)), dict(shape=(2.5,)),
+                dict(shape=(np.float64(3.9),)), dict(device=2**32 - 1), dict(device=1.5),
+                dict(device="cudaX"), dict(name=5), dict(data="ab"), dict(owner_pid="abc"),
+                dict(data=np.array([1.5, -2.25], dtype=">f4")), dict(dtype=np.dtype(">f4"))):
+        args = dict(dict(name="x", shape=2, dtype="f32", device="cpu"), **bad)
+        with pytest.raises(memcuda.InvalidArgument):
+            mc.create(**args)
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.rm("victim\0zzz")
+    assert refcount(mc, "victim") == 1  # still there
+    mc.rm("victim")
+    for call in (lambda: mc.get_many("victim"), lambda: mc.release_many(None),
+                 lambda: mc.release_many([1]), lambda: mc.create_set("s", None),
+                 lambda: memcuda.connect(timeout="x")):
+        with pytest.raises(memcuda.InvalidArgument):
+            call()
+    assert memcuda._dtypes.dtype_name(float) == "f64"  # as NumPy reads Python's float
     with pytest.raises(memcuda.NoDevice):
         mc.create("x", 1, "f32", device=7)
     with pytest.raises(memcuda.Unavailable):
