@@ -12,7 +12,7 @@ packages=(build-essential cmake pkg-config libhiredis-dev libcli11-dev nlohmann-
           libvulkan-dev
           g++-mingw-w64-x86-64-posix clang-14 libclang-rt-14-dev
           python3-numpy python3-pytest python3-prometheus-client python3-venv python3-pip
-          python3-setuptools python3-wheel mypy
+          python3-setuptools python3-wheel mypy libseccomp-dev
           libsystemd0 systemd lintian)
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
