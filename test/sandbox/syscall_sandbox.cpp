@@ -20,10 +20,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <iterator>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace {
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
   for (std::string name; std::getline(list, name);) {
     int nr = seccomp_syscall_resolve_name(name.c_str());
     if (nr == __NR_SCMP_ERROR) continue;  // a name this architecture does not have
-    if (deny_write_execute && std::find(std::begin(guarded), std::end(guarded), name) !=
-                                  std::end(guarded))
+    if (deny_write_execute &&
+        std::find(std::begin(guarded), std::end(guarded), name) != std::end(guarded))
       continue;  // allowed with conditions below
     if (seccomp_rule_add(filter, SCMP_ACT_ALLOW, nr, 0) == 0) ++allowed;
   }
