@@ -10,20 +10,7 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
 prefix="${PREFIX:-/usr/local}"
-sudo=""
-if [ "$(id -u)" -ne 0 ] && [ ! -w "$prefix" ]; then sudo="sudo"; fi
-$sudo cmake --install build --prefix "$prefix" >/dev/null
-# The dynamic linker's cache learns the new library, so that programs built against it without
-# an rpath find it (the tools find it through their RUNPATH either way). A prefix the linker
-# does not search needs its lib folder in /etc/ld.so.conf.d.
-if [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; then
-  $sudo env PATH="$PATH:/sbin:/usr/sbin" ldconfig ||
-    echo "quickstart: note: ldconfig failed; programs built without an rpath may not find libmemcuda" >&2
-else
-  echo "quickstart: note: $prefix/lib is not in the dynamic linker's cache (no root here):" \
-       "programs built against libmemcuda need an rpath or LD_LIBRARY_PATH" >&2
-fi
-echo "quickstart: installed the mcd-* tools, libmemcuda and man pages under $prefix" >&2
+scripts/install.sh build "$prefix"
 
 args=()
 if [ -z "${MCD_REDIS_URL:-}${REDIS_URL:-}" ]; then args+=(--spawn-redis); fi
