@@ -24,6 +24,7 @@ import collections
 import ctypes
 import gc
 import json
+import numbers
 import operator
 import os
 import re
@@ -74,9 +75,10 @@ class Client:
     def __init__(self, redis_url: Optional[str] = None, node: Optional[str] = None,
                  timeout: float = 5.0) -> None:
         handle = ctypes.c_void_p()
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise InvalidArgument("timeout must be a positive number of seconds, not %r"
-                                  % (timeout,))
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or \
+                not 0.001 <= timeout <= 2**31 / 1000:
+            raise InvalidArgument("timeout must be 0.001 to %d seconds, not %r"
+                                  % (2**31 // 1000, timeout))
         rc = _clib.mcd_connect(_bytes(redis_url, "Redis URL"), _bytes(node, "node"),
                                int(timeout * 1000),
                               ctypes.byref(handle))
@@ -118,7 +120,7 @@ class Client:
             raise InvalidArgument("init must be 'zero' or 'none', not %r" % (init,))
         options.lifetime = 1 if lifetime == "stack" else 0
         options.no_init = 1 if init == "none" else 0
-        options.owner_pid = 0 if owner_pid is None else _whole(owner_pid, "owner_pid", 1, 2**31 - 1)
+        options.owner_pid = 0 if owner_pid is None else _whole(owner_pid, "owner_pid", 0, 2**31 - 1)
         keep = None  # what options.data points into, alive until the call returns
         if data is not None:
             keep, options.data, options.data_bytes = _host_buffer(data)
@@ -552,6 +554,8 @@ def _bytes(text, what="name"):
 def _whole(value, what, low, high):
     """`value` as an int in [low, high]: an int or NumPy integer, never a float rounded down nor
     a number the C ABI's field would wrap."""
+    if isinstance(value, bool):
+        raise InvalidArgument("%s %r is not a whole number" % (what, value))
     try:
         number = operator.index(value)
     except TypeError:

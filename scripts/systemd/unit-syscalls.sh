@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: Apache-2.0
 
 # The system calls mcd-serve.service allows, one a line: its SystemCallFilter= lines, in order
-# (the first names the allow-list; "~" lines take groups out of it), each group expanded through
+# (the first names the allow-list; "~" lines take groups out of it; this unit's order, allow then
+# deny, is all this reads), each group expanded through
 # `systemd-analyze syscall-filter`, systemd's own definition of it. For test/sandbox, which runs
 # the server inside the same filter where no systemd runs.
 #   scripts/systemd/unit-syscalls.sh [UNIT_FILE]   (default: the unit's template)
@@ -17,17 +18,23 @@ expand() {  # the system calls of a name or group, groups expanded
   if [[ "$item" != @* ]]; then echo "$item"; return; fi
   [ -n "${seen[$item]:-}" ] && return
   seen[$item]=1
-  local line
+  local line members
+  members="$(systemd-analyze syscall-filter "$item")" ||
+    { echo "unit-syscalls: systemd-analyze does not know $item" >&2; exit 65; }
   while read -r line; do
     case "$line" in ''|'#'*|"$item") ;; *) expand "$line" ;; esac
-  done < <(systemd-analyze syscall-filter "$item")
+  done <<<"$members"
 }
 allowed="" denied=""
 while IFS= read -r value; do
   for item in $value; do
     seen=()
-    if [[ "$item" == '~'* ]]; then denied+="$(expand "${item#\~}")"$'\n'; else allowed+="$(expand "$item")"$'\n'; fi
+    if [[ "$item" == '~'* ]]; then
+      list="$(expand "${item#\~}")"; denied+="$list"$'\n'
+    else
+      list="$(expand "$item")"; allowed+="$list"$'\n'
+    fi
   done
 done < <(sed -n 's/^SystemCallFilter=//p' "$unit")
-[ -n "$allowed" ] || { echo "unit-syscalls: $unit has no allow-list" >&2; exit 65; }
+[ -n "${allowed//$'\n'/}" ] || { echo "unit-syscalls: $unit has no allow-list" >&2; exit 65; }
 comm -23 <(sort -u <<<"$allowed" | sed '/^$/d') <(sort -u <<<"$denied" | sed '/^$/d')

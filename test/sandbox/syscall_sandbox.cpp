@@ -25,12 +25,14 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: syscall_sandbox ALLOWED_FILE [--user USER --group GROUP] -- PROGRAM ...\n");
+               "usage: syscall_sandbox ALLOWED_FILE [--user USER --group GROUP] "
+               "[--deny-write-execute] -- PROGRAM ...\n");
   return 64;
 }
 
@@ -91,17 +93,19 @@ int main(int argc, char** argv) {
     }
   }
   if (at + 1 >= argc || (user == nullptr) != (group == nullptr)) return Usage();
-  if (user != nullptr && !BecomeUser(user, group)) return 70;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     std::perror("syscall_sandbox: PR_SET_NO_NEW_PRIVS");
     return 70;
   }
   scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ERRNO(EPERM));
   if (filter == nullptr) return 70;
-  std::ifstream list(argv[1]);
+  std::ifstream list(argv[1]);  // read as the caller, before becoming the unit's user
+  std::vector<std::string> names;
+  for (std::string name; std::getline(list, name);) names.push_back(name);
+  if (user != nullptr && !BecomeUser(user, group)) return 70;
   int allowed = 0;
   const std::string guarded[] = {"mmap", "mprotect", "pkey_mprotect", "shmat"};
-  for (std::string name; std::getline(list, name);) {
+  for (const std::string& name : names) {
     int nr = seccomp_syscall_resolve_name(name.c_str());
     if (nr == __NR_SCMP_ERROR) continue;  // a name this architecture does not have
     if (deny_write_execute &&
