@@ -31,5 +31,5 @@ for f in "${files[@]}"; do
     missing=1
   fi
 done
-[ "$missing" = 0 ] && echo "check-licence: ${#files[@]} files, each Apache-2.0"
-exit "$missing"
+if [ "$missing" = 1 ]; then exit 1; fi
+echo "check-licence: ${#files[@]} files, each Apache-2.0"

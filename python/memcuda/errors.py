@@ -183,12 +183,8 @@ class NotHeld(MemcudaError):
     errno = 22
 
 
-_BY_ERRNO: Dict[int, Type[MemcudaError]] = {cls.errno: cls for cls in (
-    InvalidArgument, NotFound, AlreadyExists, NotReady, OutOfMemory,
-    Unavailable, NoDevice, Timeout, RedisError, UnexpectedReply,
-    AuthFailed, IOFailure, CudaError, Stopped, WouldDeadlock,
-    Internal, PermissionDenied, WrongNode, TooLarge, Unsupported,
-    TryAgain, NotHeld)}
+# By C ABI value: every class above (Released, below, has none of the ABI's).
+_BY_ERRNO: Dict[int, Type[MemcudaError]] = {cls.errno: cls for cls in MemcudaError.__subclasses__()}
 __all__ = [  # a literal, for type checkers
     "MemcudaError", "Released", "error_for",
     "InvalidArgument", "NotFound", "AlreadyExists", "NotReady", "OutOfMemory", "Unavailable",

@@ -15,7 +15,7 @@ bin="$(cd "$1" && pwd)"
 sandbox="$2"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 devices="${DEVICES:-cpu}"
-device="$([ "$devices" = cpu ] && echo cpu || echo "${devices%%,*}")"
+device="${devices%%,*}"  # the first served: cpu, or a GPU
 work="$(mktemp -d)"
 chmod 0777 "$work"  # the unit's user makes its sockets here
 redis_pid="" serve_pid=""

@@ -95,9 +95,13 @@ HeartbeatRecord Heartbeat::Record() {
   r.node_queue = opt_.keys.NodeQueue(opt_.node);
   r.version = "1";
   r.event_history = opt_.event_history;
-  r.tensors = table_.count();
-  r.tensor_bytes = table_.bytes();
-  r.device_tensors = DeviceTensorsText();
+  // The totals and the by-device counts from one reading, so that they agree.
+  const std::map<int, TensorTable::DeviceCount> counts = table_.ByDevice();
+  for (const auto& [device, count] : counts) {
+    r.tensors += count.tensors;
+    r.tensor_bytes += count.bytes;
+  }
+  r.device_tensors = DeviceTensorsText(counts);
   r.commands_ok = outcomes_.ok();
   r.settled = settled();
   r.errors = outcomes_.Errors();
@@ -125,8 +129,7 @@ Result<std::optional<Heartbeat::NodeHolder>> Heartbeat::Write(RedisConnection& c
       conn.CommandRaw(std::vector<std::string_view>(argv.begin(), argv.end())));
 }
 
-std::string Heartbeat::DeviceTensorsText() const {
-  std::map<int, TensorTable::DeviceCount> counts = table_.ByDevice();
+std::string Heartbeat::DeviceTensorsText(std::map<int, TensorTable::DeviceCount> counts) const {
   std::string out;
   size_t start = 0;
   const std::string& devices = devices_.devices_text();

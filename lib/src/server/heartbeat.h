@@ -96,8 +96,9 @@ class Heartbeat {
   static std::string Stale(const NodeHolder& holder);
   // The heartbeat as this instance writes it now.
   HeartbeatRecord Record();
-  // device_tensors: every device served (devices_text), with its tensors and their bytes.
-  std::string DeviceTensorsText() const;
+  // device_tensors: every device served (devices_text), with its tensors and their bytes
+  // (`counts`, the table's by device).
+  std::string DeviceTensorsText(std::map<int, TensorTable::DeviceCount> counts) const;
   // Writes this instance's heartbeat, unless an instance other than `replace` holds the node:
   // then nothing is written, and that instance is returned.
   Result<std::optional<NodeHolder>> Write(RedisConnection& conn, const std::string& replace = "");

@@ -21,17 +21,10 @@ void TensorTable::Keep(Entry entry) {
   } else {
     filling_names_.erase(name);
   }
-  uint64_t bytes = entry.record.bytes;
   auto old = tensors_.find(name);
   CountOnDevice(&entry, old != tensors_.end() ? &old->second : nullptr);
-  if (old != tensors_.end()) {
-    bytes_ -= old->second.record.bytes;
-  } else if (!entry.record.set.empty()) {
-    sets_[entry.record.set].push_back(name);
-  }
+  if (old == tensors_.end() && !entry.record.set.empty()) sets_[entry.record.set].push_back(name);
   tensors_[name] = std::move(entry);
-  count_ = tensors_.size();
-  bytes_ += bytes;
 }
 
 Entry TensorTable::Forget(Map::iterator it) {
@@ -47,8 +40,6 @@ Entry TensorTable::Forget(Map::iterator it) {
   stack_names_.erase(it->first);
   filling_names_.erase(it->first);
   tensors_.erase(it);
-  count_ = tensors_.size();
-  bytes_ -= entry.record.bytes;
   CountOnDevice(nullptr, &entry);
   return entry;
 }
@@ -65,6 +56,18 @@ void TensorTable::CountOnDevice(const Entry* added, const Entry* removed) {
     count.tensors -= 1;
     count.bytes -= removed->record.bytes;
   }
+}
+
+size_t TensorTable::count() const {
+  uint64_t n = 0;
+  for (const auto& [device, count] : ByDevice()) n += count.tensors;
+  return static_cast<size_t>(n);
+}
+
+uint64_t TensorTable::bytes() const {
+  uint64_t n = 0;
+  for (const auto& [device, count] : ByDevice()) n += count.bytes;
+  return n;
 }
 
 std::map<int, TensorTable::DeviceCount> TensorTable::ByDevice() const {
@@ -127,8 +130,6 @@ void TensorTable::Clear() {
   orphans_.clear();
   unsettled_.clear();
   maybe_deleted_.clear();
-  count_ = 0;
-  bytes_ = 0;
   std::lock_guard<std::mutex> lock(by_device_mutex_);
   by_device_.clear();
 }

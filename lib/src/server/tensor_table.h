@@ -6,7 +6,6 @@
 // can free it when the refcount reaches 0. Main thread of the server only.
 #pragma once
 
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -51,13 +50,14 @@ class TensorTable {
   const std::vector<std::string>& SetMembers(const std::string& set) const;
   // The sets whose last member left the table since the last call, whatever freed it.
   std::vector<std::string> TakeEmptiedSets() { return std::exchange(emptied_sets_, {}); }
-  size_t count() const { return count_.load(); }
-  uint64_t bytes() const { return bytes_.load(); }  // of the tensors (heartbeat: tensor_bytes)
-  // The tensors and their bytes by device (heartbeat: device_tensors). Any thread.
+  // The tensors and their bytes by device (heartbeat: device_tensors, and their sums tensors and
+  // tensor_bytes). Any thread.
   struct DeviceCount {
     uint64_t tensors = 0, bytes = 0;
   };
   std::map<int, DeviceCount> ByDevice() const;
+  size_t count() const;  // the sums of ByDevice
+  uint64_t bytes() const;
 
   // Allocations whose hash vanished underneath (removed by hand, or lost with a Redis that
   // restarted without persistence): processes may still map them, so they are freed at shutdown.
@@ -82,8 +82,6 @@ class TensorTable {
   std::set<std::string> filling_names_;  // those being filled (Entry::filler), for the reaper
   std::unordered_map<std::string, std::vector<std::string>> sets_;  // members by set
   std::vector<std::string> emptied_sets_;
-  std::atomic<size_t> count_{0};
-  std::atomic<uint64_t> bytes_{0};
   // Changed with the map (main thread), read by the heartbeat thread: a tensor added, removed,
   // or (both) one that takes another's place, in one step.
   void CountOnDevice(const Entry* added, const Entry* removed);
