@@ -187,9 +187,12 @@ class Client:
         return self.get_set(name)
 
     def get_set(self, name: str) -> Dict[str, "Tensor"]:
-        """get() of every member of tensor set `name` still there, in one Redis round trip and
-        one mapping of the set's allocation: a dict of Tensors by member name without the
-        "name/" prefix (as the set's safetensors file names them), sorted."""
+        """Every member of tensor set `name` still there, opened with one mapping of the set's
+        allocation, and one reference for the whole set, all in one Redis round trip: a dict of
+        Tensors by member name without the "name/" prefix (as the set's safetensors file names
+        them), sorted. The reference (counted on the member first by name: the set's memory
+        stays while any member lives) is given back when the last of these Tensors and their
+        arrays is gone, or at their release(); release_many of all of them gives it back at once."""
         name = _str(name).rstrip("/")
         array = ctypes.c_void_p()
         count = ctypes.c_size_t()
@@ -197,12 +200,10 @@ class Client:
             self._call(_clib.mcd_get_set, _bytes(name), ctypes.byref(array), ctypes.byref(count))
             try:
                 records = ctypes.cast(array, ctypes.POINTER(_CTensor))
-                out = {}
-                for i in range(count.value):
-                    record = records[i]
-                    out[record.name.decode()[len(name) + 1:]] = Tensor(
-                        self, _Mapping(self, record), record)
-                return out
+                members = [records[i] for i in range(count.value)]
+                hold = _SetHold(self, [record.name.decode() for record in members])
+                return {record.name.decode()[len(name) + 1:]:
+                        Tensor(self, _Mapping(self, record, hold), record) for record in members}
             finally:
                 _clib.mcd_free(array)
 
@@ -316,6 +317,28 @@ class Client:
         if counter[name] <= 0:
             del counter[name]  # no entry kept per name ever touched
 
+    def _give_back_set(self, names):
+        """The reference of a get_set and its members' mappings, given back when the last of
+        its Tensors went: the reference is counted as the leader's (names[0]), as rm() sees it.
+        Called from a finalizer, as _give_back."""
+        leader = names[0]
+        with self._lock:
+            self._drop(self._live, leader)
+            if not self._handle:
+                return
+            closes = names
+            if self._given[leader] > 0:  # rm() gave the reference back: the mappings only
+                self._drop(self._given, leader)
+            elif self._batch is not None and leader not in self._batch:
+                self._batch.append(leader)  # release_many gives it back with the others
+                closes = names[1:]
+            else:
+                array = (ctypes.c_char_p * len(names))(*[n.encode() for n in names])
+                _clib.mcd_release_set(self._handle, array, len(names))
+                return
+            for n in closes:
+                _clib.mcd_close(self._handle, n.encode())
+
     def _give_back(self, name):
         """A Tensor's reference and mapping, given back when its last view went (its mapping
         only, when rm() gave its reference back). Called from a finalizer, so maybe by the
@@ -335,12 +358,24 @@ class Client:
                 give_back(self._handle, name.encode())
 
 
+class _SetHold:
+    """The one reference of a get_set and its members' mappings, given back when this object is
+    garbage-collected: it is held by the _Mapping of every member it opened. `names`: the
+    members, the first by name (whose count holds the reference) first."""
+
+    def __init__(self, client, names):
+        names = sorted(names)
+        client._opened(names[0])
+        weakref.finalize(self, client._give_back_set, names)
+
+
 class _Mapping:
     """One reference to a tensor and its mapping in this process, given back when this object
     is garbage-collected: it is held by the Tensor until release(), and by every array exported
-    from it (a DLPack capsule's deleter drops its hold)."""
+    from it (a DLPack capsule's deleter drops its hold). A member of a get_set has neither of
+    its own: it holds the set's _SetHold instead, which gives both back with the last member."""
 
-    def __init__(self, client, record):
+    def __init__(self, client, record, hold=None):
         self.client = client  # a mapping keeps its client, which gives it back
         self.name = record.name.decode()
         self.dtype = record.dtype.decode()
@@ -348,8 +383,10 @@ class _Mapping:
         self.shape = tuple(record.shape[i] for i in range(record.ndim))
         self.nbytes = record.bytes
         self.data = record.data
-        client._opened(self.name)
-        weakref.finalize(self, client._give_back, self.name)
+        self.hold = hold
+        if hold is None:
+            client._opened(self.name)
+            weakref.finalize(self, client._give_back, self.name)
 
 
 class Tensor:

@@ -108,6 +108,7 @@ _declare("mcd_create_set", _i32, _client, _str, ctypes.POINTER(SetMember), ctype
 _declare("mcd_release_many", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t)
 _declare("mcd_get_set", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p),
          ctypes.POINTER(ctypes.c_size_t))
+_declare("mcd_release_set", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t)
 _declare("mcd_load_safetensors", _i32, _client, _str, _str, _i32)
 _declare("mcd_save_safetensors", _i32, _client, _str, _str)
 _declare("mcd_open", _i32, _client, _str, ctypes.POINTER(Tensor))

@@ -148,7 +148,10 @@ def test_a_safetensors_checkpoint_loads_into_a_set_that_any_process_views_in_pla
         view = np.asarray(got[name])
         assert view.dtype == array.dtype and view.shape == array.shape
         assert np.array_equal(view, array), name
-    assert all(refcount(mc, "net/" + name) == 2 for name in tensors)
+    # One reference for the whole set, counted on its member first by name.
+    leader = min(tensors)
+    assert {name: refcount(mc, "net/" + name) for name in tensors} == \
+        {name: 2 if name == leader else 1 for name in tensors}
     node.python("rng = np.random.default_rng(11); got = mc.get_set('net'); "
                 "assert np.array_equal(np.asarray(got['embed.weight']), "
                 "rng.standard_normal((32, 8)).astype(np.float16))")
@@ -446,6 +449,41 @@ def test_a_stack_tensor_goes_with_its_owner_process(node, mc):
             mc.stat("s")
             import time
             time.sleep(0.05)
+
+
+def test_a_held_set_keeps_every_members_bytes_and_goes_with_its_holder(node, mc):
+    rng = np.random.default_rng(5)
+    data = {"m%d" % i: rng.integers(0, 2**32, size=64 + i, dtype=np.uint32) for i in range(6)}
+    mc.create_set("held", [(k, v.shape, "u32", v) for k, v in data.items()], device="cpu")
+    gc.collect()
+    assert all(refcount(mc, "held/" + k) == 1 for k in data)
+    # Another process holds the set; every member's creator reference goes meanwhile.
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; sys.path.insert(0, %r); import memcuda, numpy as np, time; "
+         "mc = memcuda.connect(); got = mc.get_set('held'); print('held', flush=True); "
+         "sys.stdin.readline(); rng = np.random.default_rng(5); "
+         "ok = all(np.array_equal(np.asarray(got['m%%d' %% i]), "
+         "rng.integers(0, 2**32, size=64 + i, dtype=np.uint32)) for i in range(6)); "
+         "print('same' if ok else 'differ', flush=True); time.sleep(60)"
+         % os.path.join(os.path.dirname(__file__), "..")],
+        env=node.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    assert refcount(mc, "held/m0") == 2 and refcount(mc, "held/m5") == 1
+    node.run("mcd-rm", "held/")
+    assert [r["name"] for r in mc.ls("held/*")] == ["held/m0"]
+    child.stdin.write("\n")
+    child.stdin.flush()
+    assert child.stdout.readline().strip() == "same"
+    # Killed, the holder's reference is given back, and the set goes with it.
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    import time
+    for _ in range(100):
+        if not mc.ls("held/*"):
+            break
+        time.sleep(0.05)
+    assert mc.ls("held/*") == []
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["node_named", "only_live_server"])

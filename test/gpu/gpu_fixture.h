@@ -357,8 +357,8 @@ class GpuServerTest : public ::testing::Test {
     }
     ASSERT_TRUE(other->ReleaseMany(plain).ok());
     ASSERT_TRUE(client->ReleaseMany(plain).ok());
-    ASSERT_TRUE(client->ReleaseMany(names).ok());
-    ASSERT_TRUE(client->ReleaseMany(names).ok());
+    ASSERT_TRUE(client->ReleaseSet(*views).ok());  // GetSet's one reference
+    ASSERT_TRUE(client->ReleaseMany(names).ok());  // the creator's
     ASSERT_EQ(Tool("mcd-rm", {"gs2/", "-q"}).exit_code, 0);
     EXPECT_TRUE(Tool("mcd-ls", {"-q"}).out.empty()) << Tool("mcd-ls", {}).out;
   }

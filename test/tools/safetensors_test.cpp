@@ -7,6 +7,7 @@
 // files are written and read here by hand (not by the code under test), every byte compared.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "lifecycle_fixture.h"
@@ -111,13 +112,21 @@ TEST_F(Safetensors, ACheckpointBecomesASetAndComesBackTheSame) {
   for (const json& r : json::parse(peek.out)) EXPECT_EQ(r["refcount"], 1) << r.dump();
   EXPECT_EQ(HashField("llm/q.scales", "refcount"), "1");
 
-  // The set's references, all at once, bound to the caller; then every member given back.
+  // The set's one reference, bound to no process, counted on its member first by name; then
+  // every member's given back: the others go, and the allocation stays with the first.
+  std::string leader = "llm/" + model.front().name;
+  for (const FileTensor& t : model) leader = std::min(leader, "llm/" + t.name);
   auto got = Tool("mcd-get", {"llm/", "--detached", "--json"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_EQ(json::parse(got.out).size(), model.size());
-  EXPECT_EQ(HashField("llm/q.scales", "refcount"), "2");
+  for (const FileTensor& t : model) {
+    const std::string name = "llm/" + t.name;
+    EXPECT_EQ(HashField(name, "refcount"), name == leader ? "2" : "1") << name;
+  }
   ASSERT_EQ(Tool("mcd-rm", {"llm/"}).exit_code, 0);
-  EXPECT_EQ(HashField("llm/q.scales", "refcount"), "1");
+  EXPECT_EQ(HashField(leader, "refcount"), "1");
+  EXPECT_EQ(HashField("llm/q.scales", "refcount"), "") << "freed with its only reference";
+  EXPECT_EQ(ShmCount(), 1u) << "the set's reference keeps the allocation";
   auto removed = Tool("mcd-rm", {"llm/"});
   ASSERT_EQ(removed.exit_code, 0) << removed.err;
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000)) << ServeLog();

@@ -2,9 +2,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Tensor sets: Client::CreateSet lays its members out in one allocation, each a tensor of its own;
-// Client::GetSet takes every member's reference in one script call and maps the allocation once;
-// the allocation goes with the last member. Real redis-server, mcd-serve and tools, host
-// tensors; every byte read is compared with what was written.
+// Client::GetSet takes one reference for the whole set in one script call and maps the allocation
+// once, and that reference keeps every member's bytes; the allocation goes with the last member.
+// Real redis-server, mcd-serve and tools, host tensors; every byte read is compared with what was
+// written.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -84,37 +85,57 @@ TEST_F(Sets, ASetsMembersShareOneAllocationAndAreGotInOneCall) {
   ASSERT_EQ(views->size(), 25u);
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < made.spec.members.size(); ++i) index[made.spec.members[i].name] = i;
+  auto same_bytes = [&](const std::vector<TensorView>& got) {
+    for (const TensorView& view : got) {
+      size_t i = index.at(view.record.name);
+      if (view.record.bytes != made.bytes[i].size() ||
+          std::memcmp(view.data, made.bytes[i].data(), made.bytes[i].size()) != 0) {
+        ADD_FAILURE() << view.record.name << " does not read what was written";
+        return false;
+      }
+    }
+    return true;
+  };
   std::string previous;
   for (const TensorView& view : views.value()) {
     EXPECT_LT(previous, view.record.name) << "sorted by name";
     previous = view.record.name;
-    size_t i = index.at(view.record.name);
-    EXPECT_EQ(view.record.refcount, 2);
     EXPECT_EQ(view.record.set, "model");
-    ASSERT_EQ(view.record.bytes, made.bytes[i].size());
-    EXPECT_EQ(std::memcmp(view.data, made.bytes[i].data(), made.bytes[i].size()), 0)
-        << view.record.name;
+  }
+  EXPECT_TRUE(same_bytes(*views));
+  // One reference for the set, counted on its member first by name: the others are untouched.
+  const std::string leader = views->front().record.name;
+  EXPECT_EQ(views->front().record.refcount, 2);
+  for (const SetMember& m : made.spec.members) {
+    EXPECT_EQ(HashField(m.name, "refcount"), m.name == leader ? "2" : "1") << m.name;
   }
   // A member is a tensor like any other: mcd-get reads its bytes, mcd-ls lists it.
   auto listed = Tool("mcd-ls", {"model/*", "--json"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_EQ(json::parse(listed.out).size(), 25u);
+  auto given = consumer->ReleaseSet(*views);
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->name, leader);
+  EXPECT_EQ(HashField(leader, "refcount"), "1") << "ReleaseSet gave the set's reference back";
 
-  // The allocation goes with the last member: members freed one by one keep it until then.
-  std::vector<std::string> names;
-  for (const SetMember& m : made.spec.members) names.push_back(m.name);
-  ASSERT_TRUE(consumer->ReleaseMany(names).ok());
-  std::vector<std::string> first(names.begin(), names.begin() + 24);
-  auto released = producer->ReleaseMany(first);
-  ASSERT_TRUE(released.ok()) << released.status().ToString();
-  for (const std::string& name : first) EXPECT_EQ(HashField(name, "state"), "") << name;
-  EXPECT_EQ(ShmCount(), 1u) << "the last member still holds the allocation";
-  auto last = consumer->GetSet("model");
+  // While a set's reference is held, every member's bytes stay, whoever frees the members: the
+  // allocation goes with the last of them, and the reference keeps its leader.
+  auto held = consumer->GetSet("model");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  // (By the tool: mappings are the process's, and this one's views must stay.)
+  auto removed = Tool("mcd-rm", {"model/"});  // the creator's references, all of them
+  ASSERT_EQ(removed.exit_code, 0) << removed.err;
+  for (const SetMember& m : made.spec.members) {
+    EXPECT_EQ(HashField(m.name, "state"), m.name == leader ? "ready" : "") << m.name;
+  }
+  EXPECT_EQ(ShmCount(), 1u) << "the set's reference still holds the allocation";
+  EXPECT_TRUE(same_bytes(*held)) << "members freed while the set is held keep their bytes";
+  auto last = producer->GetSet("model");
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   ASSERT_EQ(last->size(), 1u) << "freed members have left the set";
-  EXPECT_EQ(std::memcmp((*last)[0].data, made.bytes[24].data(), made.bytes[24].size()), 0);
-  ASSERT_TRUE(consumer->ReleaseMany({names[24]}).ok());
-  ASSERT_TRUE(producer->ReleaseMany({names[24]}).ok());
+  EXPECT_TRUE(same_bytes(*last));
+  ASSERT_TRUE(producer->ReleaseSet(*last).ok());
+  ASSERT_TRUE(consumer->ReleaseSet(*held).ok());
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000)) << ServeLog();
   EXPECT_TRUE(test::WaitFor(
       [&] {
@@ -218,7 +239,7 @@ TEST_F(Sets, ASetIsItsMembersAndNothingElse) {
   ASSERT_TRUE(views.ok()) << views.status().ToString();
   EXPECT_EQ(views->size(), 2u);
   for (const TensorView& v : *views) EXPECT_NE(v.record.name, first);
-  ASSERT_TRUE(client->ReleaseMany(*members).ok());  // GetSet's references
+  ASSERT_TRUE(client->ReleaseSet(*views).ok());
   ASSERT_EQ(Tool("mcd-rm", {"s/"}).exit_code, 0);
   EXPECT_EQ(HashField(first, "refcount"), "1") << "mcd-rm s/ left the plain tensor alone";
   EXPECT_TRUE(test::WaitFor(

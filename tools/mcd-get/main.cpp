@@ -171,8 +171,9 @@ void PrintResult(const GetFlags& f, const mcd::TensorRecord& r, const std::strin
   }
 }
 
-// NAME/: the members of tensor set NAME. Their references are taken in one call (bound as any
-// other get's; given back at once with --no-ref), or held while -o FILE.safetensors is written.
+// NAME/: the members of tensor set NAME, with one reference for the whole set (Client::GetSet:
+// bound as any other get's, of the member first by name; given back at once with --no-ref), or
+// held while -o FILE.safetensors is written.
 int GetSet(const GetFlags& f, const std::string& set) {
   using namespace mcd;
   const char* tool = "mcd-get";
@@ -196,20 +197,17 @@ int GetSet(const GetFlags& f, const std::string& set) {
   }
   auto views = (*client)->GetSet(set);
   if (!views.ok()) return tools::Fail(tool, views.status());
-  std::vector<std::string> names;
-  for (const TensorView& view : *views) {
-    names.push_back(view.record.name);
-    (void)(*client)->Close(view.record.name);
-  }
   std::vector<TensorRecord> records;
   for (const TensorView& view : *views) records.push_back(view.record);
   if (f.no_ref) {
-    auto released = (*client)->ReleaseMany(names);
+    auto released = (*client)->ReleaseSet(*views);
     if (!released.ok()) return tools::Fail(tool, released.status());
-    // The records as the references went back: what the counts are without this tool's.
-    for (size_t i = 0; i < records.size() && i < released->size(); ++i) {
-      records[i].refcount = (*released)[i].refcount;
+    // The leader's record as the reference went back: its count without this tool's.
+    for (TensorRecord& record : records) {
+      if (record.name == released->name) record.refcount = released->refcount;
     }
+  } else {
+    for (const TensorView& view : *views) (void)(*client)->Close(view.record.name);
   }
   if (f.common.json) std::cout << "[";
   for (size_t i = 0; i < records.size(); ++i) {

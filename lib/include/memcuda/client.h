@@ -122,10 +122,16 @@ class MCD_API Client {
   // them or none. Returns the members' records (refcount 1 each), in the order of the spec's.
   // Not for Redis Cluster, as GetMany.
   Result<std::vector<TensorRecord>> CreateSet(const CreateSetSpec& spec);
-  // GetMany of every member of tensor set `set` still there (one freed on its own has left the
-  // set), found and referenced in one script call, and opened with one mapping of the set's
-  // allocation. Views sorted by name. kNotFound when no member is left.
+  // Every member of tensor set `set` still there (one freed on its own has left the set), found
+  // in one script call that takes one reference for the whole set, and opened with one mapping
+  // of the set's allocation. Views sorted by name. The reference is the first view's (the member
+  // first by name): the set's memory is one allocation that stays while any member lives, so it
+  // keeps every member's bytes, whichever members are freed meanwhile. Give it back with
+  // ReleaseSet, not Release of the members. kNotFound when no member is left.
   Result<std::vector<TensorView>> GetSet(const std::string& set);
+  // Closes the mappings of the views of one GetSet (all of them, in any order) and gives back
+  // the reference it took. Returns the record of the member that held it, as Release does.
+  Result<TensorRecord> ReleaseSet(const std::vector<TensorView>& views);
   // The names of the members of tensor set `set` still there, sorted (empty: no such set).
   Result<std::vector<std::string>> SetMembers(const std::string& set);
   // Loads safetensors file `path` into a new tensor set `set` on `device`: each tensor of the
@@ -136,7 +142,7 @@ class MCD_API Client {
                                                     int device,
                                                     Lifetime lifetime = Lifetime::kHeap);
   // Writes every member of tensor set `set` to safetensors file `path` (named without "<set>/",
-  // sorted by name), holding a reference of each meanwhile. The file appears whole or not at all.
+  // sorted by name), holding the set's reference meanwhile. The file appears whole or not at all.
   Status SaveSafetensors(const std::string& set, const std::string& path);
   // Opens the tensor without touching its refcount (it must be ready).
   Result<TensorView> Open(const std::string& name);

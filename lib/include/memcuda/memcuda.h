@@ -124,9 +124,14 @@ MCD_API int32_t mcd_get_many(mcd_client* client, const char* const* names, size_
 /* mcd_release of `count` tensors (distinct names) in one Redis round trip, all or nothing. */
 MCD_API int32_t mcd_release_many(mcd_client* client, const char* const* names, size_t count);
 /* Tensor sets (memcuda(7), TENSOR SETS): tensors "SET/..." laid out in one allocation.
- * mcd_get_set: mcd_get of every member of set `set` still there, in one Redis round trip and one
- * mapping, all or nothing; *out (free it with mcd_free) holds *count tensors, sorted by name. */
+ * mcd_get_set: every member of set `set` still there, opened with one mapping, and one reference
+ * for the whole set (of its member first by name, out[0]: the set's memory stays while any member
+ * lives), in one Redis round trip, all or nothing; *out (free it with mcd_free) holds *count
+ * tensors, sorted by name. Give it back with mcd_release_set, not mcd_release of the members.
+ * mcd_release_set: closes the mappings of the `count` members `names` of one mcd_get_set and
+ * gives back its reference. */
 MCD_API int32_t mcd_get_set(mcd_client* client, const char* set, mcd_tensor** out, size_t* count);
+MCD_API int32_t mcd_release_set(mcd_client* client, const char* const* names, size_t count);
 /* One member of a set for mcd_create_set: its full name ("SET/..."), dtype, shape, and host bytes
  * to fill it with (exactly its size; NULL for none, and then for every member). */
 typedef struct mcd_set_member {

@@ -279,9 +279,7 @@ int32_t mcd_get_set(mcd_client* c, const char* set, mcd_tensor** out, size_t* co
     if (!views.ok()) return Fail(c, views.status());
     *out = static_cast<mcd_tensor*>(std::malloc(views->size() * sizeof(mcd_tensor)));
     if (*out == nullptr) {
-      std::vector<std::string> names;
-      for (const mcd::TensorView& view : *views) names.push_back(view.record.name);
-      (void)c->client->ReleaseMany(names);
+      (void)c->client->ReleaseSet(*views);
       return Fail(c, mcd::Status(mcd::ErrorCode::kOutOfMemory, "no host memory for the set"));
     }
     for (size_t i = 0; i < views->size(); ++i) {
@@ -289,6 +287,23 @@ int32_t mcd_get_set(mcd_client* c, const char* set, mcd_tensor** out, size_t* co
     }
     *count = views->size();
     return MCD_OK;
+  });
+}
+
+int32_t mcd_release_set(mcd_client* c, const char* const* names, size_t count) {
+  std::vector<std::string> members;
+  if (int32_t rc = Names(c, names, count, &members); rc != MCD_OK) return rc;
+  if (members.empty()) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "no members"));
+  return Guard(c, [&]() -> int32_t {
+    // Client::ReleaseSet by names: every mapping closed, then the reference of the first by name.
+    mcd::Status closed = mcd::Status::Ok();
+    for (const std::string& name : members) {
+      mcd::Status one = c->client->Close(name);
+      if (closed.ok()) closed = one;
+    }
+    auto released = c->client->ReleaseReference(*std::min_element(members.begin(), members.end()));
+    if (!released.ok()) return Fail(c, released.status());
+    return closed.ok() ? MCD_OK : Fail(c, closed);
   });
 }
 

@@ -57,6 +57,8 @@ class Client::Impl {
   Result<TensorRecord> CreateSet(Command cmd, const std::vector<SetMember>& members);
   Result<TensorRecord> PublishSet(const std::string& set);
   void AbandonSet(const std::string& set);
+  // One reference for the whole set, of its leader (ReferenceScript::GetSet): every member's
+  // record, the leader's first.
   Result<std::vector<TensorRecord>> DirectGetSet(const std::string& set);
 
   // Reads without touching the tensor (RecordReads), retried while Redis is away.
@@ -71,9 +73,11 @@ class Client::Impl {
   // kOk when the tensor `read` was read without a reference is still there, the same one, so
   // what was copied out of it was its own bytes; kNotFound otherwise.
   Status StillThere(const TensorRecord& read);
-  // Maps every tensor of `records`, whose references this client just took; when one cannot be
-  // mapped, closes the others and gives every reference back, and says which.
-  Result<std::vector<TensorView>> OpenReferenced(std::vector<TensorRecord> records);
+  // Maps every tensor of `records`, whose references this client just took (those of
+  // `references`; all of them when empty); when one cannot be mapped, closes the others and gives
+  // every reference back, and says which.
+  Result<std::vector<TensorView>> OpenReferenced(std::vector<TensorRecord> records,
+                                                 std::vector<std::string> references = {});
 
   template <typename Op>
   auto Retrying(const char* what, bool repeatable, Op op) -> decltype(op()) {

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "client/records.h"
@@ -18,6 +19,29 @@ namespace {
 // How long the marker of a release that the script answered may stay: it is popped at once by
 // the BLPOP sent right behind the script, so this only bounds one whose client died.
 constexpr const char* kMarkerTtl = "60";
+
+// What a whole-set get reads of each member besides the leader (reference_many.lua): the fields
+// that tell a member apart; the others (the allocation's handle, node, device, server, lifetime,
+// creator, ctime) are the set's, as the leader's record has them. Set, state and owner are also
+// the script's checks.
+const std::vector<std::string>& SetMemberFields() {
+  static const std::vector<std::string> fields = {"set",   "state",  "owner",    "dtype", "shape",
+                                                  "bytes", "offset", "refcount", "epoch"};
+  return fields;
+}
+
+// Where each of SetMemberFields() lies in an HMGET of TensorFieldNames().
+const std::vector<size_t>& SetMemberFieldSlots() {
+  static const std::vector<size_t> slots = [] {
+    std::vector<size_t> out;
+    const std::vector<std::string>& all = TensorFieldNames();
+    for (const std::string& field : SetMemberFields()) {
+      out.push_back(static_cast<size_t>(std::find(all.begin(), all.end(), field) - all.begin()));
+    }
+    return out;
+  }();
+  return slots;
+}
 
 // kUnexpectedReply unless the batched script answered for each of `count` tensors.
 Status AnsweredAll(const ReferenceManyReply& answer, size_t count) {
@@ -218,6 +242,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   ReferenceManyArgs args = ManyArgs(kNoItems, std::string());
   args.set_list = list;
   args.set_name = set;
+  args.member_fields = &SetMemberFields();
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, args);
   MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv));
   if (answer.failed == ReferenceManyReply::kNoMember) {
@@ -225,7 +250,35 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
     if (missing.code() != ErrorCode::kNotFound) return missing;  // e.g. the server is gone
     return Status(ErrorCode::kNotFound, "no tensor set named '" + set + "'");
   }
-  return Taken(answer.names, answer);
+  if (answer.failed) return Answer(answer.failed_name, answer.refusal).status();
+  MCD_RETURN_IF_ERROR(AnsweredAll(answer, 1));
+  // Each member's record is the leader's hash with the member's own fields in it.
+  const std::string& leader = answer.names[answer.leader];
+  const RedisValue leader_values = answer.answers[0].values;
+  std::vector<TensorRecord> records;
+  records.reserve(answer.names.size());
+  auto record = Answer(leader, answer.answers[0]);
+  for (size_t i = 0; record.ok() && i < answer.names.size(); ++i) {
+    if (i == answer.leader) continue;
+    records.push_back(std::move(record).value());
+    RedisValue values = leader_values;
+    const std::vector<RedisValue>& own = answer.member_values[i].elements;
+    const std::vector<size_t>& slots = SetMemberFieldSlots();
+    if (own.size() != slots.size() || values.elements.size() != TensorFieldNames().size()) {
+      record = Status(ErrorCode::kUnexpectedReply, "set reference script reply");
+      break;
+    }
+    for (size_t f = 0; f < slots.size(); ++f) values.elements[slots[f]] = own[f];
+    record = RecordFromHmget(answer.names[i], values);
+  }
+  if (!record.ok()) {
+    // A member it cannot read: the reference just taken goes back, as Get gives back its one.
+    (void)ReleaseMany({leader}, {kAnyEpoch});
+    return record.status();
+  }
+  records.push_back(std::move(record).value());
+  // The leader's first (its record was the first made).
+  return records;
 }
 
 Result<std::vector<TensorRecord>> ReferenceScript::Taken(const std::vector<std::string>& names,

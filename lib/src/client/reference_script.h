@@ -46,8 +46,10 @@ class ReferenceScript {
   // reference also waits for the server's reply to its delete command, sent in the same write.
   // `epochs` go with `names` (kAnyEpoch where not known).
   Result<std::vector<TensorRecord>> GetMany(const std::vector<std::string>& names);
-  // GetMany of the members of tensor set `set` still there (its list, KeySpace::Set), read by the
-  // same script call; the records say their names. kNotFound when none is left.
+  // One reference for the whole of tensor set `set`, taken of its leader (its first member still
+  // there), and the records of every member still there (its list, KeySpace::Set), read by the
+  // same script call: the leader's first, with the count the reference made. kNotFound when none
+  // is left.
   Result<std::vector<TensorRecord>> GetSet(const std::string& set);
   Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names,
                                                 const std::vector<std::string>& epochs,

@@ -37,7 +37,15 @@ Result<std::vector<TensorRecord>> Client::Impl::DirectGetMany(
 }
 
 Result<std::vector<TensorRecord>> Client::Impl::DirectGetSet(const std::string& set) {
-  return TakeAll([&] { return script_->GetSet(set); });
+  MCD_RETURN_IF_ERROR(RefusesInit());
+  auto records = Retrying("get", true, [&]() -> Result<std::vector<TensorRecord>> {
+    MCD_RETURN_IF_ERROR(server_->EnsureAlive());
+    return script_->GetSet(set);
+  });
+  // The one reference taken is the leader's, first.
+  if (records.ok())
+    book_.Took(records->front().name, records->front().refcount, records->front().epoch);
+  return records;
 }
 
 // As DirectGet, for the references one batched script call takes.

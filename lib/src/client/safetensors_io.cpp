@@ -145,10 +145,8 @@ Result<std::vector<TensorRecord>> Client::LoadSafetensors(const std::string& pat
 
 Status Client::SaveSafetensors(const std::string& set, const std::string& path) {
   MCD_ASSIGN_OR_RETURN(std::vector<TensorView> views, GetSet(set));
-  std::vector<std::string> names;
-  for (const TensorView& view : views) names.push_back(view.record.name);
   Status written = WriteSetFile(*this, set, views, path);
-  auto released = ReleaseMany(names);  // whatever happened
+  auto released = ReleaseSet(views);  // whatever happened
   if (written.ok() && !released.ok()) return released.status();
   return written;
 }

@@ -95,9 +95,11 @@ Result<std::vector<TensorView>> Client::GetMany(const std::vector<std::string>& 
   return impl_->OpenReferenced(std::move(records));
 }
 
-Result<std::vector<TensorView>> Client::Impl::OpenReferenced(std::vector<TensorRecord> records) {
-  std::vector<std::string> names;
-  for (const TensorRecord& r : records) names.push_back(r.name);
+Result<std::vector<TensorView>> Client::Impl::OpenReferenced(std::vector<TensorRecord> records,
+                                                             std::vector<std::string> names) {
+  if (names.empty()) {
+    for (const TensorRecord& r : records) names.push_back(r.name);
+  }
   std::vector<TensorView> views;
   views.reserve(records.size());
   for (TensorRecord& record : records) {

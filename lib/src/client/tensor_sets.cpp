@@ -140,9 +140,33 @@ Result<std::vector<TensorView>> Client::GetSet(const std::string& set) {
   MCD_RETURN_IF_ERROR(ValidateName(set));
   impl_->server().PrefetchImports();
   MCD_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, impl_->DirectGetSet(set));
+  std::string leader = records.front().name;
   std::sort(records.begin(), records.end(),
             [](const TensorRecord& a, const TensorRecord& b) { return a.name < b.name; });
-  return impl_->OpenReferenced(std::move(records));
+  return impl_->OpenReferenced(std::move(records), {std::move(leader)});
+}
+
+Result<TensorRecord> Client::ReleaseSet(const std::vector<TensorView>& views) {
+  if (views.empty()) return Status(ErrorCode::kInvalidArgument, "ReleaseSet of no views");
+  const TensorView* leader = &views.front();
+  for (const TensorView& view : views) {
+    if (view.record.set.empty() || view.record.set != views.front().record.set) {
+      return Status(ErrorCode::kInvalidArgument, "ReleaseSet takes the views of one GetSet; '" +
+                                                     view.record.name + "' is not of set '" +
+                                                     views.front().record.set + "'");
+    }
+    if (view.record.name < leader->record.name) leader = &view;
+  }
+  // Every mapping closes before the reference goes: the memory stays while any is open here.
+  Status closed = Status::Ok();
+  for (const TensorView& view : views) {
+    Status one = MappingRegistry::Get().Close(view.record);
+    if (closed.ok()) closed = one;
+  }
+  auto released = impl_->Release(leader->record.name);
+  if (!released.ok()) return released.status();
+  if (!closed.ok()) return closed;
+  return released;
 }
 
 }  // namespace mcd

@@ -161,7 +161,12 @@ std::vector<std::string> ReferenceManyCall(std::string_view sha, const Reference
   }
   argv.push_back(std::to_string(fields));
   if (a.fields) argv.insert(argv.end(), a.fields->begin(), a.fields->end());
-  if (!a.set_list.empty()) argv.emplace_back(a.set_name);
+  if (!a.set_list.empty()) {
+    argv.emplace_back(a.set_name);
+    const size_t member_fields = a.member_fields ? a.member_fields->size() : 0;
+    argv.push_back(std::to_string(member_fields));
+    if (a.member_fields) argv.insert(argv.end(), a.member_fields->begin(), a.member_fields->end());
+  }
   for (const ReferenceManyItem& item : items) {
     argv.push_back(item.name);
     argv.push_back(item.delete_command);
@@ -181,14 +186,18 @@ Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply) {
     MCD_ASSIGN_OR_RETURN(out.refusal, ParseReferenceReply(std::move(e[2])));
     return out;
   }
-  if ((e.size() != 2 && e.size() != 3) || e[0].str != "ok") {
+  if ((e.size() != 2 && e.size() != 5) || e[0].str != "ok") {
     return Status(ErrorCode::kUnexpectedReply, "batched reference script reply");
   }
-  if (e.size() == 3) {
+  if (e.size() == 5) {  // a set's
     for (RedisValue& name : e[2].elements) out.names.push_back(std::move(name.str));
-    if (out.names.size() != e[1].elements.size()) {
-      return Status(ErrorCode::kUnexpectedReply, "batched reference script named too few members");
+    out.member_values = std::move(e[3].elements);
+    if (out.names.empty() || out.names.size() != out.member_values.size() ||
+        e[1].elements.size() != 1 || e[4].type != RedisValue::Type::kInteger || e[4].integer < 1 ||
+        static_cast<size_t>(e[4].integer) > out.names.size()) {
+      return Status(ErrorCode::kUnexpectedReply, "set reference script reply");
     }
+    out.leader = static_cast<size_t>(e[4].integer - 1);
   }
   out.answers.reserve(e[1].elements.size());
   for (RedisValue& answer : e[1].elements) {

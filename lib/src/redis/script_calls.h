@@ -211,19 +211,24 @@ struct ReferenceManyArgs {
   std::string_view node, holder, pid, marker_ttl_s;
   const std::vector<std::string>* fields = nullptr;
   const std::vector<ReferenceManyItem>* items = nullptr;
-  // A get of a tensor set's members (no items): the set's list of member keys, and its name.
+  // A get of a whole tensor set (no items): the set's list of member keys, its name, and the
+  // fields read of each member (set, state and owner among them).
   std::string_view set_list;
   std::string_view set_name;
+  const std::vector<std::string>* member_fields = nullptr;
 };
 // EVALSHA `sha` at kReferenceShaIndex, like ReferenceCall; owned strings (it may be long).
 std::vector<std::string> ReferenceManyCall(std::string_view sha, const ReferenceManyArgs& args);
 
 // Either every tensor's answer, in order, or the refusal of the first one that stopped the call
-// (`failed`, from 0) with nothing changed.
+// (`failed`, from 0) with nothing changed. A set's: the answer of its leader alone (the
+// reference taken), and every member's name and fields.
 struct ReferenceManyReply {
   static constexpr size_t kNoMember = SIZE_MAX;  // `failed` of a set with no member left
   std::vector<ReferenceReply> answers;
-  std::vector<std::string> names;  // a set's members, in the order of `answers`
+  std::vector<std::string> names;         // a set's members
+  std::vector<RedisValue> member_values;  // theirs, ReferenceManyArgs::member_fields
+  size_t leader = 0;                      // a set's: the one of `names` referenced
   std::optional<size_t> failed;
   std::string failed_name;  // that tensor's name
   ReferenceReply refusal{ReferenceReply::kOk, {}, {}, {}};

@@ -16,11 +16,18 @@
 -- three per tensor: its name, (release) its delete command and epoch ("*": not known).
 -- A release pushes an empty marker onto the reply list of every tensor whose release it answers
 -- itself (all of them when it refuses), so that the BLPOPs sent right behind it return at once.
--- A get with a sixth key and no tensor of its own (Client::GetSet): KEYS[6] is then the list of a
--- tensor set's member keys (KeySpace::Set), the argument after the fields the set's name, and the
--- tensors are the hashes of that list whose "set" field names the set (a member freed on its own
--- has left it); the answer then ends with their names.
--- Returns {"ok", {answer per tensor}} ({"ok", {answers}, {names}} for a set), an answer being
+-- A get with a sixth key and no tensor of its own (Client::GetSet) takes one reference for a whole
+-- tensor set: KEYS[6] is then the list of the set's member keys (KeySpace::Set); the arguments
+-- after the fields are the set's name, the number of member fields, and those fields. The members
+-- are the hashes of that list whose "set" field names the set (a member freed on its own has left
+-- it), each read once (the member fields only, nothing written); every one must be ready and of
+-- the live server. The reference is taken of the member first by name (the leader), as a get of
+-- it alone: the set's memory is one allocation that stays while any member lives, so that one
+-- reference keeps every member's bytes. A reference of each member would add two writes per
+-- member (its counts, its event) to the read, in a call that Redis runs while every other
+-- client waits (docs/design.md, "Fast paths").
+-- Returns {"ok", {answer per tensor}} ({"ok", {the leader's answer}, {names}, {member values},
+-- the leader's index in them} for a set), an answer being
 -- {"ok", {values}}, {"forgotten", {values}} or {"queued"} as reference.lua answers; or
 -- {"failed", i, refusal, name}: the i-th tensor (from 1) refused with reference.lua's refusal
 -- ({"missing", instance, settled}, {"not_ready", state}, {"wrong_node", node}, {"gone"},
@@ -51,12 +58,32 @@ local function number_or_absent(v) return not v or tonumber(v) ~= nil end
 local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SETTLED)
 local keys, names, replies = {}, {}, {}
 local of_set = not release and #KEYS == 6
+local members, member_names = {}, {}  -- a set's: each member's fields, and its name
+local leader  -- the index of the one whose reference a set's get takes
 if of_set then
+  local set_name, nmember = ARGV[first_arg + 1], tonumber(ARGV[first_arg + 2])
+  local member_fields, mat = {}, {}
+  for i = 1, nmember do
+    member_fields[i] = ARGV[first_arg + 2 + i]
+    mat[member_fields[i]] = i
+  end
+  for _, name in ipairs({'set', 'state', 'owner'}) do
+    if not mat[name] then return redis.error_reply('ERR reference_many: no member field ' .. name) end
+  end
   -- A member freed on its own has left the set, and a tensor of its name made since is none.
   for _, key in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
-    if redis.call('HGET', key, 'set') == ARGV[first_arg + 1] then
-      keys[#keys + 1] = key
-      names[#names + 1] = string.match(key, '{([^{}]*)}$') or key
+    local m = redis.call('HMGET', key, unpack(member_fields))
+    if m[mat.set] == set_name then
+      local name = string.match(key, '{([^{}]*)}$') or key
+      local i = #members + 1
+      members[i], member_names[i] = m, name
+      if i == 1 or name < names[1] then keys[1], names[1], leader = key, name, i end
+      -- The leader's own checks come below too, as any get's.
+      if m[mat.state] ~= 'ready' then
+        return {'failed', i, {'not_ready', m[mat.state] or ''}, name}
+      elseif m[mat.owner] ~= server[1] then
+        return {'failed', i, {'gone'}, name}
+      end
     end
   end
   if #keys == 0 then return {'failed', 0, {'missing', server[1] or '', server[3] or ''}} end
@@ -136,5 +163,5 @@ for i = 1, n do
   end
 end
 mcd_hold_sets(KEYS[2], KEYS[3], holder, first)
-if of_set then return {'ok', out, names} end
+if of_set then return {'ok', out, member_names, members, leader} end
 return {'ok', out}
