@@ -11,7 +11,8 @@ CuPy and JAX arrays.
     w = mc.get("weights")                          # in any other process of the machine
     x = torch.from_dlpack(w)                       # the same memory, no copy
 
-A Tensor holds one reference to the named tensor for this process, and its mapping. It gives
+A Tensor holds one reference to the named tensor for this process (the Tensors of one get_set:
+the set's one reference, together), and its mapping. It gives
 both back when the last array that views the memory is garbage-collected, or at release() (or
 the end of a `with` block) if none does by then; an array that still views the memory after
 release() keeps it mapped until it goes, so a view can never outlive its memory. See
@@ -92,6 +93,9 @@ class Client:
         # any more, this process would give back one bound to no process (the creator's).
         self._live = collections.Counter()
         self._given = collections.Counter()
+        # By name: the leaders of this client's get_set holds alive here, whose reference rm()
+        # must not give back (it would unprotect every member's views).
+        self._held_sets = collections.Counter()
         # While release_many runs: the names whose references its Tensors' mappings give back,
         # sent together at its end.
         self._batch = None
@@ -192,7 +196,7 @@ class Client:
         Tensors by member name without the "name/" prefix (as the set's safetensors file names
         them), sorted. The reference (counted on the member first by name: the set's memory
         stays while any member lives) is given back when the last of these Tensors and their
-        arrays is gone, or at their release(); release_many of all of them gives it back at once."""
+        arrays is gone, or at their release() (release_many of them: in a call of its own)."""
         name = _str(name).rstrip("/")
         array = ctypes.c_void_p()
         count = ctypes.c_size_t()
@@ -201,7 +205,7 @@ class Client:
             try:
                 records = ctypes.cast(array, ctypes.POINTER(_CTensor))
                 members = [records[i] for i in range(count.value)]
-                hold = _SetHold(self, [record.name.decode() for record in members])
+                hold = _SetHold(self, [(record.name.decode(), record.data) for record in members])
                 return {record.name.decode()[len(name) + 1:]:
                         Tensor(self, _Mapping(self, record, hold), record) for record in members}
             finally:
@@ -267,9 +271,15 @@ class Client:
         Arrays of this process that view it stay valid: their mapping stays until its Tensor
         and arrays are gone, and when rm() gave back the reference a Tensor here held, that
         Tensor then gives back none of its own. Counted per Client: a Tensor of another Client
-        of this process is not known here."""
+        of this process is not known here. Refused (InvalidArgument) for the member that holds
+        the reference of a get_set of this Client still alive: it would give that back."""
         name = _str(name)
         with self._lock:
+            if self._held_sets[name] > 0:
+                raise InvalidArgument(
+                    "tensor %r holds the reference of a get_set of this process (the set's "
+                    "member first by name): give it back with that set's Tensors, or remove it "
+                    "from another process (mcd-rm)" % name)
             # Booked before the call: a finalizer that runs inside it on this thread (the lock
             # is re-entrant) then closes its mapping only.
             booked = self._live[name] > self._given[name]
@@ -317,27 +327,27 @@ class Client:
         if counter[name] <= 0:
             del counter[name]  # no entry kept per name ever touched
 
-    def _give_back_set(self, names):
+    def _give_back_set(self, members):
         """The reference of a get_set and its members' mappings, given back when the last of
-        its Tensors went: the reference is counted as the leader's (names[0]), as rm() sees it.
-        Called from a finalizer, as _give_back."""
-        leader = names[0]
+        its Tensors went: `members` (name, address) sorted by name, the reference counted as the
+        first's (the leader's), as rm() sees it. Each mapping is closed as itself, not by name
+        (a member freed since may share its name with a tensor opened here later). Called from
+        a finalizer, as _give_back."""
+        leader = members[0][0]
+        views = (_CTensor * len(members))()
+        for view, (name, data) in zip(views, members):
+            view.name, view.data = name.encode(), data
         with self._lock:
             self._drop(self._live, leader)
+            self._drop(self._held_sets, leader)
             if not self._handle:
                 return
-            closes = names
             if self._given[leader] > 0:  # rm() gave the reference back: the mappings only
                 self._drop(self._given, leader)
-            elif self._batch is not None and leader not in self._batch:
-                self._batch.append(leader)  # release_many gives it back with the others
-                closes = names[1:]
+                for view in views:
+                    _clib.mcd_close_view(self._handle, ctypes.byref(view))
             else:
-                array = (ctypes.c_char_p * len(names))(*[n.encode() for n in names])
-                _clib.mcd_release_set(self._handle, array, len(names))
-                return
-            for n in closes:
-                _clib.mcd_close(self._handle, n.encode())
+                _clib.mcd_release_set(self._handle, views, len(members))
 
     def _give_back(self, name):
         """A Tensor's reference and mapping, given back when its last view went (its mapping
@@ -360,13 +370,15 @@ class Client:
 
 class _SetHold:
     """The one reference of a get_set and its members' mappings, given back when this object is
-    garbage-collected: it is held by the _Mapping of every member it opened. `names`: the
-    members, the first by name (whose count holds the reference) first."""
+    garbage-collected: it is held by the _Mapping of every member it opened. `members`: their
+    (name, address), in any order; the first by name holds the count."""
 
-    def __init__(self, client, names):
-        names = sorted(names)
-        client._opened(names[0])
-        weakref.finalize(self, client._give_back_set, names)
+    def __init__(self, client, members):
+        members = sorted(members)
+        with client._lock:
+            client._opened(members[0][0])
+            client._held_sets[members[0][0]] += 1
+        weakref.finalize(self, client._give_back_set, members)
 
 
 class _Mapping:
@@ -387,6 +399,13 @@ class _Mapping:
         if hold is None:
             client._opened(self.name)
             weakref.finalize(self, client._give_back, self.name)
+
+    def view(self):
+        """This mapping as the C ABI names a view: its name and address."""
+        view = _CTensor()
+        view.name, view.device, view.bytes, view.data = (self.name.encode(), self.device,
+                                                         self.nbytes, self.data)
+        return view
 
 
 class Tensor:
@@ -444,7 +463,8 @@ class Tensor:
     def tobytes(self) -> bytes:
         """A copy of the tensor's bytes in host memory."""
         buf = ctypes.create_string_buffer(self.nbytes)
-        self._client._call(_clib.mcd_copy_to_host, self.name.encode(), buf, self.nbytes)
+        mapping = self._live()  # held through the copy: its own memory, whatever the name is now
+        self._client._call(_clib.mcd_view_to_host, ctypes.byref(mapping.view()), buf, self.nbytes)
         return buf.raw
 
     def write(self, data: Any) -> None:
@@ -454,7 +474,8 @@ class Tensor:
         if nbytes > self.nbytes:
             raise InvalidArgument("%d bytes do not fit tensor %r of %d bytes"
                                   % (nbytes, self.name, self.nbytes))
-        self._client._call(_clib.mcd_copy_from_host, self.name.encode(), src, nbytes)
+        mapping = self._live()
+        self._client._call(_clib.mcd_view_from_host, ctypes.byref(mapping.view()), src, nbytes)
 
     # -- zero-copy exports -----------------------------------------------------------------
 

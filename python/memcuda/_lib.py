@@ -10,7 +10,7 @@ import shutil
 
 MAX_DIMS = 8
 DEVICE_CPU = -1
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 class Tensor(ctypes.Structure):
@@ -108,7 +108,12 @@ _declare("mcd_create_set", _i32, _client, _str, ctypes.POINTER(SetMember), ctype
 _declare("mcd_release_many", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t)
 _declare("mcd_get_set", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p),
          ctypes.POINTER(ctypes.c_size_t))
-_declare("mcd_release_set", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t)
+_declare("mcd_release_set", _i32, _client, ctypes.POINTER(Tensor), ctypes.c_size_t)
+_declare("mcd_close_view", _i32, _client, ctypes.POINTER(Tensor))
+_declare("mcd_view_to_host", _i32, _client, ctypes.POINTER(Tensor), ctypes.c_void_p,
+         ctypes.c_uint64)
+_declare("mcd_view_from_host", _i32, _client, ctypes.POINTER(Tensor), ctypes.c_void_p,
+         ctypes.c_uint64)
 _declare("mcd_load_safetensors", _i32, _client, _str, _str, _i32)
 _declare("mcd_save_safetensors", _i32, _client, _str, _str)
 _declare("mcd_open", _i32, _client, _str, ctypes.POINTER(Tensor))

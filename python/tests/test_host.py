@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -478,12 +479,39 @@ def test_a_held_set_keeps_every_members_bytes_and_goes_with_its_holder(node, mc)
     # Killed, the holder's reference is given back, and the set goes with it.
     child.send_signal(signal.SIGKILL)
     child.wait()
-    import time
     for _ in range(100):
         if not mc.ls("held/*"):
             break
         time.sleep(0.05)
     assert mc.ls("held/*") == []
+
+
+def test_a_held_sets_member_is_itself_whatever_its_name_names_now(node, mc):
+    rng = np.random.default_rng(8)
+    a, b = (rng.integers(0, 2**32, size=32, dtype=np.uint32) for _ in range(2))
+    mc.create_set("re", [("a", 32, "u32", a), ("b", 32, "u32", b)], device="cpu")
+    one, two = mc.get_set("re"), mc.get_set("re")
+    with pytest.raises(memcuda.InvalidArgument):
+        mc.rm("re/a")  # the sets' reference: refused, nothing changed
+    node.run("mcd-rm", "re/")  # the creator's: re/a stays (held), re/b goes
+    assert [r["name"] for r in mc.ls("re/*")] == ["re/a"]
+    new = mc.create("re/b", 32, "u32", device="cpu")  # another tensor of a freed member's name
+    seen = mc.get("re/b")
+    new_view = np.asarray(seen)
+    assert np.array_equal(np.frombuffer(one["b"].tobytes(), np.uint32), b), "its own bytes"
+    fresh = rng.integers(0, 2**32, size=32, dtype=np.uint32)
+    one["b"].write(fresh)
+    assert np.array_equal(np.asarray(two["b"]), fresh), "written through the held mapping"
+    assert not new_view.any(), "the new tensor of that name is untouched"
+    # The sets go: their mappings close as themselves, not the new tensor's of the same name.
+    del one, two
+    gc.collect()
+    assert not new_view.any() and new_view.shape == (32,)
+    assert mc.ls("re/*") == [mc.stat("re/b")]
+    del new_view, seen
+    new.release()
+    mc.rm("re/b")
+    assert mc.ls("re/*") == []
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["node_named", "only_live_server"])

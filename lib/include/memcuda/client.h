@@ -127,7 +127,8 @@ class MCD_API Client {
   // of the set's allocation. Views sorted by name. The reference is the first view's (the member
   // first by name): the set's memory is one allocation that stays while any member lives, so it
   // keeps every member's bytes, whichever members are freed meanwhile. Give it back with
-  // ReleaseSet, not Release of the members. kNotFound when no member is left.
+  // ReleaseSet, not Release of the members (a Release of the first would give it back, as this
+  // process's own reference of that member). kNotFound when no member is left.
   Result<std::vector<TensorView>> GetSet(const std::string& set);
   // Closes the mappings of the views of one GetSet (all of them, in any order) and gives back
   // the reference it took. Returns the record of the member that held it, as Release does.
@@ -161,6 +162,12 @@ class MCD_API Client {
   Result<TensorRecord> ReleaseReference(const std::string& name);
   // Closes this process's mapping of a tensor opened with Get/Open, without a delete command.
   Status Close(const std::string& name);
+  // Closes the mapping of `view` itself: of two tensors of one name open here (a set's member
+  // freed since, still held through its set, and a new tensor of its name), the one it views.
+  Status Close(const TensorView& view);
+  // The view of tensor `name` open in this process at `data` (for the C ABI, whose callers hold
+  // the name and address of what they got); kNotFound when none is.
+  Result<TensorView> Opened(const std::string& name, void* data);
   // Reads the hash without touching the refcount.
   Result<TensorRecord> Stat(const std::string& name);
   // Every tensor whose name matches `glob` (SCAN, never KEYS), sorted by name. Keys under the

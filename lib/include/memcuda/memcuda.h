@@ -54,7 +54,7 @@ enum {
 
 #define MCD_DEVICE_CPU (-1)
 #define MCD_MAX_DIMS 8
-#define MCD_ABI_VERSION 1
+#define MCD_ABI_VERSION 2
 
 /* The library's version ("0.1.0") and ABI version, of the library loaded, not of this header. */
 MCD_API const char* mcd_version(void);
@@ -128,10 +128,10 @@ MCD_API int32_t mcd_release_many(mcd_client* client, const char* const* names, s
  * for the whole set (of its member first by name, out[0]: the set's memory stays while any member
  * lives), in one Redis round trip, all or nothing; *out (free it with mcd_free) holds *count
  * tensors, sorted by name. Give it back with mcd_release_set, not mcd_release of the members.
- * mcd_release_set: closes the mappings of the `count` members `names` of one mcd_get_set and
- * gives back its reference. */
+ * mcd_release_set: closes the mappings of the `count` members of one mcd_get_set (as it handed
+ * them out; each is found open here by its name and data) and gives back its reference. */
 MCD_API int32_t mcd_get_set(mcd_client* client, const char* set, mcd_tensor** out, size_t* count);
-MCD_API int32_t mcd_release_set(mcd_client* client, const char* const* names, size_t count);
+MCD_API int32_t mcd_release_set(mcd_client* client, const mcd_tensor* members, size_t count);
 /* One member of a set for mcd_create_set: its full name ("SET/..."), dtype, shape, and host bytes
  * to fill it with (exactly its size; NULL for none, and then for every member). */
 typedef struct mcd_set_member {
@@ -171,6 +171,14 @@ MCD_API int32_t mcd_release_reference(mcd_client* client, const char* name);
 MCD_API int32_t mcd_copy_to_host(mcd_client* client, const char* name, void* dst, uint64_t bytes);
 MCD_API int32_t mcd_copy_from_host(mcd_client* client, const char* name, const void* src,
                                    uint64_t bytes);
+/* The same through a view this process holds (from mcd_get, mcd_get_set or mcd_open, found open
+ * here by its name and data): its own mapping, whatever tensor its name names now. */
+MCD_API int32_t mcd_view_to_host(mcd_client* client, const mcd_tensor* view, void* dst,
+                                 uint64_t bytes);
+MCD_API int32_t mcd_view_from_host(mcd_client* client, const mcd_tensor* view, const void* src,
+                                   uint64_t bytes);
+/* mcd_close of that view's own mapping. */
+MCD_API int32_t mcd_close_view(mcd_client* client, const mcd_tensor* view);
 /* The whole record as a JSON object (the keys of mcd-ls --json). Free *json_out with mcd_free. */
 MCD_API int32_t mcd_stat_json(mcd_client* client, const char* name, char** json_out);
 /* Reads the record; data is NULL. */

@@ -290,21 +290,64 @@ int32_t mcd_get_set(mcd_client* c, const char* set, mcd_tensor** out, size_t* co
   });
 }
 
-int32_t mcd_release_set(mcd_client* c, const char* const* names, size_t count) {
-  std::vector<std::string> members;
-  if (int32_t rc = Names(c, names, count, &members); rc != MCD_OK) return rc;
-  if (members.empty()) return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "no members"));
-  return Guard(c, [&]() -> int32_t {
-    // Client::ReleaseSet by names: every mapping closed, then the reference of the first by name.
-    mcd::Status closed = mcd::Status::Ok();
-    for (const std::string& name : members) {
-      mcd::Status one = c->client->Close(name);
-      if (closed.ok()) closed = one;
+// The views of `count` tensors as mcd_get/mcd_get_set handed them out, found open here by name
+// and address; or an error set on the client.
+static int32_t Views(mcd_client* c, const mcd_tensor* tensors, size_t count,
+                     std::vector<mcd::TensorView>* out) {
+  if (c == nullptr || c->client == nullptr) return MCD_ERR_INVALID_ARGUMENT;
+  if (tensors == nullptr && count > 0) return Check(c, nullptr);
+  for (size_t i = 0; i < count; ++i) {
+    if (std::memchr(tensors[i].name, '\0', sizeof(tensors[i].name)) == nullptr) {
+      return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "a tensor's name is unended"));
     }
-    auto released = c->client->ReleaseReference(*std::min_element(members.begin(), members.end()));
-    if (!released.ok()) return Fail(c, released.status());
+    auto view = c->client->Opened(tensors[i].name, tensors[i].data);
+    if (!view.ok()) return Fail(c, view.status());
+    out->push_back(std::move(view).value());
+  }
+  return MCD_OK;
+}
+
+int32_t mcd_release_set(mcd_client* c, const mcd_tensor* members, size_t count) {
+  return Guard(c, [&]() -> int32_t {
+    std::vector<mcd::TensorView> views;
+    if (int32_t rc = Views(c, members, count, &views); rc != MCD_OK) return rc;
+    auto released = c->client->ReleaseSet(views);
+    return released.ok() ? MCD_OK : Fail(c, released.status());
+  });
+}
+
+int32_t mcd_close_view(mcd_client* c, const mcd_tensor* view) {
+  return Guard(c, [&]() -> int32_t {
+    std::vector<mcd::TensorView> views;
+    if (int32_t rc = Views(c, view, 1, &views); rc != MCD_OK) return rc;
+    mcd::Status closed = c->client->Close(views.front());
     return closed.ok() ? MCD_OK : Fail(c, closed);
   });
+}
+
+// A copy through a view this process holds: its own mapping, whatever its name names now.
+static int32_t CopyView(mcd_client* c, const mcd_tensor* t, void* dst, const void* src,
+                        uint64_t bytes) {
+  return Guard(c, [&]() -> int32_t {
+    std::vector<mcd::TensorView> views;
+    if (int32_t rc = Views(c, t, 1, &views); rc != MCD_OK) return rc;
+    mcd::Status copied = dst != nullptr ? c->client->CopyToHost(views.front(), dst, bytes)
+                                        : c->client->CopyFromHost(views.front(), src, bytes);
+    return copied.ok() ? MCD_OK : Fail(c, copied);
+  });
+}
+
+int32_t mcd_view_to_host(mcd_client* c, const mcd_tensor* view, void* dst, uint64_t bytes) {
+  if (dst == nullptr && bytes > 0)
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "dst is NULL"));
+  static char none;
+  return CopyView(c, view, dst != nullptr ? dst : &none, nullptr, bytes);
+}
+
+int32_t mcd_view_from_host(mcd_client* c, const mcd_tensor* view, const void* src, uint64_t bytes) {
+  if (src == nullptr && bytes > 0)
+    return Fail(c, mcd::Status(mcd::ErrorCode::kInvalidArgument, "src is NULL"));
+  return CopyView(c, view, nullptr, src, bytes);
 }
 
 int32_t mcd_load_safetensors(mcd_client* c, const char* path, const char* set, int32_t device) {
@@ -362,9 +405,12 @@ static int32_t CopyHost(mcd_client* c, const char* name, void* dst, const void* 
                                                std::to_string(view->record.bytes))
                          : write ? c->client->CopyFromHost(*view, src, bytes)
                                  : c->client->CopyToHost(*view, dst, bytes);
-    // The Open's or Get's mapping, not another holder's.
-    mcd::Status closed =
-        write && view->referenced ? c->client->Release(name).status() : c->client->Close(name);
+    // The Open's or Get's mapping, not another of its name (a set's member still held).
+    mcd::Status closed = c->client->Close(*view);
+    if (write && view->referenced) {
+      auto released = c->client->ReleaseReference(name);
+      if (closed.ok()) closed = released.status();
+    }
     if (!copied.ok()) return Fail(c, copied);
     return closed.ok() ? MCD_OK : Fail(c, closed);
   });

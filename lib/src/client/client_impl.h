@@ -53,7 +53,7 @@ class Client::Impl {
   Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names);
   // A tensor set (tensor_sets.cpp): its members pushed, then the create_set command `cmd`
   // through the server, which answers with the record of the whole set; then its publish or
-  // abandon (a set being filled); and every member's reference in one script call.
+  // abandon (a set being filled); and the whole set's one reference (DirectGetSet).
   Result<TensorRecord> CreateSet(Command cmd, const std::vector<SetMember>& members);
   Result<TensorRecord> PublishSet(const std::string& set);
   void AbandonSet(const std::string& set);

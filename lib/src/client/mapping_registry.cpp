@@ -119,10 +119,10 @@ Status MappingRegistry::Close(const TensorRecord& r) {
                        [&](DeviceContext& ctx) { return CloseMapping(ctx, opener, opener_ptr); });
 }
 
-std::optional<TensorRecord> MappingRegistry::FindByName(const std::string& name) {
+std::optional<TensorRecord> MappingRegistry::FindByName(const std::string& name, const void* at) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [key, mapping] : maps_) {
-    if (mapping.record.name == name) return mapping.record;
+    if (mapping.record.name == name && (at == nullptr || mapping.ptr == at)) return mapping.record;
   }
   return std::nullopt;
 }

@@ -89,8 +89,10 @@ class MappingRegistry {
   // lies in it is open any more. Not found is fine (not opened here).
   Status Close(const TensorRecord& r);
 
-  // Finds the record of an opened tensor by name (for Release without a record at hand).
-  std::optional<TensorRecord> FindByName(const std::string& name);
+  // Finds the record of an opened tensor by name (for Release without a record at hand), and,
+  // given `at`, only one mapped at that address: two tensors of one name may both be open here
+  // (a member of a set still held, freed since, and a new tensor of its name).
+  std::optional<TensorRecord> FindByName(const std::string& name, const void* at = nullptr);
 
   ~MappingRegistry();
 

@@ -25,8 +25,8 @@ constexpr const char* kMarkerTtl = "60";
 // creator, ctime) are the set's, as the leader's record has them. Set, state and owner are also
 // the script's checks.
 const std::vector<std::string>& SetMemberFields() {
-  static const std::vector<std::string> fields = {"set",   "state",  "owner",    "dtype", "shape",
-                                                  "bytes", "offset", "refcount", "epoch"};
+  static const std::vector<std::string> fields = {"set",   "state", "owner",  "node",     "dtype",
+                                                  "shape", "bytes", "offset", "refcount", "epoch"};
   return fields;
 }
 
@@ -41,6 +41,20 @@ const std::vector<size_t>& SetMemberFieldSlots() {
     return out;
   }();
   return slots;
+}
+
+// A member's record: the leader's hash (`leader_values`, an HMGET of TensorFieldNames()) with
+// the member's own SetMemberFields() (`own`) in it, validated as any record read.
+Result<TensorRecord> MemberRecord(const std::string& name, const RedisValue& leader_values,
+                                  const RedisValue& own) {
+  const std::vector<size_t>& slots = SetMemberFieldSlots();
+  if (own.elements.size() != slots.size() ||
+      leader_values.elements.size() != TensorFieldNames().size()) {
+    return Status(ErrorCode::kUnexpectedReply, "set reference script reply");
+  }
+  RedisValue values = leader_values;
+  for (size_t f = 0; f < slots.size(); ++f) values.elements[slots[f]] = own.elements[f];
+  return RecordFromHmget(name, values);
 }
 
 // kUnexpectedReply unless the batched script answered for each of `count` tensors.
@@ -252,32 +266,31 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   }
   if (answer.failed) return Answer(answer.failed_name, answer.refusal).status();
   MCD_RETURN_IF_ERROR(AnsweredAll(answer, 1));
-  // Each member's record is the leader's hash with the member's own fields in it.
+  // Each member's record is the leader's hash with the member's own fields in it; the leader's
+  // first, with the count its reference made.
   const std::string& leader = answer.names[answer.leader];
   const RedisValue leader_values = answer.answers[0].values;
   std::vector<TensorRecord> records;
   records.reserve(answer.names.size());
-  auto record = Answer(leader, answer.answers[0]);
-  for (size_t i = 0; record.ok() && i < answer.names.size(); ++i) {
+  Status read = Status::Ok();
+  auto first = Answer(leader, answer.answers[0]);
+  if (first.ok())
+    records.push_back(std::move(first).value());
+  else
+    read = first.status();
+  for (size_t i = 0; read.ok() && i < answer.names.size(); ++i) {
     if (i == answer.leader) continue;
-    records.push_back(std::move(record).value());
-    RedisValue values = leader_values;
-    const std::vector<RedisValue>& own = answer.member_values[i].elements;
-    const std::vector<size_t>& slots = SetMemberFieldSlots();
-    if (own.size() != slots.size() || values.elements.size() != TensorFieldNames().size()) {
-      record = Status(ErrorCode::kUnexpectedReply, "set reference script reply");
-      break;
-    }
-    for (size_t f = 0; f < slots.size(); ++f) values.elements[slots[f]] = own[f];
-    record = RecordFromHmget(answer.names[i], values);
+    auto record = MemberRecord(answer.names[i], leader_values, answer.member_values[i]);
+    if (record.ok())
+      records.push_back(std::move(record).value());
+    else
+      read = record.status();
   }
-  if (!record.ok()) {
+  if (!read.ok()) {
     // A member it cannot read: the reference just taken goes back, as Get gives back its one.
     (void)ReleaseMany({leader}, {kAnyEpoch});
-    return record.status();
+    return read;
   }
-  records.push_back(std::move(record).value());
-  // The leader's first (its record was the first made).
   return records;
 }
 

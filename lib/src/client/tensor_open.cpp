@@ -157,4 +157,15 @@ Status Client::Close(const std::string& name) {
   return MappingRegistry::Get().Close(*record);
 }
 
+Status Client::Close(const TensorView& view) { return MappingRegistry::Get().Close(view.record); }
+
+Result<TensorView> Client::Opened(const std::string& name, void* data) {
+  auto record = MappingRegistry::Get().FindByName(name, data);
+  if (!record) {
+    return Status(ErrorCode::kNotFound,
+                  "tensor '" + name + "' is not open here at that address (released?)");
+  }
+  return TensorView{std::move(record).value(), data};
+}
+
 }  // namespace mcd

@@ -2,8 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Tensor sets (client.h, CreateSetSpec): CreateSet (the members pushed, one create_set command,
-// then the bytes written through one mapping of the whole set and one publish), and GetSet (every
-// member's reference in one script call, and one mapping). The client's thread.
+// then the bytes written through one mapping of the whole set and one publish), GetSet (every
+// member read and one reference for the whole set in one script call, and one mapping) and
+// ReleaseSet. The client's thread.
 #include <algorithm>
 #include <unordered_set>
 
@@ -158,15 +159,9 @@ Result<TensorRecord> Client::ReleaseSet(const std::vector<TensorView>& views) {
     if (view.record.name < leader->record.name) leader = &view;
   }
   // Every mapping closes before the reference goes: the memory stays while any is open here.
-  Status closed = Status::Ok();
-  for (const TensorView& view : views) {
-    Status one = MappingRegistry::Get().Close(view.record);
-    if (closed.ok()) closed = one;
-  }
-  auto released = impl_->Release(leader->record.name);
-  if (!released.ok()) return released.status();
-  if (!closed.ok()) return closed;
-  return released;
+  // One that could not be closed keeps the reference, as Release keeps its own.
+  for (const TensorView& view : views) MCD_RETURN_IF_ERROR(Close(view));
+  return impl_->Release(leader->record.name);
 }
 
 }  // namespace mcd

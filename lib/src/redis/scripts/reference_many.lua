@@ -67,8 +67,16 @@ if of_set then
     member_fields[i] = ARGV[first_arg + 2 + i]
     mat[member_fields[i]] = i
   end
-  for _, name in ipairs({'set', 'state', 'owner'}) do
+  for _, name in ipairs({'set', 'state', 'owner', 'node'}) do
     if not mat[name] then return redis.error_reply('ERR reference_many: no member field ' .. name) end
+  end
+  -- First by bytes, as the client orders names (Lua's < follows Redis's locale: strcoll).
+  local function before(a, b)
+    for i = 1, math.min(#a, #b) do
+      local x, y = string.byte(a, i), string.byte(b, i)
+      if x ~= y then return x < y end
+    end
+    return #a < #b
   end
   -- A member freed on its own has left the set, and a tensor of its name made since is none.
   for _, key in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
@@ -77,9 +85,11 @@ if of_set then
       local name = string.match(key, '{([^{}]*)}$') or key
       local i = #members + 1
       members[i], member_names[i] = m, name
-      if i == 1 or name < names[1] then keys[1], names[1], leader = key, name, i end
+      if i == 1 or before(name, names[1]) then keys[1], names[1], leader = key, name, i end
       -- The leader's own checks come below too, as any get's.
-      if m[mat.state] ~= 'ready' then
+      if m[mat.node] ~= ARGV[2] then
+        return {'failed', i, {'wrong_node', m[mat.node] or ''}, name}
+      elseif m[mat.state] ~= 'ready' then
         return {'failed', i, {'not_ready', m[mat.state] or ''}, name}
       elseif m[mat.owner] ~= server[1] then
         return {'failed', i, {'gone'}, name}
