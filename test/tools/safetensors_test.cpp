@@ -6,8 +6,12 @@
 // hold is refused with nothing made. Real redis-server, mcd-serve and tools, host tensors; the
 // files are written and read here by hand (not by the code under test), every byte compared.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "lifecycle_fixture.h"
@@ -131,6 +135,50 @@ TEST_F(Safetensors, ACheckpointBecomesASetAndComesBackTheSame) {
   ASSERT_EQ(removed.exit_code, 0) << removed.err;
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000)) << ServeLog();
   EXPECT_NE(Tool("mcd-rm", {"llm/"}).exit_code, 0) << "no such set any more";
+}
+
+// A set written to a file goes as the tools' -o writes any file: through a link, keeping the
+// permission bits of a file it replaces, leaving no temporary file; into a FIFO as it is.
+TEST_F(Safetensors, ASetIsWrittenAsEveryOutputIs) {
+  std::vector<FileTensor> model = Model();
+  Write("model.safetensors", SafetensorsFile(model));
+  ASSERT_EQ(
+      Tool("mcd-create", {"llm", "--from", Path("model.safetensors"), "--device", "cpu"}).exit_code,
+      0);
+  ASSERT_EQ(Tool("mcd-get", {"llm/", "-q", "-o", Path("plain.safetensors")}).exit_code, 0);
+  const std::string expected = test::ReadFile(Path("plain.safetensors"));
+  ASSERT_EQ(ReadSafetensors(expected).size(), model.size());
+
+  std::string out_dir = Path("out");
+  ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);
+  std::string target = out_dir + "/real.safetensors", link = out_dir + "/link.safetensors";
+  std::ofstream(target) << "old";
+  ASSERT_EQ(chmod(target.c_str(), 0640), 0);
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  auto saved = Tool("mcd-get", {"llm/", "-q", "-o", link});
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  EXPECT_TRUE(test::ReadFile(target) == expected) << "written through the link";
+  struct stat st {};
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced by a plain file";
+  ASSERT_EQ(stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir))
+    names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"link.safetensors", "real.safetensors"}));
+
+  std::string fifo = Path("pipe.safetensors");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  test::Background reader({"/bin/cat", fifo}, {}, Path("received"));
+  auto piped = Tool("mcd-get", {"llm/", "-q", "-o", fifo});
+  EXPECT_EQ(piped.exit_code, 0) << piped.err;
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced by a plain file";
+  ASSERT_EQ(reader.Wait(S_ISFIFO(st.st_mode) ? 30 : 1), 0) << "the reader got no end of file";
+  EXPECT_TRUE(test::ReadFile(Path("received")) == expected);
+  ASSERT_EQ(Tool("mcd-rm", {"llm/", "-q"}).exit_code, 0);
 }
 
 // A file memcuda cannot hold is refused, naming why, and nothing is made.

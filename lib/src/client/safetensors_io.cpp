@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "client/client_impl.h"
+#include "memcuda/file_out.h"
 #include "memcuda/unique_fd.h"
 #include "protocol/safetensors.h"
 
@@ -59,19 +60,8 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
-Status WriteAll(int fd, const char* data, uint64_t bytes, const std::string& path) {
-  while (bytes > 0) {
-    ssize_t n = write(fd, data, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return IoError("write " + path, errno);
-    data += n;
-    bytes -= static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
-// SaveSafetensors' file: the members `views` of set `set`, named without "<set>/". Written
-// beside its final name and renamed there once whole: a reader never sees half a file.
+// SaveSafetensors' file: the members `views` of set `set`, named without "<set>/", written whole
+// or not at all (WriteFileWhole, as the tools' -o).
 Status WriteSetFile(Client& client, const std::string& set, const std::vector<TensorView>& views,
                     const std::string& path) {
   std::vector<SafetensorsEntry> entries;
@@ -86,26 +76,16 @@ Status WriteSetFile(Client& client, const std::string& set, const std::vector<Te
     entries.push_back(SafetensorsEntry{r.name.substr(prefix.size()), r.dtype, r.shape, 0, r.bytes});
     largest = std::max(largest, r.bytes);
   }
-  const std::string temp = path + ".tmp-" + std::to_string(getpid());
-  Status written = Status::Ok();
-  {
-    UniqueFd fd(open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) written = IoError("open " + temp, errno);
+  return WriteFileWhole(path, [&](int fd) -> Status {
     std::string head = SafetensorsHeader(entries);
-    if (written.ok()) written = WriteAll(fd.get(), head.data(), head.size(), temp);
-    std::string buffer;
-    if (written.ok()) buffer.resize(largest);
-    for (size_t i = 0; written.ok() && i < views.size(); ++i) {
-      written = client.CopyToHost(views[i], buffer.data(), views[i].record.bytes);
-      if (written.ok()) written = WriteAll(fd.get(), buffer.data(), views[i].record.bytes, temp);
+    MCD_RETURN_IF_ERROR(WriteAllTo(fd, head, path));
+    std::string buffer(largest, '\0');
+    for (const TensorView& view : views) {
+      MCD_RETURN_IF_ERROR(client.CopyToHost(view, buffer.data(), view.record.bytes));
+      MCD_RETURN_IF_ERROR(WriteAllTo(fd, std::string_view(buffer.data(), view.record.bytes), path));
     }
-    if (written.ok() && fd && close(fd.release()) != 0) written = IoError("close " + temp, errno);
-  }
-  if (written.ok() && rename(temp.c_str(), path.c_str()) != 0) {
-    written = IoError("rename to " + path, errno);
-  }
-  if (!written.ok()) unlink(temp.c_str());
-  return written;
+    return Status::Ok();
+  });
 }
 
 }  // namespace
