@@ -145,9 +145,14 @@ TEST_F(Safetensors, ASetIsWrittenAsEveryOutputIs) {
   ASSERT_EQ(
       Tool("mcd-create", {"llm", "--from", Path("model.safetensors"), "--device", "cpu"}).exit_code,
       0);
-  ASSERT_EQ(Tool("mcd-get", {"llm/", "-q", "-o", Path("plain.safetensors")}).exit_code, 0);
+  auto plain = Tool("mcd-get", {"llm/", "--json", "-o", Path("plain.safetensors")});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(json::parse(plain.out).size(), model.size()) << "--json: the members written";
   const std::string expected = test::ReadFile(Path("plain.safetensors"));
   ASSERT_EQ(ReadSafetensors(expected).size(), model.size());
+  auto listed = Tool("mcd-ls", {"llm/", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(json::parse(listed.out).size(), model.size()) << "mcd-ls SET/ lists its members";
 
   std::string out_dir = Path("out");
   ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);

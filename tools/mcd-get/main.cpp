@@ -191,8 +191,23 @@ int GetSet(const GetFlags& f, const std::string& set) {
   if (!f.output.empty()) {
     Status saved = (*client)->SaveSafetensors(set, f.output);
     if (!saved.ok()) return tools::Fail(tool, saved);
-    if (!f.common.quiet)
+    if (f.common.json) {
+      // The members written, as mcd-get SET/ --json prints them (read again: the file's
+      // reference has gone back).
+      auto listed = (*client)->List(set + "/*");
+      if (!listed.ok()) return tools::Fail(tool, listed.status());
+      std::cout << "[";
+      bool first = true;
+      for (const TensorRecord& r : *listed) {
+        if (r.set != set) continue;  // a tensor of the name that is no member
+        if (!first) std::cout << ",";
+        first = false;
+        PrintResult(f, r, "");
+      }
+      std::cout << "]\n";
+    } else if (!f.common.quiet) {
       std::cout << "wrote set " << tools::Escaped(set) << " to " << f.output << "\n";
+    }
     return 0;
   }
   auto views = (*client)->GetSet(set);

@@ -113,6 +113,7 @@ void AddFlags(CLI::App& app, LsFlags& f) {
       std::string("Examples:\n"
                   "  mcd-ls                  # table of every tensor\n"
                   "  mcd-ls 'layer*' -l      # more columns, exact bytes\n"
+                  "  mcd-ls llama/            # the members of tensor set llama\n"
                   "  mcd-ls -q | xargs mcd-rm\n"
                   "  mcd-ls --servers         # the live servers; exit 69 when none\n"
                   "  mcd-ls --watch 'batch.*' # events as they happen (--json: JSON lines)\n\n") +
@@ -302,6 +303,8 @@ static int ToolMain(int argc, char** argv) {
   LsFlags flags;
   AddFlags(app, flags);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  // SET/ is a set's members, as the other tools read it (no tensor's name ends in '/').
+  if (!flags.glob.empty() && flags.glob.back() == '/') flags.glob += '*';
   // A usage error is said before anything is asked of Redis.
   if (auto columns = ChosenColumns(flags); !columns.ok())
     return tools::Fail(kTool, columns.status());
