@@ -67,18 +67,18 @@ for _ in $(seq 100); do [ -S "$root/redis.sock" ] && break; sleep 0.05; done
 "$bin/mcd-serve" --devices cpu --node deb-test 2>"$root/serve.log" &
 serve_pid=$!
 for _ in $(seq 200); do grep -q "serving node" "$root/serve.log" && break; sleep 0.05; done
-"$bin/mcd-ls" --servers -q | grep -qx deb-test
+"$bin/mcd-ls" --servers -q | grep -cx deb-test >/dev/null
 "$bin/mcd-create" weights --dtype f32 --shape 16,16 --device cpu --node deb-test
-"$bin/mcd-get" weights --print 4 --node deb-test | grep -q "refcount:  2"
-"$bin/mcd-ls" --node deb-test | grep -q weights
+"$bin/mcd-get" weights --print 4 --node deb-test | grep -c "refcount:  2" >/dev/null
+"$bin/mcd-ls" --node deb-test | grep -c weights >/dev/null
 "$bin/mcd-rm" weights --node deb-test
-"$bin/mcd-rm" weights --node deb-test | grep -q freed
-"$bin/mcd-example-c" deb.c deb-test | grep -q "sum=1240"
+"$bin/mcd-rm" weights --node deb-test | grep -c freed >/dev/null
+"$bin/mcd-example-c" deb.c deb-test | grep -c "sum=1240" >/dev/null
 [ -z "$("$bin/mcd-ls" -q)" ]
 for page in man7/memcuda.7 man1/mcd-serve.1 man1/mcd-example-c.1; do
   gzip -t "$root/usr/share/man/$page.gz"
 done
-zcat "$root/usr/share/man/man7/memcuda.7.gz" | grep -q '^\.TH MEMCUDA 7'
+zcat "$root/usr/share/man/man7/memcuda.7.gz" | grep -c '^\.TH MEMCUDA 7' >/dev/null
 [ -s "$root/usr/share/doc/memcuda-tools/copyright" ] && [ -s "$root/usr/share/doc/libmemcuda-dev/changelog.gz" ]
 dpkg --admindir="$root/var/lib/dpkg" --instdir="$root" --force-not-root --force-script-chrootless --log=/dev/null -r memcuda-tools libmemcuda-dev >/dev/null
 [ ! -e "$bin/mcd-serve" ]
