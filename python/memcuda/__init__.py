@@ -248,10 +248,11 @@ class Client:
                 names, self._batch = self._batch, None
             if not names:
                 return
+            # Their mappings are closed already, each as itself: the references alone go.
             array = (ctypes.c_char_p * len(names))(*[name.encode() for name in names])
-            if _clib.mcd_release_many(self._handle, array, len(names)) != 0:
+            if _clib.mcd_release_references(self._handle, array, len(names)) != 0:
                 for name in names:
-                    _clib.mcd_release(self._handle, name.encode())
+                    _clib.mcd_release_reference(self._handle, name.encode())
 
     def stat(self, name: str) -> Dict[str, Any]:
         """The tensor's record as a dict (the keys of `mcd-ls --json`)."""
@@ -349,23 +350,26 @@ class Client:
             else:
                 _clib.mcd_release_set(self._handle, views, len(members))
 
-    def _give_back(self, name):
-        """A Tensor's reference and mapping, given back when its last view went (its mapping
-        only, when rm() gave its reference back). Called from a finalizer, so maybe by the
-        garbage collector of a thread that holds the lock already: the lock is re-entrant, and
-        that thread is then between two calls into libmemcuda (which never calls back into
-        Python), where a third one is safe."""
+    def _give_back(self, name, data):
+        """A Tensor's reference and mapping (at `data`), given back when its last view went (its
+        mapping only, when rm() gave its reference back). The mapping is closed as itself, not
+        by name: a set held here may map a freed member of that name. Called from a finalizer,
+        so maybe by the garbage collector of a thread that holds the lock already: the lock is
+        re-entrant, and that thread is then between two calls into libmemcuda (which never calls
+        back into Python), where a third one is safe."""
+        view = _CTensor()
+        view.name, view.data = name.encode(), data
         with self._lock:
             self._drop(self._live, name)
-            give_back = _clib.mcd_release
+            if not self._handle:
+                return
+            _clib.mcd_close_view(self._handle, ctypes.byref(view))
             if self._given[name] > 0:
                 self._drop(self._given, name)
-                give_back = _clib.mcd_close
             elif self._batch is not None and name not in self._batch:
                 self._batch.append(name)  # release_many gives it back with the others
-                return
-            if self._handle:
-                give_back(self._handle, name.encode())
+            else:
+                _clib.mcd_release_reference(self._handle, name.encode())
 
 
 class _SetHold:
@@ -398,7 +402,7 @@ class _Mapping:
         self.hold = hold
         if hold is None:
             client._opened(self.name)
-            weakref.finalize(self, client._give_back, self.name)
+            weakref.finalize(self, client._give_back, self.name, self.data)
 
     def view(self):
         """This mapping as the C ABI names a view: its name and address."""
@@ -464,7 +468,13 @@ class Tensor:
         """A copy of the tensor's bytes in host memory."""
         buf = ctypes.create_string_buffer(self.nbytes)
         mapping = self._live()  # held through the copy: its own memory, whatever the name is now
-        self._client._call(_clib.mcd_view_to_host, ctypes.byref(mapping.view()), buf, self.nbytes)
+        if self._client._given[self.name] > 0:
+            # rm() gave a reference of this name back: the memory may no longer be held, and the
+            # copy by name checks afterwards that the tensor is still there.
+            self._client._call(_clib.mcd_copy_to_host, self.name.encode(), buf, self.nbytes)
+        else:
+            self._client._call(_clib.mcd_view_to_host, ctypes.byref(mapping.view()), buf,
+                               self.nbytes)
         return buf.raw
 
     def write(self, data: Any) -> None:
@@ -475,7 +485,11 @@ class Tensor:
             raise InvalidArgument("%d bytes do not fit tensor %r of %d bytes"
                                   % (nbytes, self.name, self.nbytes))
         mapping = self._live()
-        self._client._call(_clib.mcd_view_from_host, ctypes.byref(mapping.view()), src, nbytes)
+        if self._client._given[self.name] > 0:  # as in tobytes: by name, holding a reference
+            self._client._call(_clib.mcd_copy_from_host, self.name.encode(), src, nbytes)
+        else:
+            self._client._call(_clib.mcd_view_from_host, ctypes.byref(mapping.view()), src,
+                               nbytes)
 
     # -- zero-copy exports -----------------------------------------------------------------
 

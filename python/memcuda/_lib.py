@@ -110,6 +110,7 @@ _declare("mcd_get_set", _i32, _client, _str, ctypes.POINTER(ctypes.c_void_p),
          ctypes.POINTER(ctypes.c_size_t))
 _declare("mcd_release_set", _i32, _client, ctypes.POINTER(Tensor), ctypes.c_size_t)
 _declare("mcd_close_view", _i32, _client, ctypes.POINTER(Tensor))
+_declare("mcd_release_references", _i32, _client, ctypes.POINTER(_str), ctypes.c_size_t)
 _declare("mcd_view_to_host", _i32, _client, ctypes.POINTER(Tensor), ctypes.c_void_p,
          ctypes.c_uint64)
 _declare("mcd_view_from_host", _i32, _client, ctypes.POINTER(Tensor), ctypes.c_void_p,

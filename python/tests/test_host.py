@@ -486,6 +486,27 @@ def test_a_held_set_keeps_every_members_bytes_and_goes_with_its_holder(node, mc)
     assert mc.ls("held/*") == []
 
 
+def test_a_plain_tensors_release_leaves_a_held_sets_member_of_its_name_mapped(node, mc):
+    rng = np.random.default_rng(9)
+    a, b = (rng.integers(0, 2**32, size=32, dtype=np.uint32) for _ in range(2))
+    held = mc.create_set("pl", [("b", 32, "u32", b), ("a", 32, "u32", a)], device="cpu")
+    mc.rm("pl/b")  # the creator's: pl/b is freed, its bytes held through the set's pl/a
+    assert [r["name"] for r in mc.ls("pl/*")] == ["pl/a"]
+    made = mc.create("pl/b", 64, "u32", device="cpu")  # another tensor of its name
+    seen = mc.get("pl/b")
+    assert not np.asarray(seen).any()
+    del seen
+    gc.collect()  # its mapping closes as itself, not the set's member of that name
+    assert np.array_equal(np.frombuffer(held["b"].tobytes(), np.uint32), b)
+    assert np.array_equal(np.asarray(held["b"]), b)
+    del held
+    gc.collect()
+    made.release()
+    mc.rm("pl/b")
+    mc.rm("pl/a")
+    assert mc.ls("pl/*") == []
+
+
 def test_a_held_sets_member_is_itself_whatever_its_name_names_now(node, mc):
     rng = np.random.default_rng(8)
     a, b = (rng.integers(0, 2**32, size=32, dtype=np.uint32) for _ in range(2))
@@ -503,12 +524,18 @@ def test_a_held_sets_member_is_itself_whatever_its_name_names_now(node, mc):
     one["b"].write(fresh)
     assert np.array_equal(np.asarray(two["b"]), fresh), "written through the held mapping"
     assert not new_view.any(), "the new tensor of that name is untouched"
+    # A plain Tensor of that name goes first: its mapping closes as itself, the sets' stay.
+    del new_view, seen
+    gc.collect()
+    assert np.array_equal(np.asarray(two["b"]), fresh)
+    assert np.array_equal(np.frombuffer(one["b"].tobytes(), np.uint32), fresh)
     # The sets go: their mappings close as themselves, not the new tensor's of the same name.
+    new_view = np.asarray(new)
     del one, two
     gc.collect()
     assert not new_view.any() and new_view.shape == (32,)
     assert mc.ls("re/*") == [mc.stat("re/b")]
-    del new_view, seen
+    del new_view
     new.release()
     mc.rm("re/b")
     assert mc.ls("re/*") == []

@@ -160,6 +160,8 @@ class MCD_API Client {
   Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names);
   // Gives one reference back without touching this process's mappings.
   Result<TensorRecord> ReleaseReference(const std::string& name);
+  // ReleaseReference of several tensors in one script call, all or nothing as ReleaseMany.
+  Result<std::vector<TensorRecord>> ReleaseReferences(const std::vector<std::string>& names);
   // Closes this process's mapping of a tensor opened with Get/Open, without a delete command.
   Status Close(const std::string& name);
   // Closes the mapping of `view` itself: of two tensors of one name open here (a set's member

@@ -128,8 +128,9 @@ MCD_API int32_t mcd_release_many(mcd_client* client, const char* const* names, s
  * for the whole set (of its member first by name, out[0]: the set's memory stays while any member
  * lives), in one Redis round trip, all or nothing; *out (free it with mcd_free) holds *count
  * tensors, sorted by name. Give it back with mcd_release_set, not mcd_release of the members.
- * mcd_release_set: closes the mappings of the `count` members of one mcd_get_set (as it handed
- * them out; each is found open here by its name and data) and gives back its reference. */
+ * mcd_release_set: closes the mappings of the `count` members of one mcd_get_set (all of them,
+ * as it handed them out, each once; each is found open here by its name and data) and gives back
+ * its reference. */
 MCD_API int32_t mcd_get_set(mcd_client* client, const char* set, mcd_tensor** out, size_t* count);
 MCD_API int32_t mcd_release_set(mcd_client* client, const mcd_tensor* members, size_t count);
 /* One member of a set for mcd_create_set: its full name ("SET/..."), dtype, shape, and host bytes
@@ -162,6 +163,9 @@ MCD_API int32_t mcd_close(mcd_client* client, const char* name);
 /* Gives one reference back (refcount-1; freed at 0) and leaves this process's mapping alone:
  * for a process that still uses the memory through another reference of its own. */
 MCD_API int32_t mcd_release_reference(mcd_client* client, const char* name);
+/* mcd_release_reference of `count` tensors (distinct names) in one Redis round trip, all or
+ * nothing, as mcd_release_many but leaving the mappings alone. */
+MCD_API int32_t mcd_release_references(mcd_client* client, const char* const* names, size_t count);
 /* Copies `bytes` (at most the tensor's) between the tensor and host memory, mapping the tensor
  * here for the copy. Any device: a GPU tensor is copied by this process's worker for that
  * device, and the copy is complete on return. A copy to host takes no reference, and answers
@@ -171,8 +175,9 @@ MCD_API int32_t mcd_release_reference(mcd_client* client, const char* name);
 MCD_API int32_t mcd_copy_to_host(mcd_client* client, const char* name, void* dst, uint64_t bytes);
 MCD_API int32_t mcd_copy_from_host(mcd_client* client, const char* name, const void* src,
                                    uint64_t bytes);
-/* The same through a view this process holds (from mcd_get, mcd_get_set or mcd_open, found open
- * here by its name and data): its own mapping, whatever tensor its name names now. */
+/* The same through a view whose reference this process holds (from mcd_get or mcd_get_set; found
+ * open here by its name and data, which may not be NULL): its own mapping, whatever tensor its
+ * name names now, without a check afterwards. */
 MCD_API int32_t mcd_view_to_host(mcd_client* client, const mcd_tensor* view, void* dst,
                                  uint64_t bytes);
 MCD_API int32_t mcd_view_from_host(mcd_client* client, const mcd_tensor* view, const void* src,

@@ -307,6 +307,15 @@ static int32_t Views(mcd_client* c, const mcd_tensor* tensors, size_t count,
   return MCD_OK;
 }
 
+int32_t mcd_release_references(mcd_client* c, const char* const* names, size_t count) {
+  return Guard(c, [&]() -> int32_t {
+    std::vector<std::string> list;
+    if (int32_t rc = Names(c, names, count, &list); rc != MCD_OK) return rc;
+    auto released = c->client->ReleaseReferences(list);
+    return released.ok() ? MCD_OK : Fail(c, released.status());
+  });
+}
+
 int32_t mcd_release_set(mcd_client* c, const mcd_tensor* members, size_t count) {
   return Guard(c, [&]() -> int32_t {
     std::vector<mcd::TensorView> views;

@@ -168,6 +168,11 @@ Result<TensorRecord> Client::ReleaseReference(const std::string& name) {
   return impl_->Release(name);
 }
 
+Result<std::vector<TensorRecord>> Client::ReleaseReferences(const std::vector<std::string>& names) {
+  MCD_RETURN_IF_ERROR(CheckBatch(names));
+  return impl_->ReleaseMany(names);
+}
+
 Result<TensorRecord> Client::Stat(const std::string& name) { return impl_->Stat(name); }
 
 Result<std::vector<TensorRecord>> Client::List(const std::string& glob,

@@ -21,9 +21,9 @@ namespace {
 constexpr const char* kMarkerTtl = "60";
 
 // What a whole-set get reads of each member besides the leader (reference_many.lua): the fields
-// that tell a member apart; the others (the allocation's handle, node, device, server, lifetime,
-// creator, ctime) are the set's, as the leader's record has them. Set, state and owner are also
-// the script's checks.
+// that tell a member apart; the others (the allocation's handle, device, lifetime, creator,
+// ctime) are the set's, as the leader's record has them. Set, state, owner and node are also the
+// script's checks.
 const std::vector<std::string>& SetMemberFields() {
   static const std::vector<std::string> fields = {"set",   "state", "owner",  "node",     "dtype",
                                                   "shape", "bytes", "offset", "refcount", "epoch"};

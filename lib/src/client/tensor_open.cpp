@@ -160,6 +160,9 @@ Status Client::Close(const std::string& name) {
 Status Client::Close(const TensorView& view) { return MappingRegistry::Get().Close(view.record); }
 
 Result<TensorView> Client::Opened(const std::string& name, void* data) {
+  if (data == nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "tensor '" + name + "' has no address (data NULL)");
+  }
   auto record = MappingRegistry::Get().FindByName(name, data);
   if (!record) {
     return Status(ErrorCode::kNotFound,

@@ -150,7 +150,12 @@ Result<std::vector<TensorView>> Client::GetSet(const std::string& set) {
 Result<TensorRecord> Client::ReleaseSet(const std::vector<TensorView>& views) {
   if (views.empty()) return Status(ErrorCode::kInvalidArgument, "ReleaseSet of no views");
   const TensorView* leader = &views.front();
+  std::unordered_set<std::string_view> seen;
   for (const TensorView& view : views) {
+    if (!seen.insert(view.record.name).second) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "ReleaseSet names '" + view.record.name + "' twice; nothing changed");
+    }
     if (view.record.set.empty() || view.record.set != views.front().record.set) {
       return Status(ErrorCode::kInvalidArgument, "ReleaseSet takes the views of one GetSet; '" +
                                                      view.record.name + "' is not of set '" +

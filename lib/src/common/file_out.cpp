@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 
 namespace mcd {
 
@@ -61,7 +62,16 @@ Status WriteAllTo(int fd, std::string_view data, const std::string& path) {
   return WriteAll(fd, data) ? Status::Ok() : IoError("cannot write", path, errno);
 }
 
-Status WriteFileWhole(const std::string& path, const FileWriter& write) {
+Status WriteFileWhole(const std::string& path, const FileWriter& caller_write) {
+  // What the caller's writer throws (a buffer it could not allocate) is a failed write like any:
+  // the new file is removed and the old one kept.
+  const FileWriter write = [&](int fd) -> Status {
+    try {
+      return caller_write(fd);
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kInternal, "writing " + path + ": " + e.what());
+    }
+  };
   std::string target = path;
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
