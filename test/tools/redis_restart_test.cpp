@@ -95,8 +95,9 @@ TEST_F(RedisRestart, ACreateWhoseCommitWasLostIsFreedAfterTheReconnect) {
   std::string line = R"({"op":"create","name":"lost","dtype":"u8","shape":[4],"device":"cpu"})"
                      "\n";
   ASSERT_EQ(send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
-  // The server allocated and sent the commit, which Redis holds.
-  ASSERT_TRUE(test::WaitFor([&] { return ShmCount() == 1; }, 5000)) << ServeLog();
+  // The server allocated and sent the commit, which Redis holds. Under the pause, its call-off
+  // of the blocking take waits out the Waker's 2 s timeout and the take's own second first.
+  ASSERT_TRUE(test::WaitFor([&] { return ShmCount() == 1; }, 15000)) << ServeLog();
   redis_.Restart();  // the commit is lost with the process; no persistence
   std::string reply;
   char c = 0;
