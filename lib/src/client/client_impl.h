@@ -100,7 +100,7 @@ class Client::Impl {
   // a batched `take` of references, retried and booked as DirectGet's.
   Status RefusesInit() const;
   Result<std::vector<TensorRecord>> TakeAll(
-      const std::function<Result<std::vector<TensorRecord>>()>& take);
+      const std::function<Result<std::vector<TensorRecord>>()>& take, bool first_only = false);
   // requests.cpp: `cmd` through the server, retried as `what`.
   Result<TensorRecord> ServerRequest(const char* what, const Command& cmd);
 

@@ -37,27 +37,23 @@ Result<std::vector<TensorRecord>> Client::Impl::DirectGetMany(
 }
 
 Result<std::vector<TensorRecord>> Client::Impl::DirectGetSet(const std::string& set) {
-  MCD_RETURN_IF_ERROR(RefusesInit());
-  auto records = Retrying("get", true, [&]() -> Result<std::vector<TensorRecord>> {
-    MCD_RETURN_IF_ERROR(server_->EnsureAlive());
-    return script_->GetSet(set);
-  });
-  // The one reference taken is the leader's, first.
-  if (records.ok())
-    book_.Took(records->front().name, records->front().refcount, records->front().epoch);
-  return records;
+  return TakeAll([&] { return script_->GetSet(set); }, /*first_only=*/true);
 }
 
-// As DirectGet, for the references one batched script call takes.
+// As DirectGet, for the references one batched script call takes: one of each record's, or, with
+// `first_only`, of the first record's alone (a set's leader).
 Result<std::vector<TensorRecord>> Client::Impl::TakeAll(
-    const std::function<Result<std::vector<TensorRecord>>()>& take) {
+    const std::function<Result<std::vector<TensorRecord>>()>& take, bool first_only) {
   MCD_RETURN_IF_ERROR(RefusesInit());
   auto records = Retrying("get", true, [&]() -> Result<std::vector<TensorRecord>> {
     MCD_RETURN_IF_ERROR(server_->EnsureAlive());
     return take();
   });
   if (records.ok()) {
-    for (const TensorRecord& r : records.value()) book_.Took(r.name, r.refcount, r.epoch);
+    for (const TensorRecord& r : records.value()) {
+      book_.Took(r.name, r.refcount, r.epoch);
+      if (first_only) break;
+    }
   }
   return records;
 }
