@@ -39,7 +39,7 @@ from . import _lib
 from ._lib import DEVICE_CPU, CreateOptions, Tensor as _CTensor, lib as _clib, take_string
 from .errors import *  # noqa: F401,F403  (the exception classes are part of the API)
 from . import errors
-from .errors import InvalidArgument, Released, error_for
+from .errors import InvalidArgument, NotFound, Released, error_for
 
 _dlpack.use_destructor_of(_clib)
 
@@ -273,8 +273,13 @@ class Client:
         and arrays are gone, and when rm() gave back the reference a Tensor here held, that
         Tensor then gives back none of its own. Counted per Client: a Tensor of another Client
         of this process is not known here. Refused (InvalidArgument) for the member that holds
-        the reference of a get_set of this Client still alive: it would give that back."""
+        the reference of a get_set of this Client still alive: it would give that back.
+
+        "set/" stands for every member of tensor set "set", as for mcd-rm: one reference of each
+        given back in one call, all or none (NotFound when no member is left)."""
         name = _str(name)
+        if len(name) > 1 and name.endswith("/"):
+            return self._rm_set(name[:-1])
         with self._lock:
             if self._held_sets[name] > 0:
                 raise InvalidArgument(
@@ -291,6 +296,32 @@ class Client:
             except BaseException:
                 if booked and self._given[name] > 0:
                     self._drop(self._given, name)
+                raise
+
+    def _rm_set(self, set_name: str) -> None:
+        with self._lock:
+            text = ctypes.c_void_p()
+            self._call(_clib.mcd_set_members_json, _bytes(set_name), ctypes.byref(text))
+            names = json.loads(take_string(text))
+            if not names:
+                raise NotFound("no tensor set named %r" % set_name)
+            for member in names:
+                if self._held_sets[member] > 0:
+                    raise InvalidArgument(
+                        "member %r of set %r holds the reference of a get_set of this process: "
+                        "give it back with that set's Tensors first, or remove the set from "
+                        "another process (mcd-rm)" % (member, set_name))
+            # Booked as rm() books one name, undone where the call fails (it gives back none).
+            booked = [member for member in names if self._live[member] > self._given[member]]
+            for member in booked:
+                self._given[member] += 1
+            array = (ctypes.c_char_p * len(names))(*[member.encode() for member in names])
+            try:
+                self._call(_clib.mcd_release_references, array, len(names))
+            except BaseException:
+                for member in booked:
+                    if self._given[member] > 0:
+                        self._drop(self._given, member)
                 raise
 
     def close(self) -> None:

@@ -115,14 +115,14 @@ def test_get_many_takes_every_reference_at_once_or_none(node, mc):
 
 
 def _safetensors_file(path, tensors):
-    """A safetensors file written by hand: {name: numpy array}, data unaligned."""
+    """A safetensors file written by hand: {name: numpy array}, data back to back (so unaligned
+    after a tensor of an odd size), as the format asks."""
     import json as _json
     import struct
     names = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.int64): "I64",
              np.dtype(np.uint8): "U8"}
     header, data = {}, b""
     for name, array in tensors.items():
-        data += b"\0"
         raw = array.tobytes()
         header[name] = {"dtype": names[array.dtype], "shape": list(array.shape),
                         "data_offsets": [len(data), len(data) + len(raw)]}
@@ -484,6 +484,27 @@ def test_a_held_set_keeps_every_members_bytes_and_goes_with_its_holder(node, mc)
             break
         time.sleep(0.05)
     assert mc.ls("held/*") == []
+
+
+def test_rm_of_a_set_gives_back_one_reference_of_each_member_and_nothing_else(node, mc):
+    rng = np.random.default_rng(13)
+    data = {"m%d" % i: rng.integers(0, 2**32, size=16 + i, dtype=np.uint32) for i in range(4)}
+    mc.create_set("gone", [(k, v.shape, "u32", v) for k, v in data.items()], device="cpu")
+    gc.collect()
+    extra = mc.create("gone/extra", 8, "u32", device="cpu")  # named alike, not a member
+    # A get_set of this process holds the set: refused, and nothing is given back.
+    held = mc.get_set("gone")
+    with pytest.raises(memcuda.InvalidArgument, match="get_set"):
+        mc.rm("gone/")
+    assert [refcount(mc, "gone/" + k) for k in sorted(data)] == [2, 1, 1, 1]
+    del held
+    gc.collect()
+    mc.rm("gone/")
+    assert [r["name"] for r in mc.ls("gone/*")] == ["gone/extra"]
+    assert refcount(mc, "gone/extra") == 1
+    with pytest.raises(memcuda.NotFound, match="no tensor set"):
+        mc.rm("gone/")
+    extra.release()
 
 
 def test_a_plain_tensors_release_leaves_a_held_sets_member_of_its_name_mapped(node, mc):

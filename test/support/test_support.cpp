@@ -159,6 +159,15 @@ std::unique_ptr<RedisConnection> RedisServer::Connect() const {
   return std::move(conn).value();
 }
 
+Result<RedisValue> BlockingPop(RedisConnection& conn, const std::string& key, int seconds) {
+  const int before = conn.timeout_ms();
+  MCD_RETURN_IF_ERROR(conn.SetTimeout((seconds + 5) * 1000));
+  auto reply = conn.Command({"BLPOP", key, std::to_string(seconds)});
+  Status restored = conn.SetTimeout(before);
+  if (reply.ok() && !restored.ok()) return restored;
+  return reply;
+}
+
 ProcessResult Run(const std::vector<std::string>& argv,
                   const std::map<std::string, std::string>& env, int timeout_s,
                   const std::function<void()>& in_child) {

@@ -33,6 +33,11 @@ struct RedisServerOptions {
   std::vector<std::string> extra;  // extra config lines, e.g. "user alice on >pw ~* +@all"
 };
 
+// BLPOP of `key` for up to `seconds`, on a socket timeout that outlasts it (a connection's default
+// timeout would cut a long wait short). A reply that comes sooner ends it sooner: waits for work
+// that grows with a loaded machine can be generous.
+Result<RedisValue> BlockingPop(RedisConnection& conn, const std::string& key, int seconds);
+
 // A private redis-server; stopped (SIGKILL) at destruction.
 class RedisServer {
  public:

@@ -26,17 +26,6 @@ int64_t MsSince(Clock::time_point t0) {
 
 class Events : public Lifecycle {
  protected:
-  std::vector<std::string> Argv(const std::string& tool, std::vector<std::string> args) {
-    args.insert(args.begin(), test::ToolPath(tool));
-    args.push_back("--node");
-    args.push_back(node_);
-    return args;
-  }
-  std::unique_ptr<test::Background> Start(const std::string& tool,
-                                          const std::vector<std::string>& args,
-                                          const std::string& log) {
-    return std::make_unique<test::Background>(Argv(tool, args), Env(), dir_.path() + "/" + log);
-  }
   std::string Log(const std::string& log) { return test::ReadFile(dir_.path() + "/" + log); }
 
   // The newest event's id now: a watcher started with --since it sees what happens from here,

@@ -38,13 +38,6 @@ std::string NpyData(const std::string& path) {
 
 class Fill : public Lifecycle {
  protected:
-  std::unique_ptr<test::Background> Start(const std::string& tool, std::vector<std::string> args,
-                                          const std::string& log) {
-    args.insert(args.begin(), test::ToolPath(tool));
-    args.push_back("--node");
-    args.push_back(node_);
-    return std::make_unique<test::Background>(args, Env(), dir_.path() + "/" + log);
-  }
   std::string Path(const std::string& file) const { return dir_.path() + "/" + file; }
   // The events the stream holds about tensor `name`, as "event" words in order.
   std::vector<std::string> EventsOf(const std::string& name) {
@@ -138,6 +131,29 @@ TEST_F(Fill, ALibraryCreateWithContentsHoldsThem) {
   EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument) << refused.status().ToString();
   EXPECT_EQ(HashField("short", "state"), "");
   EXPECT_EQ(ShmCount(), 1u);
+}
+
+// NumPy has no bfloat16: a bf16 tensor's .npy holds its raw bits as uint16, which the tool
+// notes on stderr unless -q asks for nothing on success.
+TEST_F(Fill, ABf16NpyHoldsTheRawBitsWithANoteThatQuietLeavesOut) {
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  std::string data = RandomBytes(2 * 64, 8);
+  CreateSpec spec = HostSpec("half");
+  spec.dtype = DType::kBF16;
+  spec.shape = {64};
+  spec.contents = data.data();
+  spec.contents_bytes = data.size();
+  ASSERT_TRUE(client->Create(spec).ok());
+  auto noted = Tool("mcd-get", {"half", "--no-ref", "-o", Path("noted.npy")});
+  ASSERT_EQ(noted.exit_code, 0) << noted.err;
+  EXPECT_NE(noted.err.find("NumPy has no bfloat16"), std::string::npos) << noted.err;
+  EXPECT_TRUE(NpyData(Path("noted.npy")) == data);
+  auto quiet = Tool("mcd-get", {"half", "--no-ref", "-q", "-o", Path("quiet.npy")});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+  EXPECT_EQ(quiet.out, "");
+  EXPECT_TRUE(NpyData(Path("quiet.npy")) == data);
 }
 
 // While its filler writes, a tensor is "creating": gets and removals answer not_ready (75), a

@@ -146,7 +146,7 @@ class Lifecycle : public ::testing::Test {
   json Raw(const std::string& body, const std::string& req) {
     auto conn = redis_.Connect();
     EXPECT_TRUE(conn->Command({"LPUSH", keys_.queue, body}).ok());
-    auto reply = conn->Command({"BLPOP", keys_.Reply(req), "10"});
+    auto reply = test::BlockingPop(*conn, keys_.Reply(req), 60);
     EXPECT_TRUE(reply.ok() && reply->elements.size() == 2) << body;
     if (!reply.ok() || reply->elements.size() != 2) return json();
     return json::parse(reply->elements[1].str);
@@ -216,6 +216,16 @@ class Lifecycle : public ::testing::Test {
   void RestartLoadingSlowly() {
     redis_.Restart({"--appendonly", "yes", "--appendfsync", "always", "--key-load-delay", "20",
                     "--loading-process-events-interval-bytes", "1024"});
+  }
+
+  // Starts tool `tool` with `args` for this test's node in the background, its output in `log`
+  // under the test's folder.
+  std::unique_ptr<test::Background> Start(const std::string& tool, std::vector<std::string> args,
+                                          const std::string& log) {
+    args.insert(args.begin(), test::ToolPath(tool));
+    args.push_back("--node");
+    args.push_back(node_);
+    return std::make_unique<test::Background>(args, Env(), dir_.path() + "/" + log);
   }
 
   // Whether `count` clients are blocked in XREAD.

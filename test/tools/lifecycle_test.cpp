@@ -800,7 +800,7 @@ TEST_F(Lifecycle, ACommitRefusedForAWhileIsAppliedOnceRedisAllowsIt) {
   EXPECT_GE(tries, 2u) << log;  // tried again...
   EXPECT_LE(tries, 5u) << log;  // ...about once a second, not in a tight loop
   ASSERT_TRUE(conn->Command({"ACL", "SETUSER", "default", "+evalsha"}).ok());
-  auto reply = conn->Command({"BLPOP", keys_.Reply("late-1"), "5"});
+  auto reply = test::BlockingPop(*conn, keys_.Reply("late-1"), 20);
   ASSERT_TRUE(reply.ok() && reply->elements.size() == 2) << ServeLog();
   EXPECT_EQ(json::parse(reply->elements[1].str)["ok"], true) << reply->elements[1].str;
   EXPECT_EQ(HashField("late", "refcount"), "1");

@@ -63,7 +63,7 @@ class Nodes : public ::testing::Test {
   json PushMinimal(const std::string& body, const std::string& req) {
     auto conn = redis_.Connect();
     EXPECT_TRUE(conn->Command({"LPUSH", keys_.queue, body}).ok());
-    auto reply = conn->Command({"BLPOP", keys_.Reply(req), "10"});
+    auto reply = test::BlockingPop(*conn, keys_.Reply(req), 60);
     EXPECT_TRUE(reply.ok() && reply->elements.size() == 2) << body;
     return reply.ok() && reply->elements.size() == 2 ? json::parse(reply->elements[1].str) : json();
   }

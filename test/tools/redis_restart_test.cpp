@@ -190,7 +190,7 @@ TEST_F(RedisRestart, ALiveTensorIsTryAgainNotNotFoundUntilItsServerPutsItBack) {
       conn->Command({"LPUSH", keys_.queue, R"({"op":"get","name":"kept","req":"queued-get"})"})
           .ok());
   ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
-  auto queued = conn->Command({"BLPOP", keys_.Reply("queued-get"), "20"});
+  auto queued = test::BlockingPop(*conn, keys_.Reply("queued-get"), 20);
   ASSERT_TRUE(queued.ok() && queued->elements.size() == 2) << ServeLog();
   EXPECT_EQ(json::parse(queued->elements[1].str)["ok"], true) << queued->elements[1].str;
   ASSERT_TRUE(test::WaitFor(

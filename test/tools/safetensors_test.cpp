@@ -28,10 +28,13 @@ struct FileTensor {
   std::string bytes;
 };
 
-// A safetensors file of `tensors`, their data back to back in the order given after `gap` bytes
-// of padding each (so offsets are not aligned), with a __metadata__ entry.
-std::string SafetensorsFile(const std::vector<FileTensor>& tensors, size_t gap = 3) {
-  json header = {{"__metadata__", {{"format", "pt"}}}};
+// A safetensors file of `tensors`, their data back to back in the order given (unaligned after
+// a tensor of an odd size), with a __metadata__ entry. `gap` bytes before each tensor's data and
+// `trailer` after the last make a file the format does not allow.
+std::string SafetensorsFile(const std::vector<FileTensor>& tensors, size_t gap = 0,
+                            const std::string& trailer = "",
+                            const json& metadata = {{"format", "pt"}}) {
+  json header = {{"__metadata__", metadata}};
   std::string data;
   for (const FileTensor& t : tensors) {
     data.append(gap, 'x');
@@ -43,7 +46,7 @@ std::string SafetensorsFile(const std::vector<FileTensor>& tensors, size_t gap =
   std::string text = header.dump();
   std::string size(8, '\0');
   for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(text.size() >> (8 * i));
-  return size + text + data;
+  return size + text + data + trailer;
 }
 
 // The tensors of a safetensors file, by name, as read here.
@@ -137,6 +140,31 @@ TEST_F(Safetensors, ACheckpointBecomesASetAndComesBackTheSame) {
   EXPECT_NE(Tool("mcd-rm", {"llm/"}).exit_code, 0) << "no such set any more";
 }
 
+// A consumer started before the set exists waits for it (--wait) and writes what the producer
+// loaded, every byte, holding the set only while it writes; a wait that runs out changes nothing.
+TEST_F(Safetensors, AConsumerWaitingForASetWritesEveryByteOfTheCheckpoint) {
+  std::vector<FileTensor> model = Model();
+  Write("model.safetensors", SafetensorsFile(model));
+  auto consumer =
+      Start("mcd-get", {"w/", "--wait", "60", "-q", "-o", Path("got.safetensors")}, "wait.log");
+  ASSERT_TRUE(test::WaitFor([&] { return BlockedReaders(1); }, 20000));
+  auto made =
+      Tool("mcd-create", {"w", "--from", Path("model.safetensors"), "--device", "cpu", "-q"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(consumer->Wait(60), 0) << test::ReadFile(Path("wait.log"));
+  std::map<std::string, FileTensor> got = ReadSafetensors(test::ReadFile(Path("got.safetensors")));
+  ASSERT_EQ(got.size(), model.size());
+  for (const FileTensor& t : model) {
+    EXPECT_TRUE(got[t.name].bytes == t.bytes) << t.name;
+    EXPECT_EQ(HashField("w/" + t.name, "refcount"), "1") << t.name;
+  }
+  auto late = Tool("mcd-get", {"never/", "--wait", "0.5", "-o", Path("never.safetensors")});
+  EXPECT_EQ(late.exit_code, 75) << late.err;
+  EXPECT_NE(late.err.find("tensor set 'never' was not there within 0.5 s"), std::string::npos)
+      << late.err;
+  EXPECT_FALSE(std::filesystem::exists(Path("never.safetensors")));
+}
+
 // A set written to a file goes as the tools' -o writes any file: through a link, keeping the
 // permission bits of a file it replaces, leaving no temporary file; into a FIFO as it is.
 TEST_F(Safetensors, ASetIsWrittenAsEveryOutputIs) {
@@ -213,6 +241,21 @@ TEST_F(Safetensors, AFileMemcudaCannotHoldMakesNothing) {
   refused = Tool("mcd-create", {"d", "--from", Path("empty.safetensors"), "--device", "cpu"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("at least one element"), std::string::npos) << refused.err;
+
+  // The format indexes every byte of the data: no holes, nothing after the last tensor, and
+  // __metadata__ holds strings.
+  Write("holes.safetensors", SafetensorsFile(Model(), 3));
+  refused = Tool("mcd-create", {"h", "--from", Path("holes.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("belong to no tensor"), std::string::npos) << refused.err;
+  Write("trailer.safetensors", SafetensorsFile(Model(), 0, "more"));
+  refused = Tool("mcd-create", {"t", "--from", Path("trailer.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("4 bytes after the last tensor"), std::string::npos) << refused.err;
+  Write("meta.safetensors", SafetensorsFile(Model(), 0, "", {{"step", 1000}}));
+  refused = Tool("mcd-create", {"m", "--from", Path("meta.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("\"step\" is not a string"), std::string::npos) << refused.err;
 
   Write("junk.safetensors", std::string("\x05\0\0\0\0\0\0\0{nope", 13));
   refused = Tool("mcd-create", {"e", "--from", Path("junk.safetensors"), "--device", "cpu"});

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <optional>
 
 #include "flags.h"
 #include "npy.h"
@@ -123,9 +124,9 @@ mcd::Result<std::vector<mcd::TensorView>> OpenAllAsAsked(mcd::Client& client, co
   return client.GetMany(f.names);
 }
 
-// Writes `contents` to the -o file: NumPy for a .npy name, raw bytes for .bin.
+// Writes `contents` to the -o file: NumPy for a .npy name, raw bytes for .bin; `quiet`: no note.
 mcd::Status WriteOutput(const std::string& output, const mcd::TensorRecord& r,
-                        const std::string& contents) {
+                        const std::string& contents, bool quiet) {
   using namespace mcd;
   // Past the file-size limit a write then fails (EFBIG) and is reported like a full disk,
   // instead of the signal ending the tool before it removes what it began.
@@ -134,7 +135,7 @@ mcd::Status WriteOutput(const std::string& output, const mcd::TensorRecord& r,
   MCD_RETURN_IF_ERROR(
       npy ? tools::WriteNpy(output, r.dtype, r.shape, contents.data(), contents.size())
           : tools::WriteWhole(output, {contents}));
-  if (r.dtype == DType::kBF16 && npy) {
+  if (r.dtype == DType::kBF16 && npy && !quiet) {
     std::cerr << "mcd-get: note: NumPy has no bfloat16; " << tools::Escaped(output)
               << " holds the raw bits as uint16\n";
   }
@@ -153,7 +154,7 @@ mcd::Status ReadContents(mcd::Client& client, const mcd::TensorView& view, const
                                    : r.bytes);
   // Without a reference (--no-ref), this also checks that the tensor was not removed meanwhile.
   MCD_RETURN_IF_ERROR(client.CopyToHost(view, contents.data(), contents.size()));
-  return f.output.empty() ? Status::Ok() : WriteOutput(f.output, r, contents);
+  return f.output.empty() ? Status::Ok() : WriteOutput(f.output, r, contents, f.common.quiet);
 }
 
 void PrintResult(const GetFlags& f, const mcd::TensorRecord& r, const std::string& contents) {
@@ -181,15 +182,24 @@ int GetSet(const GetFlags& f, const std::string& set) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
                                     "-o writes a tensor set (NAME/) to a .safetensors file"));
   }
-  if (f.names.size() > 1 || f.wait_s >= 0 || f.print_count > 0) {
+  if (f.names.size() > 1 || f.print_count > 0) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
-                                    "a tensor set (NAME/) is got alone, without --wait and "
-                                    "--print"));
+                                    "a tensor set (NAME/) is got alone, without --print"));
   }
   auto client = Connect(f);
   if (!client.ok()) return tools::Fail(tool, client.status());
+  // With --wait, the set is got (and held) once it is there; -o then writes what it holds.
+  std::optional<Result<std::vector<TensorView>>> views;
+  if (f.wait_s >= 0) {
+    views = (*client)->GetSetWhenReady(set, tools::TimeoutMs(f.wait_s));
+    if (!views->ok()) return tools::Fail(tool, views->status());
+  }
   if (!f.output.empty()) {
     Status saved = (*client)->SaveSafetensors(set, f.output);
+    if (views) {
+      auto released = (*client)->ReleaseSet(**views);
+      if (saved.ok() && !released.ok()) saved = released.status();
+    }
     if (!saved.ok()) return tools::Fail(tool, saved);
     if (f.common.json) {
       // The members written, as mcd-get SET/ --json prints them (read again: the file's
@@ -210,19 +220,19 @@ int GetSet(const GetFlags& f, const std::string& set) {
     }
     return 0;
   }
-  auto views = (*client)->GetSet(set);
-  if (!views.ok()) return tools::Fail(tool, views.status());
+  if (!views) views = (*client)->GetSet(set);
+  if (!views->ok()) return tools::Fail(tool, views->status());
   std::vector<TensorRecord> records;
-  for (const TensorView& view : *views) records.push_back(view.record);
+  for (const TensorView& view : **views) records.push_back(view.record);
   if (f.no_ref) {
-    auto released = (*client)->ReleaseSet(*views);
+    auto released = (*client)->ReleaseSet(**views);
     if (!released.ok()) return tools::Fail(tool, released.status());
     // The leader's record as the reference went back: its count without this tool's.
     for (TensorRecord& record : records) {
       if (record.name == released->name) record.refcount = released->refcount;
     }
   } else {
-    for (const TensorView& view : *views) (void)(*client)->Close(view.record.name);
+    for (const TensorView& view : **views) (void)(*client)->Close(view.record.name);
   }
   if (f.common.json) std::cout << "[";
   for (size_t i = 0; i < records.size(); ++i) {

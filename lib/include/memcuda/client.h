@@ -191,6 +191,9 @@ class MCD_API Client {
   // Get (take_reference) or Open `name` as soon as it exists and is ready; kTimeout when it did
   // not within `timeout_ms`, having changed nothing.
   Result<TensorView> GetWhenReady(const std::string& name, int timeout_ms, bool take_reference);
+  // GetSet of tensor set `set` as soon as it has a member; kTimeout when it had none within
+  // `timeout_ms`, having changed nothing.
+  Result<std::vector<TensorView>> GetSetWhenReady(const std::string& set, int timeout_ms);
   // Returns once the tensor `name` created at `ctime_ms` (TensorRecord::ctime_ms) is freed: its
   // hash gone, or another tensor of that name in its place. kTimeout when it is still held
   // after `timeout_ms`.

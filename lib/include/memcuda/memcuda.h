@@ -191,6 +191,9 @@ MCD_API int32_t mcd_stat(mcd_client* client, const char* name, mcd_tensor* out);
 /* A JSON array of the records whose names match `glob` (NULL: all). Free *json_out with mcd_free.
  */
 MCD_API int32_t mcd_list_json(mcd_client* client, const char* glob, char** json_out);
+/* A JSON array of the names of tensor set `set`'s members still there, sorted ([]: no such set).
+ * Free *json_out with mcd_free. */
+MCD_API int32_t mcd_set_members_json(mcd_client* client, const char* set, char** json_out);
 
 MCD_API void mcd_free(void* p);
 

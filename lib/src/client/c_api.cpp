@@ -11,6 +11,7 @@
 #include "common/version_info.h"
 #include "memcuda/client.h"
 #include "memcuda/memcuda.h"
+#include "protocol/json_support.h"
 
 struct mcd_client {
   std::unique_ptr<mcd::Client> client;
@@ -471,6 +472,20 @@ int32_t mcd_list_json(mcd_client* c, const char* glob, char** json_out) {
       json += (json.size() > 1 ? "," : "") + mcd::RecordToJson(r);
     json += "]";
     return CopyOut(c, json, json_out);
+  });
+}
+
+int32_t mcd_set_members_json(mcd_client* c, const char* set, char** json_out) {
+  if (c == nullptr || set == nullptr || json_out == nullptr) return MCD_ERR_INVALID_ARGUMENT;
+  *json_out = nullptr;
+  return Guard(c, [&]() -> int32_t {
+    auto members = c->client->SetMembers(set);
+    if (!members.ok()) return Fail(c, members.status());
+    mcd::PooledWriter out;
+    out.w().StartArray();
+    for (const std::string& name : members.value()) mcd::WriteString(out.w(), name);
+    out.w().EndArray();
+    return CopyOut(c, out.str(), json_out);
   });
 }
 

@@ -124,6 +124,34 @@ Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
   return std::move(*view);
 }
 
+Result<std::vector<TensorView>> Client::GetSetWhenReady(const std::string& set, int timeout_ms) {
+  MCD_ASSIGN_OR_RETURN(auto events, OpenEvents(*this));
+  std::optional<Result<std::vector<TensorView>>> views;
+  auto check = [&]() -> Result<bool> {
+    views = GetSet(set);
+    if (views->ok()) return true;
+    ErrorCode code = views->status().code();
+    // As GetWhenReady's: "not yet" until the wait's own end.
+    if (code == ErrorCode::kNotFound || code == ErrorCode::kNotReady ||
+        code == ErrorCode::kTryAgain) {
+      return false;
+    }
+    return views->status();
+  };
+  // A change to any member's name (a set's members are committed together), and a server start.
+  const std::string prefix = set + "/";
+  auto wakes = [&](const LifecycleEvent& e) {
+    return e.name.compare(0, prefix.size(), prefix) == 0 || e.event == "server_start";
+  };
+  MCD_ASSIGN_OR_RETURN(bool ready, WaitOnEvents(*events, timeout_ms, check, wakes));
+  if (!ready) {
+    return Status(ErrorCode::kTimeout, "tensor set '" + set + "' was not there within " +
+                                           Seconds(timeout_ms) + " (" + views->status().message() +
+                                           ")");
+  }
+  return std::move(*views);
+}
+
 Status Client::WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_ms) {
   MCD_ASSIGN_OR_RETURN(auto events, OpenEvents(*this));
   int64_t refcount = 0;

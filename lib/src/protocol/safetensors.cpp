@@ -91,6 +91,17 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
   return entry;
 }
 
+// "__metadata__": an object of strings, as the format says.
+Status CheckMetadata(const rj::Value& value) {
+  if (!value.IsObject()) return Bad("\"__metadata__\" is not an object");
+  for (auto m = value.MemberBegin(); m != value.MemberEnd(); ++m) {
+    if (!m->value.IsString()) {
+      return Bad("\"__metadata__\" value of \"" + Printable(Text(m->name)) + "\" is not a string");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<uint64_t> SafetensorsHeaderSize(std::string_view first8, uint64_t file_bytes) {
@@ -118,18 +129,34 @@ Result<std::vector<SafetensorsEntry>> ParseSafetensorsHeader(std::string_view js
   for (auto m = doc.MemberBegin(); m != doc.MemberEnd(); ++m) {
     std::string_view name = Text(m->name);
     if (!names.insert(name).second) return Bad("names tensor '" + Printable(name) + "' twice");
-    if (name == "__metadata__") continue;  // the writer's notes, nothing memcuda keeps
+    if (name == "__metadata__") {  // the writer's notes, nothing memcuda keeps
+      MCD_RETURN_IF_ERROR(CheckMetadata(m->value));
+      continue;
+    }
     MCD_ASSIGN_OR_RETURN(SafetensorsEntry entry, ParseEntry(name, m->value, data_bytes));
     entries.push_back(std::move(entry));
   }
   if (entries.empty()) return Bad("names no tensor");
   std::sort(entries.begin(), entries.end(),
             [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < entries.size(); ++i) {
-    if (entries[i].begin < entries[i - 1].end) {
+  // The format indexes every byte of the data, without holes or overlaps (which would let one
+  // file be read as two): the tensors' data lies back to back from 0 to the file's end.
+  uint64_t at = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].begin < at) {
       return Bad("the data of '" + Printable(entries[i - 1].name) + "' and '" +
                  Printable(entries[i].name) + "' overlap");
     }
+    if (entries[i].begin > at) {
+      return Bad("bytes [" + std::to_string(at) + ", " + std::to_string(entries[i].begin) +
+                 ") of the data belong to no tensor (before '" + Printable(entries[i].name) +
+                 "'): the format allows no holes");
+    }
+    at = entries[i].end;
+  }
+  if (at != data_bytes) {
+    return Bad("the file has " + std::to_string(data_bytes - at) +
+               " bytes after the last tensor's data: the format allows none");
   }
   return entries;
 }

@@ -32,7 +32,8 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 Result<uint64_t> SafetensorsHeaderSize(std::string_view first8, uint64_t file_bytes);
 // The tensors of header `json`, whose data is `data_bytes` long, sorted by where their data
 // begins: each dtype one memcuda has (kInvalidArgument naming the tensor and dtype otherwise), its
-// data inside the file and exactly shape x dtype long, no two overlapping. A scalar (shape []) is
+// data exactly shape x dtype long, the tensors' data back to back over the whole data (no
+// holes, no overlaps, nothing after), "__metadata__" an object of strings. A scalar (shape []) is
 // read as shape [1]; a tensor of no elements is refused (a memcuda tensor holds at least one).
 Result<std::vector<SafetensorsEntry>> ParseSafetensorsHeader(std::string_view json,
                                                              uint64_t data_bytes);
