@@ -278,46 +278,34 @@ class Client:
         "set/" stands for every member of tensor set "set", as for mcd-rm: one reference of each
         given back in one call, all or none (NotFound when no member is left)."""
         name = _str(name)
-        if len(name) > 1 and name.endswith("/"):
-            return self._rm_set(name[:-1])
+        of_set = len(name) > 1 and name.endswith("/")
         with self._lock:
-            if self._held_sets[name] > 0:
-                raise InvalidArgument(
-                    "tensor %r holds the reference of a get_set of this process (the set's "
-                    "member first by name): give it back with that set's Tensors, or remove it "
-                    "from another process (mcd-rm)" % name)
-            # Booked before the call: a finalizer that runs inside it on this thread (the lock
-            # is re-entrant) then closes its mapping only.
-            booked = self._live[name] > self._given[name]
-            if booked:
-                self._given[name] += 1
-            try:
-                self._call(_clib.mcd_release_reference, _bytes(name))
-            except BaseException:
-                if booked and self._given[name] > 0:
-                    self._drop(self._given, name)
-                raise
-
-    def _rm_set(self, set_name: str) -> None:
-        with self._lock:
-            text = ctypes.c_void_p()
-            self._call(_clib.mcd_set_members_json, _bytes(set_name), ctypes.byref(text))
-            names = json.loads(take_string(text))
-            if not names:
-                raise NotFound("no tensor set named %r" % set_name)
+            if of_set:
+                text = ctypes.c_void_p()
+                self._call(_clib.mcd_set_members_json, _bytes(name[:-1]), ctypes.byref(text))
+                names = json.loads(take_string(text))
+                if not names:
+                    raise NotFound("no tensor set named %r" % name[:-1])
+            else:
+                names = [name]
             for member in names:
                 if self._held_sets[member] > 0:
                     raise InvalidArgument(
-                        "member %r of set %r holds the reference of a get_set of this process: "
-                        "give it back with that set's Tensors first, or remove the set from "
-                        "another process (mcd-rm)" % (member, set_name))
-            # Booked as rm() books one name, undone where the call fails (it gives back none).
+                        "tensor %r holds the reference of a get_set of this Client (the set's "
+                        "member first by name): give it back with that set's Tensors, or remove "
+                        "it from another process (mcd-rm)" % member)
+            # Booked before the call: a finalizer that runs inside it on this thread (the lock
+            # is re-entrant) then closes its mapping only. Undone where the call fails (all or
+            # none: it gave back none).
             booked = [member for member in names if self._live[member] > self._given[member]]
             for member in booked:
                 self._given[member] += 1
-            array = (ctypes.c_char_p * len(names))(*[member.encode() for member in names])
             try:
-                self._call(_clib.mcd_release_references, array, len(names))
+                if not of_set:
+                    self._call(_clib.mcd_release_reference, _bytes(name))
+                else:
+                    array = (ctypes.c_char_p * len(names))(*[m.encode() for m in names])
+                    self._call(_clib.mcd_release_references, array, len(names))
             except BaseException:
                 for member in booked:
                     if self._given[member] > 0:

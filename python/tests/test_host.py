@@ -505,6 +505,20 @@ def test_rm_of_a_set_gives_back_one_reference_of_each_member_and_nothing_else(no
     with pytest.raises(memcuda.NotFound, match="no tensor set"):
         mc.rm("gone/")
     extra.release()
+    # A Tensor of this Client whose reference rm("set/") gave back gives back none of its own.
+    mc.create_set("kept", [("a", 8, "u32", data["m0"][:8]), ("b", 8, "u32", data["m1"][:8])],
+                  device="cpu")
+    gc.collect()
+    a = mc.get("kept/a")
+    assert refcount(mc, "kept/a") == 2
+    mc.rm("kept/")
+    assert refcount(mc, "kept/a") == 1 and mc.ls("kept/b") == []
+    assert np.array_equal(np.asarray(a), data["m0"][:8])
+    del a
+    gc.collect()
+    assert refcount(mc, "kept/a") == 1, "the Tensor gave back a second reference"
+    mc.rm("kept/")
+    assert mc.ls("kept/*") == []
 
 
 def test_a_plain_tensors_release_leaves_a_held_sets_member_of_its_name_mapped(node, mc):

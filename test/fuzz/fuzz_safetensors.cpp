@@ -2,9 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // A safetensors file as mcd-create --from and Client::LoadSafetensors read it: its header read
-// into tensors that each lie inside the file's data, in order and apart, exactly shape x dtype
-// long; or refused with a code of the table. What is read is written back (SafetensorsHeader)
-// and read again the same.
+// into tensors whose data lies back to back over the whole of the file's data (no holes, no
+// overlaps, nothing after), each exactly shape x dtype long; or refused with a code of the table.
+// What is read is written back (SafetensorsHeader) and read again the same.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,11 +29,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   uint64_t end = 0;
   for (const mcd::SafetensorsEntry& e : entries.value()) {
-    FUZZ_CHECK(e.begin >= end && e.begin <= e.end && e.end <= data_bytes);
+    FUZZ_CHECK(e.begin == end && e.begin <= e.end && e.end <= data_bytes);
     auto bytes = mcd::ShapeBytes(e.shape, e.dtype);
     FUZZ_CHECK(bytes.ok() && bytes.value() == e.end - e.begin);
     end = e.end;
   }
+  FUZZ_CHECK(end == data_bytes);
   std::string again = mcd::SafetensorsHeader(entries.value());
   FUZZ_CHECK(again.size() % 8 == 0);
   auto size_again = mcd::SafetensorsHeaderSize(again.substr(0, 8), again.size() + end);

@@ -205,6 +205,11 @@ TEST_F(Safetensors, ASetIsWrittenAsEveryOutputIs) {
   std::string fifo = Path("pipe.safetensors");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
   test::Background reader({"/bin/cat", fifo}, {}, Path("received"));
+  // A file keeps no reference: a holder for one is refused, and nothing is written.
+  auto held = Tool("mcd-get", {"llm/", "--detached", "-o", Path("held.safetensors")});
+  EXPECT_EQ(held.exit_code, 64) << held.err;
+  EXPECT_NE(held.err.find("keeps no reference"), std::string::npos) << held.err;
+  EXPECT_FALSE(std::filesystem::exists(Path("held.safetensors")));
   auto piped = Tool("mcd-get", {"llm/", "-q", "-o", fifo});
   EXPECT_EQ(piped.exit_code, 0) << piped.err;
   ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
@@ -256,6 +261,42 @@ TEST_F(Safetensors, AFileMemcudaCannotHoldMakesNothing) {
   refused = Tool("mcd-create", {"m", "--from", Path("meta.safetensors"), "--device", "cpu"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("\"step\" is not a string"), std::string::npos) << refused.err;
+  Write("meta2.safetensors", SafetensorsFile(Model(), 0, "", json::array({"pt"})));
+  refused = Tool("mcd-create", {"m2", "--from", Path("meta2.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("\"__metadata__\" is not an object"), std::string::npos)
+      << refused.err;
+  // A hole between two tensors, and two tensors over the same bytes.
+  auto offsets_of = [&](const std::string& file, const std::string& tensor, uint64_t begin) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
+    json header = json::parse(file.substr(8, n));
+    uint64_t length = header[tensor]["data_offsets"][1].get<uint64_t>() -
+                      header[tensor]["data_offsets"][0].get<uint64_t>();
+    header[tensor]["data_offsets"] = {begin, begin + length};
+    std::string text = header.dump();
+    std::string size(8, '\0');
+    for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(text.size() >> (8 * i));
+    return size + text + file.substr(8 + n);
+  };
+  std::vector<FileTensor> two = {{"a", "U8", {8}, RandomBytes(8, 10)},
+                                 {"b", "U8", {8}, RandomBytes(8, 11)}};
+  Write("between.safetensors", offsets_of(SafetensorsFile(two, 0, "xxxx"), "b", 12));
+  refused = Tool("mcd-create", {"g", "--from", Path("between.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("bytes [8, 12) of the data belong to no tensor (before 'b')"),
+            std::string::npos)
+      << refused.err;
+  Write("overlap.safetensors", offsets_of(SafetensorsFile(two), "b", 4));
+  refused = Tool("mcd-create", {"o", "--from", Path("overlap.safetensors"), "--device", "cpu"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("the data of 'a' and 'b' overlap"), std::string::npos) << refused.err;
+  // A null __metadata__ is none, as the format's own reader takes it.
+  Write("null.safetensors", SafetensorsFile(two, 0, "", nullptr));
+  auto taken = Tool("mcd-create", {"n", "--from", Path("null.safetensors"), "--device", "cpu"});
+  EXPECT_EQ(taken.exit_code, 0) << taken.err;
+  ASSERT_EQ(Tool("mcd-rm", {"n/", "-q"}).exit_code, 0);
+  EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000));
 
   Write("junk.safetensors", std::string("\x05\0\0\0\0\0\0\0{nope", 13));
   refused = Tool("mcd-create", {"e", "--from", Path("junk.safetensors"), "--device", "cpu"});

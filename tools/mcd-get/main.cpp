@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "flags.h"
@@ -80,12 +81,16 @@ void AddFlags(CLI::App& app, GetFlags& f) {
 
 // The client the flags ask for: bound to the holder of the reference to take, to none for a
 // read (which takes none, so that a tool whose parent is gone may read). A read alone needs no
-// server; a reference, or a wait for the server's events, does.
-mcd::Result<std::unique_ptr<mcd::Client>> Connect(const GetFlags& f) {
+// server; a reference, or a wait for the server's events, does. A set's read (`set_read`:
+// --no-ref) takes the set's reference for as long as it reads: bound to this tool, so that the
+// server gives it back if the tool dies meanwhile.
+mcd::Result<std::unique_ptr<mcd::Client>> Connect(const GetFlags& f, bool set_read = false) {
   using namespace mcd;
   MCD_ASSIGN_OR_RETURN(ClientOptions options,
-                       tools::MakeClientOptions(f.common, !f.no_ref || f.wait_s >= 0));
-  if (f.no_ref) {
+                       tools::MakeClientOptions(f.common, !f.no_ref || f.wait_s >= 0 || set_read));
+  if (set_read) {
+    options.holder_pid = 0;  // this process
+  } else if (f.no_ref) {
     options.holder_pid = kNoHolder;
   } else {
     MCD_ASSIGN_OR_RETURN(options.holder_pid, tools::HolderPid(f.holder, "take"));
@@ -186,45 +191,50 @@ int GetSet(const GetFlags& f, const std::string& set) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
                                     "a tensor set (NAME/) is got alone, without --print"));
   }
-  auto client = Connect(f);
+  if (!f.output.empty() && (f.holder.detached || f.holder.owner_pid != 0)) {
+    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
+                                    "-o FILE.safetensors keeps no reference of the set (it holds "
+                                    "one only while it writes): --detached and --owner-pid do "
+                                    "not apply"));
+  }
+  auto client = Connect(f, f.no_ref || !f.output.empty());
   if (!client.ok()) return tools::Fail(tool, client.status());
-  // With --wait, the set is got (and held) once it is there; -o then writes what it holds.
+  // With --wait, the set is got once it is there. -o writes what the reference holds and gives
+  // it back: a file is a copy, which needs no reference after.
   std::optional<Result<std::vector<TensorView>>> views;
   if (f.wait_s >= 0) {
     views = (*client)->GetSetWhenReady(set, tools::TimeoutMs(f.wait_s));
-    if (!views->ok()) return tools::Fail(tool, views->status());
+  } else {
+    views = (*client)->GetSet(set);
   }
-  if (!f.output.empty()) {
-    Status saved = (*client)->SaveSafetensors(set, f.output);
-    if (views) {
-      auto released = (*client)->ReleaseSet(**views);
-      if (saved.ok() && !released.ok()) saved = released.status();
-    }
-    if (!saved.ok()) return tools::Fail(tool, saved);
-    if (f.common.json) {
-      // The members written, as mcd-get SET/ --json prints them (read again: the file's
-      // reference has gone back).
-      auto listed = (*client)->List(set + "/*");
-      if (!listed.ok()) return tools::Fail(tool, listed.status());
-      std::cout << "[";
-      bool first = true;
-      for (const TensorRecord& r : *listed) {
-        if (r.set != set) continue;  // a tensor of the name that is no member
-        if (!first) std::cout << ",";
-        first = false;
-        PrintResult(f, r, "");
-      }
-      std::cout << "]\n";
-    } else if (!f.common.quiet) {
-      std::cout << "wrote set " << tools::Escaped(set) << " to " << f.output << "\n";
-    }
-    return 0;
-  }
-  if (!views) views = (*client)->GetSet(set);
   if (!views->ok()) return tools::Fail(tool, views->status());
+  if (!f.output.empty()) {
+    Status saved = (*client)->SaveSafetensors(**views, f.output);
+    auto released = (*client)->ReleaseSet(**views);  // whatever happened
+    if (saved.ok() && !released.ok()) saved = released.status();
+    if (!saved.ok()) return tools::Fail(tool, saved);
+    if (!f.common.json) {
+      if (!f.common.quiet)
+        std::cout << "wrote set " << tools::Escaped(set) << " to " << f.output << "\n";
+      return 0;
+    }
+  }
   std::vector<TensorRecord> records;
   for (const TensorView& view : **views) records.push_back(view.record);
-  if (f.no_ref) {
+  if (!f.output.empty()) {
+    // The members written, as mcd-get SET/ --json prints them, their counts read again: the
+    // reference has gone back.
+    auto listed = (*client)->List(set + "/*");
+    if (!listed.ok()) return tools::Fail(tool, listed.status());
+    std::map<std::string, int64_t> counts;
+    for (const TensorRecord& r : *listed) {
+      if (r.set == set) counts[r.name] = r.refcount;  // not a tensor of the name that is no member
+    }
+    for (TensorRecord& record : records) {
+      auto now = counts.find(record.name);
+      if (now != counts.end()) record.refcount = now->second;
+    }
+  } else if (f.no_ref) {
     auto released = (*client)->ReleaseSet(**views);
     if (!released.ok()) return tools::Fail(tool, released.status());
     // The leader's record as the reference went back: its count without this tool's.

@@ -145,6 +145,8 @@ class MCD_API Client {
   // Writes every member of tensor set `set` to safetensors file `path` (named without "<set>/",
   // sorted by name), holding the set's reference meanwhile. The file appears whole or not at all.
   Status SaveSafetensors(const std::string& set, const std::string& path);
+  // The same of the views of one GetSet that the caller holds (and gives back after).
+  Status SaveSafetensors(const std::vector<TensorView>& members, const std::string& path);
   // Opens the tensor without touching its refcount (it must be ready).
   Result<TensorView> Open(const std::string& name);
   // Closes this process's mapping of it, if any, and gives one reference back (refcount-1; the
@@ -191,8 +193,9 @@ class MCD_API Client {
   // Get (take_reference) or Open `name` as soon as it exists and is ready; kTimeout when it did
   // not within `timeout_ms`, having changed nothing.
   Result<TensorView> GetWhenReady(const std::string& name, int timeout_ms, bool take_reference);
-  // GetSet of tensor set `set` as soon as it has a member; kTimeout when it had none within
-  // `timeout_ms`, having changed nothing.
+  // GetSet of tensor set `set` as soon as it has a member and its members are ready (they are
+  // made and published together); kTimeout when it had none within `timeout_ms`, having changed
+  // nothing.
   Result<std::vector<TensorView>> GetSetWhenReady(const std::string& set, int timeout_ms);
   // Returns once the tensor `name` created at `ctime_ms` (TensorRecord::ctime_ms) is freed: its
   // hash gone, or another tensor of that name in its place. kTimeout when it is still held

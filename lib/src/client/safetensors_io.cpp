@@ -125,10 +125,15 @@ Result<std::vector<TensorRecord>> Client::LoadSafetensors(const std::string& pat
 
 Status Client::SaveSafetensors(const std::string& set, const std::string& path) {
   MCD_ASSIGN_OR_RETURN(std::vector<TensorView> views, GetSet(set));
-  Status written = WriteSetFile(*this, set, views, path);
+  Status written = SaveSafetensors(views, path);
   auto released = ReleaseSet(views);  // whatever happened
   if (written.ok() && !released.ok()) return released.status();
   return written;
+}
+
+Status Client::SaveSafetensors(const std::vector<TensorView>& members, const std::string& path) {
+  if (members.empty()) return Status(ErrorCode::kInvalidArgument, "a tensor set has members");
+  return WriteSetFile(*this, members.front().record.set, members, path);
 }
 
 }  // namespace mcd

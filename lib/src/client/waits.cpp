@@ -33,6 +33,14 @@ bool RedisAway(const Status& status) {
   return status.code() == ErrorCode::kTryAgain || status.code() == ErrorCode::kUnavailable;
 }
 
+// Whether a get's failure means "not yet" to a wait: not there yet, being filled, or not to be
+// told yet (Redis loading, a server putting its tensors back), until the wait's own end, whatever
+// the client's timeout.
+bool NotYet(const Status& status) {
+  return status.code() == ErrorCode::kNotFound || status.code() == ErrorCode::kNotReady ||
+         status.code() == ErrorCode::kTryAgain;
+}
+
 // Runs `check` until it answers true, blocking between tries until an event that `wakes` picks.
 // True once `check` did, false when `timeout_ms` (< 0: never) ran out first.
 Result<bool> WaitOnEvents(EventStream& events, int timeout_ms,
@@ -104,13 +112,7 @@ Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
   auto check = [&]() -> Result<bool> {
     view = take_reference ? Get(name) : Open(name);
     if (view->ok()) return true;
-    ErrorCode code = view->status().code();
-    // Not there yet, being filled, or not to be told yet (Redis loading, a server putting its
-    // tensors back): all "not yet" until the wait's own end, whatever the client's timeout.
-    if (code == ErrorCode::kNotFound || code == ErrorCode::kNotReady ||
-        code == ErrorCode::kTryAgain) {
-      return false;
-    }
+    if (NotYet(view->status())) return false;
     return view->status();
   };
   // Any change to the name, and a server start (a restarted server republishes what it holds).
@@ -130,12 +132,7 @@ Result<std::vector<TensorView>> Client::GetSetWhenReady(const std::string& set, 
   auto check = [&]() -> Result<bool> {
     views = GetSet(set);
     if (views->ok()) return true;
-    ErrorCode code = views->status().code();
-    // As GetWhenReady's: "not yet" until the wait's own end.
-    if (code == ErrorCode::kNotFound || code == ErrorCode::kNotReady ||
-        code == ErrorCode::kTryAgain) {
-      return false;
-    }
+    if (NotYet(views->status())) return false;
     return views->status();
   };
   // A change to any member's name (a set's members are committed together), and a server start.

@@ -91,8 +91,9 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
   return entry;
 }
 
-// "__metadata__": an object of strings, as the format says.
+// "__metadata__": an object of strings, as the format says (null: none, as its reader takes it).
 Status CheckMetadata(const rj::Value& value) {
+  if (value.IsNull()) return Status::Ok();
   if (!value.IsObject()) return Bad("\"__metadata__\" is not an object");
   for (auto m = value.MemberBegin(); m != value.MemberEnd(); ++m) {
     if (!m->value.IsString()) {
