@@ -92,6 +92,29 @@ Result<std::unique_ptr<EventStream>> OpenEvents(Client& client) {
   return EventStream::Open(client.options().redis_url, client.options().keys);
 }
 
+// Runs `attempt` until it succeeds, blocking between tries until an event that `wakes` picks; its
+// "not yet" failures (NotYet) are waited through, others end the wait. kTimeout says `what`
+// "within" the timeout, with the last failure.
+template <typename T>
+Result<T> WaitToGet(Client& client, int timeout_ms, const std::function<Result<T>()>& attempt,
+                    const std::function<bool(const LifecycleEvent&)>& wakes,
+                    const std::string& what) {
+  MCD_ASSIGN_OR_RETURN(auto events, OpenEvents(client));
+  std::optional<Result<T>> got;
+  auto check = [&]() -> Result<bool> {
+    got = attempt();
+    if (got->ok()) return true;
+    if (NotYet(got->status())) return false;
+    return got->status();
+  };
+  MCD_ASSIGN_OR_RETURN(bool ready, WaitOnEvents(*events, timeout_ms, check, wakes));
+  if (!ready) {
+    return Status(ErrorCode::kTimeout,
+                  what + " within " + Seconds(timeout_ms) + " (" + got->status().message() + ")");
+  }
+  return std::move(*got);
+}
+
 }  // namespace
 
 Status Client::CanWait() {
@@ -107,46 +130,22 @@ Status Client::CanWait() {
 
 Result<TensorView> Client::GetWhenReady(const std::string& name, int timeout_ms,
                                         bool take_reference) {
-  MCD_ASSIGN_OR_RETURN(auto events, OpenEvents(*this));
-  std::optional<Result<TensorView>> view;
-  auto check = [&]() -> Result<bool> {
-    view = take_reference ? Get(name) : Open(name);
-    if (view->ok()) return true;
-    if (NotYet(view->status())) return false;
-    return view->status();
-  };
   // Any change to the name, and a server start (a restarted server republishes what it holds).
-  auto wakes = [&](const LifecycleEvent& e) { return e.name == name || e.event == "server_start"; };
-  MCD_ASSIGN_OR_RETURN(bool ready, WaitOnEvents(*events, timeout_ms, check, wakes));
-  if (!ready) {
-    return Status(ErrorCode::kTimeout, "tensor '" + name + "' was not ready within " +
-                                           Seconds(timeout_ms) + " (" + view->status().message() +
-                                           ")");
-  }
-  return std::move(*view);
+  return WaitToGet<TensorView>(
+      *this, timeout_ms, [&] { return take_reference ? Get(name) : Open(name); },
+      [&](const LifecycleEvent& e) { return e.name == name || e.event == "server_start"; },
+      "tensor '" + name + "' was not ready");
 }
 
 Result<std::vector<TensorView>> Client::GetSetWhenReady(const std::string& set, int timeout_ms) {
-  MCD_ASSIGN_OR_RETURN(auto events, OpenEvents(*this));
-  std::optional<Result<std::vector<TensorView>>> views;
-  auto check = [&]() -> Result<bool> {
-    views = GetSet(set);
-    if (views->ok()) return true;
-    if (NotYet(views->status())) return false;
-    return views->status();
-  };
   // A change to any member's name (a set's members are committed together), and a server start.
   const std::string prefix = set + "/";
-  auto wakes = [&](const LifecycleEvent& e) {
-    return e.name.compare(0, prefix.size(), prefix) == 0 || e.event == "server_start";
-  };
-  MCD_ASSIGN_OR_RETURN(bool ready, WaitOnEvents(*events, timeout_ms, check, wakes));
-  if (!ready) {
-    return Status(ErrorCode::kTimeout, "tensor set '" + set + "' was not there within " +
-                                           Seconds(timeout_ms) + " (" + views->status().message() +
-                                           ")");
-  }
-  return std::move(*views);
+  return WaitToGet<std::vector<TensorView>>(
+      *this, timeout_ms, [&] { return GetSet(set); },
+      [&](const LifecycleEvent& e) {
+        return e.name.compare(0, prefix.size(), prefix) == 0 || e.event == "server_start";
+      },
+      "tensor set '" + set + "' was not there");
 }
 
 Status Client::WaitFreed(const std::string& name, int64_t ctime_ms, int timeout_ms) {
