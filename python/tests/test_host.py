@@ -66,6 +66,29 @@ def test_rm_of_a_tensor_held_here_then_its_release_give_back_one_reference_each(
     assert mc.ls() == []
 
 
+def test_a_release_after_another_party_gave_this_processs_reference_back_keeps_the_tensor(
+        node, mc):
+    node.run("mcd-create", "c", "--dtype", "u8", "--shape", "64", "--device", "cpu")
+    for other_party in ("mcd-rm", "another connection"):
+        w = mc.get("c")
+        v = np.asarray(w)
+        v[:] = 5
+        assert refcount(mc, "c") == 2
+        if other_party == "mcd-rm":
+            node.run("mcd-rm", "c")  # bound to its parent, this process: w's reference goes
+        else:
+            memcuda.connect(node=node.node).rm("c")  # this process's own, again w's
+        assert refcount(mc, "c") == 1
+        del v
+        w.release()
+        gc.collect()
+        assert refcount(mc, "c") == 1, "w's release gave back the creator's reference"
+        with mc.get("c") as again:
+            assert np.asarray(again).tolist() == [5] * 64
+    node.run("mcd-rm", "c")
+    assert mc.ls() == []
+
+
 def test_numpy_views_the_memory_in_place_across_processes(node, mc):
     t = mc.create("shared", (4,), "i32", device="cpu")
     a = np.asarray(t)

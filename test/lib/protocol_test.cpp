@@ -61,6 +61,21 @@ TEST(Protocol, CommandRoundTrips) {
   auto spaced = ParseCommand(CommandToJson(c));
   ASSERT_TRUE(spaced.ok()) << spaced.status().ToString();
   EXPECT_EQ(spaced->pid_space, "boot/123");
+
+  // The release of a reference its client took: the holder's own alone.
+  Command del;
+  del.op = Op::kDelete;
+  del.name = "a";
+  del.owner_pid = 42;
+  del.owner_start = 7;
+  del.own_only = true;
+  auto own = ParseCommand(CommandToJson(del));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_TRUE(own->own_only);
+  EXPECT_EQ(own->owner_pid, 42);
+  del.own_only = false;
+  EXPECT_EQ(CommandToJson(del).find("own_only"), std::string::npos);
+  EXPECT_FALSE(ParseCommand(CommandToJson(del))->own_only);
 }
 
 struct BadCase {
@@ -134,6 +149,14 @@ TEST(Protocol, EveryBadInputClassIsRefused) {
        ErrorCode::kInvalidArgument, "init"},
       {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"lifetime":"stack","pid":7,"owner_pid":1})",
        ErrorCode::kInvalidArgument, "init"},
+      {R"({"op":"get","name":"a","owner_pid":7,"own_only":true})", ErrorCode::kInvalidArgument,
+       "only valid for op \"delete\""},
+      {R"({"op":"create","name":"a","dtype":"f32","shape":[1],"device":0,"own_only":true})",
+       ErrorCode::kInvalidArgument, "only valid for op \"delete\""},
+      {R"({"op":"delete","name":"a","owner_pid":7,"own_only":1})", ErrorCode::kInvalidArgument,
+       "true or false"},
+      {R"({"op":"delete","name":"a","own_only":true})", ErrorCode::kInvalidArgument,
+       "needs \"owner_pid\""},
   };
   for (const BadCase& c : cases) {
     auto parsed = ParseCommand(c.json);

@@ -314,6 +314,39 @@ TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {
   EXPECT_TRUE(ShmFreedSoon());
 }
 
+// A client gives back only the reference it took: when another client of the same process (so
+// of the same holder) gave that one back already, the creator's, bound to nobody, stays, and so
+// does the tensor, whether the release goes through the reference script or, as a delete command
+// that says so, to the server.
+TEST_F(Holders, AReleaseOfAReferenceTakenHereNeverGivesBackTheCreators) {
+  Create("g");  // its creator's reference is bound to nobody
+  auto taker = ConnectClient();
+  auto other = ConnectClient();
+  ASSERT_TRUE(taker && other);
+  auto got = taker->Get("g");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(HashField("g", Holder(getpid())), "1");
+  auto given = other->ReleaseReference("g");  // it took none: the process's own goes
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->refcount, 1);
+  auto refused = taker->ReleaseReference("g");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kNotHeld);
+  EXPECT_NE(refused.status().message().find("given back by another client"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(HashField("g", "refcount"), "1");
+  EXPECT_EQ(ShmCount(), 1u);
+  json raw = Raw(R"({"op":"delete","name":"g","req":"d1","own_only":true,"owner_pid":)" +
+                     std::to_string(getpid()) + "}",
+                 "d1");
+  EXPECT_EQ(raw["error"]["code"], "not_held") << raw.dump();
+  EXPECT_EQ(HashField("g", "refcount"), "1");
+  EXPECT_EQ(ShmCount(), 1u);
+  taker.reset();  // its mapping
+  EXPECT_EQ(Tool("mcd-rm", {"g"}).exit_code, 0);
+  EXPECT_TRUE(ShmFreedSoon());
+}
+
 // Raw commands: a get with owner_pid is bound to that process; one without is bound to nobody,
 // as the minimal form has it; a get for a process that is not running is refused.
 TEST_F(Holders, RawCommandsAreBoundOnlyWhenTheyNameAnOwner) {

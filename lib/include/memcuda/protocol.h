@@ -112,6 +112,10 @@ struct MCD_API Command {
   // process the reference is bound to (its holder; 0 = bound to nobody).
   int64_t owner_pid = 0;
   uint64_t owner_start = 0;  // its start time (clock ticks since boot), 0 = look it up
+  // delete: "own_only": true gives back only a reference the owner holds, never one bound to
+  // nobody (a creator's): the release of a reference its client took, which another client of
+  // the same process may have given back already.
+  bool own_only = false;
   // create_set: the id of the list of its members (KeySpace::Members), pushed before the
   // command. publish, abandon: "set": true, of every member of tensor set `name` at once.
   std::string members;

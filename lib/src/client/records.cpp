@@ -28,13 +28,14 @@ Result<TensorRecord> RecordFromHgetall(const std::string& name, const RedisValue
   return RecordFromHash(name, FieldMap(reply));
 }
 
-Command DeleteCommand(const std::string& name, const std::optional<Holder>& holder) {
+Command DeleteCommand(const std::string& name, const std::optional<Holder>& holder, bool own_only) {
   Command cmd;
   cmd.op = Op::kDelete;
   cmd.name = name;
   if (holder) {
     cmd.owner_pid = holder->pid;
     cmd.owner_start = holder->start;
+    cmd.own_only = own_only;
   }
   return cmd;
 }

@@ -19,6 +19,9 @@ Result<TensorRecord> RecordFromHgetall(const std::string& name, const RedisValue
 
 // A delete command of `name` giving back a reference of `holder` (or, without one or when it
 // holds none, one bound to nobody); its req, node and pid are added by Transport::Prepare.
-Command DeleteCommand(const std::string& name, const std::optional<Holder>& holder);
+// `own_only`: of a reference this client took, bound to `holder`, so never one bound to nobody
+// (Command::own_only).
+Command DeleteCommand(const std::string& name, const std::optional<Holder>& holder,
+                      bool own_only = false);
 
 }  // namespace mcd

@@ -149,7 +149,9 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
 Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std::string& epoch,
                                               bool retried) {
   if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
-  MCD_ASSIGN_OR_RETURN(Transport::Outgoing out, transport_.Prepare(DeleteCommand(name, holder_)));
+  // A known epoch is of a reference this client took: its holder's own alone is given back.
+  MCD_ASSIGN_OR_RETURN(Transport::Outgoing out,
+                       transport_.Prepare(DeleteCommand(name, holder_, epoch != kAnyEpoch)));
   std::string key = keys_.Tensor(name);
   std::string server = keys_.Server(node_);
   ReferenceArgs args = Args(name, key, server);
@@ -181,7 +183,7 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
   }
   if (!popped.ok()) return popped.status();
   if (!answer.ok()) return answer.status();
-  return Answer(name, answer.value(), true);
+  return Answer(name, answer.value(), true, epoch != kAnyEpoch);
 }
 
 Result<std::vector<ReferenceManyItem>> ReferenceScript::ManyItems(
@@ -194,8 +196,9 @@ Result<std::vector<ReferenceManyItem>> ReferenceScript::ManyItems(
     item.name = names[i];
     item.reply_list = unused_key_;
     if (out == nullptr) continue;
+    const bool taken_here = (*epochs)[i] != kAnyEpoch;  // as Release's
     MCD_ASSIGN_OR_RETURN(Transport::Outgoing outgoing,
-                         transport_.Prepare(DeleteCommand(names[i], holder_)));
+                         transport_.Prepare(DeleteCommand(names[i], holder_, taken_here)));
     item.reply_list = outgoing.reply_key;
     item.delete_command = outgoing.body;
     item.epoch = (*epochs)[i];
@@ -349,7 +352,8 @@ Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
     if (*answer.failed >= names.size()) {
       return Status(ErrorCode::kUnexpectedReply, "batched reference script named no tensor");
     }
-    return Answer(names[*answer.failed], answer.refusal, true).status();
+    const bool own_only = epochs[*answer.failed] != kAnyEpoch;
+    return Answer(names[*answer.failed], answer.refusal, true, own_only).status();
   }
   MCD_RETURN_IF_ERROR(AnsweredAll(answer, names.size()));
   // Every reference is given back by now (the queued ones by their delete commands, whose
@@ -373,7 +377,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
 }
 
 Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceReply& reply,
-                                             bool release) {
+                                             bool release, bool own_only) {
   switch (reply.kind) {
     case ReferenceReply::kOk:
     case ReferenceReply::kForgotten:
@@ -387,7 +391,7 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceR
       return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + reply.detail +
                                                "', not '" + node_ + "'");
     case ReferenceReply::kNotHeld:
-      return NotHeldStatus(name);
+      return NotHeldStatus(name, own_only);
     case ReferenceReply::kGone:
       return Status(ErrorCode::kUnavailable,
                     "the mcd-serve instance that owns tensor '" + name + "' is not running");

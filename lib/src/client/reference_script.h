@@ -75,8 +75,10 @@ class ReferenceScript {
   // The records of the references a get's `answer` took of `names`, or its refusal's error.
   Result<std::vector<TensorRecord>> Taken(const std::vector<std::string>& names,
                                           ReferenceManyReply& answer);
-  // What the script answered, for `name`; `release`: to a release.
-  Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply, bool release = false);
+  // What the script answered, for `name`; `release`: to a release, `own_only` of a reference
+  // this client took (its epoch known).
+  Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply, bool release = false,
+                              bool own_only = false);
 
   static constexpr const char* kNotLoaded = "0";
   RedisConnection& redis_;

@@ -44,12 +44,13 @@ enum CommandField {
   kPidSpace,
   kMembers,
   kSet,
+  kOwnOnly,
   kCommandFieldCount
 };
 constexpr std::string_view kCommandKeys[kCommandFieldCount] = {
     "op",      "name",   "req",       "node",    "pid",       "sent_ms",     "dtype",
     "shape",   "device", "lifetime",  "init",    "owner_pid", "owner_start", "bytes",
-    "copy_of", "fill",   "pid_space", "members", "set"};
+    "copy_of", "fill",   "pid_space", "members", "set",       "own_only"};
 
 // owner_pid and owner_start: the process a stack tensor (create) or a reference (get, delete)
 // is bound to.
@@ -358,6 +359,13 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     if (cmd.sent_ms < 0) return Invalid("\"sent_ms\" must not be negative");
   }
   MCD_RETURN_IF_ERROR(ParseOwner(m, cmd));
+  if (const rj::Value* own = m.at[kOwnOnly]) {
+    if (cmd.op != Op::kDelete) return Invalid("\"own_only\" is only valid for op \"delete\"");
+    if (!own->IsBool()) return Invalid("\"own_only\" must be true or false");
+    cmd.own_only = own->GetBool();
+    if (cmd.own_only && cmd.owner_pid == 0)
+      return Invalid("\"own_only\" needs \"owner_pid\": the process whose reference it is");
+  }
   if (cmd.op == Op::kGet && cmd.owner_pid == kInitPid) {
     return Invalid(
         "\"owner_pid\" 1 is init, which never exits: a reference bound to it would "
@@ -384,7 +392,7 @@ Result<Command> ParseCommand(std::string_view raw, std::string* req_out) {
     cmd.set = set->GetBool();
   }
   for (int f = kDType; f < kCommandFieldCount; ++f) {
-    if (f == kOwnerPid || f == kOwnerStart || f == kSet) continue;
+    if (f == kOwnerPid || f == kOwnerStart || f == kSet || f == kOwnOnly) continue;
     if (m.at[f] != nullptr)
       return Invalid("\"" + std::string(kCommandKeys[f]) + "\" is only valid for op \"create\"");
   }
@@ -436,6 +444,10 @@ std::string CommandToJson(const Command& cmd) {
   if (cmd.owner_start != 0) {
     w.Key("owner_start");
     w.Uint64(cmd.owner_start);
+  }
+  if (cmd.own_only) {
+    w.Key("own_only");
+    w.Bool(true);
   }
   w.EndObject();
   assert(w.IsComplete());  // every object and array opened here is closed

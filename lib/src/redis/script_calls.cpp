@@ -62,7 +62,7 @@ Result<int64_t> IntegerReply(Result<RedisValue> reply, const char* script) {
 
 std::vector<std::string> CommitCall(std::string_view sha, const CommitArgs& a) {
   size_t extra = a.action == CommitAction::kHset     ? (a.fields ? a.fields->size() : 0)
-                 : a.action == CommitAction::kIncr   ? 4
+                 : a.action == CommitAction::kIncr   ? 5
                  : a.action == CommitAction::kUnhold ? 1
                                                      : 0;
   const size_t members = a.members != nullptr ? a.members->size() : 0;
@@ -102,6 +102,7 @@ std::vector<std::string> CommitCall(std::string_view sha, const CommitArgs& a) {
       argv.push_back(std::to_string(a.delta));
       argv.emplace_back(a.held_tail);
       argv.emplace_back(a.freed_tail);
+      argv.emplace_back(a.own_only ? "1" : "0");
       break;
     case CommitAction::kUnhold:
       argv.emplace_back(a.holder);

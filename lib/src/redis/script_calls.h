@@ -77,13 +77,15 @@ struct CommitArgs {
   std::string_view name;   // the tensor's
   std::string_view node;
   // By action. kHset: field/value pairs. kIncr: holder ("" for a reference bound to nobody),
-  // delta, then the reply's tails while the tensor is referenced and once it is freed. kUnhold:
-  // holder (one that died).
+  // delta, then the reply's tails while the tensor is referenced and once it is freed, and
+  // own_only (a delete that gives back only the holder's own reference). kUnhold: holder (one
+  // that died).
   const std::vector<std::string>* fields = nullptr;
   std::string_view holder;
   int delta = 0;
   std::string_view held_tail;
   std::string_view freed_tail;
+  bool own_only = false;
   // kHsetMany, kDelMany: the members (`tensor` is then the set's list of member keys).
   const std::vector<CommitMember>* members = nullptr;
 };

@@ -373,7 +373,8 @@ void CommandApplier::HandleRefcount(Request& request, int delta) {
   // The script writes the reply around the count it makes.
   TensorReplyParts reply = TensorReplyHead(cmd.req, cmd.op, it->second.json_head);
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply.head, Pre::kMine,
-                       CommitChange::Incr(holder.value(), delta, reply.held_tail, reply.freed_tail),
+                       CommitChange::Incr(holder.value(), delta, reply.held_tail, reply.freed_tail,
+                                          cmd.own_only),
                        CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid}),
         request, [this, op, t0](const Request& made, Result<CommitResult> committed) {
           RefcountCommitted(made, op, t0, std::move(committed));
@@ -478,7 +479,7 @@ void CommandApplier::RefcountCommitted(const Request& request, const char* op, C
     return outcomes_.Record(op, name, Status::Ok(), t0, "repeated_req=" + req);
   }
   if (committed->kind == CommitResult::kNotHeld) {
-    Status not_held = NotHeldStatus(name);
+    Status not_held = NotHeldStatus(name, request.parsed->own_only);
     responder_.AnswerNow(request, op, not_held);
     return outcomes_.Record(op, name, not_held, t0);
   }

@@ -83,6 +83,7 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
   if (a.action == CommitAction::kHset) a.fields = change.fields;
   if (incr) {
     a.delta = change.delta;
+    a.own_only = change.own_only;
     // From the socket the script assembles no reply, so the tails stay here (SocketReply) and
     // travel empty.
     if (!socket) {

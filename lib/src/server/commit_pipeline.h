@@ -55,8 +55,9 @@ struct Pending {
 
 // What a commit does to its tensor hash, with what the action needs: kHset the field/value
 // pairs; kIncr the holder ("" for a reference bound to nobody), the change of the count and the
-// reply's tails while the tensor is still referenced and once it is freed (after the new count);
-// kUnhold the holder (one that died). Views of the caller's strings, read within Make.
+// reply's tails while the tensor is still referenced and once it is freed (after the new count),
+// and whether a delete gives back only the holder's own reference (Command::own_only); kUnhold the
+// holder (one that died). Views of the caller's strings, read within Make.
 struct CommitChange {
   CommitAction action = CommitAction::kNone;
   const std::vector<std::string>* fields = nullptr;
@@ -64,6 +65,7 @@ struct CommitChange {
   int delta = 0;
   std::string_view held_tail;
   std::string_view freed_tail;
+  bool own_only = false;
   // kHsetMany, kDelMany: every member of the set the commit names (its `name`).
   const std::vector<CommitMember>* members = nullptr;
 
@@ -73,8 +75,9 @@ struct CommitChange {
     return CommitChange{CommitAction::kHset, &fields};
   }
   static CommitChange Incr(std::string_view holder, int delta, std::string_view held_tail,
-                           std::string_view freed_tail) {
-    return CommitChange{CommitAction::kIncr, nullptr, holder, delta, held_tail, freed_tail};
+                           std::string_view freed_tail, bool own_only = false) {
+    return CommitChange{CommitAction::kIncr, nullptr,    holder,  delta,
+                        held_tail,           freed_tail, own_only};
   }
   static CommitChange Unhold(std::string_view holder) {
     return CommitChange{CommitAction::kUnhold, nullptr, holder};

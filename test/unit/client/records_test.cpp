@@ -194,10 +194,13 @@ TEST(DeleteCommand, GivesBackTheHoldersReferenceOrOneBoundToNobody) {
   EXPECT_EQ(held.name, "t");
   EXPECT_EQ(held.owner_pid, 1234);
   EXPECT_EQ(held.owner_start, 5678u);
-  Command nobodys = DeleteCommand("t", std::nullopt);
+  EXPECT_FALSE(held.own_only);
+  EXPECT_TRUE(DeleteCommand("t", holder, /*own_only=*/true).own_only);
+  Command nobodys = DeleteCommand("t", std::nullopt, /*own_only=*/true);
   EXPECT_EQ(nobodys.op, Op::kDelete);
   EXPECT_EQ(nobodys.owner_pid, 0);
   EXPECT_EQ(nobodys.owner_start, 0u);
+  EXPECT_FALSE(nobodys.own_only);  // a reference bound to nobody is no holder's own
 }
 
 }  // namespace

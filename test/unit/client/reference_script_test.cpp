@@ -120,6 +120,33 @@ TEST_F(ReferenceScriptTest, AReleaseOfNoneOfItsOwnIsRefused) {
   EXPECT_EQ(Hash()["refcount"], "2");
 }
 
+// A release of a reference this client took (its epoch known) gives back its holder's own alone.
+// Another client of the same process, bound to the same holder, may have given that one back
+// already (a second Client, an mcd-rm the program ran): the creator's reference, bound to
+// nobody, is then not this client's to give back, however many of them there are.
+TEST_F(ReferenceScriptTest, AReleaseOfAReferenceItTookNeverGivesBackOneBoundToNobody) {
+  Do({"HSET", opt_.keys.Tensor("t"), "refcount", "2"});  // two bound to nobody
+  for (bool many : {false, true}) {
+    auto got = script_->Get("t");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(Hash()[field_], "1");
+    // Another client of its process gives the holder's reference back (it took none itself).
+    auto other = script_->Release("t", ReferenceScript::kAnyEpoch);
+    ASSERT_TRUE(other.ok()) << other.status().ToString();
+    EXPECT_EQ(Hash()[field_], "0");
+    Status released = many ? script_->ReleaseMany({"t"}, {got->epoch}).status()
+                           : script_->Release("t", got->epoch).status();
+    ASSERT_FALSE(released.ok()) << many;
+    EXPECT_EQ(released.code(), ErrorCode::kNotHeld) << released.ToString();
+    EXPECT_EQ(Hash()["refcount"], "2") << many;  // both still there
+    EXPECT_EQ(Hash()["bound"], "0") << many;
+  }
+  // One not known to be its own (no epoch): the holder holds none, so one bound to nobody goes.
+  auto unbound = script_->Release("t", ReferenceScript::kAnyEpoch);
+  ASSERT_TRUE(unbound.ok()) << unbound.status().ToString();
+  EXPECT_EQ(Hash()["refcount"], "1");
+}
+
 TEST_F(ReferenceScriptTest, AGetOfATensorOfAnotherNodeSaysWhere) {
   Do({"HSET", opt_.keys.Tensor("t"), "node", "m"});
   auto got = script_->Get("t");

@@ -27,9 +27,10 @@
 -- hset: ARGV[15..] fields, field/value pairs.
 -- incr (needs "mine"): ARGV[15] holder ("PID:START", or "" for a reference bound to nobody),
 -- ARGV[16] delta, ARGV[17] held_tail, the reply's tail while referenced, ARGV[18] freed_tail,
--- its tail when freed. A get takes a reference of the holder; a delete gives back the holder's
--- own if it holds one, else one bound to nobody, and answers "not_held" when every reference is
--- another process's.
+-- its tail when freed, ARGV[19] own_only: "1" for a delete of a reference its client took,
+-- bound to the holder. A get takes a reference of the holder; a delete gives back the holder's
+-- own if it holds one, else (not own_only) one bound to nobody, and answers "not_held" when
+-- every reference is another process's.
 -- unhold (needs "mine"): ARGV[15] holder, one that died: every reference it held is given back.
 -- After incr and unhold, at refcount <= 0 the hash is deleted (the caller then frees the memory).
 -- hset_many, del_many: every member of a tensor set at once. KEYS[1] is then the set's list of
@@ -96,7 +97,7 @@ if action == 'incr' then
   local delta = tonumber(ARGV[16])
   own = delta
   if delta < 0 then
-    local which = mcd_releasable(KEYS[1], holder, refcount)
+    local which = mcd_releasable(KEYS[1], holder, refcount, ARGV[19] == '1')
     if not which then return {'not_held'} end
     if which ~= 'own' then own = 0 end
   end

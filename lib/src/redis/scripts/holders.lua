@@ -49,8 +49,12 @@ end
 
 -- Which reference a release by `holder` ("" for none) gives back: 'own' when it holds one,
 -- 'unbound' when one bound to nobody is left, nil when every reference is another process's.
-local function mcd_releasable(tensor, holder, refcount)
+-- `own_only`: the release is of a reference the releasing client took itself, bound to `holder`;
+-- when `holder` holds none any more (another client of its process gave it back meanwhile), it
+-- gives back nothing, rather than the creator's reference, which would free the tensor under it.
+local function mcd_releasable(tensor, holder, refcount, own_only)
   if mcd_held_by(tensor, holder) > 0 then return 'own' end
+  if own_only and holder ~= '' then return nil end
   local bound = tonumber(redis.call('HGET', tensor, 'bound') or '0') or 0
   if refcount - bound > 0 then return 'unbound' end
   return nil

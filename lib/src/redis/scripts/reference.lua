@@ -15,7 +15,8 @@
 -- ("PID:START", holders.lua; "" for a reference bound to nobody), ARGV[4] pid, the one the event
 -- names, ARGV[5] name, the tensor's, ARGV[6] (release) delete_command, ARGV[7] (release)
 -- marker_ttl_s, the reply list's TTL, ARGV[8] (release) epoch, the hash's when the reference
--- was taken ("*": not known), ARGV[9..] fields, the hash's to return.
+-- was taken ("*": not known; a known one is of a reference the client took, which only its
+-- holder's own count gives back: mcd_releasable), ARGV[9..] fields, the hash's to return.
 -- A release that is answered here also pushes an empty marker onto its reply list, so that the
 -- BLPOP the client sends right behind the script returns at once whatever happened.
 -- Returns {"ok", {values}} | {"missing", instance, settled} (the heartbeat's, "" without one:
@@ -50,7 +51,8 @@ if release and ARGV[8] ~= '*' and ARGV[8] ~= (f[5] or '') then
 end
 local own = not release
 if release then
-  local which = mcd_releasable(KEYS[1], holder, tonumber(f[3]))
+  -- A release that names its epoch gives back a reference its client took (ReferenceBook).
+  local which = mcd_releasable(KEYS[1], holder, tonumber(f[3]), ARGV[8] ~= '*')
   if not which then return answer({'not_held'}) end
   if tonumber(f[3]) <= 1 then
     redis.call('LPUSH', KEYS[6], ARGV[6])

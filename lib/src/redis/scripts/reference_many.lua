@@ -13,7 +13,8 @@
 -- list of its delete command (for a get, the unused key <prefix>:-).
 -- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] node, ARGV[3] holder, ARGV[4] pid,
 -- ARGV[5] marker_ttl_s, ARGV[6] the number of hash fields to return, then those fields; then
--- three per tensor: its name, (release) its delete command and epoch ("*": not known).
+-- three per tensor: its name, (release) its delete command and epoch ("*": not known; a known
+-- one, as reference.lua's, gives back only the holder's own reference).
 -- A release pushes an empty marker onto the reply list of every tensor whose release it answers
 -- itself (all of them when it refuses), so that the BLPOPs sent right behind it return at once.
 -- A get with a sixth key and no tensor of its own (Client::GetSet) takes one reference for a whole
@@ -125,7 +126,7 @@ for i = 1, n do
   elseif server[1] ~= f[at.owner] then
     refusal = {'gone'}
   elseif release and not forgotten and
-      not mcd_releasable(keys[i], holder, tonumber(f[at.refcount])) then
+      not mcd_releasable(keys[i], holder, tonumber(f[at.refcount]), arg(i, 3) ~= '*') then
     refusal = {'not_held'}
   end
   if refusal then
@@ -153,7 +154,7 @@ for i = 1, n do
     out[i] = {'queued'}
   else
     if release then
-      local own = mcd_releasable(key, holder, count) == 'own'
+      local own = mcd_releasable(key, holder, count, arg(i, 3) ~= '*') == 'own'
       redis.call('HINCRBY', key, 'refcount', delta)
       if own and holder ~= '' then mcd_hold(key, KEYS[2], KEYS[3], holder, delta) end
     elseif holder_field then
