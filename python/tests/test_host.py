@@ -572,7 +572,9 @@ def test_a_held_sets_member_is_itself_whatever_its_name_names_now(node, mc):
     one, two = mc.get_set("re"), mc.get_set("re")
     with pytest.raises(memcuda.InvalidArgument):
         mc.rm("re/a")  # the sets' reference: refused, nothing changed
-    node.run("mcd-rm", "re/")  # the creator's: re/a stays (held), re/b goes
+    # The creator's (--detached: this process, the tool's parent, holds the sets' reference of
+    # re/a, which the tool would give back first): re/a stays (held), re/b goes.
+    node.run("mcd-rm", "re/", "--detached")
     assert [r["name"] for r in mc.ls("re/*")] == ["re/a"]
     new = mc.create("re/b", 32, "u32", device="cpu")  # another tensor of a freed member's name
     seen = mc.get("re/b")

@@ -91,6 +91,14 @@ TEST_F(Safetensors, ACheckpointBecomesASetAndComesBackTheSame) {
   ASSERT_EQ(made.exit_code, 0) << made.err << ServeLog();
   EXPECT_NE(made.out.find("7 tensors"), std::string::npos) << made.out;
   EXPECT_EQ(ShmCount(), 1u) << "one allocation for the whole checkpoint";
+  // The set named as a tensor: what to name instead.
+  for (const char* tool : {"mcd-get", "mcd-rm"}) {
+    auto plain = Tool(tool, {"llm"});
+    EXPECT_EQ(plain.exit_code, 1) << tool;
+    EXPECT_NE(plain.err.find("'llm' is a tensor set of 7 members: name it 'llm/'"),
+              std::string::npos)
+        << plain.err;
+  }
   for (const FileTensor& t : model) {
     std::string name = "llm/" + t.name;
     EXPECT_EQ(HashField(name, "set"), "llm");
@@ -231,15 +239,27 @@ TEST_F(Safetensors, AFileMemcudaCannotHoldMakesNothing) {
   std::string whole = SafetensorsFile(Model());
   Write("cut.safetensors", whole.substr(0, whole.size() - 10));
   refused = Tool("mcd-create", {"b", "--from", Path("cut.safetensors"), "--device", "cpu"});
-  EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.err.find("outside"), std::string::npos) << refused.err;
+  EXPECT_EQ(refused.exit_code, 74) << refused.err;  // cut short, as a .npy file's
+  EXPECT_NE(refused.err.find("outside the file's"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("truncated"), std::string::npos) << refused.err;
+  Write("stub.safetensors", whole.substr(0, 5));
+  refused = Tool("mcd-create", {"b", "--from", Path("stub.safetensors"), "--device", "cpu"});
+  EXPECT_EQ(refused.exit_code, 74) << refused.err;
+  EXPECT_NE(refused.err.find(Path("stub.safetensors") + ": "), std::string::npos) << refused.err;
 
   std::string huge = whole;
-  huge[7] = '\x7f';  // a header size past the file
+  huge[7] = '\x7f';  // a header size past the format's limit
   Write("huge.safetensors", huge);
   refused = Tool("mcd-create", {"c", "--from", Path("huge.safetensors"), "--device", "cpu"});
-  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_EQ(refused.exit_code, 64) << refused.err;
   EXPECT_NE(refused.err.find("limit"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find(Path("huge.safetensors") + ": "), std::string::npos) << refused.err;
+  huge = whole;
+  huge[2] = '\x7f';  // within the limit, past the file
+  Write("past.safetensors", huge);
+  refused = Tool("mcd-create", {"c", "--from", Path("past.safetensors"), "--device", "cpu"});
+  EXPECT_EQ(refused.exit_code, 74) << refused.err;
+  EXPECT_NE(refused.err.find("more than the file's"), std::string::npos) << refused.err;
 
   std::vector<FileTensor> empty = {{"e", "F32", {0, 4}, ""}};
   Write("empty.safetensors", SafetensorsFile(empty));
@@ -291,6 +311,26 @@ TEST_F(Safetensors, AFileMemcudaCannotHoldMakesNothing) {
   refused = Tool("mcd-create", {"o", "--from", Path("overlap.safetensors"), "--device", "cpu"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("the data of 'a' and 'b' overlap"), std::string::npos) << refused.err;
+  {
+    std::string file = SafetensorsFile(two);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
+    json header = json::parse(file.substr(8, n));
+    header["b"]["data_offsets"] = {16, 8};
+    std::string text = header.dump();
+    std::string size(8, '\0');
+    for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(text.size() >> (8 * i));
+    Write("reversed.safetensors", size + text + file.substr(8 + n));
+  }
+  refused = Tool("mcd-create", {"r", "--from", Path("reversed.safetensors"), "--device", "cpu"});
+  EXPECT_EQ(refused.exit_code, 64) << refused.err;
+  EXPECT_NE(refused.err.find("[16, 8) end before they begin"), std::string::npos) << refused.err;
+  std::vector<FileTensor> deep = {{"d", "U8", std::vector<int64_t>(9, 1), RandomBytes(1, 12)}};
+  Write("deep.safetensors", SafetensorsFile(deep));
+  refused = Tool("mcd-create", {"d9", "--from", Path("deep.safetensors"), "--device", "cpu"});
+  EXPECT_EQ(refused.exit_code, 64) << refused.err;
+  EXPECT_NE(refused.err.find("9 dimensions; the limit is 8"), std::string::npos) << refused.err;
+  EXPECT_EQ(refused.err.find("at least one element"), std::string::npos) << refused.err;
   // A null __metadata__ is none, as the format's own reader takes it.
   Write("null.safetensors", SafetensorsFile(two, 0, "", nullptr));
   auto taken = Tool("mcd-create", {"n", "--from", Path("null.safetensors"), "--device", "cpu"});

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -123,7 +124,9 @@ TEST_F(Sets, ASetsMembersShareOneAllocationAndAreGotInOneCall) {
   auto held = consumer->GetSet("model");
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   // (By the tool: mappings are the process's, and this one's views must stay.)
-  auto removed = Tool("mcd-rm", {"model/"});  // the creator's references, all of them
+  // The creator's references, all of them: --detached, since this process, the tool's parent,
+  // holds the set's reference (of the leader), which the tool would give back first.
+  auto removed = Tool("mcd-rm", {"model/", "--detached"});
   ASSERT_EQ(removed.exit_code, 0) << removed.err;
   for (const SetMember& m : made.spec.members) {
     EXPECT_EQ(HashField(m.name, "state"), m.name == leader ? "ready" : "") << m.name;
@@ -310,6 +313,47 @@ TEST_F(Sets, BadHashesAndNamesChangeNothing) {
   EXPECT_EQ(client->Create(HostSpec("slash/")).status().code(), ErrorCode::kInvalidArgument);
   auto tool = Tool("mcd-create", {"pl/", "--dtype", "u8", "--shape", "1", "--device", "cpu"});
   EXPECT_EQ(tool.exit_code, 64) << tool.err;
+}
+
+// The set's list in Redis goes by name, so that a set's get takes the reference of its member
+// first by name (the one ReleaseSet gives back) without comparing names; a list out of that order
+// is refused, nothing taken.
+TEST_F(Sets, ASetsListGoesByNameAndItsFirstMemberHoldsTheReference) {
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  Made made = Spec("o", 12, 60);  // layer.0, layer.1, ..., layer.11: not in byte order
+  ASSERT_TRUE(client->CreateSet(made.spec).ok());
+  auto conn = redis_.Connect();
+  auto listed = conn->Command({"LRANGE", keys_.Set("o"), "0", "-1"});
+  ASSERT_TRUE(listed.ok());
+  std::vector<std::string> keys;
+  for (const RedisValue& v : listed->elements) keys.push_back(v.str);
+  ASSERT_EQ(keys.size(), 12u);
+  EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
+  EXPECT_EQ(keys.front(), keys_.Tensor("o/layer.0.weight"));
+  EXPECT_EQ(keys[2], keys_.Tensor("o/layer.10.weight"));
+  // Its first member freed on its own: the next by name holds the set's reference.
+  ASSERT_TRUE(client->ReleaseMany({"o/layer.0.weight"}).ok());
+  auto views = client->GetSet("o");
+  ASSERT_TRUE(views.ok()) << views.status().ToString();
+  EXPECT_EQ(views->front().record.name, "o/layer.1.weight");
+  EXPECT_EQ(HashField("o/layer.1.weight", "refcount"), "2");
+  EXPECT_EQ(HashField("o/layer.10.weight", "refcount"), "1");
+  auto given = client->ReleaseSet(*views);
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->name, "o/layer.1.weight");
+  EXPECT_EQ(HashField("o/layer.1.weight", "refcount"), "1");
+  // A list put out of order by hand.
+  ASSERT_TRUE(conn->Command({"LREM", keys_.Set("o"), "0", keys_.Tensor("o/layer.9.weight")}).ok());
+  ASSERT_TRUE(conn->Command({"LPUSH", keys_.Set("o"), keys_.Tensor("o/layer.9.weight")}).ok());
+  auto refused = client->GetSet("o");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kUnexpectedReply);
+  EXPECT_NE(refused.status().message().find("not sorted by name"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(HashField("o/layer.9.weight", "refcount"), "1") << "the reference went back";
+  ASSERT_EQ(Tool("mcd-rm", {"o/", "-q"}).exit_code, 0);
+  EXPECT_TRUE(ShmFreedSoon());
 }
 
 // A set made empty (no contents) is zeroed and ready at once.

@@ -30,6 +30,23 @@ int Fail(const char* tool, const Status& status) {
   return ExitCodeFor(status.code());
 }
 
+Status WithSetHint(Client& client, const std::vector<std::string>& names, Status status) {
+  if (status.code() != ErrorCode::kNotFound) return status;
+  for (const std::string& name : names) {
+    if (name.empty() || name.back() == '/' ||
+        status.message().find("'" + name + "'") == std::string::npos) {
+      continue;
+    }
+    auto members = client.SetMembers(name);
+    if (members.ok() && !members->empty()) {
+      return Status(status.code(), status.message() + "; '" + name + "' is a tensor set of " +
+                                       std::to_string(members->size()) + " members: name it '" +
+                                       name + "/'");
+    }
+  }
+  return status;
+}
+
 // A tool's data goes to standard output: output that could not all be written (a full disk, a
 // closed file) is a failure, not a success with a short file. A reader that stopped reading
 // (EPIPE: `| head`) took what it wanted.

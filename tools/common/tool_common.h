@@ -34,6 +34,10 @@ int Fail(const char* tool, const Status& status);
 // internal, instead of an abort (134).
 int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv);
 
+// `status`, a tool's failure on `names`; where it is that no tensor has one of them and a tensor
+// set has it as its name, with a hint to name the set with its "/".
+Status WithSetHint(Client& client, const std::vector<std::string>& names, Status status);
+
 // Client options from the flags (URL resolution included).
 Result<ClientOptions> MakeClientOptions(const CommonFlags& flags, bool require_server);
 // Connects; says on stderr (unless `quiet`) when the node was not given and the only live

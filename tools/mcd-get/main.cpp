@@ -275,7 +275,7 @@ static int ToolMain(int argc, char** argv) {
   auto client = Connect(f);
   if (!client.ok()) return tools::Fail(tool, client.status());
   auto views = OpenAllAsAsked(**client, f);
-  if (!views.ok()) return tools::Fail(tool, views.status());
+  if (!views.ok()) return tools::Fail(tool, tools::WithSetHint(**client, f.names, views.status()));
   std::vector<std::string> contents(views->size());
   for (size_t i = 0; i < views->size(); ++i) {
     Status read = ReadContents(**client, (*views)[i], f, contents[i]);

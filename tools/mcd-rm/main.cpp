@@ -104,7 +104,8 @@ int RemoveAll(const RmFlags& f, Client& client, std::string& json) {
   }
   if (names.size() > 1 && !f.ignore_missing) {
     auto records = client.ReleaseMany(names);
-    if (!records.ok()) return tools::Fail(kTool, records.status());
+    if (!records.ok())
+      return tools::Fail(kTool, tools::WithSetHint(client, names, records.status()));
     for (size_t i = 0; i < names.size(); ++i) {
       int rc = Report(f, client, names[i], (*records)[i], json);
       if (exit_code == 0) exit_code = rc;
@@ -117,7 +118,7 @@ int RemoveAll(const RmFlags& f, Client& client, std::string& json) {
     if (record.ok()) {
       rc = Report(f, client, name, std::move(record).value(), json);
     } else if (!f.ignore_missing || record.status().code() != ErrorCode::kNotFound) {
-      rc = tools::Fail(kTool, record.status());
+      rc = tools::Fail(kTool, tools::WithSetHint(client, {name}, record.status()));
     }
     if (exit_code == 0) exit_code = rc;
   }

@@ -33,13 +33,16 @@ ReferenceBook::Release ReferenceBook::PlanRelease(const std::string& name,
   Release plan;
   plan.epoch = any_epoch;
   auto taken = taken_epochs_.find(name);
+  auto seen = seen_refcount_.find(name);
   if (taken != taken_epochs_.end()) {
     plan.epoch = std::move(taken->second.front());
+    plan.whose = Whose::kTaken;
     taken->second.erase(taken->second.begin());
     if (taken->second.empty()) taken_epochs_.erase(taken);
+  } else if (seen != seen_refcount_.end()) {
+    plan.whose = Whose::kCreated;
+    plan.last = seen->second <= 1;
   }
-  auto seen = seen_refcount_.find(name);
-  plan.last = seen != seen_refcount_.end() && seen->second <= 1 && plan.epoch == any_epoch;
   return plan;
 }
 

@@ -36,9 +36,14 @@ class ReferenceBook {
   // it took (the creator's is the one a hash put back keeps, and any other is not known here).
   // `last`: a tensor it created, last seen at refcount 1, with no reference of its own taken:
   // most likely the last reference, which only the server's delete command gives back.
+  // `whose`: the reference given back is one this client took (kTaken), else, of a tensor it
+  // created, its creator's (kCreated), else not known (kUnknown: a tensor it neither took nor
+  // made, or one past the bound). A client gives back only what it holds (holders.lua).
+  enum class Whose { kUnknown, kTaken, kCreated };
   struct Release {
     std::string epoch;
     bool last = false;
+    Whose whose = Whose::kUnknown;
   };
   Release PlanRelease(const std::string& name, const std::string& any_epoch);
 

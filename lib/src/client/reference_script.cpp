@@ -21,12 +21,13 @@ namespace {
 constexpr const char* kMarkerTtl = "60";
 
 // What a whole-set get reads of each member besides the leader (reference_many.lua): the fields
-// that tell a member apart; the others (the allocation's handle, device, lifetime, creator,
-// ctime) are the set's, as the leader's record has them. Set, state, owner and node are also the
-// script's checks.
+// that tell a member apart, and "set", which says it is still one; the others (the allocation's
+// handle, device, lifetime, creator, ctime, and its state, owner, node and epoch, which the
+// script checks on the leader) are the set's, as the leader's record has them. Each field more
+// costs every set get about 0.2 us a member in Redis, while every other client waits.
 const std::vector<std::string>& SetMemberFields() {
-  static const std::vector<std::string> fields = {"set",   "state", "owner",  "node",     "dtype",
-                                                  "shape", "bytes", "offset", "refcount", "epoch"};
+  static const std::vector<std::string> fields = {"set",   "dtype",  "shape",
+                                                  "bytes", "offset", "refcount"};
   return fields;
 }
 
@@ -142,16 +143,39 @@ Result<TensorRecord> ReferenceScript::Get(const std::string& name) {
   if (!answer.ok()) return answer.status();
   bool taken = answer->kind == ReferenceReply::kOk;
   auto record = Answer(name, answer.value());
-  if (!record.ok() && taken) (void)Release(name, kAnyEpoch);  // a hash it cannot read: give it back
+  // A hash it cannot read: give the reference back.
+  if (!record.ok() && taken) (void)Release(name, kAnyEpoch, Whose::kTaken);
   return record;
 }
 
+const char* ReferenceScript::Mode(Whose whose) const {
+  switch (whose) {
+    case Whose::kTaken:
+      return holder_ ? kReleaseOwn : kReleaseUnbound;
+    case Whose::kCreated:
+      return kReleaseUnbound;
+    case Whose::kUnknown:
+      break;
+  }
+  return kReleaseAny;
+}
+
+Command ReferenceScript::ReleaseCommand(const std::string& name, Whose whose) const {
+  switch (whose) {
+    case Whose::kTaken:
+      return DeleteCommand(name, holder_, /*own_only=*/true);
+    case Whose::kCreated:
+      return DeleteCommand(name, std::nullopt);
+    case Whose::kUnknown:
+      break;
+  }
+  return DeleteCommand(name, holder_);
+}
+
 Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std::string& epoch,
-                                              bool retried) {
+                                              Whose whose, bool retried) {
   if (sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(Load());
-  // A known epoch is of a reference this client took: its holder's own alone is given back.
-  MCD_ASSIGN_OR_RETURN(Transport::Outgoing out,
-                       transport_.Prepare(DeleteCommand(name, holder_, epoch != kAnyEpoch)));
+  MCD_ASSIGN_OR_RETURN(Transport::Outgoing out, transport_.Prepare(ReleaseCommand(name, whose)));
   std::string key = keys_.Tensor(name);
   std::string server = keys_.Server(node_);
   ReferenceArgs args = Args(name, key, server);
@@ -161,6 +185,7 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
   args.delete_command = out.body;
   args.marker_ttl_s = kMarkerTtl;
   args.epoch = epoch;
+  args.mode = Mode(whose);
   MCD_RETURN_IF_ERROR(redis_.Append(ReferenceCall(sha_, args)));
   MCD_RETURN_IF_ERROR(redis_.Append({"BLPOP", out.reply_key, out.wait}));
   auto script = redis_.ReadReply();
@@ -174,7 +199,7 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
       return RedisErrorStatus("EVALSHA (reference script)", error);
     }
     MCD_RETURN_IF_ERROR(Load());
-    return Release(name, epoch, true);
+    return Release(name, epoch, whose, true);
   }
   auto popped = redis_.ReadReply();
   auto answer = ParseReferenceReply(std::move(script).value());
@@ -183,12 +208,12 @@ Result<TensorRecord> ReferenceScript::Release(const std::string& name, const std
   }
   if (!popped.ok()) return popped.status();
   if (!answer.ok()) return answer.status();
-  return Answer(name, answer.value(), true, epoch != kAnyEpoch);
+  return Answer(name, answer.value(), true, whose);
 }
 
 Result<std::vector<ReferenceManyItem>> ReferenceScript::ManyItems(
     const std::vector<std::string>& names, const std::vector<std::string>* epochs,
-    std::vector<Transport::Outgoing>* out) {
+    const std::vector<Whose>* whose, std::vector<Transport::Outgoing>* out) {
   std::vector<ReferenceManyItem> items(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     ReferenceManyItem& item = items[i];
@@ -196,12 +221,12 @@ Result<std::vector<ReferenceManyItem>> ReferenceScript::ManyItems(
     item.name = names[i];
     item.reply_list = unused_key_;
     if (out == nullptr) continue;
-    const bool taken_here = (*epochs)[i] != kAnyEpoch;  // as Release's
     MCD_ASSIGN_OR_RETURN(Transport::Outgoing outgoing,
-                         transport_.Prepare(DeleteCommand(names[i], holder_, taken_here)));
+                         transport_.Prepare(ReleaseCommand(names[i], (*whose)[i])));
     item.reply_list = outgoing.reply_key;
     item.delete_command = outgoing.body;
     item.epoch = (*epochs)[i];
+    item.mode = Mode((*whose)[i]);
     out->push_back(std::move(outgoing));
   }
   return items;
@@ -247,7 +272,8 @@ Result<ReferenceManyReply> ReferenceScript::RunMany(std::vector<std::string>& ar
 }
 
 Result<std::vector<TensorRecord>> ReferenceScript::GetMany(const std::vector<std::string>& names) {
-  MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items, ManyItems(names, nullptr, nullptr));
+  MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items,
+                       ManyItems(names, nullptr, nullptr, nullptr));
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, ManyArgs(items, std::string()));
   MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv));
   return Taken(names, answer);
@@ -272,6 +298,17 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   // Each member's record is the leader's hash with the member's own fields in it; the leader's
   // first, with the count its reference made.
   const std::string& leader = answer.names[answer.leader];
+  // The leader is the member first by name (the server writes the list sorted), which is the one
+  // ReleaseSet gives back.
+  for (const std::string& name : answer.names) {
+    if (name < leader) {
+      (void)Release(leader, kAnyEpoch, Whose::kTaken);
+      return Status(ErrorCode::kUnexpectedReply, "tensor set '" + set +
+                                                     "': its list of members "
+                                                     "is not sorted by name ('" +
+                                                     name + "' after '" + leader + "')");
+    }
+  }
   const RedisValue leader_values = answer.answers[0].values;
   std::vector<TensorRecord> records;
   records.reserve(answer.names.size());
@@ -291,7 +328,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   }
   if (!read.ok()) {
     // A member it cannot read: the reference just taken goes back, as Get gives back its one.
-    (void)ReleaseMany({leader}, {kAnyEpoch});
+    (void)Release(leader, kAnyEpoch, Whose::kTaken);
     return read;
   }
   return records;
@@ -312,7 +349,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::Taken(const std::vector<std::
     if (!record.ok()) {
       // A hash it cannot read: every reference just taken goes back, as Get gives back its one.
       std::vector<std::string> epochs(names.size(), kAnyEpoch);
-      (void)ReleaseMany(names, epochs);
+      (void)ReleaseMany(names, epochs, std::vector<Whose>(names.size(), Whose::kTaken));
       return record.status();
     }
     records.push_back(std::move(record).value());
@@ -321,11 +358,13 @@ Result<std::vector<TensorRecord>> ReferenceScript::Taken(const std::vector<std::
 }
 
 Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
-    const std::vector<std::string>& names, const std::vector<std::string>& epochs, bool retried) {
+    const std::vector<std::string>& names, const std::vector<std::string>& epochs,
+    const std::vector<Whose>& whose, bool retried) {
   if (names.empty()) return std::vector<TensorRecord>();
   if (many_sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(LoadMany());
   std::vector<Transport::Outgoing> out;
-  MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items, ManyItems(names, &epochs, &out));
+  MCD_ASSIGN_OR_RETURN(std::vector<ReferenceManyItem> items,
+                       ManyItems(names, &epochs, &whose, &out));
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, ManyArgs(items, out.front().queue));
   MCD_RETURN_IF_ERROR(redis_.Append(std::vector<std::string_view>(argv.begin(), argv.end())));
   for (const Transport::Outgoing& o : out) {
@@ -341,7 +380,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
       return RedisErrorStatus("EVALSHA (batched reference script)", error);
     }
     many_sha_ = kNotLoaded;
-    return ReleaseMany(names, epochs, true);
+    return ReleaseMany(names, epochs, whose, true);
   }
   std::vector<Result<RedisValue>> popped;
   popped.reserve(out.size());
@@ -352,8 +391,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
     if (*answer.failed >= names.size()) {
       return Status(ErrorCode::kUnexpectedReply, "batched reference script named no tensor");
     }
-    const bool own_only = epochs[*answer.failed] != kAnyEpoch;
-    return Answer(names[*answer.failed], answer.refusal, true, own_only).status();
+    return Answer(names[*answer.failed], answer.refusal, true, whose[*answer.failed]).status();
   }
   MCD_RETURN_IF_ERROR(AnsweredAll(answer, names.size()));
   // Every reference is given back by now (the queued ones by their delete commands, whose
@@ -362,10 +400,11 @@ Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
   records.reserve(names.size());
   Status first = Status::Ok();
   for (size_t i = 0; i < names.size(); ++i) {
-    Result<TensorRecord> record = answer.answers[i].kind == ReferenceReply::kQueued
-                                      ? transport_.ServerReply(out[i], std::move(popped[i]))
-                                      : (popped[i].ok() ? Answer(names[i], answer.answers[i], true)
-                                                        : Result<TensorRecord>(popped[i].status()));
+    Result<TensorRecord> record =
+        answer.answers[i].kind == ReferenceReply::kQueued
+            ? transport_.ServerReply(out[i], std::move(popped[i]))
+            : (popped[i].ok() ? Answer(names[i], answer.answers[i], true, whose[i])
+                              : Result<TensorRecord>(popped[i].status()));
     if (record.ok()) {
       records.push_back(std::move(record).value());
     } else if (first.ok()) {
@@ -377,7 +416,7 @@ Result<std::vector<TensorRecord>> ReferenceScript::ReleaseMany(
 }
 
 Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceReply& reply,
-                                             bool release, bool own_only) {
+                                             bool release, Whose whose) {
   switch (reply.kind) {
     case ReferenceReply::kOk:
     case ReferenceReply::kForgotten:
@@ -391,7 +430,9 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceR
       return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + reply.detail +
                                                "', not '" + node_ + "'");
     case ReferenceReply::kNotHeld:
-      return NotHeldStatus(name, own_only);
+      return NotHeldStatus(name, whose == Whose::kTaken     ? NotHeldFor::kTaken
+                                 : whose == Whose::kCreated ? NotHeldFor::kCreated
+                                                            : NotHeldFor::kAny);
     case ReferenceReply::kGone:
       return Status(ErrorCode::kUnavailable,
                     "the mcd-serve instance that owns tensor '" + name + "' is not running");

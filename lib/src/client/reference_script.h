@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "client/reference_book.h"
 #include "client/server_view.h"
 #include "client/transport.h"
 #include "memcuda/client.h"
@@ -37,8 +38,11 @@ class ReferenceScript {
   // is returned as it is. The BLPOP for the server's reply goes out behind the script in one
   // write; when the script answered itself, it also pushed a marker, so the BLPOP returns at
   // once. One round trip in every case. After a NOSCRIPT, loads the script and tries once more.
+  // `whose`: which reference this client has to give back (ReferenceBook::Whose): one it took
+  // gives back its holder's own alone, its creator's one bound to nobody alone.
   static constexpr const char* kAnyEpoch = ::mcd::kAnyEpoch;
-  Result<TensorRecord> Release(const std::string& name, const std::string& epoch,
+  using Whose = ReferenceBook::Whose;
+  Result<TensorRecord> Release(const std::string& name, const std::string& epoch, Whose whose,
                                bool retried = false);
   // Get and Release for several tensors (distinct names) in one script call, all or nothing
   // (reference_many.lua): either every reference is taken (given back), or none is and the error
@@ -53,6 +57,7 @@ class ReferenceScript {
   Result<std::vector<TensorRecord>> GetSet(const std::string& set);
   Result<std::vector<TensorRecord>> ReleaseMany(const std::vector<std::string>& names,
                                                 const std::vector<std::string>& epochs,
+                                                const std::vector<Whose>& whose,
                                                 bool retried = false);
 
  private:
@@ -60,11 +65,16 @@ class ReferenceScript {
   // point to.
   ReferenceArgs Args(const std::string& name, const std::string& key,
                      const std::string& server) const;
-  // The batched call's arguments for `names` (a release: with each one's delete command, whose
-  // Outgoing is added to `out`).
+  // The batched call's arguments for `names` (a release: with each one's epoch, whose and delete
+  // command, whose Outgoing is added to `out`).
   Result<std::vector<ReferenceManyItem>> ManyItems(const std::vector<std::string>& names,
                                                    const std::vector<std::string>* epochs,
+                                                   const std::vector<Whose>* whose,
                                                    std::vector<Transport::Outgoing>* out);
+  // A release of `whose`: the script's mode (ReferenceArgs::mode), and the delete command that
+  // gives back the same reference when it is the last.
+  const char* Mode(Whose whose) const;
+  Command ReleaseCommand(const std::string& name, Whose whose) const;
   // `queue`: the command queue a release's delete commands go to (empty for a get).
   ReferenceManyArgs ManyArgs(const std::vector<ReferenceManyItem>& items,
                              const std::string& queue) const;
@@ -75,10 +85,9 @@ class ReferenceScript {
   // The records of the references a get's `answer` took of `names`, or its refusal's error.
   Result<std::vector<TensorRecord>> Taken(const std::vector<std::string>& names,
                                           ReferenceManyReply& answer);
-  // What the script answered, for `name`; `release`: to a release, `own_only` of a reference
-  // this client took (its epoch known).
+  // What the script answered, for `name`; `release`: to a release, of `whose`.
   Result<TensorRecord> Answer(const std::string& name, ReferenceReply& reply, bool release = false,
-                              bool own_only = false);
+                              Whose whose = Whose::kUnknown);
 
   static constexpr const char* kNotLoaded = "0";
   RedisConnection& redis_;

@@ -62,13 +62,17 @@ Result<std::vector<TensorRecord>> Client::Impl::TakeAll(
 // the creator's shortcut of Release (straight to the server) would cost a request per tensor.
 Result<std::vector<TensorRecord>> Client::Impl::ReleaseMany(const std::vector<std::string>& names) {
   std::vector<std::string> epochs;
+  std::vector<ReferenceBook::Whose> whose;
   epochs.reserve(names.size());
+  whose.reserve(names.size());
   for (const std::string& name : names) {
-    epochs.push_back(book_.PlanRelease(name, ReferenceScript::kAnyEpoch).epoch);
+    ReferenceBook::Release plan = book_.PlanRelease(name, ReferenceScript::kAnyEpoch);
+    epochs.push_back(std::move(plan.epoch));
+    whose.push_back(plan.whose);
   }
   auto released = Retrying("release", false, [&]() -> Result<std::vector<TensorRecord>> {
     MCD_RETURN_IF_ERROR(server_->EnsureAlive());
-    return script_->ReleaseMany(names, epochs);
+    return script_->ReleaseMany(names, epochs, whose);
   });
   if (released.ok()) {
     for (const TensorRecord& r : released.value()) book_.Saw(r.name, r.refcount);
@@ -148,17 +152,19 @@ void Client::Impl::Abandon(const std::string& name) {
 
 // A tensor this client created and whose refcount it last saw at 1 is most likely released for
 // the last time, which only the server can do: its delete command goes to the server at once.
-// Were another process to have taken a reference since, the server's delete gives one back just
-// the same. Any other release runs the reference script, which answers a release that leaves
-// references itself and queues the delete command of the last one. A reference this client took
-// names the epoch it was taken in, so that one taken before Redis lost the hash does not give
-// back another's (TensorRecord::epoch).
+// Were another process to have taken a reference since, the server's delete gives back the
+// creator's just the same. Any other release runs the reference script, which answers a release
+// that leaves references itself and queues the delete command of the last one. A reference this
+// client took names the epoch it was taken in, so that one taken before Redis lost the hash does
+// not give back another's (TensorRecord::epoch). Either gives back only the kind of reference
+// this client has (ReferenceBook::Whose): its holder's own for one it took, one bound to nobody
+// for its creator's.
 Result<TensorRecord> Client::Impl::Release(const std::string& name) {
   ReferenceBook::Release plan = book_.PlanRelease(name, ReferenceScript::kAnyEpoch);
   Result<TensorRecord> released = Retrying("release", false, [&]() -> Result<TensorRecord> {
     MCD_RETURN_IF_ERROR(server_->EnsureAlive());  // nobody holds its memory any more
-    return plan.last ? transport_->Request(DeleteCommand(name, holder_))
-                     : script_->Release(name, plan.epoch);
+    return plan.last ? transport_->Request(DeleteCommand(name, std::nullopt))  // the creator's
+                     : script_->Release(name, plan.epoch, plan.whose);
   });
   book_.Saw(name, released.ok() ? released->refcount : 0);  // a failed one: no longer tracked
   return released;

@@ -96,9 +96,10 @@ Result<std::vector<TensorRecord>> Client::LoadSafetensors(const std::string& pat
   MCD_RETURN_IF_ERROR(ValidateNewName(set));
   MCD_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
   const std::string_view whole(file.data(), file.size());
-  MCD_ASSIGN_OR_RETURN(uint64_t header, SafetensorsHeaderSize(whole.substr(0, 8), file.size()));
-  const uint64_t data_at = 8 + header;
-  auto entries = ParseSafetensorsHeader(whole.substr(8, header), file.size() - data_at);
+  auto header = SafetensorsHeaderSize(whole.substr(0, 8), file.size());
+  if (!header.ok()) return Status(header.status().code(), path + ": " + header.status().message());
+  const uint64_t data_at = 8 + header.value();
+  auto entries = ParseSafetensorsHeader(whole.substr(8, header.value()), file.size() - data_at);
   if (!entries.ok()) {
     return Status(entries.status().code(), path + ": " + entries.status().message());
   }

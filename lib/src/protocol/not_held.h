@@ -1,9 +1,10 @@
 // SPDX-FileCopyrightText: 2026 The memcuda Authors
 // SPDX-License-Identifier: Apache-2.0
 
-// The answer to a release by a process that holds none of a tensor's references, where every
-// one is another process's, or (`own_only`) to the release of a reference the client took, whose
-// holder holds none any more (holders.lua): the server's and the reference script's alike.
+// The answer to a release that finds no reference it may give back (holders.lua): the server's
+// and the reference script's alike. `of`: what the releasing client had, as its mode said: any
+// (a tool's release for its parent: every reference is another process's), one it took (its
+// holder holds none any more), one it created (none bound to nobody is left).
 #pragma once
 
 #include <string>
@@ -12,13 +13,23 @@
 
 namespace mcd {
 
-inline Status NotHeldStatus(const std::string& name, bool own_only = false) {
-  if (own_only) {
-    return Status(ErrorCode::kNotHeld,
-                  "this process holds no reference to tensor '" + name +
-                      "' any more: the one this client took was given back by another client "
-                      "of the process (another connection, or an mcd-rm it ran); the rest are not "
-                      "its to give back");
+enum class NotHeldFor { kAny, kTaken, kCreated };
+
+inline Status NotHeldStatus(const std::string& name, NotHeldFor of = NotHeldFor::kAny) {
+  switch (of) {
+    case NotHeldFor::kTaken:
+      return Status(ErrorCode::kNotHeld,
+                    "the reference to tensor '" + name +
+                        "' that this client took was given back already, by another party bound "
+                        "to this process (another connection, or an mcd-rm it ran); the rest are "
+                        "not this client's to give back");
+    case NotHeldFor::kCreated:
+      return Status(ErrorCode::kNotHeld,
+                    "the creator's reference to tensor '" + name +
+                        "' was given back already (by mcd-rm --detached, or another party); the "
+                        "rest are held by processes, which give them back themselves");
+    case NotHeldFor::kAny:
+      break;
   }
   return Status(ErrorCode::kNotHeld,
                 "every reference to tensor '" + name +

@@ -71,15 +71,19 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
   if (entry.shape.empty()) entry.shape = {1};  // a scalar: one element
   entry.begin = (*offsets)[0].GetUint64();
   entry.end = (*offsets)[1].GetUint64();
-  if (entry.begin > entry.end || entry.end > data_bytes) {
-    return Bad(who + "'s data_offsets [" + std::to_string(entry.begin) + ", " +
-               std::to_string(entry.end) + ") lie outside the file's " +
-               std::to_string(data_bytes) + " bytes of data");
+  const std::string range =
+      "data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + ")";
+  if (entry.begin > entry.end) return Bad(who + "'s " + range + " end before they begin");
+  if (entry.end > data_bytes) {
+    // The header says more data than the file holds: a file cut short, as .npy's (kIoError).
+    return Status(ErrorCode::kIoError, "safetensors data: " + who + "'s " + range +
+                                           " lie outside the file's " + std::to_string(data_bytes) +
+                                           " bytes of data (a truncated file?)");
   }
   auto bytes = ShapeBytes(entry.shape, entry.dtype);
   if (!bytes.ok()) {
     std::string why = who + ": " + bytes.status().message();
-    if (bytes.status().code() == ErrorCode::kInvalidArgument) {
+    if (std::find(entry.shape.begin(), entry.shape.end(), 0) != entry.shape.end()) {
       why += " (a memcuda tensor holds at least one element)";
     }
     return Status(bytes.status().code(), why);
@@ -106,12 +110,22 @@ Status CheckMetadata(const rj::Value& value) {
 }  // namespace
 
 Result<uint64_t> SafetensorsHeaderSize(std::string_view first8, uint64_t file_bytes) {
-  if (first8.size() < 8 || file_bytes < 8) return Bad("the file is shorter than 8 bytes");
+  if (first8.size() < 8 || file_bytes < 8) {
+    return Status(ErrorCode::kIoError,
+                  "safetensors header: the file is shorter than its 8 "
+                  "bytes of header size (a truncated file?)");
+  }
   uint64_t size = 0;
   for (int i = 7; i >= 0; --i) size = size << 8 | static_cast<unsigned char>(first8[i]);
-  if (size > kMaxSafetensorsHeader || size > file_bytes - 8) {
+  if (size > kMaxSafetensorsHeader) {
     return Bad("its size, " + std::to_string(size) + " bytes, is over the format's limit of " +
-               std::to_string(kMaxSafetensorsHeader) + " or the file's size");
+               std::to_string(kMaxSafetensorsHeader));
+  }
+  if (size > file_bytes - 8) {
+    return Status(ErrorCode::kIoError, "safetensors header: its size, " + std::to_string(size) +
+                                           " bytes, is more than the file's " +
+                                           std::to_string(file_bytes - 8) +
+                                           " after it (a truncated file?)");
   }
   return size;
 }

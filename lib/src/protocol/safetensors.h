@@ -28,13 +28,15 @@ struct SafetensorsEntry {
 // The format's limit on the header, which a reader holds in memory whole.
 inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 
-// The header's size from the file's first 8 bytes, checked against the file's size.
+// The header's size from the file's first 8 bytes, checked against the file's size: kIoError for
+// a file cut short (fewer than 8 bytes, or a header past its end), as a short .npy file's.
 Result<uint64_t> SafetensorsHeaderSize(std::string_view first8, uint64_t file_bytes);
 // The tensors of header `json`, whose data is `data_bytes` long, sorted by where their data
 // begins: each dtype one memcuda has (kInvalidArgument naming the tensor and dtype otherwise), its
 // data exactly shape x dtype long, the tensors' data back to back over the whole data (no
-// holes, no overlaps, nothing after), "__metadata__" an object of strings. A scalar (shape []) is
-// read as shape [1]; a tensor of no elements is refused (a memcuda tensor holds at least one).
+// holes, no overlaps, nothing after; kIoError for data past the file's end), "__metadata__" an
+// object of strings. A scalar (shape []) is read as shape [1]; a tensor of no elements is
+// refused (a memcuda tensor holds at least one).
 Result<std::vector<SafetensorsEntry>> ParseSafetensorsHeader(std::string_view json,
                                                              uint64_t data_bytes);
 // The first bytes of a file of `entries` (in the order given, their data back to back from

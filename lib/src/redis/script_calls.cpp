@@ -145,7 +145,7 @@ std::vector<std::string> ReferenceManyCall(std::string_view sha, const Reference
   static const std::vector<ReferenceManyItem> kNone;
   const std::vector<ReferenceManyItem>& items = a.items != nullptr ? *a.items : kNone;
   std::vector<std::string> argv;
-  argv.reserve(15 + fields + 5 * items.size());
+  argv.reserve(15 + fields + 6 * items.size());
   for (std::string_view arg : {std::string_view("EVALSHA"), sha}) argv.emplace_back(arg);
   argv.push_back(std::to_string(5 + (a.set_list.empty() ? 2 * items.size() : 1)));
   for (std::string_view key : {a.heartbeat, a.holders, a.held, a.events, a.queue}) {
@@ -172,6 +172,7 @@ std::vector<std::string> ReferenceManyCall(std::string_view sha, const Reference
     argv.push_back(item.name);
     argv.push_back(item.delete_command);
     argv.push_back(item.epoch);
+    argv.emplace_back(item.mode);
   }
   return argv;
 }
@@ -288,15 +289,16 @@ Result<int64_t> ParseForgetHolderReply(Result<RedisValue> reply) {
 
 std::vector<std::string_view> ReferenceCall(std::string_view sha, const ReferenceArgs& a) {
   std::vector<std::string_view> argv;
-  argv.reserve(18 + (a.fields ? a.fields->size() : 0));
+  argv.reserve(19 + (a.fields ? a.fields->size() : 0));
   if (a.release) {
     argv = {"EVALSHA", sha,      "7",     a.tensor,         a.heartbeat,    a.holders,
             a.held,    a.events, a.queue, a.reply_list,     "-1",           a.node,
-            a.holder,  a.pid,    a.name,  a.delete_command, a.marker_ttl_s, a.epoch};
+            a.holder,  a.pid,    a.name,  a.delete_command, a.marker_ttl_s, a.epoch,
+            a.mode};
   } else {
-    // A get has no delete command, no reply list and no epoch to check.
-    argv = {"EVALSHA", sha,    "5",      a.tensor, a.heartbeat, a.holders, a.held, a.events,
-            "1",       a.node, a.holder, a.pid,    a.name,      "",        "",     kAnyEpoch};
+    // A get has no delete command, no reply list, no epoch to check and no mode.
+    argv = {"EVALSHA", sha,      "5",   a.tensor, a.heartbeat, a.holders, a.held,    a.events, "1",
+            a.node,    a.holder, a.pid, a.name,   "",          "",        kAnyEpoch, ""};
   }
   if (a.fields) argv.insert(argv.end(), a.fields->begin(), a.fields->end());
   return argv;

@@ -163,6 +163,13 @@ Result<int64_t> ParseForgetHolderReply(Result<RedisValue> reply);
 
 // ---- reference.lua -------------------------------------------------------------------------
 
+// Which reference a release gives back (holders.lua, mcd_releasable): the holder's own (one the
+// client took), one bound to nobody (one it created, or took for no holder), or, not known (a
+// tool releasing for its parent), the holder's own first, else one bound to nobody.
+inline constexpr const char* kReleaseOwn = "own";
+inline constexpr const char* kReleaseUnbound = "unbound";
+inline constexpr const char* kReleaseAny = "any";
+
 struct ReferenceArgs {
   // KEYS
   std::string_view tensor;
@@ -181,6 +188,7 @@ struct ReferenceArgs {
   std::string_view delete_command;                   // release only
   std::string_view marker_ttl_s;                     // release only
   std::string_view epoch;                            // release only; kAnyEpoch when not known
+  std::string_view mode = kReleaseAny;               // release only: which reference goes
   const std::vector<std::string>* fields = nullptr;  // hash fields returned
 };
 inline constexpr const char* kAnyEpoch = "*";
@@ -206,6 +214,7 @@ struct ReferenceManyItem {
   std::string name;            // ARGV
   std::string delete_command;  // ARGV, release only
   std::string epoch = kAnyEpoch;
+  std::string mode = kReleaseAny;  // release only (ReferenceArgs::mode)
 };
 struct ReferenceManyArgs {
   std::string_view heartbeat, holders, held, events, queue;  // KEYS, as ReferenceArgs's

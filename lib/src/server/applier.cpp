@@ -479,7 +479,8 @@ void CommandApplier::RefcountCommitted(const Request& request, const char* op, C
     return outcomes_.Record(op, name, Status::Ok(), t0, "repeated_req=" + req);
   }
   if (committed->kind == CommitResult::kNotHeld) {
-    Status not_held = NotHeldStatus(name, request.parsed->own_only);
+    Status not_held =
+        NotHeldStatus(name, request.parsed->own_only ? NotHeldFor::kTaken : NotHeldFor::kAny);
     responder_.AnswerNow(request, op, not_held);
     return outcomes_.Record(op, name, not_held, t0);
   }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 
 #include "common/log.h"
@@ -129,7 +130,9 @@ Status Resettle::PutBackSetList(const std::string& set) {
   // The list goes with the members, when Redis loses them; each is a tensor of the set's again.
   const std::string list = opt_.keys.Set(set);
   std::vector<std::string> push = {"RPUSH", list};
-  for (const std::string& member : table_.SetMembers(set)) push.push_back(opt_.keys.Tensor(member));
+  std::vector<std::string> members = table_.SetMembers(set);
+  std::sort(members.begin(), members.end());  // as create_set writes it (SetApplier)
+  for (const std::string& member : members) push.push_back(opt_.keys.Tensor(member));
   MCD_RETURN_IF_ERROR(pipeline_.Command({"DEL", list}).status());
   MCD_RETURN_IF_ERROR(
       pipeline_.Command(std::vector<std::string_view>(push.begin(), push.end())).status());

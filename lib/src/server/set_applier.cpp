@@ -184,6 +184,10 @@ void SetApplier::HandleCreate(Request& request) {
   std::vector<const TensorRecord*> records;
   for (const Entry& entry : entries) records.push_back(&entry.record);
   std::vector<CommitMember> commit = CommitMembers(records, nullptr);
+  // The set's list in Redis goes by name: its first member still there is then the one first by
+  // name, whose reference a set's get takes without comparing names (reference_many.lua).
+  std::sort(commit.begin(), commit.end(),
+            [](const CommitMember& a, const CommitMember& b) { return a.name < b.name; });
   TensorRecord whole = entries.front().record;
   whole.name = cmd.name;
   whole.set.clear();

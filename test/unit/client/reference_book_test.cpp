@@ -58,15 +58,19 @@ TEST(ReferenceBook, ReleasesNameTheEpochsOfTakenReferencesOldestFirst) {
   ReferenceBook::Release first = book.PlanRelease("t", kAny);
   EXPECT_EQ(first.epoch, "");
   EXPECT_FALSE(first.last) << "a taken reference's release is the script's";
+  EXPECT_EQ(first.whose, ReferenceBook::Whose::kTaken);
   book.Saw("t", 2);
   ReferenceBook::Release second = book.PlanRelease("t", kAny);
   EXPECT_EQ(second.epoch, "e1");
   EXPECT_FALSE(second.last);
+  EXPECT_EQ(second.whose, ReferenceBook::Whose::kTaken);
   book.Saw("t", 1);
   EXPECT_EQ(book.taken_tracked(), 0u);
   ReferenceBook::Release third = book.PlanRelease("t", kAny);
   EXPECT_EQ(third.epoch, kAny);
   EXPECT_TRUE(third.last);
+  EXPECT_EQ(third.whose, ReferenceBook::Whose::kCreated) << "the creator's, bound to nobody";
+  EXPECT_EQ(book.PlanRelease("neither", kAny).whose, ReferenceBook::Whose::kUnknown);
 }
 
 // Even at a count of 1, a release that gives back a reference this client took is the script's:

@@ -18,6 +18,8 @@ namespace {
 
 class ReferenceScriptTest : public ::testing::Test {
  protected:
+  using Whose = ReferenceBook::Whose;
+
   void SetUp() override {
     conn_ = redis_.Connect();
     ASSERT_TRUE(conn_);
@@ -88,7 +90,7 @@ TEST_F(ReferenceScriptTest, TakesAndGivesBackAReferenceOfItsHolder) {
   EXPECT_EQ(h["bound"], "1");
   EXPECT_EQ(Do({"SISMEMBER", opt_.keys.Holders("n"), HolderId(4242, 99)}).integer, 1);
 
-  auto released = script_->Release("t", got->epoch);
+  auto released = script_->Release("t", got->epoch, Whose::kTaken);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(released->refcount, 1);
   h = Hash();
@@ -104,7 +106,7 @@ TEST_F(ReferenceScriptTest, AReferenceOfAnotherEpochIsForgottenNotGivenBack) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   // Redis lost the hash and the server put it back: a new epoch, which does not count the get.
   Do({"HSET", opt_.keys.Tensor("t"), "epoch", "e2", "refcount", "1"});
-  auto released = script_->Release("t", "e1");
+  auto released = script_->Release("t", "e1", Whose::kTaken);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(released->refcount, 1);  // the hash as it is
   EXPECT_EQ(released->epoch, "e2");
@@ -114,37 +116,63 @@ TEST_F(ReferenceScriptTest, AReferenceOfAnotherEpochIsForgottenNotGivenBack) {
 
 TEST_F(ReferenceScriptTest, AReleaseOfNoneOfItsOwnIsRefused) {
   Do({"HSET", opt_.keys.Tensor("t"), "refcount", "2", "holder:1:1", "2", "bound", "2"});
-  auto released = script_->Release("t", ReferenceScript::kAnyEpoch);
+  auto released = script_->Release("t", ReferenceScript::kAnyEpoch, Whose::kUnknown);
   ASSERT_FALSE(released.ok());
   EXPECT_EQ(released.status().code(), ErrorCode::kNotHeld);
   EXPECT_EQ(Hash()["refcount"], "2");
 }
 
-// A release of a reference this client took (its epoch known) gives back its holder's own alone.
-// Another client of the same process, bound to the same holder, may have given that one back
-// already (a second Client, an mcd-rm the program ran): the creator's reference, bound to
-// nobody, is then not this client's to give back, however many of them there are.
-TEST_F(ReferenceScriptTest, AReleaseOfAReferenceItTookNeverGivesBackOneBoundToNobody) {
+// A client gives back only the kind of reference it has. One it took, bound to its holder: when
+// another client of the same process (so of the same holder: a second Client, an mcd-rm the
+// program ran) gave that one back already, the creator's, bound to nobody, is not its to give
+// back. One it created, bound to nobody: never the process's own, which another client of it
+// holds. A release not known to be either (a tool's, for its parent) gives back the holder's
+// own first, else one bound to nobody.
+TEST_F(ReferenceScriptTest, AClientGivesBackOnlyTheKindOfReferenceItHas) {
   Do({"HSET", opt_.keys.Tensor("t"), "refcount", "2"});  // two bound to nobody
   for (bool many : {false, true}) {
     auto got = script_->Get("t");
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(Hash()[field_], "1");
     // Another client of its process gives the holder's reference back (it took none itself).
-    auto other = script_->Release("t", ReferenceScript::kAnyEpoch);
+    auto other = script_->Release("t", ReferenceScript::kAnyEpoch, Whose::kUnknown);
     ASSERT_TRUE(other.ok()) << other.status().ToString();
     EXPECT_EQ(Hash()[field_], "0");
-    Status released = many ? script_->ReleaseMany({"t"}, {got->epoch}).status()
-                           : script_->Release("t", got->epoch).status();
+    Status released = many ? script_->ReleaseMany({"t"}, {got->epoch}, {Whose::kTaken}).status()
+                           : script_->Release("t", got->epoch, Whose::kTaken).status();
     ASSERT_FALSE(released.ok()) << many;
     EXPECT_EQ(released.code(), ErrorCode::kNotHeld) << released.ToString();
+    EXPECT_NE(released.message().find("that this client took was given back already"),
+              std::string::npos)
+        << released.message();
     EXPECT_EQ(Hash()["refcount"], "2") << many;  // both still there
     EXPECT_EQ(Hash()["bound"], "0") << many;
   }
-  // One not known to be its own (no epoch): the holder holds none, so one bound to nobody goes.
-  auto unbound = script_->Release("t", ReferenceScript::kAnyEpoch);
-  ASSERT_TRUE(unbound.ok()) << unbound.status().ToString();
-  EXPECT_EQ(Hash()["refcount"], "1");
+  // The creator's release while the process holds a reference of its own: the creator's goes.
+  for (bool many : {false, true}) {
+    ASSERT_TRUE(script_->Get("t").ok());
+    Status creators =
+        many ? script_->ReleaseMany({"t"}, {ReferenceScript::kAnyEpoch}, {Whose::kCreated}).status()
+             : script_->Release("t", ReferenceScript::kAnyEpoch, Whose::kCreated).status();
+    ASSERT_TRUE(creators.ok()) << creators.ToString();
+    EXPECT_EQ(Hash()["refcount"], "2") << many;
+    EXPECT_EQ(Hash()[field_], "1") << many << ": the process's own stays";
+    EXPECT_EQ(Hash()["bound"], "1") << many;
+    ASSERT_TRUE(script_->Release("t", ReferenceScript::kAnyEpoch, Whose::kTaken).ok());
+    EXPECT_EQ(Hash()[field_], "0");
+    Do({"HINCRBY", opt_.keys.Tensor("t"), "refcount", "1"});  // bound to nobody, for the next
+  }
+  // With none bound to nobody left, the creator's release is refused.
+  Do({"HSET", opt_.keys.Tensor("t"), "refcount", "2", field_, "2", "bound", "2"});
+  auto refused = script_->Release("t", ReferenceScript::kAnyEpoch, Whose::kCreated);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kNotHeld);
+  EXPECT_NE(refused.status().message().find("the creator's reference"), std::string::npos);
+  EXPECT_EQ(Hash()["refcount"], "2");
+  // Not known: the holder's own first.
+  auto any = script_->Release("t", ReferenceScript::kAnyEpoch, Whose::kUnknown);
+  ASSERT_TRUE(any.ok()) << any.status().ToString();
+  EXPECT_EQ(Hash()[field_], "1");
 }
 
 TEST_F(ReferenceScriptTest, AGetOfATensorOfAnotherNodeSaysWhere) {

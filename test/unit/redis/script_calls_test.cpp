@@ -113,7 +113,10 @@ TEST_F(ScriptCallsTest, CommitArgvIsInTheScriptsOrder) {
   std::vector<std::string> want = {
       "EVALSHA", "SHA",   "7",  kTensor, kProcessing, kReplyList, kFirst, kHolders, kHeld, kEvents,
       "RAW",     "REPLY", "60", "60",    "1",         "mine",     "inst", "incr",   "100", "ref",
-      "t",       "n",     "42", "why",   "7:70",      "-1",       "HT",   "FT"};
+      "t",       "n",     "42", "why",   "7:70",      "-1",       "HT",   "FT",     "0"};
+  EXPECT_EQ(CommitCall("SHA", a), want);
+  a.own_only = true;
+  want.back() = "1";
   EXPECT_EQ(CommitCall("SHA", a), want);
   std::vector<std::string> fields = {"state", "ready"};
   CommitArgs h = Commit(CommitAction::kHset, Pre::kAbsent);

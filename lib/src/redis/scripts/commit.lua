@@ -97,7 +97,7 @@ if action == 'incr' then
   local delta = tonumber(ARGV[16])
   own = delta
   if delta < 0 then
-    local which = mcd_releasable(KEYS[1], holder, refcount, ARGV[19] == '1')
+    local which = mcd_releasable(KEYS[1], holder, refcount, ARGV[19] == '1' and 'own' or 'any')
     if not which then return {'not_held'} end
     if which ~= 'own' then own = 0 end
   end

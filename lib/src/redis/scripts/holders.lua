@@ -49,12 +49,14 @@ end
 
 -- Which reference a release by `holder` ("" for none) gives back: 'own' when it holds one,
 -- 'unbound' when one bound to nobody is left, nil when every reference is another process's.
--- `own_only`: the release is of a reference the releasing client took itself, bound to `holder`;
--- when `holder` holds none any more (another client of its process gave it back meanwhile), it
--- gives back nothing, rather than the creator's reference, which would free the tensor under it.
-local function mcd_releasable(tensor, holder, refcount, own_only)
-  if mcd_held_by(tensor, holder) > 0 then return 'own' end
-  if own_only and holder ~= '' then return nil end
+-- `mode` says which the releasing client has: 'own' (one it took, bound to `holder`), 'unbound'
+-- (one it created, or took bound to nobody) or 'any' (not known: a tool that releases for its
+-- parent), which gives back the holder's own first. A client gives back only the kind it has:
+-- when another client of its process gave its own back already, a release of 'own' must not take
+-- the creator's, which would free the tensor under it, nor a creator's release the process's own.
+local function mcd_releasable(tensor, holder, refcount, mode)
+  if mode ~= 'unbound' and mcd_held_by(tensor, holder) > 0 then return 'own' end
+  if mode == 'own' and holder ~= '' then return nil end
   local bound = tonumber(redis.call('HGET', tensor, 'bound') or '0') or 0
   if refcount - bound > 0 then return 'unbound' end
   return nil

@@ -15,8 +15,8 @@
 -- ("PID:START", holders.lua; "" for a reference bound to nobody), ARGV[4] pid, the one the event
 -- names, ARGV[5] name, the tensor's, ARGV[6] (release) delete_command, ARGV[7] (release)
 -- marker_ttl_s, the reply list's TTL, ARGV[8] (release) epoch, the hash's when the reference
--- was taken ("*": not known; a known one is of a reference the client took, which only its
--- holder's own count gives back: mcd_releasable), ARGV[9..] fields, the hash's to return.
+-- was taken ("*": not known), ARGV[9] (release) mode, which reference the client gives back
+-- ('own', 'unbound' or 'any': mcd_releasable), ARGV[10..] fields, the hash's to return.
 -- A release that is answered here also pushes an empty marker onto its reply list, so that the
 -- BLPOP the client sends right behind the script returns at once whatever happened.
 -- Returns {"ok", {values}} | {"missing", instance, settled} (the heartbeat's, "" without one:
@@ -47,12 +47,11 @@ if f[1] ~= 'ready' then return answer({'not_ready', f[1]}) end
 local server = redis.call('HMGET', KEYS[2], HB_INSTANCE, HB_EVENT_HISTORY)
 if server[1] ~= f[2] then return answer({'gone'}) end
 if release and ARGV[8] ~= '*' and ARGV[8] ~= (f[5] or '') then
-  return answer({'forgotten', redis.call('HMGET', KEYS[1], unpack(ARGV, 9))})
+  return answer({'forgotten', redis.call('HMGET', KEYS[1], unpack(ARGV, 10))})
 end
 local own = not release
 if release then
-  -- A release that names its epoch gives back a reference its client took (ReferenceBook).
-  local which = mcd_releasable(KEYS[1], holder, tonumber(f[3]), ARGV[8] ~= '*')
+  local which = mcd_releasable(KEYS[1], holder, tonumber(f[3]), ARGV[9])
   if not which then return answer({'not_held'}) end
   if tonumber(f[3]) <= 1 then
     redis.call('LPUSH', KEYS[6], ARGV[6])
@@ -64,4 +63,4 @@ redis.call('HINCRBY', KEYS[1], 'refcount', ARGV[1])
 if own and holder ~= '' then mcd_hold(KEYS[1], KEYS[3], KEYS[4], holder, tonumber(ARGV[1])) end
 mcd_event(KEYS[5], server[2], release and 'release' or 'get', ARGV[5], ARGV[2],
           tonumber(f[3]) + tonumber(ARGV[1]), ARGV[4], '')
-return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 9))})
+return answer({'ok', redis.call('HMGET', KEYS[1], unpack(ARGV, 10))})

@@ -13,20 +13,22 @@
 -- list of its delete command (for a get, the unused key <prefix>:-).
 -- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] node, ARGV[3] holder, ARGV[4] pid,
 -- ARGV[5] marker_ttl_s, ARGV[6] the number of hash fields to return, then those fields; then
--- three per tensor: its name, (release) its delete command and epoch ("*": not known; a known
--- one, as reference.lua's, gives back only the holder's own reference).
+-- four per tensor: its name, (release) its delete command, epoch ("*": not known) and mode
+-- (reference.lua's).
 -- A release pushes an empty marker onto the reply list of every tensor whose release it answers
 -- itself (all of them when it refuses), so that the BLPOPs sent right behind it return at once.
 -- A get with a sixth key and no tensor of its own (Client::GetSet) takes one reference for a whole
 -- tensor set: KEYS[6] is then the list of the set's member keys (KeySpace::Set); the arguments
 -- after the fields are the set's name, the number of member fields, and those fields. The members
 -- are the hashes of that list whose "set" field names the set (a member freed on its own has left
--- it), each read once (the member fields only, nothing written); every one must be ready and of
--- the live server. The reference is taken of the member first by name (the leader), as a get of
--- it alone: the set's memory is one allocation that stays while any member lives, so that one
--- reference keeps every member's bytes. A reference of each member would add two writes per
--- member (its counts, its event) to the read, in a call that Redis runs while every other
--- client waits (docs/design.md, "Fast paths").
+-- it), each read once (the member fields only, nothing written). The reference is taken of the
+-- first of them (the leader: the list is sorted by name, so the member first by name), as a get
+-- of it alone, whose checks (ready, of this node, of the live server) hold for every member: a
+-- set's members are made, published and put back together, by one server. The set's memory is
+-- one allocation that stays while any member lives, so that one reference keeps every member's
+-- bytes. A reference of each member would add two writes per member (its counts, its event) to
+-- the read, and a check of each member's state, owner and node three fields, in a call that
+-- Redis runs while every other client waits (docs/design.md, "Fast paths").
 -- Returns {"ok", {answer per tensor}} ({"ok", {the leader's answer}, {names}, {member values},
 -- the leader's index in them} for a set), an answer being
 -- {"ok", {values}}, {"forgotten", {values}} or {"queued"} as reference.lua answers; or
@@ -68,44 +70,25 @@ if of_set then
     member_fields[i] = ARGV[first_arg + 2 + i]
     mat[member_fields[i]] = i
   end
-  for _, name in ipairs({'set', 'state', 'owner', 'node'}) do
-    if not mat[name] then return redis.error_reply('ERR reference_many: no member field ' .. name) end
-  end
-  -- First by bytes, as the client orders names (Lua's < follows Redis's locale: strcoll).
-  local function before(a, b)
-    for i = 1, math.min(#a, #b) do
-      local x, y = string.byte(a, i), string.byte(b, i)
-      if x ~= y then return x < y end
-    end
-    return #a < #b
-  end
+  if not mat.set then return redis.error_reply('ERR reference_many: no member field set') end
   -- A member freed on its own has left the set, and a tensor of its name made since is none.
   for _, key in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
     local m = redis.call('HMGET', key, unpack(member_fields))
     if m[mat.set] == set_name then
-      local name = string.match(key, '{([^{}]*)}$') or key
       local i = #members + 1
-      members[i], member_names[i] = m, name
-      if i == 1 or before(name, names[1]) then keys[1], names[1], leader = key, name, i end
-      -- The leader's own checks come below too, as any get's.
-      if m[mat.node] ~= ARGV[2] then
-        return {'failed', i, {'wrong_node', m[mat.node] or ''}, name}
-      elseif m[mat.state] ~= 'ready' then
-        return {'failed', i, {'not_ready', m[mat.state] or ''}, name}
-      elseif m[mat.owner] ~= server[1] then
-        return {'failed', i, {'gone'}, name}
-      end
+      members[i], member_names[i] = m, string.match(key, '{([^{}]*)}$') or key
+      if i == 1 then keys[1], names[1], leader = key, member_names[1], 1 end
     end
   end
   if #keys == 0 then return {'failed', 0, {'missing', server[1] or '', server[3] or ''}} end
 else
   for i = 1, (#KEYS - 5) / 2 do
     keys[i], replies[i] = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
-    names[i] = ARGV[first_arg + 3 * (i - 1) + 1]
+    names[i] = ARGV[first_arg + 4 * (i - 1) + 1]
   end
 end
 local n = #keys
-local function arg(i, j) return ARGV[first_arg + 3 * (i - 1) + j] end
+local function arg(i, j) return ARGV[first_arg + 4 * (i - 1) + j] end
 local function mark(i)
   if not release then return end
   redis.call('RPUSH', replies[i], '')
@@ -126,7 +109,7 @@ for i = 1, n do
   elseif server[1] ~= f[at.owner] then
     refusal = {'gone'}
   elseif release and not forgotten and
-      not mcd_releasable(keys[i], holder, tonumber(f[at.refcount]), arg(i, 3) ~= '*') then
+      not mcd_releasable(keys[i], holder, tonumber(f[at.refcount]), arg(i, 4)) then
     refusal = {'not_held'}
   end
   if refusal then
@@ -154,7 +137,7 @@ for i = 1, n do
     out[i] = {'queued'}
   else
     if release then
-      local own = mcd_releasable(key, holder, count, arg(i, 3) ~= '*') == 'own'
+      local own = mcd_releasable(key, holder, count, arg(i, 4)) == 'own'
       redis.call('HINCRBY', key, 'refcount', delta)
       if own and holder ~= '' then mcd_hold(key, KEYS[2], KEYS[3], holder, delta) end
     elseif holder_field then
