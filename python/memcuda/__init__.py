@@ -70,6 +70,10 @@ def connect(redis_url: Optional[str] = None, node: Optional[str] = None,
     return Client(redis_url, node, timeout)
 
 
+# How many tensors a Client remembers having created (Client._created).
+_CREATED_TRACKED = 1 << 16
+
+
 class Client:
     """One connection to Redis and the node's server. Thread-safe: calls are serialised."""
 
@@ -96,6 +100,11 @@ class Client:
         # By name: the leaders of this client's get_set holds alive here, whose reference rm()
         # must not give back (it would unprotect every member's views).
         self._held_sets = collections.Counter()
+        # By name: the creator's references of the tensors this client created (create()) and
+        # rm() has not given back yet: rm() of one gives that back, and a Tensor of it alive here
+        # still gives back its own when it goes. Bounded, as libmemcuda's own book: past the
+        # bound, rm() of a tensor created here is as mcd-rm's.
+        self._created = collections.Counter()
         # While release_many runs: the names whose references its Tensors' mappings give back,
         # sent together at its end.
         self._batch = None
@@ -130,8 +139,11 @@ class Client:
             keep, options.data, options.data_bytes = _host_buffer(data)
         dims = (ctypes.c_int64 * len(shape))(*shape)
         out = _CTensor()
-        self._call(_clib.mcd_create_ex, _bytes(name), dtype_name(dtype).encode(), dims,
-                   len(shape), _device(device), ctypes.byref(options), ctypes.byref(out))
+        with self._lock:
+            self._call(_clib.mcd_create_ex, _bytes(name), dtype_name(dtype).encode(), dims,
+                       len(shape), _device(device), ctypes.byref(options), ctypes.byref(out))
+            if len(self._created) < _CREATED_TRACKED:
+                self._created[name] += 1
         return Tensor(self, None, out)
 
     def get(self, name: str) -> "Tensor":
@@ -267,11 +279,12 @@ class Client:
         return json.loads(take_string(text))
 
     def rm(self, name: str) -> None:
-        """Gives one reference to tensor `name` back, as mcd-rm does: this process's own if it
-        holds one, else one bound to no process (the creator's); the tensor is freed at 0.
-        Arrays of this process that view it stay valid: their mapping stays until its Tensor
-        and arrays are gone, and when rm() gave back the reference a Tensor here held, that
-        Tensor then gives back none of its own. Counted per Client: a Tensor of another Client
+        """Gives one reference to tensor `name` back: of a tensor this Client created, its
+        creator's (the first rm() after create(); a Tensor of it alive here still gives back its
+        own when it goes); else, as mcd-rm does, this process's own if it holds one, else one
+        bound to no process; the tensor is freed at 0. Arrays of this process that view it stay
+        valid: their mapping stays until its Tensor and arrays are gone, and when rm() gave back
+        the reference a Tensor here held, that Tensor then gives back none of its own. Counted per Client: a Tensor of another Client
         of this process is not known here. Refused (InvalidArgument) for the member that holds
         the reference of a get_set of this Client still alive: it would give that back.
 
@@ -297,7 +310,11 @@ class Client:
             # Booked before the call: a finalizer that runs inside it on this thread (the lock
             # is re-entrant) then closes its mapping only. Undone where the call fails (all or
             # none: it gave back none).
-            booked = [member for member in names if self._live[member] > self._given[member]]
+            creators = [member for member in names if self._created[member] > 0]
+            for member in creators:
+                self._drop(self._created, member)
+            booked = [member for member in names
+                      if member not in creators and self._live[member] > self._given[member]]
             for member in booked:
                 self._given[member] += 1
             try:
@@ -310,6 +327,8 @@ class Client:
                 for member in booked:
                     if self._given[member] > 0:
                         self._drop(self._given, member)
+                for member in creators:
+                    self._created[member] += 1
                 raise
 
     def close(self) -> None:

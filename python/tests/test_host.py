@@ -89,6 +89,38 @@ def test_a_release_after_another_party_gave_this_processs_reference_back_keeps_t
     assert mc.ls() == []
 
 
+def test_a_creators_rm_and_its_tensors_release_free_the_tensor_in_either_order(node, mc):
+    data = np.random.default_rng(5).integers(0, 256, size=16, dtype=np.uint8)
+    for rm_first in (True, False):
+        t = mc.create("made", (16,), "u8", device="cpu", data=data.tobytes())
+        assert t.tobytes() == data.tobytes()  # its first use: the Tensor's own reference
+        assert refcount(mc, "made") == 2
+        if rm_first:
+            mc.rm("made")  # the creator's
+            assert refcount(mc, "made") == 1
+            assert t.tobytes() == data.tobytes()
+            t.release()
+        else:
+            t.release()
+            assert refcount(mc, "made") == 1
+            mc.rm("made")
+        gc.collect()
+        assert mc.ls("made") == [], "rm_first=%s" % rm_first
+    # Another connection's get stays its own, whatever the creator gives back.
+    t = mc.create("made", (16,), "u8", device="cpu", data=data.tobytes())
+    t.tobytes()
+    other = memcuda.connect(node=node.node)
+    held = other.get("made")
+    mc.rm("made")
+    t.release()
+    gc.collect()
+    assert refcount(mc, "made") == 1
+    assert held.tobytes() == data.tobytes()
+    held.release()
+    gc.collect()
+    assert mc.ls("made") == []
+
+
 def test_numpy_views_the_memory_in_place_across_processes(node, mc):
     t = mc.create("shared", (4,), "i32", device="cpu")
     a = np.asarray(t)

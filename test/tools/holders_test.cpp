@@ -299,6 +299,12 @@ TEST_F(Holders, AReleaseNeverTakesAnotherProcesssReference) {
     EXPECT_NE(rm.err.find("held by another process"), std::string::npos) << rm.err;
     EXPECT_NE(rm.err.find("(not_held)"), std::string::npos) << rm.err;
   }
+  auto detached = Tool("mcd-rm", {"r", "--detached"});  // none bound to no process is left
+  EXPECT_EQ(detached.exit_code, 1);
+  EXPECT_NE(detached.err.find("bound to no process (a creator's, or one taken --detached) is "
+                              "left"),
+            std::string::npos)
+      << detached.err;
   // The same through the server (the last reference goes there): a raw delete for a holder.
   json refused =
       Raw(R"({"op":"delete","name":"r","req":"d1","owner_pid":)" + std::to_string(getpid()) + "}",

@@ -430,9 +430,10 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceR
       return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + reply.detail +
                                                "', not '" + node_ + "'");
     case ReferenceReply::kNotHeld:
-      return NotHeldStatus(name, whose == Whose::kTaken     ? NotHeldFor::kTaken
-                                 : whose == Whose::kCreated ? NotHeldFor::kCreated
-                                                            : NotHeldFor::kAny);
+      if (std::string_view(Mode(whose)) == kReleaseUnbound || !holder_) {
+        return NotHeldStatus(name, NotHeldFor::kUnbound);
+      }
+      return NotHeldStatus(name, whose == Whose::kTaken ? NotHeldFor::kTaken : NotHeldFor::kAny);
     case ReferenceReply::kGone:
       return Status(ErrorCode::kUnavailable,
                     "the mcd-serve instance that owns tensor '" + name + "' is not running");

@@ -4,7 +4,8 @@
 // The answer to a release that finds no reference it may give back (holders.lua): the server's
 // and the reference script's alike. `of`: what the releasing client had, as its mode said: any
 // (a tool's release for its parent: every reference is another process's), one it took (its
-// holder holds none any more), one it created (none bound to nobody is left).
+// holder holds none any more), one bound to nobody (a creator's, or a release without a holder:
+// none is left).
 #pragma once
 
 #include <string>
@@ -13,7 +14,7 @@
 
 namespace mcd {
 
-enum class NotHeldFor { kAny, kTaken, kCreated };
+enum class NotHeldFor { kAny, kTaken, kUnbound };
 
 inline Status NotHeldStatus(const std::string& name, NotHeldFor of = NotHeldFor::kAny) {
   switch (of) {
@@ -23,11 +24,12 @@ inline Status NotHeldStatus(const std::string& name, NotHeldFor of = NotHeldFor:
                         "' that this client took was given back already, by another party bound "
                         "to this process (another connection, or an mcd-rm it ran); the rest are "
                         "not this client's to give back");
-    case NotHeldFor::kCreated:
+    case NotHeldFor::kUnbound:
       return Status(ErrorCode::kNotHeld,
-                    "the creator's reference to tensor '" + name +
-                        "' was given back already (by mcd-rm --detached, or another party); the "
-                        "rest are held by processes, which give them back themselves");
+                    "no reference to tensor '" + name +
+                        "' bound to no process (a creator's, or one taken --detached) is left: "
+                        "the rest are held by processes, which give them back themselves; mcd-ls "
+                        "-l shows them");
     case NotHeldFor::kAny:
       break;
   }

@@ -479,8 +479,10 @@ void CommandApplier::RefcountCommitted(const Request& request, const char* op, C
     return outcomes_.Record(op, name, Status::Ok(), t0, "repeated_req=" + req);
   }
   if (committed->kind == CommitResult::kNotHeld) {
-    Status not_held =
-        NotHeldStatus(name, request.parsed->own_only ? NotHeldFor::kTaken : NotHeldFor::kAny);
+    const Command& cmd = request.parsed.value();
+    Status not_held = NotHeldStatus(name, cmd.own_only         ? NotHeldFor::kTaken
+                                          : cmd.owner_pid == 0 ? NotHeldFor::kUnbound
+                                                               : NotHeldFor::kAny);
     responder_.AnswerNow(request, op, not_held);
     return outcomes_.Record(op, name, not_held, t0);
   }
