@@ -167,8 +167,7 @@ TEST_F(ReferenceScriptTest, AClientGivesBackOnlyTheKindOfReferenceItHas) {
   auto refused = script_->Release("t", ReferenceScript::kAnyEpoch, Whose::kCreated);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), ErrorCode::kNotHeld);
-  EXPECT_NE(refused.status().message().find("bound to no process (a creator's"),
-            std::string::npos)
+  EXPECT_NE(refused.status().message().find("bound to no process (a creator's"), std::string::npos)
       << refused.status().message();
   EXPECT_EQ(Hash()["refcount"], "2");
   // Not known: the holder's own first.
