@@ -85,7 +85,22 @@ def test_a_release_after_another_party_gave_this_processs_reference_back_keeps_t
         assert refcount(mc, "c") == 1, "w's release gave back the creator's reference"
         with mc.get("c") as again:
             assert np.asarray(again).tolist() == [5] * 64
+    # A release refused keeps what it would have given back: retried, alone or after a batch
+    # refused as a whole, it is of the same kind, and the creator's stays.
+    node.run("mcd-create", "d", "--dtype", "u8", "--shape", "8", "--device", "cpu")
+    w = mc.get("c")
     node.run("mcd-rm", "c")
+    with pytest.raises(memcuda.NotHeld):
+        mc.rm("c")
+    w.release()
+    gc.collect()
+    assert refcount(mc, "c") == 1, "a refused rm() made w's release take the creator's"
+    w, x = mc.get("c"), mc.get("d")
+    node.run("mcd-rm", "c")
+    mc.release_many([w, x])  # refused for c as a whole, then each alone
+    gc.collect()
+    assert refcount(mc, "c") == 1 and refcount(mc, "d") == 1
+    node.run("mcd-rm", "c", "d")
     assert mc.ls() == []
 
 

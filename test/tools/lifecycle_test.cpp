@@ -258,6 +258,8 @@ TEST_F(Lifecycle, ACreatorsReleaseGoesStraightToTheServerAndSparesOtherReference
   ASSERT_TRUE(left.ok()) << left.status().ToString();
   EXPECT_EQ(left->refcount, 1);
   EXPECT_EQ(HashField("shared", "refcount"), "1");
+  // The one left is mcd-get's, bound to its parent (this process): the creator's went.
+  EXPECT_EQ(HashField("shared", "bound"), "1");
   EXPECT_EQ(HashField("shared", "state"), "ready");
   EXPECT_EQ(ShmCount(), 1u);
   EXPECT_EQ(Tool("mcd-rm", {"shared"}).out, "shared: freed\n");

@@ -46,4 +46,10 @@ ReferenceBook::Release ReferenceBook::PlanRelease(const std::string& name,
   return plan;
 }
 
+void ReferenceBook::Refused(const std::string& name, Release plan) {
+  if (plan.whose != Whose::kTaken) return;  // a created tensor's stays tracked (Saw is not told)
+  std::vector<std::string>& epochs = taken_epochs_[name];
+  epochs.insert(epochs.begin(), std::move(plan.epoch));
+}
+
 }  // namespace mcd

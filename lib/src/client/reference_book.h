@@ -1,13 +1,15 @@
 // SPDX-FileCopyrightText: 2026 The memcuda Authors
 // SPDX-License-Identifier: Apache-2.0
 
-// What a client remembers of the references it holds, to send each release the cheapest way
-// that is right: the tensors it created, with the refcount it last saw of each (one it last saw
-// at 1 has its release sent to the server at once, as the last one most likely is), and the
-// epoch each reference it took was taken in (a reference taken before Redis lost the hash must
-// not give back another's: TensorRecord::epoch). Bounded; past the bound a tensor is simply not
-// tracked, which is always right, only slower. No Redis, no I/O. Used by one Client, so by one
-// thread at a time.
+// What a client remembers of the references it holds, to give each one back the cheapest way
+// that is right, and only one of its own kind (Whose): the tensors it created, with the refcount
+// it last saw of each (one it last saw at 1 has its release sent to the server at once, as the
+// last one most likely is), and the epoch each reference it took was taken in (a reference taken
+// before Redis lost the hash must not give back another's: TensorRecord::epoch). Bounded: past
+// the bound a tensor is not tracked, and its release is as a tool's (Whose::kUnknown: the
+// holder's own first, else one bound to nobody), which is right unless another client of the
+// same process holds references to the same tensor. No Redis, no I/O. Used by one Client, so by
+// one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +48,9 @@ class ReferenceBook {
     Whose whose = Whose::kUnknown;
   };
   Release PlanRelease(const std::string& name, const std::string& any_epoch);
+  // A release planned by PlanRelease was refused and changed nothing (not_held): the reference
+  // it planned to give back is the client's to give back again, of the same kind.
+  void Refused(const std::string& name, Release plan);
 
   // Tracked tensors, for tests: created ones, and ones with references taken.
   size_t created_tracked() const { return seen_refcount_.size(); }

@@ -61,14 +61,13 @@ Result<std::vector<TensorRecord>> Client::Impl::TakeAll(
 // Every release through the script, which queues the delete command of each last reference:
 // the creator's shortcut of Release (straight to the server) would cost a request per tensor.
 Result<std::vector<TensorRecord>> Client::Impl::ReleaseMany(const std::vector<std::string>& names) {
+  std::vector<ReferenceBook::Release> plans;
   std::vector<std::string> epochs;
   std::vector<ReferenceBook::Whose> whose;
-  epochs.reserve(names.size());
-  whose.reserve(names.size());
   for (const std::string& name : names) {
-    ReferenceBook::Release plan = book_.PlanRelease(name, ReferenceScript::kAnyEpoch);
-    epochs.push_back(std::move(plan.epoch));
-    whose.push_back(plan.whose);
+    plans.push_back(book_.PlanRelease(name, ReferenceScript::kAnyEpoch));
+    epochs.push_back(plans.back().epoch);
+    whose.push_back(plans.back().whose);
   }
   auto released = Retrying("release", false, [&]() -> Result<std::vector<TensorRecord>> {
     MCD_RETURN_IF_ERROR(server_->EnsureAlive());
@@ -76,6 +75,10 @@ Result<std::vector<TensorRecord>> Client::Impl::ReleaseMany(const std::vector<st
   });
   if (released.ok()) {
     for (const TensorRecord& r : released.value()) book_.Saw(r.name, r.refcount);
+  } else if (released.status().code() == ErrorCode::kNotHeld) {
+    // Refused as a whole: every plan stands, so that no later release of these names is of
+    // another kind (a refused 'own' retried as 'any' would give back the creator's).
+    for (size_t i = 0; i < names.size(); ++i) book_.Refused(names[i], std::move(plans[i]));
   } else {
     for (const std::string& name : names) book_.Saw(name, 0);
   }
@@ -166,7 +169,11 @@ Result<TensorRecord> Client::Impl::Release(const std::string& name) {
     return plan.last ? transport_->Request(DeleteCommand(name, std::nullopt))  // the creator's
                      : script_->Release(name, plan.epoch, plan.whose);
   });
-  book_.Saw(name, released.ok() ? released->refcount : 0);  // a failed one: no longer tracked
+  if (!released.ok() && released.status().code() == ErrorCode::kNotHeld) {
+    book_.Refused(name, std::move(plan));  // nothing changed: the next release is of the same kind
+  } else {
+    book_.Saw(name, released.ok() ? released->refcount : 0);  // a failed one: no longer tracked
+  }
   return released;
 }
 

@@ -112,5 +112,23 @@ TEST(ReferenceBook, PastTheBoundNewTensorsAreNotTrackedButTrackedOnesStillAre) {
   EXPECT_EQ(book.PlanRelease("g0", kAny).epoch, "again");
 }
 
+// A release refused (not_held: nothing changed) keeps its plan: the next release of the name is
+// of the same kind and epoch, never one not known (which would take another kind of reference).
+TEST(ReferenceBook, ARefusedReleaseIsPlannedTheSameWayAgain) {
+  ReferenceBook book;
+  book.Created("t", 2);
+  book.Took("t", 2, "e1");
+  ReferenceBook::Release taken = book.PlanRelease("t", kAny);
+  ASSERT_EQ(taken.whose, ReferenceBook::Whose::kTaken);
+  book.Refused("t", taken);
+  ReferenceBook::Release again = book.PlanRelease("t", kAny);
+  EXPECT_EQ(again.whose, ReferenceBook::Whose::kTaken);
+  EXPECT_EQ(again.epoch, "e1");
+  ReferenceBook::Release created = book.PlanRelease("t", kAny);
+  ASSERT_EQ(created.whose, ReferenceBook::Whose::kCreated);
+  book.Refused("t", created);
+  EXPECT_EQ(book.PlanRelease("t", kAny).whose, ReferenceBook::Whose::kCreated);
+}
+
 }  // namespace
 }  // namespace mcd
