@@ -73,10 +73,10 @@ Result<SafetensorsEntry> ParseEntry(std::string_view name, const rj::Value& valu
   entry.end = (*offsets)[1].GetUint64();
   const std::string range =
       "data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + ")";
-  if (entry.begin > entry.end) return Bad(who + "'s " + range + " end before they begin");
+  if (entry.begin > entry.end) return Bad("the " + range + " of " + who + " end before they begin");
   if (entry.end > data_bytes) {
     // The header says more data than the file holds: a file cut short, as .npy's (kIoError).
-    return Status(ErrorCode::kIoError, "safetensors data: " + who + "'s " + range +
+    return Status(ErrorCode::kIoError, "safetensors data: the " + range + " of " + who +
                                            " lie outside the file's " + std::to_string(data_bytes) +
                                            " bytes of data (a truncated file?)");
   }
