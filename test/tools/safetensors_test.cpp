@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -287,13 +288,15 @@ TEST_F(Safetensors, AFileMemcudaCannotHoldMakesNothing) {
   EXPECT_NE(refused.err.find("\"__metadata__\" is not an object"), std::string::npos)
       << refused.err;
   // A hole between two tensors, and two tensors over the same bytes.
-  auto offsets_of = [&](const std::string& file, const std::string& tensor, uint64_t begin) {
+  // `file` with `tensor`'s data_offsets [begin, end), or [begin, begin + its length).
+  auto offsets_of = [&](const std::string& file, const std::string& tensor, uint64_t begin,
+                        std::optional<uint64_t> end = std::nullopt) {
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
     json header = json::parse(file.substr(8, n));
     uint64_t length = header[tensor]["data_offsets"][1].get<uint64_t>() -
                       header[tensor]["data_offsets"][0].get<uint64_t>();
-    header[tensor]["data_offsets"] = {begin, begin + length};
+    header[tensor]["data_offsets"] = {begin, end.value_or(begin + length)};
     std::string text = header.dump();
     std::string size(8, '\0');
     for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(text.size() >> (8 * i));
@@ -311,17 +314,7 @@ TEST_F(Safetensors, AFileMemcudaCannotHoldMakesNothing) {
   refused = Tool("mcd-create", {"o", "--from", Path("overlap.safetensors"), "--device", "cpu"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("the data of 'a' and 'b' overlap"), std::string::npos) << refused.err;
-  {
-    std::string file = SafetensorsFile(two);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
-    json header = json::parse(file.substr(8, n));
-    header["b"]["data_offsets"] = {16, 8};
-    std::string text = header.dump();
-    std::string size(8, '\0');
-    for (int i = 0; i < 8; ++i) size[i] = static_cast<char>(text.size() >> (8 * i));
-    Write("reversed.safetensors", size + text + file.substr(8 + n));
-  }
+  Write("reversed.safetensors", offsets_of(SafetensorsFile(two), "b", 16, 8));
   refused = Tool("mcd-create", {"r", "--from", Path("reversed.safetensors"), "--device", "cpu"});
   EXPECT_EQ(refused.exit_code, 64) << refused.err;
   EXPECT_NE(refused.err.find("[16, 8) of tensor 'b' end before they begin"), std::string::npos)

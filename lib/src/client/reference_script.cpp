@@ -430,7 +430,7 @@ Result<TensorRecord> ReferenceScript::Answer(const std::string& name, ReferenceR
       return Status(ErrorCode::kWrongNode, "tensor '" + name + "' lives on node '" + reply.detail +
                                                "', not '" + node_ + "'");
     case ReferenceReply::kNotHeld:
-      if (std::string_view(Mode(whose)) == kReleaseUnbound || !holder_) {
+      if (whose == Whose::kCreated || !holder_) {  // it asked for one bound to nobody
         return NotHeldStatus(name, NotHeldFor::kUnbound);
       }
       return NotHeldStatus(name, whose == Whose::kTaken ? NotHeldFor::kTaken : NotHeldFor::kAny);
