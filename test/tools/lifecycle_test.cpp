@@ -817,7 +817,24 @@ TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
                                      "--timeout-ms", "1000"});
   EXPECT_EQ(refused.exit_code, 76) << refused.err;
   EXPECT_NE(refused.err.find("OOM"), std::string::npos) << refused.err;
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Commands on the socket come while the server waits between refused takes: each is refused,
+  // and none counts as Redis handing out commands again.
+  int fd = ConnectCommandSocket();
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::string line =
+        R"({"op":"create","name":"s)" + std::to_string(i) +
+        R"(","dtype":"u8","shape":[4],"device":"cpu","req":"oom-)" + std::to_string(i) + "\"}\n";
+    ASSERT_EQ(send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
+    std::string reply;
+    char c = 0;
+    while (recv(fd, &c, 1, 0) == 1 && c != '\n') reply.push_back(c);
+    EXPECT_NE(reply.find("OOM"), std::string::npos) << reply;
+    EXPECT_EQ(json::parse(reply)["ok"], false) << reply;
+  }
+  close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   std::string log = ServeLog();
   // Said once, not at every retry, and no reconnect loop.
   size_t said = 0;
@@ -826,6 +843,7 @@ TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
     ++said;
   }
   EXPECT_EQ(said, 1u) << log;
+  EXPECT_EQ(log.find("hands out commands again"), std::string::npos) << log;
   EXPECT_EQ(log.find("reconnecting"), std::string::npos) << log;
   // The heartbeat (every 0.75 s here) failed at least twice by now, and said so once.
   size_t first = log.find("heartbeat: ");

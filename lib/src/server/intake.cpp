@@ -71,7 +71,7 @@ Result<RedisValue> Intake::WaitForCommand(RedisConnection& redis) {
   if (!socket_) {
     MCD_RETURN_IF_ERROR(SendTake(redis));
     MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
-    return redis.ReadCommandReply("BLMOVE");
+    return ReadTakeAnswer(redis);
   }
   // A socket client that just had its reply often sends its next command soon: look for it a
   // while before blocking, since the blocking take costs a wake and a marker to call off.
@@ -109,7 +109,7 @@ Result<RedisValue> Intake::WaitForCommand(RedisConnection& redis) {
     if (!socket_in_.empty()) return CallOffTake(redis);
   }
   MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
-  return redis.ReadCommandReply("BLMOVE");
+  return ReadTakeAnswer(redis);
 }
 
 Result<RedisValue> Intake::CallOffTake(RedisConnection& redis) {
@@ -121,7 +121,13 @@ Result<RedisValue> Intake::CallOffTake(RedisConnection& redis) {
                                                woken.message() + "); nothing changed"));
   }
   MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
-  return redis.ReadCommandReply("BLMOVE");
+  return ReadTakeAnswer(redis);
+}
+
+Result<RedisValue> Intake::ReadTakeAnswer(RedisConnection& redis) {
+  Result<RedisValue> taken = redis.ReadCommandReply("BLMOVE");
+  if (taken.ok()) TakeAccepted();
+  return taken;
 }
 
 bool Intake::IsWakeMarker(const std::string& taken) {

@@ -100,7 +100,8 @@ class Intake {
   // a replica that became read-only, a queue key of the wrong type): says so, and waits before
   // the next try, 0.1 s at first, then up to a second (less when `stopping` turns true).
   void PauseAfterRefusedTake(const Status& status, const std::function<bool()>& stopping);
-  // The first take accepted after refused ones: says so.
+  // Redis answered a take (the one sent ahead of a batch, or the blocking one): the first answer
+  // after refused takes says so. Commands from the socket alone are no answer of Redis.
   void TakeAccepted();
 
  private:
@@ -108,6 +109,8 @@ class Intake {
   Route NewRoute(uint64_t conn);
   // Wakes the serving connection's BLMOVE (through the Waker) and returns its answer.
   Result<RedisValue> CallOffTake(RedisConnection& redis);
+  // Reads the blocking take's answer; an answer, not an error, is a take accepted.
+  Result<RedisValue> ReadTakeAnswer(RedisConnection& redis);
   // Sends the blocking take (its answer is left to read), after an LREM of the markers taken.
   Status SendTake(RedisConnection& redis);
   // Reads the reply of the LREM that SendTake sent ahead of the take, when it sent one.

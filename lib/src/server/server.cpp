@@ -269,6 +269,7 @@ Status Server::Impl::Run() {
     Result<RedisValue> taken = RedisValue{};
     if (busy) {
       taken = pipeline_->TakeReply();
+      if (taken.ok()) intake_->TakeAccepted();
       busy = taken.ok() && !taken->elements.empty();
     }
     intake_->CollectSocket();
@@ -298,7 +299,6 @@ Status Server::Impl::Run() {
       continue;
     }
     backoff_ms = 100;
-    intake_->TakeAccepted();
     bool from_socket = intake_->has_socket_lines();
     std::vector<Request> requests = intake_->Requests(std::move(taken).value());
     if (requests.empty()) {
