@@ -823,9 +823,9 @@ TEST_F(Lifecycle, RedisOutOfMemoryPausesTheServerWhichResumesAfter) {
   ASSERT_GE(fd, 0);
   for (int i = 0; i < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::string line =
-        R"({"op":"create","name":"s)" + std::to_string(i) +
-        R"(","dtype":"u8","shape":[4],"device":"cpu","req":"oom-)" + std::to_string(i) + "\"}\n";
+    std::string line = R"({"op":"create","name":"s)" + std::to_string(i) +
+                       R"(","dtype":"u8","shape":[4],"device":"cpu","req":"oom-)" +
+                       std::to_string(i) + "\"}\n";
     ASSERT_EQ(send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
     std::string reply;
     char c = 0;
