@@ -218,6 +218,64 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   EXPECT_EQ(test::ShmObjects("mcd-mcd-" + b_ + "-").size(), 0u);
 }
 
+// A copy waits for its bytes beside the serving loop, not in it: while the other node's server
+// is stopped (SIGSTOP), the fetching server makes and removes other tensors and refuses a second
+// create of the name being copied; the copy ends with every byte once the other server runs again.
+// A server stopped (SIGTERM) with a copy under way answers it, keeps nothing of it, and leaves no
+// command behind for the next server of its node.
+TEST_F(Copies, ACopyUnderWayDoesNotStopTheNode) {
+  Serve(a_, "tcp");
+  Serve(b_, "tcp");
+  std::string file = Pattern(2 * 1024 * 1024 + 3);
+  ASSERT_EQ(CreateFrom("src", file, b_).exit_code, 0);
+  size_t shm_before = test::ShmObjects("mcd-mcd-" + a_ + "-").size();
+  ASSERT_EQ(kill(servers_[b_]->pid(), SIGSTOP), 0);
+  test::Background copy({test::ToolPath("mcd-create"), "dst", "--copy-of", "src", "--device", "cpu",
+                         "--node", a_, "--timeout-ms", "60000"},
+                        Env(), dir_.path() + "/dst.log");
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ShmObjects("mcd-mcd-" + a_ + "-").size() > shm_before; }, 10000))
+      << "the copy's memory was never allocated" << Log(a_);
+  auto t0 = std::chrono::steady_clock::now();
+  auto other = Tool("mcd-create", {"other", "--dtype", "u8", "--shape", "4", "--device", "cpu",
+                                   "--node", a_, "--timeout-ms", "5000"});
+  EXPECT_EQ(other.exit_code, 0) << other.err << Log(a_);
+  EXPECT_EQ(Tool("mcd-rm", {"other", "--node", a_, "-q", "--timeout-ms", "5000"}).exit_code, 0);
+  auto twice = Tool("mcd-create", {"dst", "--dtype", "u32", "--shape", "5", "--device", "cpu",
+                                   "--node", a_, "--timeout-ms", "5000"});
+  EXPECT_EQ(twice.exit_code, 1) << twice.err;
+  EXPECT_NE(twice.err.find("by a copy under way"), std::string::npos) << twice.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(HashField("dst", "state"), "");  // nothing published before the bytes are in
+  ASSERT_EQ(kill(servers_[b_]->pid(), SIGCONT), 0);
+  EXPECT_EQ(copy.Wait(60), 0) << test::ReadFile(dir_.path() + "/dst.log") << Log(a_);
+  ExpectSameBytes("dst", a_, file);
+  EXPECT_EQ(HashField("dst", "refcount"), "1");
+
+  // Stopped with a copy under way.
+  ASSERT_EQ(kill(servers_[b_]->pid(), SIGSTOP), 0);
+  shm_before = test::ShmObjects("mcd-mcd-" + a_ + "-").size();
+  test::Background stopped({test::ToolPath("mcd-create"), "late", "--copy-of", "src", "--device",
+                            "cpu", "--node", a_, "--timeout-ms", "60000"},
+                           Env(), dir_.path() + "/late.log");
+  ASSERT_TRUE(test::WaitFor(
+      [&] { return test::ShmObjects("mcd-mcd-" + a_ + "-").size() > shm_before; }, 10000))
+      << Log(a_);
+  EXPECT_EQ(servers_[a_]->Stop(SIGTERM), 0) << Log(a_);
+  EXPECT_EQ(stopped.Wait(30), 69) << test::ReadFile(dir_.path() + "/late.log");
+  EXPECT_NE(test::ReadFile(dir_.path() + "/late.log").find("stopped before the bytes came"),
+            std::string::npos)
+      << test::ReadFile(dir_.path() + "/late.log") << Log(a_);
+  EXPECT_EQ(HashField("late", "state"), "");
+  // Not let go on: a server that answers a read whose asker died meanwhile crashes inside UCX
+  // (docs/scale-out.md, "Limits").
+  servers_[b_]->Stop(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(Serve(a_, "tcp"));
+  EXPECT_EQ(Log(a_).find("resuming"), std::string::npos) << Log(a_);
+  EXPECT_EQ(HashField("late", "state"), "");
+  EXPECT_EQ(redis_.Connect()->Command({"LLEN", keys_.Processing(a_)})->integer, 0);
+}
+
 // UCX does not talk across minor versions (1.13 aborts when 1.22 connects): a copy from a server
 // whose heartbeat says another UCX version is refused before anything connects to it. The other
 // node is planted in Redis: its heartbeat, with b's real UCX address, and a copy of b's tensor's

@@ -127,7 +127,7 @@ int RemoveHostShmObjects(const std::string& name_prefix) {
   return removed;
 }
 
-Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset, bool populate) {
+Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offset) {
   UniqueFd fd(shm_open(name.c_str(), O_RDWR, 0));
   if (!fd) {
     return Status(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
@@ -149,12 +149,19 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
   // Only the pages the tensor lies in: the members of a tensor set share one object, and a
   // process that opens them all maps each member's own bytes, not the set up to it.
   uint64_t lead = offset % PageSize();
-  void* base =
-      mmap(nullptr, lead + bytes, PROT_READ | PROT_WRITE,
-           MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), static_cast<off_t>(offset - lead));
+  void* base = mmap(nullptr, lead + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(),
+                    static_cast<off_t>(offset - lead));
   int err = errno;
   if (base == MAP_FAILED) return Status(ErrorCode::kIoError, Errno("mmap(" + name + ")", err));
   return static_cast<void*>(static_cast<char*>(base) + lead);
+}
+
+void PopulateHost(void* ptr, uint64_t bytes, bool for_write) {
+  uintptr_t page = PageSize();
+  uintptr_t start = reinterpret_cast<uintptr_t>(ptr) / page * page;
+  uintptr_t end = reinterpret_cast<uintptr_t>(ptr) + bytes;
+  (void)madvise(reinterpret_cast<void*>(start), end - start,
+                for_write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 }
 
 Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset) {

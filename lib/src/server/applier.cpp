@@ -259,6 +259,10 @@ void CommandApplier::HandleCreate(Request& request) {
     responder_.Fail(request, "create", status);
     outcomes_.Record("create", cmd.name, status, t0);
   };
+  if (copier_.Copying(cmd.name)) {
+    return fail(Status(ErrorCode::kAlreadyExists,
+                       "tensor '" + cmd.name + "' is being made already, by a copy under way"));
+  }
   if (table_.find(cmd.name) != table_.end()) {
     // Usually a plain "already exists"; if the hash was removed by hand, the name is free again.
     Status missing = MissingStatus(cmd.name);
@@ -287,19 +291,31 @@ void CommandApplier::HandleCreate(Request& request) {
   }
   auto allocation = devices_.Allocate(cmd.device, cmd.bytes, cmd.zero_init && !source);
   if (!allocation.ok()) return fail(allocation.status());
-  if (source) {
-    // The bytes are in before the hash is written: a failed copy publishes nothing.
-    Status filled = copier_.Fill(cmd, *source, allocation.value());
-    if (!filled.ok()) {
-      (void)devices_.Free(cmd.device, allocation.value());
-      return fail(filled);
-    }
+  if (!source) {
+    return CommitCreate(request, std::move(record), std::move(allocation).value(), *filler, t0);
   }
-  record.ipc_kind = allocation->ipc_kind;
-  record.ipc_handle = allocation->ipc_handle;
-  record.offset = allocation->offset;
+  // The bytes are in before the hash is written: a failed copy publishes nothing. Other commands
+  // are applied meanwhile.
+  Allocation memory = allocation.value();
+  Command copying = cmd;  // `request`, which holds cmd, moves into the continuation
+  copier_.StartFill(copying, *source, memory,
+                    [this, request = std::move(request), record = std::move(record), memory,
+                     filler = *filler, t0](Status filled) mutable {
+                      if (filled.ok())
+                        return CommitCreate(request, std::move(record), memory, filler, t0);
+                      (void)devices_.Free(record.device, memory);
+                      responder_.Fail(request, "create", filled);
+                      outcomes_.Record("create", record.name, filled, t0);
+                    });
+}
 
-  Entry entry{record, std::move(allocation).value(), RecordJsonHead(record), *filler};
+void CommandApplier::CommitCreate(Request& request, TensorRecord record, Allocation allocation,
+                                  std::optional<Holder> filler, Clock::time_point t0) {
+  const Command& cmd = request.parsed.value();
+  record.ipc_kind = allocation.ipc_kind;
+  record.ipc_handle = allocation.ipc_handle;
+  record.offset = allocation.offset;
+  Entry entry{record, std::move(allocation), RecordJsonHead(record), filler};
   std::vector<std::string> fields;
   for (auto& [field, value] : HashFields(record)) {
     fields.push_back(field);
@@ -309,12 +325,22 @@ void CommandApplier::HandleCreate(Request& request) {
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kAbsent,
                        CommitChange::Hset(fields),
                        // A tensor being filled is announced when it is published, ready.
-                       *filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}),
+                       filler ? CommitEvent{} : CommitEvent{"create", cmd.pid}),
         request,
         [this, t0, entry = std::move(entry)](const Request& made,
                                              Result<CommitResult> committed) mutable {
           CreateCommitted(made, std::move(entry), t0, std::move(committed));
         });
+}
+
+void CommandApplier::FinishCopies() {
+  copier_.FinishCopies();
+  pipeline_.Flush();
+}
+
+void CommandApplier::StopCopies() {
+  copier_.StopCopies();
+  pipeline_.Flush();
 }
 
 void CommandApplier::CreateCommitted(const Request& request, Entry entry, Clock::time_point t0,

@@ -60,12 +60,21 @@ class CommandApplier {
   // Queues the removal of the lists of the sets whose last member left the table
   // (SetApplier::DropEmptied); the caller flushes.
   void DropEmptiedSets();
+  // The creates whose copy from another node ended since the last call: committed, or failed
+  // and answered (NodeCopier::FinishCopies); the commits are sent.
+  void FinishCopies();
+  // At stop: the copies under way called off, or waited for where their bytes are arriving
+  // (NodeCopier::StopCopies), and answered; the caller drains.
+  void StopCopies();
 
  private:
   // Each Handle* takes the request (its parsed command ok) and queues its commit, whose
   // continuation owns the request from then on; or answers it with why not.
   void Handle(Request& request);
   void HandleCreate(Request& request);
+  // A create's memory is allocated (and filled, for a copy): its hash is written.
+  void CommitCreate(Request& request, TensorRecord record, Allocation allocation,
+                    std::optional<Holder> filler, Clock::time_point t0);
   // Queues `pending`, a commit of `request` whose result goes to `then(request, result)`.
   template <typename Then>
   void Queue(Pending pending, Request& request, Then then);

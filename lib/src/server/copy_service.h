@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,8 @@ class CopyService {
   };
 
   // The service, or kUnsupported when this build has no UCX, or UCX cannot start. `wake` is
-  // called (on the service's thread) when a read arrives, to wake the serving loop.
+  // called (on the service's thread) when a read arrives or a fetch ends, to wake the serving
+  // loop.
   static Result<std::unique_ptr<CopyService>> Start(std::function<void()> wake);
   virtual ~CopyService() = default;
 
@@ -79,16 +81,39 @@ class CopyService {
   // then). `release` runs, on the service's thread, once UCX no longer reads `data`.
   virtual void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
                       Memory memory, std::function<void()> release) = 0;
-  // Receives into `into` (in `memory`; kGpu only where reads_gpu_memory()) the `bytes` of tensor
-  // `name`, created at `ctime_ms`, of the server at `address_hex`, asking with `grant` as node
-  // `asker_node`, or the error that server answered; kTimeout after `timeout_ms`, after which
-  // nothing is written to `into` any more.
-  // `meanwhile` runs on the calling thread every few milliseconds while it waits: the server
-  // answers other servers' reads then, so that two servers fetching from each other both finish.
-  virtual Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-                       const CopyGrant& grant, const std::string& asker_node, void* into,
-                       uint64_t bytes, Memory memory, int timeout_ms,
-                       const std::function<void()>& meanwhile) = 0;
+  // A fetch under way (Begin). Destroying one that is not done Stops it: UCX writes into its
+  // memory until then.
+  class Fetching {
+   public:
+    virtual ~Fetching() = default;
+    // The outcome, once there is one: ok (every byte is in), or the error the other server
+    // answered, kUnavailable when it went away, kTimeout past the fetch's time when no byte had
+    // come. nullopt while under way.
+    virtual std::optional<Status> Poll() = 0;
+    // Blocks until Poll has the outcome, and returns it.
+    virtual Status Wait() = 0;
+    // Calls the fetch off (kStopped) where no byte has come yet; else waits for the bytes, as
+    // Wait. The outcome.
+    virtual Status Stop() = 0;
+  };
+  // Starts receiving into `into` (in `memory`; kGpu only where reads_gpu_memory()) the `bytes` of
+  // tensor `name`, created at `ctime_ms`, of the server at `address_hex`, asking with `grant` as
+  // node `asker_node`, for at most `timeout_ms` before the first byte. Returns at once: the
+  // service's `wake` is called when it ends, and Poll says how.
+  virtual Result<std::unique_ptr<Fetching>> Begin(const std::string& address_hex,
+                                                  const std::string& name, int64_t ctime_ms,
+                                                  const CopyGrant& grant,
+                                                  const std::string& asker_node, void* into,
+                                                  uint64_t bytes, Memory memory,
+                                                  int timeout_ms) = 0;
+  // Begin, then Wait.
+  Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
+               const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
+               Memory memory, int timeout_ms) {
+    MCD_ASSIGN_OR_RETURN(auto fetching, Begin(address_hex, name, ctime_ms, grant, asker_node, into,
+                                              bytes, memory, timeout_ms));
+    return fetching->Wait();
+  }
 };
 
 }  // namespace mcd

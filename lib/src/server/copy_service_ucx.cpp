@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "alloc/allocator.h"
 #include "common/hex.h"
 #include "common/log.h"
 #include "server/copy_grant.h"
@@ -96,9 +98,6 @@ Result<const UcxApi*> LoadUcx() {
 
 const UcxApi* ucx = nullptr;  // set by CopyService::Start before any use
 
-// How often a server waiting for a fetch answers the reads other servers sent it meanwhile.
-constexpr std::chrono::milliseconds kServeReadsEvery(2);
-
 // Reads waiting for the serving loop at most: more, from a peer that floods the worker, are
 // answered unavailable at once rather than kept (or dropped, which would leave a real asker
 // waiting out its whole timeout).
@@ -128,13 +127,17 @@ struct PendingFetch {
   Memory memory = Memory::kHost;
   bool receiving = false;  // UCX is writing into `into` (a rendezvous in flight)
   uint64_t expected = 0;
-  ucp_ep_h ep = nullptr;  // set on the service's thread when the read is sent
+  ucp_ep_h ep = nullptr;       // set on the service's thread when the read is sent
+  std::function<void()> wake;  // the serving loop's, told when the fetch ends
   void Complete(Status s) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (done) return;
-    status = std::move(s);
-    done = true;
-    done_cv.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (done) return;
+      status = std::move(s);
+      done = true;
+      done_cv.notify_all();
+    }
+    if (wake) wake();
   }
 };
 
@@ -163,11 +166,13 @@ class UcxCopyService final : public CopyService {
   Waiting TakeReads() override;
   void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
               Memory memory, std::function<void()> release) override;
-  Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-               const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
-               Memory memory, int timeout_ms, const std::function<void()>& meanwhile) override;
+  Result<std::unique_ptr<Fetching>> Begin(const std::string& address_hex, const std::string& name,
+                                          int64_t ctime_ms, const CopyGrant& grant,
+                                          const std::string& asker_node, void* into, uint64_t bytes,
+                                          Memory memory, int timeout_ms) override;
 
  private:
+  friend class UcxFetching;
   void Loop();
   void Post(std::function<void()> job);
   // Sends an active message; `state` lives until UCX is done with it.
@@ -260,8 +265,10 @@ UcxCopyService::~UcxCopyService() {
   }
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
-    for (auto& [req, fetch] : fetches_)
+    for (auto& [req, fetch] : fetches_) {
+      fetch->wake = nullptr;  // the serving loop has stopped
       fetch->Complete(Status(ErrorCode::kStopped, "the server is stopping"));
+    }
   }
   if (worker_ != nullptr) ucx->ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucx->ucp_cleanup(context_);
@@ -535,15 +542,81 @@ void UcxCopyService::Answer(const Read& read, const Status& status, const void* 
       UCP_AM_SEND_FLAG_REPLY | (read.rendezvous && status.ok() ? UCP_AM_SEND_FLAG_RNDV : 0);
   Post([this, ep, shared, flags] {
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
+    const SendState& answer = **owned;
+    if (answer.memory == Memory::kHost && answer.data != nullptr)
+      PopulateHost(const_cast<void*>(answer.data), answer.bytes, false);
     Send(ep, kDataId, std::move(*owned), flags);
   });
 }
 
-Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& name,
-                             int64_t ctime_ms, const CopyGrant& grant,
-                             const std::string& asker_node, void* into, uint64_t bytes,
-                             Memory memory, int timeout_ms,
-                             const std::function<void()>& meanwhile) {
+// A fetch under way: its read sent, its answer awaited on the service's thread.
+class UcxFetching final : public CopyService::Fetching {
+ public:
+  UcxFetching(UcxCopyService& service, std::string id, std::shared_ptr<PendingFetch> fetch,
+              int timeout_ms)
+      : service_(service),
+        id_(std::move(id)),
+        fetch_(std::move(fetch)),
+        deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms)),
+        timeout_ms_(timeout_ms) {}
+  ~UcxFetching() override { (void)Stop(); }
+
+  std::optional<Status> Poll() override {
+    std::unique_lock<std::mutex> lock(fetch_->mutex);
+    if (fetch_->done) return Finished(lock);
+    // Once the bytes are arriving the receive ends either way: done, or failed with its endpoint.
+    if (fetch_->receiving || std::chrono::steady_clock::now() < deadline_) return std::nullopt;
+    lock.unlock();
+    if (service_.TakeFetch(id_) != nullptr) {  // a late answer is dropped
+      fetch_->Complete(Status(ErrorCode::kTimeout, "no answer from the other server within " +
+                                                       std::to_string(timeout_ms_ / 1000) + " s"));
+    }
+    lock.lock();
+    // Else the answer came just now: its bytes are in, or arriving.
+    if (fetch_->done) return Finished(lock);
+    return std::nullopt;
+  }
+
+  Status Stop() override {
+    if (auto outcome = Poll()) return *outcome;
+    if (service_.TakeFetch(id_) != nullptr)
+      fetch_->Complete(Status(ErrorCode::kStopped, "called off before the bytes came"));
+    std::unique_lock<std::mutex> lock(fetch_->mutex);  // else answered: the bytes are arriving
+    fetch_->done_cv.wait(lock, [&] { return fetch_->done; });
+    return Finished(lock);
+  }
+
+  Status Wait() override {
+    for (;;) {
+      if (auto outcome = Poll()) return *outcome;
+      std::unique_lock<std::mutex> lock(fetch_->mutex);
+      // Past the deadline, a receive under way is looked at again every 10 ms until it ends.
+      auto until =
+          std::max(deadline_, std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+      fetch_->done_cv.wait_until(lock, until, [&] { return fetch_->done; });
+    }
+  }
+
+ private:
+  Status Finished(std::unique_lock<std::mutex>& lock) {
+    Status status = fetch_->status;
+    lock.unlock();
+    // Failed without an answer (no endpoint, the send refused): its entry goes too, not only
+    // those an answer or a lost peer took out.
+    (void)service_.TakeFetch(id_);
+    return status;
+  }
+  UcxCopyService& service_;
+  const std::string id_;
+  std::shared_ptr<PendingFetch> fetch_;
+  const std::chrono::steady_clock::time_point deadline_;
+  const int timeout_ms_;
+};
+
+Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
+    const std::string& address_hex, const std::string& name, int64_t ctime_ms,
+    const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
+    Memory memory, int timeout_ms) {
   if (grant.id.size() != kIdBytes || grant.token.size() != kIdBytes) {
     return Status(ErrorCode::kInternal, "a copy's grant is not 2 x 16 bytes");
   }
@@ -551,6 +624,7 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
   fetch->expected = bytes;
   fetch->into = into;
   fetch->memory = memory;
+  fetch->wake = wake_;
   // Unguessable: an answer counts only if it names this id, which only the read carries.
   std::string fetch_id(kIdBytes, '\0');
   MCD_RETURN_IF_ERROR(SecureRandom(fetch_id.data(), fetch_id.size()));
@@ -574,6 +648,7 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   Post([this, address_hex, shared, fetch] {
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
+    if (fetch->memory == Memory::kHost) PopulateHost(fetch->into, fetch->expected, true);
     auto ep = Endpoint(address_hex);
     if (!ep.ok()) return fetch->Complete(ep.status());
     {
@@ -582,36 +657,8 @@ Status UcxCopyService::Fetch(const std::string& address_hex, const std::string& 
     }
     Send(ep.value(), kReadId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
   });
-  std::unique_lock<std::mutex> lock(fetch->mutex);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!fetch->done && std::chrono::steady_clock::now() < deadline) {
-    if (fetch->done_cv.wait_for(lock, kServeReadsEvery, [&] { return fetch->done; })) break;
-    if (meanwhile) {
-      lock.unlock();
-      meanwhile();
-      lock.lock();
-    }
-  }
-  if (!fetch->done) {
-    if (fetch->receiving) {
-      // The bytes are arriving: `into` may not be given back while UCX writes into it, and the
-      // receive ends either way (done, or failed with its endpoint).
-      fetch->done_cv.wait(lock, [&] { return fetch->done; });
-      return fetch->status;
-    }
-    lock.unlock();
-    if (TakeFetch(fetch_id) != nullptr) {  // a late answer is dropped
-      return Status(ErrorCode::kTimeout, "no answer from the other server within " +
-                                             std::to_string(timeout_ms / 1000) + " s");
-    }
-    lock.lock();  // the answer came just now
-    fetch->done_cv.wait(lock, [&] { return fetch->done; });
-  }
-  lock.unlock();
-  // Failed without an answer (no endpoint, the send refused): its entry goes too, not only those
-  // an answer or a lost peer took out.
-  (void)TakeFetch(fetch_id);
-  return fetch->status;
+  return std::unique_ptr<Fetching>(
+      std::make_unique<UcxFetching>(*this, std::move(fetch_id), std::move(fetch), timeout_ms));
 }
 
 }  // namespace

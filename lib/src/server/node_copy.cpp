@@ -83,37 +83,96 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   return source;
 }
 
-Status NodeCopier::Fill(const Command& cmd, const Source& source, const Allocation& allocation) {
+void NodeCopier::StartFill(const Command& cmd, const Source& source, const Allocation& allocation,
+                           std::function<void(Status)> done) {
   int timeout_ms = static_cast<int>(
       std::min<uint64_t>(std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
-  auto fetch = [&](void* into, Memory memory) {
-    auto failed = [&](const Status& why) {
-      return Status(why.code(), "copying '" + cmd.copy_of + "' from node '" + source.node +
-                                    "': " + why.message());
-    };
-    auto grant = grants_.Issue(source.node, cmd.copy_of, source.ctime_ms, timeout_ms);
-    if (!grant.ok()) return failed(grant.status());
-    // Reads other servers send meanwhile are answered: one of them may be waiting for ours.
-    Status got =
-        service_->Fetch(source.ucx_address, cmd.copy_of, source.ctime_ms, grant.value(), node_,
-                        into, cmd.bytes, memory, timeout_ms, [this] { ServeReads(); });
-    if (got.ok()) return got;
-    grants_.Withdraw(grant.value());
-    return failed(got);
-  };
+  Copy copy;
+  copy.name = cmd.name;
+  copy.what = "copying '" + cmd.copy_of + "' from node '" + source.node + "'";
+  copy.device = cmd.device;
+  copy.allocation = allocation;
+  copy.bytes = cmd.bytes;
+  copy.done = std::move(done);
+  auto failed = [&](const Status& why) { copy.done(Ended(copy, why)); };
+  void* into = allocation.ptr;
+  Memory memory = Memory::kGpu;
   if (cmd.device == kHostDevice) {
-    // Straight into the new object's pages.
-    MCD_ASSIGN_OR_RETURN(void* mapped,
-                         OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset, true));
-    Status got = fetch(mapped, Memory::kHost);
-    Status closed = CloseHostShm(mapped, cmd.bytes, allocation.offset);
-    return got.ok() ? closed : got;
+    // Straight into the new object's pages, which UCX's thread faults in as the bytes come.
+    auto mapped = OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset);
+    if (!mapped.ok()) return failed(mapped.status());
+    into = copy.mapped = mapped.value();
+    memory = Memory::kHost;
+  } else if (!gpu_direct()) {
+    // Nobody else knows of the new memory before the commit, so UCX may write into it as it goes
+    // where it writes GPU memory; elsewhere the bytes are staged in pinned host memory.
+    auto staged = devices_.PinnedBuffer(cmd.device, cmd.bytes);
+    if (!staged.ok()) return failed(staged.status());
+    copy.staged = std::move(staged).value();
+    into = copy.staged.get();
+    memory = Memory::kHost;
   }
-  // Nobody else knows of the new memory before the commit, so UCX may write into it as it goes.
-  if (gpu_direct()) return fetch(allocation.ptr, Memory::kGpu);
-  MCD_ASSIGN_OR_RETURN(std::shared_ptr<char> staged, devices_.PinnedBuffer(cmd.device, cmd.bytes));
-  MCD_RETURN_IF_ERROR(fetch(staged.get(), Memory::kHost));
-  return devices_.CopyIn(cmd.device, allocation, cmd.bytes, staged.get());
+  auto grant = grants_.Issue(source.node, cmd.copy_of, source.ctime_ms, timeout_ms);
+  if (!grant.ok()) return failed(grant.status());
+  copy.grant = grant.value();
+  auto fetching = service_->Begin(source.ucx_address, cmd.copy_of, source.ctime_ms, copy.grant,
+                                  node_, into, cmd.bytes, memory, timeout_ms);
+  if (!fetching.ok()) return failed(fetching.status());
+  copy.fetching = std::move(fetching).value();
+  copies_.push_back(std::move(copy));
+}
+
+Status NodeCopier::Ended(Copy& copy, Status fetched) {
+  copy.fetching.reset();  // nothing writes into the memory any more
+  if (fetched.ok() && copy.staged)
+    fetched = devices_.CopyIn(copy.device, copy.allocation, copy.bytes, copy.staged.get());
+  copy.staged.reset();
+  if (copy.mapped != nullptr) {
+    Status closed = CloseHostShm(copy.mapped, copy.bytes, copy.allocation.offset);
+    copy.mapped = nullptr;
+    if (fetched.ok()) fetched = closed;
+  }
+  if (fetched.ok()) return fetched;
+  if (!copy.grant.id.empty()) grants_.Withdraw(copy.grant);
+  return Status(fetched.code(), copy.what + ": " + fetched.message());
+}
+
+void NodeCopier::FinishCopies() {
+  std::vector<std::pair<Copy, Status>> ended;
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    std::optional<Status> outcome = it->fetching->Poll();
+    if (!outcome) {
+      ++it;
+      continue;
+    }
+    ended.emplace_back(std::move(*it), std::move(*outcome));
+    it = copies_.erase(it);
+  }
+  // Out of the list first: what `done` does may start another copy.
+  for (auto& [copy, outcome] : ended) {
+    Status status = Ended(copy, std::move(outcome));
+    copy.done(std::move(status));
+  }
+}
+
+void NodeCopier::StopCopies() {
+  std::vector<Copy> copies = std::move(copies_);
+  copies_.clear();
+  for (Copy& copy : copies) {
+    // Called off before their first byte; those whose bytes are arriving end first, and count.
+    Status status = copy.fetching->Stop();
+    if (status.code() == ErrorCode::kStopped) {
+      status = Status(ErrorCode::kStopped,
+                      "the server stopped before the bytes came; nothing was made: run it again");
+    }
+    status = Ended(copy, std::move(status));
+    copy.done(std::move(status));
+  }
+}
+
+bool NodeCopier::Copying(const std::string& name) const {
+  return std::any_of(copies_.begin(), copies_.end(),
+                     [&](const Copy& copy) { return copy.name == name; });
 }
 
 void NodeCopier::ServeReads() {
@@ -190,8 +249,9 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
   const Allocation& a = entry.allocation;
   if (entry.record.device == kHostDevice) {
     // Sent from a mapping of its own, which stays valid while UCX reads it even if the tensor is
-    // freed meanwhile (the pages go when the last mapping does).
-    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset, true));
+    // freed meanwhile (the pages go when the last mapping does). Its pages are mapped as UCX's
+    // thread reads them, not here on the serving loop's.
+    MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset));
     uint64_t offset = a.offset;
     service_->Answer(read, Status::Ok(), mapped, bytes, Memory::kHost,
                      [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });

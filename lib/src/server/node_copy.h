@@ -3,7 +3,8 @@
 
 // Copies between nodes, the server's part (docs/scale-out.md): a create with copy_of gets the
 // bytes of the other node's tensor from that node's server, through the CopyService, into its new
-// memory before its commit, so that nothing is published half made; and the reads other servers
+// memory before its commit, so that nothing is published half made, while the serving loop goes
+// on with other commands; and the reads other servers
 // ask of this one are served from the tensor table by the serving loop (ServeReads), each against
 // the grant its asker wrote into this server's Redis (server/copy_grant.h). GPU memory
 // is read and written in place by UCX where it can (a CUDA-aware UCX), else staged through a
@@ -14,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memcuda/protocol.h"
 #include "memcuda/redis.h"
@@ -55,8 +57,20 @@ class NodeCopier {
   // Checks that cmd.copy_of is a ready tensor of another node with cmd's bytes, whose server
   // copies. Reads Redis on the serving connection.
   Result<Source> Locate(const Command& cmd);
-  // Fills `allocation` (cmd.bytes on cmd.device) with the source's bytes.
-  Status Fill(const Command& cmd, const Source& source, const Allocation& allocation);
+  // Starts filling `allocation` (cmd.bytes on cmd.device) with the source's bytes, and returns:
+  // the serving loop goes on meanwhile. `done` runs once, with the outcome, after which nothing
+  // writes to `allocation` any more: in a later FinishCopies (or StopCopies), or before this
+  // returns when the copy cannot start.
+  void StartFill(const Command& cmd, const Source& source, const Allocation& allocation,
+                 std::function<void(Status)> done);
+  // Runs `done` of each copy that ended since the last call (its bytes in, or failed: its other
+  // server answered an error or went away, or no answer came in time).
+  void FinishCopies();
+  // At stop: calls off every copy whose bytes have not begun to come, waits for the others, and
+  // runs each one's `done`.
+  void StopCopies();
+  // Whether a copy into tensor `name` is under way.
+  bool Copying(const std::string& name) const;
   // Answers the reads other servers asked for since the last call: with the bytes where the read's
   // grant holds, else with the error.
   void ServeReads();
@@ -70,6 +84,22 @@ class NodeCopier {
   // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory in place or
   // through a pinned host buffer filled on the device's worker.
   Status Serve(const CopyService::Read& read, const Entry& entry);
+  // A copy under way.
+  struct Copy {
+    std::string name;  // the tensor made
+    std::string what;  // "copying 'x' from node 'y'", for its errors
+    int device = kHostDevice;
+    Allocation allocation;
+    uint64_t bytes = 0;
+    void* mapped = nullptr;        // host: the new object's pages, mapped for UCX
+    std::shared_ptr<char> staged;  // GPU without GPU-aware UCX: the pinned buffer
+    CopyGrant grant;
+    std::unique_ptr<CopyService::Fetching> fetching;
+    std::function<void(Status)> done;
+  };
+  // What is left of `copy` once its fetch ended with `fetched`: staged bytes copied in, the
+  // mapping closed, the grant withdrawn on failure. The copy's outcome.
+  Status Ended(Copy& copy, Status fetched);
   // Says `line` at warn, for `count` reads refused: up to 10 lines a second, then how many more
   // reads there were (a peer that floods the worker does not flood the log).
   void LogRefusals(uint64_t count, const std::function<std::string()>& line);
@@ -86,6 +116,7 @@ class NodeCopier {
   std::chrono::steady_clock::time_point refusals_since_{};
   int refusal_lines_ = 0;
   uint64_t unlogged_refusals_ = 0;
+  std::vector<Copy> copies_;  // under way
 };
 
 }  // namespace mcd

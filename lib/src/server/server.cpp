@@ -266,6 +266,7 @@ Status Server::Impl::Run() {
     if (!Resettled()) continue;
     Housekeeping();
     copier_->ServeReads();
+    applier_->FinishCopies();
     Result<RedisValue> taken = RedisValue{};
     if (busy) {
       taken = pipeline_->TakeReply();
@@ -310,6 +311,7 @@ Status Server::Impl::Run() {
     if (busy) pipeline_->SendTake();
     applier_->ProcessBatch(std::move(requests));
   }
+  applier_->StopCopies();
   pipeline_->Drain();
   std::string lost = heartbeat_->node_lost();
   if (!lost.empty()) return Status(ErrorCode::kAlreadyExists, lost);

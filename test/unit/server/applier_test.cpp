@@ -59,7 +59,7 @@ TEST_F(ApplierTest, ACreateThenAGetThenADeleteOfAHostTensor) {
 
   // Bytes written through one mapping are read back through another.
   const std::string bytes = test::RandomBytes(4096, 41);
-  void* written = OpenHostShm(handle, bytes.size(), 0, true).value();
+  void* written = OpenHostShm(handle, bytes.size(), 0).value();
   std::memcpy(written, bytes.data(), bytes.size());
   ASSERT_TRUE(CloseHostShm(written, bytes.size(), 0).ok());
 
@@ -75,7 +75,7 @@ TEST_F(ApplierTest, ACreateThenAGetThenADeleteOfAHostTensor) {
   EXPECT_EQ(test::List(*side_, opt_.keys.Reply("r2")),
             std::vector<std::string>{R"({"ok":true,"op":"get","req":"r2","tensor":)" + record +
                                      R"("refcount":2}})"});
-  void* read = OpenHostShm(handle, bytes.size(), 0, false).value();
+  void* read = OpenHostShm(handle, bytes.size(), 0).value();
   EXPECT_EQ(std::memcmp(read, bytes.data(), bytes.size()), 0) << "the bytes changed";
   ASSERT_TRUE(CloseHostShm(read, bytes.size(), 0).ok());
 

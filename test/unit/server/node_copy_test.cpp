@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <deque>
+#include <optional>
 
 #include "server/commit_pipeline.h"
 #include "server/server_options.h"
@@ -22,7 +23,7 @@ namespace mcd {
 namespace {
 
 // The fake transport of one server. As the serving side: reads are queued by the asker's fake
-// (TakeReads) and answers kept (Answer). As the asking side: Fetch queues a read on `peer`, has
+// (TakeReads) and answers kept (Answer). As the asking side: Begin queues a read on `peer`, has
 // the peer's copier serve it, and copies the answer into `into`.
 class FakeCopyService : public CopyService {
  public:
@@ -45,9 +46,26 @@ class FakeCopyService : public CopyService {
         Answered{status, data ? std::string(static_cast<const char*>(data), bytes) : ""};
     if (release) release();  // the bytes are copied: UCX would be done with them
   }
-  Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-               const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
-               Memory, int, const std::function<void()>&) override {
+  // Done at once: the peer's copier serves the read before Begin returns.
+  class Done : public Fetching {
+   public:
+    explicit Done(Status status) : status_(std::move(status)) {}
+    std::optional<Status> Poll() override { return status_; }
+    Status Wait() override { return status_; }
+    Status Stop() override { return status_; }
+
+   private:
+    Status status_;
+  };
+  Result<std::unique_ptr<Fetching>> Begin(const std::string& address_hex, const std::string& name,
+                                          int64_t ctime_ms, const CopyGrant& grant,
+                                          const std::string& asker_node, void* into, uint64_t bytes,
+                                          Memory, int) override {
+    return std::unique_ptr<Fetching>(
+        std::make_unique<Done>(Serve(address_hex, name, ctime_ms, grant, asker_node, into, bytes)));
+  }
+  Status Serve(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
+               const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes) {
     EXPECT_EQ(address_hex, peer->address_);
     Read read;
     read.fetch = "fetch" + std::to_string(++fetches);
@@ -118,7 +136,7 @@ class NodeCopyTest : public ::testing::Test {
   // heartbeat naming its copy service.
   void Publish(const std::string& name, const std::string& bytes) {
     Allocation memory = b_.devices->Allocate(kHostDevice, bytes.size(), true).value();
-    void* mapped = OpenHostShm(memory.ipc_handle, bytes.size(), 0, true).value();
+    void* mapped = OpenHostShm(memory.ipc_handle, bytes.size(), 0).value();
     std::memcpy(mapped, bytes.data(), bytes.size());
     ASSERT_TRUE(CloseHostShm(mapped, bytes.size(), 0).ok());
     Entry entry;
@@ -147,12 +165,20 @@ class NodeCopyTest : public ::testing::Test {
     cmd.device = kHostDevice;
     return cmd;
   }
+  // NodeCopier::StartFill, then FinishCopies: the outcome `done` was given.
+  Status Fill(const Command& cmd, const NodeCopier::Source& source, const Allocation& memory) {
+    std::optional<Status> outcome;
+    a_.copier->StartFill(cmd, source, memory, [&](Status s) { outcome = std::move(s); });
+    a_.copier->FinishCopies();
+    EXPECT_FALSE(a_.copier->Copying(cmd.name));
+    return outcome.value_or(Status(ErrorCode::kInternal, "the copy's done never ran"));
+  }
   size_t Grants() {
     auto keys = a_.conn->Command({"KEYS", a_.opt.keys.CopyGrant("*")});
     return keys.ok() ? keys->elements.size() : 999;
   }
   std::string Contents(const Allocation& memory, uint64_t bytes) {
-    void* mapped = OpenHostShm(memory.ipc_handle, bytes, 0, false).value();
+    void* mapped = OpenHostShm(memory.ipc_handle, bytes, 0).value();
     std::string out(static_cast<const char*>(mapped), bytes);
     (void)CloseHostShm(mapped, bytes, 0);
     return out;
@@ -172,7 +198,7 @@ TEST_F(NodeCopyTest, ATensorOfAnotherNodeIsCopiedIntoTheNewMemoryAgainstAGrantUs
   EXPECT_EQ(source->ctime_ms, 1234);
   EXPECT_EQ(source->ucx_address, "b0b0");
   Allocation memory = a_.devices->Allocate(kHostDevice, bytes.size(), true).value();
-  Status filled = a_.copier->Fill(cmd, source.value(), memory);
+  Status filled = Fill(cmd, source.value(), memory);
   ASSERT_TRUE(filled.ok()) << filled.ToString();
   EXPECT_EQ(Contents(memory, bytes.size()), bytes);
   EXPECT_EQ(Grants(), 0u);  // redeemed by the serving side: a grant serves once
@@ -186,7 +212,7 @@ TEST_F(NodeCopyTest, AReadWithAWrongTokenIsRefusedAndTheGrantIsWithdrawn) {
   Command cmd = CopyCommand("w", bytes.size());
   a_.service.tampered = true;
   Allocation memory = a_.devices->Allocate(kHostDevice, bytes.size(), true).value();
-  Status filled = a_.copier->Fill(cmd, a_.copier->Locate(cmd).value(), memory);
+  Status filled = Fill(cmd, a_.copier->Locate(cmd).value(), memory);
   EXPECT_EQ(filled.code(), ErrorCode::kPermissionDenied) << filled.ToString();
   EXPECT_NE(filled.message().find("copying 'w' from node 'b'"), std::string::npos)
       << filled.ToString();
@@ -202,7 +228,7 @@ TEST_F(NodeCopyTest, AReadOfATensorGoneOrRemadeIsNotFound) {
   ASSERT_TRUE(source.ok());
   b_.table.find("w")->second.record.ctime_ms = 999;  // remade since: another tensor
   Allocation memory = a_.devices->Allocate(kHostDevice, bytes.size(), true).value();
-  EXPECT_EQ(a_.copier->Fill(cmd, source.value(), memory).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(Fill(cmd, source.value(), memory).code(), ErrorCode::kNotFound);
 }
 
 TEST_F(NodeCopyTest, LocateRefusesWhatCannotBeCopied) {
