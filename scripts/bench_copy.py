@@ -9,14 +9,20 @@ With a CUDA-aware UCX (LD_LIBRARY_PATH), GPU tensors are copied both in place an
 pinned host memory (mcd-serve --stage-gpu-copies), in one run.
 
 Each figure is the median of --rounds copies, timed around the mcd-create process (its start and
-Redis round trips included: the 4 KiB row shows that fixed part). Needs redis-server and the
-mcd-* tools on PATH (or --bin); the GPU rows need a CUDA device and, for the baseline, PyTorch.
+Redis round trips included: the 4 KiB row shows that fixed part). Each source holds random bytes,
+and every copy is read back and compared with it, outside the time. For host tensors a second
+table sets the copies beside the transport's own speed in the same run: ucx_perftest's
+active-message bandwidth (ucp_am_bw, warm and cold; package ucx-utils) and the rate of writing a
+new shared-memory object, as a copy's destination is. Needs redis-server and the mcd-* tools on
+PATH (or --bin); the GPU rows need a CUDA device and, for the baseline, PyTorch.
 
     python3 scripts/bench_copy.py --sizes 64MiB,1GiB --devices cpu,0
     python3 scripts/bench_copy.py --transports "tcp,cuda_copy sm,cuda_copy,cuda_ipc" --devices 0
 """
 import argparse
+import mmap
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -61,19 +67,94 @@ def start_servers(bin_dir, env, tls, devices, staged, tmp):
     return servers, in_place
 
 
-def time_copies(bin_dir, env, device, size, rounds):
+def random_npy(path, size):
+    """A .npy file of `size` random bytes (u8)."""
+    header = "{'descr': '|u1', 'fortran_order': False, 'shape': (%d,), }" % size
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+        left = size
+        while left > 0:
+            chunk = os.urandom(min(1 << 26, left))
+            f.write(chunk)
+            left -= len(chunk)
+
+
+def time_copies(bin_dir, env, device, size, rounds, tmp):
+    """Median seconds of `rounds` copies of a tensor of `size` random bytes; every copy's bytes
+    are read back and compared with the source's, outside the time."""
     create = os.path.join(bin_dir, "mcd-create")
+    get = os.path.join(bin_dir, "mcd-get")
     rm = os.path.join(bin_dir, "mcd-rm")
-    run(create, ["src", "--dtype", "u8", "--shape", str(size), "--device", device, "--node", "copy-b", "-q"], env)
+    source = os.path.join(tmp, f"src-{size}.npy")
+    if not os.path.exists(source):
+        random_npy(source, size)
+    run(create, ["src", "--from", source, "--device", device, "--node", "copy-b", "-q"], env)
     times = []
     for r in range(rounds):
         t0 = time.perf_counter()
         run(create, [f"dst{r}", "--copy-of", "src", "--device", device, "--node", "copy-a", "-q",
                      "--timeout-ms", "600000"], env)
         times.append(time.perf_counter() - t0)
+        out = os.path.join(tmp, "dst.npy")
+        run(get, [f"dst{r}", "--no-ref", "-o", out, "--node", "copy-a", "-q"], env)
+        if not same_file(out, source):
+            raise SystemExit(f"the copy dst{r} of {size} bytes differs from its source")
+        os.unlink(out)
         run(rm, [f"dst{r}", "--node", "copy-a", "-q"], env)
     run(rm, ["src", "--node", "copy-b", "-q"], env)
     return statistics.median(times)
+
+
+def same_file(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 24), fb.read(1 << 24)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+def perftest(tls, size, warm):
+    """ucx_perftest's active-message bandwidth (ucp_am_bw) between two processes here over
+    `tls`, in GB/s: warm (buffers reused, the median of 8 after a warm-up) or cold (one message,
+    no warm-up: fresh buffers and a fresh connection). None without ucx_perftest."""
+    if not shutil.which("ucx_perftest"):
+        return None
+    env = dict(os.environ, UCX_TLS=tls)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    args = ["-t", "ucp_am_bw", "-s", str(size)] + (["-n", "8"] if warm else ["-n", "1", "-w", "0"])
+    port = str(20000 + os.getpid() % 20000)
+    server = subprocess.Popen(["ucx_perftest", "-p", port] + args, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            time.sleep(0.1)
+            out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", port] + args, env=env,
+                                 capture_output=True, text=True, timeout=300)
+            final = [line for line in out.stdout.splitlines() if line.startswith("Final:")]
+            if final:
+                return float(final[0].split()[5]) * 1048576 / 1e9  # its MB/s are MiB/s
+        return None
+    finally:
+        server.kill()
+        server.wait()
+
+
+def fresh_memory_floor(size, rounds):
+    """GB/s of writing `size` bytes into a new shared-memory object, as a copy's destination is:
+    its pages are made as they are first written (the median of `rounds`)."""
+    data = os.urandom(size)
+    times = []
+    for _ in range(rounds):
+        with tempfile.TemporaryFile(dir="/dev/shm") as f:
+            f.truncate(size)
+            with mmap.mmap(f.fileno(), size) as m:
+                t0 = time.perf_counter()
+                m[:] = data
+                times.append(time.perf_counter() - t0)
+    return size / statistics.median(times) / 1e9
 
 
 def cuda_baseline(size, rounds):
@@ -107,6 +188,8 @@ def main():
     p.add_argument("--transports", default="tcp sm",
                    help="UCX_TLS values separated by spaces, one run each")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--no-perftest", action="store_true",
+                   help="leave out the rows of ucx_perftest and of fresh memory")
     p.add_argument("--bin", default=os.environ.get("MCD_BIN_DIR", ""),
                    help="folder of the mcd-* tools (default: from PATH)")
     a = p.parse_args()
@@ -132,7 +215,7 @@ def main():
                             continue  # host tensors always go in place
                         path = "" if device == "cpu" else ", in place" if in_place else ", staged"
                         for size in sizes:
-                            t = time_copies(bin_dir, env, device, size, a.rounds)
+                            t = time_copies(bin_dir, env, device, size, a.rounds, tmp)
                             rows.append((f"copy {tls}{path}", "host" if device == "cpu" else f"gpu {device}", size, t))
                 finally:
                     for s in servers:
@@ -152,6 +235,24 @@ def main():
     print(f"{'path':<44} {'memory':<8} {'size':>10} {'median ms':>10} {'GB/s':>8}")
     for path, memory, size, t in rows:
         print(f"{path:<44} {memory:<8} {size:>10} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f}")
+    if "cpu" in devices and not a.no_perftest:
+        # The transport's own speed, in the same run: host copies beside ucx_perftest, and the
+        # floor a fresh destination sets on this host.
+        print()
+        print(f"{'transport':<10} {'size':>10} {'copy GB/s':>10} {'perftest warm':>14} "
+              f"{'copy/warm':>10} {'perftest cold':>14} {'fresh memory':>13}")
+        for size in sizes:
+            floor = fresh_memory_floor(size, a.rounds)
+            for tls in a.transports.split():
+                copy = [t for path, memory, sz, t in rows
+                        if path == f"copy {tls}" and memory == "host" and sz == size]
+                if not copy:
+                    continue
+                got = size / copy[0] / 1e9
+                warm, cold = perftest(tls, size, True), perftest(tls, size, False)
+                ratio = f"{got / warm:.2f}" if warm else "-"
+                print(f"{tls:<10} {size:>10} {got:>10.2f} {warm or 0:>14.2f} {ratio:>10} "
+                      f"{cold or 0:>14.2f} {floor:>13.2f}")
 
 
 if __name__ == "__main__":
