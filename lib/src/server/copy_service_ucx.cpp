@@ -102,6 +102,9 @@ const UcxApi* ucx = nullptr;  // set by CopyService::Start before any use
 // answered unavailable at once rather than kept (or dropped, which would leave a real asker
 // waiting out its whole timeout).
 constexpr size_t kMaxWaitingReads = 1024;
+// Endpoints the service keeps open at most (one per peer worker): past it, reads from new peers
+// are answered on UCX's reply endpoint alone.
+constexpr size_t kMaxEndpoints = 4096;
 
 using copy_wire::DataHeader;
 using copy_wire::kDataId;
@@ -186,10 +189,14 @@ class UcxCopyService final : public CopyService {
   std::shared_ptr<PendingFetch> TakeFetch(const std::string& fetch_id,
                                           const ucp_ep_h* answered_by = nullptr);
   void PeerLost(ucp_ep_h ep, ucs_status_t status);
+  // Makes the reply endpoint of `read` one of the service's own, through the asker's worker
+  // address its read carries (askers of this version send it).
+  void AdoptReplyEndpoint(std::string_view asker_address, const Read& read);
 
   std::function<void()> wake_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  std::string address_raw_;  // the worker's address
   std::string address_hex_;
   bool reads_gpu_memory_ = false;
   std::thread thread_;
@@ -202,6 +209,7 @@ class UcxCopyService final : public CopyService {
   std::mutex fetches_mutex_;
   std::map<std::string, std::shared_ptr<PendingFetch>> fetches_;  // by fetch id
   std::map<std::string, ucp_ep_h> endpoints_;                     // the service's thread only
+  std::vector<ucp_ep_h> failed_;  // endpoints whose peer failed; all are closed at stop
 };
 
 Status UcxCopyService::Init() {
@@ -228,8 +236,8 @@ Status UcxCopyService::Init() {
   size_t address_length = 0;
   s = ucx->ucp_worker_get_address(worker_, &address, &address_length);
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
-  address_hex_ =
-      HexEncode(std::string_view(reinterpret_cast<const char*>(address), address_length));
+  address_raw_.assign(reinterpret_cast<const char*>(address), address_length);
+  address_hex_ = HexEncode(address_raw_);
   ucx->ucp_worker_release_address(worker_, address);
   for (unsigned id : {kReadId, kDataId}) {
     ucp_am_handler_param_t hp{};
@@ -295,7 +303,8 @@ void UcxCopyService::Loop() {
     if (armed == UCS_OK) ucx->ucp_worker_wait(worker_);
   }
   // Endpoints closed while the worker still progresses their closing.
-  for (auto& [address, ep] : endpoints_) {
+  for (auto& [address, ep] : endpoints_) failed_.push_back(ep);
+  for (ucp_ep_h ep : failed_) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -307,6 +316,7 @@ void UcxCopyService::Loop() {
     }
   }
   endpoints_.clear();
+  failed_.clear();
 }
 
 void UcxCopyService::Post(std::function<void()> job) {
@@ -396,6 +406,9 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.asker_node.assign(text + h.name_length, h.node_length);
   read.reply_ep = param->reply_ep;
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
+  size_t used = h.name_length + h.node_length;
+  if (text_length > used)
+    AdoptReplyEndpoint(std::string_view(text + used, text_length - used), read);
   bool kept = false;
   bool first = false;  // the serving loop has nothing of this kind to take yet: woken
   {
@@ -421,6 +434,18 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   return UCS_OK;
 }
 
+void UcxCopyService::AdoptReplyEndpoint(std::string_view asker_address, const Read& read) {
+  // UCX pairs the connections two workers open to each other, so the service's own endpoint to
+  // the asker is the reply endpoint: made so (once a peer), it is the service's to close, and
+  // the peer's failure reaches PeerLost. Left as UCX made it, it would be freed the moment the
+  // failure is seen, under a read still waiting for its answer.
+  if (endpoints_.size() >= kMaxEndpoints) return;
+  auto own = Endpoint(HexEncode(asker_address));
+  if (own.ok() && own.value() != static_cast<ucp_ep_h>(read.reply_ep)) {
+    Log(LogLevel::kDebug, "copy service: the reply endpoint of a read is not the asker's own");
+  }
+}
+
 void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
   std::string why =
       std::string("the other server went away mid-copy (") + ucx->ucs_status_string(status) + ")";
@@ -428,6 +453,8 @@ void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
   for (auto it = endpoints_.begin(); it != endpoints_.end(); ++it) {
     if (it->second == ep) {
       endpoints_.erase(it);
+      // Not closed yet: reads waiting for their answer may name it, which then fails to send.
+      failed_.push_back(ep);
       break;
     }
   }
@@ -644,6 +671,7 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += name;
   state->header += asker_node;
+  state->header += address_raw_;  // servers of earlier versions ignore it
   state->fetch = fetch;
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   Post([this, address_hex, shared, fetch] {
