@@ -92,14 +92,20 @@ TEST_F(Safetensors, ACheckpointBecomesASetAndComesBackTheSame) {
   ASSERT_EQ(made.exit_code, 0) << made.err << ServeLog();
   EXPECT_NE(made.out.find("7 tensors"), std::string::npos) << made.out;
   EXPECT_EQ(ShmCount(), 1u) << "one allocation for the whole checkpoint";
-  // The set named as a tensor: what to name instead.
+  // The set named as a tensor: what to name instead, whether the tool looks, waits or lists.
+  const std::string hint = "'llm' is a tensor set of 7 members: name it 'llm/'";
   for (const char* tool : {"mcd-get", "mcd-rm"}) {
     auto plain = Tool(tool, {"llm"});
     EXPECT_EQ(plain.exit_code, 1) << tool;
-    EXPECT_NE(plain.err.find("'llm' is a tensor set of 7 members: name it 'llm/'"),
-              std::string::npos)
-        << plain.err;
+    EXPECT_NE(plain.err.find(hint), std::string::npos) << plain.err;
   }
+  auto waited = Tool("mcd-get", {"llm", "--wait", "0.2"});
+  EXPECT_EQ(waited.exit_code, 75);
+  EXPECT_NE(waited.err.find(hint), std::string::npos) << waited.err;
+  auto listed = Tool("mcd-ls", {"llm"});
+  EXPECT_EQ(listed.exit_code, 0);
+  EXPECT_NE(listed.err.find(hint), std::string::npos) << listed.err;
+  EXPECT_EQ(Tool("mcd-ls", {"ll*"}).err.find(hint), std::string::npos) << "a pattern: no note";
   for (const FileTensor& t : model) {
     std::string name = "llm/" + t.name;
     EXPECT_EQ(HashField(name, "set"), "llm");

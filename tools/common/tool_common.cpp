@@ -30,19 +30,21 @@ int Fail(const char* tool, const Status& status) {
   return ExitCodeFor(status.code());
 }
 
+std::string SetHint(Client& client, const std::string& name) {
+  if (name.empty() || name.back() == '/') return "";
+  auto members = client.SetMembers(name);
+  if (!members.ok() || members->empty()) return "";
+  return "'" + name + "' is a tensor set of " + std::to_string(members->size()) +
+         " members: name it '" + name + "/'";
+}
+
 Status WithSetHint(Client& client, const std::vector<std::string>& names, Status status) {
-  if (status.code() != ErrorCode::kNotFound) return status;
+  // Not found, or not there within a --wait.
+  if (status.code() != ErrorCode::kNotFound && status.code() != ErrorCode::kTimeout) return status;
   for (const std::string& name : names) {
-    if (name.empty() || name.back() == '/' ||
-        status.message().find("'" + name + "'") == std::string::npos) {
-      continue;
-    }
-    auto members = client.SetMembers(name);
-    if (members.ok() && !members->empty()) {
-      return Status(status.code(), status.message() + "; '" + name + "' is a tensor set of " +
-                                       std::to_string(members->size()) + " members: name it '" +
-                                       name + "/'");
-    }
+    if (status.message().find("'" + name + "'") == std::string::npos) continue;
+    std::string hint = SetHint(client, name);
+    if (!hint.empty()) return Status(status.code(), status.message() + "; " + hint);
   }
   return status;
 }

@@ -34,8 +34,11 @@ int Fail(const char* tool, const Status& status);
 // internal, instead of an abort (134).
 int Guarded(const char* tool, int (*body)(int, char**), int argc, char** argv);
 
-// `status`, a tool's failure on `names`; where it is that no tensor has one of them and a tensor
-// set has it as its name, with a hint to name the set with its "/".
+// "'NAME' is a tensor set of N members: name it 'NAME/'" where a tensor set has `name` as its
+// name, else "".
+std::string SetHint(Client& client, const std::string& name);
+// `status`, a tool's failure on `names`; where it is that no tensor has one of them (not found,
+// or not there within a --wait) and a tensor set has it as its name, with SetHint's hint.
 Status WithSetHint(Client& client, const std::vector<std::string>& names, Status status);
 
 // Client options from the flags (URL resolution included).

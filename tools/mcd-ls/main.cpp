@@ -252,6 +252,14 @@ Result<std::string> FormatRecords(const LsFlags& f, const std::vector<TensorReco
 }
 
 // The tensors matching the glob (and --node): names only with -q, else records.
+// A pattern without wildcards that lists nothing may be a tensor set's name, whose members are
+// listed as NAME/: said on standard error.
+void NoteASet(Client& client, const std::string& glob) {
+  if (glob.find_first_of("*?[\\") != std::string::npos) return;
+  std::string hint = tools::SetHint(client, glob);
+  if (!hint.empty()) std::cerr << kTool << ": note: " << tools::Escaped(hint) << "\n";
+}
+
 int ListTensors(const LsFlags& f, Client& client, const std::string& only_node) {
   if (client.options().redis_url.found) {
     // The Redis was found, not named: say whose it is when this host's node has no server
@@ -268,6 +276,7 @@ int ListTensors(const LsFlags& f, Client& client, const std::string& only_node) 
     if (!names.ok()) return tools::Fail(kTool, names.status());
     for (const std::string& name : names.value()) out += tools::Escaped(name) + "\n";
     std::cout << out;
+    if (names->empty()) NoteASet(client, f.glob);
     return 0;
   }
   std::vector<std::string> unreadable;
@@ -281,6 +290,7 @@ int ListTensors(const LsFlags& f, Client& client, const std::string& only_node) 
               all.end());
   }
   SortRecords(f, all);
+  if (all.empty()) NoteASet(client, f.glob);
   if (f.names_only) {
     for (const TensorRecord& r : all) out += tools::Escaped(r.name) + "\n";
     std::cout << out;
