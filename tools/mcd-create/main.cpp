@@ -19,6 +19,7 @@ struct CreateFlags {
   std::string name, dtype, shape, device = "0", lifetime = "heap", init = "zero", from, copy_of,
                                   members;
   int64_t owner_pid = 0;
+  bool timeout_given = false;  // --timeout-ms on the command line
 };
 
 void AddFlags(CLI::App& app, CreateFlags& f) {
@@ -120,6 +121,13 @@ Result<TensorRecord> Create(const CreateFlags& f, CreateSpec spec, const tools::
     MCD_ASSIGN_OR_RETURN(TensorRecord source, client->Stat(spec.copy_of));
     spec.dtype = source.dtype;
     spec.shape = source.shape;
+    // Without --timeout-ms, as long as the servers may take: their wait for the other node, then
+    // the bytes.
+    int copy_ms = 2 * CopyFetchLimitMs(source.bytes) + 5000;
+    if (!f.timeout_given && copy_ms > options.timeout_ms) {
+      options.timeout_ms = copy_ms;
+      MCD_ASSIGN_OR_RETURN(client, tools::ConnectClient("mcd-create", options, true));
+    }
   }
   if (!f.from.empty()) {
     spec.contents = npy.data.data();
@@ -226,6 +234,7 @@ static int ToolMain(int argc, char** argv) {
   CreateFlags flags;
   AddFlags(app, flags);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
+  flags.timeout_given = app.count("--timeout-ms") > 0;
   if (IsSafetensors(flags.from) || !flags.members.empty()) return CreateSetFrom(flags);
   tools::NpyArray npy;
   auto spec = MakeSpec(flags, npy);

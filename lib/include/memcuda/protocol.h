@@ -131,6 +131,15 @@ struct MCD_API SetMember {
   uint64_t bytes = 0;
 };
 // The most members one tensor set has.
+// How long a server waits for the first byte of a copy of `bytes` from another node: 30 s, or
+// 10 s a GB (100 MB/s, a slow TCP link's pace) for larger tensors, at most an hour. A tool that
+// makes a copy waits about twice as long by default: the wait, then the bytes.
+inline int CopyFetchLimitMs(uint64_t bytes) {
+  constexpr uint64_t kMinMs = 30000, kSlowBytesPerMs = 100000, kMaxMs = 3600000;
+  uint64_t ms = bytes / kSlowBytesPerMs;
+  return static_cast<int>(ms < kMinMs ? kMinMs : ms > kMaxMs ? kMaxMs : ms);
+}
+
 inline constexpr size_t kMaxSetMembers = 65536;
 // Where members start in a set's allocation: each at a multiple of this.
 inline constexpr uint64_t kSetMemberAlign = 256;

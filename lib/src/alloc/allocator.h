@@ -183,9 +183,10 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
 Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset);
 // Maps every page of the host memory [ptr, ptr + bytes) now, for a caller about to go through
 // all of it (a copy between nodes): one call into the kernel rather than a fault a page, which
-// costs far more inside a VM. Best effort: a kernel without MADV_POPULATE_* (before Linux 5.14)
-// leaves the pages to fault in as they are touched.
-void PopulateHost(void* ptr, uint64_t bytes, bool for_write);
+// costs far more inside a VM. kOutOfMemory where the pages cannot all be had (a full /dev/shm:
+// writing them would raise SIGBUS); ok, the pages left to fault in as they are touched, on a
+// kernel without MADV_POPULATE_* (before Linux 5.14).
+Status PopulateHost(void* ptr, uint64_t bytes, bool for_write);
 Result<void*> OpenCudaIpc(DeviceContext& ctx, const std::string& handle, uint64_t offset);
 Status CloseCudaIpc(DeviceContext& ctx, void* ptr, uint64_t offset);
 Result<void*> OpenPoolPointer(DeviceContext& ctx, cudaMemPool_t pool, const std::string& handle,

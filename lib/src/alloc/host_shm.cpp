@@ -156,12 +156,18 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
   return static_cast<void*>(static_cast<char*>(base) + lead);
 }
 
-void PopulateHost(void* ptr, uint64_t bytes, bool for_write) {
+Status PopulateHost(void* ptr, uint64_t bytes, bool for_write) {
   uintptr_t page = PageSize();
   uintptr_t start = reinterpret_cast<uintptr_t>(ptr) / page * page;
   uintptr_t end = reinterpret_cast<uintptr_t>(ptr) + bytes;
-  (void)madvise(reinterpret_cast<void*>(start), end - start,
-                for_write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+  if (madvise(reinterpret_cast<void*>(start), end - start,
+              for_write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0 ||
+      errno == EINVAL) {
+    return Status::Ok();
+  }
+  return Status(
+      ErrorCode::kOutOfMemory,
+      Errno("host shared memory: " + std::to_string(bytes) + " bytes cannot be had", errno));
 }
 
 Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset) {

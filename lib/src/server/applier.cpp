@@ -259,7 +259,13 @@ void CommandApplier::HandleCreate(Request& request) {
     responder_.Fail(request, "create", status);
     outcomes_.Record("create", cmd.name, status, t0);
   };
-  if (copier_.Copying(cmd.name)) {
+  if (auto copying = copier_.Copying(cmd.name)) {
+    // The same command again (resumed from the processing list, or sent again with its req):
+    // the copy under way answers it once it ends.
+    if (!cmd.req.empty() && *copying == cmd.req) {
+      return Log(LogLevel::kDebug,
+                 "create of '" + cmd.name + "' again (req " + cmd.req + "): its copy is under way");
+    }
     return fail(Status(ErrorCode::kAlreadyExists,
                        "tensor '" + cmd.name + "' is being made already, by a copy under way"));
   }
@@ -334,8 +340,9 @@ void CommandApplier::CommitCreate(Request& request, TensorRecord record, Allocat
 }
 
 void CommandApplier::FinishCopies() {
-  copier_.FinishCopies();
-  pipeline_.Flush();
+  // Flushed only when a copy ended: a flush waits for the replies due, which would cost every
+  // batch its overlap with the one before.
+  if (copier_.FinishCopies() > 0) pipeline_.Flush();
 }
 
 void CommandApplier::StopCopies() {

@@ -112,8 +112,9 @@ std::vector<Status> CopyGrants::Redeem(const std::vector<CopyService::Read>& rea
     Answered();
     if (!taken.value()) {
       out.push_back(Status(ErrorCode::kPermissionDenied,
-                           "no grant for that read in this server's Redis: copies are served only "
-                           "to servers that share its Redis and prefix"));
+                           "no grant for that read in this server's Redis: the asking server gave "
+                           "up on it (timed out or stopped), or the two do not share one Redis "
+                           "and prefix, which copies need"));
       continue;
     }
     out.push_back(Status::Ok());

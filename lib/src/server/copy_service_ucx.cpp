@@ -184,6 +184,9 @@ class UcxCopyService final : public CopyService {
   ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
   ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length,
                       const ucp_am_recv_param_t* param);
+  // Whether the bytes of another fetch from the server `waiting` asked are arriving: a fetch
+  // waiting behind them has its time run from their end, not from its read.
+  bool ReceivingBefore(const PendingFetch& waiting);
   // The fetch `fetch_id` names, taken out; null when there is none. With `answered_by`, only
   // when that is the endpoint its read went to.
   std::shared_ptr<PendingFetch> TakeFetch(const std::string& fetch_id,
@@ -208,7 +211,8 @@ class UcxCopyService final : public CopyService {
   uint64_t turned_away_ = 0;  // under reads_mutex_
   std::mutex fetches_mutex_;
   std::map<std::string, std::shared_ptr<PendingFetch>> fetches_;  // by fetch id
-  std::map<std::string, ucp_ep_h> endpoints_;                     // the service's thread only
+  std::vector<std::weak_ptr<PendingFetch>> receiving_;  // answers whose bytes are arriving
+  std::map<std::string, ucp_ep_h> endpoints_;           // the service's thread only
   std::vector<ucp_ep_h> failed_;  // endpoints whose peer failed; all are closed at stop
 };
 
@@ -449,7 +453,6 @@ void UcxCopyService::AdoptReplyEndpoint(std::string_view asker_address, const Re
 void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
   std::string why =
       std::string("the other server went away mid-copy (") + ucx->ucs_status_string(status) + ")";
-  Log(LogLevel::kWarn, "copy service: " + why);
   for (auto it = endpoints_.begin(); it != endpoints_.end(); ++it) {
     if (it->second == ep) {
       endpoints_.erase(it);
@@ -458,15 +461,47 @@ void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
       break;
     }
   }
-  std::lock_guard<std::mutex> lock(fetches_mutex_);
-  for (auto it = fetches_.begin(); it != fetches_.end();) {
-    if (it->second->ep == ep) {
-      it->second->Complete(Status(ErrorCode::kUnavailable, why));
-      it = fetches_.erase(it);
-    } else {
-      ++it;
+  std::vector<std::shared_ptr<PendingFetch>> failed;
+  {
+    std::lock_guard<std::mutex> lock(fetches_mutex_);
+    for (auto it = fetches_.begin(); it != fetches_.end();) {
+      if (it->second->ep == ep) {
+        failed.push_back(std::move(it->second));
+        it = fetches_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
+  // Completed out of the lock: each wakes the serving loop, a Redis round trip.
+  for (auto& fetch : failed) fetch->Complete(Status(ErrorCode::kUnavailable, why));
+  if (!failed.empty()) return Log(LogLevel::kWarn, "copy service: " + why);
+  // A server that stopped after its copies, or one whose read waits here for its answer.
+  Log(LogLevel::kInfo, std::string("copy service: a server this one exchanged copies with has "
+                                   "gone (") +
+                           ucx->ucs_status_string(status) + ")");
+}
+
+bool UcxCopyService::ReceivingBefore(const PendingFetch& waiting) {
+  std::lock_guard<std::mutex> lock(fetches_mutex_);
+  ucp_ep_h ep = waiting.ep;
+  if (ep == nullptr) return false;
+  bool any = false;
+  for (auto it = receiving_.begin(); it != receiving_.end();) {
+    std::shared_ptr<PendingFetch> other = it->lock();
+    bool live = false;
+    if (other) {
+      std::lock_guard<std::mutex> other_lock(other->mutex);
+      live = !other->done;
+    }
+    if (!live) {
+      it = receiving_.erase(it);
+      continue;
+    }
+    any = any || other->ep == ep;
+    ++it;
+  }
+  return any;
 }
 
 std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(const std::string& fetch_id,
@@ -490,6 +525,10 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   auto fetch = TakeFetch(std::string(reinterpret_cast<const char*>(h.fetch), kIdBytes), &from);
   // Timed out, or not the asked server's answer (anyone may send to the worker): dropped.
   if (!fetch) return UCS_OK;
+  {
+    std::lock_guard<std::mutex> lock(fetch->mutex);
+    if (fetch->done) return UCS_OK;  // failed meanwhile (its read's send): `into` may be gone
+  }
   if (h.code != 0) {
     size_t n = std::min<size_t>(h.message_length, header_length - sizeof(h));
     fetch->Complete(Status(static_cast<ErrorCode>(h.code),
@@ -531,6 +570,10 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     std::lock_guard<std::mutex> lock(fetch->mutex);
     fetch->receiving = true;
   }
+  {
+    std::lock_guard<std::mutex> lock(fetches_mutex_);
+    receiving_.push_back(fetch);
+  }
   ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, data, fetch->into, length, &rp);
   if (UCS_PTR_IS_PTR(got)) return UCS_INPROGRESS;
   delete keep;
@@ -571,7 +614,7 @@ void UcxCopyService::Answer(const Read& read, const Status& status, const void* 
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
     const SendState& answer = **owned;
     if (answer.memory == Memory::kHost && answer.data != nullptr)
-      PopulateHost(const_cast<void*>(answer.data), answer.bytes, false);
+      (void)PopulateHost(const_cast<void*>(answer.data), answer.bytes, false);  // a tensor's own
     Send(ep, kDataId, std::move(*owned), flags);
   });
 }
@@ -592,8 +635,14 @@ class UcxFetching final : public CopyService::Fetching {
     std::unique_lock<std::mutex> lock(fetch_->mutex);
     if (fetch_->done) return Finished(lock);
     // Once the bytes are arriving the receive ends either way: done, or failed with its endpoint.
-    if (fetch_->receiving || std::chrono::steady_clock::now() < deadline_) return std::nullopt;
+    auto now = std::chrono::steady_clock::now();
+    if (fetch_->receiving || now < deadline_) return std::nullopt;
     lock.unlock();
+    // Behind another answer of the same server, whose bytes are still arriving: waits on.
+    if (service_.ReceivingBefore(*fetch_)) {
+      deadline_ = now + std::chrono::milliseconds(timeout_ms_);
+      return std::nullopt;
+    }
     if (service_.TakeFetch(id_) != nullptr) {  // a late answer is dropped
       fetch_->Complete(Status(ErrorCode::kTimeout, "no answer from the other server within " +
                                                        std::to_string(timeout_ms_ / 1000) + " s"));
@@ -636,7 +685,7 @@ class UcxFetching final : public CopyService::Fetching {
   UcxCopyService& service_;
   const std::string id_;
   std::shared_ptr<PendingFetch> fetch_;
-  const std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point deadline_;
   const int timeout_ms_;
 };
 
@@ -676,7 +725,16 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   Post([this, address_hex, shared, fetch] {
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
-    if (fetch->memory == Memory::kHost) PopulateHost(fetch->into, fetch->expected, true);
+    {
+      std::lock_guard<std::mutex> lock(fetch->mutex);
+      if (fetch->done) return;  // stopped, or failed, before it was sent: `into` may be gone
+    }
+    if (fetch->memory == Memory::kHost) {
+      // Before the read goes: a page that cannot be had fails the copy, where UCX writing into
+      // it would raise SIGBUS.
+      Status populated = PopulateHost(fetch->into, fetch->expected, true);
+      if (!populated.ok()) return fetch->Complete(populated);
+    }
     auto ep = Endpoint(address_hex);
     if (!ep.ok()) return fetch->Complete(ep.status());
     {

@@ -14,11 +14,6 @@
 namespace mcd {
 
 namespace {
-// A fetch may take this long at least, and longer for large tensors (at 100 MB/s, a slow TCP
-// link's pace): past it, the create fails and frees what it allocated.
-constexpr int kFetchMinMs = 30000;
-constexpr uint64_t kSlowBytesPerMs = 100000;
-
 // "1.22" of "1.22.0".
 std::string MajorMinor(const std::string& version) {
   size_t first = version.find('.');
@@ -85,10 +80,11 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
 
 void NodeCopier::StartFill(const Command& cmd, const Source& source, const Allocation& allocation,
                            std::function<void(Status)> done) {
-  int timeout_ms = static_cast<int>(
-      std::min<uint64_t>(std::max<uint64_t>(kFetchMinMs, cmd.bytes / kSlowBytesPerMs), 3600000));
+  // Past it with no byte come, the create fails and frees what it allocated.
+  int timeout_ms = CopyFetchLimitMs(cmd.bytes);
   Copy copy;
   copy.name = cmd.name;
+  copy.req = cmd.req;
   copy.what = "copying '" + cmd.copy_of + "' from node '" + source.node + "'";
   copy.device = cmd.device;
   copy.allocation = allocation;
@@ -137,7 +133,7 @@ Status NodeCopier::Ended(Copy& copy, Status fetched) {
   return Status(fetched.code(), copy.what + ": " + fetched.message());
 }
 
-void NodeCopier::FinishCopies() {
+size_t NodeCopier::FinishCopies() {
   std::vector<std::pair<Copy, Status>> ended;
   for (auto it = copies_.begin(); it != copies_.end();) {
     std::optional<Status> outcome = it->fetching->Poll();
@@ -153,6 +149,7 @@ void NodeCopier::FinishCopies() {
     Status status = Ended(copy, std::move(outcome));
     copy.done(std::move(status));
   }
+  return ended.size();
 }
 
 void NodeCopier::StopCopies() {
@@ -162,17 +159,20 @@ void NodeCopier::StopCopies() {
     // Called off before their first byte; those whose bytes are arriving end first, and count.
     Status status = copy.fetching->Stop();
     if (status.code() == ErrorCode::kStopped) {
-      status = Status(ErrorCode::kStopped,
-                      "the server stopped before the bytes came; nothing was made: run it again");
+      status = Status(ErrorCode::kStopped, "the server of node '" + node_ +
+                                               "' is stopping, and no byte had come; nothing was "
+                                               "made: run it again once a server serves the node");
     }
     status = Ended(copy, std::move(status));
     copy.done(std::move(status));
   }
 }
 
-bool NodeCopier::Copying(const std::string& name) const {
-  return std::any_of(copies_.begin(), copies_.end(),
-                     [&](const Copy& copy) { return copy.name == name; });
+std::optional<std::string> NodeCopier::Copying(const std::string& name) const {
+  for (const Copy& copy : copies_) {
+    if (copy.name == name) return copy.req;
+  }
+  return std::nullopt;
 }
 
 void NodeCopier::ServeReads() {

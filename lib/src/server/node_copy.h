@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,13 +65,13 @@ class NodeCopier {
   void StartFill(const Command& cmd, const Source& source, const Allocation& allocation,
                  std::function<void(Status)> done);
   // Runs `done` of each copy that ended since the last call (its bytes in, or failed: its other
-  // server answered an error or went away, or no answer came in time).
-  void FinishCopies();
+  // server answered an error or went away, or no answer came in time). How many ended.
+  size_t FinishCopies();
   // At stop: calls off every copy whose bytes have not begun to come, waits for the others, and
   // runs each one's `done`.
   void StopCopies();
-  // Whether a copy into tensor `name` is under way.
-  bool Copying(const std::string& name) const;
+  // The req of the copy into tensor `name` under way; nullopt when there is none.
+  std::optional<std::string> Copying(const std::string& name) const;
   // Answers the reads other servers asked for since the last call: with the bytes where the read's
   // grant holds, else with the error.
   void ServeReads();
@@ -87,6 +88,7 @@ class NodeCopier {
   // A copy under way.
   struct Copy {
     std::string name;  // the tensor made
+    std::string req;   // the create's
     std::string what;  // "copying 'x' from node 'y'", for its errors
     int device = kHostDevice;
     Allocation allocation;

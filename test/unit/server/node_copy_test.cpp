@@ -170,7 +170,7 @@ class NodeCopyTest : public ::testing::Test {
     std::optional<Status> outcome;
     a_.copier->StartFill(cmd, source, memory, [&](Status s) { outcome = std::move(s); });
     a_.copier->FinishCopies();
-    EXPECT_FALSE(a_.copier->Copying(cmd.name));
+    EXPECT_FALSE(a_.copier->Copying(cmd.name).has_value());
     return outcome.value_or(Status(ErrorCode::kInternal, "the copy's done never ran"));
   }
   size_t Grants() {
