@@ -23,6 +23,7 @@ import argparse
 import mmap
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,14 @@ def start_servers(bin_dir, env, tls, devices, staged, tmp):
             raise SystemExit(f"mcd-serve {node} did not start: {open(log.name).read()}")
         in_place = not staged and "reads and writes GPU memory itself" in open(log.name).read()
     return servers, in_place
+
+
+def human(size):
+    """4KiB, 64MiB, 1GiB, as the sizes are given."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
 
 
 def random_npy(path, size):
@@ -125,17 +134,23 @@ def perftest(tls, size, warm):
     env = dict(os.environ, UCX_TLS=tls)
     env.setdefault("UCX_NET_DEVICES", "lo")
     args = ["-t", "ucp_am_bw", "-s", str(size)] + (["-n", "8"] if warm else ["-n", "1", "-w", "0"])
-    port = str(20000 + os.getpid() % 20000)
+    with socket.socket() as s:  # a free port, for this measurement alone
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
     server = subprocess.Popen(["ucx_perftest", "-p", port] + args, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(50):
             time.sleep(0.1)
-            out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", port] + args, env=env,
-                                 capture_output=True, text=True, timeout=300)
-            final = [line for line in out.stdout.splitlines() if line.startswith("Final:")]
-            if final:
-                return float(final[0].split()[5]) * 1048576 / 1e9  # its MB/s are MiB/s
+            try:
+                out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", port] + args, env=env,
+                                     capture_output=True, text=True, timeout=300)
+            except subprocess.TimeoutExpired:
+                return None
+            final = [line.split() for line in out.stdout.splitlines() if line.startswith("Final:")]
+            # Final: iterations, latency typical/average/overall, bandwidth average/overall (MiB/s)
+            if final and len(final[0]) >= 7:
+                return float(final[0][6]) * 1048576 / 1e9
         return None
     finally:
         server.kill()
@@ -232,14 +247,16 @@ def main():
     finally:
         redis.terminate()
         redis.wait()
-    print(f"{'path':<44} {'memory':<8} {'size':>10} {'median ms':>10} {'GB/s':>8}")
+    print(f"{'path':<44} {'memory':<8} {'size':>8} {'median ms':>10} {'GB/s':>8}")
     for path, memory, size, t in rows:
-        print(f"{path:<44} {memory:<8} {size:>10} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f}")
+        print(f"{path:<44} {memory:<8} {human(size):>8} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f}")
+    print(f"(each of {a.rounds} copies a size read back and compared with its random source)")
     if "cpu" in devices and not a.no_perftest:
         # The transport's own speed, in the same run: host copies beside ucx_perftest, and the
         # floor a fresh destination sets on this host.
         print()
-        print(f"{'transport':<10} {'size':>10} {'copy GB/s':>10} {'perftest warm':>14} "
+        print("GB/s:")
+        print(f"{'transport':<10} {'size':>8} {'copy':>8} {'perftest warm':>14} "
               f"{'copy/warm':>10} {'perftest cold':>14} {'fresh memory':>13}")
         for size in sizes:
             floor = fresh_memory_floor(size, a.rounds)
@@ -251,8 +268,10 @@ def main():
                 got = size / copy[0] / 1e9
                 warm, cold = perftest(tls, size, True), perftest(tls, size, False)
                 ratio = f"{got / warm:.2f}" if warm else "-"
-                print(f"{tls:<10} {size:>10} {got:>10.2f} {warm or 0:>14.2f} {ratio:>10} "
-                      f"{cold or 0:>14.2f} {floor:>13.2f}")
+                shown = [f"{v:.2f}" if v else "-" for v in (warm, cold)]
+                print(f"{tls:<10} {human(size):>8} {got:>8.2f} {shown[0]:>14} {ratio:>10} "
+                      f"{shown[1]:>14} {floor:>13.2f}")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
