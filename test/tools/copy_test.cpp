@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -112,7 +113,9 @@ class Copies : public ::testing::Test {
   // The copy's bytes, read back on its node, equal the source's file.
   void ExpectSameBytes(const std::string& copy, const std::string& node,
                        const std::string& source_file) {
-    std::string out = dir_.path() + "/" + copy + ".npy";
+    std::string file = copy;
+    std::replace(file.begin(), file.end(), '/', '_');  // a set member's name
+    std::string out = dir_.path() + "/" + file + ".npy";
     auto got = Tool("mcd-get", {copy, "--no-ref", "-o", out, "--node", node});
     ASSERT_EQ(got.exit_code, 0) << got.err;
     EXPECT_TRUE(test::ReadFile(out) == test::ReadFile(source_file))
@@ -233,7 +236,7 @@ TEST_F(Copies, ACopyUnderWayDoesNotStopTheNode) {
   ASSERT_EQ(kill(servers_[b_]->pid(), SIGSTOP), 0);
   // Without --timeout-ms: the tool waits as long as the servers may take, not its usual 5 s.
   test::Background copy(
-      {test::ToolPath("mcd-create"), "dst", "--copy-of", "src", "--device", "cpu", "--node", a_},
+      {test::ToolPath("mcd-create"), "w/dst", "--copy-of", "src", "--device", "cpu", "--node", a_},
       Env(), dir_.path() + "/dst.log");
   ASSERT_TRUE(test::WaitFor(
       [&] { return test::ShmObjects("mcd-mcd-" + a_ + "-").size() > shm_before; }, 10000))
@@ -243,17 +246,22 @@ TEST_F(Copies, ACopyUnderWayDoesNotStopTheNode) {
                                    "--node", a_, "--timeout-ms", "5000"});
   EXPECT_EQ(other.exit_code, 0) << other.err << Log(a_);
   EXPECT_EQ(Tool("mcd-rm", {"other", "--node", a_, "-q", "--timeout-ms", "5000"}).exit_code, 0);
-  auto twice = Tool("mcd-create", {"dst", "--dtype", "u32", "--shape", "5", "--device", "cpu",
+  auto twice = Tool("mcd-create", {"w/dst", "--dtype", "u32", "--shape", "5", "--device", "cpu",
                                    "--node", a_, "--timeout-ms", "5000"});
   EXPECT_EQ(twice.exit_code, 1) << twice.err;
   EXPECT_NE(twice.err.find("by a copy under way"), std::string::npos) << twice.err;
+  std::ofstream(dir_.path() + "/members") << "dst u8 4\nother f32 2\n";  // a set over it
+  auto set = Tool("mcd-create", {"w", "--members", dir_.path() + "/members", "--device", "cpu",
+                                 "--node", a_, "--timeout-ms", "5000"});
+  EXPECT_EQ(set.exit_code, 1) << set.err;
+  EXPECT_NE(set.err.find("by a copy under way"), std::string::npos) << set.err;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
-  EXPECT_EQ(HashField("dst", "state"), "");  // nothing published before the bytes are in
+  EXPECT_EQ(HashField("w/dst", "state"), "");  // nothing published before the bytes are in
   std::this_thread::sleep_until(t0 + std::chrono::milliseconds(5500));
   ASSERT_EQ(kill(servers_[b_]->pid(), SIGCONT), 0);
   EXPECT_EQ(copy.Wait(60), 0) << test::ReadFile(dir_.path() + "/dst.log") << Log(a_);
-  ExpectSameBytes("dst", a_, file);
-  EXPECT_EQ(HashField("dst", "refcount"), "1");
+  ExpectSameBytes("w/dst", a_, file);
+  EXPECT_EQ(HashField("w/dst", "refcount"), "1");
 
   // Stopped with a copy under way.
   ASSERT_EQ(kill(servers_[b_]->pid(), SIGSTOP), 0);

@@ -156,6 +156,12 @@ Result<void*> OpenHostShm(const std::string& name, uint64_t bytes, uint64_t offs
   return static_cast<void*>(static_cast<char*>(base) + lead);
 }
 
+// glibc before 2.35 lacks their names; the kernel has them from 5.14 (EINVAL before).
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+
 Status PopulateHost(void* ptr, uint64_t bytes, bool for_write) {
   uintptr_t page = PageSize();
   uintptr_t start = reinterpret_cast<uintptr_t>(ptr) / page * page;

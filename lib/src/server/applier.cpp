@@ -25,7 +25,8 @@ CommandApplier::CommandApplier(ApplierOptions opt, CommitPipeline& pipeline, Int
       outcomes_(outcomes),
       copier_(copier),
       responder_(opt_.keys.Processing(opt_.node), pipeline, intake),
-      sets_(std::make_unique<SetApplier>(opt_, pipeline, table, devices, outcomes, responder_)) {}
+      sets_(std::make_unique<SetApplier>(opt_, pipeline, table, devices, outcomes, responder_,
+                                         copier)) {}
 
 CommandApplier::~CommandApplier() = default;
 

@@ -1,11 +1,8 @@
 // SPDX-FileCopyrightText: 2026 The memcuda Authors
 // SPDX-License-Identifier: Apache-2.0
 
-// CopyService over UCX's active messages (ucp_am_send_nbx, ucp_am_recv_data_nbx). UCX 1.13 (Debian
-// 12's libucx-dev) or later. libucp is opened at run time (dlopen), not linked: libmemcuda's
-// clients never need it, a host without it gets a clear error, and a CUDA-aware UCX of the
-// cluster's own (LD_LIBRARY_PATH) is used where installed.
-#include <dlfcn.h>
+// CopyService over UCX's active messages (ucp_am_send_nbx, ucp_am_recv_data_nbx), through the
+// functions server/ucx_api.h looks up at run time.
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -23,80 +20,11 @@
 #include "server/copy_grant.h"
 #include "server/copy_service.h"
 #include "server/copy_wire.h"
+#include "server/ucx_api.h"
 
 namespace mcd {
 
 namespace {
-
-// The UCX functions used, looked up in libucp.so.0 once.
-struct UcxApi {
-  decltype(&::ucp_config_read) ucp_config_read = nullptr;
-  decltype(&::ucp_config_release) ucp_config_release = nullptr;
-  decltype(&::ucp_init_version) ucp_init_version = nullptr;
-  decltype(&::ucp_cleanup) ucp_cleanup = nullptr;
-  decltype(&::ucp_worker_create) ucp_worker_create = nullptr;
-  decltype(&::ucp_worker_destroy) ucp_worker_destroy = nullptr;
-  decltype(&::ucp_worker_get_address) ucp_worker_get_address = nullptr;
-  decltype(&::ucp_worker_release_address) ucp_worker_release_address = nullptr;
-  decltype(&::ucp_worker_set_am_recv_handler) ucp_worker_set_am_recv_handler = nullptr;
-  decltype(&::ucp_worker_progress) ucp_worker_progress = nullptr;
-  decltype(&::ucp_worker_arm) ucp_worker_arm = nullptr;
-  decltype(&::ucp_worker_wait) ucp_worker_wait = nullptr;
-  decltype(&::ucp_worker_signal) ucp_worker_signal = nullptr;
-  decltype(&::ucp_ep_create) ucp_ep_create = nullptr;
-  decltype(&::ucp_ep_close_nbx) ucp_ep_close_nbx = nullptr;
-  decltype(&::ucp_request_check_status) ucp_request_check_status = nullptr;
-  decltype(&::ucp_request_free) ucp_request_free = nullptr;
-  decltype(&::ucp_am_send_nbx) ucp_am_send_nbx = nullptr;
-  decltype(&::ucp_am_recv_data_nbx) ucp_am_recv_data_nbx = nullptr;
-  decltype(&::ucs_status_string) ucs_status_string = nullptr;
-  decltype(&::ucp_context_query) ucp_context_query = nullptr;
-  decltype(&::ucp_get_version_string) ucp_get_version_string = nullptr;
-};
-
-Result<const UcxApi*> LoadUcx() {
-  static UcxApi api;
-  static Status loaded = [] {
-    void* lib = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
-    if (lib == nullptr) {
-      return Status(ErrorCode::kUnsupported, std::string("UCX is not installed (") + dlerror() +
-                                                 "): install libucx0 to copy between nodes");
-    }
-    bool all = true;
-#define MCD_UCX_SYMBOL(name)                                          \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name)); \
-  all = all && api.name != nullptr;
-    MCD_UCX_SYMBOL(ucp_config_read)
-    MCD_UCX_SYMBOL(ucp_config_release)
-    MCD_UCX_SYMBOL(ucp_init_version)
-    MCD_UCX_SYMBOL(ucp_cleanup)
-    MCD_UCX_SYMBOL(ucp_worker_create)
-    MCD_UCX_SYMBOL(ucp_worker_destroy)
-    MCD_UCX_SYMBOL(ucp_worker_get_address)
-    MCD_UCX_SYMBOL(ucp_worker_release_address)
-    MCD_UCX_SYMBOL(ucp_worker_set_am_recv_handler)
-    MCD_UCX_SYMBOL(ucp_worker_progress)
-    MCD_UCX_SYMBOL(ucp_worker_arm)
-    MCD_UCX_SYMBOL(ucp_worker_wait)
-    MCD_UCX_SYMBOL(ucp_worker_signal)
-    MCD_UCX_SYMBOL(ucp_ep_create)
-    MCD_UCX_SYMBOL(ucp_ep_close_nbx)
-    MCD_UCX_SYMBOL(ucp_request_check_status)
-    MCD_UCX_SYMBOL(ucp_request_free)
-    MCD_UCX_SYMBOL(ucp_am_send_nbx)
-    MCD_UCX_SYMBOL(ucp_am_recv_data_nbx)
-    MCD_UCX_SYMBOL(ucs_status_string)
-    MCD_UCX_SYMBOL(ucp_context_query)
-    MCD_UCX_SYMBOL(ucp_get_version_string)
-#undef MCD_UCX_SYMBOL
-    if (!all) return Status(ErrorCode::kUnsupported, "the UCX found is older than 1.13");
-    return Status::Ok();
-  }();
-  if (!loaded.ok()) return loaded;
-  return &api;
-}
-
-const UcxApi* ucx = nullptr;  // set by CopyService::Start before any use
 
 // Reads waiting for the serving loop at most: more, from a peer that floods the worker, are
 // answered unavailable at once rather than kept (or dropped, which would leave a real asker
@@ -114,10 +42,6 @@ using copy_wire::ReadHeader;
 
 ucs_memory_type_t UcxMemoryType(Memory memory) {
   return memory == Memory::kGpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
-}
-
-Status UcxError(const std::string& what, ucs_status_t status) {
-  return Status(ErrorCode::kUnavailable, what + ": " + ucx->ucs_status_string(status));
 }
 
 // A fetch the main thread waits for; completed on the service's thread.
@@ -750,7 +674,7 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
 }  // namespace
 
 Result<std::unique_ptr<CopyService>> CopyService::Start(std::function<void()> wake) {
-  MCD_ASSIGN_OR_RETURN(ucx, LoadUcx());
+  MCD_RETURN_IF_ERROR(LoadUcx());
   auto service = std::make_unique<UcxCopyService>(std::move(wake));
   MCD_RETURN_IF_ERROR(service->Init());
   return std::unique_ptr<CopyService>(std::move(service));

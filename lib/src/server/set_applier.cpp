@@ -14,13 +14,15 @@
 namespace mcd {
 
 SetApplier::SetApplier(const ApplierOptions& opt, CommitPipeline& pipeline, TensorTable& table,
-                       DeviceSet& devices, OutcomeLog& outcomes, Responder& responder)
+                       DeviceSet& devices, OutcomeLog& outcomes, Responder& responder,
+                       const NodeCopier& copier)
     : opt_(opt),
       pipeline_(pipeline),
       table_(table),
       devices_(devices),
       outcomes_(outcomes),
-      responder_(responder) {}
+      responder_(responder),
+      copier_(copier) {}
 
 template <typename Then>
 void SetApplier::Queue(Pending pending, Request& request, Then then) {
@@ -78,6 +80,10 @@ Result<std::vector<SetMember>> SetApplier::ReadMembers(const Command& cmd) {
     }
     if (table_.find(member->name) != table_.end()) {
       return Status(ErrorCode::kAlreadyExists, "tensor '" + member->name + "' already exists");
+    }
+    if (copier_.Copying(member->name)) {
+      return Status(ErrorCode::kAlreadyExists,
+                    "tensor '" + member->name + "' is being made already, by a copy under way");
     }
     members.push_back(std::move(member).value());
   }

@@ -20,7 +20,8 @@ class SetApplier {
  public:
   using Clock = std::chrono::steady_clock;
   SetApplier(const ApplierOptions& opt, CommitPipeline& pipeline, TensorTable& table,
-             DeviceSet& devices, OutcomeLog& outcomes, Responder& responder);
+             DeviceSet& devices, OutcomeLog& outcomes, Responder& responder,
+             const NodeCopier& copier);
 
   // Each takes the request (its parsed command ok), and queues its commit or answers why not.
   void HandleCreate(Request& request);
@@ -66,6 +67,7 @@ class SetApplier {
   DeviceSet& devices_;
   OutcomeLog& outcomes_;
   Responder& responder_;
+  const NodeCopier& copier_;  // the names copies under way will take
 };
 
 }  // namespace mcd
