@@ -130,7 +130,6 @@ struct MCD_API SetMember {
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
 };
-// The most members one tensor set has.
 // How long a server waits for the first byte of a copy of `bytes` from another node: 30 s, or
 // 10 s a GB (100 MB/s, a slow TCP link's pace) for larger tensors, at most an hour. A tool that
 // makes a copy waits about twice as long by default: the wait, then the bytes.
@@ -140,6 +139,7 @@ inline int CopyFetchLimitMs(uint64_t bytes) {
   return static_cast<int>(ms < kMinMs ? kMinMs : ms > kMaxMs ? kMaxMs : ms);
 }
 
+// The most members one tensor set has.
 inline constexpr size_t kMaxSetMembers = 65536;
 // Where members start in a set's allocation: each at a multiple of this.
 inline constexpr uint64_t kSetMemberAlign = 256;

@@ -13,10 +13,10 @@
 //
 // One thread runs every UCX call: progress, sends and receives. Other threads post jobs to it;
 // a fetch is polled (Begin, Fetching), so that the serving loop goes on meanwhile. Two active
-// messages (server/copy_wire.h): READ {fetch id, grant, ctime, name, node, the asker's worker
-// address} from the fetching server, sent with a reply endpoint, answered with DATA {fetch id,
-// code, message} and the bytes, which UCX sends eagerly or by rendezvous as their size asks; a
-// READ into GPU memory asks for rendezvous, so that UCX writes the bytes in place.
+// messages (server/copy_wire.h): READ {fetch id, grant, ctime, name, node} from the fetching
+// server, sent with a reply endpoint, answered with DATA {fetch id, code, message} and the bytes,
+// which UCX sends eagerly or by rendezvous as their size asks; a READ into GPU memory asks for
+// rendezvous, so that UCX writes the bytes in place.
 //
 // Whoever reaches the worker may send it anything: a read is served only against its grant
 // (server/copy_grant.h), and an answer is taken only from the endpoint the read went to, for

@@ -30,9 +30,6 @@ namespace {
 // answered unavailable at once rather than kept (or dropped, which would leave a real asker
 // waiting out its whole timeout).
 constexpr size_t kMaxWaitingReads = 1024;
-// Endpoints the service keeps open at most (one per peer worker): past it, reads from new peers
-// are answered on UCX's reply endpoint alone.
-constexpr size_t kMaxEndpoints = 4096;
 
 using copy_wire::DataHeader;
 using copy_wire::kDataId;
@@ -116,14 +113,10 @@ class UcxCopyService final : public CopyService {
   std::shared_ptr<PendingFetch> TakeFetch(const std::string& fetch_id,
                                           const ucp_ep_h* answered_by = nullptr);
   void PeerLost(ucp_ep_h ep, ucs_status_t status);
-  // Makes the reply endpoint of `read` one of the service's own, through the asker's worker
-  // address its read carries (askers of this version send it).
-  void AdoptReplyEndpoint(std::string_view asker_address, const Read& read);
 
   std::function<void()> wake_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  std::string address_raw_;  // the worker's address
   std::string address_hex_;
   bool reads_gpu_memory_ = false;
   std::thread thread_;
@@ -164,8 +157,8 @@ Status UcxCopyService::Init() {
   size_t address_length = 0;
   s = ucx->ucp_worker_get_address(worker_, &address, &address_length);
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
-  address_raw_.assign(reinterpret_cast<const char*>(address), address_length);
-  address_hex_ = HexEncode(address_raw_);
+  address_hex_ =
+      HexEncode(std::string_view(reinterpret_cast<const char*>(address), address_length));
   ucx->ucp_worker_release_address(worker_, address);
   for (unsigned id : {kReadId, kDataId}) {
     ucp_am_handler_param_t hp{};
@@ -230,9 +223,13 @@ void UcxCopyService::Loop() {
     if (armed == UCS_ERR_BUSY) continue;
     if (armed == UCS_OK) ucx->ucp_worker_wait(worker_);
   }
-  // Endpoints closed while the worker still progresses their closing.
-  for (auto& [address, ep] : endpoints_) failed_.push_back(ep);
-  for (ucp_ep_h ep : failed_) {
+  // Endpoints closed while the worker still progresses their closing, taken out first: progress
+  // while closing may report another endpoint lost (PeerLost).
+  std::vector<ucp_ep_h> closing_all = std::move(failed_);
+  for (auto& [address, ep] : endpoints_) closing_all.push_back(ep);
+  endpoints_.clear();
+  failed_.clear();
+  for (ucp_ep_h ep : closing_all) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -243,8 +240,6 @@ void UcxCopyService::Loop() {
       ucx->ucp_request_free(closing);
     }
   }
-  endpoints_.clear();
-  failed_.clear();
 }
 
 void UcxCopyService::Post(std::function<void()> job) {
@@ -334,9 +329,6 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.asker_node.assign(text + h.name_length, h.node_length);
   read.reply_ep = param->reply_ep;
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
-  size_t used = h.name_length + h.node_length;
-  if (text_length > used)
-    AdoptReplyEndpoint(std::string_view(text + used, text_length - used), read);
   bool kept = false;
   bool first = false;  // the serving loop has nothing of this kind to take yet: woken
   {
@@ -360,18 +352,6 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   // flood of reads must not multiply.
   if (first && wake_) wake_();
   return UCS_OK;
-}
-
-void UcxCopyService::AdoptReplyEndpoint(std::string_view asker_address, const Read& read) {
-  // UCX pairs the connections two workers open to each other, so the service's own endpoint to
-  // the asker is the reply endpoint: made so (once a peer), it is the service's to close, and
-  // the peer's failure reaches PeerLost. Left as UCX made it, it would be freed the moment the
-  // failure is seen, under a read still waiting for its answer.
-  if (endpoints_.size() >= kMaxEndpoints) return;
-  auto own = Endpoint(HexEncode(asker_address));
-  if (own.ok() && own.value() != static_cast<ucp_ep_h>(read.reply_ep)) {
-    Log(LogLevel::kDebug, "copy service: the reply endpoint of a read is not the asker's own");
-  }
 }
 
 void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
@@ -496,6 +476,10 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   }
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
+    receiving_.erase(
+        std::remove_if(receiving_.begin(), receiving_.end(),
+                       [](const std::weak_ptr<PendingFetch>& f) { return f.expired(); }),
+        receiving_.end());
     receiving_.push_back(fetch);
   }
   ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, data, fetch->into, length, &rp);
@@ -552,6 +536,7 @@ class UcxFetching final : public CopyService::Fetching {
         id_(std::move(id)),
         fetch_(std::move(fetch)),
         deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms)),
+        last_deadline_(deadline_ + std::chrono::milliseconds(timeout_ms)),
         timeout_ms_(timeout_ms) {}
   ~UcxFetching() override { (void)Stop(); }
 
@@ -562,9 +547,10 @@ class UcxFetching final : public CopyService::Fetching {
     auto now = std::chrono::steady_clock::now();
     if (fetch_->receiving || now < deadline_) return std::nullopt;
     lock.unlock();
-    // Behind another answer of the same server, whose bytes are still arriving: waits on.
-    if (service_.ReceivingBefore(*fetch_)) {
-      deadline_ = now + std::chrono::milliseconds(timeout_ms_);
+    // Behind another answer of the same server, whose bytes are still arriving: waits on, up to
+    // twice its limit in all (the wait mcd-create allows a copy).
+    if (now < last_deadline_ && service_.ReceivingBefore(*fetch_)) {
+      deadline_ = std::min(now + std::chrono::milliseconds(timeout_ms_), last_deadline_);
       return std::nullopt;
     }
     if (service_.TakeFetch(id_) != nullptr) {  // a late answer is dropped
@@ -610,6 +596,7 @@ class UcxFetching final : public CopyService::Fetching {
   const std::string id_;
   std::shared_ptr<PendingFetch> fetch_;
   std::chrono::steady_clock::time_point deadline_;
+  const std::chrono::steady_clock::time_point last_deadline_;  // however long others take
   const int timeout_ms_;
 };
 
@@ -644,7 +631,6 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += name;
   state->header += asker_node;
-  state->header += address_raw_;  // servers of earlier versions ignore it
   state->fetch = fetch;
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   Post([this, address_hex, shared, fetch] {

@@ -18,8 +18,7 @@ constexpr unsigned kDataId = 4;
 constexpr unsigned kIdBytes = 16;  // fetch ids, grant ids and grant tokens: 128 random bits
 
 // READ, from the fetching server, sent with a reply endpoint. The tensor's name follows, then
-// the asker's node, then (from servers of this version on) the asker's worker address, through
-// which the answering server holds the reply endpoint as its own (UcxCopyService::OnRead).
+// the asker's node.
 struct ReadHeader {
   uint8_t fetch[kIdBytes];  // names the answer
   uint8_t grant[kIdBytes];  // names the grant key, <prefix>:copy:<hex>

@@ -51,7 +51,6 @@ Status LoadUcx() {
   return loaded;
 }
 
-
 Status UcxError(const std::string& what, ucs_status_t status) {
   return Status(ErrorCode::kUnavailable, what + ": " + ucx->ucs_status_string(status));
 }
