@@ -167,13 +167,14 @@ Status PopulateHost(void* ptr, uint64_t bytes, bool for_write) {
   uintptr_t start = reinterpret_cast<uintptr_t>(ptr) / page * page;
   uintptr_t end = reinterpret_cast<uintptr_t>(ptr) + bytes;
   if (madvise(reinterpret_cast<void*>(start), end - start,
-              for_write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0 ||
-      errno == EINVAL) {
+              for_write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) {
     return Status::Ok();
   }
+  int err = errno;  // before the message's strings are made
+  if (err == EINVAL) return Status::Ok();
   return Status(
       ErrorCode::kOutOfMemory,
-      Errno("host shared memory: " + std::to_string(bytes) + " bytes cannot be had", errno));
+      Errno("host shared memory: " + std::to_string(bytes) + " bytes cannot be had", err));
 }
 
 Status CloseHostShm(void* ptr, uint64_t bytes, uint64_t offset) {
