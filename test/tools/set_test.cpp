@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -44,6 +45,24 @@ class Sets : public Lifecycle {
     }
     for (const std::string& b : made.bytes) made.spec.contents.push_back(b.data());
     return made;
+  }
+  // The keys set `set`'s list names, in order.
+  std::vector<std::string> ListedKeys(const std::string& set) {
+    std::vector<std::string> keys;
+    auto listed = redis_.Connect()->Command({"LRANGE", keys_.Set(set), "0", "-1"});
+    if (listed.ok()) {
+      for (const RedisValue& v : listed->elements) keys.push_back(v.str);
+    }
+    return keys;
+  }
+  // The member names set `set`'s record has.
+  std::set<std::string> RecordNames(const std::string& set) {
+    std::set<std::string> names;
+    auto fields = redis_.Connect()->Command({"HKEYS", keys_.SetRecord(set)});
+    if (fields.ok()) {
+      for (const RedisValue& v : fields->elements) names.insert(v.str);
+    }
+    return names;
   }
   int64_t EvalshaCalls() {
     auto info = redis_.Connect()->Command({"INFO", "commandstats"});
@@ -133,6 +152,9 @@ TEST_F(Sets, ASetsMembersShareOneAllocationAndAreGotInOneCall) {
   }
   EXPECT_EQ(ShmCount(), 1u) << "the set's reference still holds the allocation";
   EXPECT_TRUE(same_bytes(*held)) << "members freed while the set is held keep their bytes";
+  EXPECT_EQ(ListedKeys("model"), std::vector<std::string>{keys_.Tensor(leader)})
+      << "freed members have left the set's list";
+  EXPECT_EQ(RecordNames("model"), std::set<std::string>{leader}) << "and its record";
   auto last = producer->GetSet("model");
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   ASSERT_EQ(last->size(), 1u) << "freed members have left the set";
@@ -142,10 +164,12 @@ TEST_F(Sets, ASetsMembersShareOneAllocationAndAreGotInOneCall) {
   EXPECT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000)) << ServeLog();
   EXPECT_TRUE(test::WaitFor(
       [&] {
-        return redis_.Connect()->Command({"EXISTS", keys_.Set("model")})->integer == 0;
+        return redis_.Connect()
+                   ->Command({"EXISTS", keys_.Set("model"), keys_.SetRecord("model")})
+                   ->integer == 0;
       },
       5000))
-      << "the set's list goes with its last member";
+      << "the set's list and record go with its last member";
   EXPECT_EQ(consumer->GetSet("model").status().code(), ErrorCode::kNotFound);
 }
 
@@ -342,8 +366,13 @@ TEST_F(Sets, ASetsListGoesByNameAndItsFirstMemberHoldsTheReference) {
   EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
   EXPECT_EQ(keys.front(), keys_.Tensor("o/layer.0.weight"));
   EXPECT_EQ(keys[2], keys_.Tensor("o/layer.10.weight"));
-  // Its first member freed on its own: the next by name holds the set's reference.
+  // Its first member freed on its own leaves the set's list and record with its hash, and the
+  // next by name holds the set's reference.
   ASSERT_TRUE(client->ReleaseMany({"o/layer.0.weight"}).ok());
+  EXPECT_EQ(ListedKeys("o").front(), keys_.Tensor("o/layer.1.weight"));
+  EXPECT_EQ(ListedKeys("o").size(), 11u);
+  EXPECT_EQ(RecordNames("o").size(), 11u);
+  EXPECT_EQ(RecordNames("o").count("o/layer.0.weight"), 0u);
   auto views = client->GetSet("o");
   ASSERT_TRUE(views.ok()) << views.status().ToString();
   EXPECT_EQ(views->front().record.name, "o/layer.1.weight");
@@ -359,9 +388,26 @@ TEST_F(Sets, ASetsListGoesByNameAndItsFirstMemberHoldsTheReference) {
   auto refused = client->GetSet("o");
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), ErrorCode::kUnexpectedReply);
-  EXPECT_NE(refused.status().message().find("not sorted by name"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("does not start with the first by name"),
+            std::string::npos)
       << refused.status().message();
   EXPECT_EQ(HashField("o/layer.9.weight", "refcount"), "1") << "the reference went back";
+  ASSERT_TRUE(conn->Command({"LREM", keys_.Set("o"), "0", keys_.Tensor("o/layer.9.weight")}).ok());
+  ASSERT_TRUE(conn->Command({"RPUSH", keys_.Set("o"), keys_.Tensor("o/layer.9.weight")}).ok());
+  ASSERT_TRUE(client->GetSet("o").ok()) << "in order again";
+  ASSERT_TRUE(client->ReleaseMany({"o/layer.1.weight"}).ok());
+  // A member's value in the record written by hand, malformed or out of its allocation: refused
+  // with the member named, the reference given back, nothing opened.
+  for (const char* crafted : {"f32 [3,7] 84", "f32 [3,7] 84 0 9", "f99 [3,7] 84 0",
+                              "f32 [3,7] 85 0", "f32 [3,7] 84 18446744073709551000", ""}) {
+    ASSERT_TRUE(conn->Command({"HSET", keys_.SetRecord("o"), "o/layer.5.weight", crafted}).ok());
+    auto bad = client->GetSet("o");
+    ASSERT_FALSE(bad.ok()) << crafted;
+    EXPECT_EQ(bad.status().code(), ErrorCode::kUnexpectedReply) << crafted;
+    EXPECT_NE(bad.status().message().find("o/layer.5.weight"), std::string::npos)
+        << bad.status().message();
+    EXPECT_EQ(HashField("o/layer.1.weight", "refcount"), "1") << crafted << ": given back";
+  }
   ASSERT_EQ(Tool("mcd-rm", {"o/", "-q"}).exit_code, 0);
   EXPECT_TRUE(ShmFreedSoon());
 }

@@ -221,28 +221,24 @@ int GetSet(const GetFlags& f, const std::string& set) {
   }
   std::vector<TensorRecord> records;
   for (const TensorView& view : **views) records.push_back(view.record);
-  if (!f.output.empty()) {
-    // The members written, as mcd-get SET/ --json prints them, their counts read again: the
-    // reference has gone back.
-    auto listed = (*client)->List(set + "/*");
-    if (!listed.ok()) return tools::Fail(tool, listed.status());
-    std::map<std::string, int64_t> counts;
-    for (const TensorRecord& r : *listed) {
-      if (r.set == set) counts[r.name] = r.refcount;  // not a tensor of the name that is no member
-    }
-    for (TensorRecord& record : records) {
-      auto now = counts.find(record.name);
-      if (now != counts.end()) record.refcount = now->second;
-    }
-  } else if (f.no_ref) {
+  if (f.output.empty() && f.no_ref) {
     auto released = (*client)->ReleaseSet(**views);
     if (!released.ok()) return tools::Fail(tool, released.status());
-    // The leader's record as the reference went back: its count without this tool's.
-    for (TensorRecord& record : records) {
-      if (record.name == released->name) record.refcount = released->refcount;
-    }
-  } else {
+  } else if (f.output.empty()) {
     for (const TensorView& view : **views) (void)(*client)->Close(view.record.name);
+  }
+  // Each member's own count, read again: a set's get reads the members' fixed fields from the
+  // set's record and counts its reference on the first member alone, and with -o or --no-ref
+  // that reference has gone back.
+  auto listed = (*client)->List(set + "/*");
+  if (!listed.ok()) return tools::Fail(tool, listed.status());
+  std::map<std::string, int64_t> counts;
+  for (const TensorRecord& r : *listed) {
+    if (r.set == set) counts[r.name] = r.refcount;  // not a tensor of the name that is no member
+  }
+  for (TensorRecord& record : records) {
+    auto now = counts.find(record.name);
+    if (now != counts.end()) record.refcount = now->second;
   }
   if (f.common.json) std::cout << "[";
   for (size_t i = 0; i < records.size(); ++i) {

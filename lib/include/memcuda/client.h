@@ -128,7 +128,10 @@ class MCD_API Client {
   // first by name): the set's memory is one allocation that stays while any member lives, so it
   // keeps every member's bytes, whichever members are freed meanwhile. Give it back with
   // ReleaseSet, not Release of the members (a Release of the first would give it back, as this
-  // process's own reference of that member). kNotFound when no member is left.
+  // process's own reference of that member). Each view's record is the first member's with the
+  // member's own dtype, shape, bytes and offset, read from the set's record rather than from the
+  // member's hash: its refcount is the first member's, which counts the set's references (a
+  // member's own count, of gets of it alone: List). kNotFound when no member is left.
   Result<std::vector<TensorView>> GetSet(const std::string& set);
   // Closes the mappings of the views of one GetSet (all of them, in any order) and gives back
   // the reference it took. Returns the record of the member that held it, as Release does.

@@ -42,6 +42,10 @@ struct MCD_API KeySpace {
   // <prefix>:set:{NAME}, a list: the tensor keys of the members of tensor set NAME, written with
   // them (memcuda(7), TENSOR SETS).
   std::string Set(std::string_view name) const;
+  // <prefix>:setm:{NAME}, a hash: each member of tensor set NAME still alive, by name, with its
+  // fixed fields in one value (SetRecordValue), written and trimmed with the list, so that a
+  // get of the whole set reads one key rather than every member's hash.
+  std::string SetRecord(std::string_view name) const;
   // <prefix>:members:<id>, a list with a TTL: the members of a create_set command, one JSON
   // object each, pushed by its client before the command.
   std::string Members(std::string_view id) const;

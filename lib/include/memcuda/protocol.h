@@ -231,6 +231,15 @@ MCD_API Status ValidateRecord(const TensorRecord& record);
 MCD_API Result<TensorRecord> RecordFromHash(const std::string& name,
                                             const std::map<std::string, std::string>& fields);
 
+// A member's value in its tensor set's record (KeySpace::SetRecord): the fields of the member's
+// own, "DTYPE SHAPE BYTES OFFSET" as its hash has them (commit.lua writes it at the set's
+// create), so that a get of the whole set reads one key.
+MCD_API std::string SetRecordValue(const TensorRecord& record);
+// The record of member `name` of the set whose member `leader` is: the leader's with the fields
+// of `value` (SetRecordValue) in it, validated as any record read (kUnexpectedReply).
+MCD_API Result<TensorRecord> MemberFromSetRecord(const TensorRecord& leader,
+                                                 const std::string& name, const std::string& value);
+
 // The JSON object of a record (stable keys, sorted; ipc_handle as "ipc_handle_hex"), and back.
 MCD_API std::string RecordToJson(const TensorRecord& record);
 MCD_API Result<TensorRecord> RecordFromJson(std::string_view json);

@@ -20,44 +20,6 @@ namespace {
 // the BLPOP sent right behind the script, so this only bounds one whose client died.
 constexpr const char* kMarkerTtl = "60";
 
-// What a whole-set get reads of each member besides the leader (reference_many.lua): the fields
-// that tell a member apart, and "set", which says it is still one; the others (the allocation's
-// handle, device, lifetime, creator, ctime, and its state, owner, node and epoch, which the
-// script checks on the leader) are the set's, as the leader's record has them. Each field more
-// costs every set get about 0.2 us a member in Redis, while every other client waits.
-const std::vector<std::string>& SetMemberFields() {
-  static const std::vector<std::string> fields = {"set",   "dtype",  "shape",
-                                                  "bytes", "offset", "refcount"};
-  return fields;
-}
-
-// Where each of SetMemberFields() lies in an HMGET of TensorFieldNames().
-const std::vector<size_t>& SetMemberFieldSlots() {
-  static const std::vector<size_t> slots = [] {
-    std::vector<size_t> out;
-    const std::vector<std::string>& all = TensorFieldNames();
-    for (const std::string& field : SetMemberFields()) {
-      out.push_back(static_cast<size_t>(std::find(all.begin(), all.end(), field) - all.begin()));
-    }
-    return out;
-  }();
-  return slots;
-}
-
-// A member's record: the leader's hash (`leader_values`, an HMGET of TensorFieldNames()) with
-// the member's own SetMemberFields() (`own`) in it, validated as any record read.
-Result<TensorRecord> MemberRecord(const std::string& name, const RedisValue& leader_values,
-                                  const RedisValue& own) {
-  const std::vector<size_t>& slots = SetMemberFieldSlots();
-  if (own.elements.size() != slots.size() ||
-      leader_values.elements.size() != TensorFieldNames().size()) {
-    return Status(ErrorCode::kUnexpectedReply, "set reference script reply");
-  }
-  RedisValue values = leader_values;
-  for (size_t f = 0; f < slots.size(); ++f) values.elements[slots[f]] = own.elements[f];
-  return RecordFromHmget(name, values);
-}
-
 // kUnexpectedReply unless the batched script answered for each of `count` tensors.
 Status AnsweredAll(const ReferenceManyReply& answer, size_t count) {
   if (answer.answers.size() == count) return Status::Ok();
@@ -282,10 +244,11 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetMany(const std::vector<std
 Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set) {
   static const std::vector<ReferenceManyItem> kNoItems;
   const std::string list = keys_.Set(set);
+  const std::string record = keys_.SetRecord(set);
   ReferenceManyArgs args = ManyArgs(kNoItems, std::string());
   args.set_list = list;
+  args.set_record = record;
   args.set_name = set;
-  args.member_fields = &SetMemberFields();
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, args);
   MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv));
   if (answer.failed == ReferenceManyReply::kNoMember) {
@@ -295,41 +258,44 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   }
   if (answer.failed) return Answer(answer.failed_name, answer.refusal).status();
   MCD_RETURN_IF_ERROR(AnsweredAll(answer, 1));
-  // Each member's record is the leader's hash with the member's own fields in it; the leader's
-  // first, with the count its reference made.
-  const std::string& leader = answer.names[answer.leader];
-  // The leader is the member first by name (the server writes the list sorted), which is the one
-  // ReleaseSet gives back.
-  for (const std::string& name : answer.names) {
-    if (name < leader) {
-      (void)Release(leader, kAnyEpoch, Whose::kTaken);
-      return Status(ErrorCode::kUnexpectedReply, "tensor set '" + set +
-                                                     "': its list of members "
-                                                     "is not sorted by name ('" +
-                                                     name + "' after '" + leader + "')");
-    }
+  // The leader's record first, with the count its reference made; each other member's is the
+  // leader's with the member's own fields from the set's record in it.
+  auto records = SetRecords(set, answer);
+  // One it cannot read: the reference just taken goes back, as Get gives back its one.
+  if (!records.ok()) (void)Release(answer.leader, kAnyEpoch, Whose::kTaken);
+  return records;
+}
+
+Result<std::vector<TensorRecord>> ReferenceScript::SetRecords(const std::string& set,
+                                                              ReferenceManyReply& answer) {
+  MCD_ASSIGN_OR_RETURN(TensorRecord leader, Answer(answer.leader, answer.answers[0]));
+  if (leader.set != set) {
+    return Status(ErrorCode::kUnexpectedReply, "tensor set '" + set + "': its first member '" +
+                                                   answer.leader + "' is not of the set");
   }
-  const RedisValue leader_values = answer.answers[0].values;
   std::vector<TensorRecord> records;
-  records.reserve(answer.names.size());
-  Status read = Status::Ok();
-  auto first = Answer(leader, answer.answers[0]);
-  if (first.ok())
-    records.push_back(std::move(first).value());
-  else
-    read = first.status();
-  for (size_t i = 0; read.ok() && i < answer.names.size(); ++i) {
-    if (i == answer.leader) continue;
-    auto record = MemberRecord(answer.names[i], leader_values, answer.member_values[i]);
-    if (record.ok())
-      records.push_back(std::move(record).value());
-    else
-      read = record.status();
+  records.reserve(answer.members.size());
+  records.push_back(leader);
+  bool listed = false;  // the leader in the record too
+  for (const auto& [name, value] : answer.members) {
+    if (name == answer.leader) {
+      listed = true;
+      continue;
+    }
+    // The leader is the member first by name (the server writes the list sorted), which is the
+    // one ReleaseSet gives back.
+    if (name < answer.leader) {
+      return Status(ErrorCode::kUnexpectedReply, "tensor set '" + set + "': its list of members " +
+                                                     "does not start with the first by name ('" +
+                                                     name + "' before '" + answer.leader + "')");
+    }
+    MCD_ASSIGN_OR_RETURN(TensorRecord member, MemberFromSetRecord(leader, name, value));
+    records.push_back(std::move(member));
   }
-  if (!read.ok()) {
-    // A member it cannot read: the reference just taken goes back, as Get gives back its one.
-    (void)Release(leader, kAnyEpoch, Whose::kTaken);
-    return read;
+  if (!listed) {
+    return Status(
+        ErrorCode::kUnexpectedReply,
+        "tensor set '" + set + "': its record lacks its first member '" + answer.leader + "'");
   }
   return records;
 }

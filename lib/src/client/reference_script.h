@@ -61,6 +61,8 @@ class ReferenceScript {
                                                 bool retried = false);
 
  private:
+  // The records of set `set`'s members from a set's get's answer, the leader's first.
+  Result<std::vector<TensorRecord>> SetRecords(const std::string& set, ReferenceManyReply& answer);
   // The arguments shared by a get and a release of `name`, whose key and heartbeat key they
   // point to.
   ReferenceArgs Args(const std::string& name, const std::string& key,

@@ -56,6 +56,10 @@ std::string KeySpace::Set(std::string_view name) const {
   return prefix + ":set:{" + std::string(name) + "}";
 }
 
+std::string KeySpace::SetRecord(std::string_view name) const {
+  return prefix + ":setm:{" + std::string(name) + "}";
+}
+
 std::string KeySpace::Members(std::string_view id) const {
   return prefix + ":members:" + std::string(id);
 }

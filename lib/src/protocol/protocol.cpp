@@ -290,6 +290,43 @@ Result<TensorRecord> RecordFromHash(const std::string& name,
   return record;
 }
 
+std::string SetRecordValue(const TensorRecord& r) {
+  return std::string(DTypeName(r.dtype)) + " " + ShapeToJson(r.shape) + " " +
+         std::to_string(r.bytes) + " " + std::to_string(r.offset);
+}
+
+Result<TensorRecord> MemberFromSetRecord(const TensorRecord& leader, const std::string& name,
+                                         const std::string& value) {
+  auto bad = [&] {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "the record of tensor set '" + Printable(leader.set, 255) +
+                      "' has a malformed value for '" + Printable(name, 255) + "'");
+  };
+  // Four fields, none with a space in it: a shape is JSON without spaces (ShapeToJson).
+  std::string_view rest = value;
+  std::string_view parts[4];
+  for (int i = 0; i < 4; ++i) {
+    size_t space = i < 3 ? rest.find(' ') : rest.size();
+    if (space == std::string_view::npos || space == 0) return bad();
+    parts[i] = rest.substr(0, space);
+    rest.remove_prefix(std::min(rest.size(), space + 1));
+  }
+  if (rest.size() != 0 || value.back() == ' ') return bad();
+  TensorRecord r = leader;
+  r.name = name;
+  auto dtype = ParseDType(std::string(parts[0]));
+  auto shape = ShapeFromJson(std::string(parts[1]));
+  if (!dtype || !shape.ok() || !ParseNumber(std::string(parts[2]), r.bytes) ||
+      !ParseNumber(std::string(parts[3]), r.offset)) {
+    return bad();
+  }
+  r.dtype = *dtype;
+  r.shape = std::move(shape).value();
+  r.holders.clear();
+  MCD_RETURN_IF_ERROR(ValidateRecord(r));
+  return r;
+}
+
 std::string HolderId(int64_t pid, uint64_t start) {
   return std::to_string(pid) + ":" + std::to_string(start);
 }

@@ -72,11 +72,16 @@ std::vector<std::string> CommitCall(std::string_view sha, const CommitArgs& a) {
   std::vector<std::string> argv;
   argv.reserve(24 + extra);
   for (std::string_view arg : {std::string_view("EVALSHA"), sha}) argv.emplace_back(arg);
-  argv.push_back(std::to_string(7 + members));
+  // KEYS[8] the set's record and the members after it (a set's commit); KEYS[8] and KEYS[9] the
+  // set's list and record (a member's own commit); nothing more (a tensor of no set).
+  const size_t set_keys = a.members != nullptr ? 1 : (a.set_list.empty() ? 0 : 2);
+  argv.push_back(std::to_string(7 + set_keys + members));
   for (std::string_view arg :
        {a.tensor, a.processing, a.reply_list, a.first_result, a.holders, a.held, a.events}) {
     argv.emplace_back(arg);
   }
+  if (set_keys == 2) argv.emplace_back(a.set_list);
+  if (set_keys > 0) argv.emplace_back(a.set_record);
   if (a.members != nullptr) {
     for (const CommitMember& m : *a.members) argv.push_back(m.key);
   }
@@ -147,27 +152,26 @@ std::vector<std::string> ReferenceManyCall(std::string_view sha, const Reference
   std::vector<std::string> argv;
   argv.reserve(15 + fields + 6 * items.size());
   for (std::string_view arg : {std::string_view("EVALSHA"), sha}) argv.emplace_back(arg);
-  argv.push_back(std::to_string(5 + (a.set_list.empty() ? 2 * items.size() : 1)));
+  argv.push_back(std::to_string(5 + (a.set_list.empty() ? 2 * items.size() : 2)));
   for (std::string_view key : {a.heartbeat, a.holders, a.held, a.events, a.queue}) {
     argv.emplace_back(key);
   }
-  if (!a.set_list.empty()) argv.emplace_back(a.set_list);
+  if (!a.set_list.empty()) {
+    argv.emplace_back(a.set_list);
+    argv.emplace_back(a.set_record);
+  }
   for (const ReferenceManyItem& item : items) {
     argv.push_back(item.tensor);
     argv.push_back(item.reply_list);
   }
-  for (std::string_view arg :
-       {std::string_view(a.release ? "-1" : "1"), a.node, a.holder, a.pid, a.marker_ttl_s}) {
+  const bool of_set = !a.set_list.empty();
+  std::string_view delta = a.release ? "-1" : (of_set ? "set" : "1");
+  for (std::string_view arg : {delta, a.node, a.holder, a.pid, a.marker_ttl_s}) {
     argv.emplace_back(arg);
   }
   argv.push_back(std::to_string(fields));
   if (a.fields) argv.insert(argv.end(), a.fields->begin(), a.fields->end());
-  if (!a.set_list.empty()) {
-    argv.emplace_back(a.set_name);
-    const size_t member_fields = a.member_fields ? a.member_fields->size() : 0;
-    argv.push_back(std::to_string(member_fields));
-    if (a.member_fields) argv.insert(argv.end(), a.member_fields->begin(), a.member_fields->end());
-  }
+  if (of_set) argv.emplace_back(a.set_name);
   for (const ReferenceManyItem& item : items) {
     argv.push_back(item.name);
     argv.push_back(item.delete_command);
@@ -188,18 +192,19 @@ Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply) {
     MCD_ASSIGN_OR_RETURN(out.refusal, ParseReferenceReply(std::move(e[2])));
     return out;
   }
-  if ((e.size() != 2 && e.size() != 5) || e[0].str != "ok") {
+  if ((e.size() != 2 && e.size() != 4) || e[0].str != "ok") {
     return Status(ErrorCode::kUnexpectedReply, "batched reference script reply");
   }
-  if (e.size() == 5) {  // a set's
-    for (RedisValue& name : e[2].elements) out.names.push_back(std::move(name.str));
-    out.member_values = std::move(e[3].elements);
-    if (out.names.empty() || out.names.size() != out.member_values.size() ||
-        e[1].elements.size() != 1 || e[4].type != RedisValue::Type::kInteger || e[4].integer < 1 ||
-        static_cast<size_t>(e[4].integer) > out.names.size()) {
+  if (e.size() == 4) {  // a set's: the leader's name, then the record's names and values
+    std::vector<RedisValue>& record = e[3].elements;
+    if (e[1].elements.size() != 1 || e[2].str.empty() || record.empty() || record.size() % 2 != 0) {
       return Status(ErrorCode::kUnexpectedReply, "set reference script reply");
     }
-    out.leader = static_cast<size_t>(e[4].integer - 1);
+    out.leader = std::move(e[2].str);
+    out.members.reserve(record.size() / 2);
+    for (size_t i = 0; i < record.size(); i += 2) {
+      out.members.emplace_back(std::move(record[i].str), std::move(record[i + 1].str));
+    }
   }
   out.answers.reserve(e[1].elements.size());
   for (RedisValue& answer : e[1].elements) {

@@ -88,6 +88,11 @@ struct CommitArgs {
   bool own_only = false;
   // kHsetMany, kDelMany: the members (`tensor` is then the set's list of member keys).
   const std::vector<CommitMember>* members = nullptr;
+  // KEYS after `events`: the set's record (KeySpace::SetRecord) of kHsetMany and kDelMany; and of
+  // a commit that may delete one member's hash (del, incr, unhold), its set's list and record,
+  // which lose the member with its hash ("" for a tensor of no set).
+  std::string_view set_list;
+  std::string_view set_record;
 };
 
 struct CommitResult {
@@ -222,24 +227,24 @@ struct ReferenceManyArgs {
   std::string_view node, holder, pid, marker_ttl_s;
   const std::vector<std::string>* fields = nullptr;
   const std::vector<ReferenceManyItem>* items = nullptr;
-  // A get of a whole tensor set (no items): the set's list of member keys, its name, and the
-  // fields read of each member (set, state and owner among them).
+  // A get of a whole tensor set (no items): the set's list of member keys, its record
+  // (KeySpace::SetRecord) and its name.
   std::string_view set_list;
+  std::string_view set_record;
   std::string_view set_name;
-  const std::vector<std::string>* member_fields = nullptr;
 };
 // EVALSHA `sha` at kReferenceShaIndex, like ReferenceCall; owned strings (it may be long).
 std::vector<std::string> ReferenceManyCall(std::string_view sha, const ReferenceManyArgs& args);
 
 // Either every tensor's answer, in order, or the refusal of the first one that stopped the call
 // (`failed`, from 0) with nothing changed. A set's: the answer of its leader alone (the
-// reference taken), and every member's name and fields.
+// reference taken), its name, and every member's name and value in the set's record
+// (SetRecordValue), in no order.
 struct ReferenceManyReply {
   static constexpr size_t kNoMember = SIZE_MAX;  // `failed` of a set with no member left
   std::vector<ReferenceReply> answers;
-  std::vector<std::string> names;         // a set's members
-  std::vector<RedisValue> member_values;  // theirs, ReferenceManyArgs::member_fields
-  size_t leader = 0;                      // a set's: the one of `names` referenced
+  std::string leader;                                        // a set's: the member referenced
+  std::vector<std::pair<std::string, std::string>> members;  // a set's record
   std::optional<size_t> failed;
   std::string failed_name;  // that tensor's name
   ReferenceReply refusal{ReferenceReply::kOk, {}, {}, {}};

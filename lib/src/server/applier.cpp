@@ -408,7 +408,8 @@ void CommandApplier::HandleRefcount(Request& request, int delta) {
   TensorReplyParts reply = TensorReplyHead(cmd.req, cmd.op, it->second.json_head);
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply.head, Pre::kMine,
                        CommitChange::Incr(holder.value(), delta, reply.held_tail, reply.freed_tail,
-                                          cmd.own_only),
+                                          cmd.own_only)
+                           .Of(it->second.record.set),
                        CommitEvent{"ref", cmd.owner_pid != 0 ? cmd.owner_pid : cmd.pid}),
         request, [this, op, t0](const Request& made, Result<CommitResult> committed) {
           RefcountCommitted(made, op, t0, std::move(committed));
@@ -484,7 +485,7 @@ void CommandApplier::HandleAbandon(Request& request) {
   std::string reply = TensorReplyJson(cmd.req, Op::kAbandon, it->second.json_head, 0);
   // Never announced, so no event: the stream names a tensor from its publish on.
   Queue(pipeline_.Make(request.route, request.raw, cmd.req, cmd.name, reply, Pre::kCreating,
-                       CommitChange::Del(), CommitEvent{}),
+                       CommitChange::Del().Of(it->second.record.set), CommitEvent{}),
         request, [this, t0](const Request& made, Result<CommitResult> committed) {
           const std::string& name = made.parsed->name;
           if (committed.ok() && committed->kind == CommitResult::kOk) {

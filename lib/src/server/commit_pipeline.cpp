@@ -56,6 +56,14 @@ Pending CommitPipeline::Make(const Route& route, const std::string& raw, const s
                            : change.members ? opt_.keys.Set(name)
                                             : opt_.keys.Tensor(name);
   a.members = change.members;
+  std::string set_list, set_record;
+  if (change.members) set_record = opt_.keys.SetRecord(name);
+  if (!change.members && !change.set.empty()) {
+    set_list = opt_.keys.Set(change.set);
+    set_record = opt_.keys.SetRecord(change.set);
+  }
+  a.set_list = set_list;
+  a.set_record = set_record;
   std::string reply_key = written ? opt_.keys.Reply(req) : opt_.keys.Unused();
   std::string first_key = written ? opt_.keys.Done(req) : opt_.keys.Unused();
   std::string held_key =

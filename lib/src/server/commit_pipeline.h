@@ -68,6 +68,16 @@ struct CommitChange {
   bool own_only = false;
   // kHsetMany, kDelMany: every member of the set the commit names (its `name`).
   const std::vector<CommitMember>* members = nullptr;
+  // Del, Incr, Unhold of a member of a tensor set: the set, whose list and record lose the member
+  // when its hash goes (Of).
+  std::string_view set;
+
+  // This change, of a tensor of set `set` ("" for none).
+  CommitChange Of(std::string_view of_set) const {
+    CommitChange change = *this;
+    change.set = of_set;
+    return change;
+  }
 
   static CommitChange None() { return CommitChange{}; }
   static CommitChange Del() { return CommitChange{CommitAction::kDel}; }
@@ -76,8 +86,9 @@ struct CommitChange {
   }
   static CommitChange Incr(std::string_view holder, int delta, std::string_view held_tail,
                            std::string_view freed_tail, bool own_only = false) {
-    return CommitChange{CommitAction::kIncr, nullptr,    holder,  delta,
-                        held_tail,           freed_tail, own_only};
+    CommitChange change{CommitAction::kIncr, nullptr, holder, delta, held_tail, freed_tail};
+    change.own_only = own_only;
+    return change;
   }
   static CommitChange Unhold(std::string_view holder) {
     return CommitChange{CommitAction::kUnhold, nullptr, holder};

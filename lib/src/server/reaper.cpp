@@ -29,9 +29,9 @@ void Reaper::ReapStackTensors() {
     // it still had. One still being filled was never announced: it goes without an event.
     bool filling = found->second.filler.has_value();
     CommitEvent event{"reclaim", found->second.record.owner_pid, "owner_exited"};
-    auto committed = pipeline_.CommitNow(
-        pipeline_.Make(Route{}, "", "", name, "", filling ? Pre::kCreating : Pre::kMine,
-                       CommitChange::Del(), filling ? CommitEvent{} : event));
+    auto committed = pipeline_.CommitNow(pipeline_.Make(
+        Route{}, "", "", name, "", filling ? Pre::kCreating : Pre::kMine,
+        CommitChange::Del().Of(found->second.record.set), filling ? CommitEvent{} : event));
     Reclaimed("reclaim", name, std::move(committed), t0, owner);
   }
 }
@@ -42,8 +42,9 @@ void Reaper::ReapDeadFillers() {
     auto t0 = OutcomeLog::Clock::now();
     auto found = table_.find(name);
     std::string filler = "filler_pid=" + std::to_string(found->second.filler->pid);
-    auto committed = pipeline_.CommitNow(pipeline_.Make(Route{}, "", "", name, "", Pre::kCreating,
-                                                        CommitChange::Del(), CommitEvent{}));
+    auto committed = pipeline_.CommitNow(
+        pipeline_.Make(Route{}, "", "", name, "", Pre::kCreating,
+                       CommitChange::Del().Of(found->second.record.set), CommitEvent{}));
     Reclaimed("reclaim_unfilled", name, std::move(committed), t0, filler);
   }
 }
@@ -70,12 +71,14 @@ Status Reaper::GiveBackAll(const std::string& holder) {
   // One commit per tensor, pipelined: a holder may have touched thousands.
   for (const RedisValue& key : held.elements) {
     std::string name = opt_.keys.NameFromTensorKey(key.str);
-    if (table_.find(name) == table_.end()) continue;  // gone already (deleted, reclaimed)
+    auto found = table_.find(name);
+    if (found == table_.end()) continue;  // gone already (deleted, reclaimed)
     auto t0 = OutcomeLog::Clock::now();
     // "mine": a hash this instance wrote; the script gives back what the hash says the holder
     // holds (none when it gave them back itself).
     pipeline_.Queue(pipeline_.Make(
-        Route{}, "", "", name, "", Pre::kMine, CommitChange::Unhold(holder), event,
+        Route{}, "", "", name, "", Pre::kMine,
+        CommitChange::Unhold(holder).Of(found->second.record.set), event,
         [this, name, holder, t0](Pending&, Result<CommitResult> committed) {
           if (committed.ok() && committed->kind == CommitResult::kOk && committed->refcount > 0) {
             return outcomes_.Record(

@@ -127,15 +127,25 @@ Status Resettle::Republish(Entry& entry) {
 }
 
 Status Resettle::PutBackSetList(const std::string& set) {
-  // The list goes with the members, when Redis loses them; each is a tensor of the set's again.
+  // The list and the record go with the members, when Redis loses them; each is a tensor of the
+  // set's again.
   const std::string list = opt_.keys.Set(set);
+  const std::string record = opt_.keys.SetRecord(set);
   std::vector<std::string> push = {"RPUSH", list};
+  std::vector<std::string> fields = {"HSET", record};
   std::vector<std::string> members = table_.SetMembers(set);
   std::sort(members.begin(), members.end());  // as create_set writes it (SetApplier)
-  for (const std::string& member : members) push.push_back(opt_.keys.Tensor(member));
-  MCD_RETURN_IF_ERROR(pipeline_.Command({"DEL", list}).status());
-  MCD_RETURN_IF_ERROR(
-      pipeline_.Command(std::vector<std::string_view>(push.begin(), push.end())).status());
+  for (const std::string& member : members) {
+    push.push_back(opt_.keys.Tensor(member));
+    fields.push_back(member);
+    fields.push_back(SetRecordValue(table_.find(member)->second.record));
+  }
+  MCD_RETURN_IF_ERROR(pipeline_.Command({"DEL", list, record}).status());
+  for (const std::vector<std::string>* command : {&push, &fields}) {
+    MCD_RETURN_IF_ERROR(
+        pipeline_.Command(std::vector<std::string_view>(command->begin(), command->end()))
+            .status());
+  }
   Log(LogLevel::kWarn, "tensor set '" + set + "' lost its list of members with Redis; put it back");
   return Status::Ok();
 }

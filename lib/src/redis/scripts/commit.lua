@@ -34,13 +34,16 @@
 -- unhold (needs "mine"): ARGV[15] holder, one that died: every reference it held is given back.
 -- After incr and unhold, at refcount <= 0 the hash is deleted (the caller then frees the memory).
 -- hset_many, del_many: every member of a tensor set at once. KEYS[1] is then the set's list of
--- member keys, KEYS[8..] the member hashes; ARGV[15..] per member: its name, how many
--- field/value strings follow (0 for del_many), then them. `pre` holds for every member, "absent"
--- also for the set: no list of it that names a hash still its member (its "set" field the set's
--- name, ARGV[11]); the list of a set whose members are all gone is replaced. hset_many under
--- "absent" writes the list; del_many deletes it with the members; under "none" (the server freed
--- a set's last member), it deletes the list alone, once no hash it names is still a member. The
--- event is each member's.
+-- member keys, KEYS[8] its record (KeySpace::SetRecord), KEYS[9..] the member hashes; ARGV[15..]
+-- per member: its name, how many field/value strings follow (0 for del_many), then them. `pre`
+-- holds for every member, "absent" also for the set: no list of it that names a hash still its
+-- member (its "set" field the set's name, ARGV[11]); the list of a set whose members are all gone
+-- is replaced. hset_many under "absent" writes the list and the record; del_many deletes them
+-- with the members; under "none" (the server freed a set's last member), it deletes them alone,
+-- once no hash the list names is still a member. The event is each member's.
+-- A member's own commit (del, incr, unhold) names its set's list and record too, KEYS[8] and
+-- KEYS[9]: when its hash goes, it leaves both, so that they name the members alive and nothing
+-- else.
 -- Returns {"ok"} | {"ok", refcount} (incr, unhold: the count after; del under "mine": the count
 -- it had) | {"dup", first_reply} | {"conflict"} | {"not_held"}.
 --
@@ -67,7 +70,7 @@ if many then
       if redis.call('HGET', key, 'set') == ARGV[11] then return {'conflict'} end
     end
   end
-  for k = 8, #KEYS do
+  for k = 9, #KEYS do
     if pre == 'absent' then
       if redis.call('EXISTS', KEYS[k]) == 1 then return {'conflict'} end
     elseif pre == 'creating' then
@@ -127,15 +130,22 @@ if many then
       if redis.call('HGET', key, 'set') == ARGV[11] then drop_list = false end
     end
   end
-  if drop_list then redis.call('DEL', KEYS[1]) end
+  if drop_list then redis.call('DEL', KEYS[1], KEYS[8]) end
   local at = 15
-  for k = 8, #KEYS do
+  for k = 9, #KEYS do
     local count = tonumber(ARGV[at + 1])
     if action == 'del_many' then
       redis.call('DEL', KEYS[k])
     else
       redis.call('HSET', KEYS[k], unpack(ARGV, at + 2, at + 1 + count))
-      if pre == 'absent' then redis.call('RPUSH', KEYS[1], KEYS[k]) end
+      if pre == 'absent' then
+        redis.call('RPUSH', KEYS[1], KEYS[k])
+        -- The member's fixed fields in one value, "DTYPE SHAPE BYTES OFFSET" (SetRecordValue).
+        local f = {}
+        for j = at + 2, at + count, 2 do f[ARGV[j]] = ARGV[j + 1] end
+        redis.call('HSET', KEYS[8], ARGV[at],
+                   table.concat({f.dtype, f.shape, f.bytes, f.offset}, ' '))
+      end
     end
     if ARGV[10] ~= '' then
       mcd_event(KEYS[7], ARGV[9], ARGV[10], ARGV[at], ARGV[12], 1, ARGV[13], ARGV[14])
@@ -148,6 +158,10 @@ elseif action == 'hset' then
   redis.call('HSET', KEYS[1], unpack(ARGV, 15))
 elseif action == 'del' or ((action == 'incr' or action == 'unhold') and result[2] <= 0) then
   redis.call('DEL', KEYS[1])
+  if #KEYS == 9 then  -- a set's member: it leaves the set's list and record
+    redis.call('LREM', KEYS[8], 0, KEYS[1])
+    redis.call('HDEL', KEYS[9], ARGV[11])
+  end
 elseif action == 'unhold' then
   redis.call('HINCRBY', KEYS[1], 'refcount', result[2] - refcount)  -- never "-0", which Redis refuses
   mcd_unhold_all(KEYS[1], holder, refcount - result[2])  -- its field goes, at 0 too

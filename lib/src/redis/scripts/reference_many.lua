@@ -11,32 +11,33 @@
 -- KEYS[1] heartbeat, the client's node's, KEYS[2] holders, KEYS[3] held, KEYS[4] events,
 -- KEYS[5] queue (as reference.lua's); then two per tensor: its hash, and (release) the reply
 -- list of its delete command (for a get, the unused key <prefix>:-).
--- ARGV[1] delta: "1" (get) or "-1" (release), ARGV[2] node, ARGV[3] holder, ARGV[4] pid,
--- ARGV[5] marker_ttl_s, ARGV[6] the number of hash fields to return, then those fields; then
--- four per tensor: its name, (release) its delete command, epoch ("*": not known) and mode
--- (reference.lua's).
+-- ARGV[1] delta: "1" (get), "-1" (release) or "set" (a get of a whole set, below), ARGV[2] node,
+-- ARGV[3] holder, ARGV[4] pid, ARGV[5] marker_ttl_s, ARGV[6] the number of hash fields to return,
+-- then those fields; then four per tensor: its name, (release) its delete command, epoch ("*": not
+-- known) and mode (reference.lua's).
 -- A release pushes an empty marker onto the reply list of every tensor whose release it answers
 -- itself (all of them when it refuses), so that the BLPOPs sent right behind it return at once.
--- A get with a sixth key and no tensor of its own (Client::GetSet) takes one reference for a whole
--- tensor set: KEYS[6] is then the list of the set's member keys (KeySpace::Set); the arguments
--- after the fields are the set's name, the number of member fields, and those fields. The members
--- are the hashes of that list whose "set" field names the set (a member freed on its own has left
--- it), each read once (the member fields only, nothing written). The reference is taken of the
--- first of them (the leader: the list is sorted by name, so the member first by name), as a get
--- of it alone, whose checks (ready, of this node, of the live server) hold for every member: a
--- set's members are made, published and put back together, by one server. The set's memory is
--- one allocation that stays while any member lives, so that one reference keeps every member's
--- bytes. A reference of each member would add two writes per member (its counts, its event) to
--- the read, and a check of each member's state, owner and node three fields, in a call that
--- Redis runs while every other client waits (docs/design.md, "Fast paths").
--- Returns {"ok", {answer per tensor}} ({"ok", {the leader's answer}, {names}, {member values},
--- the leader's index in them} for a set), an answer being
+-- A get of a whole set (Client::GetSet), with no tensor of its own, takes one reference for the
+-- whole tensor set: KEYS[6] is then the set's list of member keys (KeySpace::Set), sorted by name,
+-- KEYS[7] its record (KeySpace::SetRecord): each member's fixed fields in one value, by name, and
+-- the one argument after the fields the set's name. The server trims both when a member is freed on
+-- its own (commit.lua), so they name the members alive and nothing else, and the record is the one
+-- key read for all of them. The reference is taken of the first member of the list (the leader,
+-- first by name), as a get of it alone, whose checks (ready, of this node, of the live server) hold
+-- for every member: a set's members are made, published and put back together, by one server. The
+-- set's memory is one allocation that stays while any member lives, so that one reference keeps
+-- every member's bytes. A reference of each member, or a read of each member's hash, would add work
+-- per member to a call that Redis runs while every other client waits (docs/design.md, "Fast
+-- paths").
+-- Returns {"ok", {answer per tensor}} ({"ok", {the leader's answer}, the leader's name, {the
+-- record: name, value, name, value...}} for a set), an answer being
 -- {"ok", {values}}, {"forgotten", {values}} or {"queued"} as reference.lua answers; or
 -- {"failed", i, refusal, name}: the i-th tensor (from 1) refused with reference.lua's refusal
 -- ({"missing", instance, settled}, {"not_ready", state}, {"wrong_node", node}, {"gone"},
 -- {"not_held"}); a set with no member left: i 0, "missing".
 local release = ARGV[1] == '-1'
-local delta = tonumber(ARGV[1])
+local of_set = ARGV[1] == 'set'
+local delta = of_set and 1 or tonumber(ARGV[1])
 local holder = ARGV[3]
 local nfields = tonumber(ARGV[6])
 local fields = {}
@@ -60,27 +61,16 @@ end
 local function number_or_absent(v) return not v or tonumber(v) ~= nil end
 local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SETTLED)
 local keys, names, replies = {}, {}, {}
-local of_set = not release and #KEYS == 6
-local members, member_names = {}, {}  -- a set's: each member's fields, and its name
-local leader  -- the index of the one whose reference a set's get takes
+local record  -- a set's: its record, read whole
 if of_set then
-  local set_name, nmember = ARGV[first_arg + 1], tonumber(ARGV[first_arg + 2])
-  local member_fields, mat = {}, {}
-  for i = 1, nmember do
-    member_fields[i] = ARGV[first_arg + 2 + i]
-    mat[member_fields[i]] = i
+  local leader = redis.call('LINDEX', KEYS[6], 0)
+  if not leader then return {'failed', 0, {'missing', server[1] or '', server[3] or ''}} end
+  record = redis.call('HGETALL', KEYS[7])
+  if #record == 0 then
+    return redis.error_reply('ERR tensor set ' .. ARGV[first_arg + 1] ..
+                             ' has no record of its members (made by a server of another version)')
   end
-  if not mat.set then return redis.error_reply('ERR reference_many: no member field set') end
-  -- A member freed on its own has left the set, and a tensor of its name made since is none.
-  for _, key in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
-    local m = redis.call('HMGET', key, unpack(member_fields))
-    if m[mat.set] == set_name then
-      local i = #members + 1
-      members[i], member_names[i] = m, string.match(key, '{([^{}]*)}$') or key
-      if i == 1 then keys[1], names[1], leader = key, member_names[1], 1 end
-    end
-  end
-  if #keys == 0 then return {'failed', 0, {'missing', server[1] or '', server[3] or ''}} end
+  keys[1], names[1] = leader, string.match(leader, '{([^{}]*)}$') or leader
 else
   for i = 1, (#KEYS - 5) / 2 do
     keys[i], replies[i] = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
@@ -157,5 +147,5 @@ for i = 1, n do
   end
 end
 mcd_hold_sets(KEYS[2], KEYS[3], holder, first)
-if of_set then return {'ok', out, member_names, members, leader} end
+if of_set then return {'ok', out, names[1], record} end
 return {'ok', out}
