@@ -13,8 +13,16 @@ each round. Rows:
 
 - memcuda, batched get: plain tensors (one allocation each), conn.get_many(names) in one call,
   then torch.from_dlpack on each;
-- memcuda, tensor set: the same weights as one tensor set (one allocation), conn.get_set(name);
-- torch.multiprocessing: the producer sends a dict of its CUDA tensors through a Pipe.
+- memcuda, tensor set: the same weights as one tensor set (one allocation), conn.get_set(name),
+  then memcuda.as_torch (one DLPack export of the set, a strided view of it per member);
+- torch.multiprocessing: the producer sends a dict of its CUDA tensors through a Pipe;
+- CUDA alone, a floor: the producer sends the IPC handles of the allocations the peer's tensors
+  live in, and each consumer opens every one with cupy.cuda.runtime.ipcOpenMemHandle, nothing
+  else (no views, no reads, no bytes compared): what opening that many allocations costs, whoever
+  asks (needs CuPy; skipped without it).
+
+Each row also reports the medians of its consumers' parts (get, views, reads): the peer's reads
+are a floor of every row, since every consumer reads the same elements.
 
 Every consumer then compares every byte it can see with what the producer wrote (each tensor is
 regenerated from its seed on the GPU and compared with torch.equal), outside the time.
@@ -66,6 +74,16 @@ def weights_of(index, shape):
                          generator=g).view(torch.float16)
 
 
+def cuda_ipc_handle(t):
+    """The cudaIpcMemHandle_t of the allocation torch tensor `t` lives in, as torch exports it
+    (torch 2.x puts a byte or two, the format's version and the kind of handle, before its 64
+    bytes)."""
+    handle = bytes(t.untyped_storage()._share_cuda_()[1])
+    if not 64 <= len(handle) <= 66:
+        raise SystemExit("torch exports a CUDA IPC handle of %d bytes" % len(handle))
+    return handle[-64:]
+
+
 def check_all(views, shapes):
     """How many of the weights differ in any byte from what the producer wrote."""
     bad = 0
@@ -98,11 +116,22 @@ class _TimedLib:
 
 def consumer(conn, node, mode, shapes):
     torch.zeros(1, device="cuda")  # the context up before the clock starts
+    if mode == "bare":
+        import cupy  # before the clock too
     memcuda._clib = lib = _TimedLib(memcuda._clib)
     mc = memcuda.connect(node=node)
     conn.send("ready")
     message = conn.recv()
     t0 = time.perf_counter()
+    if mode == "bare":
+        opened = [cupy.cuda.runtime.ipcOpenMemHandle(handle) for handle in message]
+        done = time.perf_counter()
+        conn.send((done, done - t0, 0.0, 0.0))
+        for ptr in opened:
+            cupy.cuda.runtime.ipcCloseMemHandle(ptr)
+        conn.send(0)
+        conn.recv()
+        return
     if mode == "peer":
         views = message
         held = None
@@ -114,12 +143,12 @@ def consumer(conn, node, mode, shapes):
     if mode == "batched":
         views = {name[len("plain/"):]: torch.from_dlpack(t) for name, t in zip(message, held)}
     elif mode == "set":
-        views = {name: torch.from_dlpack(t) for name, t in held.items()}
+        views = memcuda.as_torch(held)
     t2 = time.perf_counter()
     for v in views.values():
         _ = v.view(-1)[0].item()
     done = time.perf_counter()  # CLOCK_MONOTONIC: the producer's clock too
-    conn.send(done)
+    conn.send((done, t1 - t0, t2 - t1, done - t2))
     print("%s consumer (ms): get %.1f (libmemcuda %.1f), views %.1f, reads %.1f"
           % (mode, (t1 - t0) * 1e3, sum(lib.us.values()) / 1e3, (t2 - t1) * 1e3,
              (done - t2) * 1e3), file=sys.stderr)
@@ -129,7 +158,8 @@ def consumer(conn, node, mode, shapes):
 
 
 def run_row(mode, message, args, shapes):
-    """One row's consumers, fresh: their times (s) from their message to their last read."""
+    """One row's consumers, fresh: their times (s) from their message to their last read, and
+    each one's parts (get, views, reads)."""
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
     for _ in range(args.consumers):
@@ -144,7 +174,9 @@ def run_row(mode, message, args, shapes):
     for p in pipes:
         starts.append(time.perf_counter())
         p.send(message)
-    times = [p.recv() - t0 for p, t0 in zip(pipes, starts)]
+    answers = [p.recv() for p in pipes]
+    times = [a[0] - t0 for a, t0 in zip(answers, starts)]
+    parts = [a[1:] for a in answers]
     bad = [p.recv() for p in pipes]
     for p in pipes:
         p.send("bye")
@@ -152,7 +184,7 @@ def run_row(mode, message, args, shapes):
         proc.join(60)
     if any(bad):
         raise SystemExit("%s: consumers saw %r weights that differ from the producer's" % (mode, bad))
-    return times
+    return times, parts
 
 
 def median(values):
@@ -257,15 +289,29 @@ def main():
     rows_of = {"memcuda, batched get": ("batched", plain_names),
                "memcuda, tensor set": ("set", "set"),
                "torch.multiprocessing": ("peer", peer)}
+    try:
+        import cupy  # noqa: F401
+        # The peer's allocations, each once (small tensors share one of the caching allocator's).
+        handles = {cuda_ipc_handle(t) for t in peer.values()}
+        rows_of["CUDA alone: the peer's %d allocations opened" % len(handles)] = (
+            "bare", sorted(handles))
+    except ImportError:
+        print("no CuPy: the floor of opening the allocations is not measured", file=sys.stderr)
     times = {row: [] for row in rows_of}
+    parts = {row: [] for row in rows_of}
     order = list(rows_of)
     for r in range(args.rounds):
         for row in (order if r % 2 == 0 else order[::-1]):
             mode, message = rows_of[row]
-            times[row].extend(run_row(mode, message, args, shapes))
+            row_times, row_parts = run_row(mode, message, args, shapes)
+            times[row].extend(row_times)
+            parts[row].extend(row_parts)
     rows = [{"row": "weights to every worker", "peer": row, "bytes": total,
              "tensors": len(shapes), "consumers": args.consumers, "n": len(values),
-             "median_ms": median(values) * 1e3, "max_ms": max(values) * 1e3}
+             "median_ms": median(values) * 1e3, "max_ms": max(values) * 1e3,
+             "get_ms": median([p[0] for p in parts[row]]) * 1e3,
+             "views_ms": median([p[1] for p in parts[row]]) * 1e3,
+             "reads_ms": median([p[2] for p in parts[row]]) * 1e3}
             for row, values in times.items()]
 
     del plain, memcuda_set
@@ -293,8 +339,10 @@ def main():
     else:
         for r in rows:
             if "median_ms" in r:
-                print("%-24s %-28s median %8.1f ms  max %8.1f ms  %.2fx the peer"
-                      % (r["row"], r["peer"], r["median_ms"], r["max_ms"], r["vs_peer"]))
+                print("%-24s %-44s median %8.1f ms  max %8.1f ms  %.2fx the peer"
+                      "  (get %.1f, views %.1f, reads %.1f)"
+                      % (r["row"], r["peer"], r["median_ms"], r["max_ms"], r["vs_peer"],
+                         r["get_ms"], r["views_ms"], r["reads_ms"]))
             else:
                 print("%-24s %-44s %6.2f GB/s  %.2fx the peer"
                       % (r["row"], r["peer"], r["gb_per_s"], r["vs_peer"]))

@@ -43,7 +43,7 @@ from .errors import InvalidArgument, NotFound, Released, error_for
 
 _dlpack.use_destructor_of(_clib)
 
-__all__ = ["connect", "Client", "Tensor", "version"] + errors.__all__
+__all__ = ["connect", "Client", "Tensor", "as_torch", "version"] + errors.__all__
 __version__ = "0.1.0"
 
 # What the calls take: a shape as dimensions or one int; a dtype by memcuda's name ("f32"), NumPy's
@@ -621,6 +621,59 @@ class Tensor:
         with self._client._lock:  # as in Client.get
             self._client._call(_clib.mcd_get, self.name.encode(), ctypes.byref(out))
             return _Mapping(self._client, out)
+
+
+def as_torch(tensors: Dict[str, "Tensor"]) -> Dict[str, Any]:
+    """torch.Tensor views of many Tensors at once, by the same keys: for the members of a
+    get_set, one DLPack export of the set's allocation and a strided view of it per member
+    (about 2 us each, where torch.from_dlpack of each takes 10-20 us: 291 members of a model in
+    ~1 ms rather than 4-6); any other Tensor through torch.from_dlpack. The views keep the
+    set's reference and mapping as a from_dlpack view does. Imports torch."""
+    import torch
+    from torch.utils.dlpack import from_dlpack
+
+    out: Dict[str, Any] = {}
+    sets: Dict[int, List[Tuple[str, "Tensor", Any]]] = {}
+    for key, tensor in tensors.items():
+        mapping = tensor._live()
+        if mapping.hold is None:
+            out[key] = torch.from_dlpack(tensor)
+        else:
+            sets.setdefault(id(mapping.hold), []).append((key, tensor, mapping))
+    for members in sets.values():
+        out.update(_set_views(members, torch, from_dlpack))
+    return {key: out[key] for key in tensors}
+
+
+def _set_views(members, torch, from_dlpack):
+    """as_torch for the members of one get_set, (key, Tensor, _Mapping) each: one view of the
+    bytes from the first member to the end of the last, typed once per dtype, then each member
+    a strided view of that at its own offset."""
+    base = min(m.data for _, _, m in members)
+    end = max(m.data + m.nbytes for _, _, m in members)
+    first = members[0][1]
+    device_type, device_id = first.__dlpack_device__()
+    whole = from_dlpack(_dlpack.capsule(base, device_type, device_id, (end - base,),
+                                        DTYPES["u8"][2], members[0][2].hold))
+    typed: Dict[str, Any] = {}
+    views = {}
+    for key, tensor, mapping in members:
+        if tensor.dtype not in typed:
+            dtype = torch.from_dlpack(tensor).dtype  # torch's own reading of the dtype
+            size = DTYPES[tensor.dtype][0]
+            typed[tensor.dtype] = (whole[:(end - base) // size * size].view(dtype), size)
+        of_dtype, size = typed[tensor.dtype]
+        offset = mapping.data - base
+        if offset % size:  # a member out of its dtype's alignment (set layouts never are)
+            views[key] = torch.from_dlpack(tensor)
+            continue
+        strides, step = [], 1
+        for dim in reversed(tensor.shape):
+            strides.append(step)
+            step *= dim
+        views[key] = torch.as_strided(of_dtype, tensor.shape, tuple(reversed(strides)),
+                                      offset // size)
+    return views
 
 
 def _host_buffer(data):

@@ -209,3 +209,47 @@ def test_a_set_from_safetensors_is_one_mapping_that_torch_and_another_process_vi
     while mc.ls() and time.time() < end:
         time.sleep(0.05)
     assert mc.ls() == []
+
+
+def test_as_torch_views_a_sets_members_in_place_and_holds_its_reference(gpu):
+    rng = np.random.default_rng(33)
+    kinds = [("f16", np.float16), ("f32", np.float32), ("u8", np.uint8), ("i64", np.int64),
+             ("bf16", np.uint16)]
+    members, written = [], {}
+    for i in range(40):
+        dtype, np_dtype = kinds[i % len(kinds)]
+        shape = (3 + i, 5) if i % 3 else (7 + i,)
+        raw = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(np_dtype).itemsize,
+                           dtype=np.uint8).tobytes()  # random bytes, NaNs and all
+        members.append(("p.%d" % i, shape, dtype, raw))
+        written["p.%d" % i] = raw
+    mc = memcuda.connect(node=gpu.node)
+    mc.create_set("v", members, device=0)
+    got = mc.get_set("v")
+    views = memcuda.as_torch(got)
+    assert list(views) == list(got)
+    leader = sorted("v/" + name for name in got)[0]
+    for name, t in got.items():
+        view = views[name]
+        assert view.data_ptr() == t.data_ptr, name  # in place, not a copy
+        assert view.dtype == torch.from_dlpack(t).dtype and tuple(view.shape) == t.shape, name
+        assert view.is_contiguous(), name
+        assert view.cpu().contiguous().view(torch.uint8).numpy().tobytes() == written[name], name
+    # The views alone keep the set's reference and mapping: the Tensors may go.
+    count = mc.stat(leader)["refcount"]
+    del got, t
+    gc.collect()
+    assert mc.stat(leader)["refcount"] == count
+    assert views["p.4"].cpu().contiguous().view(torch.uint8).numpy().tobytes() == written["p.4"]
+    views["p.1"].fill_(2.0)  # writable, as any view
+    del views, view
+    gc.collect()
+    assert mc.stat(leader)["refcount"] == count - 1
+    plain = mc.create("plain", (4,), "f32")
+    mixed = memcuda.as_torch({"x": plain})  # not a set's member: torch.from_dlpack
+    assert mixed["x"].data_ptr() == plain.data_ptr
+    del mixed
+    plain.release()
+    mc.rm("plain")
+    mc.rm("v/")
+    assert mc.ls() == []

@@ -58,8 +58,8 @@ int Child(const char* path, size_t count, const std::vector<int>& threads) {
     auto work = [&] {
       cudaSetDevice(0);
       for (size_t i; (i = next.fetch_add(1)) < count;) {
-        if (cudaIpcOpenMemHandle(&ptrs[i], handles[g * count + i], cudaIpcMemLazyEnablePeerAccess) !=
-            cudaSuccess) {
+        if (cudaIpcOpenMemHandle(&ptrs[i], handles[g * count + i],
+                                 cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
           failed.fetch_add(1);
           continue;
         }
@@ -74,7 +74,8 @@ int Child(const char* path, size_t count, const std::vector<int>& threads) {
     for (int t = 1; t < threads[g]; ++t) pool.emplace_back(work);
     work();
     for (std::thread& t : pool) t.join();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::printf("threads %d: %zu opens+reads in %.2f ms (%.1f us each), %d failed\n", threads[g],
                 count, ms, ms * 1000 / count, failed.load());
     std::fflush(stdout);
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
   Check(cudaDeviceSynchronize(), "sync");
   char path[] = "/tmp/ipc_parallel_XXXXXX";
   int fd = mkstemp(path);
-  if (fd < 0 || write(fd, handles.data(), handles.size() * sizeof(cudaIpcMemHandle_t)) < 0) return 1;
+  if (fd < 0 || write(fd, handles.data(), handles.size() * sizeof(cudaIpcMemHandle_t)) < 0)
+    return 1;
   close(fd);
   std::string cmd = std::string(argv[0]) + " --child " + path + " " + argv[1] + " " + argv[3];
   int rc = std::system(cmd.c_str());
