@@ -625,10 +625,13 @@ class Tensor:
 
 def as_torch(tensors: Dict[str, "Tensor"]) -> Dict[str, Any]:
     """torch.Tensor views of many Tensors at once, by the same keys: for the members of a
-    get_set, one DLPack export of the set's allocation and a strided view of it per member
-    (about 2 us each, where torch.from_dlpack of each takes 10-20 us: 291 members of a model in
-    ~1 ms rather than 4-6); any other Tensor through torch.from_dlpack. The views keep the
-    set's reference and mapping as a from_dlpack view does. Imports torch."""
+    get_set on a GPU, one DLPack export of the set's allocation (from its first member's address
+    to its last one's end) and a strided view of it per member (about 2 us each, where
+    torch.from_dlpack of each takes 10-20 us: 291 members of a model in ~1 ms rather than 4-6);
+    any other Tensor, and a host set's members (each mapped on its own), through
+    torch.from_dlpack. The views keep the set's reference and mapping as a from_dlpack view does.
+    A set's views share one storage, as slices of one tensor do: what acts on the storage
+    (torch.save of a view, untyped_storage()) sees the whole span. Imports torch."""
     import torch
     from torch.utils.dlpack import from_dlpack
 
@@ -636,7 +639,7 @@ def as_torch(tensors: Dict[str, "Tensor"]) -> Dict[str, Any]:
     sets: Dict[int, List[Tuple[str, "Tensor", Any]]] = {}
     for key, tensor in tensors.items():
         mapping = tensor._live()
-        if mapping.hold is None:
+        if mapping.hold is None or tensor.device == "cpu":
             out[key] = torch.from_dlpack(tensor)
         else:
             sets.setdefault(id(mapping.hold), []).append((key, tensor, mapping))

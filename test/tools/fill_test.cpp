@@ -217,6 +217,41 @@ TEST_F(Fill, AFillerThatDiesMidFillLeavesNothing) {
             0);
 }
 
+// A process that held a reference of an earlier tensor of the name, and gave it back, dies
+// while a new tensor of the name is being filled: the new one is no reference of it, and the
+// give-back of the dead holder's references leaves it alone (it used to take it for another
+// server's hash, keep its memory until shutdown and refuse its publish for good).
+TEST_F(Fill, ADeadHolderOfAnEarlierTensorLeavesOneBeingFilledAlone) {
+  auto holder = Sleeper("holder.log");
+  const std::string pid = std::to_string(holder->pid());
+  ASSERT_EQ(Tool("mcd-create", {"again", "--dtype", "u8", "--shape", "64", "--device", "cpu", "-q"})
+                .exit_code,
+            0);
+  ASSERT_EQ(Tool("mcd-get", {"again", "--owner-pid", pid, "-q"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-rm", {"again", "--owner-pid", pid, "-q"}).exit_code, 0);
+  ASSERT_EQ(Tool("mcd-rm", {"again", "-q"}).exit_code, 0);  // the creator's: freed
+  ASSERT_TRUE(test::WaitFor([&] { return ShmCount() == 0; }, 5000));
+  ASSERT_EQ(CreateFilled("again", 4096, getpid())["ok"], true);
+  std::string data = RandomBytes(4096, 77);
+  WriteShm("again", data);
+  // The reaper gives the dead holder's references back and forgets it.
+  auto holds = [&] {
+    auto members = redis_.Connect()->Command({"SMEMBERS", keys_.Holders(node_)});
+    for (const RedisValue& id : members->elements) {
+      if (id.str.rfind(pid + ":", 0) == 0) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(holds()) << "the holder is known while it lives";
+  holder->Stop(SIGKILL);
+  EXPECT_TRUE(test::WaitFor([&] { return !holds(); }, 10000)) << ServeLog();
+  EXPECT_EQ(ServeLog().find("not this server's any more"), std::string::npos) << ServeLog();
+  EXPECT_EQ(Publish("again", getpid(), "pub-again")["ok"], true) << ServeLog();
+  auto got = Tool("mcd-get", {"again", "--no-ref", "-q", "-o", Path("again.npy")});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_TRUE(NpyData(Path("again.npy")) == data) << "the filler's bytes, every one";
+}
+
 // A filler that gives up abandons its tensor: nothing is left. Only its filler may abandon it,
 // and a delete, its filler's too, is not_ready like any other while it is being filled.
 TEST_F(Fill, AFillerThatGivesUpLeavesNothing) {

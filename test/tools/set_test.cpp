@@ -394,8 +394,9 @@ TEST_F(Sets, ASetsListGoesByNameAndItsFirstMemberHoldsTheReference) {
   EXPECT_EQ(HashField("o/layer.9.weight", "refcount"), "1") << "the reference went back";
   ASSERT_TRUE(conn->Command({"LREM", keys_.Set("o"), "0", keys_.Tensor("o/layer.9.weight")}).ok());
   ASSERT_TRUE(conn->Command({"RPUSH", keys_.Set("o"), keys_.Tensor("o/layer.9.weight")}).ok());
-  ASSERT_TRUE(client->GetSet("o").ok()) << "in order again";
-  ASSERT_TRUE(client->ReleaseMany({"o/layer.1.weight"}).ok());
+  auto in_order = client->GetSet("o");
+  ASSERT_TRUE(in_order.ok()) << "in order again: " << in_order.status().ToString();
+  ASSERT_TRUE(client->ReleaseSet(*in_order).ok());
   // A member's value in the record written by hand, malformed or out of its allocation: refused
   // with the member named, the reference given back, nothing opened.
   for (const char* crafted : {"f32 [3,7] 84", "f32 [3,7] 84 0 9", "f99 [3,7] 84 0",
@@ -408,8 +409,65 @@ TEST_F(Sets, ASetsListGoesByNameAndItsFirstMemberHoldsTheReference) {
         << bad.status().message();
     EXPECT_EQ(HashField("o/layer.1.weight", "refcount"), "1") << crafted << ": given back";
   }
+  ASSERT_TRUE(conn->Command({"HSET", keys_.SetRecord("o"), "o/layer.5.weight",
+                             "f16 [8,7] 112 " + HashField("o/layer.5.weight", "offset")})
+                  .ok());
+  auto own = client->GetSet("o");
+  ASSERT_TRUE(own.ok()) << "its own value again: " << own.status().ToString();
+  ASSERT_TRUE(client->ReleaseSet(*own).ok());
+  // A name in the record that is no member's: refused the same way.
+  for (const std::string& stranger : {std::string("p/layer.5.weight"), std::string("o/"),
+                                      std::string("o/bad name"), "o/" + std::string(300, 'x')}) {
+    ASSERT_TRUE(conn->Command({"HSET", keys_.SetRecord("o"), stranger, "u8 [8] 8 0"}).ok());
+    auto bad = client->GetSet("o");
+    ASSERT_FALSE(bad.ok()) << stranger;
+    EXPECT_EQ(bad.status().code(), ErrorCode::kUnexpectedReply) << stranger;
+    EXPECT_NE(bad.status().message().find("no member of it"), std::string::npos)
+        << stranger << ": " << bad.status().message();
+    EXPECT_EQ(HashField("o/layer.1.weight", "refcount"), "1") << stranger << ": given back";
+    ASSERT_TRUE(conn->Command({"HDEL", keys_.SetRecord("o"), stranger}).ok());
+  }
   ASSERT_EQ(Tool("mcd-rm", {"o/", "-q"}).exit_code, 0);
   EXPECT_TRUE(ShmFreedSoon());
+}
+
+// A server SIGKILLed with a set: the next instance removes the dead one's member hashes, and the
+// set's list and record with them; a plain tensor made since under a former member's name is no
+// member, and a get of the set takes no reference of it. A list whose first entry lost its hash
+// some other way (by hand here) is mended by the set's next get.
+TEST_F(Sets, ASetOfADeadServerGoesWithItsMembers) {
+  auto client = ConnectClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateSet(Spec("d", 3, 11).spec).ok());
+  EXPECT_EQ(server_->Stop(SIGKILL), -SIGKILL);
+  ASSERT_TRUE(test::WaitFor([&] { return !Heartbeat(); }, 6000));
+  StartServer();
+  auto conn = redis_.Connect();
+  EXPECT_EQ(conn->Command({"EXISTS", keys_.Set("d"), keys_.SetRecord("d")})->integer, 0)
+      << ServeLog();
+  auto again = ConnectClient();
+  ASSERT_NE(again, nullptr);
+  ASSERT_TRUE(again->Create(HostSpec("d/layer.0.weight")).ok());
+  auto none = again->GetSet("d");
+  EXPECT_EQ(none.status().code(), ErrorCode::kNotFound) << none.status().ToString();
+  EXPECT_EQ(HashField("d/layer.0.weight", "refcount"), "1") << "no reference taken of it";
+  ASSERT_TRUE(again->ReleaseMany({"d/layer.0.weight"}).ok());
+
+  Made made = Spec("e", 3, 12);
+  ASSERT_TRUE(again->CreateSet(made.spec).ok());
+  ASSERT_TRUE(conn->Command({"DEL", keys_.Tensor("e/layer.0.weight")}).ok());
+  auto mended = again->GetSet("e");
+  ASSERT_TRUE(mended.ok()) << mended.status().ToString();
+  EXPECT_EQ(ListedKeys("e").front(), keys_.Tensor("e/layer.1.weight"));
+  EXPECT_EQ(RecordNames("e").count("e/layer.0.weight"), 0u);
+  ASSERT_EQ(mended->size(), 2u);
+  for (const TensorView& view : *mended) {
+    size_t i = view.record.name == "e/layer.1.weight" ? 1 : 2;
+    EXPECT_EQ(std::memcmp(view.data, made.bytes[i].data(), made.bytes[i].size()), 0)
+        << view.record.name;
+  }
+  EXPECT_EQ(HashField("e/layer.1.weight", "refcount"), "2");
+  ASSERT_TRUE(again->ReleaseSet(*mended).ok());
 }
 
 // A set made empty (no contents) is zeroed and ready at once.

@@ -127,7 +127,9 @@ MCD_API int32_t mcd_release_many(mcd_client* client, const char* const* names, s
  * mcd_get_set: every member of set `set` still there, opened with one mapping, and one reference
  * for the whole set (of its member first by name, out[0]: the set's memory stays while any member
  * lives), in one Redis round trip, all or nothing; *out (free it with mcd_free) holds *count
- * tensors, sorted by name. Give it back with mcd_release_set, not mcd_release of the members.
+ * tensors, sorted by name; each member's refcount is the leader's (the set's references), its
+ * dtype, shape and bytes its own. Give it back with mcd_release_set, not mcd_release of the
+ * members.
  * mcd_release_set: closes the mappings of the `count` members of one mcd_get_set (all of them,
  * as it handed them out, each once; each is found open here by its name and data) and gives back
  * its reference. */

@@ -10,6 +10,7 @@
 
 #include "client/records.h"
 #include "protocol/not_held.h"
+#include "protocol/text.h"
 #include "redis/lua_scripts.h"
 #include "redis/script_calls.h"
 
@@ -271,7 +272,8 @@ Result<std::vector<TensorRecord>> ReferenceScript::SetRecords(const std::string&
   MCD_ASSIGN_OR_RETURN(TensorRecord leader, Answer(answer.leader, answer.answers[0]));
   if (leader.set != set) {
     return Status(ErrorCode::kUnexpectedReply, "tensor set '" + set + "': its first member '" +
-                                                   answer.leader + "' is not of the set");
+                                                   Printable(answer.leader, 255) +
+                                                   "' is not of the set");
   }
   std::vector<TensorRecord> records;
   records.reserve(answer.members.size());
@@ -282,20 +284,21 @@ Result<std::vector<TensorRecord>> ReferenceScript::SetRecords(const std::string&
       listed = true;
       continue;
     }
+    MCD_ASSIGN_OR_RETURN(TensorRecord member, MemberFromSetRecord(leader, name, value));
     // The leader is the member first by name (the server writes the list sorted), which is the
     // one ReleaseSet gives back.
     if (name < answer.leader) {
       return Status(ErrorCode::kUnexpectedReply, "tensor set '" + set + "': its list of members " +
                                                      "does not start with the first by name ('" +
-                                                     name + "' before '" + answer.leader + "')");
+                                                     Printable(name, 255) + "' before '" +
+                                                     Printable(answer.leader, 255) + "')");
     }
-    MCD_ASSIGN_OR_RETURN(TensorRecord member, MemberFromSetRecord(leader, name, value));
     records.push_back(std::move(member));
   }
   if (!listed) {
-    return Status(
-        ErrorCode::kUnexpectedReply,
-        "tensor set '" + set + "': its record lacks its first member '" + answer.leader + "'");
+    return Status(ErrorCode::kUnexpectedReply, "tensor set '" + set +
+                                                   "': its record lacks its first member '" +
+                                                   Printable(answer.leader, 255) + "'");
   }
   return records;
 }

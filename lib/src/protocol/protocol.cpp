@@ -302,6 +302,13 @@ Result<TensorRecord> MemberFromSetRecord(const TensorRecord& leader, const std::
                   "the record of tensor set '" + Printable(leader.set, 255) +
                       "' has a malformed value for '" + Printable(name, 255) + "'");
   };
+  // A member of the set by its name: "SET/..." and a valid tensor name.
+  if (name.size() <= leader.set.size() + 1 || name.compare(0, leader.set.size(), leader.set) != 0 ||
+      name[leader.set.size()] != '/' || !ValidateName(name).ok()) {
+    return Status(ErrorCode::kUnexpectedReply, "the record of tensor set '" +
+                                                   Printable(leader.set, 255) + "' names '" +
+                                                   Printable(name, 255) + "', no member of it");
+  }
   // Four fields, none with a space in it: a shape is JSON without spaces (ShapeToJson).
   std::string_view rest = value;
   std::string_view parts[4];

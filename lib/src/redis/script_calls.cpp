@@ -242,23 +242,40 @@ Result<std::vector<std::string>> ParseSetMembersReply(Result<RedisValue> reply) 
 std::vector<std::string> DeleteIfCall(const DeleteIfArgs& a) {
   std::vector<std::string> argv;
   argv.reserve(13);
+  const bool of_set = !a.set.empty();
   for (std::string_view arg : {std::string_view("EVAL"), std::string_view(kDeleteIfScript),
-                               std::string_view("2"), a.key, a.events, a.field, a.value}) {
+                               std::string_view(of_set ? "4" : "2"), a.key, a.events}) {
     argv.emplace_back(arg);
   }
+  if (of_set) {
+    argv.emplace_back(a.set_list);
+    argv.emplace_back(a.set_record);
+  }
+  argv.emplace_back(a.field);
+  argv.emplace_back(a.value);
   argv.push_back(std::to_string(a.event_cap));
   argv.emplace_back(a.event.kind);
   argv.emplace_back(a.name);
   argv.emplace_back(a.node);
   argv.push_back(std::to_string(a.event.pid));
   argv.emplace_back(a.event.reason);
+  if (of_set) argv.emplace_back(a.set);
   return argv;
 }
 
 std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
                                          const std::string& field, const std::string& value,
-                                         const CommitEvent& event, const std::string& name) {
+                                         const CommitEvent& event, const std::string& name,
+                                         const KeySpace* keys, const std::string& set) {
+  std::string set_list, set_record;
   DeleteIfArgs args;
+  if (keys != nullptr && !set.empty()) {
+    set_list = keys->Set(set);
+    set_record = keys->SetRecord(set);
+    args.set = set;
+    args.set_list = set_list;
+    args.set_record = set_record;
+  }
   args.key = key;
   args.events = events.key;
   args.field = field;

@@ -120,6 +120,9 @@ struct DeleteIfArgs {
   CommitEvent event;      // kind, then name and node, then pid and reason
   std::string_view name;  // "" for a server event
   std::string_view node;
+  // A member of a tensor set: the set's name, list and record (KEYS[3], KEYS[4]), which lose
+  // the member with its hash; "" for none.
+  std::string_view set, set_list, set_record;
 };
 std::vector<std::string> DeleteIfCall(const DeleteIfArgs& args);  // EVAL
 // True when the key was deleted.
@@ -137,10 +140,13 @@ struct EventTarget {
 };
 // The EVAL of delete_if.lua (DeleteIfCall), for the keys a server removes outside a command:
 // deletes `key` while its `field` holds `value`, appending `event` about tensor `name` ("" for a
-// server event) to `events`.
+// server event) to `events`; a member of tensor set `set` (named so in its hash) leaves the set's
+// list and record (`keys`'s) with it.
 std::vector<std::string> DeleteIfCommand(const EventTarget& events, const std::string& key,
                                          const std::string& field, const std::string& value,
-                                         const CommitEvent& event, const std::string& name);
+                                         const CommitEvent& event, const std::string& name,
+                                         const KeySpace* keys = nullptr,
+                                         const std::string& set = "");
 
 // ---- forward.lua ---------------------------------------------------------------------------
 

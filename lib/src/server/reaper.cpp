@@ -73,6 +73,10 @@ Status Reaper::GiveBackAll(const std::string& holder) {
     std::string name = opt_.keys.NameFromTensorKey(key.str);
     auto found = table_.find(name);
     if (found == table_.end()) continue;  // gone already (deleted, reclaimed)
+    // A tensor still being filled has no reference of any holder (gets are refused until its
+    // publish): the key in the holder's set is an earlier tensor's of the same name, and the
+    // give-back, which needs a ready hash, would find this one "not mine".
+    if (found->second.filler) continue;
     auto t0 = OutcomeLog::Clock::now();
     // "mine": a hash this instance wrote; the script gives back what the hash says the holder
     // holds (none when it gave them back itself).

@@ -166,18 +166,20 @@ Result<bool> Resettle::RemovalCommitted(const std::string& name) {
 }
 
 Status Resettle::RemovePhantoms() {
-  std::vector<std::string> phantoms;
-  Status scanned = ScanNodeHashes(
-      *pipeline_.Drained(), opt_.keys, opt_.node, {}, [&](const std::string& key, RedisValue& f) {
-        std::string name = opt_.keys.NameFromTensorKey(key);
-        if (f.elements[0].str == instance_ && table_.find(name) == table_.end())
-          phantoms.push_back(name);
-        return Status::Ok();
-      });
+  std::vector<std::pair<std::string, std::string>> phantoms;  // name, set
+  Status scanned =
+      ScanNodeHashes(*pipeline_.Drained(), opt_.keys, opt_.node, {"set"},
+                     [&](const std::string& key, RedisValue& f) {
+                       std::string name = opt_.keys.NameFromTensorKey(key);
+                       if (f.elements[0].str == instance_ && table_.find(name) == table_.end())
+                         phantoms.emplace_back(name, f.elements[1].str);
+                       return Status::Ok();
+                     });
   MCD_RETURN_IF_ERROR(scanned);
-  for (const std::string& name : phantoms) {
-    auto command = DeleteIfCommand(pipeline_.events(), opt_.keys.Tensor(name), "owner", instance_,
-                                   CommitEvent{"reclaim", getpid(), "stale"}, name);
+  for (const auto& [name, set] : phantoms) {
+    auto command =
+        DeleteIfCommand(pipeline_.events(), opt_.keys.Tensor(name), "owner", instance_,
+                        CommitEvent{"reclaim", getpid(), "stale"}, name, &opt_.keys, set);
     MCD_RETURN_IF_ERROR(
         pipeline_.Command(std::vector<std::string_view>(command.begin(), command.end())).status());
     Log(LogLevel::kWarn, "removed the hash of tensor '" + name +

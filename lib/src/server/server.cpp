@@ -417,7 +417,7 @@ size_t Server::Impl::DeleteAndFreeAll() {
     CommitEvent event{"reclaim", getpid(), "server_stopped"};
     for (const auto& [name, entry] : table_.tensors()) {
       auto command = DeleteIfCommand(pipeline_->events(), opt_.keys.Tensor(name), "owner",
-                                     instance_, event, name);
+                                     instance_, event, name, &opt_.keys, entry.record.set);
       if (!redis.Append(std::vector<std::string_view>(command.begin(), command.end())).ok()) break;
       if (++pending == 1000) drain();
     }

@@ -58,7 +58,7 @@ Status ReconcileNode(RedisConnection& redis, const ReconcileOptions& opt,
                      const std::string& socket_dir) {
   int removed = 0;
   Status scanned = ScanNodeHashes(
-      redis, opt.keys, opt.node, {"ipc_kind", "ipc_handle"},
+      redis, opt.keys, opt.node, {"ipc_kind", "ipc_handle", "set"},
       [&](const std::string& key, RedisValue& f) -> Status {
         if (f.elements[0].str == instance) return Status::Ok();
         // Only an object a server of this node made: the name comes from Redis, where anyone
@@ -78,9 +78,10 @@ Status ReconcileNode(RedisConnection& redis, const ReconcileOptions& opt,
         }
         // Only while it is still the dead instance's, with the event that says it went.
         const std::string& dead = f.elements[0].str;
-        auto command = DeleteIfCommand(EventTarget::Of(opt.keys, opt.event_history, opt.node), key,
-                                       "owner", dead, CommitEvent{"reclaim", 0, "server_lost"},
-                                       opt.keys.NameFromTensorKey(key));
+        auto command =
+            DeleteIfCommand(EventTarget::Of(opt.keys, opt.event_history, opt.node), key, "owner",
+                            dead, CommitEvent{"reclaim", 0, "server_lost"},
+                            opt.keys.NameFromTensorKey(key), &opt.keys, f.elements[3].str);
         MCD_RETURN_IF_ERROR(
             redis.Command(std::vector<std::string_view>(command.begin(), command.end())).status());
         Log(LogLevel::kInfo, "removed stale tensor '" + opt.keys.NameFromTensorKey(key) +

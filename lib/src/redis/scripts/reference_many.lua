@@ -63,12 +63,24 @@ local server = redis.call('HMGET', KEYS[1], HB_INSTANCE, HB_EVENT_HISTORY, HB_SE
 local keys, names, replies = {}, {}, {}
 local record  -- a set's: its record, read whole
 if of_set then
-  local leader = redis.call('LINDEX', KEYS[6], 0)
-  if not leader then return {'failed', 0, {'missing', server[1] or '', server[3] or ''}} end
+  local set_name = ARGV[first_arg + 1]
+  local leader
+  while true do
+    leader = redis.call('LINDEX', KEYS[6], 0)
+    if not leader then
+      redis.call('DEL', KEYS[7])  -- what is left of a set whose members are all gone
+      return {'failed', 0, {'missing', server[1] or '', server[3] or ''}}
+    end
+    if redis.call('HGET', leader, 'set') == set_name then break end
+    -- An entry whose hash went without the list (its server's instance died, or Redis came back
+    -- from an older copy): it leaves the list and the record here.
+    redis.call('LPOP', KEYS[6])
+    redis.call('HDEL', KEYS[7], string.match(leader, '{([^{}]*)}$') or leader)
+  end
   record = redis.call('HGETALL', KEYS[7])
   if #record == 0 then
-    return redis.error_reply('ERR tensor set ' .. ARGV[first_arg + 1] ..
-                             ' has no record of its members (made by a server of another version)')
+    return redis.error_reply('ERR tensor set ' .. set_name .. ' has no record of its members (' ..
+                             KEYS[7] .. ': made by a server of an older version, or removed)')
   end
   keys[1], names[1] = leader, string.match(leader, '{([^{}]*)}$') or leader
 else
