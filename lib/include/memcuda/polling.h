@@ -16,10 +16,12 @@ namespace mcd {
 MCD_API int SpinMicros();
 
 // Microseconds the server's serving loop polls its command socket for a client's next command
-// before it goes back to its blocking take on Redis, whose waking costs a wake marker's round
-// trip besides the thread's wake. MCD_SERVER_SPIN_US when set (0: off); otherwise SpinMicros().
-// Longer helps a client paced by its own work (a Python producer between two creates) and hurts
-// commands that come through the queue, which wait out the spin (docs/design.md). Read once.
+// (and the queue, every 50 us) before it goes back to its blocking take on Redis, whose waking
+// costs a wake marker's round trip besides the thread's wake. MCD_SERVER_SPIN_US when set (0:
+// off); otherwise kServerSpinMicros where SpinMicros() polls at all, else 0. Long enough for a
+// client paced by its own work (a Python producer between two handovers) to find the loop awake
+// (docs/design.md). Read once.
 MCD_API int ServerSpinMicros();
+inline constexpr int kServerSpinMicros = 1000;
 
 }  // namespace mcd

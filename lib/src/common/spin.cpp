@@ -26,7 +26,7 @@ int ServerSpinMicros() {
     if (const char* env = std::getenv("MCD_SERVER_SPIN_US"); env != nullptr && *env != '\0') {
       return std::max(0, std::atoi(env));
     }
-    return SpinMicros();
+    return SpinMicros() > 0 ? kServerSpinMicros : 0;
   }();
   return micros;
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "common/log.h"
@@ -17,6 +18,14 @@
 #include "protocol/json_codec.h"
 
 namespace mcd {
+
+namespace {
+// Whether `fd` has something to read, without waiting.
+bool Readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) > 0;
+}
+}  // namespace
 
 Status Waker::Wake() {
   // The connection leaves its slot for the call, so that no thread waits under the lock through
@@ -75,14 +84,8 @@ Result<RedisValue> Intake::WaitForCommand(RedisConnection& redis) {
   }
   // A socket client that just had its reply often sends its next command soon: look for it a
   // while before blocking, since the blocking take costs a wake and a marker to call off.
-  // Commands in the queue wait meanwhile, which is why the spin is short by default.
-  if (last_from_socket_ && SpinUntil(
-                               [this] {
-                                 CollectSocket();
-                                 return !socket_in_.empty();
-                               },
-                               ServerSpinMicros())) {
-    return RedisValue{};
+  if (last_from_socket_) {
+    if (std::optional<Result<RedisValue>> found = SpinWithQueuePeeks(redis)) return *found;
   }
   MCD_RETURN_IF_ERROR(SendTake(redis));
   std::vector<pollfd> fds;
@@ -110,6 +113,53 @@ Result<RedisValue> Intake::WaitForCommand(RedisConnection& redis) {
   }
   MCD_RETURN_IF_ERROR(ReadMarkersRemoved(redis));
   return ReadTakeAnswer(redis);
+}
+
+std::optional<Result<RedisValue>> Intake::SpinWithQueuePeeks(RedisConnection& redis) {
+  // The queue is looked at too, with a non-blocking LMOVE every kQueuePeekMicros, so that the
+  // commands there wait no longer than that while the loop spins for the socket (a command on
+  // the queue would otherwise wait out the whole spin: the 8-client pairs' p99 doubled with a
+  // spin of 1 ms that looked at the socket alone). An LMOVE that finds the queue empty costs
+  // Redis about a microsecond.
+  using Clock = std::chrono::steady_clock;
+  if (ServerSpinMicros() <= 0) {  // no spin: a look at the socket, and no round trip
+    CollectSocket();
+    if (socket_in_.empty()) return std::nullopt;
+    return Result<RedisValue>(RedisValue{});
+  }
+  bool peek_out = false;
+  bool found = false;
+  Result<RedisValue> peeked = RedisValue{};
+  Clock::time_point next_peek = Clock::now();
+  auto read_peek = [&] {
+    peek_out = false;
+    peeked = redis.ReadCommandReply("LMOVE");
+    found = !peeked.ok() || !peeked->is_nil();
+    next_peek = Clock::now() + std::chrono::microseconds(kQueuePeekMicros);
+  };
+  SpinUntil(
+      [&] {
+        CollectSocket();
+        if (!peek_out && Clock::now() >= next_peek) {
+          Status sent = redis.Append({"LMOVE", queue_key_, processing_key_, "RIGHT", "LEFT"});
+          if (sent.ok()) sent = redis.FlushOutput();
+          if (!sent.ok()) {
+            peeked = sent;
+            found = true;
+          }
+          peek_out = sent.ok();
+        }
+        if (peek_out && (redis.ReplyBuffered() || Readable(redis.fd()))) read_peek();
+        return found || !socket_in_.empty();
+      },
+      ServerSpinMicros());
+  if (peek_out) read_peek();  // its answer is the connection's next: read before anything else
+  if (found) {
+    if (peeked.ok()) TakeAccepted();
+    return peeked;
+  }
+  if (!socket_in_.empty()) return Result<RedisValue>(RedisValue{});
+  return std::nullopt;
 }
 
 Result<RedisValue> Intake::CallOffTake(RedisConnection& redis) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -107,6 +108,10 @@ class Intake {
  private:
   // A route for a command of socket connection `conn`, waiting for its one reply.
   Route NewRoute(uint64_t conn);
+  // Spins for ServerSpinMicros looking at the command socket and, every kQueuePeekMicros, at
+  // the queue (a non-blocking LMOVE on `redis`): what it found (a command moved, or nil with
+  // socket lines collected), or nullopt when nothing came and the loop is to block.
+  std::optional<Result<RedisValue>> SpinWithQueuePeeks(RedisConnection& redis);
   // Wakes the serving connection's BLMOVE (through the Waker) and returns its answer.
   Result<RedisValue> CallOffTake(RedisConnection& redis);
   // Reads the blocking take's answer; an answer, not an error, is a take accepted.
@@ -115,6 +120,9 @@ class Intake {
   Status SendTake(RedisConnection& redis);
   // Reads the reply of the LREM that SendTake sent ahead of the take, when it sent one.
   Status ReadMarkersRemoved(RedisConnection& redis);
+
+  // How often the spin for the socket looks at the queue.
+  static constexpr int kQueuePeekMicros = 50;
 
   const std::string queue_key_;  // the node's queue
   const std::string processing_key_;
