@@ -119,28 +119,39 @@ std::optional<Result<RedisValue>> Intake::SpinWithQueuePeeks(RedisConnection& re
   // The queue is looked at too, with a non-blocking LMOVE every kQueuePeekMicros, so that the
   // commands there wait no longer than that while the loop spins for the socket (a command on
   // the queue would otherwise wait out the whole spin: the 8-client pairs' p99 doubled with a
-  // spin of 1 ms that looked at the socket alone). An LMOVE that finds the queue empty costs
-  // Redis about a microsecond.
+  // spin of 1 ms that looked at the socket alone). A socket command that comes while an LMOVE is
+  // out waits for its answer, so where one takes longer than kQueuePeekMicros (a Redis on
+  // another host) the looks stop and the spin is the socket's alone, as long as SpinMicros().
   using Clock = std::chrono::steady_clock;
   if (ServerSpinMicros() <= 0) {  // no spin: a look at the socket, and no round trip
     CollectSocket();
     if (socket_in_.empty()) return std::nullopt;
     return Result<RedisValue>(RedisValue{});
   }
+  const auto peek_every = std::chrono::microseconds(kQueuePeekMicros);
+  const Clock::time_point start = Clock::now();
+  Clock::time_point socket_only_until = start + std::chrono::microseconds(SpinMicros());
+  bool peeking = true;
   bool peek_out = false;
   bool found = false;
+  bool gave_up = false;
   Result<RedisValue> peeked = RedisValue{};
-  Clock::time_point next_peek = Clock::now();
+  Clock::time_point next_peek = start;
+  Clock::time_point sent_at = start;
   auto read_peek = [&] {
     peek_out = false;
     peeked = redis.ReadCommandReply("LMOVE");
     found = !peeked.ok() || !peeked->is_nil();
-    next_peek = Clock::now() + std::chrono::microseconds(kQueuePeekMicros);
+    Clock::time_point now = Clock::now();
+    next_peek = now + peek_every;
+    if (now - sent_at > peek_every) peeking = false;  // a slow round trip: the socket alone
   };
   SpinUntil(
       [&] {
         CollectSocket();
-        if (!peek_out && Clock::now() >= next_peek) {
+        Clock::time_point now = Clock::now();
+        if (!peeking && !peek_out && now >= socket_only_until) gave_up = true;
+        if (peeking && !peek_out && now >= next_peek) {
           Status sent = redis.Append({"LMOVE", queue_key_, processing_key_, "RIGHT", "LEFT"});
           if (sent.ok()) sent = redis.FlushOutput();
           if (!sent.ok()) {
@@ -148,16 +159,15 @@ std::optional<Result<RedisValue>> Intake::SpinWithQueuePeeks(RedisConnection& re
             found = true;
           }
           peek_out = sent.ok();
+          sent_at = now;
         }
         if (peek_out && (redis.ReplyBuffered() || Readable(redis.fd()))) read_peek();
-        return found || !socket_in_.empty();
+        return found || gave_up || !socket_in_.empty();
       },
       ServerSpinMicros());
   if (peek_out) read_peek();  // its answer is the connection's next: read before anything else
-  if (found) {
-    if (peeked.ok()) TakeAccepted();
-    return peeked;
-  }
+  if (peeked.ok() && (found || !socket_in_.empty())) TakeAccepted();  // Redis answered a take
+  if (found) return peeked;
   if (!socket_in_.empty()) return Result<RedisValue>(RedisValue{});
   return std::nullopt;
 }

@@ -304,6 +304,9 @@ Status Server::Impl::Run() {
     std::vector<Request> requests = intake_->Requests(std::move(taken).value());
     if (requests.empty()) {
       busy = false;  // a take sent ahead that brought a wake marker alone: no take is out now
+      // Nothing came (a take's timeout, a wake marker): the next wait blocks at once rather
+      // than spin for a socket client that has gone quiet.
+      intake_->set_last_from_socket(false);
       continue;
     }
     // While commands come on the socket, the list is looked at with each batch, without blocking.
