@@ -245,6 +245,16 @@ TEST_F(Sets, ASetFromAListIsMadeByTheTool) {
   EXPECT_NE(bad.err.find("list.txt:2"), std::string::npos) << bad.err;
   EXPECT_EQ(HashField("other/a", "state"), "");
   EXPECT_EQ(ShmCount(), 1u);
+
+  // A set is got alone and without --print; each mistake says which it is, nothing taken.
+  auto two = Tool("mcd-get", {"batch/", "batch/ids"});
+  EXPECT_EQ(two.exit_code, 64);
+  EXPECT_NE(two.err.find("not with other names"), std::string::npos) << two.err;
+  auto print = Tool("mcd-get", {"batch/", "--print", "2"});
+  EXPECT_EQ(print.exit_code, 64);
+  EXPECT_NE(print.err.find("--print shows one tensor"), std::string::npos) << print.err;
+  EXPECT_EQ(HashField("batch/bias", "refcount"), "1");
+  EXPECT_EQ(HashField("batch/ids", "refcount"), "1");
 }
 
 // A member freed on its own leaves the set for good: a tensor of its name made since is none of

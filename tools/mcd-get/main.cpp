@@ -187,9 +187,14 @@ int GetSet(const GetFlags& f, const std::string& set) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
                                     "-o writes a tensor set (NAME/) to a .safetensors file"));
   }
-  if (f.names.size() > 1 || f.print_count > 0) {
+  if (f.names.size() > 1) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
-                                    "a tensor set (NAME/) is got alone, without --print"));
+                                    "a tensor set (NAME/) is got alone, not with other names"));
+  }
+  if (f.print_count > 0) {
+    return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
+                                    "--print shows one tensor; a tensor set (NAME/) is got "
+                                    "without it (mcd-get NAME/MEMBER --print N shows a member)"));
   }
   if (!f.output.empty() && (f.holder.detached || f.holder.owner_pid != 0)) {
     return tools::Fail(tool, Status(ErrorCode::kInvalidArgument,
