@@ -239,8 +239,10 @@ int GetSet(const GetFlags& f, const std::string& set) {
   // the tool keeps or gave back stands either way.
   auto listed = (*client)->List(set + "/*");
   std::map<std::string, int64_t> counts;
-  for (const TensorRecord& r : listed.ok() ? *listed : std::vector<TensorRecord>()) {
-    if (r.set == set) counts[r.name] = r.refcount;  // not a tensor of the name that is no member
+  if (listed.ok()) {
+    for (const TensorRecord& r : *listed) {
+      if (r.set == set) counts[r.name] = r.refcount;  // not a tensor of the name that is no member
+    }
   }
   for (TensorRecord& record : records) {
     auto now = counts.find(record.name);

@@ -64,6 +64,7 @@ local keys, names, replies = {}, {}, {}
 local record  -- a set's: its record, read whole
 if of_set then
   local set_name = ARGV[first_arg + 1]
+  local function name_of(key) return string.match(key, '{([^{}]*)}$') or key end
   local leader
   while true do
     leader = redis.call('LINDEX', KEYS[6], 0)
@@ -75,14 +76,14 @@ if of_set then
     -- An entry whose hash went without the list (its server's instance died, or Redis came back
     -- from an older copy): it leaves the list and the record here.
     redis.call('LPOP', KEYS[6])
-    redis.call('HDEL', KEYS[7], string.match(leader, '{([^{}]*)}$') or leader)
+    redis.call('HDEL', KEYS[7], name_of(leader))
   end
   record = redis.call('HGETALL', KEYS[7])
   if #record == 0 then
     return redis.error_reply('ERR tensor set ' .. set_name .. ' has no record of its members (' ..
                              KEYS[7] .. ': made by a server of an older version, or removed)')
   end
-  keys[1], names[1] = leader, string.match(leader, '{([^{}]*)}$') or leader
+  keys[1], names[1] = leader, name_of(leader)
 else
   for i = 1, (#KEYS - 5) / 2 do
     keys[i], replies[i] = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
