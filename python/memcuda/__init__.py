@@ -144,15 +144,16 @@ class Client:
                        len(shape), _device(device), ctypes.byref(options), ctypes.byref(out))
             if len(self._created) < _CREATED_TRACKED:
                 self._created[name] += 1
-        return Tensor(self, None, out)
+        return Tensor(self, None, _Record(out))
 
     def get(self, name: str) -> "Tensor":
         """Takes a reference to tensor `name` for this process and opens it here."""
         out = _CTensor()
         with self._lock:  # the reference and its count at once: rm() never sees one alone
             self._call(_clib.mcd_get, _bytes(name), ctypes.byref(out))
-            mapping = _Mapping(self, out)
-        return Tensor(self, mapping, out)
+            record = _Record(out)
+            mapping = _Mapping(self, record)
+        return Tensor(self, mapping, record)
 
     def get_many(self, names: Iterable[str]) -> List["Tensor"]:
         """get() for every tensor of `names` (distinct) in one Redis round trip, all or
@@ -166,7 +167,8 @@ class Client:
         out = (_CTensor * len(names))()
         with self._lock:
             self._call(_clib.mcd_get_many, array, len(names), out)
-            return [Tensor(self, _Mapping(self, record), record) for record in out]
+            records = [_Record(c) for c in out]
+            return [Tensor(self, _Mapping(self, record), record) for record in records]
 
     def create_set(self, name: str, members: Sequence[tuple], device: Device = 0,
                    init: str = "zero") -> Dict[str, "Tensor"]:
@@ -215,11 +217,12 @@ class Client:
         with self._lock:
             self._call(_clib.mcd_get_set, _bytes(name), ctypes.byref(array), ctypes.byref(count))
             try:
-                records = ctypes.cast(array, ctypes.POINTER(_CTensor))
-                members = [records[i] for i in range(count.value)]
-                hold = _SetHold(self, [(record.name.decode(), record.data) for record in members])
-                return {record.name.decode()[len(name) + 1:]:
-                        Tensor(self, _Mapping(self, record, hold), record) for record in members}
+                array_of = ctypes.cast(array, ctypes.POINTER(_CTensor))
+                members = [_Record(array_of[i]) for i in range(count.value)]
+                hold = _SetHold(self, [(record.name, record.data) for record in members])
+                cut = len(name) + 1
+                return {record.name[cut:]: Tensor(self, _Mapping(self, record, hold), record)
+                        for record in members}
             finally:
                 _clib.mcd_free(array)
 
@@ -410,6 +413,21 @@ class Client:
                 _clib.mcd_release_reference(self._handle, name.encode())
 
 
+class _Record:
+    """What a C record (struct mcd_tensor) says, read out of it once: ctypes reads each field
+    anew on every access, and a get_set of a model's 291 members read each several times."""
+
+    __slots__ = ("name", "dtype", "device", "shape", "nbytes", "data")
+
+    def __init__(self, c):
+        self.name = c.name.decode()
+        self.dtype = c.dtype.decode()
+        self.device = c.device
+        self.shape = tuple(c.shape[:c.ndim])
+        self.nbytes = c.bytes
+        self.data = c.data
+
+
 class _SetHold:
     """The one reference of a get_set and its members' mappings, given back when this object is
     garbage-collected: it is held by the _Mapping of every member it opened. `members`: their
@@ -431,11 +449,11 @@ class _Mapping:
 
     def __init__(self, client, record, hold=None):
         self.client = client  # a mapping keeps its client, which gives it back
-        self.name = record.name.decode()
-        self.dtype = record.dtype.decode()
+        self.name = record.name
+        self.dtype = record.dtype
         self.device = record.device
-        self.shape = tuple(record.shape[i] for i in range(record.ndim))
-        self.nbytes = record.bytes
+        self.shape = record.shape
+        self.nbytes = record.nbytes
         self.data = record.data
         self.hold = hold
         if hold is None:
@@ -458,10 +476,10 @@ class Tensor:
     def __init__(self, client, mapping, record):
         self._client = client
         self._mapping = mapping  # None until first use for a Tensor from create()
-        self.name: str = record.name.decode()
-        self.dtype: str = record.dtype.decode()  # memcuda's name: "f32", "bf16", ...
-        self.shape: Tuple[int, ...] = tuple(record.shape[i] for i in range(record.ndim))
-        self.nbytes: int = record.bytes
+        self.name: str = record.name
+        self.dtype: str = record.dtype  # memcuda's name: "f32", "bf16", ...
+        self.shape: Tuple[int, ...] = record.shape
+        self.nbytes: int = record.nbytes
         self.device: Union[int, str] = "cpu" if record.device == DEVICE_CPU else record.device
         self._released = False
         self._interface_exported = False
@@ -620,7 +638,7 @@ class Tensor:
         out = _CTensor()
         with self._client._lock:  # as in Client.get
             self._client._call(_clib.mcd_get, self.name.encode(), ctypes.byref(out))
-            return _Mapping(self._client, out)
+            return _Mapping(self._client, _Record(out))
 
 
 def as_torch(tensors: Dict[str, "Tensor"]) -> Dict[str, Any]:
