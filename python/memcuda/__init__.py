@@ -156,10 +156,11 @@ class Client:
         return Tensor(self, mapping, record)
 
     def get_many(self, names: Iterable[str]) -> List["Tensor"]:
-        """get() for every tensor of `names` (distinct) in one Redis round trip, all or
-        nothing: on an error no reference is taken, and the error names the tensor that
-        stopped it. Tensors that share an allocation (a tensor set's members) are mapped once.
-        A list of Tensors in the order of `names`."""
+        """get() for every tensor of `names` (distinct) in one Redis round trip (64 tensors
+        per round trip for more, each 64 opened while the next are got), all or nothing: on an
+        error no reference is kept, and the error names the tensor that stopped it. Tensors that
+        share an allocation (a tensor set's members) are mapped once. A list of Tensors in the
+        order of `names`."""
         if isinstance(names, (str, bytes)):
             raise InvalidArgument("get_many takes a list of names, not one name")
         names = [_str(name) for name in names]

@@ -6,8 +6,11 @@
 // redis-server, mcd-serve and tools, host tensors; every byte read is compared with what was
 // written.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "lifecycle_fixture.h"
 #include "test_support.h"
@@ -158,6 +161,70 @@ TEST_F(Batch, OneTensorThatCannotBeGotLeavesEveryRefcountAsItWas) {
   (void)Raw(
       R"({"op":"abandon","name":"filling","pid":)" + std::to_string(getpid()) + R"(,"req":"f2"})",
       "f2");
+}
+
+// How many mappings of shared-memory objects this process has.
+int MappedShmObjects() {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);)
+    count += line.find("/dev/shm/") != std::string::npos;
+  return count;
+}
+
+// A batch larger than a chunk (64) is taken 64 per script call, each chunk opened while the next
+// call is under way: every byte read is its tensor's own, and a refusal in a later chunk, or an
+// open that fails there, gives back every reference of the earlier chunks and leaves nothing
+// mapped.
+TEST_F(Batch, ALargeBatchIsTakenInChunksAndStaysAllOrNone) {
+  auto producer = ConnectClient();
+  auto consumer = ConnectClient();
+  ASSERT_NE(producer, nullptr);
+  ASSERT_NE(consumer, nullptr);
+  auto made = CreateFilled(*producer, "big.", 150);
+  std::vector<std::string> names = Names(made);
+  std::reverse(names.begin(), names.end());
+  int mapped = MappedShmObjects();
+  int64_t scripts = EvalshaCalls();
+  {
+    auto views = consumer->GetMany(names);
+    ASSERT_TRUE(views.ok()) << views.status().ToString();
+    EXPECT_EQ(EvalshaCalls() - scripts, 3) << "150 tensors, 64 per script call";
+    ASSERT_EQ(views->size(), names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const TensorView& view = (*views)[i];
+      EXPECT_EQ(view.record.name, names[i]);
+      EXPECT_EQ(HashField(names[i], "refcount"), "2") << names[i];
+      const std::string& data = made[names[i]];
+      ASSERT_EQ(view.record.bytes, data.size());
+      EXPECT_EQ(std::memcmp(view.data, data.data(), data.size()), 0) << names[i];
+    }
+    auto released = consumer->ReleaseMany(names);
+    ASSERT_TRUE(released.ok()) << released.status().ToString();
+  }
+  EXPECT_EQ(MappedShmObjects(), mapped);
+
+  // Refused in the third chunk: the first two chunks' references go back.
+  std::vector<std::string> with_missing = names;
+  with_missing.insert(with_missing.begin() + 140, "nope");
+  auto refused = consumer->GetMany(with_missing);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kNotFound) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("'nope'"), std::string::npos)
+      << refused.status().ToString();
+  for (const std::string& name : names) EXPECT_EQ(HashField(name, "refcount"), "1") << name;
+  EXPECT_EQ(MappedShmObjects(), mapped);
+
+  // An open that fails in the second chunk (its object removed behind the server's back): the
+  // error names its tensor, and every reference and mapping goes.
+  const std::string& broken = names[100];
+  std::string object = HashField(broken, "ipc_handle");
+  ASSERT_EQ(shm_unlink(object.c_str()), 0) << object;
+  auto failed = consumer->GetMany(names);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("'" + broken + "'"), std::string::npos)
+      << failed.status().ToString();
+  for (const std::string& name : names) EXPECT_EQ(HashField(name, "refcount"), "1") << name;
+  EXPECT_EQ(MappedShmObjects(), mapped);
 }
 
 // The tools: mcd-get with several names takes every reference (bound to its caller) and prints

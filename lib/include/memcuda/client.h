@@ -114,7 +114,10 @@ class MCD_API Client {
   Result<TensorView> Get(const std::string& name);
   // Get for several tensors (distinct names, at most kMaxBatch): every reference is taken by one
   // script call, one Redis round trip, all or nothing; the error then names the first tensor
-  // that could not be got, and nothing is taken. Tensors that share an allocation (a tensor
+  // that could not be got, and nothing is taken. A batch of more than 64 tensors is taken 64 per
+  // script call, each 64 opened while the next call is under way (MCD_GET_MANY_CHUNK sets the
+  // number; 0: one call for any batch), still all or nothing: on an error every reference
+  // taken is given back. Tensors that share an allocation (a tensor
   // set's members, tensors carved from one slab) are mapped once. Views in the order of `names`.
   // Not for Redis Cluster: the call names every tensor's keys at once.
   Result<std::vector<TensorView>> GetMany(const std::vector<std::string>& names);

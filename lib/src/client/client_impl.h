@@ -78,6 +78,13 @@ class Client::Impl {
   // every reference back, and says which.
   Result<std::vector<TensorView>> OpenReferenced(std::vector<TensorRecord> records,
                                                  std::vector<std::string> references = {});
+  // GetMany of a batch larger than `chunk`: references taken `chunk` tensors per script call,
+  // each chunk opened while the next one's call is under way; all or nothing as GetMany.
+  Result<std::vector<TensorView>> GetManyOverlapped(const std::vector<std::string>& names,
+                                                    size_t chunk);
+  // The pool sources of `records`' pool tensors, read now: a SourceOf that another thread may
+  // call without touching this client's Redis connection.
+  MappingRegistry::SourceOf ResolvedPoolSources(const std::vector<TensorRecord>& records);
 
   template <typename Op>
   auto Retrying(const char* what, bool repeatable, Op op) -> decltype(op()) {

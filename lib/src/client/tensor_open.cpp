@@ -5,9 +5,14 @@
 // mapping alone, of a ready tensor of the node's live server), and Fill (the mapping of a tensor
 // this client is creating, written and closed again); and what a failed open means. Mappings are
 // process-wide (MappingRegistry). The client's thread.
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
+#include <future>
+#include <map>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 
 #include "client/client_impl.h"
 #include "client/mapping_registry.h"
@@ -88,11 +93,128 @@ Status CheckBatch(const std::vector<std::string>& names) {
   return Status::Ok();
 }
 
+// A batch's tensors referenced per script call when a batch larger than this is opened while its
+// references are taken (GetManyOverlapped). 64: see docs/design.md, "Fast paths and knobs".
+constexpr size_t kGetManyChunk = 64;
+
+// How many tensors a batched get references per script call when it opens them meanwhile
+// (GetManyOverlapped); 0: the whole batch in one call. MCD_GET_MANY_CHUNK sets it.
+size_t GetManyChunk() {
+  static const size_t chunk = [] {
+    const char* env = std::getenv("MCD_GET_MANY_CHUNK");
+    if (env == nullptr || *env == '\0') return kGetManyChunk;
+    return static_cast<size_t>(std::max(0L, std::atol(env)));
+  }();
+  return chunk;
+}
+
 Result<std::vector<TensorView>> Client::GetMany(const std::vector<std::string>& names) {
   MCD_RETURN_IF_ERROR(CheckBatch(names));
   impl_->server().PrefetchImports();
+  size_t chunk = GetManyChunk();
+  if (chunk > 0 && names.size() > chunk) return impl_->GetManyOverlapped(names, chunk);
   MCD_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, impl_->DirectGetMany(names));
   return impl_->OpenReferenced(std::move(records));
+}
+
+namespace {
+
+// What a thread opening one chunk of a batched get hands back.
+struct OpenedChunk {
+  std::vector<TensorView> views;
+  Status status;          // the first open that failed; the chunk's other opens are closed then
+  std::string failed_at;  // its tensor
+};
+
+// Maps `records` in this thread (each open runs on its device's worker), all or none.
+OpenedChunk OpenChunk(std::vector<TensorRecord> records,
+                      const MappingRegistry::SourceOf& source_of) {
+  OpenedChunk out;
+  out.views.reserve(records.size());
+  for (TensorRecord& record : records) {
+    auto ptr = MappingRegistry::Get().Open(record, source_of);
+    if (!ptr.ok()) {
+      for (const TensorView& opened : out.views) (void)MappingRegistry::Get().Close(opened.record);
+      out.views.clear();
+      out.status = ptr.status();
+      out.failed_at = record.name;
+      return out;
+    }
+    out.views.push_back(TensorView{std::move(record), ptr.value()});
+  }
+  return out;
+}
+
+}  // namespace
+
+// A batched get of many GPU tensors waits for two things in turn: its script call, which Redis
+// runs for every tensor (and, when several processes ask at once, for each of theirs before it
+// answers any), and the driver's opens. Four processes getting a model's 291 tensors at once on
+// an H200 spent 41 ms in the script call and 45-48 ms in the opens after it
+// (docs/performance.md, "A model's weights to every worker"). Here the references are taken
+// `chunk` tensors per script call, and each chunk is opened on a thread of its own while the next
+// chunk's call is under way. All or nothing still: when a chunk's call or any open fails, every
+// mapping is closed and every reference taken is given back.
+Result<std::vector<TensorView>> Client::Impl::GetManyOverlapped(
+    const std::vector<std::string>& names, size_t chunk) {
+  std::vector<std::future<OpenedChunk>> opening;
+  std::vector<std::string> taken;
+  Status failed = Status::Ok();
+  for (size_t at = 0; at < names.size();) {
+    size_t n = std::min(chunk, names.size() - at);
+    auto first = names.begin() + static_cast<std::ptrdiff_t>(at);
+    std::vector<std::string> part(first, first + static_cast<std::ptrdiff_t>(n));
+    auto records = DirectGetMany(part);
+    if (!records.ok()) {
+      failed = records.status();
+      break;
+    }
+    at += n;
+    taken.insert(taken.end(), part.begin(), part.end());
+    // The pool sources resolved here, on the client's thread: resolving one may read Redis,
+    // which the next chunk's call is using meanwhile.
+    MappingRegistry::SourceOf source_of = ResolvedPoolSources(records.value());
+    opening.push_back(std::async(std::launch::async, OpenChunk, std::move(records).value(),
+                                 std::move(source_of)));
+  }
+  std::vector<OpenedChunk> opened;
+  for (auto& f : opening) opened.push_back(f.get());
+  for (const OpenedChunk& c : opened) {
+    if (failed.ok() && !c.status.ok()) {
+      Status why = WhyNotOpened(c.status);
+      failed = Status(why.code(), "tensor '" + c.failed_at + "': " + why.message());
+    }
+  }
+  if (!failed.ok()) {
+    for (const OpenedChunk& c : opened) {
+      for (const TensorView& view : c.views) (void)MappingRegistry::Get().Close(view.record);
+    }
+    if (!taken.empty()) (void)ReleaseMany(taken);
+    return failed;
+  }
+  std::vector<TensorView> views;
+  views.reserve(names.size());
+  for (OpenedChunk& c : opened) {
+    for (TensorView& view : c.views) views.push_back(std::move(view));
+  }
+  return views;
+}
+
+MappingRegistry::SourceOf Client::Impl::ResolvedPoolSources(
+    const std::vector<TensorRecord>& records) {
+  std::map<std::pair<std::string, int>, Result<PoolSource>> sources;
+  MappingRegistry::SourceOf resolve = server_->PoolSourceOf();
+  for (const TensorRecord& r : records) {
+    if (r.ipc_kind != IpcKind::kCudaMempool) continue;
+    auto key = std::make_pair(r.owner, r.device);
+    if (sources.count(key) == 0) sources.emplace(key, resolve(r.owner, r.device));
+  }
+  return
+      [sources = std::move(sources)](const std::string& owner, int device) -> Result<PoolSource> {
+        auto it = sources.find(std::make_pair(owner, device));
+        if (it == sources.end()) return Status(ErrorCode::kInternal, "no pool source resolved");
+        return it->second;
+      };
 }
 
 Result<std::vector<TensorView>> Client::Impl::OpenReferenced(std::vector<TensorRecord> records,
