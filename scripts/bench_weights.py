@@ -19,7 +19,7 @@ each round. Rows:
 - CUDA alone, a floor: the producer sends the IPC handles of the allocations the peer's tensors
   live in, and each consumer opens every one with cupy.cuda.runtime.ipcOpenMemHandle, nothing
   else (no views, no reads, no bytes compared): what opening that many allocations costs, whoever
-  asks (needs CuPy; skipped without it).
+  asks (needs CuPy; skipped without it). A second floor row opens the set's one allocation so.
 
 Each row also reports the medians of its consumers' parts (get, views, reads): the peer's reads
 are a floor of every row, since every consumer reads the same elements.
@@ -295,6 +295,11 @@ def main():
         handles = {cuda_ipc_handle(t) for t in peer.values()}
         rows_of["CUDA alone: the peer's %d allocations opened" % len(handles)] = (
             "bare", sorted(handles))
+        # The set's one allocation, as its get opens it.
+        first = mc.stat("set/" + shapes[0][0])
+        if first["ipc_kind"] == "cuda_ipc":
+            rows_of["CUDA alone: the set's one allocation opened"] = (
+                "bare", [bytes.fromhex(first["ipc_handle_hex"])])
     except ImportError:
         print("no CuPy: the floor of opening the allocations is not measured", file=sys.stderr)
     times = {row: [] for row in rows_of}
