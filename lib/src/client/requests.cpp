@@ -90,13 +90,13 @@ Result<TensorRecord> Client::Impl::CreateSet(Command cmd, const std::vector<SetM
   const std::string key = opt_.keys.Members(cmd.members);
   std::vector<std::string> push = {"RPUSH", key};
   for (const SetMember& member : members) push.push_back(SetMemberToJson(member));
-  MCD_RETURN_IF_ERROR(Retrying("create_set", false, [&]() -> Result<RedisValue> {
-                        MCD_RETURN_IF_ERROR(redis_->Append(
-                            std::vector<std::string_view>(push.begin(), push.end())));
-                        MCD_RETURN_IF_ERROR(redis_->Append({"EXPIRE", key, "60"}));
-                        MCD_RETURN_IF_ERROR(redis_->ReadReply().status());
-                        return redis_->ReadReply();
-                      }).status());
+  auto pushed = Retrying("create_set", false, [&]() -> Result<RedisValue> {
+    MCD_RETURN_IF_ERROR(redis_->Append(std::vector<std::string_view>(push.begin(), push.end())));
+    MCD_RETURN_IF_ERROR(redis_->Append({"EXPIRE", key, "60"}));
+    MCD_RETURN_IF_ERROR(redis_->ReadReply().status());
+    return redis_->ReadReply();
+  });
+  MCD_RETURN_IF_ERROR(pushed.status());
   auto created = ServerRequest("create_set", cmd);
   if (created.ok()) {
     for (const SetMember& member : members) book_.Created(member.name, 1);
