@@ -177,6 +177,7 @@ int MappedShmObjects() {
 // open that fails there, gives back every reference of the earlier chunks and leaves nothing
 // mapped.
 TEST_F(Batch, ALargeBatchIsTakenInChunksAndStaysAllOrNone) {
+  unsetenv("MCD_GET_MANY_CHUNK");  // the default, 64: read at this process's first batched get
   auto producer = ConnectClient();
   auto consumer = ConnectClient();
   ASSERT_NE(producer, nullptr);
@@ -225,6 +226,25 @@ TEST_F(Batch, ALargeBatchIsTakenInChunksAndStaysAllOrNone) {
       << failed.status().ToString();
   for (const std::string& name : names) EXPECT_EQ(HashField(name, "refcount"), "1") << name;
   EXPECT_EQ(MappedShmObjects(), mapped);
+  names.erase(names.begin() + 100);  // its object is gone
+
+  // References bound to nobody (or to another process, as mcd-get binds them) would outlive a
+  // kill between two calls: such a batch is taken in one call, whatever its size.
+  ClientOptions opt;
+  opt.redis_url = redis_.parsed_url();
+  opt.node = node_;
+  opt.holder_pid = kNoHolder;
+  auto unbound = Client::Connect(opt);
+  ASSERT_TRUE(unbound.ok()) << unbound.status().ToString();
+  scripts = EvalshaCalls();
+  auto taken = (*unbound)->GetMany(names);
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(EvalshaCalls() - scripts, 1) << "one script call for references bound to nobody";
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& data = made[names[i]];
+    EXPECT_EQ(std::memcmp((*taken)[i].data, data.data(), data.size()), 0) << names[i];
+  }
+  ASSERT_TRUE((*unbound)->ReleaseMany(names).ok());
 }
 
 // The tools: mcd-get with several names takes every reference (bound to its caller) and prints

@@ -112,12 +112,15 @@ class MCD_API Client {
   // Takes a reference (refcount+1, the get command's effect, done by an atomic script in one
   // Redis round trip) and opens the tensor in this process.
   Result<TensorView> Get(const std::string& name);
-  // Get for several tensors (distinct names, at most kMaxBatch): every reference is taken by one
-  // script call, one Redis round trip, all or nothing; the error then names the first tensor
-  // that could not be got, and nothing is taken. A batch of more than 64 tensors is taken 64 per
-  // script call, each 64 opened while the next call is under way (MCD_GET_MANY_CHUNK sets the
-  // number; 0: one call for any batch), still all or nothing: on an error every reference
-  // taken is given back. Tensors that share an allocation (a tensor
+  // Get for several tensors (distinct names, at most kMaxBatch), all or nothing: on an error no
+  // reference is kept, and the error names the tensor that stopped it. Up to 64 tensors, every
+  // reference is taken by one script call, one Redis round trip, atomically. More, when the
+  // references are this process's own (ClientOptions::holder_pid 0, the default), are taken 64
+  // per script call, each 64 opened while the next call is under way: not atomically, so that on
+  // an error the references of the calls before are given back, and others may see their
+  // counts, and their get and release events, meanwhile; a process killed between two calls
+  // leaves its references to the reaper. MCD_GET_MANY_CHUNK sets the number (0: one call for any
+  // batch). Tensors that share an allocation (a tensor
   // set's members, tensors carved from one slab) are mapped once. Views in the order of `names`.
   // Not for Redis Cluster: the call names every tensor's keys at once.
   Result<std::vector<TensorView>> GetMany(const std::vector<std::string>& names);

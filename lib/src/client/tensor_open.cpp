@@ -4,13 +4,20 @@
 // Opening a tensor in this process (client.h): Get (a reference, then the mapping), Open (the
 // mapping alone, of a ready tensor of the node's live server), and Fill (the mapping of a tensor
 // this client is creating, written and closed again); and what a failed open means. Mappings are
-// process-wide (MappingRegistry). The client's thread.
+// process-wide (MappingRegistry). The client's thread, but for GetManyOverlapped's opening threads,
+// which touch the MappingRegistry alone.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <future>
 #include <map>
+#include <memory>
 #include <string_view>
+#include <system_error>
 #include <unordered_set>
 #include <utility>
 
@@ -77,7 +84,8 @@ Result<TensorView> Client::Get(const std::string& name) {
 }
 
 Status CheckBatch(const std::vector<std::string>& names) {
-  if (names.empty()) return Status(ErrorCode::kInvalidArgument, "no tensor named");
+  if (names.empty())
+    return Status(ErrorCode::kInvalidArgument, "no tensor named: the list of names is empty");
   if (names.size() > kMaxBatch) {
     return Status(ErrorCode::kInvalidArgument, std::to_string(names.size()) +
                                                    " tensors in one call, over the limit of " +
@@ -103,7 +111,15 @@ size_t GetManyChunk() {
   static const size_t chunk = [] {
     const char* env = std::getenv("MCD_GET_MANY_CHUNK");
     if (env == nullptr || *env == '\0') return kGetManyChunk;
-    return static_cast<size_t>(std::max(0L, std::atol(env)));
+    // A whole number up to kMaxBatch, nothing else: anything other leaves the default.
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long value = std::strtoull(env, &end, 10);
+    if (errno != 0 || *end != '\0' || !std::isdigit(static_cast<unsigned char>(*env)) ||
+        value > kMaxBatch) {
+      return kGetManyChunk;
+    }
+    return static_cast<size_t>(value);
   }();
   return chunk;
 }
@@ -111,8 +127,13 @@ size_t GetManyChunk() {
 Result<std::vector<TensorView>> Client::GetMany(const std::vector<std::string>& names) {
   MCD_RETURN_IF_ERROR(CheckBatch(names));
   impl_->server().PrefetchImports();
+  // In chunks only where the references are this process's own: one killed between two calls
+  // leaves the ones it took to its server's reaper. References bound to another process (mcd-get
+  // binds them to its caller) or to nobody would outlive a kill there, some taken and some not.
+  const std::optional<Holder>& holder = impl_->holder();
+  bool own = holder && holder->pid == static_cast<int64_t>(getpid());
   size_t chunk = GetManyChunk();
-  if (chunk > 0 && names.size() > chunk) return impl_->GetManyOverlapped(names, chunk);
+  if (own && chunk > 0 && names.size() > chunk) return impl_->GetManyOverlapped(names, chunk);
   MCD_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, impl_->DirectGetMany(names));
   return impl_->OpenReferenced(std::move(records));
 }
@@ -153,38 +174,54 @@ OpenedChunk OpenChunk(std::vector<TensorRecord> records,
 // an H200 spent 41 ms in the script call and 45-48 ms in the opens after it
 // (docs/performance.md, "A model's weights to every worker"). Here the references are taken
 // `chunk` tensors per script call, and each chunk is opened on a thread of its own while the next
-// chunk's call is under way. All or nothing still: when a chunk's call or any open fails, every
-// mapping is closed and every reference taken is given back.
+// chunk's call is under way: one chunk opening at a time (the driver calls run one after another
+// on the device's worker anyway), so one thread more at most. All or nothing still: when a
+// chunk's call or any open fails, no further chunk is asked for, every mapping is closed and
+// every reference taken is given back.
 Result<std::vector<TensorView>> Client::Impl::GetManyOverlapped(
     const std::vector<std::string>& names, size_t chunk) {
-  std::vector<std::future<OpenedChunk>> opening;
+  std::vector<OpenedChunk> opened;
+  std::future<OpenedChunk> opening;  // the chunk being opened, when there is one
   std::vector<std::string> taken;
   Status failed = Status::Ok();
+  auto collect = [&] {  // the chunk being opened, done; false when it failed
+    if (!opening.valid()) return true;
+    opened.push_back(opening.get());
+    const OpenedChunk& c = opened.back();
+    if (c.status.ok()) return true;
+    Status why = WhyNotOpened(c.status);
+    failed = Status(why.code(), "tensor '" + c.failed_at + "': " + why.message());
+    return false;
+  };
   for (size_t at = 0; at < names.size();) {
     size_t n = std::min(chunk, names.size() - at);
     auto first = names.begin() + static_cast<std::ptrdiff_t>(at);
     std::vector<std::string> part(first, first + static_cast<std::ptrdiff_t>(n));
     auto records = DirectGetMany(part);
-    if (!records.ok()) {
+    if (records.ok()) {
+      taken.insert(taken.end(), part.begin(), part.end());
+    } else {
       failed = records.status();
-      break;
     }
+    if (!collect() || !failed.ok()) break;
     at += n;
-    taken.insert(taken.end(), part.begin(), part.end());
     // The pool sources resolved here, on the client's thread: resolving one may read Redis,
-    // which the next chunk's call is using meanwhile.
+    // which the next chunk's call is using meanwhile. The records in a shared hold: still here
+    // to open on this thread if no thread starts.
     MappingRegistry::SourceOf source_of = ResolvedPoolSources(records.value());
-    opening.push_back(std::async(std::launch::async, OpenChunk, std::move(records).value(),
-                                 std::move(source_of)));
-  }
-  std::vector<OpenedChunk> opened;
-  for (auto& f : opening) opened.push_back(f.get());
-  for (const OpenedChunk& c : opened) {
-    if (failed.ok() && !c.status.ok()) {
-      Status why = WhyNotOpened(c.status);
-      failed = Status(why.code(), "tensor '" + c.failed_at + "': " + why.message());
+    auto chunk_records = std::make_shared<std::vector<TensorRecord>>(std::move(records).value());
+    auto open = [chunk_records, source_of] {
+      return OpenChunk(std::move(*chunk_records), source_of);
+    };
+    try {
+      opening = std::async(std::launch::async, open);
+    } catch (const std::system_error&) {  // no thread to be had: opened here, without overlap
+      std::promise<OpenedChunk> here;
+      here.set_value(open());
+      opening = here.get_future();
     }
   }
+  if (failed.ok()) collect();
   if (!failed.ok()) {
     for (const OpenedChunk& c : opened) {
       for (const TensorView& view : c.views) (void)MappingRegistry::Get().Close(view.record);

@@ -33,8 +33,13 @@ Result<std::vector<uid_t>> ExtraTrusted() {
       uids.push_back(static_cast<uid_t>(number));
       continue;
     }
-    passwd* user = getpwnam(item.c_str());
-    if (user == nullptr) {
+    // The reentrant lookups: a client opens tensors from more than one thread (a large batched
+    // get's chunks), and getpwnam's answer lives in storage shared by every thread.
+    passwd entry{};
+    passwd* user = nullptr;
+    std::vector<char> buffer(16384);
+    if (getpwnam_r(item.c_str(), &entry, buffer.data(), buffer.size(), &user) != 0 ||
+        user == nullptr) {
       return Status(ErrorCode::kInvalidArgument,
                     "MCD_TRUSTED_USERS names '" + item + "', which is no user of this machine");
     }
@@ -44,7 +49,10 @@ Result<std::vector<uid_t>> ExtraTrusted() {
 }
 
 std::string UserName(uid_t uid) {
-  passwd* user = getpwuid(uid);
+  passwd entry{};
+  passwd* user = nullptr;
+  std::vector<char> buffer(16384);
+  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &user) != 0) user = nullptr;
   return user != nullptr ? std::string(user->pw_name) + " (uid " + std::to_string(uid) + ")"
                          : "uid " + std::to_string(uid);
 }
