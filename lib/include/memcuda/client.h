@@ -113,14 +113,15 @@ class MCD_API Client {
   // Redis round trip) and opens the tensor in this process.
   Result<TensorView> Get(const std::string& name);
   // Get for several tensors (distinct names, at most kMaxBatch), all or nothing: on an error no
-  // reference is kept, and the error names the tensor that stopped it. Up to 64 tensors, every
-  // reference is taken by one script call, one Redis round trip, atomically. More, when the
-  // references are this process's own (ClientOptions::holder_pid 0, the default), are taken 64
-  // per script call, each 64 opened while the next call is under way: not atomically, so that on
-  // an error the references of the calls before are given back, and others may see their
-  // counts, and their get and release events, meanwhile; a process killed between two calls
-  // leaves its references to the reaper. MCD_GET_MANY_CHUNK sets the number (0: one call for any
-  // batch). Tensors that share an allocation (a tensor
+  // reference is kept, and the error names the tensor that stopped it. Up to the chunk size (64,
+  // or MCD_GET_MANY_CHUNK; 0: no chunks), every reference is taken by one script call, one Redis
+  // round trip, atomically. More, when the references are bound to this process (holder_pid 0,
+  // the default, or its own pid), are taken a chunk per script call, each chunk opened while the
+  // next call is under way: not atomically, so that on an error the references of the calls
+  // before are given back (should that give-back fail too, Redis gone, they stay until this
+  // process exits and its server's reaper takes them), and others may see their counts, and
+  // their get and release events, meanwhile; a process killed between two calls leaves its
+  // references to the reaper. Tensors that share an allocation (a tensor
   // set's members, tensors carved from one slab) are mapped once. Views in the order of `names`.
   // Not for Redis Cluster: the call names every tensor's keys at once.
   Result<std::vector<TensorView>> GetMany(const std::vector<std::string>& names);

@@ -118,8 +118,8 @@ MCD_API int32_t mcd_create_ex(mcd_client* client, const char* name, const char* 
 MCD_API int32_t mcd_get(mcd_client* client, const char* name, mcd_tensor* out);
 /* mcd_get of `count` tensors (distinct names) in one Redis round trip, all or nothing: on an
  * error no reference is kept, and mcd_last_error names the tensor that stopped it. More than 64
- * tensors whose references are this process's own are got 64 per round trip, as
- * Client::GetMany says. `out` has room for `count` tensors, filled in the order of `names`. */
+ * (MCD_GET_MANY_CHUNK) tensors are got 64 per round trip, not atomically, as Client::GetMany
+ * says. `out` has room for `count` tensors, filled in the order of `names`. */
 MCD_API int32_t mcd_get_many(mcd_client* client, const char* const* names, size_t count,
                              mcd_tensor* out);
 /* mcd_release of `count` tensors (distinct names) in one Redis round trip, all or nothing. */

@@ -111,14 +111,13 @@ size_t GetManyChunk() {
   static const size_t chunk = [] {
     const char* env = std::getenv("MCD_GET_MANY_CHUNK");
     if (env == nullptr || *env == '\0') return kGetManyChunk;
-    // A whole number up to kMaxBatch, nothing else: anything other leaves the default.
+    // A whole number (one above kMaxBatch, or too large to read, chunks no batch, as 0), nothing
+    // else: anything other leaves the default.
     char* end = nullptr;
     errno = 0;
     unsigned long long value = std::strtoull(env, &end, 10);
-    if (errno != 0 || *end != '\0' || !std::isdigit(static_cast<unsigned char>(*env)) ||
-        value > kMaxBatch) {
-      return kGetManyChunk;
-    }
+    if (*end != '\0' || !std::isdigit(static_cast<unsigned char>(*env))) return kGetManyChunk;
+    if (errno == ERANGE || value > kMaxBatch) return size_t{0};
     return static_cast<size_t>(value);
   }();
   return chunk;

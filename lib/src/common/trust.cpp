@@ -8,14 +8,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 namespace mcd {
 namespace {
+
+// A user's passwd entry, by the reentrant lookup `lookup` (getpwnam_r, getpwuid_r): a client opens
+// tensors from more than one thread (a large batched get's chunks), and getpwnam's answer lives
+// in storage every thread shares. The buffer grows while the entry does not fit. Null with
+// `*err` 0: no such user; with `*err` set: the lookup itself failed.
+template <typename Lookup>
+std::optional<passwd> PasswdEntry(Lookup lookup, std::vector<char>& buffer, int* err) {
+  long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
+  buffer.resize(hint > 0 ? static_cast<size_t>(hint) : 16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  int rc = 0;
+  while ((rc = lookup(&entry, buffer.data(), buffer.size(), &found)) == ERANGE &&
+         buffer.size() < (1u << 20)) {
+    buffer.resize(buffer.size() * 2);
+  }
+  // Not found is rc 0 with no entry, or, by some NSS modules, one of these.
+  *err = rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM ? 0 : rc;
+  if (rc != 0 || found == nullptr) return std::nullopt;
+  return entry;
+}
 
 // MCD_TRUSTED_USERS as uids. Read on every check, not once: a check is rare (a connection, a
 // first open) and a test or a long-lived program may change the environment.
@@ -33,13 +56,19 @@ Result<std::vector<uid_t>> ExtraTrusted() {
       uids.push_back(static_cast<uid_t>(number));
       continue;
     }
-    // The reentrant lookups: a client opens tensors from more than one thread (a large batched
-    // get's chunks), and getpwnam's answer lives in storage shared by every thread.
-    passwd entry{};
-    passwd* user = nullptr;
-    std::vector<char> buffer(16384);
-    if (getpwnam_r(item.c_str(), &entry, buffer.data(), buffer.size(), &user) != 0 ||
-        user == nullptr) {
+    std::vector<char> buffer;
+    int err = 0;
+    auto user = PasswdEntry(
+        [&](passwd* entry, char* buf, size_t size, passwd** found) {
+          return getpwnam_r(item.c_str(), entry, buf, size, found);
+        },
+        buffer, &err);
+    if (!user && err != 0) {
+      return Status(ErrorCode::kIoError,
+                    "MCD_TRUSTED_USERS names '" + item +
+                        "', which could not be looked up: " + std::strerror(err));
+    }
+    if (!user) {
       return Status(ErrorCode::kInvalidArgument,
                     "MCD_TRUSTED_USERS names '" + item + "', which is no user of this machine");
     }
@@ -49,12 +78,13 @@ Result<std::vector<uid_t>> ExtraTrusted() {
 }
 
 std::string UserName(uid_t uid) {
-  passwd entry{};
-  passwd* user = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &user) != 0) user = nullptr;
-  return user != nullptr ? std::string(user->pw_name) + " (uid " + std::to_string(uid) + ")"
-                         : "uid " + std::to_string(uid);
+  std::vector<char> buffer;
+  int err = 0;
+  auto user = PasswdEntry([&](passwd* entry, char* buf, size_t size,
+                              passwd** found) { return getpwuid_r(uid, entry, buf, size, found); },
+                          buffer, &err);
+  return user ? std::string(user->pw_name) + " (uid " + std::to_string(uid) + ")"
+              : "uid " + std::to_string(uid);
 }
 
 Status Untrusted(const std::string& what, uid_t owner) {
