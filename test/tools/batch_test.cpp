@@ -217,7 +217,7 @@ TEST_F(Batch, ALargeBatchIsTakenInChunksAndStaysAllOrNone) {
 
   // An open that fails in the second chunk (its object removed behind the server's back): the
   // error names its tensor, and every reference and mapping goes.
-  const std::string& broken = names[100];
+  const std::string broken = names[100];
   std::string object = HashField(broken, "ipc_handle");
   ASSERT_EQ(shm_unlink(object.c_str()), 0) << object;
   auto failed = consumer->GetMany(names);
@@ -226,25 +226,30 @@ TEST_F(Batch, ALargeBatchIsTakenInChunksAndStaysAllOrNone) {
       << failed.status().ToString();
   for (const std::string& name : names) EXPECT_EQ(HashField(name, "refcount"), "1") << name;
   EXPECT_EQ(MappedShmObjects(), mapped);
-  names.erase(names.begin() + 100);  // its object is gone
 
   // References bound to nobody (or to another process, as mcd-get binds them) would outlive a
-  // kill between two calls: such a batch is taken in one call, whatever its size.
-  ClientOptions opt;
-  opt.redis_url = redis_.parsed_url();
-  opt.node = node_;
-  opt.holder_pid = kNoHolder;
-  auto unbound = Client::Connect(opt);
-  ASSERT_TRUE(unbound.ok()) << unbound.status().ToString();
+  // kill between two calls: such a batch is taken in one call, whatever its size, and the same
+  // failed open gives every reference back there too.
+  auto unbound = ConnectClient(5000, kNoHolder);
+  ASSERT_NE(unbound, nullptr);
   scripts = EvalshaCalls();
-  auto taken = (*unbound)->GetMany(names);
+  failed = unbound->GetMany(names);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(EvalshaCalls() - scripts, 2) << "one call to take, one to give back";
+  EXPECT_NE(failed.status().message().find("'" + broken + "'"), std::string::npos)
+      << failed.status().ToString();
+  for (const std::string& name : names) EXPECT_EQ(HashField(name, "refcount"), "1") << name;
+  EXPECT_EQ(MappedShmObjects(), mapped);
+  names.erase(names.begin() + 100);  // its object is gone
+  scripts = EvalshaCalls();
+  auto taken = unbound->GetMany(names);
   ASSERT_TRUE(taken.ok()) << taken.status().ToString();
   EXPECT_EQ(EvalshaCalls() - scripts, 1) << "one script call for references bound to nobody";
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& data = made[names[i]];
     EXPECT_EQ(std::memcmp((*taken)[i].data, data.data(), data.size()), 0) << names[i];
   }
-  ASSERT_TRUE((*unbound)->ReleaseMany(names).ok());
+  ASSERT_TRUE(unbound->ReleaseMany(names).ok());
 }
 
 // The tools: mcd-get with several names takes every reference (bound to its caller) and prints

@@ -385,13 +385,8 @@ TEST_F(Holders, GetsRacingTheGiveBackOfADeadHoldersReferencesAreAllGivenBack) {
   // holder is killed while the get is on its way, many times over.
   std::vector<std::unique_ptr<Client>> clients;
   for (int c = 0; c < 3; ++c) {
-    ClientOptions opt;
-    opt.redis_url = redis_.parsed_url();
-    opt.node = node_;
-    opt.holder_pid = pid;
-    auto connected = Client::Connect(opt);
-    ASSERT_TRUE(connected.ok()) << connected.status().ToString();
-    clients.push_back(std::move(connected).value());
+    clients.push_back(ConnectClient(5000, pid));
+    ASSERT_NE(clients.back(), nullptr);
   }
   doomed.Stop(SIGKILL);
   // Long enough for several of the server's rounds (one a second) to meet gets in flight.

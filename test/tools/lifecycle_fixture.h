@@ -90,11 +90,14 @@ class Lifecycle : public ::testing::Test {
   }
 
   // A libmemcuda client of this test's node; null (and the test failed) when it cannot connect.
-  std::unique_ptr<Client> ConnectClient(int timeout_ms = 5000) {
+  // A client of this fixture's Redis and node, whose references are bound to `holder_pid`
+  // (ClientOptions::holder_pid: 0 this process, kNoHolder nobody).
+  std::unique_ptr<Client> ConnectClient(int timeout_ms = 5000, int64_t holder_pid = 0) {
     ClientOptions opt;
     opt.redis_url = redis_.parsed_url();
     opt.node = node_;
     opt.timeout_ms = timeout_ms;
+    opt.holder_pid = holder_pid;
     opt.command_socket = !via_queue_;
     auto connected = Client::Connect(opt);
     EXPECT_TRUE(connected.ok()) << connected.status().ToString();

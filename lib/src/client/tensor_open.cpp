@@ -165,6 +165,13 @@ OpenedChunk OpenChunk(std::vector<TensorRecord> records,
   return out;
 }
 
+// A chunk's failed open as the caller's error: its tensor named, and a mapping that failed because
+// the server died said so.
+Status NotOpened(const Client::Impl& impl, const OpenedChunk& chunk) {
+  Status why = impl.WhyNotOpened(chunk.status);
+  return Status(why.code(), "tensor '" + chunk.failed_at + "': " + why.message());
+}
+
 }  // namespace
 
 // A batched get of many GPU tensors waits for two things in turn: its script call, which Redis
@@ -186,10 +193,8 @@ Result<std::vector<TensorView>> Client::Impl::GetManyOverlapped(
   auto collect = [&] {  // the chunk being opened, done; false when it failed
     if (!opening.valid()) return true;
     opened.push_back(opening.get());
-    const OpenedChunk& c = opened.back();
-    if (c.status.ok()) return true;
-    Status why = WhyNotOpened(c.status);
-    failed = Status(why.code(), "tensor '" + c.failed_at + "': " + why.message());
+    if (opened.back().status.ok()) return true;
+    failed = NotOpened(*this, opened.back());
     return false;
   };
   for (size_t at = 0; at < names.size();) {
@@ -258,20 +263,12 @@ Result<std::vector<TensorView>> Client::Impl::OpenReferenced(std::vector<TensorR
   if (names.empty()) {
     for (const TensorRecord& r : records) names.push_back(r.name);
   }
-  std::vector<TensorView> views;
-  views.reserve(records.size());
-  for (TensorRecord& record : records) {
-    auto ptr = MappingRegistry::Get().Open(record, server_->PoolSourceOf());
-    if (!ptr.ok()) {
-      // All or nothing: what was opened is closed, and every reference goes back.
-      for (const TensorView& opened : views) (void)MappingRegistry::Get().Close(opened.record);
-      (void)ReleaseMany(names);
-      Status why = WhyNotOpened(ptr.status());
-      return Status(why.code(), "tensor '" + record.name + "': " + why.message());
-    }
-    views.push_back(TensorView{std::move(record), ptr.value()});
+  OpenedChunk opened = OpenChunk(std::move(records), server_->PoolSourceOf());
+  if (!opened.status.ok()) {
+    (void)ReleaseMany(names);  // all or nothing: OpenChunk closed what it opened
+    return NotOpened(*this, opened);
   }
-  return views;
+  return std::move(opened.views);
 }
 
 Result<TensorView> Client::Open(const std::string& name) {
