@@ -89,8 +89,10 @@ TEST_F(CopyServiceTest, AnAnswerWithTheRealFetchIdFromAnotherEndpointFillsNothin
       << test::ReadFile(log);
   CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
   std::string into(genuine.size(), '\0');
-  Status got = service_->Fetch(address, "t", 1, grant, "asker", into.data(), into.size(),
-                               Memory::kHost, 30000);
+  CopyService::Sink sink;
+  sink.bytes = into.size();
+  sink.into = into.data();
+  Status got = service_->Fetch(address, "t", 1, grant, "asker", sink, kCopyPieceBytes, 30000);
   ASSERT_TRUE(got.ok()) << got.ToString() << test::ReadFile(log);
   EXPECT_TRUE(into == genuine) << "the fetch took a forged answer ("
                                << (into == std::string(into.size(), '\xa5') ? "0xa5 bytes"

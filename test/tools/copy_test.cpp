@@ -41,7 +41,8 @@ class Copies : public ::testing::Test {
   std::string Log(const std::string& node) const {
     return test::ReadFile(dir_.path() + "/" + node + ".log");
   }
-  void Serve(const std::string& node, const std::string& tls, std::vector<std::string> extra = {}) {
+  void Serve(const std::string& node, const std::string& tls, std::vector<std::string> extra = {},
+             const std::map<std::string, std::string>& more_env = {}) {
     std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--node", node, "--heartbeat-ttl",
                                      "3"};
     if (extra.empty()) extra = {"--devices", "cpu"};
@@ -55,8 +56,10 @@ class Copies : public ::testing::Test {
       return n;
     };
     size_t before = started();
+    std::map<std::string, std::string> env = Env(tls);
+    env.insert(more_env.begin(), more_env.end());
     servers_[node] =
-        std::make_unique<test::Background>(argv, Env(tls), dir_.path() + "/" + node + ".log");
+        std::make_unique<test::Background>(argv, env, dir_.path() + "/" + node + ".log");
     ASSERT_TRUE(test::WaitFor([&] { return started() > before; }, 20000)) << Log(node);
   }
   // Node b's server started again (over tcp, with `extra`), holding a fresh "src" made of `file`.
@@ -129,12 +132,13 @@ class Copies : public ::testing::Test {
   const std::string a_ = "cpa" + std::to_string(getpid()), b_ = "cpb" + std::to_string(getpid());
 };
 
+// The fetching server takes the bytes in pieces of 1 MiB: 13, the last one of 28 bytes.
 TEST_F(Copies, AHostTensorIsCopiedToAnotherNodeOverTcpAndSharedMemory) {
   std::string file = Pattern(3 * 1024 * 1024 + 7);  // ~12 MiB: UCX's rendezvous protocol
   std::string small = dir_.path() + "/small.npy";
   for (const std::string tls : {"tcp", "sm"}) {
     SCOPED_TRACE(tls);
-    Serve(a_ + tls, tls);
+    Serve(a_ + tls, tls, {}, {{"MCD_COPY_PIECE", "1048576"}});
     Serve(b_ + tls, tls);
     EXPECT_EQ(CopiesOf(a_ + tls), "in_place");  // host tensors: no staging, whatever the UCX
     ASSERT_EQ(Tool("mcd-create",
@@ -553,10 +557,13 @@ void Copies::CopyEveryWay(const std::string& file) {
 
 TEST_F(Copies, AGpuTensorIsStagedThroughPinnedHostMemory) {
   if (!test::HasCudaDevice()) GTEST_SKIP() << "needs a CUDA device";
-  Serve(a_, "", {"--devices", "0", "--stage-gpu-copies"});
-  Serve(b_, "", {"--devices", "0", "--stage-gpu-copies"});
+  // Pieces of 1 MiB: each side's two pinned slots taken again and again, a piece waiting in
+  // the sender's memory while both of the fetcher's slots are being copied to the GPU.
+  std::map<std::string, std::string> pieces = {{"MCD_COPY_PIECE", "1048576"}};
+  Serve(a_, "", {"--devices", "0", "--stage-gpu-copies"}, pieces);
+  Serve(b_, "", {"--devices", "0", "--stage-gpu-copies"}, pieces);
   EXPECT_EQ(CopiesOf(a_), "staged");
-  CopyEveryWay(Pattern(16 * 1024 * 1024 + 3));  // 64 MiB and 12 bytes
+  CopyEveryWay(Pattern(16 * 1024 * 1024 + 3));  // 64 MiB and 12 bytes: 65 pieces
   EXPECT_NE(Log(a_).find("GPU tensors staged in pinned host memory"), std::string::npos) << Log(a_);
 }
 

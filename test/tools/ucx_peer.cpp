@@ -163,7 +163,7 @@ ucs_status_t OnRead(void*, const void* header, size_t header_length, void*, size
 std::string DataHeaderFor(const std::string& fetch, size_t bytes) {
   DataHeader h{};
   std::memcpy(h.fetch, fetch.data(), sizeof(h.fetch));
-  h.bytes = bytes;
+  h.total = bytes;  // one piece, at offset 0
   return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
 }
 
@@ -249,7 +249,7 @@ int Flood(ucp_ep_h ep, size_t bytes, int seconds) {
       uint64_t guess = 1 + n % 16;  // what a counter from 1 would have given
       std::memcpy(h.fetch, &guess, sizeof(guess));
     }
-    h.bytes = bytes;
+    h.total = bytes;
     std::string header(reinterpret_cast<const char*>(&h), sizeof(h));
     // Half of them with a reply endpoint: the stranger's own, which the asker never asked.
     if (!Send(ep, mcd::copy_wire::kDataId, header, data, n % 2 ? UCP_AM_SEND_FLAG_REPLY : 0)) break;

@@ -13,10 +13,12 @@
 //
 // One thread runs every UCX call: progress, sends and receives. Other threads post jobs to it;
 // a fetch is polled (Begin, Fetching), so that the serving loop goes on meanwhile. Two active
-// messages (server/copy_wire.h): READ {fetch id, grant, ctime, name, node} from the fetching
-// server, sent with a reply endpoint, answered with DATA {fetch id, code, message} and the bytes,
-// which UCX sends eagerly or by rendezvous as their size asks; a READ into GPU memory asks for
-// rendezvous, so that UCX writes the bytes in place.
+// messages (server/copy_wire.h): READ {fetch id, grant, ctime, name, node, piece size} from the
+// fetching server, sent with a reply endpoint, answered with DATA {fetch id, code, message,
+// total, offset}, one per piece of the tensor, each sent eagerly or by rendezvous as its size
+// asks; a READ into GPU memory or staging buffers asks for rendezvous, so that UCX writes the
+// bytes in place, and a piece for which the asker has no buffer free waits in the sender's
+// memory until it has one.
 //
 // Whoever reaches the worker may send it anything: a read is served only against its grant
 // (server/copy_grant.h), and an answer is taken only from the endpoint the read went to, for
@@ -37,6 +39,13 @@ namespace mcd {
 // Where bytes given to the service lie: UCX is told, so that it never has to guess.
 enum class Memory { kHost, kGpu };
 
+// The pieces a copy's bytes go in (DATA messages): what a staged copy holds of pinned memory
+// per slot on each side, and what each side's device copy overlaps the transport by. Set by
+// the fetching server (CopyPieceBytes, server/node_copy.h). A server serves pieces of at least
+// kMinCopyPieceBytes, whatever a read asks.
+inline constexpr uint64_t kCopyPieceBytes = 16ull << 20;
+inline constexpr uint64_t kMinCopyPieceBytes = 64ull << 10;
+
 // What lets a server read another's tensor: 16 random bytes each, raw. The id names the grant's
 // key in Redis, which holds the token (server/copy_grant.h).
 struct CopyGrant {
@@ -54,7 +63,8 @@ class CopyService {
     int64_t ctime_ms = 0;
     std::string name;
     void* reply_ep = nullptr;  // ucp_ep_h of the asking server
-    bool rendezvous = false;   // the asker receives into GPU memory: no eager bytes
+    bool rendezvous = false;   // the asker receives into GPU memory or staging buffers
+    uint64_t piece_bytes = 0;  // the answer's pieces, as the asker takes them (never 0)
   };
 
   // The service, or kUnsupported when this build has no UCX, or UCX cannot start. `wake` is
@@ -78,10 +88,29 @@ class CopyService {
     uint64_t turned_away = 0;
   };
   virtual Waiting TakeReads() = 0;
-  // Sends `bytes` at `data` (in `memory`) back for `read`, or the error that stops it (no bytes
-  // then). `release` runs, on the service's thread, once UCX no longer reads `data`.
-  virtual void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
-                      Memory memory, std::function<void()> release) = 0;
+  // Answers `read` with the error that stops it: no bytes.
+  virtual void Refuse(const Read& read, const Status& status) = 0;
+  // Sends the piece of `read`'s answer at `offset` of the tensor's `total` bytes: `length`
+  // bytes at `data` (in `memory`), read.piece_bytes or the rest. Thread-safe. `sent` runs once,
+  // on the service's thread, when UCX no longer reads `data`: with the send's outcome.
+  virtual void SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
+                         uint64_t total, Memory memory, std::function<void(Status)> sent) = 0;
+  // Where a fetch puts the bytes.
+  struct Sink {
+    uint64_t bytes = 0;
+    // In place: UCX writes each piece at its offset from `into` (in `memory`).
+    void* into = nullptr;
+    Memory memory = Memory::kHost;
+    // Staged (`into` null): each piece lands in one of `slots`, host memory of piece_bytes each,
+    // and `place` moves it to its own place, calling `done` (on any thread) once the slot may
+    // take another piece. A piece for which no slot is free waits in the sender's memory.
+    std::vector<void*> slots;
+    std::function<void(uint64_t offset, uint64_t length, const void* slot,
+                       std::function<void(Status)> done)>
+        place;
+    // Kept until nothing writes into the sink any more (the slots' owner).
+    std::shared_ptr<void> keep;
+  };
   // A fetch under way (Begin). Destroying one that is not done Stops it: UCX writes into its
   // memory until then.
   class Fetching {
@@ -97,22 +126,23 @@ class CopyService {
     // Wait. The outcome.
     virtual Status Stop() = 0;
   };
-  // Starts receiving into `into` (in `memory`; kGpu only where reads_gpu_memory()) the `bytes` of
-  // tensor `name`, created at `ctime_ms`, of the server at `address_hex`, asking with `grant` as
-  // node `asker_node`, for at most `timeout_ms` before the first byte. Returns at once: the
-  // service's `wake` is called when it ends, and Poll says how.
+  // Starts receiving into `sink` the bytes of tensor `name`, created at `ctime_ms`, of the
+  // server at `address_hex`, asking with `grant` as node `asker_node`, in pieces of
+  // `piece_bytes` (a staged sink's slots' size), for at most `timeout_ms` before the first
+  // piece. Returns at once: the service's `wake` is called when it ends, and Poll says how; it
+  // ends once every piece is in place (placed, for a staged sink) or, on failure, once nothing
+  // writes into the sink any more.
   virtual Result<std::unique_ptr<Fetching>> Begin(const std::string& address_hex,
                                                   const std::string& name, int64_t ctime_ms,
                                                   const CopyGrant& grant,
-                                                  const std::string& asker_node, void* into,
-                                                  uint64_t bytes, Memory memory,
-                                                  int timeout_ms) = 0;
+                                                  const std::string& asker_node, Sink sink,
+                                                  uint64_t piece_bytes, int timeout_ms) = 0;
   // Begin, then Wait.
   Status Fetch(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-               const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
-               Memory memory, int timeout_ms) {
-    MCD_ASSIGN_OR_RETURN(auto fetching, Begin(address_hex, name, ctime_ms, grant, asker_node, into,
-                                              bytes, memory, timeout_ms));
+               const CopyGrant& grant, const std::string& asker_node, Sink sink,
+               uint64_t piece_bytes, int timeout_ms) {
+    MCD_ASSIGN_OR_RETURN(auto fetching, Begin(address_hex, name, ctime_ms, grant, asker_node,
+                                              std::move(sink), piece_bytes, timeout_ms));
     return fetching->Wait();
   }
 };

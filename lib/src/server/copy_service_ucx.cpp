@@ -41,18 +41,31 @@ ucs_memory_type_t UcxMemoryType(Memory memory) {
   return memory == Memory::kGpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
 }
 
-// A fetch the main thread waits for; completed on the service's thread.
+// A fetch the main thread waits for; its pieces arrive on the service's thread.
 struct PendingFetch {
   std::mutex mutex;
   std::condition_variable done_cv;
-  bool done = false;
+  bool done = false;  // final: nothing writes into the sink any more
   Status status;
-  void* into = nullptr;
-  Memory memory = Memory::kHost;
-  bool receiving = false;  // UCX is writing into `into` (a rendezvous in flight)
-  uint64_t expected = 0;
+  bool receiving = false;  // a piece has come: the fetch ends with the bytes, not at its timeout
+  std::string id;
+  CopyService::Sink sink;
+  uint64_t piece = 0;
   ucp_ep_h ep = nullptr;       // set on the service's thread when the read is sent
   std::function<void()> wake;  // the serving loop's, told when the fetch ends
+
+  // The service's thread only.
+  std::vector<bool> seen;  // pieces come, by index
+  size_t pieces_left = 0;  // not in place yet
+  int in_flight = 0;       // receives and placements under way, which write into the sink
+  std::optional<Status> failed;
+  std::vector<void*> free_slots;  // a staged sink's
+  struct Waiting {                // a piece that came while every slot was busy
+    void* desc;                   // UCX's rendezvous descriptor
+    uint64_t offset, length;
+  };
+  std::deque<Waiting> waiting;
+
   void Complete(Status s) {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -63,6 +76,19 @@ struct PendingFetch {
     }
     if (wake) wake();
   }
+  // Completes with `s` unless a piece has come (whose bytes the fetch then waits for): a
+  // timeout, or a fetch called off. Whether it did.
+  bool CompleteBeforeBytes(Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (done || receiving) return false;
+      status = std::move(s);
+      done = true;
+      done_cv.notify_all();
+    }
+    if (wake) wake();
+    return true;
+  }
 };
 
 // What a send keeps alive until UCX says it went.
@@ -71,10 +97,11 @@ struct SendState {
   const void* data = nullptr;
   uint64_t bytes = 0;
   Memory memory = Memory::kHost;
-  std::function<void()> release;        // once UCX no longer reads `data`
+  std::function<void(Status)> sent;     // once UCX no longer reads `data`
+  Status outcome;                       // the send's
   std::shared_ptr<PendingFetch> fetch;  // a READ: failed if the send fails
   ~SendState() {
-    if (release) release();
+    if (sent) sent(outcome);
   }
 };
 
@@ -88,12 +115,13 @@ class UcxCopyService final : public CopyService {
   bool reads_gpu_memory() const override { return reads_gpu_memory_; }
   std::string version() const override { return ucx->ucp_get_version_string(); }
   Waiting TakeReads() override;
-  void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes,
-              Memory memory, std::function<void()> release) override;
+  void Refuse(const Read& read, const Status& status) override;
+  void SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
+                 uint64_t total, Memory memory, std::function<void(Status)> sent) override;
   Result<std::unique_ptr<Fetching>> Begin(const std::string& address_hex, const std::string& name,
                                           int64_t ctime_ms, const CopyGrant& grant,
-                                          const std::string& asker_node, void* into, uint64_t bytes,
-                                          Memory memory, int timeout_ms) override;
+                                          const std::string& asker_node, Sink sink,
+                                          uint64_t piece_bytes, int timeout_ms) override;
 
  private:
   friend class UcxFetching;
@@ -105,13 +133,24 @@ class UcxCopyService final : public CopyService {
   ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
   ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length,
                       const ucp_am_recv_param_t* param);
+  // A fetch's pieces, on the service's thread: a piece's bytes received into `at` (`desc`, a
+  // rendezvous), a staged piece landed in `slot` handed to the sink's place, and the fetch's
+  // end once nothing is in flight: done when every piece is in place, else its first failure.
+  void Receive(const std::shared_ptr<PendingFetch>& fetch, void* desc, void* at, uint64_t length,
+               std::function<void(Status)> received);
+  void Land(const std::shared_ptr<PendingFetch>& fetch, void* desc, uint64_t offset,
+            uint64_t length);
+  void Fail(const std::shared_ptr<PendingFetch>& fetch, Status why);
+  void Settle(const std::shared_ptr<PendingFetch>& fetch);
   // Whether the bytes of another fetch from the server `waiting` asked are arriving: a fetch
   // waiting behind them has its time run from their end, not from its read.
   bool ReceivingBefore(const PendingFetch& waiting);
-  // The fetch `fetch_id` names, taken out; null when there is none. With `answered_by`, only
-  // when that is the endpoint its read went to.
+  // The fetch `fetch_id` names, taken out (TakeFetch) or left in (FindFetch: more pieces are to
+  // come); null when there is none. With `answered_by`, only when that is the endpoint its read
+  // went to.
   std::shared_ptr<PendingFetch> TakeFetch(const std::string& fetch_id,
                                           const ucp_ep_h* answered_by = nullptr);
+  std::shared_ptr<PendingFetch> FindFetch(const std::string& fetch_id, const ucp_ep_h& answered_by);
   void PeerLost(ucp_ep_h ep, ucs_status_t status);
 
   std::function<void()> wake_;
@@ -260,6 +299,7 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
   param.user_data = state.get();
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     std::unique_ptr<SendState> done(static_cast<SendState*>(user_data));
+    if (status != UCS_OK) done->outcome = UcxError("sending", status);
     if (status != UCS_OK && done->fetch)
       done->fetch->Complete(UcxError("sending the read", status));
     ucx->ucp_request_free(request);
@@ -271,6 +311,7 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
     state.release();  // the callback owns it now
     return;
   }
+  if (UCS_PTR_IS_ERR(sent)) raw->outcome = UcxError("sending", UCS_PTR_STATUS(sent));
   if (UCS_PTR_IS_ERR(sent) && raw->fetch)
     raw->fetch->Complete(UcxError("sending the read", UCS_PTR_STATUS(sent)));
 }
@@ -329,6 +370,8 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.asker_node.assign(text + h.name_length, h.node_length);
   read.reply_ep = param->reply_ep;
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
+  // The asker's word, bounded: pieces of a few bytes would make a tensor millions of sends.
+  read.piece_bytes = std::max<uint64_t>(h.piece_bytes, kMinCopyPieceBytes);
   bool kept = false;
   bool first = false;  // the serving loop has nothing of this kind to take yet: woken
   {
@@ -342,11 +385,9 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
     }
   }
   if (!kept) {
-    Answer(
-        read,
-        Status(ErrorCode::kUnavailable, "the other server has " + std::to_string(kMaxWaitingReads) +
-                                            " reads waiting already: try again"),
-        nullptr, 0, Memory::kHost, nullptr);
+    Refuse(read, Status(ErrorCode::kUnavailable, "the other server has " +
+                                                     std::to_string(kMaxWaitingReads) +
+                                                     " reads waiting already: try again"));
   }
   // Once until the loop takes them: a wake costs a Redis round trip on this thread, which a
   // flood of reads must not multiply.
@@ -368,17 +409,13 @@ void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
   std::vector<std::shared_ptr<PendingFetch>> failed;
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
-    for (auto it = fetches_.begin(); it != fetches_.end();) {
-      if (it->second->ep == ep) {
-        failed.push_back(std::move(it->second));
-        it = fetches_.erase(it);
-      } else {
-        ++it;
-      }
+    for (auto& [id, fetch] : fetches_) {
+      if (fetch->ep == ep) failed.push_back(fetch);
     }
   }
-  // Completed out of the lock: each wakes the serving loop, a Redis round trip.
-  for (auto& fetch : failed) fetch->Complete(Status(ErrorCode::kUnavailable, why));
+  // Failed out of the lock (Fail takes them out); each ends once its receives under way have
+  // (UCX fails them with the endpoint), and wakes the serving loop, a Redis round trip.
+  for (auto& fetch : failed) Fail(fetch, Status(ErrorCode::kUnavailable, why));
   if (!failed.empty()) return Log(LogLevel::kWarn, "copy service: " + why);
   // A server that stopped after its copies, or one whose read waits here for its answer.
   Log(LogLevel::kInfo, std::string("copy service: a server this one exchanged copies with has "
@@ -420,74 +457,161 @@ std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(const std::string& fetch
   return fetch;
 }
 
+std::shared_ptr<PendingFetch> UcxCopyService::FindFetch(const std::string& fetch_id,
+                                                        const ucp_ep_h& answered_by) {
+  std::lock_guard<std::mutex> lock(fetches_mutex_);
+  auto found = fetches_.find(fetch_id);
+  if (found == fetches_.end() || answered_by == nullptr || answered_by != found->second->ep)
+    return nullptr;
+  return found->second;
+}
+
 ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, void* data,
                                     size_t length, const ucp_am_recv_param_t* param) {
   DataHeader h{};
   if (header_length < sizeof(h)) return UCS_OK;
   std::memcpy(&h, header, sizeof(h));
   ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-  auto fetch = TakeFetch(std::string(reinterpret_cast<const char*>(h.fetch), kIdBytes), &from);
+  auto fetch = FindFetch(std::string(reinterpret_cast<const char*>(h.fetch), kIdBytes), from);
   // Timed out, or not the asked server's answer (anyone may send to the worker): dropped.
   if (!fetch) return UCS_OK;
   {
     std::lock_guard<std::mutex> lock(fetch->mutex);
-    if (fetch->done) return UCS_OK;  // failed meanwhile (its read's send): `into` may be gone
+    if (fetch->done) return UCS_OK;  // timed out or called off meanwhile: the sink may be gone
+    fetch->receiving = true;
   }
+  if (fetch->failed) return UCS_OK;
   if (h.code != 0) {
     size_t n = std::min<size_t>(h.message_length, header_length - sizeof(h));
-    fetch->Complete(Status(static_cast<ErrorCode>(h.code),
-                           std::string(static_cast<const char*>(header) + sizeof(h), n)));
+    Fail(fetch, Status(static_cast<ErrorCode>(h.code),
+                       std::string(static_cast<const char*>(header) + sizeof(h), n)));
     return UCS_OK;
   }
-  if (length != fetch->expected) {
-    fetch->Complete(
-        Status(ErrorCode::kUnexpectedReply, "the other server sent " + std::to_string(length) +
-                                                " bytes, not " + std::to_string(fetch->expected)));
+  const CopyService::Sink& sink = fetch->sink;
+  uint64_t index = h.offset / fetch->piece;
+  if (h.total != sink.bytes || h.offset % fetch->piece != 0 || index >= fetch->seen.size() ||
+      length != std::min(fetch->piece, sink.bytes - h.offset) || fetch->seen[index]) {
+    Fail(fetch, Status(ErrorCode::kUnexpectedReply,
+                       "the other server sent " + std::to_string(length) + " bytes at " +
+                           std::to_string(h.offset) + " of " + std::to_string(h.total) +
+                           ", not a piece of " + std::to_string(fetch->piece) + " of the " +
+                           std::to_string(sink.bytes) + " asked for"));
     return UCS_OK;
   }
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    if (fetch->memory == Memory::kGpu) {  // a server that did not heed kReadRendezvous
-      fetch->Complete(
-          Status(ErrorCode::kUnsupported,
-                 "the other server sent the bytes eagerly, which cannot go into GPU memory "
-                 "in place: run it with this version, or this one with --stage-gpu-copies"));
-      return UCS_OK;
+  fetch->seen[index] = true;
+  {
+    std::lock_guard<std::mutex> lock(fetches_mutex_);
+    if (std::none_of(receiving_.begin(), receiving_.end(),
+                     [&](const std::weak_ptr<PendingFetch>& f) { return f.lock() == fetch; })) {
+      receiving_.erase(
+          std::remove_if(receiving_.begin(), receiving_.end(),
+                         [](const std::weak_ptr<PendingFetch>& f) { return f.expired(); }),
+          receiving_.end());
+      receiving_.push_back(fetch);
     }
-    std::memcpy(fetch->into, data, length);
-    fetch->Complete(Status::Ok());
+  }
+  bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (!rendezvous && (sink.into == nullptr || sink.memory == Memory::kGpu)) {
+    // A server that did not heed kReadRendezvous: eager bytes are UCX's, gone after this call.
+    Fail(fetch, Status(ErrorCode::kUnsupported,
+                       "the other server sent the bytes eagerly, which cannot go into GPU "
+                       "memory or staging buffers: run it with this version"));
     return UCS_OK;
   }
-  // Rendezvous: UCX moves the bytes into the buffer, then calls back.
-  auto* keep = new std::shared_ptr<PendingFetch>(fetch);
+  if (sink.into == nullptr) {
+    if (fetch->free_slots.empty()) {
+      // Every slot holds a piece still being placed: this one waits in the sender's memory.
+      fetch->waiting.push_back({data, h.offset, length});
+      return UCS_INPROGRESS;
+    }
+    Land(fetch, data, h.offset, length);
+    return UCS_INPROGRESS;
+  }
+  char* at = static_cast<char*>(sink.into) + h.offset;
+  if (!rendezvous) {
+    std::memcpy(at, data, length);
+    --fetch->pieces_left;
+    Settle(fetch);
+    return UCS_OK;
+  }
+  Receive(fetch, data, at, length, [this, fetch](Status received) {
+    if (received.ok()) --fetch->pieces_left;
+    if (!received.ok()) Fail(fetch, received);
+    Settle(fetch);
+  });
+  return UCS_INPROGRESS;
+}
+
+void UcxCopyService::Receive(const std::shared_ptr<PendingFetch>& fetch, void* desc, void* at,
+                             uint64_t length, std::function<void(Status)> received) {
+  ++fetch->in_flight;
+  auto* keep =
+      new std::function<void(Status)>([this, fetch, received = std::move(received)](Status status) {
+        --fetch->in_flight;
+        received(std::move(status));
+      });
   ucp_request_param_t rp{};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-  rp.memory_type = UcxMemoryType(fetch->memory);
+  rp.memory_type = UcxMemoryType(fetch->sink.into != nullptr ? fetch->sink.memory : Memory::kHost);
   rp.user_data = keep;
   rp.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
-    std::unique_ptr<std::shared_ptr<PendingFetch>> done(
-        static_cast<std::shared_ptr<PendingFetch>*>(user_data));
-    (*done)->Complete(status == UCS_OK ? Status::Ok() : UcxError("receiving the bytes", status));
+    std::unique_ptr<std::function<void(Status)>> done(
+        static_cast<std::function<void(Status)>*>(user_data));
+    (*done)(status == UCS_OK ? Status::Ok() : UcxError("receiving the bytes", status));
     ucx->ucp_request_free(request);
   };
-  {
-    std::lock_guard<std::mutex> lock(fetch->mutex);
-    fetch->receiving = true;
+  ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, desc, at, length, &rp);
+  if (UCS_PTR_IS_PTR(got)) return;
+  std::unique_ptr<std::function<void(Status)>> done(keep);
+  (*done)(got == nullptr ? Status::Ok() : UcxError("receiving the bytes", UCS_PTR_STATUS(got)));
+}
+
+void UcxCopyService::Land(const std::shared_ptr<PendingFetch>& fetch, void* desc, uint64_t offset,
+                          uint64_t length) {
+  void* slot = fetch->free_slots.back();
+  fetch->free_slots.pop_back();
+  Receive(fetch, desc, slot, length, [this, fetch, slot, offset, length](Status received) {
+    if (!received.ok() || fetch->failed) {
+      fetch->free_slots.push_back(slot);
+      if (!received.ok()) Fail(fetch, received);
+      return Settle(fetch);
+    }
+    // Placed by the sink (a copy on the device's worker); back here once the slot is free.
+    ++fetch->in_flight;
+    fetch->sink.place(offset, length, slot, [this, fetch, slot](Status placed) {
+      Post([this, fetch, slot, placed] {
+        --fetch->in_flight;
+        fetch->free_slots.push_back(slot);
+        if (placed.ok()) --fetch->pieces_left;
+        if (!placed.ok()) Fail(fetch, placed);
+        if (!fetch->failed && !fetch->waiting.empty()) {
+          PendingFetch::Waiting next = fetch->waiting.front();
+          fetch->waiting.pop_front();
+          Land(fetch, next.desc, next.offset, next.length);
+        }
+        Settle(fetch);
+      });
+    });
+  });
+}
+
+void UcxCopyService::Fail(const std::shared_ptr<PendingFetch>& fetch, Status why) {
+  if (!fetch->failed) fetch->failed = std::move(why);
+  (void)TakeFetch(fetch->id);  // no further piece is taken
+  for (const PendingFetch::Waiting& waiting : fetch->waiting)
+    ucx->ucp_am_data_release(worker_, waiting.desc);
+  fetch->waiting.clear();
+  Settle(fetch);
+}
+
+void UcxCopyService::Settle(const std::shared_ptr<PendingFetch>& fetch) {
+  if (fetch->in_flight > 0) return;
+  if (fetch->failed) return fetch->Complete(*fetch->failed);
+  if (fetch->pieces_left == 0) {
+    (void)TakeFetch(fetch->id);
+    fetch->Complete(Status::Ok());
   }
-  {
-    std::lock_guard<std::mutex> lock(fetches_mutex_);
-    receiving_.erase(
-        std::remove_if(receiving_.begin(), receiving_.end(),
-                       [](const std::weak_ptr<PendingFetch>& f) { return f.expired(); }),
-        receiving_.end());
-    receiving_.push_back(fetch);
-  }
-  ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, data, fetch->into, length, &rp);
-  if (UCS_PTR_IS_PTR(got)) return UCS_INPROGRESS;
-  delete keep;
-  fetch->Complete(got == nullptr ? Status::Ok()
-                                 : UcxError("receiving the bytes", UCS_PTR_STATUS(got)));
-  return UCS_OK;
 }
 
 CopyService::Waiting UcxCopyService::TakeReads() {
@@ -498,31 +622,44 @@ CopyService::Waiting UcxCopyService::TakeReads() {
   return out;
 }
 
-void UcxCopyService::Answer(const Read& read, const Status& status, const void* data,
-                            uint64_t bytes, Memory memory, std::function<void()> release) {
+void UcxCopyService::Refuse(const Read& read, const Status& status) {
   auto state = std::make_unique<SendState>();
   DataHeader h{};
   std::memcpy(h.fetch, read.fetch.data(), kIdBytes);
-  h.code = static_cast<int32_t>(status.code());
-  std::string message = status.ok() ? "" : status.message();
-  h.message_length = static_cast<uint32_t>(message.size());
-  h.bytes = bytes;
+  h.code =
+      static_cast<int32_t>(status.code() == ErrorCode::kOk ? ErrorCode::kInternal : status.code());
+  h.message_length = static_cast<uint32_t>(status.message().size());
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
-  state->header += message;
-  state->data = data;
-  state->bytes = bytes;
-  state->memory = memory;
-  state->release = std::move(release);
+  state->header += status.message();
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
   // With a reply endpoint: the asker checks that the answer comes from the server it asked.
-  uint32_t flags =
-      UCP_AM_SEND_FLAG_REPLY | (read.rendezvous && status.ok() ? UCP_AM_SEND_FLAG_RNDV : 0);
+  Post([this, ep, shared] {
+    std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
+    Send(ep, kDataId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
+  });
+}
+
+void UcxCopyService::SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
+                               uint64_t total, Memory memory, std::function<void(Status)> sent) {
+  auto state = std::make_unique<SendState>();
+  DataHeader h{};
+  std::memcpy(h.fetch, read.fetch.data(), kIdBytes);
+  h.total = total;
+  h.offset = offset;
+  state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+  state->data = data;
+  state->bytes = length;
+  state->memory = memory;
+  state->sent = std::move(sent);
+  auto* shared = new std::unique_ptr<SendState>(std::move(state));
+  ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
+  uint32_t flags = UCP_AM_SEND_FLAG_REPLY | (read.rendezvous ? UCP_AM_SEND_FLAG_RNDV : 0);
   Post([this, ep, shared, flags] {
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
-    const SendState& answer = **owned;
-    if (answer.memory == Memory::kHost && answer.data != nullptr)
-      (void)PopulateHost(const_cast<void*>(answer.data), answer.bytes, false);  // a tensor's own
+    const SendState& piece = **owned;
+    if (piece.memory == Memory::kHost && piece.data != nullptr)
+      (void)PopulateHost(const_cast<void*>(piece.data), piece.bytes, false);  // a tensor's own
     Send(ep, kDataId, std::move(*owned), flags);
   });
 }
@@ -543,7 +680,7 @@ class UcxFetching final : public CopyService::Fetching {
   std::optional<Status> Poll() override {
     std::unique_lock<std::mutex> lock(fetch_->mutex);
     if (fetch_->done) return Finished(lock);
-    // Once the bytes are arriving the receive ends either way: done, or failed with its endpoint.
+    // Once pieces are arriving the fetch ends either way: done, or failed with its endpoint.
     auto now = std::chrono::steady_clock::now();
     if (fetch_->receiving || now < deadline_) return std::nullopt;
     lock.unlock();
@@ -553,20 +690,22 @@ class UcxFetching final : public CopyService::Fetching {
       deadline_ = std::min(now + std::chrono::milliseconds(timeout_ms_), last_deadline_);
       return std::nullopt;
     }
-    if (service_.TakeFetch(id_) != nullptr) {  // a late answer is dropped
-      fetch_->Complete(Status(ErrorCode::kTimeout, "no answer from the other server within " +
-                                                       std::to_string(timeout_ms_ / 1000) + " s"));
+    if (fetch_->CompleteBeforeBytes(
+            Status(ErrorCode::kTimeout, "no answer from the other server within " +
+                                            std::to_string(timeout_ms_ / 1000) + " s"))) {
+      (void)service_.TakeFetch(id_);  // a late answer is dropped
     }
     lock.lock();
-    // Else the answer came just now: its bytes are in, or arriving.
+    // Else a piece came just now: the bytes are arriving.
     if (fetch_->done) return Finished(lock);
     return std::nullopt;
   }
 
   Status Stop() override {
     if (auto outcome = Poll()) return *outcome;
-    if (service_.TakeFetch(id_) != nullptr)
-      fetch_->Complete(Status(ErrorCode::kStopped, "called off before the bytes came"));
+    if (fetch_->CompleteBeforeBytes(
+            Status(ErrorCode::kStopped, "called off before the bytes came")))
+      (void)service_.TakeFetch(id_);
     std::unique_lock<std::mutex> lock(fetch_->mutex);  // else answered: the bytes are arriving
     fetch_->done_cv.wait(lock, [&] { return fetch_->done; });
     return Finished(lock);
@@ -602,19 +741,26 @@ class UcxFetching final : public CopyService::Fetching {
 
 Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
     const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-    const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes,
-    Memory memory, int timeout_ms) {
+    const CopyGrant& grant, const std::string& asker_node, Sink sink, uint64_t piece_bytes,
+    int timeout_ms) {
   if (grant.id.size() != kIdBytes || grant.token.size() != kIdBytes) {
     return Status(ErrorCode::kInternal, "a copy's grant is not 2 x 16 bytes");
   }
+  if (piece_bytes < kMinCopyPieceBytes || (sink.into == nullptr && sink.slots.empty())) {
+    return Status(ErrorCode::kInternal, "a fetch's pieces are under 64 KiB, or it has no slots");
+  }
   auto fetch = std::make_shared<PendingFetch>();
-  fetch->expected = bytes;
-  fetch->into = into;
-  fetch->memory = memory;
+  fetch->piece = piece_bytes;
+  size_t pieces = sink.bytes == 0 ? 1 : static_cast<size_t>((sink.bytes - 1) / piece_bytes + 1);
+  fetch->seen.assign(pieces, false);
+  fetch->pieces_left = pieces;
+  fetch->free_slots = sink.slots;
+  fetch->sink = std::move(sink);
   fetch->wake = wake_;
   // Unguessable: an answer counts only if it names this id, which only the read carries.
   std::string fetch_id(kIdBytes, '\0');
   MCD_RETURN_IF_ERROR(SecureRandom(fetch_id.data(), fetch_id.size()));
+  fetch->id = fetch_id;
   {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
     fetches_[fetch_id] = fetch;
@@ -627,7 +773,10 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   h.ctime_ms = ctime_ms;
   h.name_length = static_cast<uint32_t>(name.size());
   h.node_length = static_cast<uint32_t>(asker_node.size());
-  h.flags = memory == Memory::kGpu ? copy_wire::kReadRendezvous : 0;
+  // Rendezvous where eager bytes cannot go: into GPU memory, or into slots that may all be busy.
+  bool in_host_memory = fetch->sink.into != nullptr && fetch->sink.memory == Memory::kHost;
+  h.flags = in_host_memory ? 0 : copy_wire::kReadRendezvous;
+  h.piece_bytes = piece_bytes;
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += name;
   state->header += asker_node;
@@ -639,10 +788,10 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
       std::lock_guard<std::mutex> lock(fetch->mutex);
       if (fetch->done) return;  // stopped, or failed, before it was sent: `into` may be gone
     }
-    if (fetch->memory == Memory::kHost) {
+    if (fetch->sink.into != nullptr && fetch->sink.memory == Memory::kHost) {
       // Before the read goes: a page that cannot be had fails the copy, where UCX writing into
       // it would raise SIGBUS.
-      Status populated = PopulateHost(fetch->into, fetch->expected, true);
+      Status populated = PopulateHost(fetch->sink.into, fetch->sink.bytes, true);
       if (!populated.ok()) return fetch->Complete(populated);
     }
     auto ep = Endpoint(address_hex);

@@ -18,7 +18,9 @@ constexpr unsigned kDataId = 4;
 constexpr unsigned kIdBytes = 16;  // fetch ids, grant ids and grant tokens: 128 random bits
 
 // READ, from the fetching server, sent with a reply endpoint. The tensor's name follows, then
-// the asker's node.
+// the asker's node. The answer comes in pieces of piece_bytes (the last one shorter), so that
+// neither side needs a buffer of the tensor's size to stage GPU memory in, and the device's
+// copies overlap the transport.
 struct ReadHeader {
   uint8_t fetch[kIdBytes];  // names the answer
   uint8_t grant[kIdBytes];  // names the grant key, <prefix>:copy:<hex>
@@ -27,19 +29,21 @@ struct ReadHeader {
   uint32_t name_length;
   uint32_t node_length;
   uint32_t flags;  // kReadRendezvous
+  uint64_t piece_bytes;
 };
 // The asker receives into GPU memory: the answer goes by rendezvous, so that UCX writes the bytes
 // in place (eager bytes arrive in UCX's own host buffer).
 constexpr uint32_t kReadRendezvous = 1;
 
 // DATA, the answer, sent on the READ's reply endpoint with a reply endpoint of its own (the
-// asker takes answers only from the endpoint it asked): the error message follows, then the
-// bytes as the message's data.
+// asker takes answers only from the endpoint it asked): one per piece, each with the piece's
+// bytes as the message's data, or one with an error code, whose message follows the header.
 struct DataHeader {
   uint8_t fetch[kIdBytes];
   int32_t code;  // ErrorCode
   uint32_t message_length;
-  uint64_t bytes;
+  uint64_t total;   // the tensor's bytes
+  uint64_t offset;  // the piece's, a whole number of pieces
 };
 
 }  // namespace mcd::copy_wire

@@ -85,26 +85,24 @@ Result<Allocation> DeviceSet::Allocate(int device, uint64_t bytes, bool zero) {
   return allocation;
 }
 
-Status DeviceSet::CopyOut(int device, const Allocation& allocation, uint64_t bytes, void* dst) {
-  return CopyOnWorker(device, dst, allocation.ptr, bytes, cudaMemcpyDeviceToHost);
-}
-
-Status DeviceSet::CopyIn(int device, const Allocation& allocation, uint64_t bytes,
-                         const void* src) {
-  return CopyOnWorker(device, allocation.ptr, src, bytes, cudaMemcpyHostToDevice);
-}
-
-Status DeviceSet::CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes,
-                               cudaMemcpyKind kind) {
+void DeviceSet::CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes,
+                             cudaMemcpyKind kind, std::function<void(Status)> done) {
   auto worker = workers_.find(device);
   if (device == kHostDevice || worker == workers_.end()) {
-    return Status(ErrorCode::kNoDevice,
-                  "device " + DeviceName(device) + " is not a GPU served here");
+    return done(
+        Status(ErrorCode::kNoDevice, "device " + DeviceName(device) + " is not a GPU served here"));
   }
-  return worker->second->Call([&](DeviceContext&) -> Status {
-    MCD_CUDA_RETURN(cudaMemcpy(dst, src, bytes, kind));
-    return Status::Ok();
+  auto shared_done = std::make_shared<std::function<void(Status)>>(std::move(done));
+  // A job of the worker's, after those posted before it (an allocation's free among them).
+  Status posted = worker->second->Post([=](DeviceContext&) -> Status {
+    Status copied = [&]() -> Status {
+      MCD_CUDA_RETURN(cudaMemcpy(dst, src, bytes, kind));
+      return Status::Ok();
+    }();
+    (*shared_done)(copied);
+    return copied;
   });
+  if (!posted.ok()) (*shared_done)(posted);
 }
 
 Status DeviceSet::Free(int device, const Allocation& allocation,

@@ -76,11 +76,12 @@ class DeviceSet {
   // speed, where a pageable buffer's run at a fraction (docs/scale-out.md). Freed on that
   // worker when the last owner lets go.
   Result<std::shared_ptr<char>> PinnedBuffer(int device, uint64_t bytes);
-  // Copies the first `bytes` of GPU `allocation` on `device` to host memory `dst` (CopyOut), or
-  // host memory `src` into them (CopyIn): cudaMemcpy on the device's worker. Waits. (Host
-  // tensors are copied through a mapping of their shared-memory object: node_copy.)
-  Status CopyOut(int device, const Allocation& allocation, uint64_t bytes, void* dst);
-  Status CopyIn(int device, const Allocation& allocation, uint64_t bytes, const void* src);
+  // Copies `bytes` from `src` to `dst`, one of them GPU memory of `device` and the other host
+  // memory (`kind`), on the device's worker, after the jobs posted to it before; `done` runs
+  // there with the outcome (or here, when the worker is stopping). Returns at once. Copies
+  // between nodes stage GPU tensors through pinned host memory this way (server/node_copy).
+  void CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind,
+                    std::function<void(Status)> done);
   // Frees every allocation held, one worker job per device: shutdown. Returns how many went.
   size_t FreeAll(const std::map<int, std::vector<const Entry*>>& by_device);
 
@@ -106,8 +107,6 @@ class DeviceSet {
  private:
   DeviceSet() = default;
   Status AddGpu(int device, const DeviceSetOptions& opt);
-  // cudaMemcpy on `device`'s worker (CopyOut, CopyIn).
-  Status CopyOnWorker(int device, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind);
   std::string DeviceText(const std::function<std::string(const Allocator&)>& value_of) const;
   uint64_t SumOver(uint64_t (Allocator::*bytes)() const noexcept) const;
 

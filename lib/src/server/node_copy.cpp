@@ -20,7 +20,123 @@ std::string MajorMinor(const std::string& version) {
   if (first == std::string::npos) return version;
   return version.substr(0, version.find('.', first + 1));
 }
+
+uint64_t Pieces(uint64_t total, uint64_t piece) { return total == 0 ? 1 : (total - 1) / piece + 1; }
+
+// The answer of a read of a GPU tensor where UCX cannot read GPU memory: each piece copied into
+// a pinned slot on the device's worker, then sent from it, the next piece copied into a slot
+// as soon as UCX is done with it, so that the device's copies overlap the transport. Alive
+// while any of its jobs is; holds the tensor's memory (an rm meanwhile frees it after).
+class StagedAnswer : public std::enable_shared_from_this<StagedAnswer> {
+ public:
+  StagedAnswer(CopyService& service, DeviceSet& devices, CopyService::Read read, int device,
+               const void* from, uint64_t total, std::function<void()> hold)
+      : service_(service),
+        devices_(devices),
+        read_(std::move(read)),
+        device_(device),
+        from_(static_cast<const char*>(from)),
+        total_(total),
+        pieces_(Pieces(total, read_.piece_bytes)),
+        hold_(std::move(hold)) {}
+  ~StagedAnswer() {
+    if (hold_) hold_();
+  }
+  // Starts a piece in each slot (main thread).
+  void Start(const std::vector<std::shared_ptr<char>>& slots) {
+    for (const auto& slot : slots) Next(slot);
+  }
+
+ private:
+  // Copies the next piece into `slot` and sends it; the slot goes back to the pool once every
+  // piece is sent.
+  void Next(std::shared_ptr<char> slot) {
+    uint64_t index = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (failed_ || next_ == pieces_) return;
+      index = next_++;
+    }
+    uint64_t offset = index * read_.piece_bytes;
+    uint64_t length = std::min(read_.piece_bytes, total_ - offset);
+    auto self = shared_from_this();
+    devices_.CopyOnWorker(device_, slot.get(), from_ + offset, length, cudaMemcpyDeviceToHost,
+                          [self, slot, offset, length](Status copied) {
+                            if (!copied.ok()) return self->Failed(copied);
+                            self->service_.SendPiece(self->read_, offset, slot.get(), length,
+                                                     self->total_, Memory::kHost,
+                                                     [self, slot](Status sent) {
+                                                       // A send that failed failed the asker's
+                                                       // fetch too.
+                                                       if (!sent.ok()) return self->Failed(sent);
+                                                       self->Next(slot);
+                                                     });
+                          });
+  }
+  void Failed(const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (failed_) return;
+      failed_ = true;
+    }
+    Log(LogLevel::kWarn, "a copy of '" + read_.name + "' for node '" +
+                             Printable(read_.asker_node, 64) + "' stopped: " + why.ToString());
+    service_.Refuse(read_, why);
+  }
+
+  CopyService& service_;
+  DeviceSet& devices_;
+  const CopyService::Read read_;
+  const int device_;
+  const char* const from_;
+  const uint64_t total_;
+  const uint64_t pieces_;
+  std::function<void()> hold_;
+  std::mutex mutex_;
+  uint64_t next_ = 0;  // the next piece to copy
+  bool failed_ = false;
+};
 }  // namespace
+
+uint64_t CopyPieceBytes() {
+  static const uint64_t piece = [] {
+    const char* text = std::getenv("MCD_COPY_PIECE");
+    if (text == nullptr || *text == '\0') return kCopyPieceBytes;
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long value = std::strtoull(text, &end, 10);
+    bool whole = *end == '\0' && errno == 0 && text[0] != '-';
+    return whole && value >= kMinCopyPieceBytes ? static_cast<uint64_t>(value) : kCopyPieceBytes;
+  }();
+  return piece;
+}
+
+Result<std::shared_ptr<char>> PinnedSlots::Take(int device, uint64_t bytes) {
+  std::shared_ptr<char> slot;
+  {
+    std::lock_guard<std::mutex> lock(free_->mutex);
+    auto& kept = free_->slots[{device, bytes}];
+    if (!kept.empty()) {
+      slot = std::move(kept.back());
+      kept.pop_back();
+    }
+  }
+  if (!slot) {
+    MCD_ASSIGN_OR_RETURN(slot, devices_.PinnedBuffer(device, bytes));
+  }
+  // The pool's own reference goes back to it when the caller's last copy goes, unless the pool
+  // is gone or holds enough already.
+  std::weak_ptr<Free> pool = free_;
+  char* raw = slot.get();
+  return std::shared_ptr<char>(raw, [pool, slot, device, bytes](char*) mutable {
+    if (auto free = pool.lock()) {
+      std::lock_guard<std::mutex> lock(free->mutex);
+      auto& kept = free->slots[{device, bytes}];
+      if (kept.size() < kKeptSlots) kept.push_back(std::move(slot));
+    }
+    slot.reset();
+  });
+}
 
 Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
   const std::string& name = cmd.copy_of;
@@ -91,28 +207,41 @@ void NodeCopier::StartFill(const Command& cmd, const Source& source, const Alloc
   copy.bytes = cmd.bytes;
   copy.done = std::move(done);
   auto failed = [&](const Status& why) { copy.done(Ended(copy, why)); };
-  void* into = allocation.ptr;
-  Memory memory = Memory::kGpu;
+  uint64_t piece = CopyPieceBytes();
+  CopyService::Sink sink;
+  sink.bytes = cmd.bytes;
+  sink.into = allocation.ptr;
+  sink.memory = Memory::kGpu;
   if (cmd.device == kHostDevice) {
-    // Straight into the new object's pages, which UCX's thread faults in as the bytes come.
+    // Straight into the new object's pages, which the copy service's thread maps before the
+    // read goes.
     auto mapped = OpenHostShm(allocation.ipc_handle, cmd.bytes, allocation.offset);
     if (!mapped.ok()) return failed(mapped.status());
-    into = copy.mapped = mapped.value();
-    memory = Memory::kHost;
+    sink.into = copy.mapped = mapped.value();
+    sink.memory = Memory::kHost;
   } else if (!gpu_direct()) {
     // Nobody else knows of the new memory before the commit, so UCX may write into it as it goes
-    // where it writes GPU memory; elsewhere the bytes are staged in pinned host memory.
-    auto staged = devices_.PinnedBuffer(cmd.device, cmd.bytes);
-    if (!staged.ok()) return failed(staged.status());
-    copy.staged = std::move(staged).value();
-    into = copy.staged.get();
-    memory = Memory::kHost;
+    // where it writes GPU memory; elsewhere each piece lands in a pinned slot and is copied to
+    // its place on the device's worker while the next one comes.
+    auto slots = StagingSlots(cmd.device, piece);
+    if (!slots.ok()) return failed(slots.status());
+    for (const auto& slot : *slots) sink.slots.push_back(slot.get());
+    sink.keep = std::make_shared<std::vector<std::shared_ptr<char>>>(std::move(slots).value());
+    sink.into = nullptr;
+    DeviceSet* devices = &devices_;
+    int device = cmd.device;
+    char* base = static_cast<char*>(allocation.ptr);
+    sink.place = [devices, device, base](uint64_t offset, uint64_t length, const void* slot,
+                                         std::function<void(Status)> placed) {
+      devices->CopyOnWorker(device, base + offset, slot, length, cudaMemcpyHostToDevice,
+                            std::move(placed));
+    };
   }
   auto grant = grants_.Issue(source.node, cmd.copy_of, source.ctime_ms, timeout_ms);
   if (!grant.ok()) return failed(grant.status());
   copy.grant = grant.value();
   auto fetching = service_->Begin(source.ucx_address, cmd.copy_of, source.ctime_ms, copy.grant,
-                                  node_, into, cmd.bytes, memory, timeout_ms);
+                                  node_, std::move(sink), piece, timeout_ms);
   if (!fetching.ok()) return failed(fetching.status());
   copy.fetching = std::move(fetching).value();
   copies_.push_back(std::move(copy));
@@ -120,9 +249,6 @@ void NodeCopier::StartFill(const Command& cmd, const Source& source, const Alloc
 
 Status NodeCopier::Ended(Copy& copy, Status fetched) {
   copy.fetching.reset();  // nothing writes into the memory any more
-  if (fetched.ok() && copy.staged)
-    fetched = devices_.CopyIn(copy.device, copy.allocation, copy.bytes, copy.staged.get());
-  copy.staged.reset();
   if (copy.mapped != nullptr) {
     Status closed = CloseHostShm(copy.mapped, copy.bytes, copy.allocation.offset);
     copy.mapped = nullptr;
@@ -197,15 +323,14 @@ void NodeCopier::ServeReads() {
                "' from a UCX peer that says it is node '" + Printable(read.asker_node, 64) +
                "': " + granted[i].ToString();
       });
-      service_->Answer(read, granted[i], nullptr, 0, Memory::kHost, nullptr);
+      service_->Refuse(read, granted[i]);
       continue;
     }
     auto found = table_.find(read.name);
     if (found == table_.end() || found->second.record.ctime_ms != read.ctime_ms) {
-      service_->Answer(read,
+      service_->Refuse(read,
                        Status(ErrorCode::kNotFound,
-                              "tensor '" + read.name + "' is gone from node '" + node_ + "'"),
-                       nullptr, 0, Memory::kHost, nullptr);
+                              "tensor '" + read.name + "' is gone from node '" + node_ + "'"));
       continue;
     }
     const Entry& entry = found->second;
@@ -214,7 +339,7 @@ void NodeCopier::ServeReads() {
     if (!served.ok()) {
       Log(LogLevel::kWarn, "a copy of '" + read.name + "' for node '" +
                                Printable(read.asker_node, 64) + "': " + served.ToString());
-      service_->Answer(read, served, nullptr, 0, Memory::kHost, nullptr);
+      service_->Refuse(read, served);
       continue;
     }
     // The asker proved it holds this Redis's credentials: the node it named is the one its grant
@@ -250,24 +375,51 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
   if (entry.record.device == kHostDevice) {
     // Sent from a mapping of its own, which stays valid while UCX reads it even if the tensor is
     // freed meanwhile (the pages go when the last mapping does). Its pages are mapped as UCX's
-    // thread reads them, not here on the serving loop's.
+    // thread sends them, not here on the serving loop's.
     MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset));
     uint64_t offset = a.offset;
-    service_->Answer(read, Status::Ok(), mapped, bytes, Memory::kHost,
-                     [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });
+    SendPieces(read, mapped, bytes, Memory::kHost,
+               [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });
     return Status::Ok();
   }
   if (gpu_direct()) {
     // In place: the memory is held (an rm meanwhile frees it once UCX is done), not copied.
-    service_->Answer(read, Status::Ok(), a.ptr, bytes, Memory::kGpu,
-                     devices_.Hold(entry.record.device, a));
+    SendPieces(read, a.ptr, bytes, Memory::kGpu, devices_.Hold(entry.record.device, a));
     return Status::Ok();
   }
-  MCD_ASSIGN_OR_RETURN(std::shared_ptr<char> staged,
-                       devices_.PinnedBuffer(entry.record.device, bytes));
-  MCD_RETURN_IF_ERROR(devices_.CopyOut(entry.record.device, a, bytes, staged.get()));
-  service_->Answer(read, Status::Ok(), staged.get(), bytes, Memory::kHost, [staged] {});
+  MCD_ASSIGN_OR_RETURN(auto slots, StagingSlots(entry.record.device, read.piece_bytes));
+  auto answer = std::make_shared<StagedAnswer>(*service_, devices_, read, entry.record.device,
+                                               a.ptr, bytes, devices_.Hold(entry.record.device, a));
+  answer->Start(slots);
   return Status::Ok();
+}
+
+void NodeCopier::SendPieces(const CopyService::Read& read, const void* data, uint64_t total,
+                            Memory memory, std::function<void()> release) {
+  uint64_t pieces = Pieces(total, read.piece_bytes);
+  // Runs `release` when the last piece's send ends (on the service's thread, one at a time).
+  struct Left {
+    uint64_t pieces;
+    std::function<void()> release;
+  };
+  auto left = std::make_shared<Left>(Left{pieces, std::move(release)});
+  for (uint64_t i = 0; i < pieces; ++i) {
+    uint64_t offset = i * read.piece_bytes;
+    service_->SendPiece(read, offset, static_cast<const char*>(data) + offset,
+                        std::min(read.piece_bytes, total - offset), total, memory,
+                        [left](const Status&) {
+                          if (--left->pieces == 0 && left->release) left->release();
+                        });
+  }
+}
+
+Result<std::vector<std::shared_ptr<char>>> NodeCopier::StagingSlots(int device, uint64_t piece) {
+  std::vector<std::shared_ptr<char>> slots;
+  for (size_t i = 0; i < kStagingSlots; ++i) {
+    MCD_ASSIGN_OR_RETURN(std::shared_ptr<char> slot, slots_.Take(device, piece));
+    slots.push_back(std::move(slot));
+  }
+  return slots;
 }
 
 }  // namespace mcd

@@ -13,7 +13,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +29,30 @@
 #include "server/tensor_table.h"
 
 namespace mcd {
+
+// The pieces this server asks its copies' bytes in: kCopyPieceBytes, or MCD_COPY_PIECE (a whole
+// number of bytes, at least kMinCopyPieceBytes; anything else is ignored).
+uint64_t CopyPieceBytes();
+
+// Pinned host buffers of one size for staging GPU tensors' pieces, kept for the next copy
+// rather than allocated for each (cudaMallocHost of 16 MiB takes milliseconds): up to
+// kKeptSlots free per device, all freed with the pool. Main thread; a slot goes back to the pool
+// from any thread.
+class PinnedSlots {
+ public:
+  static constexpr size_t kKeptSlots = 4;
+  explicit PinnedSlots(DeviceSet& devices) : devices_(devices) {}
+  // A slot of `bytes` on `device`'s side, back to the pool when the last copy of it goes.
+  Result<std::shared_ptr<char>> Take(int device, uint64_t bytes);
+
+ private:
+  struct Free {
+    std::mutex mutex;
+    std::map<std::pair<int, uint64_t>, std::vector<std::shared_ptr<char>>> slots;
+  };
+  DeviceSet& devices_;
+  std::shared_ptr<Free> free_ = std::make_shared<Free>();
+};
 
 // What the copier needs of the server's options.
 struct NodeCopierOptions {
@@ -47,7 +73,8 @@ class NodeCopier {
         devices_(devices),
         service_(service),
         off_(std::move(off)),
-        grants_(std::move(opt.grants)) {}
+        grants_(std::move(opt.grants)),
+        slots_(devices) {}
 
   // The tensor a create copies, as found before anything is allocated.
   struct Source {
@@ -82,9 +109,17 @@ class NodeCopier {
   }
 
  private:
-  // Sends the bytes of `entry` for `read`: host memory from a mapping, GPU memory in place or
-  // through a pinned host buffer filled on the device's worker.
+  // Sends the bytes of `entry` for `read`, piece by piece: host memory from a mapping, GPU
+  // memory in place or staged (StagedAnswer in node_copy.cpp: each piece copied into a pinned
+  // slot on the device's worker while the one before it is sent).
   Status Serve(const CopyService::Read& read, const Entry& entry);
+  // Sends the `total` bytes at `data` (in `memory`) for `read`, every piece at once; `release`
+  // runs once UCX no longer reads any.
+  void SendPieces(const CopyService::Read& read, const void* data, uint64_t total, Memory memory,
+                  std::function<void()> release);
+  // The staging slots of a copy of GPU memory on `device`: kStagingSlots of `piece` bytes.
+  Result<std::vector<std::shared_ptr<char>>> StagingSlots(int device, uint64_t piece);
+  static constexpr size_t kStagingSlots = 2;
   // A copy under way.
   struct Copy {
     std::string name;  // the tensor made
@@ -93,14 +128,13 @@ class NodeCopier {
     int device = kHostDevice;
     Allocation allocation;
     uint64_t bytes = 0;
-    void* mapped = nullptr;        // host: the new object's pages, mapped for UCX
-    std::shared_ptr<char> staged;  // GPU without GPU-aware UCX: the pinned buffer
+    void* mapped = nullptr;  // host: the new object's pages, mapped for UCX
     CopyGrant grant;
     std::unique_ptr<CopyService::Fetching> fetching;
     std::function<void(Status)> done;
   };
-  // What is left of `copy` once its fetch ended with `fetched`: staged bytes copied in, the
-  // mapping closed, the grant withdrawn on failure. The copy's outcome.
+  // What is left of `copy` once its fetch ended with `fetched`: the mapping closed, the grant
+  // withdrawn on failure. The copy's outcome.
   Status Ended(Copy& copy, Status fetched);
   // Says `line` at warn, for `count` reads refused: up to 10 lines a second, then how many more
   // reads there were (a peer that floods the worker does not flood the log).
@@ -119,6 +153,7 @@ class NodeCopier {
   int refusal_lines_ = 0;
   uint64_t unlogged_refusals_ = 0;
   std::vector<Copy> copies_;  // under way
+  PinnedSlots slots_;
 };
 
 }  // namespace mcd

@@ -40,6 +40,7 @@ Status LoadUcx() {
     MCD_UCX_SYMBOL(ucp_request_free)
     MCD_UCX_SYMBOL(ucp_am_send_nbx)
     MCD_UCX_SYMBOL(ucp_am_recv_data_nbx)
+    MCD_UCX_SYMBOL(ucp_am_data_release)
     MCD_UCX_SYMBOL(ucs_status_string)
     MCD_UCX_SYMBOL(ucp_context_query)
     MCD_UCX_SYMBOL(ucp_get_version_string)

@@ -36,6 +36,7 @@ struct UcxApi {
   decltype(&::ucp_request_free) ucp_request_free = nullptr;
   decltype(&::ucp_am_send_nbx) ucp_am_send_nbx = nullptr;
   decltype(&::ucp_am_recv_data_nbx) ucp_am_recv_data_nbx = nullptr;
+  decltype(&::ucp_am_data_release) ucp_am_data_release = nullptr;
   decltype(&::ucs_status_string) ucs_status_string = nullptr;
   decltype(&::ucp_context_query) ucp_context_query = nullptr;
   decltype(&::ucp_get_version_string) ucp_get_version_string = nullptr;

@@ -23,13 +23,15 @@ namespace mcd {
 namespace {
 
 // The fake transport of one server. As the serving side: reads are queued by the asker's fake
-// (TakeReads) and answers kept (Answer). As the asking side: Begin queues a read on `peer`, has
-// the peer's copier serve it, and copies the answer into `into`.
+// (TakeReads) and answers kept (Refuse, SendPiece: each piece put in its place). As the asking
+// side: Begin queues a read on `peer`, has the peer's copier serve it, and copies the answer
+// into the sink.
 class FakeCopyService : public CopyService {
  public:
   struct Answered {
     Status status;
     std::string bytes;
+    size_t pieces = 0;
   };
   const std::string& address_hex() const override { return address_; }
   bool reads_gpu_memory() const override { return false; }
@@ -40,11 +42,16 @@ class FakeCopyService : public CopyService {
     reads.clear();
     return w;
   }
-  void Answer(const Read& read, const Status& status, const void* data, uint64_t bytes, Memory,
-              std::function<void()> release) override {
-    answers[read.fetch] =
-        Answered{status, data ? std::string(static_cast<const char*>(data), bytes) : ""};
-    if (release) release();  // the bytes are copied: UCX would be done with them
+  void Refuse(const Read& read, const Status& status) override {
+    answers[read.fetch] = Answered{status, "", 0};
+  }
+  void SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
+                 uint64_t total, Memory, std::function<void(Status)> sent) override {
+    Answered& answer = answers[read.fetch];
+    answer.bytes.resize(total);
+    std::memcpy(answer.bytes.data() + offset, data, length);
+    ++answer.pieces;
+    sent(Status::Ok());  // the bytes are copied: UCX would be done with them
   }
   // Done at once: the peer's copier serves the read before Begin returns.
   class Done : public Fetching {
@@ -59,13 +66,14 @@ class FakeCopyService : public CopyService {
   };
   Result<std::unique_ptr<Fetching>> Begin(const std::string& address_hex, const std::string& name,
                                           int64_t ctime_ms, const CopyGrant& grant,
-                                          const std::string& asker_node, void* into, uint64_t bytes,
-                                          Memory, int) override {
-    return std::unique_ptr<Fetching>(
-        std::make_unique<Done>(Serve(address_hex, name, ctime_ms, grant, asker_node, into, bytes)));
+                                          const std::string& asker_node, Sink sink,
+                                          uint64_t piece_bytes, int) override {
+    return std::unique_ptr<Fetching>(std::make_unique<Done>(
+        Serve(address_hex, name, ctime_ms, grant, asker_node, sink, piece_bytes)));
   }
   Status Serve(const std::string& address_hex, const std::string& name, int64_t ctime_ms,
-               const CopyGrant& grant, const std::string& asker_node, void* into, uint64_t bytes) {
+               const CopyGrant& grant, const std::string& asker_node, const Sink& sink,
+               uint64_t piece_bytes) {
     EXPECT_EQ(address_hex, peer->address_);
     Read read;
     read.fetch = "fetch" + std::to_string(++fetches);
@@ -73,13 +81,16 @@ class FakeCopyService : public CopyService {
     read.asker_node = asker_node;
     read.ctime_ms = ctime_ms;
     read.name = name;
+    read.piece_bytes = piece_bytes;
     peer->reads.push_back(read);
     peer_copier->ServeReads();
     auto answer = peer->answers.find(read.fetch);
     if (answer == peer->answers.end()) return Status(ErrorCode::kTimeout, "no answer");
     if (!answer->second.status.ok()) return answer->second.status;
-    if (answer->second.bytes.size() != bytes) return Status(ErrorCode::kIoError, "short answer");
-    std::memcpy(into, answer->second.bytes.data(), bytes);
+    if (answer->second.bytes.size() != sink.bytes)
+      return Status(ErrorCode::kIoError, "short answer");
+    EXPECT_EQ(answer->second.pieces, (sink.bytes + piece_bytes - 1) / piece_bytes);
+    std::memcpy(sink.into, answer->second.bytes.data(), sink.bytes);
     return Status::Ok();
   }
 
