@@ -95,6 +95,11 @@ class CopyService {
   // on the service's thread, when UCX no longer reads `data`: with the send's outcome.
   virtual void SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
                          uint64_t total, Memory memory, std::function<void(Status)> sent) = 0;
+  // Sends the `total` bytes at `data` (in `memory`) for `read`, every piece: those of host memory
+  // as the service's own thread maps their pages, ahead of their sends. `release` runs once UCX
+  // no longer reads any.
+  virtual void SendAll(const Read& read, const void* data, uint64_t total, Memory memory,
+                       std::function<void()> release) = 0;
   // Where a fetch puts the bytes.
   struct Sink {
     uint64_t bytes = 0;

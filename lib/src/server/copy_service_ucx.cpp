@@ -6,6 +6,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -60,11 +61,13 @@ struct PendingFetch {
   int in_flight = 0;       // receives and placements under way, which write into the sink
   std::optional<Status> failed;
   std::vector<void*> free_slots;  // a staged sink's
+  std::vector<bool> made;         // a host sink's: pieces whose pages are made (MakePages)
   struct Waiting {                // a piece that came while every slot was busy
     void* desc;                   // UCX's rendezvous descriptor
     uint64_t offset, length;
   };
   std::deque<Waiting> waiting;
+  std::atomic<bool> abandoned{false};  // failed: the threads making pages stop
 
   void Complete(Status s) {
     {
@@ -118,6 +121,8 @@ class UcxCopyService final : public CopyService {
   void Refuse(const Read& read, const Status& status) override;
   void SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
                  uint64_t total, Memory memory, std::function<void(Status)> sent) override;
+  void SendAll(const Read& read, const void* data, uint64_t total, Memory memory,
+               std::function<void()> release) override;
   Result<std::unique_ptr<Fetching>> Begin(const std::string& address_hex, const std::string& name,
                                           int64_t ctime_ms, const CopyGrant& grant,
                                           const std::string& asker_node, Sink sink,
@@ -142,6 +147,22 @@ class UcxCopyService final : public CopyService {
             uint64_t length);
   void Fail(const std::shared_ptr<PendingFetch>& fetch, Status why);
   void Settle(const std::shared_ptr<PendingFetch>& fetch);
+  // A host sink's pages, made ahead of its pieces on PageMakers() threads of their own, from its
+  // first piece on: new shared memory takes longer to make than the transport takes to fill
+  // it (2-3 GB/s a thread on an H200 host, docs/scale-out.md). A piece whose pages are not
+  // made yet waits for them (PiecePagesMade).
+  void MakePages(const std::shared_ptr<PendingFetch>& fetch);
+  void PiecePagesMade(const std::shared_ptr<PendingFetch>& fetch, size_t index);
+  // A thread per 4 cores, 1 to 4: on a 16-core H200 host four made a 1 GiB copy's pages fast
+  // enough for 2.6-3.1 GB/s, two for 2.2-2.4 (docs/design.md).
+  static int PageMakers() {
+    return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u));
+  }
+  // Runs `job` on a thread of its own, which the service outlives (its destructor waits for
+  // every one; `stopping_` tells them to end), or here where no thread can be started.
+  void RunAside(std::function<void()> job);
+  std::atomic<int> aside_{0};  // threads of RunAside still running
+  std::atomic<bool> stopping_{false};
   // Whether the bytes of another fetch from the server `waiting` asked are arriving: a fetch
   // waiting behind them has its time run from their end, not from its read.
   bool ReceivingBefore(const PendingFetch& waiting);
@@ -235,9 +256,13 @@ UcxCopyService::~UcxCopyService() {
     std::lock_guard<std::mutex> lock(fetches_mutex_);
     for (auto& [req, fetch] : fetches_) {
       fetch->wake = nullptr;  // the serving loop has stopped
+      fetch->abandoned = true;
       fetch->Complete(Status(ErrorCode::kStopped, "the server is stopping"));
     }
   }
+  // Their piece, then they go: what they post is never run.
+  stopping_ = true;
+  while (aside_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (worker_ != nullptr) ucx->ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucx->ucp_cleanup(context_);
 }
@@ -475,12 +500,17 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
   auto fetch = FindFetch(std::string(reinterpret_cast<const char*>(h.fetch), kIdBytes), from);
   // Timed out, or not the asked server's answer (anyone may send to the worker): dropped.
   if (!fetch) return UCS_OK;
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(fetch->mutex);
     if (fetch->done) return UCS_OK;  // timed out or called off meanwhile: the sink may be gone
+    first = !fetch->receiving;
     fetch->receiving = true;
   }
   if (fetch->failed) return UCS_OK;
+  // Not before: a fetch that times out or is called off before its first piece ends at once,
+  // and its memory goes with it.
+  if (first && fetch->sink.into != nullptr && fetch->sink.memory == Memory::kHost) MakePages(fetch);
   if (h.code != 0) {
     size_t n = std::min<size_t>(h.message_length, header_length - sizeof(h));
     Fail(fetch, Status(static_cast<ErrorCode>(h.code),
@@ -528,11 +558,15 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     return UCS_INPROGRESS;
   }
   char* at = static_cast<char*>(sink.into) + h.offset;
-  if (!rendezvous) {
+  if (!rendezvous) {  // a few bytes, written whether their pages are made or not
     std::memcpy(at, data, length);
     --fetch->pieces_left;
     Settle(fetch);
     return UCS_OK;
+  }
+  if (!fetch->made.empty() && !fetch->made[index]) {
+    fetch->waiting.push_back({data, h.offset, length});
+    return UCS_INPROGRESS;
   }
   Receive(fetch, data, at, length, [this, fetch](Status received) {
     if (received.ok()) --fetch->pieces_left;
@@ -540,6 +574,61 @@ ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, vo
     Settle(fetch);
   });
   return UCS_INPROGRESS;
+}
+
+void UcxCopyService::MakePages(const std::shared_ptr<PendingFetch>& fetch) {
+  fetch->made.assign(fetch->seen.size(), false);
+  auto next = std::make_shared<std::atomic<size_t>>(0);
+  for (int i = 0, makers = PageMakers(); i < makers; ++i) {
+    ++fetch->in_flight;
+    RunAside([this, fetch, next] {
+      Status status = Status::Ok();
+      for (size_t index = (*next)++; index < fetch->made.size() && !fetch->abandoned && !stopping_;
+           index = (*next)++) {
+        uint64_t offset = index * fetch->piece;
+        // A page that cannot be had fails the copy, where UCX writing into it would raise
+        // SIGBUS.
+        status = PopulateHost(static_cast<char*>(fetch->sink.into) + offset,
+                              std::min(fetch->piece, fetch->sink.bytes - offset), true);
+        if (!status.ok()) break;
+        Post([this, fetch, index] { PiecePagesMade(fetch, index); });
+      }
+      Post([this, fetch, status] {
+        --fetch->in_flight;
+        if (!status.ok()) Fail(fetch, status);
+        Settle(fetch);
+      });
+    });
+  }
+}
+
+void UcxCopyService::RunAside(std::function<void()> job) {
+  ++aside_;
+  auto run = [this, job = std::move(job)] {
+    job();
+    --aside_;
+  };
+  try {
+    std::thread(run).detach();
+  } catch (const std::system_error&) {
+    run();
+  }
+}
+
+void UcxCopyService::PiecePagesMade(const std::shared_ptr<PendingFetch>& fetch, size_t index) {
+  fetch->made[index] = true;
+  uint64_t offset = index * fetch->piece;
+  auto waiting = std::find_if(fetch->waiting.begin(), fetch->waiting.end(),
+                              [&](const PendingFetch::Waiting& w) { return w.offset == offset; });
+  if (fetch->failed || waiting == fetch->waiting.end()) return;
+  PendingFetch::Waiting piece = *waiting;
+  fetch->waiting.erase(waiting);
+  Receive(fetch, piece.desc, static_cast<char*>(fetch->sink.into) + offset, piece.length,
+          [this, fetch](Status received) {
+            if (received.ok()) --fetch->pieces_left;
+            if (!received.ok()) Fail(fetch, received);
+            Settle(fetch);
+          });
 }
 
 void UcxCopyService::Receive(const std::shared_ptr<PendingFetch>& fetch, void* desc, void* at,
@@ -598,6 +687,7 @@ void UcxCopyService::Land(const std::shared_ptr<PendingFetch>& fetch, void* desc
 
 void UcxCopyService::Fail(const std::shared_ptr<PendingFetch>& fetch, Status why) {
   if (!fetch->failed) fetch->failed = std::move(why);
+  fetch->abandoned = true;
   (void)TakeFetch(fetch->id);  // no further piece is taken
   for (const PendingFetch::Waiting& waiting : fetch->waiting)
     ucx->ucp_am_data_release(worker_, waiting.desc);
@@ -657,11 +747,34 @@ void UcxCopyService::SendPiece(const Read& read, uint64_t offset, const void* da
   uint32_t flags = UCP_AM_SEND_FLAG_REPLY | (read.rendezvous ? UCP_AM_SEND_FLAG_RNDV : 0);
   Post([this, ep, shared, flags] {
     std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
-    const SendState& piece = **owned;
-    if (piece.memory == Memory::kHost && piece.data != nullptr)
-      (void)PopulateHost(const_cast<void*>(piece.data), piece.bytes, false);  // a tensor's own
     Send(ep, kDataId, std::move(*owned), flags);
   });
+}
+
+void UcxCopyService::SendAll(const Read& read, const void* data, uint64_t total, Memory memory,
+                             std::function<void()> release) {
+  uint64_t pieces = total == 0 ? 1 : (total - 1) / read.piece_bytes + 1;
+  // `release` once the last piece's send ends (on the service's thread, one at a time).
+  struct Left {
+    uint64_t pieces;
+    std::function<void()> release;
+    void One() {
+      if (--pieces == 0 && release) release();
+    }
+  };
+  auto left = std::make_shared<Left>(Left{pieces, std::move(release)});
+  auto send = [this, read, data, total, memory, pieces, left](bool map_pages) {
+    for (uint64_t i = 0; i < pieces; ++i) {
+      uint64_t offset = i * read.piece_bytes;
+      uint64_t length = std::min(read.piece_bytes, total - offset);
+      const char* at = static_cast<const char*>(data) + offset;
+      // The tensor's own pages: mapped here rather than one fault at a time by UCX's sends.
+      if (map_pages && !stopping_) (void)PopulateHost(const_cast<char*>(at), length, false);
+      SendPiece(read, offset, at, length, total, memory, [left](const Status&) { left->One(); });
+    }
+  };
+  if (memory == Memory::kHost) return RunAside([send] { send(true); });
+  send(false);
 }
 
 // A fetch under way: its read sent, its answer awaited on the service's thread.
@@ -787,12 +900,6 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
     {
       std::lock_guard<std::mutex> lock(fetch->mutex);
       if (fetch->done) return;  // stopped, or failed, before it was sent: `into` may be gone
-    }
-    if (fetch->sink.into != nullptr && fetch->sink.memory == Memory::kHost) {
-      // Before the read goes: a page that cannot be had fails the copy, where UCX writing into
-      // it would raise SIGBUS.
-      Status populated = PopulateHost(fetch->sink.into, fetch->sink.bytes, true);
-      if (!populated.ok()) return fetch->Complete(populated);
     }
     auto ep = Endpoint(address_hex);
     if (!ep.ok()) return fetch->Complete(ep.status());

@@ -374,17 +374,17 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
   const Allocation& a = entry.allocation;
   if (entry.record.device == kHostDevice) {
     // Sent from a mapping of its own, which stays valid while UCX reads it even if the tensor is
-    // freed meanwhile (the pages go when the last mapping does). Its pages are mapped as UCX's
-    // thread sends them, not here on the serving loop's.
+    // freed meanwhile (the pages go when the last mapping does). Its pages are mapped on the
+    // copy service's thread, ahead of the sends, not here on the serving loop's.
     MCD_ASSIGN_OR_RETURN(void* mapped, OpenHostShm(a.ipc_handle, bytes, a.offset));
     uint64_t offset = a.offset;
-    SendPieces(read, mapped, bytes, Memory::kHost,
-               [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });
+    service_->SendAll(read, mapped, bytes, Memory::kHost,
+                      [mapped, bytes, offset] { (void)CloseHostShm(mapped, bytes, offset); });
     return Status::Ok();
   }
   if (gpu_direct()) {
     // In place: the memory is held (an rm meanwhile frees it once UCX is done), not copied.
-    SendPieces(read, a.ptr, bytes, Memory::kGpu, devices_.Hold(entry.record.device, a));
+    service_->SendAll(read, a.ptr, bytes, Memory::kGpu, devices_.Hold(entry.record.device, a));
     return Status::Ok();
   }
   MCD_ASSIGN_OR_RETURN(auto slots, StagingSlots(entry.record.device, read.piece_bytes));
@@ -392,25 +392,6 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
                                                a.ptr, bytes, devices_.Hold(entry.record.device, a));
   answer->Start(slots);
   return Status::Ok();
-}
-
-void NodeCopier::SendPieces(const CopyService::Read& read, const void* data, uint64_t total,
-                            Memory memory, std::function<void()> release) {
-  uint64_t pieces = Pieces(total, read.piece_bytes);
-  // Runs `release` when the last piece's send ends (on the service's thread, one at a time).
-  struct Left {
-    uint64_t pieces;
-    std::function<void()> release;
-  };
-  auto left = std::make_shared<Left>(Left{pieces, std::move(release)});
-  for (uint64_t i = 0; i < pieces; ++i) {
-    uint64_t offset = i * read.piece_bytes;
-    service_->SendPiece(read, offset, static_cast<const char*>(data) + offset,
-                        std::min(read.piece_bytes, total - offset), total, memory,
-                        [left](const Status&) {
-                          if (--left->pieces == 0 && left->release) left->release();
-                        });
-  }
 }
 
 Result<std::vector<std::shared_ptr<char>>> NodeCopier::StagingSlots(int device, uint64_t piece) {

@@ -113,10 +113,6 @@ class NodeCopier {
   // memory in place or staged (StagedAnswer in node_copy.cpp: each piece copied into a pinned
   // slot on the device's worker while the one before it is sent).
   Status Serve(const CopyService::Read& read, const Entry& entry);
-  // Sends the `total` bytes at `data` (in `memory`) for `read`, every piece at once; `release`
-  // runs once UCX no longer reads any.
-  void SendPieces(const CopyService::Read& read, const void* data, uint64_t total, Memory memory,
-                  std::function<void()> release);
   // The staging slots of a copy of GPU memory on `device`: kStagingSlots of `piece` bytes.
   Result<std::vector<std::shared_ptr<char>>> StagingSlots(int device, uint64_t piece);
   static constexpr size_t kStagingSlots = 2;
