@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // CopyService over UCX's active messages (ucp_am_send_nbx, ucp_am_recv_data_nbx), through the
-// functions server/ucx_api.h looks up at run time.
+// functions server/ucx_api.h looks up at run time: the worker's thread, its endpoints, the reads
+// it is sent and the answers it sends. Its fetches' pieces: server/copy_fetches_ucx.h.
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "alloc/allocator.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "server/copy_fetches_ucx.h"
 #include "server/copy_grant.h"
 #include "server/copy_service.h"
 #include "server/copy_wire.h"
@@ -37,62 +39,6 @@ using copy_wire::kDataId;
 using copy_wire::kIdBytes;
 using copy_wire::kReadId;
 using copy_wire::ReadHeader;
-
-ucs_memory_type_t UcxMemoryType(Memory memory) {
-  return memory == Memory::kGpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
-}
-
-// A fetch the main thread waits for; its pieces arrive on the service's thread.
-struct PendingFetch {
-  std::mutex mutex;
-  std::condition_variable done_cv;
-  bool done = false;  // final: nothing writes into the sink any more
-  Status status;
-  bool receiving = false;  // a piece has come: the fetch ends with the bytes, not at its timeout
-  std::string id;
-  CopyService::Sink sink;
-  uint64_t piece = 0;
-  ucp_ep_h ep = nullptr;       // set on the service's thread when the read is sent
-  std::function<void()> wake;  // the serving loop's, told when the fetch ends
-
-  // The service's thread only.
-  std::vector<bool> seen;  // pieces come, by index
-  size_t pieces_left = 0;  // not in place yet
-  int in_flight = 0;       // receives and placements under way, which write into the sink
-  std::optional<Status> failed;
-  std::vector<void*> free_slots;  // a staged sink's
-  std::vector<bool> made;         // a host sink's: pieces whose pages are made (MakePages)
-  struct Waiting {                // a piece that came while every slot was busy
-    void* desc;                   // UCX's rendezvous descriptor
-    uint64_t offset, length;
-  };
-  std::deque<Waiting> waiting;
-  std::atomic<bool> abandoned{false};  // failed: the threads making pages stop
-
-  void Complete(Status s) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (done) return;
-      status = std::move(s);
-      done = true;
-      done_cv.notify_all();
-    }
-    if (wake) wake();
-  }
-  // Completes with `s` unless a piece has come (whose bytes the fetch then waits for): a
-  // timeout, or a fetch called off. Whether it did.
-  bool CompleteBeforeBytes(Status s) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (done || receiving) return false;
-      status = std::move(s);
-      done = true;
-      done_cv.notify_all();
-    }
-    if (wake) wake();
-    return true;
-  }
-};
 
 // What a send keeps alive until UCX says it went.
 struct SendState {
@@ -129,49 +75,17 @@ class UcxCopyService final : public CopyService {
                                           uint64_t piece_bytes, int timeout_ms) override;
 
  private:
-  friend class UcxFetching;
   void Loop();
   void Post(std::function<void()> job);
   // Sends an active message; `state` lives until UCX is done with it.
   void Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags);
   Result<ucp_ep_h> Endpoint(const std::string& address_hex);
   ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
-  ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length,
-                      const ucp_am_recv_param_t* param);
-  // A fetch's pieces, on the service's thread: a piece's bytes received into `at` (`desc`, a
-  // rendezvous), a staged piece landed in `slot` handed to the sink's place, and the fetch's
-  // end once nothing is in flight: done when every piece is in place, else its first failure.
-  void Receive(const std::shared_ptr<PendingFetch>& fetch, void* desc, void* at, uint64_t length,
-               std::function<void(Status)> received);
-  void Land(const std::shared_ptr<PendingFetch>& fetch, void* desc, uint64_t offset,
-            uint64_t length);
-  void Fail(const std::shared_ptr<PendingFetch>& fetch, Status why);
-  void Settle(const std::shared_ptr<PendingFetch>& fetch);
-  // A host sink's pages, made ahead of its pieces on PageMakers() threads of their own, from its
-  // first piece on: new shared memory takes longer to make than the transport takes to fill
-  // it (2-3 GB/s a thread on an H200 host, docs/scale-out.md). A piece whose pages are not
-  // made yet waits for them (PiecePagesMade).
-  void MakePages(const std::shared_ptr<PendingFetch>& fetch);
-  void PiecePagesMade(const std::shared_ptr<PendingFetch>& fetch, size_t index);
-  // A thread per 4 cores, 1 to 4: on a 16-core H200 host four made a 1 GiB copy's pages fast
-  // enough for 2.6-3.1 GB/s, two for 2.2-2.4 (docs/design.md).
-  static int PageMakers() {
-    return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u));
-  }
   // Runs `job` on a thread of its own, which the service outlives (its destructor waits for
   // every one; `stopping_` tells them to end), or here where no thread can be started.
   void RunAside(std::function<void()> job);
   std::atomic<int> aside_{0};  // threads of RunAside still running
   std::atomic<bool> stopping_{false};
-  // Whether the bytes of another fetch from the server `waiting` asked are arriving: a fetch
-  // waiting behind them has its time run from their end, not from its read.
-  bool ReceivingBefore(const PendingFetch& waiting);
-  // The fetch `fetch_id` names, taken out (TakeFetch) or left in (FindFetch: more pieces are to
-  // come); null when there is none. With `answered_by`, only when that is the endpoint its read
-  // went to.
-  std::shared_ptr<PendingFetch> TakeFetch(const std::string& fetch_id,
-                                          const ucp_ep_h* answered_by = nullptr);
-  std::shared_ptr<PendingFetch> FindFetch(const std::string& fetch_id, const ucp_ep_h& answered_by);
   void PeerLost(ucp_ep_h ep, ucs_status_t status);
 
   std::function<void()> wake_;
@@ -186,10 +100,8 @@ class UcxCopyService final : public CopyService {
   std::mutex reads_mutex_;
   std::vector<Read> reads_;
   uint64_t turned_away_ = 0;  // under reads_mutex_
-  std::mutex fetches_mutex_;
-  std::map<std::string, std::shared_ptr<PendingFetch>> fetches_;  // by fetch id
-  std::vector<std::weak_ptr<PendingFetch>> receiving_;  // answers whose bytes are arriving
-  std::map<std::string, ucp_ep_h> endpoints_;           // the service's thread only
+  UcxFetches fetches_;
+  std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
   std::vector<ucp_ep_h> failed_;  // endpoints whose peer failed; all are closed at stop
 };
 
@@ -233,12 +145,14 @@ Status UcxCopyService::Init() {
                   }
                 : +[](void* arg, const void* header, size_t header_length, void* data, size_t length,
                       const ucp_am_recv_param_t* param) {
-                    return static_cast<UcxCopyService*>(arg)->OnData(header, header_length, data,
-                                                                     length, param);
+                    return static_cast<UcxCopyService*>(arg)->fetches_.OnData(
+                        header, header_length, data, length, param);
                   };
     s = ucx->ucp_worker_set_am_recv_handler(worker_, &hp);
     if (s != UCS_OK) return UcxError("ucp_worker_set_am_recv_handler", s);
   }
+  fetches_.Bind({worker_, [this](std::function<void()> job) { Post(std::move(job)); },
+                 [this](std::function<void()> job) { RunAside(std::move(job)); }, &stopping_});
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
 }
@@ -252,14 +166,7 @@ UcxCopyService::~UcxCopyService() {
     ucx->ucp_worker_signal(worker_);
     thread_.join();
   }
-  {
-    std::lock_guard<std::mutex> lock(fetches_mutex_);
-    for (auto& [req, fetch] : fetches_) {
-      fetch->wake = nullptr;  // the serving loop has stopped
-      fetch->abandoned = true;
-      fetch->Complete(Status(ErrorCode::kStopped, "the server is stopping"));
-    }
-  }
+  fetches_.StopAll();
   // Their piece, then they go: what they post is never run.
   stopping_ = true;
   while (aside_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -431,175 +338,11 @@ void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
       break;
     }
   }
-  std::vector<std::shared_ptr<PendingFetch>> failed;
-  {
-    std::lock_guard<std::mutex> lock(fetches_mutex_);
-    for (auto& [id, fetch] : fetches_) {
-      if (fetch->ep == ep) failed.push_back(fetch);
-    }
-  }
-  // Failed out of the lock (Fail takes them out); each ends once its receives under way have
-  // (UCX fails them with the endpoint), and wakes the serving loop, a Redis round trip.
-  for (auto& fetch : failed) Fail(fetch, Status(ErrorCode::kUnavailable, why));
-  if (!failed.empty()) return Log(LogLevel::kWarn, "copy service: " + why);
+  if (fetches_.PeerLost(ep, why) > 0) return Log(LogLevel::kWarn, "copy service: " + why);
   // A server that stopped after its copies, or one whose read waits here for its answer.
   Log(LogLevel::kInfo, std::string("copy service: a server this one exchanged copies with has "
                                    "gone (") +
                            ucx->ucs_status_string(status) + ")");
-}
-
-bool UcxCopyService::ReceivingBefore(const PendingFetch& waiting) {
-  std::lock_guard<std::mutex> lock(fetches_mutex_);
-  ucp_ep_h ep = waiting.ep;
-  if (ep == nullptr) return false;
-  bool any = false;
-  for (auto it = receiving_.begin(); it != receiving_.end();) {
-    std::shared_ptr<PendingFetch> other = it->lock();
-    bool live = false;
-    if (other) {
-      std::lock_guard<std::mutex> other_lock(other->mutex);
-      live = !other->done;
-    }
-    if (!live) {
-      it = receiving_.erase(it);
-      continue;
-    }
-    any = any || other->ep == ep;
-    ++it;
-  }
-  return any;
-}
-
-std::shared_ptr<PendingFetch> UcxCopyService::TakeFetch(const std::string& fetch_id,
-                                                        const ucp_ep_h* answered_by) {
-  std::lock_guard<std::mutex> lock(fetches_mutex_);
-  auto found = fetches_.find(fetch_id);
-  if (found == fetches_.end()) return nullptr;
-  auto fetch = found->second;
-  if (answered_by != nullptr && (*answered_by == nullptr || *answered_by != fetch->ep))
-    return nullptr;
-  fetches_.erase(found);
-  return fetch;
-}
-
-std::shared_ptr<PendingFetch> UcxCopyService::FindFetch(const std::string& fetch_id,
-                                                        const ucp_ep_h& answered_by) {
-  std::lock_guard<std::mutex> lock(fetches_mutex_);
-  auto found = fetches_.find(fetch_id);
-  if (found == fetches_.end() || answered_by == nullptr || answered_by != found->second->ep)
-    return nullptr;
-  return found->second;
-}
-
-ucs_status_t UcxCopyService::OnData(const void* header, size_t header_length, void* data,
-                                    size_t length, const ucp_am_recv_param_t* param) {
-  DataHeader h{};
-  if (header_length < sizeof(h)) return UCS_OK;
-  std::memcpy(&h, header, sizeof(h));
-  ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-  auto fetch = FindFetch(std::string(reinterpret_cast<const char*>(h.fetch), kIdBytes), from);
-  // Timed out, or not the asked server's answer (anyone may send to the worker): dropped.
-  if (!fetch) return UCS_OK;
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(fetch->mutex);
-    if (fetch->done) return UCS_OK;  // timed out or called off meanwhile: the sink may be gone
-    first = !fetch->receiving;
-    fetch->receiving = true;
-  }
-  if (fetch->failed) return UCS_OK;
-  // Not before: a fetch that times out or is called off before its first piece ends at once,
-  // and its memory goes with it.
-  if (first && fetch->sink.into != nullptr && fetch->sink.memory == Memory::kHost) MakePages(fetch);
-  if (h.code != 0) {
-    size_t n = std::min<size_t>(h.message_length, header_length - sizeof(h));
-    Fail(fetch, Status(static_cast<ErrorCode>(h.code),
-                       std::string(static_cast<const char*>(header) + sizeof(h), n)));
-    return UCS_OK;
-  }
-  const CopyService::Sink& sink = fetch->sink;
-  uint64_t index = h.offset / fetch->piece;
-  if (h.total != sink.bytes || h.offset % fetch->piece != 0 || index >= fetch->seen.size() ||
-      length != std::min(fetch->piece, sink.bytes - h.offset) || fetch->seen[index]) {
-    Fail(fetch, Status(ErrorCode::kUnexpectedReply,
-                       "the other server sent " + std::to_string(length) + " bytes at " +
-                           std::to_string(h.offset) + " of " + std::to_string(h.total) +
-                           ", not a piece of " + std::to_string(fetch->piece) + " of the " +
-                           std::to_string(sink.bytes) + " asked for"));
-    return UCS_OK;
-  }
-  fetch->seen[index] = true;
-  {
-    std::lock_guard<std::mutex> lock(fetches_mutex_);
-    if (std::none_of(receiving_.begin(), receiving_.end(),
-                     [&](const std::weak_ptr<PendingFetch>& f) { return f.lock() == fetch; })) {
-      receiving_.erase(
-          std::remove_if(receiving_.begin(), receiving_.end(),
-                         [](const std::weak_ptr<PendingFetch>& f) { return f.expired(); }),
-          receiving_.end());
-      receiving_.push_back(fetch);
-    }
-  }
-  bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  if (!rendezvous && (sink.into == nullptr || sink.memory == Memory::kGpu)) {
-    // A server that did not heed kReadRendezvous: eager bytes are UCX's, gone after this call.
-    Fail(fetch, Status(ErrorCode::kUnsupported,
-                       "the other server sent the bytes eagerly, which cannot go into GPU "
-                       "memory or staging buffers: run it with this version"));
-    return UCS_OK;
-  }
-  if (sink.into == nullptr) {
-    if (fetch->free_slots.empty()) {
-      // Every slot holds a piece still being placed: this one waits in the sender's memory.
-      fetch->waiting.push_back({data, h.offset, length});
-      return UCS_INPROGRESS;
-    }
-    Land(fetch, data, h.offset, length);
-    return UCS_INPROGRESS;
-  }
-  char* at = static_cast<char*>(sink.into) + h.offset;
-  if (!rendezvous) {  // a few bytes, written whether their pages are made or not
-    std::memcpy(at, data, length);
-    --fetch->pieces_left;
-    Settle(fetch);
-    return UCS_OK;
-  }
-  if (!fetch->made.empty() && !fetch->made[index]) {
-    fetch->waiting.push_back({data, h.offset, length});
-    return UCS_INPROGRESS;
-  }
-  Receive(fetch, data, at, length, [this, fetch](Status received) {
-    if (received.ok()) --fetch->pieces_left;
-    if (!received.ok()) Fail(fetch, received);
-    Settle(fetch);
-  });
-  return UCS_INPROGRESS;
-}
-
-void UcxCopyService::MakePages(const std::shared_ptr<PendingFetch>& fetch) {
-  fetch->made.assign(fetch->seen.size(), false);
-  auto next = std::make_shared<std::atomic<size_t>>(0);
-  for (int i = 0, makers = PageMakers(); i < makers; ++i) {
-    ++fetch->in_flight;
-    RunAside([this, fetch, next] {
-      Status status = Status::Ok();
-      for (size_t index = (*next)++; index < fetch->made.size() && !fetch->abandoned && !stopping_;
-           index = (*next)++) {
-        uint64_t offset = index * fetch->piece;
-        // A page that cannot be had fails the copy, where UCX writing into it would raise
-        // SIGBUS.
-        status = PopulateHost(static_cast<char*>(fetch->sink.into) + offset,
-                              std::min(fetch->piece, fetch->sink.bytes - offset), true);
-        if (!status.ok()) break;
-        Post([this, fetch, index] { PiecePagesMade(fetch, index); });
-      }
-      Post([this, fetch, status] {
-        --fetch->in_flight;
-        if (!status.ok()) Fail(fetch, status);
-        Settle(fetch);
-      });
-    });
-  }
 }
 
 void UcxCopyService::RunAside(std::function<void()> job) {
@@ -612,95 +355,6 @@ void UcxCopyService::RunAside(std::function<void()> job) {
     std::thread(run).detach();
   } catch (const std::system_error&) {
     run();
-  }
-}
-
-void UcxCopyService::PiecePagesMade(const std::shared_ptr<PendingFetch>& fetch, size_t index) {
-  fetch->made[index] = true;
-  uint64_t offset = index * fetch->piece;
-  auto waiting = std::find_if(fetch->waiting.begin(), fetch->waiting.end(),
-                              [&](const PendingFetch::Waiting& w) { return w.offset == offset; });
-  if (fetch->failed || waiting == fetch->waiting.end()) return;
-  PendingFetch::Waiting piece = *waiting;
-  fetch->waiting.erase(waiting);
-  Receive(fetch, piece.desc, static_cast<char*>(fetch->sink.into) + offset, piece.length,
-          [this, fetch](Status received) {
-            if (received.ok()) --fetch->pieces_left;
-            if (!received.ok()) Fail(fetch, received);
-            Settle(fetch);
-          });
-}
-
-void UcxCopyService::Receive(const std::shared_ptr<PendingFetch>& fetch, void* desc, void* at,
-                             uint64_t length, std::function<void(Status)> received) {
-  ++fetch->in_flight;
-  auto* keep =
-      new std::function<void(Status)>([this, fetch, received = std::move(received)](Status status) {
-        --fetch->in_flight;
-        received(std::move(status));
-      });
-  ucp_request_param_t rp{};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-  rp.memory_type = UcxMemoryType(fetch->sink.into != nullptr ? fetch->sink.memory : Memory::kHost);
-  rp.user_data = keep;
-  rp.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
-    std::unique_ptr<std::function<void(Status)>> done(
-        static_cast<std::function<void(Status)>*>(user_data));
-    (*done)(status == UCS_OK ? Status::Ok() : UcxError("receiving the bytes", status));
-    ucx->ucp_request_free(request);
-  };
-  ucs_status_ptr_t got = ucx->ucp_am_recv_data_nbx(worker_, desc, at, length, &rp);
-  if (UCS_PTR_IS_PTR(got)) return;
-  std::unique_ptr<std::function<void(Status)>> done(keep);
-  (*done)(got == nullptr ? Status::Ok() : UcxError("receiving the bytes", UCS_PTR_STATUS(got)));
-}
-
-void UcxCopyService::Land(const std::shared_ptr<PendingFetch>& fetch, void* desc, uint64_t offset,
-                          uint64_t length) {
-  void* slot = fetch->free_slots.back();
-  fetch->free_slots.pop_back();
-  Receive(fetch, desc, slot, length, [this, fetch, slot, offset, length](Status received) {
-    if (!received.ok() || fetch->failed) {
-      fetch->free_slots.push_back(slot);
-      if (!received.ok()) Fail(fetch, received);
-      return Settle(fetch);
-    }
-    // Placed by the sink (a copy on the device's worker); back here once the slot is free.
-    ++fetch->in_flight;
-    fetch->sink.place(offset, length, slot, [this, fetch, slot](Status placed) {
-      Post([this, fetch, slot, placed] {
-        --fetch->in_flight;
-        fetch->free_slots.push_back(slot);
-        if (placed.ok()) --fetch->pieces_left;
-        if (!placed.ok()) Fail(fetch, placed);
-        if (!fetch->failed && !fetch->waiting.empty()) {
-          PendingFetch::Waiting next = fetch->waiting.front();
-          fetch->waiting.pop_front();
-          Land(fetch, next.desc, next.offset, next.length);
-        }
-        Settle(fetch);
-      });
-    });
-  });
-}
-
-void UcxCopyService::Fail(const std::shared_ptr<PendingFetch>& fetch, Status why) {
-  if (!fetch->failed) fetch->failed = std::move(why);
-  fetch->abandoned = true;
-  (void)TakeFetch(fetch->id);  // no further piece is taken
-  for (const PendingFetch::Waiting& waiting : fetch->waiting)
-    ucx->ucp_am_data_release(worker_, waiting.desc);
-  fetch->waiting.clear();
-  Settle(fetch);
-}
-
-void UcxCopyService::Settle(const std::shared_ptr<PendingFetch>& fetch) {
-  if (fetch->in_flight > 0) return;
-  if (fetch->failed) return fetch->Complete(*fetch->failed);
-  if (fetch->pieces_left == 0) {
-    (void)TakeFetch(fetch->id);
-    fetch->Complete(Status::Ok());
   }
 }
 
@@ -777,81 +431,6 @@ void UcxCopyService::SendAll(const Read& read, const void* data, uint64_t total,
   send(false);
 }
 
-// A fetch under way: its read sent, its answer awaited on the service's thread.
-class UcxFetching final : public CopyService::Fetching {
- public:
-  UcxFetching(UcxCopyService& service, std::string id, std::shared_ptr<PendingFetch> fetch,
-              int timeout_ms)
-      : service_(service),
-        id_(std::move(id)),
-        fetch_(std::move(fetch)),
-        deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms)),
-        last_deadline_(deadline_ + std::chrono::milliseconds(timeout_ms)),
-        timeout_ms_(timeout_ms) {}
-  ~UcxFetching() override { (void)Stop(); }
-
-  std::optional<Status> Poll() override {
-    std::unique_lock<std::mutex> lock(fetch_->mutex);
-    if (fetch_->done) return Finished(lock);
-    // Once pieces are arriving the fetch ends either way: done, or failed with its endpoint.
-    auto now = std::chrono::steady_clock::now();
-    if (fetch_->receiving || now < deadline_) return std::nullopt;
-    lock.unlock();
-    // Behind another answer of the same server, whose bytes are still arriving: waits on, up to
-    // twice its limit in all (the wait mcd-create allows a copy).
-    if (now < last_deadline_ && service_.ReceivingBefore(*fetch_)) {
-      deadline_ = std::min(now + std::chrono::milliseconds(timeout_ms_), last_deadline_);
-      return std::nullopt;
-    }
-    if (fetch_->CompleteBeforeBytes(
-            Status(ErrorCode::kTimeout, "no answer from the other server within " +
-                                            std::to_string(timeout_ms_ / 1000) + " s"))) {
-      (void)service_.TakeFetch(id_);  // a late answer is dropped
-    }
-    lock.lock();
-    // Else a piece came just now: the bytes are arriving.
-    if (fetch_->done) return Finished(lock);
-    return std::nullopt;
-  }
-
-  Status Stop() override {
-    if (auto outcome = Poll()) return *outcome;
-    if (fetch_->CompleteBeforeBytes(
-            Status(ErrorCode::kStopped, "called off before the bytes came")))
-      (void)service_.TakeFetch(id_);
-    std::unique_lock<std::mutex> lock(fetch_->mutex);  // else answered: the bytes are arriving
-    fetch_->done_cv.wait(lock, [&] { return fetch_->done; });
-    return Finished(lock);
-  }
-
-  Status Wait() override {
-    for (;;) {
-      if (auto outcome = Poll()) return *outcome;
-      std::unique_lock<std::mutex> lock(fetch_->mutex);
-      // Past the deadline, a receive under way is looked at again every 10 ms until it ends.
-      auto until =
-          std::max(deadline_, std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
-      fetch_->done_cv.wait_until(lock, until, [&] { return fetch_->done; });
-    }
-  }
-
- private:
-  Status Finished(std::unique_lock<std::mutex>& lock) {
-    Status status = fetch_->status;
-    lock.unlock();
-    // Failed without an answer (no endpoint, the send refused): its entry goes too, not only
-    // those an answer or a lost peer took out.
-    (void)service_.TakeFetch(id_);
-    return status;
-  }
-  UcxCopyService& service_;
-  const std::string id_;
-  std::shared_ptr<PendingFetch> fetch_;
-  std::chrono::steady_clock::time_point deadline_;
-  const std::chrono::steady_clock::time_point last_deadline_;  // however long others take
-  const int timeout_ms_;
-};
-
 Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
     const std::string& address_hex, const std::string& name, int64_t ctime_ms,
     const CopyGrant& grant, const std::string& asker_node, Sink sink, uint64_t piece_bytes,
@@ -862,25 +441,11 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   if (piece_bytes < kMinCopyPieceBytes || (sink.into == nullptr && sink.slots.empty())) {
     return Status(ErrorCode::kInternal, "a fetch's pieces are under 64 KiB, or it has no slots");
   }
-  auto fetch = std::make_shared<PendingFetch>();
-  fetch->piece = piece_bytes;
-  size_t pieces = sink.bytes == 0 ? 1 : static_cast<size_t>((sink.bytes - 1) / piece_bytes + 1);
-  fetch->seen.assign(pieces, false);
-  fetch->pieces_left = pieces;
-  fetch->free_slots = sink.slots;
-  fetch->sink = std::move(sink);
-  fetch->wake = wake_;
-  // Unguessable: an answer counts only if it names this id, which only the read carries.
-  std::string fetch_id(kIdBytes, '\0');
-  MCD_RETURN_IF_ERROR(SecureRandom(fetch_id.data(), fetch_id.size()));
-  fetch->id = fetch_id;
-  {
-    std::lock_guard<std::mutex> lock(fetches_mutex_);
-    fetches_[fetch_id] = fetch;
-  }
+  MCD_ASSIGN_OR_RETURN(std::shared_ptr<PendingFetch> fetch,
+                       fetches_.Add(std::move(sink), piece_bytes, wake_));
   auto state = std::make_unique<SendState>();
   ReadHeader h{};
-  std::memcpy(h.fetch, fetch_id.data(), kIdBytes);
+  std::memcpy(h.fetch, fetch->id.data(), kIdBytes);
   std::memcpy(h.grant, grant.id.data(), kIdBytes);
   std::memcpy(h.token, grant.token.data(), kIdBytes);
   h.ctime_ms = ctime_ms;
@@ -903,14 +468,11 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
     }
     auto ep = Endpoint(address_hex);
     if (!ep.ok()) return fetch->Complete(ep.status());
-    {
-      std::lock_guard<std::mutex> lock(fetches_mutex_);
-      fetch->ep = ep.value();
-    }
+    fetches_.SentTo(fetch, ep.value());
     Send(ep.value(), kReadId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
   });
   return std::unique_ptr<Fetching>(
-      std::make_unique<UcxFetching>(*this, std::move(fetch_id), std::move(fetch), timeout_ms));
+      std::make_unique<UcxFetching>(fetches_, fetch->id, fetch, timeout_ms));
 }
 
 }  // namespace
