@@ -102,5 +102,42 @@ TEST_F(CopyServiceTest, AnAnswerWithTheRealFetchIdFromAnotherEndpointFillsNothin
   EXPECT_NE(test::ReadFile(log).find("answered"), std::string::npos) << test::ReadFile(log);
 }
 
+// The asked server itself answering with a piece that does not fit the fetch (out of its place,
+// of a tensor of another size, a byte short): the fetch fails, naming what came, and not a byte
+// is written.
+TEST_F(CopyServiceTest, APieceThatDoesNotFitFailsTheFetchAndWritesNothing) {
+  std::string genuine = test::RandomBytes(4096, 45);
+  std::string file = dir_.path() + "/genuine.bin";
+  std::ofstream(file, std::ios::binary) << genuine;
+  for (const std::string how : {"offset", "total", "short"}) {
+    SCOPED_TRACE(how);
+    std::string log = dir_.path() + "/amiss-" + how + ".log";
+    test::Background peer({test::ToolPath("ucx_peer"), "serve", service_->address_hex(), file, how},
+                          Env(), log);
+    std::string address;
+    ASSERT_TRUE(test::WaitFor(
+        [&] {
+          std::string out = test::ReadFile(log);
+          size_t at = out.find("address ");
+          size_t end = out.find('\n', at);
+          if (at == std::string::npos || end == std::string::npos) return false;
+          address = out.substr(at + 8, end - at - 8);
+          return true;
+        },
+        20000))
+        << test::ReadFile(log);
+    CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
+    std::string into(genuine.size(), '\0');
+    CopyService::Sink sink;
+    sink.bytes = into.size();
+    sink.into = into.data();
+    Status got = service_->Fetch(address, "t", 1, grant, "asker", sink, kCopyPieceBytes, 30000);
+    EXPECT_EQ(got.code(), ErrorCode::kUnexpectedReply) << got.ToString();
+    EXPECT_NE(got.message().find("not a piece of"), std::string::npos) << got.ToString();
+    EXPECT_TRUE(into == std::string(into.size(), '\0')) << "bytes were written";
+    EXPECT_EQ(peer.Wait(30), 0) << test::ReadFile(log);
+  }
+}
+
 }  // namespace
 }  // namespace mcd

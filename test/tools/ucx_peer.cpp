@@ -160,14 +160,29 @@ ucs_status_t OnRead(void*, const void* header, size_t header_length, void*, size
   return UCS_OK;
 }
 
-std::string DataHeaderFor(const std::string& fetch, size_t bytes) {
+std::string DataHeaderFor(const std::string& fetch, size_t bytes, uint64_t offset = 0) {
   DataHeader h{};
   std::memcpy(h.fetch, fetch.data(), sizeof(h.fetch));
-  h.total = bytes;  // one piece, at offset 0
+  h.total = bytes;  // one piece, at `offset`
+  h.offset = offset;
   return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
 }
 
-int Serve(const std::string& asker_address, const std::string& file) {
+// The asked server answering with a piece that does not fit: `how` is "offset" (not a piece's
+// place), "total" (a tensor of another size) or "short" (a byte less than the piece).
+int AnswerAmiss(const std::string& how, const std::string& bytes) {
+  std::string header = how == "offset"  ? DataHeaderFor(asked.fetch, bytes.size(), 1)
+                       : how == "total" ? DataHeaderFor(asked.fetch, bytes.size() + 1)
+                                        : DataHeaderFor(asked.fetch, bytes.size());
+  std::string data = how == "short" ? bytes.substr(1) : bytes;
+  if (!Send(asked.reply_ep, mcd::copy_wire::kDataId, header, data, UCP_AM_SEND_FLAG_REPLY))
+    return 3;
+  ProgressFor(std::chrono::seconds(2));
+  std::printf("answered amiss\n");
+  return 0;
+}
+
+int Serve(const std::string& asker_address, const std::string& file, const std::string& amiss) {
   std::FILE* in = std::fopen(file.c_str(), "rb");
   if (in == nullptr) return 2;
   std::string bytes;
@@ -196,6 +211,7 @@ int Serve(const std::string& asker_address, const std::string& file) {
   auto until = Clock::now() + std::chrono::seconds(30);
   while (!asked.got && Clock::now() < until) ucp_worker_progress(worker);
   if (!asked.got) return 4;
+  if (!amiss.empty()) return AnswerAmiss(amiss, bytes);
   // Another worker: to the asker, another peer that happens to know the fetch id.
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -267,12 +283,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool usage = args.empty() || (args[0] == "read" || args[0] == "flood" ? args.size() != 4
                                 : args[0] == "reads"                    ? args.size() != 6
-                                : args[0] == "serve"                    ? args.size() != 3
-                                                                        : true);
+                                : args[0] == "serve" ? args.size() != 3 && args.size() != 4
+                                                     : true);
   if (usage) {
-    std::fprintf(stderr,
-                 "usage: ucx_peer read ADDRESS NAME CTIME_MS | reads ADDRESS NAME CTIME_MS COUNT "
-                 "ANSWERS | flood ADDRESS BYTES SECONDS | serve ADDRESS FILE\n");
+    std::fprintf(
+        stderr,
+        "usage: ucx_peer read ADDRESS NAME CTIME_MS | reads ADDRESS NAME CTIME_MS COUNT "
+        "ANSWERS | flood ADDRESS BYTES SECONDS | serve ADDRESS FILE [offset|total|short]\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -297,7 +314,7 @@ int main(int argc, char** argv) {
   s = ucp_worker_set_am_recv_handler(worker, &hp);
   if (s != UCS_OK) return Fail("ucp_worker_set_am_recv_handler", s);
   if (args[0] == "serve") {
-    int code = Serve(args[1], args[2]);
+    int code = Serve(args[1], args[2], args.size() == 4 ? args[3] : "");
     std::fflush(stdout);
     _exit(code);
   }

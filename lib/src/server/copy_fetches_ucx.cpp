@@ -25,7 +25,7 @@ Result<std::shared_ptr<PendingFetch>> UcxFetches::Add(CopyService::Sink sink, ui
                                                       std::function<void()> wake) {
   auto fetch = std::make_shared<PendingFetch>();
   fetch->piece = piece_bytes;
-  size_t pieces = sink.bytes == 0 ? 1 : static_cast<size_t>((sink.bytes - 1) / piece_bytes + 1);
+  auto pieces = static_cast<size_t>(CopyPieces(sink.bytes, piece_bytes));
   fetch->seen.assign(pieces, false);
   fetch->pieces_left = pieces;
   fetch->free_slots = sink.slots;
@@ -66,6 +66,18 @@ void UcxFetches::StopAll() {
   }
 }
 
+void UcxFetches::FailIfIdle(const std::shared_ptr<PendingFetch>& fetch, int timeout_ms) {
+  service_.post([this, fetch, timeout_ms] {
+    auto idle = std::chrono::steady_clock::now() - fetch->last_piece;
+    if (fetch->failed || fetch->in_flight > 0 || idle < std::chrono::milliseconds(timeout_ms))
+      return;
+    Fail(fetch, Status(ErrorCode::kTimeout, "no piece from the other server for " +
+                                                std::to_string(timeout_ms / 1000) + " s, with " +
+                                                std::to_string(fetch->pieces_left) +
+                                                " of its pieces still to come"));
+  });
+}
+
 int UcxFetches::PageMakers() {
   return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u));
 }
@@ -102,7 +114,7 @@ std::shared_ptr<PendingFetch> UcxFetches::Take(const std::string& fetch_id) {
 }
 
 std::shared_ptr<PendingFetch> UcxFetches::Find(const std::string& fetch_id,
-                                                        const ucp_ep_h& answered_by) {
+                                               const ucp_ep_h& answered_by) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = fetches_.find(fetch_id);
   if (found == fetches_.end() || answered_by == nullptr || answered_by != found->second->ep)
@@ -110,8 +122,8 @@ std::shared_ptr<PendingFetch> UcxFetches::Find(const std::string& fetch_id,
   return found->second;
 }
 
-ucs_status_t UcxFetches::OnData(const void* header, size_t header_length, void* data,
-                                    size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t UcxFetches::OnData(const void* header, size_t header_length, void* data, size_t length,
+                                const ucp_am_recv_param_t* param) {
   DataHeader h{};
   if (header_length < sizeof(h)) return UCS_OK;
   std::memcpy(&h, header, sizeof(h));
@@ -119,90 +131,120 @@ ucs_status_t UcxFetches::OnData(const void* header, size_t header_length, void* 
   auto fetch = Find(std::string(reinterpret_cast<const char*>(h.fetch), kIdBytes), from);
   // Timed out, or not the asked server's answer (anyone may send to the worker): dropped.
   if (!fetch) return UCS_OK;
-  bool first = false;
   {
     std::lock_guard<std::mutex> lock(fetch->mutex);
     if (fetch->done) return UCS_OK;  // timed out or called off meanwhile: the sink may be gone
-    first = !fetch->receiving;
     fetch->receiving = true;
   }
   if (fetch->failed) return UCS_OK;
-  // Not before: a fetch that times out or is called off before its first piece ends at once,
-  // and its memory goes with it.
-  if (first && fetch->sink.into != nullptr && fetch->sink.memory == Memory::kHost) MakePages(fetch);
+  fetch->last_piece = std::chrono::steady_clock::now();
   if (h.code != 0) {
     size_t n = std::min<size_t>(h.message_length, header_length - sizeof(h));
     Fail(fetch, Status(static_cast<ErrorCode>(h.code),
                        std::string(static_cast<const char*>(header) + sizeof(h), n)));
     return UCS_OK;
   }
-  const CopyService::Sink& sink = fetch->sink;
-  uint64_t index = h.offset / fetch->piece;
-  if (h.total != sink.bytes || h.offset % fetch->piece != 0 || index >= fetch->seen.size() ||
-      length != std::min(fetch->piece, sink.bytes - h.offset) || fetch->seen[index]) {
-    Fail(fetch, Status(ErrorCode::kUnexpectedReply,
-                       "the other server sent " + std::to_string(length) + " bytes at " +
-                           std::to_string(h.offset) + " of " + std::to_string(h.total) +
-                           ", not a piece of " + std::to_string(fetch->piece) + " of the " +
-                           std::to_string(sink.bytes) + " asked for"));
-    return UCS_OK;
-  }
-  fetch->seen[index] = true;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (std::none_of(receiving_.begin(), receiving_.end(),
-                     [&](const std::weak_ptr<PendingFetch>& f) { return f.lock() == fetch; })) {
-      receiving_.erase(
-          std::remove_if(receiving_.begin(), receiving_.end(),
-                         [](const std::weak_ptr<PendingFetch>& f) { return f.expired(); }),
-          receiving_.end());
-      receiving_.push_back(fetch);
-    }
-  }
   bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  if (!rendezvous && (sink.into == nullptr || sink.memory == Memory::kGpu)) {
-    // A server that did not heed kReadRendezvous: eager bytes are UCX's, gone after this call.
-    Fail(fetch, Status(ErrorCode::kUnsupported,
-                       "the other server sent the bytes eagerly, which cannot go into GPU "
-                       "memory or staging buffers: run it with this version"));
+  Status fits = CheckPiece(*fetch, h, length, rendezvous);
+  if (!fits.ok()) {
+    Fail(fetch, fits);
     return UCS_OK;
   }
-  if (sink.into == nullptr) {
-    if (fetch->free_slots.empty()) {
-      // Every slot holds a piece still being placed: this one waits in the sender's memory.
-      fetch->waiting.push_back({data, h.offset, length});
+  uint64_t index = h.offset / fetch->piece;
+  fetch->seen[index] = true;
+  NoteReceiving(fetch);
+  if (fetch->sink.into == nullptr) return TakeStaged(fetch, data, h.offset, length);
+  char* at = static_cast<char*>(fetch->sink.into) + h.offset;
+  if (!rendezvous) {
+    // A few bytes, UCX's until this returns: their pages made here (a page that cannot be had
+    // fails the copy, where the write would raise SIGBUS).
+    Status made = fetch->sink.memory == Memory::kHost && length > 0 ? PopulateHost(at, length, true)
+                                                                    : Status::Ok();
+    if (made.ok() && length > 0) std::memcpy(at, data, length);
+    PiecePlaced(fetch, made);
+    return UCS_OK;
+  }
+  if (fetch->sink.memory == Memory::kHost) {
+    // Not before a piece has come and fit: a fetch that ends before its first piece ends at
+    // once, and its memory goes with it.
+    if (fetch->made.empty()) MakePages(fetch);
+    if (!fetch->made[index]) {
+      fetch->unmade[index] = {data, h.offset, length};
       return UCS_INPROGRESS;
     }
-    Land(fetch, data, h.offset, length);
-    return UCS_INPROGRESS;
   }
-  char* at = static_cast<char*>(sink.into) + h.offset;
-  if (!rendezvous) {  // a few bytes, written whether their pages are made or not
-    std::memcpy(at, data, length);
-    --fetch->pieces_left;
-    Settle(fetch);
+  Receive(fetch, data, at, length,
+          [this, fetch](Status received) { PiecePlaced(fetch, received); });
+  return UCS_INPROGRESS;
+}
+
+Status UcxFetches::CheckPiece(const PendingFetch& fetch, const DataHeader& h, size_t length,
+                              bool rendezvous) {
+  const CopyService::Sink& sink = fetch.sink;
+  uint64_t index = h.offset / fetch.piece;
+  if (h.total != sink.bytes || h.offset % fetch.piece != 0 || index >= fetch.seen.size() ||
+      length != std::min(fetch.piece, sink.bytes - h.offset) || fetch.seen[index]) {
+    return Status(ErrorCode::kUnexpectedReply,
+                  "the other server sent " + std::to_string(length) + " bytes at " +
+                      std::to_string(h.offset) + " of " + std::to_string(h.total) +
+                      ", not a piece of " + std::to_string(fetch.piece) + " of the " +
+                      std::to_string(sink.bytes) + " asked for");
+  }
+  if (!rendezvous && length > 0 && (sink.into == nullptr || sink.memory == Memory::kGpu)) {
+    // A server that did not heed kReadRendezvous: eager bytes are UCX's, gone after this call.
+    return Status(ErrorCode::kUnsupported,
+                  "the other server sent the bytes eagerly, which cannot go into GPU memory or "
+                  "staging slots: run it with this version");
+  }
+  return Status::Ok();
+}
+
+void UcxFetches::NoteReceiving(const std::shared_ptr<PendingFetch>& fetch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::any_of(receiving_.begin(), receiving_.end(),
+                  [&](const std::weak_ptr<PendingFetch>& f) { return f.lock() == fetch; }))
+    return;
+  receiving_.erase(std::remove_if(receiving_.begin(), receiving_.end(),
+                                  [](const std::weak_ptr<PendingFetch>& f) { return f.expired(); }),
+                   receiving_.end());
+  receiving_.push_back(fetch);
+}
+
+ucs_status_t UcxFetches::TakeStaged(const std::shared_ptr<PendingFetch>& fetch, void* desc,
+                                    uint64_t offset, uint64_t length) {
+  if (length == 0) {  // an empty tensor's one piece: nothing to land
+    PiecePlaced(fetch, Status::Ok());
     return UCS_OK;
   }
-  if (!fetch->made.empty() && !fetch->made[index]) {
-    fetch->waiting.push_back({data, h.offset, length});
+  if (fetch->free_slots.empty()) {
+    // Every slot holds a piece still being placed: this one waits in the sender's memory.
+    fetch->waiting.push_back({desc, offset, length});
     return UCS_INPROGRESS;
   }
-  Receive(fetch, data, at, length, [this, fetch](Status received) {
-    if (received.ok()) --fetch->pieces_left;
-    if (!received.ok()) Fail(fetch, received);
-    Settle(fetch);
-  });
+  Land(fetch, desc, offset, length);
   return UCS_INPROGRESS;
+}
+
+void UcxFetches::PiecePlaced(const std::shared_ptr<PendingFetch>& fetch, const Status& placed) {
+  if (placed.ok()) {
+    --fetch->pieces_left;
+    fetch->last_piece = std::chrono::steady_clock::now();
+  } else {
+    Fail(fetch, placed);
+  }
+  Settle(fetch);
 }
 
 void UcxFetches::MakePages(const std::shared_ptr<PendingFetch>& fetch) {
   fetch->made.assign(fetch->seen.size(), false);
   auto next = std::make_shared<std::atomic<size_t>>(0);
-  for (int i = 0, makers = PageMakers(); i < makers; ++i) {
+  size_t makers = std::min(static_cast<size_t>(PageMakers()), fetch->made.size());
+  for (size_t i = 0; i < makers; ++i) {
     ++fetch->in_flight;
     service_.aside([this, fetch, next] {
       Status status = Status::Ok();
-      for (size_t index = (*next)++; index < fetch->made.size() && !fetch->abandoned && !*service_.stopping;
+      for (size_t index = (*next)++;
+           index < fetch->made.size() && !fetch->abandoned && !*service_.stopping;
            index = (*next)++) {
         uint64_t offset = index * fetch->piece;
         // A page that cannot be had fails the copy, where UCX writing into it would raise
@@ -223,22 +265,16 @@ void UcxFetches::MakePages(const std::shared_ptr<PendingFetch>& fetch) {
 
 void UcxFetches::PiecePagesMade(const std::shared_ptr<PendingFetch>& fetch, size_t index) {
   fetch->made[index] = true;
-  uint64_t offset = index * fetch->piece;
-  auto waiting = std::find_if(fetch->waiting.begin(), fetch->waiting.end(),
-                              [&](const PendingFetch::Waiting& w) { return w.offset == offset; });
-  if (fetch->failed || waiting == fetch->waiting.end()) return;
-  PendingFetch::Waiting piece = *waiting;
-  fetch->waiting.erase(waiting);
-  Receive(fetch, piece.desc, static_cast<char*>(fetch->sink.into) + offset, piece.length,
-          [this, fetch](Status received) {
-            if (received.ok()) --fetch->pieces_left;
-            if (!received.ok()) Fail(fetch, received);
-            Settle(fetch);
-          });
+  auto waiting = fetch->unmade.find(index);
+  if (fetch->failed || waiting == fetch->unmade.end()) return;
+  PendingFetch::Waiting piece = waiting->second;
+  fetch->unmade.erase(waiting);
+  Receive(fetch, piece.desc, static_cast<char*>(fetch->sink.into) + piece.offset, piece.length,
+          [this, fetch](Status received) { PiecePlaced(fetch, received); });
 }
 
 void UcxFetches::Receive(const std::shared_ptr<PendingFetch>& fetch, void* desc, void* at,
-                             uint64_t length, std::function<void(Status)> received) {
+                         uint64_t length, std::function<void(Status)> received) {
   ++fetch->in_flight;
   auto* keep =
       new std::function<void(Status)>([this, fetch, received = std::move(received)](Status status) {
@@ -263,7 +299,7 @@ void UcxFetches::Receive(const std::shared_ptr<PendingFetch>& fetch, void* desc,
 }
 
 void UcxFetches::Land(const std::shared_ptr<PendingFetch>& fetch, void* desc, uint64_t offset,
-                          uint64_t length) {
+                      uint64_t length) {
   void* slot = fetch->free_slots.back();
   fetch->free_slots.pop_back();
   Receive(fetch, desc, slot, length, [this, fetch, slot, offset, length](Status received) {
@@ -278,14 +314,12 @@ void UcxFetches::Land(const std::shared_ptr<PendingFetch>& fetch, void* desc, ui
       service_.post([this, fetch, slot, placed] {
         --fetch->in_flight;
         fetch->free_slots.push_back(slot);
-        if (placed.ok()) --fetch->pieces_left;
-        if (!placed.ok()) Fail(fetch, placed);
-        if (!fetch->failed && !fetch->waiting.empty()) {
+        if (placed.ok() && !fetch->failed && !fetch->waiting.empty()) {
           PendingFetch::Waiting next = fetch->waiting.front();
           fetch->waiting.pop_front();
           Land(fetch, next.desc, next.offset, next.length);
         }
-        Settle(fetch);
+        PiecePlaced(fetch, placed);
       });
     });
   });
@@ -297,7 +331,10 @@ void UcxFetches::Fail(const std::shared_ptr<PendingFetch>& fetch, Status why) {
   (void)Take(fetch->id);  // no further piece is taken
   for (const PendingFetch::Waiting& waiting : fetch->waiting)
     ucx->ucp_am_data_release(service_.worker, waiting.desc);
+  for (const auto& [index, waiting] : fetch->unmade)
+    ucx->ucp_am_data_release(service_.worker, waiting.desc);
   fetch->waiting.clear();
+  fetch->unmade.clear();
   Settle(fetch);
 }
 

@@ -10,6 +10,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "server/copy_service.h"
+#include "server/copy_wire.h"
 
 namespace mcd {
 
@@ -48,12 +50,14 @@ struct PendingFetch {
   std::optional<Status> failed;
   std::vector<void*> free_slots;  // a staged sink's
   std::vector<bool> made;         // a host sink's: pieces whose pages are made (MakePages)
-  struct Waiting {                // a piece that came while every slot was busy
-    void* desc;                   // UCX's rendezvous descriptor
+  struct Waiting {  // a piece that came before a slot was free, or before its pages were made
+    void* desc;     // UCX's rendezvous descriptor
     uint64_t offset, length;
   };
-  std::deque<Waiting> waiting;
-  std::atomic<bool> abandoned{false};  // failed: the threads making pages stop
+  std::deque<Waiting> waiting;         // a staged sink's, for a free slot, first come first
+  std::map<uint64_t, Waiting> unmade;  // a host sink's, for their pages, by piece index
+  std::chrono::steady_clock::time_point last_piece;  // come or placed
+  std::atomic<bool> abandoned{false};                // failed: the threads making pages stop
 
   void Complete(Status s) {
     {
@@ -109,11 +113,27 @@ class UcxFetches {
   // Whether the bytes of another fetch from the server `waiting` asked are arriving: a fetch
   // waiting behind them has its time run from their end, not from its read.
   bool ReceivingBefore(const PendingFetch& waiting);
-  // At the service's end: every fetch left ends (kStopped), and the threads making pages stop.
+  // Fails `fetch` (kTimeout) if no piece of it has come or been placed for `timeout_ms` and none
+  // is in flight: its sender stopped between two pieces without its connection failing (UCX's
+  // shared-memory transports report no peer's failure). Posted to the service's thread.
+  void FailIfIdle(const std::shared_ptr<PendingFetch>& fetch, int timeout_ms);
+  // At the service's end, after the serving loop stopped its copies (NodeCopier::StopCopies):
+  // every fetch left ends (kStopped), and the threads making pages stop.
   void StopAll();
 
  private:
   std::shared_ptr<PendingFetch> Find(const std::string& fetch_id, const ucp_ep_h& answered_by);
+  // Whether a DATA fits `fetch`: its place, its size, not come before, and by rendezvous where
+  // eager bytes cannot go.
+  static Status CheckPiece(const PendingFetch& fetch, const copy_wire::DataHeader& h, size_t length,
+                           bool rendezvous);
+  // The fetch among those whose bytes are arriving (ReceivingBefore).
+  void NoteReceiving(const std::shared_ptr<PendingFetch>& fetch);
+  // A staged sink's piece: landed in a free slot, or waiting for one.
+  ucs_status_t TakeStaged(const std::shared_ptr<PendingFetch>& fetch, void* desc, uint64_t offset,
+                          uint64_t length);
+  // A piece in its place (or failed to be), and the fetch settled.
+  void PiecePlaced(const std::shared_ptr<PendingFetch>& fetch, const Status& placed);
   // A piece's bytes received into `at` (`desc`, a rendezvous), a staged piece landed in a slot
   // and handed to the sink's place, and the fetch's end once nothing is in flight: done when
   // every piece is in place, else its first failure.
@@ -155,9 +175,18 @@ class UcxFetching final : public CopyService::Fetching {
   std::optional<Status> Poll() override {
     std::unique_lock<std::mutex> lock(fetch_->mutex);
     if (fetch_->done) return Finished(lock);
-    // Once pieces are arriving the fetch ends either way: done, or failed with its endpoint.
+    // Once pieces are arriving the fetch ends with them, with its endpoint, or when none has come
+    // for its time (FailIfIdle, looked at a few times in that time).
     auto now = std::chrono::steady_clock::now();
-    if (fetch_->receiving || now < deadline_) return std::nullopt;
+    if (fetch_->receiving) {
+      lock.unlock();
+      if (now >= idle_check_) {
+        idle_check_ = now + std::chrono::milliseconds(std::max(timeout_ms_ / 4, 100));
+        fetches_.FailIfIdle(fetch_, timeout_ms_);
+      }
+      return std::nullopt;
+    }
+    if (now < deadline_) return std::nullopt;
     lock.unlock();
     // Behind another answer of the same server, whose bytes are still arriving: waits on, up to
     // twice its limit in all (the wait mcd-create allows a copy).
@@ -181,9 +210,7 @@ class UcxFetching final : public CopyService::Fetching {
     if (fetch_->CompleteBeforeBytes(
             Status(ErrorCode::kStopped, "called off before the bytes came")))
       (void)fetches_.Take(id_);
-    std::unique_lock<std::mutex> lock(fetch_->mutex);  // else answered: the bytes are arriving
-    fetch_->done_cv.wait(lock, [&] { return fetch_->done; });
-    return Finished(lock);
+    return Wait();  // else answered: the bytes are arriving
   }
 
   Status Wait() override {
@@ -212,6 +239,7 @@ class UcxFetching final : public CopyService::Fetching {
   std::chrono::steady_clock::time_point deadline_;
   const std::chrono::steady_clock::time_point last_deadline_;  // however long others take
   const int timeout_ms_;
+  std::chrono::steady_clock::time_point idle_check_{};  // the next FailIfIdle
 };
 
 }  // namespace mcd

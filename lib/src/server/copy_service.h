@@ -9,7 +9,8 @@
 // The bytes go from the source's memory to the destination's without a copy of their own for
 // host tensors (their shared-memory objects are mapped for the transfer). GPU tensors go the same
 // way where the UCX at hand reads and writes GPU memory (a CUDA-aware build: cuda_copy,
-// cuda_ipc, GPUDirect RDMA), and through one pinned host buffer on each side where it does not.
+// cuda_ipc, GPUDirect RDMA), and piece by piece through pinned host slots on each side where it
+// does not (server/node_copy.h).
 //
 // One thread runs every UCX call: progress, sends and receives. Other threads post jobs to it;
 // a fetch is polled (Begin, Fetching), so that the serving loop goes on meanwhile. Two active
@@ -41,10 +42,16 @@ enum class Memory { kHost, kGpu };
 
 // The pieces a copy's bytes go in (DATA messages): what a staged copy holds of pinned memory
 // per slot on each side, and what each side's device copy overlaps the transport by. Set by
-// the fetching server (CopyPieceBytes, server/node_copy.h). A server serves pieces of at least
-// kMinCopyPieceBytes, whatever a read asks.
+// the fetching server (CopyPieceBytes, server/node_copy.h). A server serves pieces of
+// kMinCopyPieceBytes to kMaxCopyPieceBytes, whatever a read asks: a tensor in millions of
+// sends, or staging slots of a whole tensor's size, are for nobody to ask.
 inline constexpr uint64_t kCopyPieceBytes = 16ull << 20;
 inline constexpr uint64_t kMinCopyPieceBytes = 64ull << 10;
+inline constexpr uint64_t kMaxCopyPieceBytes = 256ull << 20;
+// How many pieces of `piece` bytes `total` bytes go in: one at least (an empty tensor's).
+inline uint64_t CopyPieces(uint64_t total, uint64_t piece) {
+  return total == 0 ? 1 : (total - 1) / piece + 1;
+}
 
 // What lets a server read another's tensor: 16 random bytes each, raw. The id names the grant's
 // key in Redis, which holds the token (server/copy_grant.h).
@@ -92,12 +99,13 @@ class CopyService {
   virtual void Refuse(const Read& read, const Status& status) = 0;
   // Sends the piece of `read`'s answer at `offset` of the tensor's `total` bytes: `length`
   // bytes at `data` (in `memory`), read.piece_bytes or the rest. Thread-safe. `sent` runs once,
-  // on the service's thread, when UCX no longer reads `data`: with the send's outcome.
+  // on the service's thread, when UCX no longer reads `data`: with the send's outcome (never
+  // where the service stops first).
   virtual void SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
                          uint64_t total, Memory memory, std::function<void(Status)> sent) = 0;
-  // Sends the `total` bytes at `data` (in `memory`) for `read`, every piece: those of host memory
-  // as the service's own thread maps their pages, ahead of their sends. `release` runs once UCX
-  // no longer reads any.
+  // Sends the `total` bytes at `data` (in `memory`) for `read`, every piece, a few at a time, from
+  // a thread of the service's own that maps host memory's pages ahead of their sends. `release`
+  // runs once UCX no longer reads any.
   virtual void SendAll(const Read& read, const void* data, uint64_t total, Memory memory,
                        std::function<void()> release) = 0;
   // Where a fetch puts the bytes.

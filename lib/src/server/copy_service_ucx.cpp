@@ -86,6 +86,7 @@ class UcxCopyService final : public CopyService {
   void RunAside(std::function<void()> job);
   std::atomic<int> aside_{0};  // threads of RunAside still running
   std::atomic<bool> stopping_{false};
+  static constexpr int kSendWindow = 4;  // SendAll's pieces in flight at most
   void PeerLost(ucp_ep_h ep, ucs_status_t status);
 
   std::function<void()> wake_;
@@ -303,7 +304,7 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.reply_ep = param->reply_ep;
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
   // The asker's word, bounded: pieces of a few bytes would make a tensor millions of sends.
-  read.piece_bytes = std::max<uint64_t>(h.piece_bytes, kMinCopyPieceBytes);
+  read.piece_bytes = std::clamp<uint64_t>(h.piece_bytes, kMinCopyPieceBytes, kMaxCopyPieceBytes);
   bool kept = false;
   bool first = false;  // the serving loop has nothing of this kind to take yet: woken
   {
@@ -407,28 +408,45 @@ void UcxCopyService::SendPiece(const Read& read, uint64_t offset, const void* da
 
 void UcxCopyService::SendAll(const Read& read, const void* data, uint64_t total, Memory memory,
                              std::function<void()> release) {
-  uint64_t pieces = total == 0 ? 1 : (total - 1) / read.piece_bytes + 1;
-  // `release` once the last piece's send ends (on the service's thread, one at a time).
+  // kSendWindow pieces in flight at most: a large tensor is not thousands of sends queued at
+  // once, and a host piece's pages are mapped just ahead of its send.
   struct Left {
-    uint64_t pieces;
-    std::function<void()> release;
-    void One() {
-      if (--pieces == 0 && release) release();
-    }
+    std::mutex mutex;
+    std::condition_variable cv;
+    int in_flight = 0;
+    uint64_t unsent;
+    std::function<void()> release;  // once no piece is unsent
   };
-  auto left = std::make_shared<Left>(Left{pieces, std::move(release)});
-  auto send = [this, read, data, total, memory, pieces, left](bool map_pages) {
+  uint64_t pieces = CopyPieces(total, read.piece_bytes);
+  auto left = std::make_shared<Left>();
+  left->unsent = pieces;
+  left->release = std::move(release);
+  RunAside([this, read, data, total, memory, pieces, left] {
     for (uint64_t i = 0; i < pieces; ++i) {
+      {
+        std::unique_lock<std::mutex> lock(left->mutex);
+        while (left->in_flight >= kSendWindow && !stopping_)
+          left->cv.wait_for(lock, std::chrono::milliseconds(10));
+        if (stopping_) return;  // what is not sent is not released: the server is going
+        ++left->in_flight;
+      }
       uint64_t offset = i * read.piece_bytes;
       uint64_t length = std::min(read.piece_bytes, total - offset);
       const char* at = static_cast<const char*>(data) + offset;
-      // The tensor's own pages: mapped here rather than one fault at a time by UCX's sends.
-      if (map_pages && !stopping_) (void)PopulateHost(const_cast<char*>(at), length, false);
-      SendPiece(read, offset, at, length, total, memory, [left](const Status&) { left->One(); });
+      // The tensor's own pages: mapped here rather than one fault at a time by UCX's send.
+      if (memory == Memory::kHost) (void)PopulateHost(const_cast<char*>(at), length, false);
+      SendPiece(read, offset, at, length, total, memory, [left](const Status&) {
+        bool last = false;
+        {
+          std::lock_guard<std::mutex> lock(left->mutex);
+          --left->in_flight;
+          last = --left->unsent == 0;
+        }
+        left->cv.notify_one();
+        if (last && left->release) left->release();
+      });
     }
-  };
-  if (memory == Memory::kHost) return RunAside([send] { send(true); });
-  send(false);
+  });
 }
 
 Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(

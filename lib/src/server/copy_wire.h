@@ -10,10 +10,11 @@
 
 namespace mcd::copy_wire {
 
-// Ids of the active messages. 1 and 2 were those of servers that asked without a grant: they
-// have no handler here, so what such a server sends is dropped.
-constexpr unsigned kReadId = 3;
-constexpr unsigned kDataId = 4;
+// Ids of the active messages, new with each change of their layout: a server of another layout
+// has no handler for them, and what it sends is dropped rather than misread (1 and 2 asked
+// without a grant; 3 and 4 answered a tensor whole).
+constexpr unsigned kReadId = 5;
+constexpr unsigned kDataId = 6;
 
 constexpr unsigned kIdBytes = 16;  // fetch ids, grant ids and grant tokens: 128 random bits
 
@@ -31,8 +32,8 @@ struct ReadHeader {
   uint32_t flags;  // kReadRendezvous
   uint64_t piece_bytes;
 };
-// The asker receives into GPU memory: the answer goes by rendezvous, so that UCX writes the bytes
-// in place (eager bytes arrive in UCX's own host buffer).
+// The asker receives into GPU memory or staging slots: the answer goes by rendezvous, so that UCX
+// writes the bytes in place, or waits for a slot (eager bytes arrive in UCX's own host buffer).
 constexpr uint32_t kReadRendezvous = 1;
 
 // DATA, the answer, sent on the READ's reply endpoint with a reply endpoint of its own (the

@@ -4,7 +4,9 @@
 #include "server/node_copy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <thread>
 
 #include "alloc/allocator.h"
 #include "common/log.h"
@@ -21,7 +23,7 @@ std::string MajorMinor(const std::string& version) {
   return version.substr(0, version.find('.', first + 1));
 }
 
-uint64_t Pieces(uint64_t total, uint64_t piece) { return total == 0 ? 1 : (total - 1) / piece + 1; }
+}  // namespace
 
 // The answer of a read of a GPU tensor where UCX cannot read GPU memory: each piece copied into
 // a pinned slot on the device's worker, then sent from it, the next piece copied into a slot
@@ -37,7 +39,7 @@ class StagedAnswer : public std::enable_shared_from_this<StagedAnswer> {
         device_(device),
         from_(static_cast<const char*>(from)),
         total_(total),
-        pieces_(Pieces(total, read_.piece_bytes)),
+        pieces_(CopyPieces(total, read_.piece_bytes)),
         hold_(std::move(hold)) {}
   ~StagedAnswer() {
     if (hold_) hold_();
@@ -45,6 +47,12 @@ class StagedAnswer : public std::enable_shared_from_this<StagedAnswer> {
   // Starts a piece in each slot (main thread).
   void Start(const std::vector<std::shared_ptr<char>>& slots) {
     for (const auto& slot : slots) Next(slot);
+  }
+  // Sends nothing more (main thread, before the copy service stops): true once no device copy
+  // of its own is under way, after which it calls the service no more.
+  bool Stop() {
+    stopped_ = true;
+    return device_jobs_ == 0;
   }
 
  private:
@@ -54,29 +62,36 @@ class StagedAnswer : public std::enable_shared_from_this<StagedAnswer> {
     uint64_t index = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (failed_ || next_ == pieces_) return;
+      if (failed_ || stopped_ || next_ == pieces_) return;
       index = next_++;
     }
     uint64_t offset = index * read_.piece_bytes;
     uint64_t length = std::min(read_.piece_bytes, total_ - offset);
     auto self = shared_from_this();
+    ++device_jobs_;
     devices_.CopyOnWorker(device_, slot.get(), from_ + offset, length, cudaMemcpyDeviceToHost,
                           [self, slot, offset, length](Status copied) {
-                            if (!copied.ok()) return self->Failed(copied);
-                            self->service_.SendPiece(self->read_, offset, slot.get(), length,
-                                                     self->total_, Memory::kHost,
-                                                     [self, slot](Status sent) {
-                                                       // A send that failed failed the asker's
-                                                       // fetch too.
-                                                       if (!sent.ok()) return self->Failed(sent);
-                                                       self->Next(slot);
-                                                     });
+                            self->Copied(copied, slot, offset, length);
+                            --self->device_jobs_;  // after its last call of the service
                           });
+  }
+  // A piece in `slot`, copied out of the GPU on the device's worker: sent, unless stopped.
+  void Copied(const Status& copied, const std::shared_ptr<char>& slot, uint64_t offset,
+              uint64_t length) {
+    if (stopped_) return;
+    if (!copied.ok()) return Failed(copied);
+    auto self = shared_from_this();
+    service_.SendPiece(read_, offset, slot.get(), length, total_, Memory::kHost,
+                       [self, slot](Status sent) {
+                         // A send that failed failed the asker's fetch too.
+                         if (!sent.ok()) return self->Failed(sent);
+                         self->Next(slot);
+                       });
   }
   void Failed(const Status& why) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (failed_) return;
+      if (failed_ || stopped_) return;
       failed_ = true;
     }
     Log(LogLevel::kWarn, "a copy of '" + read_.name + "' for node '" +
@@ -95,8 +110,9 @@ class StagedAnswer : public std::enable_shared_from_this<StagedAnswer> {
   std::mutex mutex_;
   uint64_t next_ = 0;  // the next piece to copy
   bool failed_ = false;
+  std::atomic<bool> stopped_{false};
+  std::atomic<int> device_jobs_{0};
 };
-}  // namespace
 
 uint64_t CopyPieceBytes() {
   static const uint64_t piece = [] {
@@ -106,7 +122,9 @@ uint64_t CopyPieceBytes() {
     errno = 0;
     unsigned long long value = std::strtoull(text, &end, 10);
     bool whole = *end == '\0' && errno == 0 && text[0] != '-';
-    return whole && value >= kMinCopyPieceBytes ? static_cast<uint64_t>(value) : kCopyPieceBytes;
+    return whole && value >= kMinCopyPieceBytes && value <= kMaxCopyPieceBytes
+               ? static_cast<uint64_t>(value)
+               : kCopyPieceBytes;
   }();
   return piece;
 }
@@ -115,10 +133,12 @@ Result<std::shared_ptr<char>> PinnedSlots::Take(int device, uint64_t bytes) {
   std::shared_ptr<char> slot;
   {
     std::lock_guard<std::mutex> lock(free_->mutex);
-    auto& kept = free_->slots[{device, bytes}];
-    if (!kept.empty()) {
-      slot = std::move(kept.back());
-      kept.pop_back();
+    auto& kept = free_->slots[device];
+    auto found =
+        std::find_if(kept.begin(), kept.end(), [&](const auto& k) { return k.first == bytes; });
+    if (found != kept.end()) {
+      slot = std::move(found->second);
+      kept.erase(found);
     }
   }
   if (!slot) {
@@ -131,8 +151,8 @@ Result<std::shared_ptr<char>> PinnedSlots::Take(int device, uint64_t bytes) {
   return std::shared_ptr<char>(raw, [pool, slot, device, bytes](char*) mutable {
     if (auto free = pool.lock()) {
       std::lock_guard<std::mutex> lock(free->mutex);
-      auto& kept = free->slots[{device, bytes}];
-      if (kept.size() < kKeptSlots) kept.push_back(std::move(slot));
+      auto& kept = free->slots[device];
+      if (kept.size() < kKeptSlots) kept.emplace_back(bytes, std::move(slot));
     }
     slot.reset();
   });
@@ -294,6 +314,19 @@ void NodeCopier::StopCopies() {
   }
 }
 
+void NodeCopier::StopServing() {
+  // Each device copy of theirs ends within milliseconds; the workers run until after this.
+  for (;;) {
+    bool idle = true;
+    for (const auto& weak : staged_) {
+      if (auto answer = weak.lock()) idle = answer->Stop() && idle;
+    }
+    if (idle) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  staged_.clear();
+}
+
 std::optional<std::string> NodeCopier::Copying(const std::string& name) const {
   for (const Copy& copy : copies_) {
     if (copy.name == name) return copy.req;
@@ -390,6 +423,10 @@ Status NodeCopier::Serve(const CopyService::Read& read, const Entry& entry) {
   MCD_ASSIGN_OR_RETURN(auto slots, StagingSlots(entry.record.device, read.piece_bytes));
   auto answer = std::make_shared<StagedAnswer>(*service_, devices_, read, entry.record.device,
                                                a.ptr, bytes, devices_.Hold(entry.record.device, a));
+  staged_.erase(std::remove_if(staged_.begin(), staged_.end(),
+                               [](const std::weak_ptr<StagedAnswer>& s) { return s.expired(); }),
+                staged_.end());
+  staged_.push_back(answer);
   answer->Start(slots);
   return Status::Ok();
 }

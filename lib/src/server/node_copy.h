@@ -8,7 +8,7 @@
 // ask of this one are served from the tensor table by the serving loop (ServeReads), each against
 // the grant its asker wrote into this server's Redis (server/copy_grant.h). GPU memory
 // is read and written in place by UCX where it can (a CUDA-aware UCX), else staged through a
-// pinned host buffer by the device's worker. Main thread of the server.
+// pinned host slots piece by piece on the device's worker. Main thread of the server.
 #pragma once
 
 #include <chrono>
@@ -31,13 +31,13 @@
 namespace mcd {
 
 // The pieces this server asks its copies' bytes in: kCopyPieceBytes, or MCD_COPY_PIECE (a whole
-// number of bytes, at least kMinCopyPieceBytes; anything else is ignored).
+// number of bytes from kMinCopyPieceBytes to kMaxCopyPieceBytes; anything else is ignored).
 uint64_t CopyPieceBytes();
 
-// Pinned host buffers of one size for staging GPU tensors' pieces, kept for the next copy
-// rather than allocated for each (cudaMallocHost of 16 MiB takes milliseconds): up to
-// kKeptSlots free per device, all freed with the pool. Main thread; a slot goes back to the pool
-// from any thread.
+// Pinned host buffers for staging GPU tensors' pieces, kept for the next copy rather than
+// allocated for each (cudaMallocHost of 16 MiB takes milliseconds): up to kKeptSlots free per
+// device, whatever their sizes, all freed with the pool. Main thread; a slot goes back to the
+// pool from any thread.
 class PinnedSlots {
  public:
   static constexpr size_t kKeptSlots = 4;
@@ -48,11 +48,13 @@ class PinnedSlots {
  private:
   struct Free {
     std::mutex mutex;
-    std::map<std::pair<int, uint64_t>, std::vector<std::shared_ptr<char>>> slots;
+    std::map<int, std::vector<std::pair<uint64_t, std::shared_ptr<char>>>> slots;  // by device
   };
   DeviceSet& devices_;
   std::shared_ptr<Free> free_ = std::make_shared<Free>();
 };
+
+class StagedAnswer;
 
 // What the copier needs of the server's options.
 struct NodeCopierOptions {
@@ -97,6 +99,9 @@ class NodeCopier {
   // At stop: calls off every copy whose bytes have not begun to come, waits for the others, and
   // runs each one's `done`.
   void StopCopies();
+  // Before the copy service stops: the staged answers under way send nothing more, and their
+  // device copies under way end.
+  void StopServing();
   // The req of the copy into tensor `name` under way; nullopt when there is none.
   std::optional<std::string> Copying(const std::string& name) const;
   // Answers the reads other servers asked for since the last call: with the bytes where the read's
@@ -148,7 +153,8 @@ class NodeCopier {
   std::chrono::steady_clock::time_point refusals_since_{};
   int refusal_lines_ = 0;
   uint64_t unlogged_refusals_ = 0;
-  std::vector<Copy> copies_;  // under way
+  std::vector<Copy> copies_;                         // under way
+  std::vector<std::weak_ptr<StagedAnswer>> staged_;  // answers that may be under way
   PinnedSlots slots_;
 };
 

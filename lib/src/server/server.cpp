@@ -393,7 +393,8 @@ void Server::Impl::Shutdown() {
   if (heartbeat_) heartbeat_->Stop();
   if (pipeline_) pipeline_->Drain();
   if (intake_) intake_->CloseSocket();
-  copies_.reset();  // its thread stops: no read is served past here
+  if (copier_) copier_->StopServing();  // no staged answer calls the service past here
+  copies_.reset();                      // its thread stops: no read is served past here
   if (intake_ && pipeline_) intake_->RemoveMarkersAtStop(*pipeline_->Drained());
   size_t total = table_.held();
   size_t freed = DeleteAndFreeAll();
