@@ -141,6 +141,7 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNodeOverTcpAndSharedMemory) {
     Serve(a_ + tls, tls, {}, {{"MCD_COPY_PIECE", "1048576"}});
     Serve(b_ + tls, tls);
     EXPECT_EQ(CopiesOf(a_ + tls), "in_place");  // host tensors: no staging, whatever the UCX
+    EXPECT_NE(Log(a_ + tls).find("fetched in pieces of 1 MiB"), std::string::npos) << Log(a_ + tls);
     ASSERT_EQ(Tool("mcd-create",
                    {"src-" + tls, "--from", file, "--device", "cpu", "--node", b_ + tls, "-q"})
                   .exit_code,

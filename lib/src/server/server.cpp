@@ -204,7 +204,11 @@ void Server::Impl::StartNodeCopies() {
     if (!copier_->gpu_direct())
       how += "; GPU tensors staged in pinned host memory (--stage-gpu-copies)";
   }
-  Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + how);
+  uint64_t piece = CopyPieceBytes();  // MCD_COPY_PIECE, which is otherwise read silently
+  std::string pieces = piece % (1u << 20) == 0 ? std::to_string(piece >> 20) + " MiB"
+                                               : std::to_string(piece) + " bytes";
+  Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + how +
+                           "; fetched in pieces of " + pieces);
   heartbeat_->set_node_copies(copies_->address_hex(), copies_->version(),
                               !gpus || copier_->gpu_direct() ? "in_place" : "staged");
 }
