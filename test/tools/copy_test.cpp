@@ -6,6 +6,7 @@
 // shared memory (sm). Real Redis, real servers, the real tools; the GPU case runs on GPU hosts.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +27,12 @@ class Copies : public ::testing::Test {
   void TearDown() override {
     for (auto& [node, server] : servers_) {
       if (server->pid() > 0) EXPECT_EQ(server->Stop(SIGTERM), 0) << Log(node);
+    }
+    // What the servers a test killed left (a server removes its node's objects when it starts
+    // again, which these never do): their names begin with the nodes', which hold this pid.
+    for (const std::string& node : {a_, b_}) {
+      for (const std::string& object : test::ShmObjects("mcd-mcd-" + node))
+        shm_unlink(("/" + object).c_str());
     }
   }
   std::map<std::string, std::string> Env(const std::string& tls = "") const {
