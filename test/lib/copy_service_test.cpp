@@ -43,6 +43,31 @@ class CopyServiceTest : public ::testing::Test {
     return n;
   }
 
+  // The worker address a `ucx_peer serve` prints into `log`, once it has; empty after 20 s.
+  static std::string PeerAddress(const std::string& log) {
+    std::string address;
+    test::WaitFor(
+        [&] {
+          std::string out = test::ReadFile(log);
+          size_t at = out.find("address ");
+          size_t end = out.find('\n', at);
+          if (at == std::string::npos || end == std::string::npos) return false;
+          address = out.substr(at + 8, end - at - 8);
+          return true;
+        },
+        20000);
+    return address;
+  }
+  // Fetches tensor "t" of the peer at `address` into `into`, in place, against a grant it never
+  // checks.
+  Status FetchInto(const std::string& address, std::string& into) {
+    CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
+    CopyService::Sink sink;
+    sink.bytes = into.size();
+    sink.into = into.data();
+    return service_->Fetch(address, "t", 1, grant, "asker", sink, kCopyPieceBytes, 30000);
+  }
+
   test::TempDir dir_;
   std::unique_ptr<CopyService> service_;
 };
@@ -75,24 +100,10 @@ TEST_F(CopyServiceTest, AnAnswerWithTheRealFetchIdFromAnotherEndpointFillsNothin
   std::string log = dir_.path() + "/peer.log";
   test::Background peer({test::ToolPath("ucx_peer"), "serve", service_->address_hex(), file}, Env(),
                         log);
-  std::string address;
-  ASSERT_TRUE(test::WaitFor(
-      [&] {
-        std::string out = test::ReadFile(log);
-        size_t at = out.find("address ");
-        size_t end = out.find('\n', at);
-        if (at == std::string::npos || end == std::string::npos) return false;
-        address = out.substr(at + 8, end - at - 8);
-        return true;
-      },
-      20000))
-      << test::ReadFile(log);
-  CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
+  std::string address = PeerAddress(log);
+  ASSERT_FALSE(address.empty()) << test::ReadFile(log);
   std::string into(genuine.size(), '\0');
-  CopyService::Sink sink;
-  sink.bytes = into.size();
-  sink.into = into.data();
-  Status got = service_->Fetch(address, "t", 1, grant, "asker", sink, kCopyPieceBytes, 30000);
+  Status got = FetchInto(address, into);
   ASSERT_TRUE(got.ok()) << got.ToString() << test::ReadFile(log);
   EXPECT_TRUE(into == genuine) << "the fetch took a forged answer ("
                                << (into == std::string(into.size(), '\xa5') ? "0xa5 bytes"
@@ -114,24 +125,10 @@ TEST_F(CopyServiceTest, APieceThatDoesNotFitFailsTheFetchAndWritesNothing) {
     std::string log = dir_.path() + "/amiss-" + how + ".log";
     test::Background peer({test::ToolPath("ucx_peer"), "serve", service_->address_hex(), file, how},
                           Env(), log);
-    std::string address;
-    ASSERT_TRUE(test::WaitFor(
-        [&] {
-          std::string out = test::ReadFile(log);
-          size_t at = out.find("address ");
-          size_t end = out.find('\n', at);
-          if (at == std::string::npos || end == std::string::npos) return false;
-          address = out.substr(at + 8, end - at - 8);
-          return true;
-        },
-        20000))
-        << test::ReadFile(log);
-    CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
+    std::string address = PeerAddress(log);
+    ASSERT_FALSE(address.empty()) << test::ReadFile(log);
     std::string into(genuine.size(), '\0');
-    CopyService::Sink sink;
-    sink.bytes = into.size();
-    sink.into = into.data();
-    Status got = service_->Fetch(address, "t", 1, grant, "asker", sink, kCopyPieceBytes, 30000);
+    Status got = FetchInto(address, into);
     EXPECT_EQ(got.code(), ErrorCode::kUnexpectedReply) << got.ToString();
     EXPECT_NE(got.message().find("not a piece of"), std::string::npos) << got.ToString();
     EXPECT_TRUE(into == std::string(into.size(), '\0')) << "bytes were written";

@@ -305,8 +305,7 @@ void UcxFetches::Land(const std::shared_ptr<PendingFetch>& fetch, void* desc, ui
   Receive(fetch, desc, slot, length, [this, fetch, slot, offset, length](Status received) {
     if (!received.ok() || fetch->failed) {
       fetch->free_slots.push_back(slot);
-      if (!received.ok()) Fail(fetch, received);
-      return Settle(fetch);
+      return received.ok() ? Settle(fetch) : Fail(fetch, received);  // Fail settles
     }
     // Placed by the sink (a copy on the device's worker); back here once the slot is free.
     ++fetch->in_flight;
