@@ -2,8 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Copies between nodes: mcd-create --copy-of, the bytes moved by two mcd-serve processes of
-// different nodes over UCX (Debian's libucx0), on this machine's loopback (tcp) and through
-// shared memory (sm). Real Redis, real servers, the real tools; the GPU case runs on GPU hosts.
+// different nodes over UCX (Debian's libucx0), on this machine's loopback (tcp; shared memory
+// alone is refused). Real Redis, real servers, the real tools; the GPU case runs on GPU hosts.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -140,39 +140,59 @@ class Copies : public ::testing::Test {
 };
 
 // The fetching server takes the bytes in pieces of 1 MiB: 13, the last one of 28 bytes.
-TEST_F(Copies, AHostTensorIsCopiedToAnotherNodeOverTcpAndSharedMemory) {
+TEST_F(Copies, AHostTensorIsCopiedToAnotherNode) {
   std::string file = Pattern(3 * 1024 * 1024 + 7);  // ~12 MiB: UCX's rendezvous protocol
   std::string small = dir_.path() + "/small.npy";
-  for (const std::string tls : {"tcp", "sm"}) {
-    SCOPED_TRACE(tls);
-    Serve(a_ + tls, tls, {}, {{"MCD_COPY_PIECE", "1048576"}});
-    Serve(b_ + tls, tls);
-    EXPECT_EQ(CopiesOf(a_ + tls), "in_place");  // host tensors: no staging, whatever the UCX
-    EXPECT_NE(Log(a_ + tls).find("fetched in pieces of 1 MiB"), std::string::npos) << Log(a_ + tls);
-    ASSERT_EQ(Tool("mcd-create",
-                   {"src-" + tls, "--from", file, "--device", "cpu", "--node", b_ + tls, "-q"})
-                  .exit_code,
-              0);
-    auto copied = Tool("mcd-create", {"copy-" + tls, "--copy-of", "src-" + tls, "--device", "cpu",
-                                      "--node", a_ + tls, "--json"});
-    ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_ + tls) << Log(b_ + tls);
-    EXPECT_EQ(HashField("copy-" + tls, "node"), a_ + tls);
-    EXPECT_EQ(HashField("copy-" + tls, "refcount"), "1");
-    EXPECT_EQ(HashField("copy-" + tls, "dtype"), "u32");
-    ExpectSameBytes("copy-" + tls, a_ + tls, file);
-    // And a small one, which UCX sends eagerly.
-    std::ofstream(small, std::ios::binary) << test::ReadFile(Pattern(5));
-    ASSERT_EQ(Tool("mcd-create",
-                   {"tiny-" + tls, "--from", small, "--device", "cpu", "--node", b_ + tls, "-q"})
-                  .exit_code,
-              0);
-    ASSERT_EQ(Tool("mcd-create", {"tiny-copy-" + tls, "--copy-of", "tiny-" + tls, "--device", "cpu",
-                                  "--node", a_ + tls, "-q"})
-                  .exit_code,
-              0);
-    ExpectSameBytes("tiny-copy-" + tls, a_ + tls, small);
-    file = Pattern(3 * 1024 * 1024 + 7);
-  }
+  Serve(a_, "tcp", {}, {{"MCD_COPY_PIECE", "1048576"}});
+  Serve(b_, "tcp");
+  EXPECT_EQ(CopiesOf(a_), "in_place");  // host tensors: no staging, whatever the UCX
+  EXPECT_NE(Log(a_).find("fetched in pieces of 1 MiB"), std::string::npos) << Log(a_);
+  ASSERT_EQ(
+      Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
+      0);
+  auto copied =
+      Tool("mcd-create", {"copy", "--copy-of", "src", "--device", "cpu", "--node", a_, "--json"});
+  ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_) << Log(b_);
+  EXPECT_EQ(HashField("copy", "node"), a_);
+  EXPECT_EQ(HashField("copy", "refcount"), "1");
+  EXPECT_EQ(HashField("copy", "dtype"), "u32");
+  ExpectSameBytes("copy", a_, file);
+  // And a small one, which UCX sends eagerly.
+  std::ofstream(small, std::ios::binary) << test::ReadFile(Pattern(5));
+  ASSERT_EQ(Tool("mcd-create", {"tiny", "--from", small, "--device", "cpu", "--node", b_, "-q"})
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      Tool("mcd-create", {"tiny-copy", "--copy-of", "tiny", "--device", "cpu", "--node", a_, "-q"})
+          .exit_code,
+      0);
+  ExpectSameBytes("tiny-copy", a_, small);
+}
+
+// Over UCX's shared memory alone, which cannot report a peer's failure, a copy is refused before
+// anything moves: a peer that died mid-copy over such an endpoint took its fetching server down
+// inside UCX. Nothing is made, and both servers serve on.
+TEST_F(Copies, OverSharedMemoryAloneACopyIsRefusedAndNothingIsMade) {
+  Serve(a_, "sm");
+  Serve(b_, "sm");
+  std::string file = Pattern(1024);
+  ASSERT_EQ(
+      Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
+      0);
+  size_t shm_before = test::ShmObjects("mcd-mcd-" + a_ + "-").size();
+  auto refused = Tool("mcd-create", {"copy", "--copy-of", "src", "--device", "cpu", "--node", a_});
+  EXPECT_EQ(refused.exit_code, 69) << refused.err;
+  EXPECT_NE(refused.err.find("UCX_TLS=sm that reports its failure"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("keep tcp in UCX_TLS"), std::string::npos) << refused.err;
+  EXPECT_EQ(HashField("copy", "state"), "");
+  EXPECT_EQ(test::ShmObjects("mcd-mcd-" + a_ + "-").size(), shm_before);
+  EXPECT_EQ(HashField("src", "refcount"), "1");
+  EXPECT_EQ(Tool("mcd-create",
+                 {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--node", a_, "-q"})
+                .exit_code,
+            0);
+  ExpectSameBytes("src", b_, file);
 }
 
 TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {

@@ -271,12 +271,15 @@ Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
   ucp_ep_h ep = nullptr;
   ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
   if (s == UCS_ERR_UNREACHABLE) {
-    // UCX's shared-memory transports cannot report a peer's failure, so with only those at hand
-    // (UCX_TLS=sm) the endpoint goes without: a peer that dies is then noticed at the fetch's
-    // timeout instead of at once.
-    params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                                UCP_EP_PARAM_FIELD_ERR_HANDLER);
-    s = ucx->ucp_ep_create(worker_, &params, &ep);
+    // No transport in UCX_TLS reports a peer's failure (UCX's shared-memory ones cannot), and
+    // an endpoint without that takes this process down with a peer that dies mid-copy (UCX
+    // treats the failed read of its memory as fatal) or waits for it for good: never made.
+    const char* tls = std::getenv("UCX_TLS");
+    return Status(ErrorCode::kUnsupported,
+                  std::string("UCX has no transport to the other server") +
+                      (tls != nullptr ? std::string(" in UCX_TLS=") + tls : std::string()) +
+                      " that reports its failure (shared memory alone cannot), and a copy over "
+                      "one could take this server down with it: keep tcp in UCX_TLS");
   }
   if (s != UCS_OK) return UcxError("connecting to the other server (ucp_ep_create)", s);
   endpoints_[address_hex] = ep;
