@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "test_support.h"
@@ -60,12 +61,13 @@ class CopyServiceTest : public ::testing::Test {
   }
   // Fetches tensor "t" of the peer at `address` into `into`, in place, against a grant it never
   // checks.
-  Status FetchInto(const std::string& address, std::string& into) {
+  Status FetchInto(const std::string& address, std::string& into,
+                   uint64_t piece_bytes = kCopyPieceBytes, int timeout_ms = 30000) {
     CopyGrant grant{std::string(16, 'g'), std::string(16, 't')};
     CopyService::Sink sink;
     sink.bytes = into.size();
     sink.into = into.data();
-    return service_->Fetch(address, "t", 1, grant, "asker", sink, kCopyPieceBytes, 30000);
+    return service_->Fetch(address, "t", 1, grant, "asker", sink, piece_bytes, timeout_ms);
   }
 
   test::TempDir dir_;
@@ -134,6 +136,33 @@ TEST_F(CopyServiceTest, APieceThatDoesNotFitFailsTheFetchAndWritesNothing) {
     EXPECT_TRUE(into == std::string(into.size(), '\0')) << "bytes were written";
     EXPECT_EQ(peer.Wait(30), 0) << test::ReadFile(log);
   }
+}
+
+// The asked server sends the first of three pieces and then nothing, its connection open (a
+// server stopped, or stuck): the fetch fails once no piece has come for its limit, naming what
+// is missing, rather than waiting as long as the connection lasts.
+TEST_F(CopyServiceTest, AFetchWhosePiecesStopComingFailsAfterItsLimit) {
+  constexpr uint64_t kPiece = 64 * 1024;
+  std::string genuine = test::RandomBytes(3 * kPiece, 46);
+  std::string file = dir_.path() + "/genuine.bin";
+  std::ofstream(file, std::ios::binary) << genuine;
+  std::string log = dir_.path() + "/stall.log";
+  test::Background peer(
+      {test::ToolPath("ucx_peer"), "serve", service_->address_hex(), file, "stall"}, Env(), log);
+  std::string address = PeerAddress(log);
+  ASSERT_FALSE(address.empty()) << test::ReadFile(log);
+  std::string into(genuine.size(), '\0');
+  auto t0 = std::chrono::steady_clock::now();
+  Status got = FetchInto(address, into, kPiece, 2000);
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(got.code(), ErrorCode::kTimeout) << got.ToString();
+  EXPECT_NE(got.message().find("2 of its pieces still to come"), std::string::npos)
+      << got.ToString();
+  EXPECT_GE(took, std::chrono::milliseconds(2000));
+  EXPECT_LT(took, std::chrono::milliseconds(8000)) << "waited for the stalled peer's connection";
+  EXPECT_TRUE(into.compare(0, kPiece, genuine, 0, kPiece) == 0) << "the first piece came amiss";
+  EXPECT_EQ(peer.Wait(30), 0) << test::ReadFile(log);
+  EXPECT_NE(test::ReadFile(log).find("stalled"), std::string::npos) << test::ReadFile(log);
 }
 
 }  // namespace

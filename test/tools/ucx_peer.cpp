@@ -18,6 +18,10 @@
 //                                         the asker's) with as many bytes of 0xa5, with and
 //                                         without a reply endpoint; 1 s later, from the endpoint
 //                                         asked, with FILE's bytes; prints "answered"
+//   ucx_peer serve ADDRESS FILE HOW       the same, answering amiss (AnswerAmiss) or, with HOW
+//                                         "stall", with the first piece alone (of the READ's
+//                                         piece size), then nothing for 10 s, its connection
+//                                         open; prints "stalled"
 //
 // Exit 0 when done, 2 on usage, 3 when UCX fails.
 #include <sys/random.h>
@@ -144,6 +148,7 @@ int Reads(ucp_ep_h ep, const std::string& name, int64_t ctime_ms, int count, int
 struct Asked {
   bool got = false;
   std::string fetch;
+  uint64_t piece_bytes = 0;
   ucp_ep_h reply_ep = nullptr;
 } asked;
 
@@ -156,14 +161,16 @@ ucs_status_t OnRead(void*, const void* header, size_t header_length, void*, size
   std::memcpy(&h, header, sizeof(h));
   asked.got = true;
   asked.fetch.assign(reinterpret_cast<const char*>(h.fetch), sizeof(h.fetch));
+  asked.piece_bytes = h.piece_bytes;
   asked.reply_ep = param->reply_ep;
   return UCS_OK;
 }
 
-std::string DataHeaderFor(const std::string& fetch, size_t bytes, uint64_t offset = 0) {
+// A piece at `offset` of a tensor of `total` bytes.
+std::string DataHeaderFor(const std::string& fetch, size_t total, uint64_t offset = 0) {
   DataHeader h{};
   std::memcpy(h.fetch, fetch.data(), sizeof(h.fetch));
-  h.total = bytes;  // one piece, at `offset`
+  h.total = total;
   h.offset = offset;
   return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
 }
@@ -179,6 +186,17 @@ int AnswerAmiss(const std::string& how, const std::string& bytes) {
     return 3;
   ProgressFor(std::chrono::seconds(2));
   std::printf("answered amiss\n");
+  return 0;
+}
+
+// The asked server sending the first piece and then nothing, with its connection kept open.
+int AnswerThenStall(const std::string& bytes) {
+  std::string header = DataHeaderFor(asked.fetch, bytes.size());
+  std::string first = bytes.substr(0, asked.piece_bytes);
+  if (!Send(asked.reply_ep, mcd::copy_wire::kDataId, header, first, UCP_AM_SEND_FLAG_REPLY))
+    return 3;
+  ProgressFor(std::chrono::seconds(10));
+  std::printf("stalled\n");
   return 0;
 }
 
@@ -211,6 +229,7 @@ int Serve(const std::string& asker_address, const std::string& file, const std::
   auto until = Clock::now() + std::chrono::seconds(30);
   while (!asked.got && Clock::now() < until) ucp_worker_progress(worker);
   if (!asked.got) return 4;
+  if (amiss == "stall") return AnswerThenStall(bytes);
   if (!amiss.empty()) return AnswerAmiss(amiss, bytes);
   // Another worker: to the asker, another peer that happens to know the fetch id.
   ucp_worker_params_t wp{};
@@ -289,7 +308,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: ucx_peer read ADDRESS NAME CTIME_MS | reads ADDRESS NAME CTIME_MS COUNT "
-        "ANSWERS | flood ADDRESS BYTES SECONDS | serve ADDRESS FILE [offset|total|short]\n");
+        "ANSWERS | flood ADDRESS BYTES SECONDS | serve ADDRESS FILE [offset|total|short|stall]\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
