@@ -105,6 +105,11 @@ class Copies : public ::testing::Test {
     return path;
   }
   void CopyEveryWay(const std::string& file);
+  static size_t Count(const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  }
   // What mcd-ls --servers says of how `node`'s server moves GPU tensors of copies.
   std::string CopiesOf(const std::string& node) {
     auto listed = Tool("mcd-ls", {"--servers", "--json"});
@@ -251,6 +256,52 @@ TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
   // The killed server's shared-memory objects are removed by the next server of its node.
   ASSERT_NO_FATAL_FAILURE(Serve(b_, "tcp"));
   EXPECT_EQ(test::ShmObjects("mcd-mcd-" + b_ + "-").size(), 0u);
+}
+
+// The serving server stopped (SIGTERM) while the bytes it sends wait for a fetching server that
+// takes none (stopped: SIGSTOP): it stops within seconds rather than waiting on the sends, and
+// the copy fails (69) once the fetching server runs again, which publishes nothing and serves
+// on. A copy that ended before the stop came is made again, up to three times.
+TEST_F(Copies, AServerStoppedWhileItsBytesAreUnreadStopsAndTheCopyFails) {
+  Serve(a_, "tcp", {}, {{"MCD_COPY_PIECE", "65536"}});
+  std::string file = Pattern(64 * 1024 * 1024);  // 256 MiB: 4096 pieces
+  bool stopped_mid_copy = false;
+  for (int attempt = 0; attempt < 3 && !stopped_mid_copy; ++attempt) {
+    Serve(b_, "tcp");
+    ASSERT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"})
+                  .exit_code,
+              0);
+    std::string name = "copy" + std::to_string(attempt);
+    test::Background copy({test::ToolPath("mcd-create"), name, "--copy-of", "src", "--device",
+                           "cpu", "--node", a_, "--timeout-ms", "60000"},
+                          Env(), dir_.path() + "/" + name + ".log");
+    // The node's log goes on across its servers: this attempt's read is one more.
+    ASSERT_TRUE(test::WaitFor(
+        [&] { return Count(Log(b_), "read name=src") > static_cast<size_t>(attempt); }, 60000))
+        << Log(b_);
+    kill(servers_[a_]->pid(), SIGSTOP);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(servers_[b_]->Stop(SIGTERM), 0) << Log(b_);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+    servers_.erase(b_);
+    kill(servers_[a_]->pid(), SIGCONT);
+    int code = copy.Wait(60);
+    if (code == 0) {  // every byte had gone before the stop
+      ExpectSameBytes(name, a_, file);
+      continue;
+    }
+    stopped_mid_copy = true;
+    EXPECT_EQ(code, 69) << test::ReadFile(dir_.path() + "/" + name + ".log") << Log(a_);
+    EXPECT_NE(test::ReadFile(dir_.path() + "/" + name + ".log").find("went away mid-copy"),
+              std::string::npos)
+        << test::ReadFile(dir_.path() + "/" + name + ".log");
+    EXPECT_EQ(HashField(name, "state"), "");
+  }
+  EXPECT_TRUE(stopped_mid_copy) << "every copy ended before its source's server was stopped";
+  EXPECT_EQ(Tool("mcd-create",
+                 {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--node", a_, "-q"})
+                .exit_code,
+            0);
 }
 
 // A copy waits for its bytes beside the serving loop, not in it: while the other node's server

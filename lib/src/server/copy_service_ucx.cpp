@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "alloc/allocator.h"
@@ -104,6 +105,9 @@ class UcxCopyService final : public CopyService {
   UcxFetches fetches_;
   std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
   std::vector<ucp_ep_h> failed_;  // endpoints whose peer failed; all are closed at stop
+  // The endpoints reads came on, which answers go back on: closed at stop too, which ends the
+  // sends still under way on them (UCX's worker must not go with sends under way).
+  std::set<ucp_ep_h> replying_;
 };
 
 Status UcxCopyService::Init() {
@@ -196,11 +200,14 @@ void UcxCopyService::Loop() {
     if (armed == UCS_OK) ucx->ucp_worker_wait(worker_);
   }
   // Endpoints closed while the worker still progresses their closing, taken out first: progress
-  // while closing may report another endpoint lost (PeerLost).
-  std::vector<ucp_ep_h> closing_all = std::move(failed_);
-  for (auto& [address, ep] : endpoints_) closing_all.push_back(ep);
+  // while closing may report another endpoint lost (PeerLost). Each once: a reply endpoint
+  // whose peer failed is among the failed ones too.
+  std::set<ucp_ep_h> closing_all(failed_.begin(), failed_.end());
+  closing_all.insert(replying_.begin(), replying_.end());
+  for (auto& [address, ep] : endpoints_) closing_all.insert(ep);
   endpoints_.clear();
   failed_.clear();
+  replying_.clear();
   for (ucp_ep_h ep : closing_all) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -305,6 +312,7 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.name.assign(text, h.name_length);
   read.asker_node.assign(text + h.name_length, h.node_length);
   read.reply_ep = param->reply_ep;
+  replying_.insert(param->reply_ep);
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
   // The asker's word, bounded: pieces of a few bytes would make a tensor millions of sends.
   read.piece_bytes = std::clamp<uint64_t>(h.piece_bytes, kMinCopyPieceBytes, kMaxCopyPieceBytes);
