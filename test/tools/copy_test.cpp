@@ -304,6 +304,55 @@ TEST_F(Copies, AServerStoppedWhileItsBytesAreUnreadStopsAndTheCopyFails) {
             0);
 }
 
+// The fetching server killed while the serving one sends it a tensor's pieces: the serving server
+// notices, serves on (a create, the source's removal, which frees it), and stops cleanly. A copy
+// that ended before the kill came is made again, up to three times.
+TEST_F(Copies, AServerWhoseReaderIsKilledMidCopyServesOn) {
+  Serve(b_, "tcp");
+  std::string file = Pattern(64 * 1024 * 1024);  // 256 MiB
+  ASSERT_EQ(
+      Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
+      0);
+  size_t b_objects = test::ShmObjects("mcd-mcd-" + b_ + "-").size();
+  bool killed_mid_copy = false;
+  for (int attempt = 0; attempt < 3 && !killed_mid_copy; ++attempt) {
+    Serve(a_, "tcp", {}, {{"MCD_COPY_PIECE", "65536"}});
+    std::string name = "copy" + std::to_string(attempt);
+    test::Background copy({test::ToolPath("mcd-create"), name, "--copy-of", "src", "--device",
+                           "cpu", "--node", a_, "--timeout-ms", "60000"},
+                          Env(), dir_.path() + "/" + name + ".log");
+    ASSERT_TRUE(test::WaitFor(
+        [&] { return Count(Log(b_), "read name=src") > static_cast<size_t>(attempt); }, 60000))
+        << Log(b_);
+    servers_[a_]->Stop(SIGKILL);
+    servers_.erase(a_);
+    int code = copy.Wait(60);
+    killed_mid_copy = code != 0;
+    if (!killed_mid_copy) continue;  // every byte had gone before the kill
+    EXPECT_TRUE(test::WaitFor(
+        [&] {
+          return Count(Log(b_), "a server this one exchanged copies with has gone") >
+                 static_cast<size_t>(attempt);
+        },
+        10000))
+        << Log(b_);
+  }
+  EXPECT_TRUE(killed_mid_copy) << "every copy ended before its fetching server was killed";
+  EXPECT_EQ(Tool("mcd-create",
+                 {"after", "--dtype", "u8", "--shape", "4", "--device", "cpu", "--node", b_, "-q"})
+                .exit_code,
+            0)
+      << Log(b_);
+  ExpectSameBytes("src", b_, file);
+  EXPECT_EQ(Tool("mcd-rm", {"src", "--node", b_, "-q"}).exit_code, 0) << Log(b_);
+  EXPECT_EQ(Tool("mcd-rm", {"after", "--node", b_, "-q"}).exit_code, 0) << Log(b_);
+  EXPECT_TRUE(test::WaitFor(
+      [&] { return test::ShmObjects("mcd-mcd-" + b_ + "-").size() == b_objects - 1; }, 10000))
+      << "the source's memory was not freed";
+  EXPECT_EQ(servers_[b_]->Stop(SIGTERM), 0) << Log(b_);
+  servers_.erase(b_);
+}
+
 // A copy waits for its bytes beside the serving loop, not in it: while the other node's server
 // is stopped (SIGSTOP), the fetching server makes and removes other tensors and refuses a second
 // create of the name being copied; the copy ends with every byte once the other server runs again.

@@ -104,7 +104,24 @@ void ProgressFor(std::chrono::milliseconds how_long) {
   while (Clock::now() < until) ucp_worker_progress(worker);
 }
 
-int Read(ucp_ep_h ep, const std::string& name, int64_t ctime_ms) {
+// This worker's address, in hex: what a READ names as the asker's (the server answers on an
+// endpoint it makes to it).
+std::string OwnAddressHex() {
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  if (ucp_worker_get_address(worker, &address, &length) != UCS_OK) return "";
+  std::string hex;
+  for (size_t i = 0; i < length; ++i) {
+    char two[3];
+    std::snprintf(two, sizeof(two), "%02x", reinterpret_cast<const unsigned char*>(address)[i]);
+    hex += two;
+  }
+  ucp_worker_release_address(worker, address);
+  return hex;
+}
+
+// A READ of `name` with a made-up grant, naming `address` as the asker's.
+std::string ReadMessage(const std::string& name, int64_t ctime_ms, const std::string& address) {
   ReadHeader h{};
   RandomId(h.fetch);
   RandomId(h.grant);  // a grant nobody wrote
@@ -113,9 +130,14 @@ int Read(ucp_ep_h ep, const std::string& name, int64_t ctime_ms) {
   h.name_length = static_cast<uint32_t>(name.size());
   std::string node = "stranger";
   h.node_length = static_cast<uint32_t>(node.size());
-  std::string header(reinterpret_cast<const char*>(&h), sizeof(h));
+  h.address_length = static_cast<uint32_t>(address.size());
+  return std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + name + node + address;
+}
+
+int Read(ucp_ep_h ep, const std::string& name, int64_t ctime_ms) {
   static const std::string none;
-  if (!Send(ep, mcd::copy_wire::kReadId, header + name + node, none, UCP_AM_SEND_FLAG_REPLY))
+  if (!Send(ep, mcd::copy_wire::kReadId, ReadMessage(name, ctime_ms, OwnAddressHex()), none,
+            UCP_AM_SEND_FLAG_REPLY))
     return 3;
   auto until = Clock::now() + std::chrono::seconds(20);
   while (answers == 0 && Clock::now() < until) ucp_worker_progress(worker);
@@ -124,18 +146,11 @@ int Read(ucp_ep_h ep, const std::string& name, int64_t ctime_ms) {
 }
 
 int Reads(ucp_ep_h ep, const std::string& name, int64_t ctime_ms, int count, int wanted) {
+  std::string address = OwnAddressHex();
   for (int i = 0; i < count; ++i) {
-    ReadHeader h{};
-    RandomId(h.fetch);
-    RandomId(h.grant);
-    RandomId(h.token);
-    h.ctime_ms = ctime_ms;
-    h.name_length = static_cast<uint32_t>(name.size());
-    std::string node = "stranger";
-    h.node_length = static_cast<uint32_t>(node.size());
-    std::string header(reinterpret_cast<const char*>(&h), sizeof(h));
     static const std::string none;
-    if (!Send(ep, mcd::copy_wire::kReadId, header + name + node, none, UCP_AM_SEND_FLAG_REPLY))
+    if (!Send(ep, mcd::copy_wire::kReadId, ReadMessage(name, ctime_ms, address), none,
+              UCP_AM_SEND_FLAG_REPLY))
       return 3;
   }
   auto until = Clock::now() + std::chrono::seconds(30);
@@ -213,17 +228,8 @@ int Serve(const std::string& asker_address, const std::string& file, const std::
   hp.cb = OnRead;
   ucs_status_t s = ucp_worker_set_am_recv_handler(worker, &hp);
   if (s != UCS_OK) return Fail("ucp_worker_set_am_recv_handler", s);
-  ucp_address_t* address = nullptr;
-  size_t length = 0;
-  s = ucp_worker_get_address(worker, &address, &length);
-  if (s != UCS_OK) return Fail("ucp_worker_get_address", s);
-  std::string hex;
-  for (size_t i = 0; i < length; ++i) {
-    char two[3];
-    std::snprintf(two, sizeof(two), "%02x", reinterpret_cast<const unsigned char*>(address)[i]);
-    hex += two;
-  }
-  ucp_worker_release_address(worker, address);
+  std::string hex = OwnAddressHex();
+  if (hex.empty()) return Fail("ucp_worker_get_address", UCS_ERR_NO_MEMORY);
   std::printf("address %s\n", hex.c_str());
   std::fflush(stdout);
   auto until = Clock::now() + std::chrono::seconds(30);
@@ -339,8 +345,10 @@ int main(int argc, char** argv) {
   }
   std::string address = FromHex(args[1]);
   ucp_ep_params_t ep_params{};
-  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  // As a server connects (failure reporting on), so that the server answers on this connection.
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   ep_params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ucp_ep_h ep = nullptr;
   s = ucp_ep_create(worker, &ep_params, &ep);
   if (s != UCS_OK) return Fail("ucp_ep_create", s);

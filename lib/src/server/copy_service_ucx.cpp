@@ -81,6 +81,10 @@ class UcxCopyService final : public CopyService {
   // Sends an active message; `state` lives until UCX is done with it.
   void Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags);
   Result<ucp_ep_h> Endpoint(const std::string& address_hex);
+  // The endpoint a read that came on `reply_ep` is answered on (see the definition).
+  Result<ucp_ep_h> Answering(const std::string& asker_address_hex, ucp_ep_h reply_ep);
+  // A refusal of `read`, sent on `ep` now (from a callback of UCX's) or from the loop.
+  std::unique_ptr<SendState> Refusal(const Read& read, const Status& status);
   ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
   // Runs `job` on a thread of its own, which the service outlives (its destructor waits for
   // every one; `stopping_` tells them to end), or here where no thread can be started.
@@ -105,9 +109,6 @@ class UcxCopyService final : public CopyService {
   UcxFetches fetches_;
   std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
   std::vector<ucp_ep_h> failed_;  // endpoints whose peer failed; all are closed at stop
-  // The endpoints reads came on, which answers go back on: closed at stop too, which ends the
-  // sends still under way on them (UCX's worker must not go with sends under way).
-  std::set<ucp_ep_h> replying_;
 };
 
 Status UcxCopyService::Init() {
@@ -200,14 +201,13 @@ void UcxCopyService::Loop() {
     if (armed == UCS_OK) ucx->ucp_worker_wait(worker_);
   }
   // Endpoints closed while the worker still progresses their closing, taken out first: progress
-  // while closing may report another endpoint lost (PeerLost). Each once: a reply endpoint
-  // whose peer failed is among the failed ones too.
+  // while closing may report another endpoint lost (PeerLost). Answers go on these endpoints
+  // alone (Answering), so closing them ends the sends under way, which UCX's worker must not be
+  // destroyed with.
   std::set<ucp_ep_h> closing_all(failed_.begin(), failed_.end());
-  closing_all.insert(replying_.begin(), replying_.end());
   for (auto& [address, ep] : endpoints_) closing_all.insert(ep);
   endpoints_.clear();
   failed_.clear();
-  replying_.clear();
   for (ucp_ep_h ep : closing_all) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -300,7 +300,10 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
     return UCS_OK;
   std::memcpy(&h, header, sizeof(h));
   size_t text_length = header_length - sizeof(h);
-  if (h.name_length > text_length || h.node_length > text_length - h.name_length) return UCS_OK;
+  if (h.name_length > text_length || h.node_length > text_length - h.name_length ||
+      h.address_length > text_length - h.name_length - h.node_length) {
+    return UCS_OK;
+  }
   const char* text = static_cast<const char*>(header) + sizeof(h);
   auto raw = [](const uint8_t* id) {
     return std::string(reinterpret_cast<const char*>(id), kIdBytes);
@@ -311,11 +314,28 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.ctime_ms = h.ctime_ms;
   read.name.assign(text, h.name_length);
   read.asker_node.assign(text + h.name_length, h.node_length);
-  read.reply_ep = param->reply_ep;
-  replying_.insert(param->reply_ep);
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
   // The asker's word, bounded: pieces of a few bytes would make a tensor millions of sends.
   read.piece_bytes = std::clamp<uint64_t>(h.piece_bytes, kMinCopyPieceBytes, kMaxCopyPieceBytes);
+  Result<ucp_ep_h> answering = Answering(
+      std::string(text + h.name_length + h.node_length, h.address_length), param->reply_ep);
+  if (!answering.ok()) {
+    // Unanswered: UCX may have destroyed the reply endpoint in the failed take-over (an asker
+    // that connected without failure reporting, as no server of this build does).
+    Log(LogLevel::kWarn, "copy service: a read from node '" + read.asker_node +
+                             "' is not answered: " + answering.status().ToString());
+    return UCS_OK;
+  }
+  if (answering.value() != param->reply_ep) {
+    // Another connection to the address the read named: answered on the one it came on, now,
+    // while UCX keeps it for this callback; never after.
+    Send(param->reply_ep, kDataId,
+         Refusal(read, Status(ErrorCode::kUnavailable,
+                              "the read did not come from the worker whose address it gave")),
+         UCP_AM_SEND_FLAG_REPLY);
+    return UCS_OK;
+  }
+  read.reply_ep = answering.value();
   bool kept = false;
   bool first = false;  // the serving loop has nothing of this kind to take yet: woken
   {
@@ -378,7 +398,33 @@ CopyService::Waiting UcxCopyService::TakeReads() {
   return out;
 }
 
-void UcxCopyService::Refuse(const Read& read, const Status& status) {
+Result<ucp_ep_h> UcxCopyService::Answering(const std::string& asker_address_hex,
+                                           ucp_ep_h reply_ep) {
+  // UCX destroys an endpoint that another worker's connection made here (a reply endpoint) as
+  // soon as that worker fails, unless the user has made it its own: held past the read's
+  // callback, it may be gone when the answer goes (a server whose fetching peer was killed
+  // mid-copy crashed sending the next piece). Making this service's endpoint to the asker's
+  // address takes that very connection over, with the failure handler of the others: UCX
+  // matches this worker's i-th endpoint to the asker with the asker's i-th one to this worker.
+  // The address is the asker's word, unpacked by UCX as the addresses in its own connection
+  // messages are.
+  // Another endpoint than `reply_ep` where the address names another worker, or the two sides
+  // made different numbers of endpoints to each other (not done by servers of this build).
+  bool known = endpoints_.count(asker_address_hex) > 0;
+  MCD_ASSIGN_OR_RETURN(ucp_ep_h ep, Endpoint(asker_address_hex));
+  if (ep != reply_ep && !known) {
+    // A connection of its own to whatever the address names: closed, not kept.
+    endpoints_.erase(asker_address_hex);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t closing = ucx->ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(closing)) ucx->ucp_request_free(closing);  // released once closed
+  }
+  return ep;
+}
+
+std::unique_ptr<SendState> UcxCopyService::Refusal(const Read& read, const Status& status) {
   auto state = std::make_unique<SendState>();
   DataHeader h{};
   std::memcpy(h.fetch, read.fetch.data(), kIdBytes);
@@ -387,7 +433,11 @@ void UcxCopyService::Refuse(const Read& read, const Status& status) {
   h.message_length = static_cast<uint32_t>(status.message().size());
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += status.message();
-  auto* shared = new std::unique_ptr<SendState>(std::move(state));
+  return state;
+}
+
+void UcxCopyService::Refuse(const Read& read, const Status& status) {
+  auto* shared = new std::unique_ptr<SendState>(Refusal(read, status));
   ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
   // With a reply endpoint: the asker checks that the answer comes from the server it asked.
   Post([this, ep, shared] {
@@ -480,6 +530,7 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   h.ctime_ms = ctime_ms;
   h.name_length = static_cast<uint32_t>(name.size());
   h.node_length = static_cast<uint32_t>(asker_node.size());
+  h.address_length = static_cast<uint32_t>(address_hex_.size());
   // Rendezvous where eager bytes cannot go: into GPU memory, or into slots that may all be busy.
   bool in_host_memory = fetch->sink.into != nullptr && fetch->sink.memory == Memory::kHost;
   h.flags = in_host_memory ? 0 : copy_wire::kReadRendezvous;
@@ -487,6 +538,7 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   state->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   state->header += name;
   state->header += asker_node;
+  state->header += address_hex_;
   state->fetch = fetch;
   auto* shared = new std::unique_ptr<SendState>(std::move(state));
   Post([this, address_hex, shared, fetch] {

@@ -12,16 +12,17 @@ namespace mcd::copy_wire {
 
 // Ids of the active messages, new with each change of their layout: a server of another layout
 // has no handler for them, and what it sends is dropped rather than misread (1 and 2 asked
-// without a grant; 3 and 4 answered a tensor whole).
-constexpr unsigned kReadId = 5;
+// without a grant; 3 and 4 answered a tensor whole; 5 asked without the asker's address).
+constexpr unsigned kReadId = 7;
 constexpr unsigned kDataId = 6;
 
 constexpr unsigned kIdBytes = 16;  // fetch ids, grant ids and grant tokens: 128 random bits
 
 // READ, from the fetching server, sent with a reply endpoint. The tensor's name follows, then
-// the asker's node. The answer comes in pieces of piece_bytes (the last one shorter), so that
-// neither side needs a buffer of the tensor's size to stage GPU memory in, and the device's
-// copies overlap the transport.
+// the asker's node, then the asker's worker address (hex), to which the asked server makes the
+// endpoint it answers on (UcxCopyService::Answering). The answer comes in pieces of piece_bytes
+// (the last one shorter), so that neither side needs a buffer of the tensor's size to stage GPU
+// memory in, and the device's copies overlap the transport.
 struct ReadHeader {
   uint8_t fetch[kIdBytes];  // names the answer
   uint8_t grant[kIdBytes];  // names the grant key, <prefix>:copy:<hex>
@@ -29,6 +30,7 @@ struct ReadHeader {
   int64_t ctime_ms;
   uint32_t name_length;
   uint32_t node_length;
+  uint32_t address_length;
   uint32_t flags;  // kReadRendezvous
   uint64_t piece_bytes;
 };
