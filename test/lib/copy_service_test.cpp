@@ -92,6 +92,25 @@ TEST_F(CopyServiceTest, ReadsPastTheWaitingLimitAreAnsweredUnavailableAtOnce) {
   EXPECT_EQ(service_->TakeReads().turned_away, 0u) << "counted once";
 }
 
+// A read that names another worker's address than the one it came from (here a second peer's):
+// the service cannot take the connection it came on over, so it answers unavailable at once, on
+// that connection, and hands the read to nobody.
+TEST_F(CopyServiceTest, AReadNamingAnotherWorkersAddressIsRefusedAtOnce) {
+  std::string file = dir_.path() + "/other.bin";
+  std::ofstream(file, std::ios::binary) << test::RandomBytes(64, 47);
+  std::string log = dir_.path() + "/other.log";
+  test::Background other({test::ToolPath("ucx_peer"), "serve", service_->address_hex(), file},
+                         Env(), log);
+  std::string foreign = PeerAddress(log);
+  ASSERT_FALSE(foreign.empty()) << test::ReadFile(log);
+  auto peer = test::Run(
+      {test::ToolPath("ucx_peer"), "read", service_->address_hex(), "t", "1", foreign}, Env());
+  ASSERT_EQ(peer.exit_code, 0) << peer.err;
+  EXPECT_EQ(Lines(peer.out, "answer code=6 bytes=0"), 1u) << peer.out << peer.err;
+  EXPECT_EQ(Lines(peer.out, "answer "), 1u) << peer.out;
+  EXPECT_TRUE(service_->TakeReads().reads.empty()) << "the read was handed on";
+}
+
 // A peer that learnt the real fetch id (here it is the asked server itself, answering from a
 // second worker of its own, with and without a reply endpoint) cannot fill the fetch: only the
 // answer from the endpoint the read went to counts. Its forged answers go a second before it.

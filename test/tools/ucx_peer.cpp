@@ -4,8 +4,11 @@
 // A stranger's raw UCX peer for copy_test: it speaks the copy service's messages
 // (server/copy_wire.h) to a server's worker, whose address it was given, without any Redis.
 //
-//   ucx_peer read ADDRESS NAME CTIME_MS   a READ with a made-up grant; prints each answer,
-//                                         "answer code=C bytes=N" (waits 20 s for the first)
+//   ucx_peer read ADDRESS NAME CTIME_MS [ASKER]
+//                                         a READ with a made-up grant, naming ASKER (hex) as the
+//                                         asker's worker address (default: its own); prints
+//                                         each answer, "answer code=C bytes=N" (waits 20 s for
+//                                         the first)
 //   ucx_peer reads ADDRESS NAME CTIME_MS COUNT ANSWERS
 //                                         COUNT such READs at once; prints each answer as above
 //                                         (waits 30 s for ANSWERS of them, then 200 ms more)
@@ -134,9 +137,10 @@ std::string ReadMessage(const std::string& name, int64_t ctime_ms, const std::st
   return std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + name + node + address;
 }
 
-int Read(ucp_ep_h ep, const std::string& name, int64_t ctime_ms) {
+int Read(ucp_ep_h ep, const std::string& name, int64_t ctime_ms, const std::string& asker) {
   static const std::string none;
-  if (!Send(ep, mcd::copy_wire::kReadId, ReadMessage(name, ctime_ms, OwnAddressHex()), none,
+  if (!Send(ep, mcd::copy_wire::kReadId,
+            ReadMessage(name, ctime_ms, asker.empty() ? OwnAddressHex() : asker), none,
             UCP_AM_SEND_FLAG_REPLY))
     return 3;
   auto until = Clock::now() + std::chrono::seconds(20);
@@ -306,14 +310,15 @@ int Flood(ucp_ep_h ep, size_t bytes, int seconds) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  bool usage = args.empty() || (args[0] == "read" || args[0] == "flood" ? args.size() != 4
-                                : args[0] == "reads"                    ? args.size() != 6
+  bool usage = args.empty() || (args[0] == "read"    ? args.size() != 4 && args.size() != 5
+                                : args[0] == "flood" ? args.size() != 4
+                                : args[0] == "reads" ? args.size() != 6
                                 : args[0] == "serve" ? args.size() != 3 && args.size() != 4
                                                      : true);
   if (usage) {
     std::fprintf(
         stderr,
-        "usage: ucx_peer read ADDRESS NAME CTIME_MS | reads ADDRESS NAME CTIME_MS COUNT "
+        "usage: ucx_peer read ADDRESS NAME CTIME_MS [ASKER] | reads ADDRESS NAME CTIME_MS COUNT "
         "ANSWERS | flood ADDRESS BYTES SECONDS | serve ADDRESS FILE [offset|total|short|stall]\n");
     return 2;
   }
@@ -352,7 +357,8 @@ int main(int argc, char** argv) {
   ucp_ep_h ep = nullptr;
   s = ucp_ep_create(worker, &ep_params, &ep);
   if (s != UCS_OK) return Fail("ucp_ep_create", s);
-  int code = args[0] == "read" ? Read(ep, args[2], std::stoll(args[3]))
+  int code = args[0] == "read"
+                 ? Read(ep, args[2], std::stoll(args[3]), args.size() == 5 ? args[4] : "")
              : args[0] == "reads"
                  ? Reads(ep, args[2], std::stoll(args[3]), std::stoi(args[4]), std::stoi(args[5]))
                  : Flood(ep, std::stoul(args[2]), std::stoi(args[3]));
