@@ -69,6 +69,16 @@ class Copies : public ::testing::Test {
         std::make_unique<test::Background>(argv, env, dir_.path() + "/" + node + ".log");
     ASSERT_TRUE(test::WaitFor([&] { return started() > before; }, 20000)) << Log(node);
   }
+  // Both nodes' servers (over `tls`), b holding "src" of 1024 values; its file.
+  std::string ServeBothWithSource(const std::string& tls) {
+    Serve(a_, tls);
+    Serve(b_, tls);
+    std::string file = Pattern(1024);
+    EXPECT_EQ(Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"})
+                  .exit_code,
+              0);
+    return file;
+  }
   // Node b's server started again (over tcp, with `extra`), holding a fresh "src" made of `file`.
   void RestartWithSource(const std::string& file, const std::vector<std::string>& extra) {
     ASSERT_EQ(servers_[b_]->Stop(SIGTERM), 0);
@@ -178,12 +188,8 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNode) {
 // anything moves: a peer that died mid-copy over such an endpoint took its fetching server down
 // inside UCX. Nothing is made, and both servers serve on.
 TEST_F(Copies, OverSharedMemoryAloneACopyIsRefusedAndNothingIsMade) {
-  Serve(a_, "sm");
-  Serve(b_, "sm");
-  std::string file = Pattern(1024);
-  ASSERT_EQ(
-      Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
-      0);
+  std::string file;
+  ASSERT_NO_FATAL_FAILURE(file = ServeBothWithSource("sm"));
   size_t shm_before = test::ShmObjects("mcd-mcd-" + a_ + "-").size();
   auto refused = Tool("mcd-create", {"copy", "--copy-of", "src", "--device", "cpu", "--node", a_});
   EXPECT_EQ(refused.exit_code, 69) << refused.err;
@@ -201,12 +207,8 @@ TEST_F(Copies, OverSharedMemoryAloneACopyIsRefusedAndNothingIsMade) {
 }
 
 TEST_F(Copies, ErrorsAreClearAndNothingIsLeftHalfMade) {
-  Serve(a_, "tcp");
-  Serve(b_, "tcp");
-  std::string file = Pattern(1024);
-  ASSERT_EQ(
-      Tool("mcd-create", {"src", "--from", file, "--device", "cpu", "--node", b_, "-q"}).exit_code,
-      0);
+  std::string file;
+  ASSERT_NO_FATAL_FAILURE(file = ServeBothWithSource("tcp"));
   ASSERT_EQ(
       Tool("mcd-create", {"here", "--from", file, "--device", "cpu", "--node", a_, "-q"}).exit_code,
       0);
