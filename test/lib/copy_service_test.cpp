@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "test_support.h"
 
@@ -109,6 +110,31 @@ TEST_F(CopyServiceTest, AReadNamingAnotherWorkersAddressIsRefusedAtOnce) {
   EXPECT_EQ(Lines(peer.out, "answer code=6 bytes=0"), 1u) << peer.out << peer.err;
   EXPECT_EQ(Lines(peer.out, "answer "), 1u) << peer.out;
   EXPECT_TRUE(service_->TakeReads().reads.empty()) << "the read was handed on";
+}
+
+// An asker connected without failure reporting (no server of this build is): UCX gives its
+// connection up when the service tries to take it over, so the read goes unanswered, and the
+// service takes the next asker's read as before.
+TEST_F(CopyServiceTest, AReadOnAConnectionWithoutFailureReportingIsLeftAndTheServiceServesOn) {
+  auto unreported_env = Env();
+  unreported_env["UCX_PEER_UNREPORTED"] = "1";
+  auto unreported =
+      test::Run({test::ToolPath("ucx_peer"), "reads", service_->address_hex(), "t", "1", "1", "0"},
+                unreported_env);
+  ASSERT_EQ(unreported.exit_code, 0) << unreported.err;
+  auto reported = test::Run(
+      {test::ToolPath("ucx_peer"), "reads", service_->address_hex(), "t", "1", "1", "0"}, Env());
+  ASSERT_EQ(reported.exit_code, 0) << reported.err;
+  size_t taken = 0;
+  EXPECT_TRUE(test::WaitFor(
+      [&] {
+        taken += service_->TakeReads().reads.size();
+        return taken >= 1;
+      },
+      10000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  taken += service_->TakeReads().reads.size();
+  EXPECT_EQ(taken, 1u) << "the read without failure reporting was taken";
 }
 
 // A peer that learnt the real fetch id (here it is the asked server itself, answering from a

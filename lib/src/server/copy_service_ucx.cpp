@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "alloc/allocator.h"
@@ -81,10 +81,20 @@ class UcxCopyService final : public CopyService {
   // Sends an active message; `state` lives until UCX is done with it.
   void Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags);
   Result<ucp_ep_h> Endpoint(const std::string& address_hex);
-  // The endpoint a read that came on `reply_ep` is answered on (see the definition).
-  Result<ucp_ep_h> Answering(const std::string& asker_address_hex, ucp_ep_h reply_ep);
-  // A refusal of `read`, sent on `ep` now (from a callback of UCX's) or from the loop.
+  // What became of the connection a read came on (TakeOverConnection): now the service's own
+  // endpoint, which answers go on; another endpoint to the address the read named (the read is
+  // refused at once); or given up by UCX (the read goes unanswered).
+  enum class Connection { kTaken, kOther, kLost };
+  Connection TakeOverConnection(const std::string& asker_address_hex, ucp_ep_h reply_ep);
+  // Closes `ep` at once, whatever it still sends; the request UCX closes it with, if any.
+  ucs_status_ptr_t CloseForced(ucp_ep_h ep);
+  // The message refusing `read` with `status`.
   std::unique_ptr<SendState> Refusal(const Read& read, const Status& status);
+  // Logs a read left unanswered, up to one line a second, counting the others.
+  void LogUnanswered(const Read& read);
+  uint64_t unanswered_ = 0;                                // the service's thread only
+  std::chrono::steady_clock::time_point unanswered_at_{};  // its last line
+  std::atomic<bool> closing_{false};  // Loop closes the endpoints: reads are ignored
   ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
   // Runs `job` on a thread of its own, which the service outlives (its destructor waits for
   // every one; `stopping_` tells them to end), or here where no thread can be started.
@@ -201,18 +211,16 @@ void UcxCopyService::Loop() {
     if (armed == UCS_OK) ucx->ucp_worker_wait(worker_);
   }
   // Endpoints closed while the worker still progresses their closing, taken out first: progress
-  // while closing may report another endpoint lost (PeerLost). Answers go on these endpoints
-  // alone (Answering), so closing them ends the sends under way, which UCX's worker must not be
-  // destroyed with.
-  std::set<ucp_ep_h> closing_all(failed_.begin(), failed_.end());
-  for (auto& [address, ep] : endpoints_) closing_all.insert(ep);
+  // while closing may report another endpoint lost (PeerLost), and a read that comes meanwhile
+  // takes no connection over. Answers go on these endpoints alone (TakeOverConnection), so
+  // closing them ends the sends under way, which UCX's worker must not be destroyed with.
+  closing_ = true;
+  std::vector<ucp_ep_h> closing_all = std::move(failed_);
+  for (auto& [address, ep] : endpoints_) closing_all.push_back(ep);
   endpoints_.clear();
   failed_.clear();
   for (ucp_ep_h ep : closing_all) {
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t closing = ucx->ucp_ep_close_nbx(ep, &param);
+    ucs_status_ptr_t closing = CloseForced(ep);
     if (UCS_PTR_IS_PTR(closing)) {
       while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS)
         ucx->ucp_worker_progress(worker_);
@@ -317,25 +325,26 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
   read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
   // The asker's word, bounded: pieces of a few bytes would make a tensor millions of sends.
   read.piece_bytes = std::clamp<uint64_t>(h.piece_bytes, kMinCopyPieceBytes, kMaxCopyPieceBytes);
-  Result<ucp_ep_h> answering = Answering(
-      std::string(text + h.name_length + h.node_length, h.address_length), param->reply_ep);
-  if (!answering.ok()) {
-    // Unanswered: UCX may have destroyed the reply endpoint in the failed take-over (an asker
-    // that connected without failure reporting, as no server of this build does).
-    Log(LogLevel::kWarn, "copy service: a read from node '" + read.asker_node +
-                             "' is not answered: " + answering.status().ToString());
-    return UCS_OK;
+  if (closing_) return UCS_OK;
+  switch (TakeOverConnection(std::string(text + h.name_length + h.node_length, h.address_length),
+                             param->reply_ep)) {
+    case Connection::kTaken:
+      read.reply_ep = param->reply_ep;
+      break;
+    case Connection::kOther:
+      // Refused on the connection it came on, now, while UCX keeps it for this callback.
+      Send(param->reply_ep, kDataId,
+           Refusal(read, Status(ErrorCode::kUnavailable,
+                                "the other server cannot answer on the connection the read came "
+                                "on: the read names another worker's address, or the two "
+                                "servers' connections to each other are out of step (restart "
+                                "one of them)")),
+           UCP_AM_SEND_FLAG_REPLY);
+      return UCS_OK;
+    case Connection::kLost:
+      LogUnanswered(read);
+      return UCS_OK;
   }
-  if (answering.value() != param->reply_ep) {
-    // Another connection to the address the read named: answered on the one it came on, now,
-    // while UCX keeps it for this callback; never after.
-    Send(param->reply_ep, kDataId,
-         Refusal(read, Status(ErrorCode::kUnavailable,
-                              "the read did not come from the worker whose address it gave")),
-         UCP_AM_SEND_FLAG_REPLY);
-    return UCS_OK;
-  }
-  read.reply_ep = answering.value();
   bool kept = false;
   bool first = false;  // the serving loop has nothing of this kind to take yet: woken
   {
@@ -398,30 +407,47 @@ CopyService::Waiting UcxCopyService::TakeReads() {
   return out;
 }
 
-Result<ucp_ep_h> UcxCopyService::Answering(const std::string& asker_address_hex,
-                                           ucp_ep_h reply_ep) {
+UcxCopyService::Connection UcxCopyService::TakeOverConnection(const std::string& asker_address_hex,
+                                                              ucp_ep_h reply_ep) {
   // UCX destroys an endpoint that another worker's connection made here (a reply endpoint) as
   // soon as that worker fails, unless the user has made it its own: held past the read's
-  // callback, it may be gone when the answer goes (a server whose fetching peer was killed
-  // mid-copy crashed sending the next piece). Making this service's endpoint to the asker's
-  // address takes that very connection over, with the failure handler of the others: UCX
-  // matches this worker's i-th endpoint to the asker with the asker's i-th one to this worker.
-  // The address is the asker's word, unpacked by UCX as the addresses in its own connection
-  // messages are.
-  // Another endpoint than `reply_ep` where the address names another worker, or the two sides
-  // made different numbers of endpoints to each other (not done by servers of this build).
+  // callback, it may be gone when an answer goes, and the send crashes. Making this service's
+  // endpoint to the asker's address takes that very connection over, with the failure handler
+  // of the others: UCX matches this worker's i-th endpoint to the asker with the asker's i-th
+  // one to this worker. A UCX listener, whose accepted endpoints are the user's from the start,
+  // would need an address and port of its own on each node; a worker address needs neither.
+  // The address is the asker's word, unpacked by UCX as those in its own connection messages.
+  if (asker_address_hex.empty() || !HexDecode(asker_address_hex).ok()) return Connection::kOther;
   bool known = endpoints_.count(asker_address_hex) > 0;
-  MCD_ASSIGN_OR_RETURN(ucp_ep_h ep, Endpoint(asker_address_hex));
-  if (ep != reply_ep && !known) {
-    // A connection of its own to whatever the address names: closed, not kept.
+  Result<ucp_ep_h> ep = Endpoint(asker_address_hex);
+  // A take-over that failed may have destroyed the reply endpoint with it (an asker that
+  // connected without failure reporting, as no server of this build does).
+  if (!ep.ok()) return Connection::kLost;
+  if (*ep == reply_ep) return Connection::kTaken;
+  if (!known) {  // a connection of its own to whatever the address names: closed, not kept
     endpoints_.erase(asker_address_hex);
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t closing = ucx->ucp_ep_close_nbx(ep, &param);
+    ucs_status_ptr_t closing = CloseForced(*ep);
     if (UCS_PTR_IS_PTR(closing)) ucx->ucp_request_free(closing);  // released once closed
   }
-  return ep;
+  return Connection::kOther;
+}
+
+ucs_status_ptr_t UcxCopyService::CloseForced(ucp_ep_h ep) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  return ucx->ucp_ep_close_nbx(ep, &param);
+}
+
+void UcxCopyService::LogUnanswered(const Read& read) {
+  ++unanswered_;
+  auto now = std::chrono::steady_clock::now();
+  if (now - unanswered_at_ < std::chrono::seconds(1)) return;
+  unanswered_at_ = now;
+  Log(LogLevel::kWarn, "copy service: a read from node '" + read.asker_node +
+                           "' left unanswered: UCX gave its connection up when this server "
+                           "tried to take it over (" +
+                           std::to_string(unanswered_) + " read(s) so far)");
 }
 
 std::unique_ptr<SendState> UcxCopyService::Refusal(const Read& read, const Status& status) {

@@ -20,9 +20,9 @@ constexpr unsigned kIdBytes = 16;  // fetch ids, grant ids and grant tokens: 128
 
 // READ, from the fetching server, sent with a reply endpoint. The tensor's name follows, then
 // the asker's node, then the asker's worker address (hex), to which the asked server makes the
-// endpoint it answers on (UcxCopyService::Answering). The answer comes in pieces of piece_bytes
-// (the last one shorter), so that neither side needs a buffer of the tensor's size to stage GPU
-// memory in, and the device's copies overlap the transport.
+// endpoint it answers on (UcxCopyService::TakeOverConnection). The answer comes in pieces of
+// piece_bytes (the last one shorter), so that neither side needs a buffer of the tensor's size to
+// stage GPU memory in, and the device's copies overlap the transport.
 struct ReadHeader {
   uint8_t fetch[kIdBytes];  // names the answer
   uint8_t grant[kIdBytes];  // names the grant key, <prefix>:copy:<hex>
