@@ -573,6 +573,23 @@ TEST_F(Copies, AStrangerWithTheWorkersAddressGetsNothing) {
   EXPECT_EQ(Log(b_).find("read name=rootsecret"), std::string::npos) << Log(b_);
 }
 
+// A stranger's read to node b's server naming node a's worker address is refused, and leaves
+// the two servers' connections in step: a's copy from b that follows has every byte.
+TEST_F(Copies, AReadNamingAnotherServersAddressLeavesItsCopiesWhole) {
+  std::string file;
+  ASSERT_NO_FATAL_FAILURE(file = ServeBothWithSource("tcp"));
+  auto read =
+      test::Run({test::ToolPath("ucx_peer"), "read", HashFieldOf(keys_.Server(b_), "ucx_address"),
+                 "src", HashField("src", "ctime"), HashFieldOf(keys_.Server(a_), "ucx_address")},
+                Env("tcp"));
+  ASSERT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_NE(read.out.find("answer code=6 bytes=0"), std::string::npos)  // unavailable
+      << read.out << read.err << Log(b_);
+  auto copied = Tool("mcd-create", {"copy", "--copy-of", "src", "--device", "cpu", "--node", a_});
+  ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_) << Log(b_);
+  ExpectSameBytes("copy", a_, file);
+}
+
 // The stranger's own mcd-serve, on a Redis of its own where it planted the victim node's
 // heartbeat (with its real UCX address) and the tensor's hash: its copy is refused, since no
 // grant for it is in the victim's Redis.

@@ -34,6 +34,9 @@ namespace {
 // answered unavailable at once rather than kept (or dropped, which would leave a real asker
 // waiting out its whole timeout).
 constexpr size_t kMaxWaitingReads = 1024;
+// Endpoints to other workers the service keeps at most for reads that named them: one per
+// server of the fleet, and those strangers named.
+constexpr size_t kMaxEndpoints = 1024;
 
 using copy_wire::DataHeader;
 using copy_wire::kDataId;
@@ -424,7 +427,10 @@ UcxCopyService::Connection UcxCopyService::TakeOverConnection(const std::string&
   // connected without failure reporting, as no server of this build does).
   if (!ep.ok()) return Connection::kLost;
   if (*ep == reply_ep) return Connection::kTaken;
-  if (!known) {  // a connection of its own to whatever the address names: closed, not kept
+  // A new connection to whatever the address names (a read that named another worker's): kept
+  // as this service's endpoint there, which keeps the two sides' counts of endpoints in step
+  // (the named worker's next endpoint here matches it), up to kMaxEndpoints; past them, closed.
+  if (!known && endpoints_.size() > kMaxEndpoints) {
     endpoints_.erase(asker_address_hex);
     ucs_status_ptr_t closing = CloseForced(*ep);
     if (UCS_PTR_IS_PTR(closing)) ucx->ucp_request_free(closing);  // released once closed
