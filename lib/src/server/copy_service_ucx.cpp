@@ -84,6 +84,8 @@ class UcxCopyService final : public CopyService {
   // Sends an active message; `state` lives until UCX is done with it.
   void Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags);
   Result<ucp_ep_h> Endpoint(const std::string& address_hex);
+  // kUnsupported where UCX_TLS leaves no transport that reports a peer's failure.
+  Status CheckFailureReporting(const ucp_address_t* own_address);
   // What became of the connection a read came on (TakeOverConnection): now the service's own
   // endpoint, which answers go on; another endpoint to the address the read named (the read is
   // refused at once); or given up by UCX (the read goes unanswered).
@@ -150,7 +152,9 @@ Status UcxCopyService::Init() {
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
   address_hex_ =
       HexEncode(std::string_view(reinterpret_cast<const char*>(address), address_length));
+  Status reporting = CheckFailureReporting(address);
   ucx->ucp_worker_release_address(worker_, address);
+  MCD_RETURN_IF_ERROR(reporting);
   for (unsigned id : {kReadId, kDataId}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -267,6 +271,36 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
     raw->fetch->Complete(UcxError("sending the read", UCS_PTR_STATUS(sent)));
 }
 
+Status UcxCopyService::CheckFailureReporting(const ucp_address_t* own_address) {
+  // A connection to this worker itself, asking for failure reporting as every copy's does:
+  // where UCX_TLS leaves no transport that reports a peer's failure (UCX 1.13's shared-memory
+  // ones cannot), UCX refuses it as it would every copy's, and copies are off here, said once,
+  // rather than refused one by one. A connection without it takes this process down with a peer
+  // that dies mid-copy (UCX treats the failed read of its memory as fatal), so none is made.
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = own_address;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
+  if (s == UCS_ERR_UNREACHABLE) {
+    const char* tls = std::getenv("UCX_TLS");
+    return Status(ErrorCode::kUnsupported,
+                  std::string("UCX has no transport") +
+                      (tls != nullptr ? std::string(" in UCX_TLS=") + tls : std::string()) +
+                      " that reports a peer's failure (shared memory alone cannot), and a copy "
+                      "over one could take this server down with its peer: keep tcp in UCX_TLS");
+  }
+  if (s != UCS_OK) return Status::Ok();  // the probe tells nothing; a copy will say what fails
+  ucs_status_ptr_t closing = CloseForced(ep);
+  if (UCS_PTR_IS_PTR(closing)) {
+    while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS)
+      ucx->ucp_worker_progress(worker_);
+    ucx->ucp_request_free(closing);
+  }
+  return Status::Ok();
+}
+
 Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
   auto found = endpoints_.find(address_hex);
   if (found != endpoints_.end()) return found->second;
@@ -289,15 +323,11 @@ Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
   ucp_ep_h ep = nullptr;
   ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
   if (s == UCS_ERR_UNREACHABLE) {
-    // No transport in UCX_TLS reports a peer's failure (UCX's shared-memory ones cannot), and
-    // an endpoint without that takes this process down with a peer that dies mid-copy (UCX
-    // treats the failed read of its memory as fatal) or waits for it for good: never made.
-    const char* tls = std::getenv("UCX_TLS");
-    return Status(ErrorCode::kUnsupported,
-                  std::string("UCX has no transport to the other server") +
-                      (tls != nullptr ? std::string(" in UCX_TLS=") + tls : std::string()) +
-                      " that reports its failure (shared memory alone cannot), and a copy over "
-                      "one could take this server down with it: keep tcp in UCX_TLS");
+    // This worker reaches itself with failure reporting (CheckFailureReporting): the other one
+    // is not there, or not on these transports.
+    return Status(ErrorCode::kUnavailable,
+                  "the other server cannot be reached over UCX (it may have stopped, or shares "
+                  "no transport in UCX_TLS with this one)");
   }
   if (s != UCS_OK) return UcxError("connecting to the other server (ucp_ep_create)", s);
   endpoints_[address_hex] = ep;

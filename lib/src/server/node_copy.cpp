@@ -194,12 +194,13 @@ Result<NodeCopier::Source> NodeCopier::Locate(const Command& cmd) {
                                                "', which has no live server");
   }
   source.ucx_address = std::move(server.ucx_address);
+  if (service_ == nullptr) return Status(ErrorCode::kUnsupported, off_);  // this server's first
   if (source.ucx_address.empty()) {
     return Status(ErrorCode::kUnsupported, "the server of node '" + source.node +
-                                               "' does not copy between nodes (no UCX there, or "
-                                               "--no-node-copies)");
+                                               "' does not copy between nodes (its log says "
+                                               "why: no UCX there, --no-node-copies, or a UCX_TLS "
+                                               "without failure reporting)");
   }
-  if (service_ == nullptr) return Status(ErrorCode::kUnsupported, off_);
   // UCX's wire protocol changes between minor versions, and an older UCX aborts its process when
   // a newer one connects: never connect across versions (nothing to check against a server too
   // old to say its version).
