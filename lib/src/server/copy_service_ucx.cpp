@@ -234,6 +234,11 @@ void UcxCopyService::Loop() {
       ucx->ucp_request_free(closing);
     }
   }
+  // The sends those endpoints had under way end with them, cancelled from UCX's slow-path
+  // callbacks, which only progress runs: run before the worker goes, so that the callbacks free
+  // what they own. Progress reports no work for some of them, hence a few idle rounds.
+  for (int idle = 0; idle < 16; idle = ucx->ucp_worker_progress(worker_) != 0 ? 0 : idle + 1) {
+  }
 }
 
 void UcxCopyService::Post(std::function<void()> job) {
