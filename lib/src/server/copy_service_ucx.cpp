@@ -58,6 +58,21 @@ struct SendState {
   }
 };
 
+// A SendState handed to a job of the service's loop, which owns it until the job takes it. A job
+// that never runs (the service stopped first) frees it with itself, its sender told that
+// nothing went.
+class PostedSend {
+ public:
+  explicit PostedSend(std::unique_ptr<SendState> state) : state_(std::move(state)) {}
+  ~PostedSend() {
+    if (state_) state_->outcome = Status(ErrorCode::kUnavailable, "the copy service stopped");
+  }
+  std::unique_ptr<SendState> Take() { return std::move(state_); }
+
+ private:
+  std::unique_ptr<SendState> state_;
+};
+
 class UcxCopyService final : public CopyService {
  public:
   explicit UcxCopyService(std::function<void()> wake) : wake_(std::move(wake)) {}
@@ -190,9 +205,16 @@ UcxCopyService::~UcxCopyService() {
     thread_.join();
   }
   fetches_.StopAll();
-  // Their piece, then they go: what they post is never run.
+  // Their piece, then they go: what they post is never run, and goes here, while what its
+  // senders' callbacks touch is still there.
   stopping_ = true;
   while (aside_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::deque<std::function<void()>> unrun;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mutex_);
+    unrun.swap(jobs_);
+  }
+  unrun.clear();
   if (worker_ != nullptr) ucx->ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucx->ucp_cleanup(context_);
 }
@@ -504,13 +526,10 @@ std::unique_ptr<SendState> UcxCopyService::Refusal(const Read& read, const Statu
 }
 
 void UcxCopyService::Refuse(const Read& read, const Status& status) {
-  auto* shared = new std::unique_ptr<SendState>(Refusal(read, status));
+  auto posted = std::make_shared<PostedSend>(Refusal(read, status));
   ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
   // With a reply endpoint: the asker checks that the answer comes from the server it asked.
-  Post([this, ep, shared] {
-    std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
-    Send(ep, kDataId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
-  });
+  Post([this, ep, posted] { Send(ep, kDataId, posted->Take(), UCP_AM_SEND_FLAG_REPLY); });
 }
 
 void UcxCopyService::SendPiece(const Read& read, uint64_t offset, const void* data, uint64_t length,
@@ -525,13 +544,10 @@ void UcxCopyService::SendPiece(const Read& read, uint64_t offset, const void* da
   state->bytes = length;
   state->memory = memory;
   state->sent = std::move(sent);
-  auto* shared = new std::unique_ptr<SendState>(std::move(state));
+  auto posted = std::make_shared<PostedSend>(std::move(state));
   ucp_ep_h ep = static_cast<ucp_ep_h>(read.reply_ep);
   uint32_t flags = UCP_AM_SEND_FLAG_REPLY | (read.rendezvous ? UCP_AM_SEND_FLAG_RNDV : 0);
-  Post([this, ep, shared, flags] {
-    std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
-    Send(ep, kDataId, std::move(*owned), flags);
-  });
+  Post([this, ep, posted, flags] { Send(ep, kDataId, posted->Take(), flags); });
 }
 
 void UcxCopyService::SendAll(const Read& read, const void* data, uint64_t total, Memory memory,
@@ -607,9 +623,8 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
   state->header += asker_node;
   state->header += address_hex_;
   state->fetch = fetch;
-  auto* shared = new std::unique_ptr<SendState>(std::move(state));
-  Post([this, address_hex, shared, fetch] {
-    std::unique_ptr<std::unique_ptr<SendState>> owned(shared);
+  auto posted = std::make_shared<PostedSend>(std::move(state));
+  Post([this, address_hex, posted, fetch] {
     {
       std::lock_guard<std::mutex> lock(fetch->mutex);
       if (fetch->done) return;  // stopped, or failed, before it was sent: `into` may be gone
@@ -617,7 +632,7 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
     auto ep = Endpoint(address_hex);
     if (!ep.ok()) return fetch->Complete(ep.status());
     fetches_.SentTo(fetch, ep.value());
-    Send(ep.value(), kReadId, std::move(*owned), UCP_AM_SEND_FLAG_REPLY);
+    Send(ep.value(), kReadId, posted->Take(), UCP_AM_SEND_FLAG_REPLY);
   });
   return std::unique_ptr<Fetching>(
       std::make_unique<UcxFetching>(fetches_, fetch->id, fetch, timeout_ms));
