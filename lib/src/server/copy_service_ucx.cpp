@@ -50,10 +50,12 @@ struct SendState {
   const void* data = nullptr;
   uint64_t bytes = 0;
   Memory memory = Memory::kHost;
-  std::function<void(Status)> sent;     // once UCX no longer reads `data`
-  Status outcome;                       // the send's
-  std::shared_ptr<PendingFetch> fetch;  // a READ: failed if the send fails
+  std::function<void(Status)> sent;       // once UCX no longer reads `data`
+  Status outcome;                         // the send's
+  std::shared_ptr<PendingFetch> fetch;    // a READ: failed if the send fails
+  std::atomic<int>* under_way = nullptr;  // the service's count of sends UCX has, while it has it
   ~SendState() {
+    if (under_way != nullptr) --*under_way;
     if (sent) sent(outcome);
   }
 };
@@ -98,7 +100,9 @@ class UcxCopyService final : public CopyService {
   void Post(std::function<void()> job);
   // Sends an active message; `state` lives until UCX is done with it.
   void Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags);
-  Result<ucp_ep_h> Endpoint(const std::string& address_hex);
+  // `unreachable`, where given, says whether UCX found no way to the address (the endpoint
+  // taken over for a read, then, is intact).
+  Result<ucp_ep_h> Endpoint(const std::string& address_hex, bool* unreachable = nullptr);
   // kUnsupported where UCX_TLS leaves no transport that reports a peer's failure.
   Status CheckFailureReporting(const ucp_address_t* own_address);
   // What became of the connection a read came on (TakeOverConnection): now the service's own
@@ -114,7 +118,8 @@ class UcxCopyService final : public CopyService {
   void LogUnanswered(const Read& read);
   uint64_t unanswered_ = 0;                                // the service's thread only
   std::chrono::steady_clock::time_point unanswered_at_{};  // its last line
-  std::atomic<bool> closing_{false};  // Loop closes the endpoints: reads are ignored
+  std::atomic<bool> closing_{false};     // Loop closes the endpoints: reads are ignored
+  std::atomic<int> sends_under_way_{0};  // handed to UCX, their callback not run yet
   ucs_status_t OnRead(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
   // Runs `job` on a thread of its own, which the service outlives (its destructor waits for
   // every one; `stopping_` tells them to end), or here where no thread can be started.
@@ -256,10 +261,15 @@ void UcxCopyService::Loop() {
       ucx->ucp_request_free(closing);
     }
   }
-  // The sends those endpoints had under way end with them, cancelled from UCX's slow-path
-  // callbacks, which only progress runs: run before the worker goes, so that the callbacks free
-  // what they own. Progress reports no work for some of them, hence a few idle rounds.
-  for (int idle = 0; idle < 16; idle = ucx->ucp_worker_progress(worker_) != 0 ? 0 : idle + 1) {
+  // The sends those endpoints had under way end with them, cancelled from UCX's callbacks, which
+  // only progress runs: run before the worker goes, so that the callbacks free what they own.
+  // Bounded, for a send whose cancelling waits for hardware that never answers.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (sends_under_way_ > 0 && std::chrono::steady_clock::now() < deadline)
+    ucx->ucp_worker_progress(worker_);
+  if (sends_under_way_ > 0) {
+    Log(LogLevel::kWarn, "copy service: " + std::to_string(sends_under_way_.load()) +
+                             " send(s) still under way at stop, left to UCX");
   }
 }
 
@@ -290,6 +300,8 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
   ucs_status_ptr_t sent = ucx->ucp_am_send_nbx(ep, id, raw->header.data(), raw->header.size(),
                                                raw->data, raw->bytes, &param);
   if (UCS_PTR_IS_PTR(sent)) {
+    ++sends_under_way_;
+    raw->under_way = &sends_under_way_;
     state.release();  // the callback owns it now
     return;
   }
@@ -328,7 +340,7 @@ Status UcxCopyService::CheckFailureReporting(const ucp_address_t* own_address) {
   return Status::Ok();
 }
 
-Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
+Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex, bool* unreachable) {
   auto found = endpoints_.find(address_hex);
   if (found != endpoints_.end()) return found->second;
   Result<std::string> address = HexDecode(address_hex);
@@ -349,6 +361,7 @@ Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex) {
   };
   ucp_ep_h ep = nullptr;
   ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
+  if (unreachable != nullptr) *unreachable = s == UCS_ERR_UNREACHABLE;
   if (s == UCS_ERR_UNREACHABLE) {
     // This worker reaches itself with failure reporting (CheckFailureReporting): the other one
     // is not there, or not on these transports.
@@ -479,10 +492,12 @@ UcxCopyService::Connection UcxCopyService::TakeOverConnection(const std::string&
   // The address is the asker's word, unpacked by UCX as those in its own connection messages.
   if (asker_address_hex.empty() || !HexDecode(asker_address_hex).ok()) return Connection::kOther;
   bool known = endpoints_.count(asker_address_hex) > 0;
-  Result<ucp_ep_h> ep = Endpoint(asker_address_hex);
-  // A take-over that failed may have destroyed the reply endpoint with it (an asker that
-  // connected without failure reporting, as no server of this build does).
-  if (!ep.ok()) return Connection::kLost;
+  bool unreachable = false;
+  Result<ucp_ep_h> ep = Endpoint(asker_address_hex, &unreachable);
+  // No way to the address: nothing was taken over. Otherwise a take-over that failed may have
+  // destroyed the reply endpoint with it (an asker that connected without failure reporting,
+  // as no server of this build does).
+  if (!ep.ok()) return unreachable ? Connection::kOther : Connection::kLost;
   if (*ep == reply_ep) return Connection::kTaken;
   // A new connection to whatever the address names (a read that named another worker's): kept
   // as this service's endpoint there, which keeps the two sides' counts of endpoints in step
