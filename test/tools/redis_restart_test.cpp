@@ -90,6 +90,23 @@ TEST_F(RedisRestart, ToolsWaitForALoadingRedisOrSayTryAgain) {
 TEST_F(RedisRestart, ACreateWhoseCommitWasLostIsFreedAfterTheReconnect) {
   int fd = ConnectCommandSocket();
   ASSERT_GE(fd, 0);
+  // The serving loop blocked in its take first: a look at the queue that it sends while it
+  // spins (after startup, or a command) would wait out the pause instead of the take's call-off.
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        auto clients = redis_.Connect()->Command({"CLIENT", "LIST"});
+        if (!clients.ok()) return false;
+        std::istringstream lines(clients->str);
+        for (std::string client; std::getline(lines, client);) {
+          size_t flags = client.find(" flags=");
+          if (flags == std::string::npos || client.find(" cmd=blmove") == std::string::npos)
+            continue;
+          std::string value = client.substr(flags + 7, client.find(' ', flags + 7) - flags - 7);
+          if (value.find('b') != std::string::npos) return true;  // blocked
+        }
+        return false;
+      },
+      10000));
   // Writes are held, so that the server's commit waits in Redis, which then dies.
   ASSERT_TRUE(redis_.Connect()->Command({"CLIENT", "PAUSE", "20000", "WRITE"}).ok());
   std::string line = R"({"op":"create","name":"lost","dtype":"u8","shape":[4],"device":"cpu"})"
