@@ -112,6 +112,8 @@ class UcxCopyService final : public CopyService {
   Connection TakeOverConnection(const std::string& asker_address_hex, ucp_ep_h reply_ep);
   // Closes `ep` at once, whatever it still sends; the request UCX closes it with, if any.
   ucs_status_ptr_t CloseForced(ucp_ep_h ep);
+  // The same, progressing the worker until it is closed (the service's thread, or no thread).
+  void CloseForcedAndWait(ucp_ep_h ep);
   // The message refusing `read` with `status`.
   std::unique_ptr<SendState> Refusal(const Read& read, const Status& status);
   // Logs a read left unanswered, up to one line a second, counting the others.
@@ -253,14 +255,7 @@ void UcxCopyService::Loop() {
   for (auto& [address, ep] : endpoints_) closing_all.push_back(ep);
   endpoints_.clear();
   failed_.clear();
-  for (ucp_ep_h ep : closing_all) {
-    ucs_status_ptr_t closing = CloseForced(ep);
-    if (UCS_PTR_IS_PTR(closing)) {
-      while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS)
-        ucx->ucp_worker_progress(worker_);
-      ucx->ucp_request_free(closing);
-    }
-  }
+  for (ucp_ep_h ep : closing_all) CloseForcedAndWait(ep);
   // The sends those endpoints had under way end with them, cancelled from UCX's callbacks, which
   // only progress runs: run before the worker goes, so that the callbacks free what they own.
   // Bounded, for a send whose cancelling waits for hardware that never answers.
@@ -331,12 +326,7 @@ Status UcxCopyService::CheckFailureReporting(const ucp_address_t* own_address) {
                       "over one could take this server down with its peer: keep tcp in UCX_TLS");
   }
   if (s != UCS_OK) return Status::Ok();  // the probe tells nothing; a copy will say what fails
-  ucs_status_ptr_t closing = CloseForced(ep);
-  if (UCS_PTR_IS_PTR(closing)) {
-    while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS)
-      ucx->ucp_worker_progress(worker_);
-    ucx->ucp_request_free(closing);
-  }
+  CloseForcedAndWait(ep);
   return Status::Ok();
 }
 
@@ -515,6 +505,14 @@ ucs_status_ptr_t UcxCopyService::CloseForced(ucp_ep_h ep) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
   return ucx->ucp_ep_close_nbx(ep, &param);
+}
+
+void UcxCopyService::CloseForcedAndWait(ucp_ep_h ep) {
+  ucs_status_ptr_t closing = CloseForced(ep);
+  if (!UCS_PTR_IS_PTR(closing)) return;
+  while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS)
+    ucx->ucp_worker_progress(worker_);
+  ucx->ucp_request_free(closing);
 }
 
 void UcxCopyService::LogUnanswered(const Read& read) {
