@@ -9,9 +9,12 @@ tensors, beside a plain cudaMemcpy D2H + H2D of the same size (PyTorch, pageable
 With a CUDA-aware UCX (LD_LIBRARY_PATH), GPU tensors are copied both in place and staged in
 pinned host memory (mcd-serve --stage-gpu-copies), in one run.
 
-Each figure is the median of --rounds copies, timed around the mcd-create process (its start and
-Redis round trips included: the 4 KiB row shows that fixed part). Each source holds random bytes,
-and every copy is read back and compared with it, outside the time. For host tensors a second
+Each figure is the median of --rounds copies of a size made back to back, as a node that pulls
+several tensors makes them, timed around the mcd-create process (its start and Redis round trips
+included: the 4 KiB row shows that fixed part); the first copy of a size is shown apart, since
+no ready block of the size waits for it (mcd-serve(1), --ready-max). Each source holds random
+bytes, and every copy is read back and compared with it once all of the size are made, outside
+the time. For host tensors a second
 table sets the copies beside the transport's own speed in the same run: ucx_perftest's
 active-message bandwidth (ucp_am_bw, warm and cold; package ucx-utils) and the rate of writing a
 new shared-memory object, as a copy's destination is. Needs redis-server and the mcd-* tools on
@@ -91,8 +94,9 @@ def random_npy(path, size):
 
 
 def time_copies(bin_dir, env, device, size, rounds, tmp):
-    """Median seconds of `rounds` copies of a tensor of `size` random bytes; every copy's bytes
-    are read back and compared with the source's, outside the time."""
+    """Seconds of `rounds` copies of a tensor of `size` random bytes, made back to back: their
+    median and the first's. Every copy's bytes are then read back and compared with the
+    source's, outside the time."""
     create = os.path.join(bin_dir, "mcd-create")
     get = os.path.join(bin_dir, "mcd-get")
     rm = os.path.join(bin_dir, "mcd-rm")
@@ -106,6 +110,7 @@ def time_copies(bin_dir, env, device, size, rounds, tmp):
         run(create, [f"dst{r}", "--copy-of", "src", "--device", device, "--node", "copy-a", "-q",
                      "--timeout-ms", "600000"], env)
         times.append(time.perf_counter() - t0)
+    for r in range(rounds):
         out = os.path.join(tmp, "dst.npy")
         run(get, [f"dst{r}", "--no-ref", "-o", out, "--node", "copy-a", "-q"], env)
         if not same_file(out, source):
@@ -113,7 +118,7 @@ def time_copies(bin_dir, env, device, size, rounds, tmp):
         os.unlink(out)
         run(rm, [f"dst{r}", "--node", "copy-a", "-q"], env)
     run(rm, ["src", "--node", "copy-b", "-q"], env)
-    return statistics.median(times)
+    return statistics.median(times), times[0]
 
 
 def same_file(a, b):
@@ -231,8 +236,9 @@ def main():
                             continue  # host tensors always go in place
                         path = "" if device == "cpu" else ", in place" if in_place else ", staged"
                         for size in sizes:
-                            t = time_copies(bin_dir, env, device, size, a.rounds, tmp)
-                            rows.append((f"copy {tls}{path}", "host" if device == "cpu" else f"gpu {device}", size, t))
+                            t, first = time_copies(bin_dir, env, device, size, a.rounds, tmp)
+                            memory = "host" if device == "cpu" else f"gpu {device}"
+                            rows.append((f"copy {tls}{path}", memory, size, t, first))
                 finally:
                     for s in servers:
                         s.terminate()
@@ -244,13 +250,16 @@ def main():
                 base = cuda_baseline(size, a.rounds)
                 if base:
                     for kind, t in base.items():
-                        rows.append((f"cudaMemcpy D2H+H2D, {kind}", "gpu", size, t))
+                        rows.append((f"cudaMemcpy D2H+H2D, {kind}", "gpu", size, t, None))
     finally:
         redis.terminate()
         redis.wait()
-    print(f"{'path':<44} {'memory':<8} {'size':>8} {'median ms':>10} {'GB/s':>8}")
-    for path, memory, size, t in rows:
-        print(f"{path:<44} {memory:<8} {human(size):>8} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f}")
+    print(f"{'path':<44} {'memory':<8} {'size':>8} {'median ms':>10} {'GB/s':>8} "
+          f"{'first ms':>9} {'GB/s':>8}")
+    for path, memory, size, t, first in rows:
+        shown = f"{first * 1e3:>9.2f} {size / first / 1e9:>8.2f}" if first else ""
+        print(f"{path:<44} {memory:<8} {human(size):>8} {t * 1e3:>10.2f} {size / t / 1e9:>8.2f} "
+              f"{shown}")
     print(f"(each of {a.rounds} copies a size read back and compared with its random source)")
     if "cpu" in devices and not a.no_perftest:
         # The transport's own speed, in the same run: host copies beside ucx_perftest, and the
@@ -262,7 +271,7 @@ def main():
         for size in sizes:
             floor = fresh_memory_floor(size, a.rounds)
             for tls in a.transports.split():
-                copy = [t for path, memory, sz, t in rows
+                copy = [t for path, memory, sz, t, _ in rows
                         if path == f"copy {tls}" and memory == "host" and sz == size]
                 if not copy:
                     continue

@@ -50,8 +50,13 @@ class Copies : public ::testing::Test {
   }
   void Serve(const std::string& node, const std::string& tls, std::vector<std::string> extra = {},
              const std::map<std::string, std::string>& more_env = {}) {
-    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--node", node, "--heartbeat-ttl",
-                                     "3"};
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"),
+                                     "--node",
+                                     node,
+                                     "--heartbeat-ttl",
+                                     "3",
+                                     "--ready-max",
+                                     ready_max_};
     if (extra.empty()) extra = {"--devices", "cpu"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto started = [&] {  // the log is appended to by each start of the node
@@ -149,6 +154,9 @@ class Copies : public ::testing::Test {
 
   test::TempDir dir_;
   test::RedisServer redis_;
+  // mcd-serve --ready-max: none unless a test asks, so that a node's shared-memory objects are
+  // its tensors' alone.
+  std::string ready_max_ = "0";
   KeySpace keys_;
   std::map<std::string, std::unique_ptr<test::Background>> servers_;
   const std::string a_ = "cpa" + std::to_string(getpid()), b_ = "cpb" + std::to_string(getpid());
@@ -182,6 +190,51 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNode) {
           .exit_code,
       0);
   ExpectSameBytes("tiny-copy", a_, small);
+}
+
+// Copies of one size in a row land in objects the fetching server made ahead with their pages
+// (its host ready stock, at the default --ready-max), each holding exactly its source's bytes:
+// sources of random bytes, two of them, so that no copy can pass with another's.
+TEST_F(Copies, CopiesOfOneSizeInARowLandInObjectsMadeAheadAndHoldTheirSourcesBytes) {
+  ready_max_ = "25%";
+  Serve(a_, "tcp");
+  Serve(b_, "tcp");
+  constexpr size_t kBytes = (4 << 20) + 64;
+  std::vector<std::string> files;
+  for (int i = 0; i < 2; ++i) {
+    files.push_back(dir_.path() + "/s" + std::to_string(i) + ".npy");
+    std::ofstream(files.back(), std::ios::binary) << test::U8Npy(test::RandomBytes(kBytes, 40 + i));
+    ASSERT_EQ(CreateFrom("s" + std::to_string(i), files.back(), b_).exit_code, 0);
+  }
+  auto objects = [&] {
+    std::vector<std::string> out;
+    for (const std::string& file : test::ShmObjects("mcd-mcd-" + a_ + "-"))
+      out.push_back("/" + file);
+    return out;
+  };
+  for (int i = 0; i < 4; ++i) {
+    std::string copy = "c" + std::to_string(i);
+    std::vector<std::string> before;
+    if (i > 0) {
+      // One object beyond the copies made so far: made ahead for the next.
+      ASSERT_TRUE(test::WaitFor([&] { return objects().size() > static_cast<size_t>(i); }, 30000))
+          << Log(a_);
+      before = objects();
+    }
+    auto copied = Tool("mcd-create", {copy, "--copy-of", "s" + std::to_string(i % 2), "--device",
+                                      "cpu", "--node", a_, "-q"});
+    ASSERT_EQ(copied.exit_code, 0) << copied.err << Log(a_);
+    if (i > 0) {
+      std::string object = HashField(copy, "ipc_handle");
+      EXPECT_NE(std::find(before.begin(), before.end(), object), before.end())
+          << copy << ": " << object << " was not made ahead";
+    }
+    ExpectSameBytes(copy, a_, files[i % 2]);
+  }
+  // Once copies of the size stop, what was made ahead goes back.
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(Tool("mcd-rm", {"c" + std::to_string(i), "--node", a_, "-q"}).exit_code, 0);
+  EXPECT_TRUE(test::WaitFor([&] { return objects().empty(); }, 10000)) << objects().size();
 }
 
 // Over UCX's shared memory alone, which cannot report a peer's failure, copies are off and a copy

@@ -105,6 +105,53 @@ TEST_F(Fill, AConsumerStartedBeforeItsProducerGetsTheFilesBytes) {
   }
 }
 
+// Files loaded one after another, of one size, land in objects the server's host ready stock
+// made ahead with their pages (alloc/host_stock.cpp), and each holds its own file's bytes, none
+// of a tensor before it.
+TEST_F(Fill, FilesLoadedOneAfterAnotherLandInObjectsMadeAheadAndHoldTheirBytes) {
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  ready_max_ = "25%";  // the default
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  constexpr size_t kBytes = 4 << 20;
+  std::vector<std::string> live;  // the objects of the tensors made so far
+  // The objects in /dev/shm of this server, tensors' and stock's alike.
+  auto objects = [&] {
+    const std::string& any = live.front();
+    size_t seq = any.rfind('-', any.rfind('-') - 1);  // "<prefix><seq>-<random>"
+    std::vector<std::string> out;
+    for (const std::string& file : test::ShmObjects(any.substr(1, seq))) out.push_back("/" + file);
+    return out;
+  };
+  for (int run = 0; run < 4; ++run) {
+    std::string name = "load." + std::to_string(run);
+    std::string data = RandomBytes(kBytes, 2000 + run);
+    WriteNpy(Path(name + ".npy"), data);
+    std::vector<std::string> before;
+    if (run > 0) {
+      // The stock has made an object beyond the tensors' own.
+      ASSERT_TRUE(test::WaitFor([&] { return objects().size() > live.size(); }, 30000));
+      before = objects();
+    }
+    auto created =
+        Tool("mcd-create", {name, "--from", Path(name + ".npy"), "--device", "cpu", "-q"});
+    ASSERT_EQ(created.exit_code, 0) << created.err;
+    live.push_back(HashField(name, "ipc_handle"));
+    if (run > 0) {
+      EXPECT_NE(std::find(before.begin(), before.end(), live.back()), before.end())
+          << "run " << run << ": " << live.back() << " was not made ahead";
+    }
+    ASSERT_EQ(Tool("mcd-get", {name, "--no-ref", "-q", "-o", Path(name + ".out.npy")}).exit_code,
+              0);
+    ASSERT_TRUE(NpyData(Path(name + ".out.npy")) == data) << "run " << run;
+  }
+  for (int run = 0; run < 4; ++run) {
+    std::string name = "load." + std::to_string(run);
+    ASSERT_EQ(Tool("mcd-rm", {name, "-q"}).exit_code, 0);
+    std::string again = NpyData(Path(name + ".npy"));
+    EXPECT_EQ(again, RandomBytes(kBytes, 2000 + run));
+  }
+}
+
 // The library: a tensor created with contents holds exactly them, with one reference, and a
 // reader in another process (mcd-get -o) reads the same bytes.
 TEST_F(Fill, ALibraryCreateWithContentsHoldsThem) {

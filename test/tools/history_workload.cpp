@@ -64,7 +64,7 @@ std::string NpyDifference(const std::string& path, const std::string& want) {
       array->shape != std::vector<int64_t>{static_cast<int64_t>(want.size())}) {
     return "dtype or shape not the create's";
   }
-  return Difference(array->data, want);
+  return Difference(std::string(array->data), want);
 }
 
 std::string Shorten(std::string text) {

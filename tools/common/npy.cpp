@@ -11,8 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <new>
 
 #include "memcuda/file_out.h"
 
@@ -53,33 +51,33 @@ Status IoError(const std::string& what, const std::string& path, int err) {
 namespace {
 
 // The header's text, after the magic, the version and the header's length.
-Result<std::string> ReadNpyHeader(std::ifstream& in, const std::string& path) {
-  char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) {
+// The header of the file `whole` (its text, from after its length field) and where its data
+// begins.
+Result<std::string_view> ReadNpyHeader(std::string_view whole, const std::string& path,
+                                       size_t& data_at) {
+  if (whole.size() < 8 || std::memcmp(whole.data(), "\x93NUMPY", 6) != 0) {
     return Status(ErrorCode::kInvalidArgument, path + " is not a NumPy .npy file");
   }
-  int major = static_cast<unsigned char>(magic[6]);
-  uint32_t header_len = 0;
-  unsigned char len_bytes[4] = {};
-  if (major == 1) {
-    if (!in.read(reinterpret_cast<char*>(len_bytes), 2))
-      return Status(ErrorCode::kIoError, path + ": truncated header");
-    header_len = static_cast<uint32_t>(len_bytes[0] | (len_bytes[1] << 8));
-  } else if (major == 2 || major == 3) {
-    if (!in.read(reinterpret_cast<char*>(len_bytes), 4))
-      return Status(ErrorCode::kIoError, path + ": truncated header");
-    header_len = static_cast<uint32_t>(len_bytes[0]) | (static_cast<uint32_t>(len_bytes[1]) << 8) |
-                 (static_cast<uint32_t>(len_bytes[2]) << 16) |
-                 (static_cast<uint32_t>(len_bytes[3]) << 24);
-  } else {
+  int major = static_cast<unsigned char>(whole[6]);
+  size_t length_bytes = major == 1 ? 2 : 4;
+  if (major < 1 || major > 3) {
     return Status(ErrorCode::kInvalidArgument,
                   path + ": unsupported .npy version " + std::to_string(major));
   }
-  if (header_len > 65536) return Status(ErrorCode::kInvalidArgument, path + ": header too large");
-  std::string header(header_len, '\0');
-  if (!in.read(header.data(), header_len))
+  if (whole.size() < 8 + length_bytes) {
     return Status(ErrorCode::kIoError, path + ": truncated header");
-  return header;
+  }
+  uint32_t header_len = 0;
+  for (size_t i = 0; i < length_bytes; ++i) {
+    header_len |= static_cast<uint32_t>(static_cast<unsigned char>(whole[8 + i])) << (8 * i);
+  }
+  if (header_len > 65536) return Status(ErrorCode::kInvalidArgument, path + ": header too large");
+  size_t header_at = 8 + length_bytes;
+  if (whole.size() - header_at < header_len) {
+    return Status(ErrorCode::kIoError, path + ": truncated header");
+  }
+  data_at = header_at + header_len;
+  return whole.substr(header_at, header_len);
 }
 
 // The dimensions of the header's shape tuple, "(2, 3)" or "(4,)"; at least one.
@@ -141,44 +139,24 @@ Status ParseNpyHeader(const std::string& header, const std::string& path, NpyArr
   return ParseNpyShape(header, path, out.shape);
 }
 
-// The `bytes` of data after the header, which must be all the file holds.
-Status ReadNpyData(std::ifstream& in, const std::string& path, uint64_t bytes, std::string& data) {
-  // What the header claims is checked against the file before anything is allocated: a small
-  // file must not make this process (or the server) set aside gigabytes.
-  std::streamoff data_at = in.tellg();
-  in.seekg(0, std::ios::end);
-  std::streamoff file_size = in.tellg();
-  in.seekg(data_at);
-  uint64_t held = file_size > data_at ? static_cast<uint64_t>(file_size - data_at) : 0;
+}  // namespace
+
+Result<NpyArray> ReadNpy(const std::string& path) {
+  NpyArray out;
+  MCD_ASSIGN_OR_RETURN(out.file, MappedFile::Open(path));
+  size_t data_at = 0;
+  MCD_ASSIGN_OR_RETURN(std::string_view header, ReadNpyHeader(out.file.view(), path, data_at));
+  MCD_RETURN_IF_ERROR(ParseNpyHeader(std::string(header), path, out));
+  MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
+  // More data than the shape is not one array either (two files joined, a header that lies
+  // about its shape).
+  uint64_t held = out.file.size() - data_at;
   if (held != bytes) {
-    // More is not one array either (two files joined, a header that lies about its shape).
     return Status(ErrorCode::kIoError, path + ": holds " + std::to_string(held) + " data bytes, " +
                                            (held < bytes ? "fewer" : "more") + " than the " +
                                            std::to_string(bytes) + " its header promises");
   }
-  try {
-    data.resize(bytes);
-  } catch (const std::bad_alloc&) {
-    return Status(ErrorCode::kOutOfMemory,
-                  path + ": not enough memory to read its " + std::to_string(bytes) + " bytes");
-  }
-  if (!in.read(data.data(), static_cast<std::streamsize>(bytes))) {
-    return Status(ErrorCode::kIoError, path + ": holds fewer than the " + std::to_string(bytes) +
-                                           " data bytes its header promises");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-Result<NpyArray> ReadNpy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(ErrorCode::kIoError, "cannot open " + path + ": " + std::strerror(errno));
-  MCD_ASSIGN_OR_RETURN(std::string header, ReadNpyHeader(in, path));
-  NpyArray out;
-  MCD_RETURN_IF_ERROR(ParseNpyHeader(header, path, out));
-  MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
-  MCD_RETURN_IF_ERROR(ReadNpyData(in, path, bytes, out.data));
+  out.data = out.file.view().substr(data_at);
   return out;
 }
 

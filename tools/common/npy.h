@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "memcuda/file_in.h"
 #include "memcuda/protocol.h"
 #include "memcuda/status.h"
 
@@ -18,7 +19,8 @@ namespace mcd::tools {
 struct NpyArray {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  std::string data;  // raw little-endian bytes, C order
+  MappedFile file;        // the whole file, mapped (MappedFile says why)
+  std::string_view data;  // its raw little-endian bytes, C order, in `file`
 };
 
 // Reads an array; kInvalidArgument for Fortran order, big-endian or unsupported dtypes and 0-d

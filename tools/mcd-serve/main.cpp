@@ -110,7 +110,8 @@ void AddFlags(CLI::App& app, ServeFlags& f) {
   app.add_option("--ready-max", f.ready_max,
                  "GPU memory per device kept at most as zeroed blocks of recently created sizes, "
                  "so that creates of those sizes wait for no allocation; what it holds follows "
-                 "demand (SIZE, or N% of the device; 0: none)")
+                 "demand (SIZE, or N% of the device; 0: none). Host memory the same, of "
+                 "/dev/shm, for creates that write every byte (copies, fills)")
       ->capture_default_str();
   app.add_option("--slab-max", f.slab_max,
                  "With --allocator cuda: the largest slab small tensors are carved from, so that a "

@@ -93,7 +93,8 @@ Status ZeroAndSynchronize(DeviceContext& ctx, void* ptr, uint64_t bytes, bool ze
 
 // POSIX shared memory, one object per tensor, named "<name_prefix><seq>": readable and
 // writable by the server's user only, or (`group` not -1) by that group's members too, as the
-// server's sockets are (--pool-group).
+// server's sockets are (--pool-group). Its Allocate and Free are thread-safe (WithHostStock
+// calls them from a thread of its own too).
 std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix,
                                                 gid_t group = static_cast<gid_t>(-1));
 // cudaMalloc + cudaIpcGetMemHandle; tensors small enough for slabs of up to max_slab_bytes
@@ -136,10 +137,22 @@ inline constexpr int64_t kReadyIdleMs = 2000;
 inline constexpr double kReadyFreeReserve = 0.25;
 inline constexpr uint64_t kReadyAheadFreely = 256ull << 20;
 std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, ReadyLimit limit);
+// The same in front of host shared memory (`inner` from MakeHostShmAllocator), for the creates
+// that write every byte themselves (those that ask for no zeroing: a copy, a fill): one of a
+// size created recently takes an object whose pages exist already (FillHostShm) instead of
+// one whose pages the kernel makes and zeroes as they are first touched. Its demand rule and
+// bounds are the GPU stock's, the limit's fraction being of /dev/shm's size; its blocks are made
+// and given back on a thread of its own, and each is a new object: a freed tensor's object is
+// unlinked, never stocked again. Both 0 returns `inner` itself.
+std::unique_ptr<Allocator> WithHostStock(std::unique_ptr<Allocator> inner, ReadyLimit limit);
 
 // Removes host shm objects of this user whose names start with `name_prefix` (left by a dead
 // instance). Returns how many were removed.
 int RemoveHostShmObjects(const std::string& name_prefix);
+// Makes every page of host shm object `shm_name` (`bytes` long) now, zeroed, without mapping
+// it: a later mapping then finds them rather than have the kernel make each at its first touch.
+// kOutOfMemory when /dev/shm cannot hold them; ok, nothing made, where the file system cannot.
+Status FillHostShm(const std::string& shm_name, uint64_t bytes);
 // Unlinks one host shm object by name; missing objects are not an error.
 void UnlinkHostShm(const std::string& shm_name);
 // True when the host shm object `shm_name` exists and belongs to this process's user: the only

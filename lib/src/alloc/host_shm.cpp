@@ -104,6 +104,16 @@ std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix, gid_t g
   return std::make_unique<HostShmAllocator>(std::move(name_prefix), group);
 }
 
+Status FillHostShm(const std::string& shm_name, uint64_t bytes) {
+  UniqueFd fd(shm_open(shm_name.c_str(), O_RDWR, 0));
+  if (!fd) return Status(ErrorCode::kIoError, Errno("shm_open(" + shm_name + ")", errno));
+  if (fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) == 0) return Status::Ok();
+  int err = errno;
+  if (err == EOPNOTSUPP || err == ENOSYS) return Status::Ok();
+  return Status(err == ENOSPC ? ErrorCode::kOutOfMemory : ErrorCode::kIoError,
+                Errno("fallocate(" + shm_name + ")", err));
+}
+
 void UnlinkHostShm(const std::string& shm_name) { shm_unlink(shm_name.c_str()); }
 
 bool HostShmIsOwn(const std::string& shm_name) {

@@ -10,7 +10,7 @@
 // the zeroing of a refilled or returned block runs on the stream while the worker goes on
 // (Stock, TakeZeroed).
 //
-// How much it holds follows demand, per size (Target): one block more than the most tensors of
+// How much it holds follows demand, per size (StockDemand): one block more than the most tensors of
 // the size alive at once lately, so that a create right after a delete takes a block zeroed
 // before rather than wait for the delete's (zeroing 8 GiB takes ~2.7 ms on an H100).
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "alloc/allocator.h"
+#include "alloc/stock_demand.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "gpu/cuda_check.h"
@@ -78,7 +79,7 @@ class ReadyStock final : public Allocator {
         MCD_ASSIGN_OR_RETURN(Allocation block, TakeZeroed(*shelf));
         assert(block.bytes == bytes);  // a shelf holds blocks of its own size only
         Hold(-static_cast<int64_t>(bytes));
-        shelf->HandOut();
+        shelf->demand.HandOut();
         return block;
       }
     }
@@ -93,8 +94,8 @@ class ReadyStock final : public Allocator {
       allocated = inner_->Allocate(ctx, bytes, zero);
     }
     if (shelf != nullptr && allocated.ok()) {
-      shelf->HandOut();
-    } else if (shelf != nullptr && shelf->live == 0 && shelf->blocks.empty()) {
+      shelf->demand.HandOut();
+    } else if (shelf != nullptr && shelf->demand.live == 0 && shelf->blocks.empty()) {
       // A size the inner allocator refuses (too large for the pool, past its limit) gets no
       // shelf: Refill would try it, fail and pause every size's refills.
       shelves_.erase(bytes);
@@ -109,11 +110,11 @@ class ReadyStock final : public Allocator {
       ForgetIdleLive(allocation.bytes);
       return inner_->Free(ctx, allocation);
     }
-    assert(shelf->second.live > 0);  // every block handed out was counted (HandOut)
-    if (shelf->second.live > 0) --shelf->second.live;
+    assert(shelf->second.demand.live > 0);  // every block handed out was counted (HandOut)
+    shelf->second.demand.Freed();
     // A block freed keeps its place while the size's demand wants it: it was in use a moment
     // ago, so holding it takes nothing from another process that it had.
-    if (static_cast<int>(shelf->second.blocks.size()) < Target(shelf->second, SteadyMs()) &&
+    if (static_cast<int>(shelf->second.blocks.size()) < shelf->second.demand.Target(SteadyMs()) &&
         Held() + allocation.bytes <= max_bytes_ && ctx.gpu_up() &&
         Stock(ctx, shelf->second, allocation, /*handed_out=*/true)) {
       return Status::Ok();
@@ -130,7 +131,7 @@ class ReadyStock final : public Allocator {
     if (refill_paused_) return;
     const int64_t now = SteadyMs();
     for (auto& [bytes, shelf] : shelves_) {
-      if (static_cast<int>(shelf.blocks.size()) >= Target(shelf, now) ||
+      if (static_cast<int>(shelf.blocks.size()) >= shelf.demand.Target(now) ||
           Held() + bytes > max_bytes_ || !LeavesReserve(bytes))
         continue;
       auto block = inner_->Allocate(ctx, bytes, /*zero=*/false);
@@ -149,7 +150,7 @@ class ReadyStock final : public Allocator {
     int64_t now = SteadyMs();
     bool synchronized = false;
     for (auto it = shelves_.begin(); it != shelves_.end();) {
-      if (!everything && !Idle(it->second, now)) {
+      if (!everything && !it->second.demand.Idle(now)) {
         GiveBackSurplus(ctx, it->second, now);
         ++it;
         continue;
@@ -166,7 +167,7 @@ class ReadyStock final : public Allocator {
         Hold(-static_cast<int64_t>(block.memory.bytes));
       }
       // Its tensors still out are counted apart, for when the size is created again.
-      if (it->second.live > 0) idle_live_[it->first] += it->second.live;
+      if (it->second.demand.live > 0) idle_live_[it->first] += it->second.demand.live;
       it = shelves_.erase(it);
     }
     inner_->Trim(ctx, everything);  // the inner allocator's own caches (cuda_ipc's empty slabs)
@@ -191,46 +192,21 @@ class ReadyStock final : public Allocator {
   };
   struct Shelf {
     std::deque<Block> blocks;  // oldest first: its memset was queued first
-    int live = 0;              // blocks of the size handed out and not freed yet
-    int peak = 0;              // the most live at once, over the last two Trims or so
-    int window_peak = 0;       // the most live at once since the last Trim
-    bool created = false;      // a create of the size since the last Trim
-    int64_t last_create_ms = 0;
-    void HandOut() {
-      ++live;
-      window_peak = std::max(window_peak, live);
-      peak = std::max(peak, live);
-    }
+    StockDemand demand;
   };
 
-  static bool Idle(const Shelf& shelf, int64_t now) {
-    return now - shelf.last_create_ms > kReadyIdleMs;
-  }
-
-  // Blocks a shelf holds ready: one more than the size's recent peak of live tensors less those
-  // live now, so that every tensor of a burst as large as the last one finds its block, and a
-  // create right after a delete takes another block than the one being zeroed. None for a size
-  // no longer created.
-  static int Target(const Shelf& shelf, int64_t now) {
-    if (Idle(shelf, now)) return 0;
-    return std::max(0, std::min(kReadyPerSize, shelf.peak + 1 - shelf.live));
-  }
-
   // The shelf of a size being created now: made (with the count of its tensors still out from
-  // before, idle_live_) or found; demand seen before an idle spell is forgotten.
+  // before, idle_live_) or found.
   Shelf& ShelfFor(uint64_t bytes) {
-    const int64_t now = SteadyMs();
     auto [it, made] = shelves_.try_emplace(bytes);
     Shelf& shelf = it->second;
     if (made) {
       if (auto idle = idle_live_.find(bytes); idle != idle_live_.end()) {
-        shelf.live = idle->second;
+        shelf.demand.live = idle->second;
         idle_live_.erase(idle);
       }
     }
-    if (Idle(shelf, now)) shelf.peak = shelf.window_peak = shelf.live;
-    shelf.last_create_ms = now;
-    shelf.created = true;
+    shelf.demand.Asked(SteadyMs());
     return shelf;
   }
 
@@ -240,16 +216,13 @@ class ReadyStock final : public Allocator {
     if (idle != idle_live_.end() && --idle->second <= 0) idle_live_.erase(idle);
   }
 
-  // Each Trim (about a second apart) while the size is created: demand older than the last
-  // window is forgotten, and the blocks above the target that are zeroed already go back (the
-  // others at the next Trim, so that no free waits for a memset). A size no longer created
-  // keeps its stock until it is idle (kReadyIdleMs), then gives all of it back.
+  // Each Trim (about a second apart) while the size is created: the blocks above the target
+  // that are zeroed already go back (the others at the next Trim, so that no free waits for a
+  // memset). A size no longer created keeps its stock until it is idle, then gives all of it
+  // back (Trim).
   void GiveBackSurplus(DeviceContext& ctx, Shelf& shelf, int64_t now) {
-    if (!shelf.created) return;
-    shelf.created = false;
-    shelf.peak = std::max(shelf.window_peak, shelf.live);
-    shelf.window_peak = shelf.live;
-    while (static_cast<int>(shelf.blocks.size()) > Target(shelf, now) &&
+    if (!shelf.demand.NextWindow()) return;
+    while (static_cast<int>(shelf.blocks.size()) > shelf.demand.Target(now) &&
            cudaEventQuery(shelf.blocks.front().zeroed) == cudaSuccess) {
       Block& block = shelf.blocks.front();
       (void)inner_->Free(ctx, block.memory);

@@ -4,61 +4,14 @@
 // safetensors files in and out of tensor sets (client.h): LoadSafetensors maps the file and makes
 // one set of its tensors, filled from the mapping; SaveSafetensors writes a set's members back as
 // one file. The format itself: protocol/safetensors.h. The client's thread.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "client/client_impl.h"
+#include "memcuda/file_in.h"
 #include "memcuda/file_out.h"
-#include "memcuda/unique_fd.h"
 #include "protocol/safetensors.h"
 
 namespace mcd {
 
 namespace {
-
-Status IoError(const std::string& what, int err) {
-  return Status(ErrorCode::kIoError, what + ": " + std::strerror(err));
-}
-
-// A read-only mapping of a whole file, unmapped when it goes.
-class MappedFile {
- public:
-  static Result<MappedFile> Open(const std::string& path) {
-    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return IoError("open " + path, errno);
-    struct stat st {};
-    if (fstat(fd.get(), &st) != 0) return IoError("stat " + path, errno);
-    if (!S_ISREG(st.st_mode)) {
-      return Status(ErrorCode::kInvalidArgument, path + " is not a regular file");
-    }
-    MappedFile file;
-    file.size_ = static_cast<uint64_t>(st.st_size);
-    if (file.size_ == 0) return file;
-    void* data = mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-    if (data == MAP_FAILED) return IoError("mmap " + path, errno);
-    (void)madvise(data, file.size_, MADV_SEQUENTIAL);  // read once, front to back
-    file.data_ = static_cast<const char*>(data);
-    return file;
-  }
-  MappedFile(MappedFile&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(other.size_) {}
-  MappedFile& operator=(MappedFile&&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
-  }
-  const char* data() const { return data_; }
-  uint64_t size() const { return size_; }
-
- private:
-  MappedFile() = default;
-  const char* data_ = nullptr;
-  uint64_t size_ = 0;
-};
 
 // SaveSafetensors' file: the members `views` of set `set`, named without "<set>/", written whole
 // or not at all (WriteFileWhole, as the tools' -o).

@@ -14,7 +14,9 @@ Result<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DeviceSetOptions& opt,
                                                    const std::string& shm_prefix) {
   std::unique_ptr<DeviceSet> set(new DeviceSet());
   set->workers_[kHostDevice] = std::make_unique<GpuWorker>(kHostDevice);
-  set->allocators_[kHostDevice] = MakeHostShmAllocator(shm_prefix, opt.shm_group);
+  set->allocators_[kHostDevice] =
+      WithHostStock(MakeHostShmAllocator(shm_prefix, opt.shm_group),
+                    ReadyLimit{opt.ready_max_bytes, opt.ready_max_fraction});
   std::vector<int> gpus = opt.devices;
   if (opt.all_devices) {
     gpus.clear();

@@ -2,16 +2,21 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // DeviceSet (server/device_set.h) on host memory only: what it serves and says in the heartbeat,
-// allocations and frees on the host worker, and frees deferred past the holds of a copy.
+// allocations and frees on the host worker, frees deferred past the holds of a copy, and the
+// host ready stock (WithHostStock, alloc/host_stock.cpp).
 #include "server/device_set.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <optional>
 
+#include "alloc/allocator.h"
+#include "memcuda/unique_fd.h"
 #include "server/server_options.h"
 #include "test_support.h"
 
@@ -23,6 +28,10 @@ class DeviceSetTest : public ::testing::Test {
   void SetUp() override {
     prefix_ = "/mcd-unit-" + std::to_string(getpid()) + "-";
     opt_.all_devices = false;  // and no devices named: host memory only
+    Reopen();
+  }
+  void Reopen() {
+    set_.reset();
     auto set = DeviceSet::Open(DeviceSetOptionsOf(opt_), prefix_);
     ASSERT_TRUE(set.ok()) << set.status().ToString();
     set_ = std::move(set).value();
@@ -35,10 +44,46 @@ class DeviceSetTest : public ::testing::Test {
   static bool ShmExists(const std::string& name) {
     return access(("/dev/shm" + name).c_str(), F_OK) == 0;
   }
-  Allocation HostAllocation(uint64_t bytes) {
-    auto a = set_->Allocate(kHostDevice, bytes, true);
+  // `zero` false: a create that writes every byte itself (a copy, a fill), which the host
+  // ready stock serves.
+  Allocation HostAllocation(uint64_t bytes, bool zero = true) {
+    auto a = set_->Allocate(kHostDevice, bytes, zero);
     EXPECT_TRUE(a.ok()) << a.status().ToString();
     return a.ok() ? a.value() : Allocation{};
+  }
+
+  // The objects of this test's server other than those named, with their sizes and the bytes
+  // of pages they have (st_blocks).
+  struct Object {
+    std::string name;  // as a handle names it: "/..."
+    uint64_t size = 0, pages = 0;
+  };
+  std::vector<Object> OtherObjects(const std::vector<std::string>& handles) {
+    std::vector<Object> out;
+    for (const std::string& file : test::ShmObjects(prefix_.substr(1))) {
+      std::string name = "/" + file;
+      if (std::find(handles.begin(), handles.end(), name) != handles.end()) continue;
+      struct stat st {};
+      if (stat(("/dev/shm" + name).c_str(), &st) != 0) continue;
+      out.push_back(
+          {name, static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(st.st_blocks) * 512});
+    }
+    return out;
+  }
+  // The bytes of host allocation `a`, read through a mapping of its object.
+  static std::string BytesOf(const Allocation& a) {
+    auto mapped = OpenHostShm(a.ipc_handle, a.bytes, 0);
+    EXPECT_TRUE(mapped.ok()) << mapped.status().ToString();
+    if (!mapped.ok()) return "";
+    std::string bytes(static_cast<const char*>(mapped.value()), a.bytes);
+    EXPECT_TRUE(CloseHostShm(mapped.value(), a.bytes, 0).ok());
+    return bytes;
+  }
+  static void Write(const Allocation& a, const std::string& bytes) {
+    auto mapped = OpenHostShm(a.ipc_handle, a.bytes, 0);
+    ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+    std::memcpy(mapped.value(), bytes.data(), bytes.size());
+    ASSERT_TRUE(CloseHostShm(mapped.value(), a.bytes, 0).ok());
   }
 
   ServerOptions opt_;
@@ -117,6 +162,89 @@ TEST_F(DeviceSetTest, FreeAllFreesEveryEntryOfTheDevicesItServes) {
   EXPECT_EQ(set_->FreeAll(by_device), 2u);
   EXPECT_FALSE(ShmExists(a.allocation.ipc_handle));
   EXPECT_FALSE(ShmExists(b.allocation.ipc_handle));
+}
+
+TEST_F(DeviceSetTest, AHostSizeCreatedIsStockedWithItsPagesAndTheNextCreateTakesIt) {
+  constexpr uint64_t kBytes = 4 << 20;
+  Allocation first = HostAllocation(kBytes, false);
+  ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == kBytes; }, 30000))
+      << set_->ReadyBytes();
+  std::vector<Object> stocked = OtherObjects({first.ipc_handle});
+  ASSERT_EQ(stocked.size(), 1u);
+  EXPECT_EQ(stocked[0].size, kBytes);
+  EXPECT_GE(stocked[0].pages, kBytes) << "the stocked object's pages are made ahead";
+  Allocation second = HostAllocation(kBytes, false);
+  EXPECT_EQ(second.ipc_handle, stocked[0].name) << "the create took the stocked object";
+  EXPECT_EQ(second.bytes, kBytes);
+  EXPECT_EQ(BytesOf(second), std::string(kBytes, '\0'));
+  // Two alive at once now: the stock makes one more for a third.
+  ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == kBytes; }, 30000));
+  EXPECT_EQ(OtherObjects({first.ipc_handle, second.ipc_handle}).size(), 1u);
+  ASSERT_TRUE(set_->Free(kHostDevice, first).ok());
+  ASSERT_TRUE(set_->Free(kHostDevice, second).ok());
+  EXPECT_FALSE(ShmExists(second.ipc_handle));
+  // A server that stops gives back what it held ready.
+  set_.reset();
+  EXPECT_TRUE(test::ShmObjects(prefix_.substr(1)).empty());
+}
+
+TEST_F(DeviceSetTest, AFreedHostTensorsObjectIsNeverHandedOutAgain) {
+  constexpr uint64_t kBytes = 1 << 20;
+  Allocation used = HostAllocation(kBytes, false);
+  ASSERT_NO_FATAL_FAILURE(Write(used, test::RandomBytes(kBytes, 11)));
+  ASSERT_TRUE(set_->Free(kHostDevice, used).ok());
+  EXPECT_FALSE(ShmExists(used.ipc_handle)) << "unlinked at its free, not stocked";
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == kBytes; }, 30000));
+    Allocation next = HostAllocation(kBytes, false);
+    EXPECT_NE(next.ipc_handle, used.ipc_handle);
+    EXPECT_EQ(BytesOf(next), std::string(kBytes, '\0')) << "create " << i;
+    ASSERT_NO_FATAL_FAILURE(Write(next, test::RandomBytes(kBytes, 12 + i)));
+    ASSERT_TRUE(set_->Free(kHostDevice, next).ok());
+  }
+}
+
+TEST_F(DeviceSetTest, TheHostStockGoesBackOnceItsSizeIsNoLongerCreated) {
+  constexpr uint64_t kBytes = 2 << 20;
+  Allocation a = HostAllocation(kBytes, false);
+  ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == kBytes; }, 30000));
+  ASSERT_TRUE(set_->Free(kHostDevice, a).ok());
+  set_->TrimReadyStock();  // still in demand: kept
+  usleep(200 * 1000);
+  EXPECT_EQ(set_->ReadyBytes(), kBytes);
+  usleep((kReadyIdleMs + 100) * 1000);
+  set_->TrimReadyStock();
+  ASSERT_TRUE(test::WaitFor([&] { return test::ShmObjects(prefix_.substr(1)).empty(); }, 30000));
+  EXPECT_EQ(set_->ReadyBytes(), 0u);
+}
+
+TEST_F(DeviceSetTest, TheHostStockKeepsToItsLimit) {
+  opt_.ready_max_bytes = 4 << 20;  // sizes up to 2 MiB
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  Allocation large = HostAllocation(3 << 20, false), small = HostAllocation(2 << 20, false);
+  ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == (2u << 20); }, 30000));
+  usleep(200 * 1000);
+  std::vector<Object> stocked = OtherObjects({large.ipc_handle, small.ipc_handle});
+  ASSERT_EQ(stocked.size(), 1u);
+  EXPECT_EQ(stocked[0].size, 2u << 20);
+  EXPECT_EQ(set_->Free(kHostDevice, large).ok(), true);
+  EXPECT_EQ(set_->Free(kHostDevice, small).ok(), true);
+  // A plain create (zeroed, its pages made as they are touched) is not stocked for.
+  opt_.ready_max_bytes = 0;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  Allocation plain = HostAllocation(1 << 20, true);
+  usleep(300 * 1000);
+  EXPECT_EQ(set_->ReadyBytes(), 0u);
+  EXPECT_TRUE(OtherObjects({plain.ipc_handle}).empty());
+  EXPECT_TRUE(set_->Free(kHostDevice, plain).ok());
+  // --ready-max 0: none.
+  opt_.ready_max_fraction = 0;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  Allocation alone = HostAllocation(1 << 20, false);
+  usleep(300 * 1000);
+  EXPECT_EQ(set_->ReadyBytes(), 0u);
+  EXPECT_TRUE(OtherObjects({alone.ipc_handle}).empty());
+  EXPECT_TRUE(set_->Free(kHostDevice, alone).ok());
 }
 
 }  // namespace
