@@ -51,7 +51,8 @@ def main():
                                       env=env, stdout=out, stderr=out)
         if not wait_for(lambda: "serving node" in open(log).read(), 30):
             raise SystemExit("mcd-serve did not start: " + open(log).read())
-        print(f"{'memory':<8} {'size':>8} {'first ms':>9} {'later, median ms':>17} {'GB/s':>7}")
+        print(f"{'memory':<8} {'size':>8} {'first ms':>9} {'later, median ms':>17} {'GB/s':>7}  "
+              "each, ms")
         for size in (parse_size(s) for s in a.sizes.split(",")):
             source = os.path.join(tmp, "source.npy")
             random_npy(source, size)
@@ -75,8 +76,9 @@ def main():
                     run(tool("mcd-rm"), [f"f{r}", "--node", "fill", "-q"], env)
                 later = statistics.median(times[1:]) if len(times) > 1 else times[0]
                 memory = "host" if device == "cpu" else f"gpu {device}"
+                each = " ".join(f"{t * 1e3:.0f}" for t in times)
                 print(f"{memory:<8} {human(size):>8} {times[0] * 1e3:>9.1f} {later * 1e3:>17.1f} "
-                      f"{size / later / 1e9:>7.2f}")
+                      f"{size / later / 1e9:>7.2f}  {each}")
             os.unlink(source)
         print("(the last of each size read back and compared with its file)")
     finally:

@@ -50,14 +50,12 @@ class Copies : public ::testing::Test {
   }
   void Serve(const std::string& node, const std::string& tls, std::vector<std::string> extra = {},
              const std::map<std::string, std::string>& more_env = {}) {
-    std::vector<std::string> argv = {test::ToolPath("mcd-serve"),
-                                     "--node",
-                                     node,
-                                     "--heartbeat-ttl",
-                                     "3",
-                                     "--ready-max",
-                                     ready_max_};
+    std::vector<std::string> argv = {test::ToolPath("mcd-serve"), "--node", node, "--heartbeat-ttl",
+                                     "3"};
     if (extra.empty()) extra = {"--devices", "cpu"};
+    const bool host_only = std::find(extra.begin(), extra.end(), "cpu") != extra.end();
+    std::string ready_max = ready_max_.empty() && host_only ? "0" : ready_max_;
+    if (!ready_max.empty()) argv.insert(argv.end(), {"--ready-max", ready_max});
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto started = [&] {  // the log is appended to by each start of the node
       std::string log = Log(node);
@@ -154,9 +152,9 @@ class Copies : public ::testing::Test {
 
   test::TempDir dir_;
   test::RedisServer redis_;
-  // mcd-serve --ready-max: none unless a test asks, so that a node's shared-memory objects are
-  // its tensors' alone.
-  std::string ready_max_ = "0";
+  // mcd-serve --ready-max; "": 0 for a server of host memory only, so that a node's
+  // shared-memory objects are its tensors' alone, else the default.
+  std::string ready_max_;
   KeySpace keys_;
   std::map<std::string, std::unique_ptr<test::Background>> servers_;
   const std::string a_ = "cpa" + std::to_string(getpid()), b_ = "cpb" + std::to_string(getpid());
@@ -192,6 +190,20 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNode) {
   ExpectSameBytes("tiny-copy", a_, small);
 }
 
+// A piece size the server cannot use is said at start, and the default used.
+TEST_F(Copies, APieceSizeOutOfRangeIsSaidAtStartAndTheDefaultUsed) {
+  for (const char* bad : {"4096", "12x", "-1"}) {
+    Serve(a_, "tcp", {}, {{"MCD_COPY_PIECE", bad}});
+    EXPECT_NE(Log(a_).find(std::string("MCD_COPY_PIECE=") + bad +
+                           " is not a whole number of bytes from 65536 to 268435456: ignored"),
+              std::string::npos)
+        << Log(a_);
+    EXPECT_NE(Log(a_).find("fetched in pieces of 16 MiB"), std::string::npos) << Log(a_);
+    ASSERT_EQ(servers_[a_]->Stop(SIGTERM), 0);
+    std::ofstream(dir_.path() + "/" + a_ + ".log", std::ios::trunc);  // the next start's alone
+  }
+}
+
 // Copies of one size in a row land in objects the fetching server made ahead with their pages
 // (its host ready stock, at the default --ready-max), each holding exactly its source's bytes:
 // sources of random bytes, two of them, so that no copy can pass with another's.
@@ -212,6 +224,8 @@ TEST_F(Copies, CopiesOfOneSizeInARowLandInObjectsMadeAheadAndHoldTheirSourcesByt
       out.push_back("/" + file);
     return out;
   };
+  // The copies come one right after another (the stock keeps a size for 2 s after its last
+  // create); their bytes are read back once all are made.
   for (int i = 0; i < 4; ++i) {
     std::string copy = "c" + std::to_string(i);
     std::vector<std::string> before;
@@ -229,8 +243,8 @@ TEST_F(Copies, CopiesOfOneSizeInARowLandInObjectsMadeAheadAndHoldTheirSourcesByt
       EXPECT_NE(std::find(before.begin(), before.end(), object), before.end())
           << copy << ": " << object << " was not made ahead";
     }
-    ExpectSameBytes(copy, a_, files[i % 2]);
   }
+  for (int i = 0; i < 4; ++i) ExpectSameBytes("c" + std::to_string(i), a_, files[i % 2]);
   // Once copies of the size stop, what was made ahead goes back.
   for (int i = 0; i < 4; ++i)
     ASSERT_EQ(Tool("mcd-rm", {"c" + std::to_string(i), "--node", a_, "-q"}).exit_code, 0);

@@ -53,8 +53,10 @@ class Lifecycle : public ::testing::Test {
 
   void StartServer(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {
-        test::ToolPath("mcd-serve"), "--devices",    devices_,      "--node",  node_,
-        "--heartbeat-ttl",           heartbeat_ttl_, "--ready-max", ready_max_};
+        test::ToolPath("mcd-serve"), "--devices",   devices_, "--node", node_,
+        "--heartbeat-ttl",           heartbeat_ttl_};
+    std::string ready_max = ready_max_.empty() && devices_ == "cpu" ? "0" : ready_max_;
+    if (!ready_max.empty()) argv.insert(argv.end(), {"--ready-max", ready_max});
     argv.insert(argv.end(), extra.begin(), extra.end());
     size_t started = Count(ServeLog(), "serving node");
     server_ = std::make_unique<test::Background>(argv, Env(), dir_.path() + "/serve.log");
@@ -259,9 +261,9 @@ class Lifecycle : public ::testing::Test {
 
   std::string devices_ = "cpu";      // mcd-serve --devices
   std::string heartbeat_ttl_ = "3";  // mcd-serve --heartbeat-ttl
-  // mcd-serve --ready-max: none unless a test asks, so that the shared-memory objects of a node
-  // (ShmCount) are its tensors' alone.
-  std::string ready_max_ = "0";
+  // mcd-serve --ready-max; "": 0 where the server serves host memory only, so that the
+  // shared-memory objects of a node (ShmCount) are its tensors' alone, else the default.
+  std::string ready_max_;
   bool via_queue_ =
       false;  // the tools and clients of this test use the queue, not the command socket
   test::TempDir dir_;

@@ -138,7 +138,7 @@ inline constexpr double kReadyFreeReserve = 0.25;
 inline constexpr uint64_t kReadyAheadFreely = 256ull << 20;
 std::unique_ptr<Allocator> WithReadyStock(std::unique_ptr<Allocator> inner, ReadyLimit limit);
 // The same in front of host shared memory (`inner` from MakeHostShmAllocator), for the creates
-// that write every byte themselves (those that ask for no zeroing: a copy, a fill): one of a
+// that ask for no zeroing (a copy, a fill, which write every byte themselves; init none): one of a
 // size created recently takes an object whose pages exist already (FillHostShm) instead of
 // one whose pages the kernel makes and zeroes as they are first touched. Its demand rule and
 // bounds are the GPU stock's, the limit's fraction being of /dev/shm's size; its blocks are made

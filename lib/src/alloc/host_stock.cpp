@@ -9,11 +9,11 @@
 // (docs/scale-out.md). A block of this stock is an object whose pages exist already
 // (FillHostShm): mapping and writing them costs a fraction of that.
 //
-// Which creates: those that write every byte themselves, and so ask for no zeroing (a copy from
-// another node, a fill from a file, a safetensors load). A plain create keeps its lazy pages: a
-// tensor of which a consumer touches a few pages would otherwise have every page made for it,
-// and a loop of creates and deletes would make each block twice (on a 2-core VM, the 8-client
-// rate of 1 MiB host pairs fell by a quarter with every create stocked).
+// Which creates: those that ask for no zeroing, most of which write every byte themselves (a copy
+// from another node, a fill from a file, a safetensors load; and init none). A plain create keeps
+// its lazy pages: a tensor of which a consumer touches a few pages would otherwise have every page
+// made for it, and a loop of creates and deletes would make each block twice (on a 2-core VM, the
+// 8-client rate of 1 MiB host pairs fell by a quarter with every create stocked).
 //
 // How it differs from the GPU stock (ready_stock.cpp), whose demand rule it shares
 // (StockDemand):
@@ -64,12 +64,12 @@ class HostStock final : public Allocator {
   }
 
   ~HostStock() override {
-    // The stock's last job gives back what it holds, after any block still being made.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;  // a fill under way stops after its block, which it gives back
+    }
+    // The stock's last job gives back what it holds, after the jobs before it.
     (void)filler_.Call([this](DeviceContext& ctx) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stopping_ = true;
-      }
       GiveBack(ctx, TakeBlocks(/*everything=*/true));
       return Status::Ok();
     });
@@ -96,11 +96,18 @@ class HostStock final : public Allocator {
       }
     }
     auto made = inner_->Allocate(ctx, bytes, zero);
-    if (!made.ok() && made.status().code() == ErrorCode::kOutOfMemory && ReadyBytes() > 0) {
+    if (!made.ok() && made.status().code() == ErrorCode::kOutOfMemory && HoldsAny()) {
       Log(LogLevel::kInfo, "host shared memory short for " + std::to_string(bytes) +
                                " bytes: giving back the " + std::to_string(ReadyBytes()) +
                                " bytes held ready, then retrying");
       GiveBack(ctx, TakeBlocks(/*everything=*/true));
+      // What its thread is making or has yet to give back goes too: the retry waits for it.
+      (void)filler_.Call([](DeviceContext&) { return Status::Ok(); });
+      GiveBack(ctx, TakeBlocks(/*everything=*/true));
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        paused_ = true;  // no block made ahead into the space this create needs, until a free
+      }
       made = inner_->Allocate(ctx, bytes, zero);
     }
     if (stocked) {
@@ -118,7 +125,7 @@ class HostStock final : public Allocator {
   Status Free(DeviceContext& ctx, const Allocation& allocation) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      paused_ = false;
+      paused_ = false;  // the space it held is back
       if (counted_.erase(allocation.ipc_handle) > 0) {
         auto shelf = shelves_.find(allocation.bytes);
         if (shelf != shelves_.end()) shelf->second.demand.Freed();
@@ -134,10 +141,18 @@ class HostStock final : public Allocator {
     std::vector<Allocation> surplus = TakeBlocks(everything);
     if (surplus.empty()) return;
     if (everything) return GiveBack(ctx, surplus);
-    (void)filler_.Post([this, surplus = std::move(surplus)](DeviceContext& filler_ctx) {
+    uint64_t bytes = 0;
+    for (const Allocation& block : surplus) bytes += block.bytes;
+    giving_back_.fetch_add(bytes, std::memory_order_relaxed);  // still in /dev/shm meanwhile
+    Status posted = filler_.Post([this, surplus, bytes](DeviceContext& filler_ctx) {
       GiveBack(filler_ctx, surplus);
+      giving_back_.fetch_sub(bytes, std::memory_order_relaxed);
       return Status::Ok();
     });
+    if (!posted.ok()) {  // stopping: here, then
+      GiveBack(ctx, surplus);
+      giving_back_.fetch_sub(bytes, std::memory_order_relaxed);
+    }
   }
 
  private:
@@ -154,9 +169,10 @@ class HostStock final : public Allocator {
   }
 
   // On the stock's thread: one block at a time, while a shelf is short of its demand and the
-  // stock has room. A block allocated ahead is memory the server did not hold before, so past
-  // kReadyAheadFreely in all it is made only while /dev/shm keeps kReadyFreeReserve of its size
-  // free after it.
+  // stock has room. A block is space in /dev/shm the server did not hold before, which the
+  // tensors made a moment ago have yet to fill: it is made only while /dev/shm keeps
+  // kReadyFreeReserve of its size free after it (the GPU stock makes its first 256 MiB without
+  // asking; a host tensor's pages are only taken as it is written).
   Status FillShelves(DeviceContext& ctx) {
     for (;;) {
       uint64_t bytes = 0;
@@ -171,14 +187,17 @@ class HostStock final : public Allocator {
         making_bytes_ += bytes;
       }
       auto block = inner_->Allocate(ctx, bytes, /*zero=*/false);
-      Status filled = block.ok() ? FillHostShm(block.value().ipc_handle, bytes) : block.status();
+      // Its pages only while the size still wants it: a size gone idle meanwhile, or a stop,
+      // spares the work.
+      const bool wanted = block.ok() && StillWanted(bytes);
+      Status filled = wanted ? FillHostShm(block.value().ipc_handle, bytes) : block.status();
       bool kept = false;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         Shelf& shelf = shelves_[bytes];
         --shelf.making;
         making_bytes_ -= bytes;
-        if (filled.ok() && !stopping_ &&
+        if (wanted && filled.ok() && !stopping_ &&
             static_cast<int>(shelf.blocks.size()) < shelf.demand.Target(SteadyMs())) {
           shelf.blocks.push_back(block.value());
           held_.fetch_add(bytes, std::memory_order_relaxed);
@@ -189,27 +208,39 @@ class HostStock final : public Allocator {
         }
       }
       if (!kept && block.ok()) (void)inner_->Free(ctx, block.value());
-      if (!filled.ok()) {
-        Log(LogLevel::kDebug, "host ready stock: " + filled.ToString());
-      }
+      if (!filled.ok()) Log(LogLevel::kDebug, "host ready stock: " + filled.ToString());
     }
   }
 
   // The size of the next block to make, 0 when none is due. mutex_ held.
   uint64_t NextToMake() const {
     const int64_t now = SteadyMs();
-    const uint64_t held = held_.load(std::memory_order_relaxed) + making_bytes_;
+    const uint64_t held = held_.load(std::memory_order_relaxed) + making_bytes_ +
+                          giving_back_.load(std::memory_order_relaxed);
     for (const auto& [bytes, shelf] : shelves_) {
       if (static_cast<int>(shelf.blocks.size()) + shelf.making >= shelf.demand.Target(now) ||
-          held + bytes > max_bytes_ || !LeavesReserve(held, bytes))
+          held + bytes > max_bytes_ || !LeavesReserve(bytes))
         continue;
       return bytes;
     }
     return 0;
   }
 
-  static bool LeavesReserve(uint64_t held, uint64_t bytes) {
-    if (held + bytes <= kReadyAheadFreely) return true;
+  // Whether a block of `bytes` being made (counted in its shelf's `making`) is still due.
+  bool StillWanted(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Shelf& shelf = shelves_[bytes];
+    return !stopping_ && !paused_ &&
+           static_cast<int>(shelf.blocks.size()) + shelf.making <= shelf.demand.Target(SteadyMs());
+  }
+
+  // Whatever the stock has in /dev/shm: held, being made, or yet to be given back.
+  bool HoldsAny() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ReadyBytes() > 0 || making_bytes_ > 0 || giving_back_.load() > 0;
+  }
+
+  static bool LeavesReserve(uint64_t bytes) {
     ShmSpace space = ReadShmSpace();
     return space.available >= bytes && static_cast<double>(space.available - bytes) >=
                                            static_cast<double>(space.total) * kReadyFreeReserve;
@@ -257,6 +288,7 @@ class HostStock final : public Allocator {
   bool paused_ = false;        // under mutex_: a block could not be made
   bool stopping_ = false;      // under mutex_: the stock is being destroyed
   std::atomic<uint64_t> held_{0};
+  std::atomic<uint64_t> giving_back_{0};  // taken out of the shelves, not unlinked yet
   // Declared last: destroyed first, its jobs (which touch the members above) all run by then.
   GpuWorker filler_{kHostDevice};
 };

@@ -21,18 +21,19 @@ namespace {
 // Below this, a copy's page faults cost less than the calls that would spare them.
 constexpr uint64_t kPopulateAtBytes = 1 << 20;
 
-Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes) {
+// `into_tensor`: dst is the tensor's memory (a write), else src is (a read).
+Status Copy(const TensorView& view, void* dst, const void* src, uint64_t bytes, bool into_tensor) {
   if (bytes > view.record.bytes) {
     return Status(ErrorCode::kInvalidArgument, "copy of " + std::to_string(bytes) +
                                                    " bytes into a tensor of " +
                                                    std::to_string(view.record.bytes));
   }
   if (view.record.device == kHostDevice) {
-    if (bytes >= kPopulateAtBytes && dst == view.data) {
+    if (bytes >= kPopulateAtBytes && into_tensor) {
       // Into the tensor: each side's pages mapped in one call into the kernel, rather than one
       // fault a page during the copy (a 1 GiB host fill from a file on an H200 host: 638-1122
-      // -> 415-720 ms); a tensor whose pages /dev/shm cannot all hold is refused here, where
-      // the copy would raise SIGBUS. The source's are only an aid.
+      // -> 415-720 ms); a tensor of 1 MiB or more whose pages /dev/shm cannot all hold is
+      // refused here, where the copy would raise SIGBUS. The source's are only an aid.
       MCD_RETURN_IF_ERROR(PopulateHost(dst, bytes, /*for_write=*/true));
       (void)PopulateHost(const_cast<void*>(src), bytes, /*for_write=*/false);
     }
@@ -56,12 +57,12 @@ Status Client::Warmup(int device) {
 }
 
 Status Client::CopyToHost(const TensorView& view, void* dst, uint64_t bytes) {
-  MCD_RETURN_IF_ERROR(Copy(view, dst, view.data, bytes));
+  MCD_RETURN_IF_ERROR(Copy(view, dst, view.data, bytes, /*into_tensor=*/false));
   return view.referenced ? Status::Ok() : impl_->StillThere(view.record);
 }
 
 Status Client::CopyFromHost(const TensorView& view, const void* src, uint64_t bytes) {
-  return Copy(view, view.data, src, bytes);
+  return Copy(view, view.data, src, bytes, /*into_tensor=*/true);
 }
 
 }  // namespace mcd

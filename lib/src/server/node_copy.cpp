@@ -114,17 +114,26 @@ class StagedAnswer : public std::enable_shared_from_this<StagedAnswer> {
   std::atomic<int> device_jobs_{0};
 };
 
+Result<uint64_t> CopyPieceFromEnvironment() {
+  const char* text = std::getenv("MCD_COPY_PIECE");
+  if (text == nullptr || *text == '\0') return kCopyPieceBytes;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  bool whole = *end == '\0' && errno == 0 && text[0] != '-';
+  if (whole && value >= kMinCopyPieceBytes && value <= kMaxCopyPieceBytes) {
+    return static_cast<uint64_t>(value);
+  }
+  return Status(ErrorCode::kInvalidArgument, "MCD_COPY_PIECE=" + Printable(text) +
+                                                 " is not a whole number of bytes from " +
+                                                 std::to_string(kMinCopyPieceBytes) + " to " +
+                                                 std::to_string(kMaxCopyPieceBytes));
+}
+
 uint64_t CopyPieceBytes() {
   static const uint64_t piece = [] {
-    const char* text = std::getenv("MCD_COPY_PIECE");
-    if (text == nullptr || *text == '\0') return kCopyPieceBytes;
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long value = std::strtoull(text, &end, 10);
-    bool whole = *end == '\0' && errno == 0 && text[0] != '-';
-    return whole && value >= kMinCopyPieceBytes && value <= kMaxCopyPieceBytes
-               ? static_cast<uint64_t>(value)
-               : kCopyPieceBytes;
+    auto asked = CopyPieceFromEnvironment();
+    return asked.ok() ? asked.value() : kCopyPieceBytes;
   }();
   return piece;
 }

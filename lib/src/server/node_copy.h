@@ -31,7 +31,10 @@
 namespace mcd {
 
 // The pieces this server asks its copies' bytes in: kCopyPieceBytes, or MCD_COPY_PIECE (a whole
-// number of bytes from kMinCopyPieceBytes to kMaxCopyPieceBytes; anything else is ignored).
+// number of bytes from kMinCopyPieceBytes to kMaxCopyPieceBytes); kInvalidArgument, saying what
+// it takes, for any other value, which the server warns of at start and replaces with
+// kCopyPieceBytes (CopyPieceBytes).
+Result<uint64_t> CopyPieceFromEnvironment();
 uint64_t CopyPieceBytes();
 
 // Pinned host buffers for staging GPU tensors' pieces, kept for the next copy rather than

@@ -204,7 +204,9 @@ void Server::Impl::StartNodeCopies() {
     if (!copier_->gpu_direct())
       how += "; GPU tensors staged in pinned host memory (--stage-gpu-copies)";
   }
-  uint64_t piece = CopyPieceBytes();  // MCD_COPY_PIECE, which is otherwise read silently
+  auto asked = CopyPieceFromEnvironment();
+  if (!asked.ok()) Log(LogLevel::kWarn, asked.status().message() + ": ignored");
+  uint64_t piece = CopyPieceBytes();
   std::string pieces = piece % (1u << 20) == 0 ? std::to_string(piece >> 20) + " MiB"
                                                : std::to_string(piece) + " bytes";
   Log(LogLevel::kInfo, "copies between nodes: over UCX " + copies_->version() + how +

@@ -219,25 +219,44 @@ TEST_F(DeviceSetTest, TheHostStockGoesBackOnceItsSizeIsNoLongerCreated) {
 }
 
 TEST_F(DeviceSetTest, TheHostStockKeepsToItsLimit) {
-  opt_.ready_max_bytes = 4 << 20;  // sizes up to 2 MiB
+  opt_.ready_max_bytes = 4 << 20;  // in all; sizes up to 2 MiB
   ASSERT_NO_FATAL_FAILURE(Reopen());
-  Allocation large = HostAllocation(3 << 20, false), small = HostAllocation(2 << 20, false);
+  // Too large a size: none made for it (the 1 MiB after it is, and the stock makes its blocks
+  // one after another, so that its block says the stock has looked at the sizes before).
+  Allocation large = HostAllocation(3 << 20, false), marker = HostAllocation(1 << 20, false);
+  ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == (1u << 20); }, 30000));
+  std::vector<Object> stocked = OtherObjects({large.ipc_handle, marker.ipc_handle});
+  ASSERT_EQ(stocked.size(), 1u);
+  EXPECT_EQ(stocked[0].size, 1u << 20);
+  // 1 MiB held: a 2 MiB block fits beside it, then nothing more (a 1.5 MiB one would pass 4 MiB).
+  Allocation two = HostAllocation(2 << 20, false);
+  ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == (3u << 20); }, 30000));
+  Allocation half = HostAllocation(3 << 19, false);
+  Allocation marker2 = HostAllocation(1 << 20, false);  // takes the 1 MiB block; one more is due
+  ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == (3u << 20); }, 30000));
+  usleep(300 * 1000);
+  EXPECT_EQ(set_->ReadyBytes(), 3u << 20);
+  for (const Object& object : OtherObjects({large.ipc_handle, marker.ipc_handle, two.ipc_handle,
+                                            half.ipc_handle, marker2.ipc_handle})) {
+    EXPECT_NE(object.size, 3u << 19) << "a block past the limit";
+  }
+  for (const Allocation& a : {large, marker, two, half, marker2})
+    EXPECT_TRUE(set_->Free(kHostDevice, a).ok());
+}
+
+TEST_F(DeviceSetTest, NoHostStockForPlainCreatesNorWithReadyMaxZero) {
+  // A plain create (zeroed, its pages made as they are touched) is not stocked for: a create of
+  // another size that is, made after it, finds its block made, and none of the plain size.
+  Allocation plain = HostAllocation(1 << 20, true);
+  Allocation filled = HostAllocation(2 << 20, false);
   ASSERT_TRUE(test::WaitFor([&] { return set_->ReadyBytes() == (2u << 20); }, 30000));
-  usleep(200 * 1000);
-  std::vector<Object> stocked = OtherObjects({large.ipc_handle, small.ipc_handle});
+  std::vector<Object> stocked = OtherObjects({plain.ipc_handle, filled.ipc_handle});
   ASSERT_EQ(stocked.size(), 1u);
   EXPECT_EQ(stocked[0].size, 2u << 20);
-  EXPECT_EQ(set_->Free(kHostDevice, large).ok(), true);
-  EXPECT_EQ(set_->Free(kHostDevice, small).ok(), true);
-  // A plain create (zeroed, its pages made as they are touched) is not stocked for.
-  opt_.ready_max_bytes = 0;
-  ASSERT_NO_FATAL_FAILURE(Reopen());
-  Allocation plain = HostAllocation(1 << 20, true);
-  usleep(300 * 1000);
-  EXPECT_EQ(set_->ReadyBytes(), 0u);
-  EXPECT_TRUE(OtherObjects({plain.ipc_handle}).empty());
   EXPECT_TRUE(set_->Free(kHostDevice, plain).ok());
-  // --ready-max 0: none.
+  EXPECT_TRUE(set_->Free(kHostDevice, filled).ok());
+  // --ready-max 0: no stock at all.
+  opt_.ready_max_bytes = 0;
   opt_.ready_max_fraction = 0;
   ASSERT_NO_FATAL_FAILURE(Reopen());
   Allocation alone = HostAllocation(1 << 20, false);
