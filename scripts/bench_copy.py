@@ -54,6 +54,17 @@ def wait_for(predicate, seconds):
     return False
 
 
+def start_redis(tmp):
+    """A private redis-server on a Unix socket in `tmp`, and the environment that names it."""
+    sock = os.path.join(tmp, "redis.sock")
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                              "--dir", tmp], stdout=subprocess.DEVNULL)
+    if not wait_for(lambda: os.path.exists(sock), 10):
+        redis.kill()
+        raise SystemExit("redis-server did not start")
+    return redis, dict(os.environ, MCD_REDIS_URL=f"unix://{sock}")
+
+
 def start_servers(bin_dir, env, tls, devices, staged, tmp):
     """The two servers, and whether they move GPU tensors in place."""
     servers = []
@@ -220,11 +231,7 @@ def main():
     devices = a.devices.split(",")
     gpus = ",".join(d for d in devices if d != "cpu") or "cpu"
     tmp = tempfile.mkdtemp(prefix="mcd-bench-copy-")
-    sock = os.path.join(tmp, "redis.sock")
-    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
-                              "--dir", tmp], stdout=subprocess.DEVNULL)
-    env = dict(os.environ, MCD_REDIS_URL=f"unix://{sock}")
-    wait_for(lambda: os.path.exists(sock), 10)
+    redis, env = start_redis(tmp)
     rows = []
     try:
         for tls in a.transports.split():

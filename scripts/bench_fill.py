@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_copy import human, random_npy, run, same_file, wait_for  # noqa: E402
+from bench_copy import human, random_npy, run, same_file, start_redis, wait_for  # noqa: E402
 from bench_torch_peer import parse_size  # noqa: E402
 
 
@@ -37,14 +37,9 @@ def main():
     devices = a.devices.split(",")
     gpus = ",".join(d for d in devices if d != "cpu") or "cpu"
     tmp = tempfile.mkdtemp(prefix="mcd-bench-fill-")
-    sock = os.path.join(tmp, "redis.sock")
-    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
-                              "--dir", tmp], stdout=subprocess.DEVNULL)
-    env = dict(os.environ, MCD_REDIS_URL=f"unix://{sock}")
+    redis, env = start_redis(tmp)
     server = None
     try:
-        if not wait_for(lambda: os.path.exists(sock), 10):
-            raise SystemExit("redis-server did not start")
         log = os.path.join(tmp, "serve.log")
         with open(log, "w") as out:
             server = subprocess.Popen([tool("mcd-serve"), "--node", "fill", "--devices", gpus],
