@@ -192,7 +192,7 @@ TEST_F(Copies, AHostTensorIsCopiedToAnotherNode) {
 
 // A piece size the server cannot use is said at start, and the default used.
 TEST_F(Copies, APieceSizeOutOfRangeIsSaidAtStartAndTheDefaultUsed) {
-  for (const char* bad : {"4096", "12x", "-1"}) {
+  for (const char* bad : {"4096", "12x", "-1", "+65536"}) {
     Serve(a_, "tcp", {}, {{"MCD_COPY_PIECE", bad}});
     EXPECT_NE(Log(a_).find(std::string("MCD_COPY_PIECE=") + bad +
                            " is not a whole number of bytes from 65536 to 268435456: ignored"),

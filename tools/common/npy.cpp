@@ -147,7 +147,11 @@ Result<NpyArray> ReadNpy(const std::string& path) {
   size_t data_at = 0;
   MCD_ASSIGN_OR_RETURN(std::string_view header, ReadNpyHeader(out.file.view(), path, data_at));
   MCD_RETURN_IF_ERROR(ParseNpyHeader(std::string(header), path, out));
-  MCD_ASSIGN_OR_RETURN(uint64_t bytes, ShapeBytes(out.shape, out.dtype));
+  auto shape_bytes = ShapeBytes(out.shape, out.dtype);
+  if (!shape_bytes.ok()) {  // the file's shape, which its reader did not write: named
+    return Status(shape_bytes.status().code(), path + ": " + shape_bytes.status().message());
+  }
+  const uint64_t bytes = shape_bytes.value();
   // More data than the shape is not one array either (two files joined, a header that lies
   // about its shape).
   uint64_t held = out.file.size() - data_at;

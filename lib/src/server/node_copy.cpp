@@ -120,7 +120,8 @@ Result<uint64_t> CopyPieceFromEnvironment() {
   char* end = nullptr;
   errno = 0;
   unsigned long long value = std::strtoull(text, &end, 10);
-  bool whole = *end == '\0' && errno == 0 && text[0] != '-';
+  // strtoull also takes leading blanks and a sign, which the value must not have either.
+  bool whole = *end == '\0' && errno == 0 && text[0] >= '0' && text[0] <= '9';
   if (whole && value >= kMinCopyPieceBytes && value <= kMaxCopyPieceBytes) {
     return static_cast<uint64_t>(value);
   }
