@@ -203,7 +203,8 @@ class HostStock final : public Allocator {
           held_.fetch_add(bytes, std::memory_order_relaxed);
           kept = true;
         } else if (!filled.ok()) {
-          // /dev/shm full, say: no more tries (each would fail the same) until a free or a Trim.
+          // /dev/shm full, say: no more tries (each would fail the same) until a free, or a Trim
+          // (which runs while the stock holds blocks).
           paused_ = true;
         }
       }
