@@ -149,6 +149,12 @@ std::unique_ptr<Allocator> WithHostStock(std::unique_ptr<Allocator> inner, Ready
 // Removes host shm objects of this user whose names start with `name_prefix` (left by a dead
 // instance). Returns how many were removed.
 int RemoveHostShmObjects(const std::string& name_prefix);
+// /dev/shm's size and the bytes left in it; both 0 where it cannot be read.
+struct ShmSpace {
+  uint64_t total = 0;
+  uint64_t available = 0;
+};
+ShmSpace ReadShmSpace();
 // Makes every page of host shm object `shm_name` (`bytes` long) now, zeroed, without mapping
 // it: a later mapping then finds them rather than have the kernel make each at its first touch.
 // kOutOfMemory when /dev/shm cannot hold them; ok, nothing made, where the file system cannot.

@@ -39,14 +39,11 @@ class HostShmAllocator final : public Allocator {
   Result<Allocation> Allocate(DeviceContext&, uint64_t bytes, bool /*zero*/) override {
     // A new object is all zero pages, so "init: zero" costs nothing here. Check the space first:
     // ftruncate of a sparse object succeeds and the first touch past the limit would SIGBUS.
-    struct statvfs vfs {};
-    if (statvfs("/dev/shm", &vfs) == 0) {
-      uint64_t available = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-      if (bytes > available) {
-        return Status(ErrorCode::kOutOfMemory,
-                      "host shared memory: requested " + std::to_string(bytes) + " bytes, " +
-                          std::to_string(available) + " available in /dev/shm");
-      }
+    ShmSpace space = ReadShmSpace();
+    if (space.total > 0 && bytes > space.available) {
+      return Status(ErrorCode::kOutOfMemory,
+                    "host shared memory: requested " + std::to_string(bytes) + " bytes, " +
+                        std::to_string(space.available) + " available in /dev/shm");
     }
     // Names nobody can guess ahead, tried again when taken: another local user who made the
     // names a server will use would otherwise make its creates fail.
@@ -102,6 +99,13 @@ class HostShmAllocator final : public Allocator {
 
 std::unique_ptr<Allocator> MakeHostShmAllocator(std::string name_prefix, gid_t group) {
   return std::make_unique<HostShmAllocator>(std::move(name_prefix), group);
+}
+
+ShmSpace ReadShmSpace() {
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) != 0) return {};
+  return {static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize,
+          static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize};
 }
 
 Status FillHostShm(const std::string& shm_name, uint64_t bytes) {

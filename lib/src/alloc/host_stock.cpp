@@ -21,8 +21,6 @@
 //   creates: making the pages of 1 GiB takes a third of a second or more.
 // - A block is always a new object. A freed tensor's object is unlinked, never stocked again, so
 //   no block carries a former tenant's bytes and none needs zeroing.
-#include <sys/statvfs.h>
-
 #include <atomic>
 #include <deque>
 #include <map>
@@ -37,18 +35,6 @@
 
 namespace mcd {
 namespace {
-
-// /dev/shm's size and the bytes left in it; both 0 where it cannot be read.
-struct ShmSpace {
-  uint64_t total = 0;
-  uint64_t available = 0;
-};
-ShmSpace ReadShmSpace() {
-  struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) != 0) return {};
-  return {static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize,
-          static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize};
-}
 
 class HostStock final : public Allocator {
  public:
