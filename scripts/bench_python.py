@@ -9,7 +9,7 @@ consumer's acknowledgement, with the same two processes and the same multiproces
 (pickled by torch.multiprocessing's reductions, without a Queue's feeder thread) carrying the
 handover: memcuda's producer creates a named tensor (zeroed, on GPU 0) and sends its name, the
 consumer gets it, views it as a torch.Tensor (torch.from_dlpack; in a second row
-torch.as_tensor, through __cuda_array_interface__), reads one element and
+torch.as_tensor, through __cuda_array_interface__; in a third memcuda.as_torch), reads one element and
 acknowledges (its references are given back outside the time, as mcd-bench's share row does);
 the peer's producer makes torch.zeros and sends the tensor itself (CUDA IPC underneath), the
 consumer reads one element, drops it and acknowledges. The producer's cleanup (memcuda's
@@ -66,7 +66,7 @@ def consumer(conn, node):
     torch.zeros(1, device="cuda")  # context up before the first measurement
     mc = memcuda.connect(node=node)
     conn.send("ready")
-    steps = {"get": [], "dlpack": [], "as_tensor": [], "read": []}
+    steps = {"get": [], "dlpack": [], "as_tensor": [], "as_torch": [], "read": []}
     held = []  # given back in batches, outside the time, as mcd-bench's share row does
     resident = torch.zeros(1 << 20, dtype=torch.uint8, device="cuda")  # the floor row's tensor
     while True:
@@ -88,7 +88,9 @@ def consumer(conn, node):
             t0 = time.perf_counter()
             t = mc.get(name)
             t1 = time.perf_counter()
-            view = torch.from_dlpack(t) if how == "dlpack" else torch.as_tensor(t, device="cuda")
+            view = (torch.from_dlpack(t) if how == "dlpack" else
+                    torch.as_tensor(t, device="cuda") if how == "as_tensor" else
+                    memcuda.as_torch(t))
             t2 = time.perf_counter()
             _ = view[0].item()
             t3 = time.perf_counter()
@@ -191,14 +193,15 @@ def main():
     made = []
     create_us = []
     for size in sorted(parse_size(s) for s in args.sizes.split(",")):
-        lat = {"memcuda, torch.from_dlpack": [], "memcuda, torch.as_tensor": [],
-               "torch.multiprocessing": [], "handover floor": []}
+        rows_of = {"dlpack": "memcuda, torch.from_dlpack", "as_tensor": "memcuda, torch.as_tensor",
+                   "as_torch": "memcuda, memcuda.as_torch"}
+        lat = {row: [] for row in rows_of.values()}
+        lat.update({"torch.multiprocessing": [], "handover floor": []})
         for i in range(5):  # warm-up of both
             memcuda_share(size, -1 - i)
             torch_share(size, i)
         del create_us[:], calls.create_us[:]  # the creates of the share rows only
-        for how in ("dlpack", "as_tensor"):
-            row = "memcuda, torch.from_dlpack" if how == "dlpack" else "memcuda, torch.as_tensor"
+        for how, row in rows_of.items():
             for i in range(args.iterations):
                 lat[row].append(memcuda_share(size, i, how) * 1e6)
                 if len(made) >= 64:

@@ -12,7 +12,7 @@ from the producer's message to that consumer's last read, per consumer; rows alt
 each round. Rows:
 
 - memcuda, batched get: plain tensors (one allocation each), conn.get_many(names) in one call,
-  then torch.from_dlpack on each;
+  then memcuda.as_torch of the list (each tensor's own DLPack capsule to torch.from_dlpack);
 - memcuda, tensor set: the same weights as one tensor set (one allocation), conn.get_set(name),
   then memcuda.as_torch (one DLPack export of the set, a strided view of it per member);
 - torch.multiprocessing: the producer sends a dict of its CUDA tensors through a Pipe;
@@ -141,7 +141,7 @@ def consumer(conn, node, mode, shapes):
         held = mc.get_set(message)
     t1 = time.perf_counter()
     if mode == "batched":
-        views = {name[len("plain/"):]: torch.from_dlpack(t) for name, t in zip(message, held)}
+        views = dict(zip((name[len("plain/"):] for name in message), memcuda.as_torch(held)))
     elif mode == "set":
         views = memcuda.as_torch(held)
     t2 = time.perf_counter()

@@ -144,14 +144,14 @@ class Client:
                        len(shape), _device(device), ctypes.byref(options), ctypes.byref(out))
             if len(self._created) < _CREATED_TRACKED:
                 self._created[name] += 1
-        return Tensor(self, None, _Record(out))
+        return Tensor(self, None, _Record.of(out))
 
     def get(self, name: str) -> "Tensor":
         """Takes a reference to tensor `name` for this process and opens it here."""
         out = _CTensor()
         with self._lock:  # the reference and its count at once: rm() never sees one alone
             self._call(_clib.mcd_get, _bytes(name), ctypes.byref(out))
-            record = _Record(out)
+            record = _Record.of(out)
             mapping = _Mapping(self, record)
         return Tensor(self, mapping, record)
 
@@ -168,7 +168,7 @@ class Client:
         out = (_CTensor * len(names))()
         with self._lock:
             self._call(_clib.mcd_get_many, array, len(names), out)
-            records = [_Record(c) for c in out]
+            records = _Record.many(ctypes.addressof(out), len(names))
             return [Tensor(self, _Mapping(self, record), record) for record in records]
 
     def create_set(self, name: str, members: Sequence[tuple], device: Device = 0,
@@ -218,8 +218,7 @@ class Client:
         with self._lock:
             self._call(_clib.mcd_get_set, _bytes(name), ctypes.byref(array), ctypes.byref(count))
             try:
-                array_of = ctypes.cast(array, ctypes.POINTER(_CTensor))
-                members = [_Record(array_of[i]) for i in range(count.value)]
+                members = _Record.many(array.value, count.value)
                 hold = _SetHold(self, [(record.name, record.data) for record in members])
                 cut = len(name) + 1
                 return {record.name[cut:]: Tensor(self, _Mapping(self, record, hold), record)
@@ -420,13 +419,20 @@ class _Record:
 
     __slots__ = ("name", "dtype", "device", "shape", "nbytes", "data")
 
-    def __init__(self, c):
-        self.name = c.name.decode()
-        self.dtype = c.dtype.decode()
-        self.device = c.device
-        self.shape = tuple(c.shape[:c.ndim])
-        self.nbytes = c.bytes
-        self.data = c.data
+    def __init__(self, name, dtype, device, shape, nbytes, data):
+        self.name, self.dtype, self.device = name, dtype, device
+        self.shape, self.nbytes, self.data = shape, nbytes, data
+
+    @classmethod
+    def of(cls, c):
+        """The record of one struct mcd_tensor (a _CTensor)."""
+        return cls(c.name.decode(), c.dtype.decode(), c.device, tuple(c.shape[:c.ndim]), c.bytes,
+                   c.data)
+
+    @classmethod
+    def many(cls, address, count):
+        """The records of an array of `count` struct mcd_tensor at `address`."""
+        return [cls(*fields) for fields in _lib.records_at(address, count)]
 
 
 class _SetHold:
@@ -447,6 +453,9 @@ class _Mapping:
     is garbage-collected: it is held by the Tensor until release(), and by every array exported
     from it (a DLPack capsule's deleter drops its hold). A member of a get_set has neither of
     its own: it holds the set's _SetHold instead, which gives both back with the last member."""
+
+    __slots__ = ("client", "name", "dtype", "device", "shape", "nbytes", "data", "hold",
+                 "__weakref__")
 
     def __init__(self, client, record, hold=None):
         self.client = client  # a mapping keeps its client, which gives it back
@@ -639,27 +648,42 @@ class Tensor:
         out = _CTensor()
         with self._client._lock:  # as in Client.get
             self._client._call(_clib.mcd_get, self.name.encode(), ctypes.byref(out))
-            return _Mapping(self._client, _Record(out))
+            return _Mapping(self._client, _Record.of(out))
 
 
-def as_torch(tensors: Dict[str, "Tensor"]) -> Dict[str, Any]:
-    """torch.Tensor views of many Tensors at once, by the same keys: for the members of a
-    get_set on a GPU, one DLPack export of the set's allocation (from its first member's address
-    to its last one's end) and a strided view of it per member (about 2 us each, where
-    torch.from_dlpack of each takes 10-20 us: 291 members of a model in ~1 ms rather than 4-6);
-    any other Tensor, and a host set's members (each mapped on its own), through
-    torch.from_dlpack. The views keep the set's reference and mapping as a from_dlpack view does.
-    A set's views share one storage, as slices of one tensor do: what acts on the storage
-    (torch.save of a view, untyped_storage()) sees the whole span. Imports torch."""
+def as_torch(tensors: Union["Tensor", Dict[str, "Tensor"], Sequence["Tensor"]]) -> Any:
+    """torch.Tensor views, in place, of a Tensor (a torch.Tensor), of a dict of Tensors (a dict
+    by the same keys) or of a list of them (a list, in the same order): the quickest way to torch
+    for one tensor or many. For the members of a get_set on a GPU: one DLPack export of the
+    set's allocation (from its first member's address to its last one's end) and a strided view
+    of it per member (291 members of a model in ~0.5 ms on an H200, where torch.from_dlpack of
+    each took 4-6 ms). Any other Tensor, and a host set's members (each mapped on its own): its
+    own DLPack capsule handed to torch.from_dlpack, which then skips the stream handshake it makes
+    with an object that exports __dlpack__ (a memcuda tensor needs no synchronisation: see
+    __dlpack__), ~10 us a tensor on an H200 where torch.from_dlpack(tensor) takes ~30. The views
+    keep the reference and mapping as a from_dlpack view does. A set's views share one storage,
+    as slices of one tensor do: what acts on the storage (torch.save of a view,
+    untyped_storage()) sees the whole span. Imports torch."""
+    if isinstance(tensors, Tensor):
+        return as_torch({None: tensors})[None]
+    if not isinstance(tensors, dict):
+        if isinstance(tensors, (str, bytes)) or not isinstance(tensors, Sequence):
+            raise InvalidArgument("as_torch takes a Tensor, a dict or a list of Tensors, not %s"
+                                  % type(tensors).__name__)
+        views = as_torch(dict(enumerate(tensors)))
+        return [views[i] for i in range(len(tensors))]
     import torch
     from torch.utils.dlpack import from_dlpack
 
-    out: Dict[str, Any] = {}
-    sets: Dict[int, List[Tuple[str, "Tensor", Any]]] = {}
+    out: Dict[Any, Any] = {}
+    sets: Dict[int, List[Tuple[Any, "Tensor", Any]]] = {}
     for key, tensor in tensors.items():
+        if not isinstance(tensor, Tensor):
+            raise InvalidArgument("as_torch: %r is a %s, not a memcuda.Tensor"
+                                  % (key, type(tensor).__name__))
         mapping = tensor._live()
         if mapping.hold is None or tensor.device == "cpu":
-            out[key] = torch.from_dlpack(tensor)
+            out[key] = from_dlpack(tensor.__dlpack__())
         else:
             sets.setdefault(id(mapping.hold), []).append((key, tensor, mapping))
     for members in sets.values():
@@ -678,24 +702,36 @@ def _set_views(members, torch, from_dlpack):
     whole = from_dlpack(_dlpack.capsule(base, device_type, device_id, (end - base,),
                                         DTYPES["u8"][2], members[0][2].hold))
     typed: Dict[str, Any] = {}
+    strides_of: Dict[Tuple[int, ...], Tuple[int, ...]] = {}  # a model repeats a few shapes
+    as_strided = torch.as_strided
     views = {}
     for key, tensor, mapping in members:
-        if tensor.dtype not in typed:
-            dtype = torch.from_dlpack(tensor).dtype  # torch's own reading of the dtype
+        of_dtype = typed.get(tensor.dtype)
+        if of_dtype is None:
+            dtype = from_dlpack(tensor.__dlpack__()).dtype  # torch's own reading of the dtype
             size = DTYPES[tensor.dtype][0]
-            typed[tensor.dtype] = (whole[:(end - base) // size * size].view(dtype), size)
-        of_dtype, size = typed[tensor.dtype]
+            of_dtype = typed[tensor.dtype] = (whole[:(end - base) // size * size].view(dtype),
+                                              size)
+        of_dtype, size = of_dtype
         offset = mapping.data - base
         if offset % size:  # a member out of its dtype's alignment (set layouts never are)
-            views[key] = torch.from_dlpack(tensor)
+            views[key] = from_dlpack(tensor.__dlpack__())
             continue
-        strides, step = [], 1
-        for dim in reversed(tensor.shape):
-            strides.append(step)
-            step *= dim
-        views[key] = torch.as_strided(of_dtype, tensor.shape, tuple(reversed(strides)),
-                                      offset // size)
+        shape = tensor.shape
+        strides = strides_of.get(shape)
+        if strides is None:
+            strides = strides_of[shape] = _row_major_strides(shape)
+        views[key] = as_strided(of_dtype, shape, strides, offset // size)
     return views
+
+
+def _row_major_strides(shape):
+    """The strides, in elements, of a compact row-major array of `shape`."""
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
 
 
 def _host_buffer(data):

@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import os
 import shutil
+import struct
 
 MAX_DIMS = 8
 DEVICE_CPU = -1
@@ -26,6 +27,26 @@ class Tensor(ctypes.Structure):
         ("refcount", ctypes.c_int64),
         ("data", ctypes.c_void_p),
     ]
+
+
+# struct mcd_tensor as a struct format in the machine's own layout (as the C compiler lays it out),
+# for reading many records at once (records_at).
+_RECORD = struct.Struct("@201s8sii%dqQqP" % MAX_DIMS)
+if _RECORD.size != ctypes.sizeof(Tensor):
+    raise ImportError("memcuda: struct mcd_tensor is %d bytes here, not %d"
+                      % (ctypes.sizeof(Tensor), _RECORD.size))
+
+
+def records_at(address, count):
+    """The fields of the `count` records of an array of struct mcd_tensor at `address`, each as
+    (name, dtype, device, shape, bytes, data): one copy of the array and one unpack a record,
+    where a ctypes attribute read of each field costs more than all of that (a model's 291 set
+    members: ~1 us a record against ~3)."""
+    if count == 0:
+        return []
+    raw = ctypes.string_at(address, count * _RECORD.size)
+    return [(f[0].partition(b"\0")[0].decode(), f[1].partition(b"\0")[0].decode(), f[2],
+             f[4:4 + f[3]], f[12], f[14] or None) for f in _RECORD.iter_unpack(raw)]
 
 
 class CreateOptions(ctypes.Structure):

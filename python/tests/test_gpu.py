@@ -211,6 +211,44 @@ def test_a_set_from_safetensors_is_one_mapping_that_torch_and_another_process_vi
     assert mc.ls() == []
 
 
+def test_as_torch_views_plain_tensors_alone_or_in_a_list_and_holds_their_references(gpu):
+    rng = np.random.default_rng(34)
+    mc = memcuda.connect(node=gpu.node)
+    written, kinds = {}, [("f16", np.float16), ("f32", np.float32), ("i64", np.int64)]
+    for i, (dtype, np_dtype) in enumerate(kinds):
+        raw = rng.integers(0, 256, size=(5 + i) * 3 * np.dtype(np_dtype).itemsize,
+                           dtype=np.uint8).tobytes()  # random bytes, NaNs and all
+        mc.create("q%d" % i, (5 + i, 3), dtype, data=raw)
+        written["q%d" % i] = raw
+    names = sorted(written)
+    got = mc.get_many(names)
+    views = memcuda.as_torch(got)  # a list: a list, in order
+    assert isinstance(views, list) and len(views) == len(got)
+    for name, t, view in zip(names, got, views):
+        assert view.data_ptr() == t.data_ptr, name  # in place, not a copy
+        assert view.dtype == torch.from_dlpack(t).dtype and tuple(view.shape) == t.shape, name
+        assert view.cpu().contiguous().view(torch.uint8).numpy().tobytes() == written[name], name
+    assert [mc.stat(n)["refcount"] for n in names] == [2, 2, 2]
+    del got, t
+    gc.collect()
+    assert [mc.stat(n)["refcount"] for n in names] == [2, 2, 2], "the views hold them"
+    del views, view
+    gc.collect()
+    assert [mc.stat(n)["refcount"] for n in names] == [1, 1, 1]
+    one = memcuda.as_torch(mc.get("q1"))  # a Tensor: a torch.Tensor
+    assert isinstance(one, torch.Tensor) and tuple(one.shape) == (6, 3)
+    assert one.cpu().contiguous().view(torch.uint8).numpy().tobytes() == written["q1"]
+    assert mc.stat("q1")["refcount"] == 2
+    del one
+    gc.collect()
+    assert mc.stat("q1")["refcount"] == 1
+    with pytest.raises(memcuda.InvalidArgument):
+        memcuda.as_torch("q1")
+    for name in names:
+        mc.rm(name)
+    assert mc.ls() == []
+
+
 def test_as_torch_views_a_sets_members_in_place_and_holds_its_reference(gpu):
     rng = np.random.default_rng(33)
     kinds = [("f16", np.float16), ("f32", np.float32), ("u8", np.uint8), ("i64", np.int64),

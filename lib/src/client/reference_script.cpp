@@ -220,17 +220,38 @@ Status ReferenceScript::LoadMany() {
   return Status::Ok();
 }
 
-Result<ReferenceManyReply> ReferenceScript::RunMany(std::vector<std::string>& argv) {
+Result<ReferenceManyReply> ReferenceScript::RunMany(std::vector<std::string>& argv,
+                                                    const std::string& set_record) {
   for (int attempt = 0;; ++attempt) {
     if (many_sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(LoadMany());
     argv[kReferenceShaIndex] = many_sha_;
-    auto reply = redis_.Command(std::vector<std::string_view>(argv.begin(), argv.end()));
-    if (!reply.ok() && IsNoScript(reply.status().message()) && attempt == 0) {
-      many_sha_ = kNotLoaded;  // Redis lost it (a restart, SCRIPT FLUSH): once more
-      continue;
+    MCD_RETURN_IF_ERROR(redis_.Append(std::vector<std::string_view>(argv.begin(), argv.end())));
+    if (!set_record.empty()) MCD_RETURN_IF_ERROR(redis_.Append({"HGETALL", set_record}));
+    MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_.ReadReply());
+    // Read whatever the script answered: the connection stays in step.
+    std::optional<Result<RedisValue>> record;
+    if (!set_record.empty()) record = redis_.ReadCommandReply("HGETALL");
+    if (reply.type == RedisValue::Type::kError) {
+      if (IsNoScript(reply.str) && attempt == 0) {
+        many_sha_ = kNotLoaded;  // Redis lost it (a restart, SCRIPT FLUSH): once more
+        continue;
+      }
+      return RedisErrorStatus("EVALSHA (reference_many)", reply.str);
     }
-    if (!reply.ok()) return reply.status();
-    return ParseReferenceManyReply(std::move(reply).value());
+    MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, ParseReferenceManyReply(std::move(reply)));
+    if (record && answer.failed == std::nullopt) {
+      if (!record->ok()) {
+        // Read with the reference taken: it goes back, as a record it cannot read gives it back.
+        (void)Release(answer.leader, kAnyEpoch, Whose::kTaken);
+        return record->status();
+      }
+      std::vector<RedisValue>& pairs = record->value().elements;
+      answer.members.reserve(pairs.size() / 2);
+      for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+        answer.members.emplace_back(std::move(pairs[i].str), std::move(pairs[i + 1].str));
+      }
+    }
+    return answer;
   }
 }
 
@@ -251,7 +272,10 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   args.set_record = record;
   args.set_name = set;
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, args);
-  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv));
+  // The record is read by an HGETALL right behind the script (see reference_many.lua). The
+  // leader's reference keeps the set's record: the server trims it only of members freed on their
+  // own, which leaves out no member alive then.
+  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv, record));
   if (answer.failed == ReferenceManyReply::kNoMember) {
     Status missing = Answer(set, answer.refusal).status();
     if (missing.code() != ErrorCode::kNotFound) return missing;  // e.g. the server is gone
@@ -259,6 +283,12 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   }
   if (answer.failed) return Answer(answer.failed_name, answer.refusal).status();
   MCD_RETURN_IF_ERROR(AnsweredAll(answer, 1));
+  if (answer.members.empty()) {
+    (void)Release(answer.leader, kAnyEpoch, Whose::kTaken);
+    return Status(ErrorCode::kUnexpectedReply,
+                  "tensor set '" + set + "' has no record of its members (" + record +
+                      ": made by a server of an older version, or removed)");
+  }
   // The leader's record first, with the count its reference made; each other member's is the
   // leader's with the member's own fields from the set's record in it.
   auto records = SetRecords(set, answer);

@@ -81,9 +81,11 @@ class ReferenceScript {
   ReferenceManyArgs ManyArgs(const std::vector<ReferenceManyItem>& items,
                              const std::string& queue) const;
   // Runs a get's `argv` (reference_many.lua), loading the script first where Redis does not
-  // have it, and reads its answer.
+  // have it, and reads its answer; for a set's, with its record (`set_record`, its key) read in
+  // the same round trip into the answer's members.
   Status LoadMany();
-  Result<ReferenceManyReply> RunMany(std::vector<std::string>& argv);
+  Result<ReferenceManyReply> RunMany(std::vector<std::string>& argv,
+                                     const std::string& set_record = std::string());
   // The records of the references a get's `answer` took of `names`, or its refusal's error.
   Result<std::vector<TensorRecord>> Taken(const std::vector<std::string>& names,
                                           ReferenceManyReply& answer);

@@ -192,19 +192,14 @@ Result<ReferenceManyReply> ParseReferenceManyReply(RedisValue reply) {
     MCD_ASSIGN_OR_RETURN(out.refusal, ParseReferenceReply(std::move(e[2])));
     return out;
   }
-  if ((e.size() != 2 && e.size() != 4) || e[0].str != "ok") {
+  if ((e.size() != 2 && e.size() != 3) || e[0].str != "ok") {
     return Status(ErrorCode::kUnexpectedReply, "batched reference script reply");
   }
-  if (e.size() == 4) {  // a set's: the leader's name, then the record's names and values
-    std::vector<RedisValue>& record = e[3].elements;
-    if (e[1].elements.size() != 1 || e[2].str.empty() || record.empty() || record.size() % 2 != 0) {
+  if (e.size() == 3) {  // a set's: the leader's name
+    if (e[1].elements.size() != 1 || e[2].str.empty()) {
       return Status(ErrorCode::kUnexpectedReply, "set reference script reply");
     }
     out.leader = std::move(e[2].str);
-    out.members.reserve(record.size() / 2);
-    for (size_t i = 0; i < record.size(); i += 2) {
-      out.members.emplace_back(std::move(record[i].str), std::move(record[i + 1].str));
-    }
   }
   out.answers.reserve(e[1].elements.size());
   for (RedisValue& answer : e[1].elements) {
