@@ -9,7 +9,8 @@ consumer's acknowledgement, with the same two processes and the same multiproces
 (pickled by torch.multiprocessing's reductions, without a Queue's feeder thread) carrying the
 handover: memcuda's producer creates a named tensor (zeroed, on GPU 0) and sends its name, the
 consumer gets it, views it as a torch.Tensor (torch.from_dlpack; in a second row
-torch.as_tensor, through __cuda_array_interface__; in a third memcuda.as_torch), reads one element and
+torch.as_tensor, through __cuda_array_interface__; in a third memcuda.as_torch), reads one
+element and
 acknowledges (its references are given back outside the time, as mcd-bench's share row does);
 the peer's producer makes torch.zeros and sends the tensor itself (CUDA IPC underneath), the
 consumer reads one element, drops it and acknowledges. The producer's cleanup (memcuda's
