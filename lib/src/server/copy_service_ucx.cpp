@@ -2,8 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // CopyService over UCX's active messages (ucp_am_send_nbx, ucp_am_recv_data_nbx), through the
-// functions server/ucx_api.h looks up at run time: the worker's thread, its endpoints, the reads
-// it is sent and the answers it sends. Its fetches' pieces: server/copy_fetches_ucx.h.
+// functions server/ucx_api.h looks up at run time: the worker's thread, the reads it is sent and
+// the answers it sends. Its connections to other servers: server/copy_endpoints_ucx.h; its
+// fetches' pieces: server/copy_fetches_ucx.h.
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -13,13 +14,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "alloc/allocator.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "server/copy_endpoints_ucx.h"
 #include "server/copy_fetches_ucx.h"
 #include "server/copy_grant.h"
 #include "server/copy_service.h"
@@ -34,9 +36,6 @@ namespace {
 // answered unavailable at once rather than kept (or dropped, which would leave a real asker
 // waiting out its whole timeout).
 constexpr size_t kMaxWaitingReads = 1024;
-// Endpoints to other workers the service keeps at most for reads that named them: one per
-// server of the fleet, and those strangers named.
-constexpr size_t kMaxEndpoints = 1024;
 
 using copy_wire::DataHeader;
 using copy_wire::kDataId;
@@ -75,6 +74,35 @@ class PostedSend {
   std::unique_ptr<SendState> state_;
 };
 
+// The read a READ message's header says, and the address of the worker that sent it; none where
+// the header does not hold together.
+std::optional<CopyService::Read> DecodeRead(const void* header, size_t header_length,
+                                            std::string* asker_address) {
+  ReadHeader h{};
+  if (header_length < sizeof(h)) return std::nullopt;
+  std::memcpy(&h, header, sizeof(h));
+  size_t text_length = header_length - sizeof(h);
+  if (h.name_length > text_length || h.node_length > text_length - h.name_length ||
+      h.address_length > text_length - h.name_length - h.node_length) {
+    return std::nullopt;
+  }
+  const char* text = static_cast<const char*>(header) + sizeof(h);
+  auto raw = [](const uint8_t* id) {
+    return std::string(reinterpret_cast<const char*>(id), kIdBytes);
+  };
+  CopyService::Read read;
+  read.fetch = raw(h.fetch);
+  read.grant = CopyGrant{raw(h.grant), raw(h.token)};
+  read.ctime_ms = h.ctime_ms;
+  read.name.assign(text, h.name_length);
+  read.asker_node.assign(text + h.name_length, h.node_length);
+  read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
+  // The asker's word, bounded: pieces of a few bytes would make a tensor millions of sends.
+  read.piece_bytes = std::clamp<uint64_t>(h.piece_bytes, kMinCopyPieceBytes, kMaxCopyPieceBytes);
+  asker_address->assign(text + h.name_length + h.node_length, h.address_length);
+  return read;
+}
+
 class UcxCopyService final : public CopyService {
  public:
   explicit UcxCopyService(std::function<void()> wake) : wake_(std::move(wake)) {}
@@ -100,20 +128,6 @@ class UcxCopyService final : public CopyService {
   void Post(std::function<void()> job);
   // Sends an active message; `state` lives until UCX is done with it.
   void Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> state, uint32_t flags);
-  // `unreachable`, where given, says whether UCX found no way to the address (the endpoint
-  // taken over for a read, then, is intact).
-  Result<ucp_ep_h> Endpoint(const std::string& address_hex, bool* unreachable = nullptr);
-  // kUnsupported where UCX_TLS leaves no transport that reports a peer's failure.
-  Status CheckFailureReporting(const ucp_address_t* own_address);
-  // What became of the connection a read came on (TakeOverConnection): now the service's own
-  // endpoint, which answers go on; another endpoint to the address the read named (the read is
-  // refused at once); or given up by UCX (the read goes unanswered).
-  enum class Connection { kTaken, kOther, kLost };
-  Connection TakeOverConnection(const std::string& asker_address_hex, ucp_ep_h reply_ep);
-  // Closes `ep` at once, whatever it still sends; the request UCX closes it with, if any.
-  ucs_status_ptr_t CloseForced(ucp_ep_h ep);
-  // The same, progressing the worker until it is closed (the service's thread, or no thread).
-  void CloseForcedAndWait(ucp_ep_h ep);
   // The message refusing `read` with `status`.
   std::unique_ptr<SendState> Refusal(const Read& read, const Status& status);
   // Logs a read left unanswered, up to one line a second, counting the others.
@@ -144,8 +158,7 @@ class UcxCopyService final : public CopyService {
   std::vector<Read> reads_;
   uint64_t turned_away_ = 0;  // under reads_mutex_
   UcxFetches fetches_;
-  std::map<std::string, ucp_ep_h> endpoints_;  // the service's thread only
-  std::vector<ucp_ep_h> failed_;  // endpoints whose peer failed; all are closed at stop
+  UcxEndpoints connections_;  // the service's thread only
 };
 
 Status UcxCopyService::Init() {
@@ -174,7 +187,8 @@ Status UcxCopyService::Init() {
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
   address_hex_ =
       HexEncode(std::string_view(reinterpret_cast<const char*>(address), address_length));
-  Status reporting = CheckFailureReporting(address);
+  connections_.Bind(worker_, [this](ucp_ep_h ep, ucs_status_t status) { PeerLost(ep, status); });
+  Status reporting = connections_.CheckFailureReporting(address);
   ucx->ucp_worker_release_address(worker_, address);
   MCD_RETURN_IF_ERROR(reporting);
   for (unsigned id : {kReadId, kDataId}) {
@@ -246,16 +260,12 @@ void UcxCopyService::Loop() {
     if (armed == UCS_ERR_BUSY) continue;
     if (armed == UCS_OK) ucx->ucp_worker_wait(worker_);
   }
-  // Endpoints closed while the worker still progresses their closing, taken out first: progress
-  // while closing may report another endpoint lost (PeerLost), and a read that comes meanwhile
-  // takes no connection over. Answers go on these endpoints alone (TakeOverConnection), so
-  // closing them ends the sends under way, which UCX's worker must not be destroyed with.
+  // Endpoints closed while the worker still progresses their closing: a read that comes
+  // meanwhile takes no connection over. Answers go on these endpoints alone
+  // (UcxEndpoints::TakeOver), so closing them ends the sends under way, which UCX's worker must
+  // not be destroyed with.
   closing_ = true;
-  std::vector<ucp_ep_h> closing_all = std::move(failed_);
-  for (auto& [address, ep] : endpoints_) closing_all.push_back(ep);
-  endpoints_.clear();
-  failed_.clear();
-  for (ucp_ep_h ep : closing_all) CloseForcedAndWait(ep);
+  connections_.CloseAll();
   // The sends those endpoints had under way end with them, cancelled from UCX's callbacks, which
   // only progress runs: run before the worker goes, so that the callbacks free what they own.
   // Bounded, for a send whose cancelling waits for hardware that never answers.
@@ -305,96 +315,19 @@ void UcxCopyService::Send(ucp_ep_h ep, unsigned id, std::unique_ptr<SendState> s
     raw->fetch->Complete(UcxError("sending the read", UCS_PTR_STATUS(sent)));
 }
 
-Status UcxCopyService::CheckFailureReporting(const ucp_address_t* own_address) {
-  // A connection to this worker itself, asking for failure reporting as every copy's does:
-  // where UCX_TLS leaves no transport that reports a peer's failure (UCX 1.13's shared-memory
-  // ones cannot), UCX refuses it as it would every copy's, and copies are off here, said once,
-  // rather than refused one by one. A connection without it takes this process down with a peer
-  // that dies mid-copy (UCX treats the failed read of its memory as fatal), so none is made.
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.address = own_address;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ucp_ep_h ep = nullptr;
-  ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
-  if (s == UCS_ERR_UNREACHABLE) {
-    const char* tls = std::getenv("UCX_TLS");
-    return Status(ErrorCode::kUnsupported,
-                  std::string("UCX has no transport") +
-                      (tls != nullptr ? std::string(" in UCX_TLS=") + tls : std::string()) +
-                      " that reports a peer's failure (shared memory alone cannot), and a copy "
-                      "over one could take this server down with its peer: keep tcp in UCX_TLS");
-  }
-  if (s != UCS_OK) return Status::Ok();  // the probe tells nothing; a copy will say what fails
-  CloseForcedAndWait(ep);
-  return Status::Ok();
-}
-
-Result<ucp_ep_h> UcxCopyService::Endpoint(const std::string& address_hex, bool* unreachable) {
-  auto found = endpoints_.find(address_hex);
-  if (found != endpoints_.end()) return found->second;
-  Result<std::string> address = HexDecode(address_hex);
-  if (!address.ok()) {
-    return Status(ErrorCode::kUnexpectedReply, "the other server's ucx_address is not hex");
-  }
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(address->data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.arg = this;
-  params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
-    // The peer went away: its fetches fail now rather than at their timeout, and the endpoint
-    // is forgotten, so the next fetch makes a new one.
-    auto* self = static_cast<UcxCopyService*>(arg);
-    self->PeerLost(ep, status);
-  };
-  ucp_ep_h ep = nullptr;
-  ucs_status_t s = ucx->ucp_ep_create(worker_, &params, &ep);
-  if (unreachable != nullptr) *unreachable = s == UCS_ERR_UNREACHABLE;
-  if (s == UCS_ERR_UNREACHABLE) {
-    // This worker reaches itself with failure reporting (CheckFailureReporting): the other one
-    // is not there, or not on these transports.
-    return Status(ErrorCode::kUnavailable,
-                  "the other server cannot be reached over UCX (it may have stopped, or shares "
-                  "no transport in UCX_TLS with this one)");
-  }
-  if (s != UCS_OK) return UcxError("connecting to the other server (ucp_ep_create)", s);
-  endpoints_[address_hex] = ep;
-  return ep;
-}
-
 ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
                                     const ucp_am_recv_param_t* param) {
-  ReadHeader h{};
-  if (header_length < sizeof(h) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
-    return UCS_OK;
-  std::memcpy(&h, header, sizeof(h));
-  size_t text_length = header_length - sizeof(h);
-  if (h.name_length > text_length || h.node_length > text_length - h.name_length ||
-      h.address_length > text_length - h.name_length - h.node_length) {
-    return UCS_OK;
-  }
-  const char* text = static_cast<const char*>(header) + sizeof(h);
-  auto raw = [](const uint8_t* id) {
-    return std::string(reinterpret_cast<const char*>(id), kIdBytes);
-  };
-  Read read;
-  read.fetch = raw(h.fetch);
-  read.grant = CopyGrant{raw(h.grant), raw(h.token)};
-  read.ctime_ms = h.ctime_ms;
-  read.name.assign(text, h.name_length);
-  read.asker_node.assign(text + h.name_length, h.node_length);
-  read.rendezvous = (h.flags & copy_wire::kReadRendezvous) != 0;
-  // The asker's word, bounded: pieces of a few bytes would make a tensor millions of sends.
-  read.piece_bytes = std::clamp<uint64_t>(h.piece_bytes, kMinCopyPieceBytes, kMaxCopyPieceBytes);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+  std::string asker_address;
+  std::optional<Read> decoded = DecodeRead(header, header_length, &asker_address);
+  if (!decoded) return UCS_OK;
+  Read& read = *decoded;
   if (closing_) return UCS_OK;
-  switch (TakeOverConnection(std::string(text + h.name_length + h.node_length, h.address_length),
-                             param->reply_ep)) {
-    case Connection::kTaken:
+  switch (connections_.TakeOver(asker_address, param->reply_ep)) {
+    case UcxEndpoints::Connection::kTaken:
       read.reply_ep = param->reply_ep;
       break;
-    case Connection::kOther:
+    case UcxEndpoints::Connection::kOther:
       // Refused on the connection it came on, now, while UCX keeps it for this callback.
       Send(param->reply_ep, kDataId,
            Refusal(read, Status(ErrorCode::kUnavailable,
@@ -404,7 +337,7 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
                                 "one of them)")),
            UCP_AM_SEND_FLAG_REPLY);
       return UCS_OK;
-    case Connection::kLost:
+    case UcxEndpoints::Connection::kLost:
       LogUnanswered(read);
       return UCS_OK;
   }
@@ -432,16 +365,10 @@ ucs_status_t UcxCopyService::OnRead(const void* header, size_t header_length,
 }
 
 void UcxCopyService::PeerLost(ucp_ep_h ep, ucs_status_t status) {
+  // The peer went away: its fetches fail now rather than at their timeout (the endpoint has
+  // left the ones in use, so the next fetch makes a new one).
   std::string why =
       std::string("the other server went away mid-copy (") + ucx->ucs_status_string(status) + ")";
-  for (auto it = endpoints_.begin(); it != endpoints_.end(); ++it) {
-    if (it->second == ep) {
-      endpoints_.erase(it);
-      // Not closed yet: reads waiting for their answer may name it, which then fails to send.
-      failed_.push_back(ep);
-      break;
-    }
-  }
   if (fetches_.PeerLost(ep, why) > 0) return Log(LogLevel::kWarn, "copy service: " + why);
   // A server that stopped after its copies, or one whose read waits here for its answer.
   Log(LogLevel::kInfo, std::string("copy service: a server this one exchanged copies with has "
@@ -468,51 +395,6 @@ CopyService::Waiting UcxCopyService::TakeReads() {
   out.reads.swap(reads_);
   std::swap(out.turned_away, turned_away_);
   return out;
-}
-
-UcxCopyService::Connection UcxCopyService::TakeOverConnection(const std::string& asker_address_hex,
-                                                              ucp_ep_h reply_ep) {
-  // UCX destroys an endpoint that another worker's connection made here (a reply endpoint) as
-  // soon as that worker fails, unless the user has made it its own: held past the read's
-  // callback, it may be gone when an answer goes, and the send crashes. Making this service's
-  // endpoint to the asker's address takes that very connection over, with the failure handler
-  // of the others: UCX matches this worker's i-th endpoint to the asker with the asker's i-th
-  // one to this worker. A UCX listener, whose accepted endpoints are the user's from the start,
-  // would need an address and port of its own on each node; a worker address needs neither.
-  // The address is the asker's word, unpacked by UCX as those in its own connection messages.
-  if (asker_address_hex.empty() || !HexDecode(asker_address_hex).ok()) return Connection::kOther;
-  bool known = endpoints_.count(asker_address_hex) > 0;
-  bool unreachable = false;
-  Result<ucp_ep_h> ep = Endpoint(asker_address_hex, &unreachable);
-  // No way to the address: nothing was taken over. Otherwise a take-over that failed may have
-  // destroyed the reply endpoint with it (an asker that connected without failure reporting,
-  // as no server of this build does).
-  if (!ep.ok()) return unreachable ? Connection::kOther : Connection::kLost;
-  if (*ep == reply_ep) return Connection::kTaken;
-  // A new connection to whatever the address names (a read that named another worker's): kept
-  // as this service's endpoint there, which keeps the two sides' counts of endpoints in step
-  // (the named worker's next endpoint here matches it), up to kMaxEndpoints; past them, closed.
-  if (!known && endpoints_.size() > kMaxEndpoints) {
-    endpoints_.erase(asker_address_hex);
-    ucs_status_ptr_t closing = CloseForced(*ep);
-    if (UCS_PTR_IS_PTR(closing)) ucx->ucp_request_free(closing);  // released once closed
-  }
-  return Connection::kOther;
-}
-
-ucs_status_ptr_t UcxCopyService::CloseForced(ucp_ep_h ep) {
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  return ucx->ucp_ep_close_nbx(ep, &param);
-}
-
-void UcxCopyService::CloseForcedAndWait(ucp_ep_h ep) {
-  ucs_status_ptr_t closing = CloseForced(ep);
-  if (!UCS_PTR_IS_PTR(closing)) return;
-  while (ucx->ucp_request_check_status(closing) == UCS_INPROGRESS)
-    ucx->ucp_worker_progress(worker_);
-  ucx->ucp_request_free(closing);
 }
 
 void UcxCopyService::LogUnanswered(const Read& read) {
@@ -642,7 +524,7 @@ Result<std::unique_ptr<CopyService::Fetching>> UcxCopyService::Begin(
       std::lock_guard<std::mutex> lock(fetch->mutex);
       if (fetch->done) return;  // stopped, or failed, before it was sent: `into` may be gone
     }
-    auto ep = Endpoint(address_hex);
+    auto ep = connections_.To(address_hex);
     if (!ep.ok()) return fetch->Complete(ep.status());
     fetches_.SentTo(fetch, ep.value());
     Send(ep.value(), kReadId, posted->Take(), UCP_AM_SEND_FLAG_REPLY);
