@@ -22,6 +22,7 @@ docs/python.md.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import ctypes
 import gc
 import json
@@ -653,39 +654,42 @@ class Tensor:
 
 def as_torch(tensors: Union["Tensor", Dict[str, "Tensor"], Sequence["Tensor"]]) -> Any:
     """torch.Tensor views, in place, of a Tensor (a torch.Tensor), of a dict of Tensors (a dict
-    by the same keys) or of a list of them (a list, in the same order): the quickest way to torch
-    for one tensor or many. For the members of a get_set on a GPU: one DLPack export of the
-    set's allocation (from its first member's address to its last one's end) and a strided view
-    of it per member (291 members of a model in ~0.5 ms on an H200, where torch.from_dlpack of
-    each took 4-6 ms). Any other Tensor, and a host set's members (each mapped on its own): its
-    own DLPack capsule handed to torch.from_dlpack, which then skips the stream handshake it makes
-    with an object that exports __dlpack__ (a memcuda tensor needs no synchronisation: see
-    __dlpack__), ~10 us a tensor on an H200 where torch.from_dlpack(tensor) takes ~30. The views
-    keep the reference and mapping as a from_dlpack view does. A set's views share one storage,
-    as slices of one tensor do: what acts on the storage (torch.save of a view,
-    untyped_storage()) sees the whole span. Imports torch."""
+    by the same keys) or of a list of them (a list, in the same order). For the members of a
+    get_set on a GPU: one DLPack export of the set's allocation (from its first member's address
+    to its last one's end) and a strided view of it per member (291 members of a model in
+    ~0.6 ms in one process on an H200, where torch.from_dlpack of each took ~3 ms). Any other
+    Tensor, and a host set's members (each mapped on its own): its own DLPack capsule handed to
+    torch.from_dlpack, which then skips the stream handshake it makes with an object that
+    exports __dlpack__ (a memcuda tensor needs no synchronisation: see __dlpack__), ~10 us a
+    view against ~30 in one process on an H200. The views keep the reference and mapping as a
+    from_dlpack view does. A set's views share one storage, as slices of one tensor do: what
+    acts on the storage (torch.save of a view, untyped_storage()) sees the whole span. Every
+    Tensor is checked (InvalidArgument, Released) before torch is imported."""
     if isinstance(tensors, Tensor):
         return as_torch({None: tensors})[None]
-    if not isinstance(tensors, dict):
+    if not isinstance(tensors, collections.abc.Mapping):
         if isinstance(tensors, (str, bytes)) or not isinstance(tensors, Sequence):
             raise InvalidArgument("as_torch takes a Tensor, a dict or a list of Tensors, not %s"
                                   % type(tensors).__name__)
         views = as_torch(dict(enumerate(tensors)))
         return [views[i] for i in range(len(tensors))]
-    import torch
-    from torch.utils.dlpack import from_dlpack
-
-    out: Dict[Any, Any] = {}
+    # Every Tensor checked, and mapped, before torch is imported: what is wrong is said first.
+    plain: Dict[Any, "Tensor"] = {}
     sets: Dict[int, List[Tuple[Any, "Tensor", Any]]] = {}
     for key, tensor in tensors.items():
         if not isinstance(tensor, Tensor):
-            raise InvalidArgument("as_torch: %r is a %s, not a memcuda.Tensor"
-                                  % (key, type(tensor).__name__))
+            raise InvalidArgument("as_torch: %s is a %s, not a memcuda.Tensor"
+                                  % ("item %d" % key if isinstance(key, int) else repr(key),
+                                     type(tensor).__name__))
         mapping = tensor._live()
         if mapping.hold is None or tensor.device == "cpu":
-            out[key] = from_dlpack(tensor.__dlpack__())
+            plain[key] = tensor
         else:
             sets.setdefault(id(mapping.hold), []).append((key, tensor, mapping))
+    import torch
+    from torch.utils.dlpack import from_dlpack
+
+    out: Dict[Any, Any] = {key: from_dlpack(tensor.__dlpack__()) for key, tensor in plain.items()}
     for members in sets.values():
         out.update(_set_views(members, torch, from_dlpack))
     return {key: out[key] for key in tensors}

@@ -32,9 +32,9 @@ class Tensor(ctypes.Structure):
 # struct mcd_tensor as a struct format in the machine's own layout (as the C compiler lays it out),
 # for reading many records at once (records_at).
 _RECORD = struct.Struct("@201s8sii%dqQqP" % MAX_DIMS)
-if _RECORD.size != ctypes.sizeof(Tensor):
-    raise ImportError("memcuda: struct mcd_tensor is %d bytes here, not %d"
-                      % (ctypes.sizeof(Tensor), _RECORD.size))
+if (_RECORD.size != ctypes.sizeof(Tensor) or
+        struct.calcsize("@201s8sii%dqQq" % MAX_DIMS) != Tensor.data.offset):
+    raise ImportError("memcuda: struct mcd_tensor is laid out here unlike its ctypes declaration")
 
 
 def records_at(address, count):
@@ -46,7 +46,7 @@ def records_at(address, count):
         return []
     raw = ctypes.string_at(address, count * _RECORD.size)
     return [(f[0].partition(b"\0")[0].decode(), f[1].partition(b"\0")[0].decode(), f[2],
-             f[4:4 + f[3]], f[12], f[14] or None) for f in _RECORD.iter_unpack(raw)]
+             f[4:4 + min(f[3], MAX_DIMS)], f[12], f[14] or None) for f in _RECORD.iter_unpack(raw)]
 
 
 class CreateOptions(ctypes.Structure):

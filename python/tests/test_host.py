@@ -184,6 +184,20 @@ def test_get_many_takes_every_reference_at_once_or_none(node, mc):
     assert mc.ls() == []
 
 
+def test_as_torch_refuses_what_is_no_tensor_and_a_released_one_before_importing_torch(mc):
+    t = mc.create("v", (4,), "f32", device="cpu")
+    with pytest.raises(memcuda.InvalidArgument, match="item 1 is a int"):
+        memcuda.as_torch([t, 3])
+    with pytest.raises(memcuda.InvalidArgument, match="not str"):
+        memcuda.as_torch("v")
+    t.release()
+    with pytest.raises(memcuda.Released):
+        memcuda.as_torch({"v": t})
+    assert refcount(mc, "v") == 1
+    mc.rm("v")
+    assert mc.ls() == []
+
+
 def _safetensors_file(path, tensors):
     """A safetensors file written by hand: {name: numpy array}, data back to back (so unaligned
     after a tensor of an odd size), as the format asks."""

@@ -220,17 +220,43 @@ Status ReferenceScript::LoadMany() {
   return Status::Ok();
 }
 
+Result<RedisValue> ReferenceScript::CallMany(const std::vector<std::string>& argv,
+                                             const std::string& set_record, RedisValue* record) {
+  std::vector<std::string_view> call(argv.begin(), argv.end());
+  if (set_record.empty()) return redis_.CommandRaw(call);
+  // One transaction, one round trip: nothing runs between the script and the record's read.
+  MCD_RETURN_IF_ERROR(redis_.Append({"MULTI"}));
+  MCD_RETURN_IF_ERROR(redis_.Append(call));
+  MCD_RETURN_IF_ERROR(redis_.Append({"HGETALL", set_record}));
+  MCD_RETURN_IF_ERROR(redis_.Append({"EXEC"}));
+  // Every reply is read before any is judged, so that none is left for the next command.
+  RedisValue replies[4];
+  for (RedisValue& reply : replies) {
+    MCD_ASSIGN_OR_RETURN(reply, redis_.ReadReply());
+  }
+  // The script refused as it was queued (the transaction then ran nothing): its error, as the
+  // script's reply, which the caller reads (NOSCRIPT: loaded again).
+  if (replies[1].type == RedisValue::Type::kError) return std::move(replies[1]);
+  const char* names[4] = {"MULTI", "EVALSHA (reference_many)", "HGETALL", "EXEC"};
+  for (int i = 0; i < 4; ++i) {
+    if (replies[i].type == RedisValue::Type::kError) {
+      return RedisErrorStatus(names[i], replies[i].str);
+    }
+  }
+  if (replies[3].elements.size() != 2) {
+    return Status(ErrorCode::kUnexpectedReply, "EXEC of a set's reference script and record");
+  }
+  *record = std::move(replies[3].elements[1]);
+  return std::move(replies[3].elements[0]);
+}
+
 Result<ReferenceManyReply> ReferenceScript::RunMany(std::vector<std::string>& argv,
-                                                    const std::string& set_record) {
+                                                    const std::string& set_record,
+                                                    RedisValue* record) {
   for (int attempt = 0;; ++attempt) {
     if (many_sha_ == kNotLoaded) MCD_RETURN_IF_ERROR(LoadMany());
     argv[kReferenceShaIndex] = many_sha_;
-    MCD_RETURN_IF_ERROR(redis_.Append(std::vector<std::string_view>(argv.begin(), argv.end())));
-    if (!set_record.empty()) MCD_RETURN_IF_ERROR(redis_.Append({"HGETALL", set_record}));
-    MCD_ASSIGN_OR_RETURN(RedisValue reply, redis_.ReadReply());
-    // Read whatever the script answered: the connection stays in step.
-    std::optional<Result<RedisValue>> record;
-    if (!set_record.empty()) record = redis_.ReadCommandReply("HGETALL");
+    MCD_ASSIGN_OR_RETURN(RedisValue reply, CallMany(argv, set_record, record));
     if (reply.type == RedisValue::Type::kError) {
       if (IsNoScript(reply.str) && attempt == 0) {
         many_sha_ = kNotLoaded;  // Redis lost it (a restart, SCRIPT FLUSH): once more
@@ -238,20 +264,7 @@ Result<ReferenceManyReply> ReferenceScript::RunMany(std::vector<std::string>& ar
       }
       return RedisErrorStatus("EVALSHA (reference_many)", reply.str);
     }
-    MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, ParseReferenceManyReply(std::move(reply)));
-    if (record && answer.failed == std::nullopt) {
-      if (!record->ok()) {
-        // Read with the reference taken: it goes back, as a record it cannot read gives it back.
-        (void)Release(answer.leader, kAnyEpoch, Whose::kTaken);
-        return record->status();
-      }
-      std::vector<RedisValue>& pairs = record->value().elements;
-      answer.members.reserve(pairs.size() / 2);
-      for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
-        answer.members.emplace_back(std::move(pairs[i].str), std::move(pairs[i + 1].str));
-      }
-    }
-    return answer;
+    return ParseReferenceManyReply(std::move(reply));
   }
 }
 
@@ -272,10 +285,9 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   args.set_record = record;
   args.set_name = set;
   std::vector<std::string> argv = ReferenceManyCall(many_sha_, args);
-  // The record is read by an HGETALL right behind the script (see reference_many.lua). The
-  // leader's reference keeps the set's record: the server trims it only of members freed on their
-  // own, which leaves out no member alive then.
-  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv, record));
+  // The record is read by an HGETALL in the script's transaction (see reference_many.lua).
+  RedisValue record_reply;
+  MCD_ASSIGN_OR_RETURN(ReferenceManyReply answer, RunMany(argv, record, &record_reply));
   if (answer.failed == ReferenceManyReply::kNoMember) {
     Status missing = Answer(set, answer.refusal).status();
     if (missing.code() != ErrorCode::kNotFound) return missing;  // e.g. the server is gone
@@ -283,11 +295,19 @@ Result<std::vector<TensorRecord>> ReferenceScript::GetSet(const std::string& set
   }
   if (answer.failed) return Answer(answer.failed_name, answer.refusal).status();
   MCD_RETURN_IF_ERROR(AnsweredAll(answer, 1));
-  if (answer.members.empty()) {
+  std::vector<RedisValue>& pairs = record_reply.elements;
+  if (record_reply.type != RedisValue::Type::kArray || pairs.empty() || pairs.size() % 2 != 0) {
+    // The script found the record a hash, in the same transaction: not seen but for a Redis
+    // that breaks its word. The reference just taken goes back.
     (void)Release(answer.leader, kAnyEpoch, Whose::kTaken);
     return Status(ErrorCode::kUnexpectedReply,
-                  "tensor set '" + set + "' has no record of its members (" + record +
-                      ": made by a server of an older version, or removed)");
+                  "tensor set '" + set + "': its record (" + record + ") could not be read" +
+                      (record_reply.type == RedisValue::Type::kError ? ": " + record_reply.str
+                                                                     : std::string()));
+  }
+  answer.members.reserve(pairs.size() / 2);
+  for (size_t i = 0; i < pairs.size(); i += 2) {
+    answer.members.emplace_back(std::move(pairs[i].str), std::move(pairs[i + 1].str));
   }
   // The leader's record first, with the count its reference made; each other member's is the
   // leader's with the member's own fields from the set's record in it.

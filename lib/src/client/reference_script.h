@@ -81,11 +81,16 @@ class ReferenceScript {
   ReferenceManyArgs ManyArgs(const std::vector<ReferenceManyItem>& items,
                              const std::string& queue) const;
   // Runs a get's `argv` (reference_many.lua), loading the script first where Redis does not
-  // have it, and reads its answer; for a set's, with its record (`set_record`, its key) read in
-  // the same round trip into the answer's members.
+  // have it, and reads its answer; for a set's, with its record (`set_record`, its key) read by
+  // an HGETALL in the same transaction into `record` (CallMany).
   Status LoadMany();
   Result<ReferenceManyReply> RunMany(std::vector<std::string>& argv,
-                                     const std::string& set_record = std::string());
+                                     const std::string& set_record = std::string(),
+                                     RedisValue* record = nullptr);
+  // The script's reply to `argv`, an error reply as a value; with `set_record`, the script and
+  // the record's HGETALL in one MULTI/EXEC, the HGETALL's reply into `record`.
+  Result<RedisValue> CallMany(const std::vector<std::string>& argv, const std::string& set_record,
+                              RedisValue* record);
   // The records of the references a get's `answer` took of `names`, or its refusal's error.
   Result<std::vector<TensorRecord>> Taken(const std::vector<std::string>& names,
                                           ReferenceManyReply& answer);

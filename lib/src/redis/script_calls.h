@@ -250,7 +250,7 @@ struct ReferenceManyReply {
   static constexpr size_t kNoMember = SIZE_MAX;  // `failed` of a set with no member left
   std::vector<ReferenceReply> answers;
   std::string leader;                                        // a set's: the member referenced
-  std::vector<std::pair<std::string, std::string>> members;  // a set's record (HGETALL's)
+  std::vector<std::pair<std::string, std::string>> members;  // a set's record (GetSet's read)
   std::optional<size_t> failed;
   std::string failed_name;  // that tensor's name
   ReferenceReply refusal{ReferenceReply::kOk, {}, {}, {}};

@@ -27,9 +27,10 @@
 -- published and put back together, by one server. The set's memory is one allocation that stays
 -- while any member lives, so that one reference keeps every member's bytes. A reference of each
 -- member, or a read of each member's hash, would add work per member to a call that Redis runs
--- while every other client waits (docs/design.md, "Fast paths"). The record is not read here: the
--- client reads it with an HGETALL sent right behind this call, which Redis serves in a tenth of
--- the time that the same read through Lua and back takes (the record of a model's 291 members).
+-- while every other client waits (docs/design.md, "Fast paths"). The record is only checked
+-- here: the client reads it with an HGETALL in this call's transaction (MULTI/EXEC), which Redis
+-- serves in a fraction of what the same read through Lua and back costs (docs/design.md, "Fast
+-- paths and knobs").
 -- Returns {"ok", {answer per tensor}} ({"ok", {the leader's answer}, the leader's name} for a
 -- set), an answer being
 -- {"ok", {values}}, {"forgotten", {values}} or {"queued"} as reference.lua answers; or
@@ -77,6 +78,13 @@ if of_set then
     -- from an older copy): it leaves the list and the record here.
     redis.call('LPOP', KEYS[6])
     redis.call('HDEL', KEYS[7], name_of(leader))
+  end
+  local record = redis.call('TYPE', KEYS[7]).ok
+  if record ~= 'hash' then
+    return redis.error_reply('ERR tensor set ' .. set_name .. ' has no record of its members (' ..
+                             KEYS[7] .. (record == 'none' and
+                                         ': made by a server of an older version, or removed)' or
+                                         ' is a ' .. record .. ', not a hash)'))
   end
   keys[1], names[1] = leader, name_of(leader)
 else
