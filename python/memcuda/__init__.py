@@ -161,10 +161,12 @@ class Client:
         per round trip for more, each 64 opened while the next are got), all or nothing: on an
         error no reference is kept, and the error names the tensor that stopped it. Tensors that
         share an allocation (a tensor set's members) are mapped once. A list of Tensors in the
-        order of `names`."""
+        order of `names` (none for none)."""
         if isinstance(names, (str, bytes)):
             raise InvalidArgument("get_many takes a list of names, not one name")
         names = [_str(name) for name in names]
+        if not names:
+            return []  # as release_many of none
         array = (ctypes.c_char_p * len(names))(*[name.encode() for name in names])
         out = (_CTensor * len(names))()
         with self._lock:
@@ -277,7 +279,8 @@ class Client:
         return json.loads(take_string(text))
 
     def ls(self, glob: str = "*") -> List[Dict[str, Any]]:
-        """The records of the tensors whose names match `glob`, sorted by name."""
+        """The records of the tensors whose names match `glob` (a Redis glob; "SET/": the members
+        of tensor set SET), sorted by name."""
         text = ctypes.c_void_p()
         self._call(_clib.mcd_list_json, _bytes(glob), ctypes.byref(text))
         return json.loads(take_string(text))
@@ -664,7 +667,8 @@ def as_torch(tensors: Union["Tensor", Dict[str, "Tensor"], Sequence["Tensor"]]) 
     view against ~30 in one process on an H200. The views keep the reference and mapping as a
     from_dlpack view does. A set's views share one storage, as slices of one tensor do: what
     acts on the storage (torch.save of a view, untyped_storage()) sees the whole span. Every
-    Tensor is checked (InvalidArgument, Released) before torch is imported."""
+    Tensor is checked (InvalidArgument, Released) before torch is imported; Unsupported where
+    it cannot be."""
     if isinstance(tensors, Tensor):
         return as_torch({None: tensors})[None]
     if not isinstance(tensors, collections.abc.Mapping):
@@ -686,8 +690,14 @@ def as_torch(tensors: Union["Tensor", Dict[str, "Tensor"], Sequence["Tensor"]]) 
             plain[key] = tensor
         else:
             sets.setdefault(id(mapping.hold), []).append((key, tensor, mapping))
-    import torch
-    from torch.utils.dlpack import from_dlpack
+    if not tensors:
+        return {}
+    try:
+        import torch
+        from torch.utils.dlpack import from_dlpack
+    except ImportError as e:
+        raise errors.Unsupported("as_torch needs PyTorch, which this Python cannot import (%s)"
+                                 % e) from None
 
     out: Dict[Any, Any] = {key: from_dlpack(tensor.__dlpack__()) for key, tensor in plain.items()}
     for members in sets.values():

@@ -193,6 +193,8 @@ def test_as_torch_refuses_what_is_no_tensor_and_a_released_one_before_importing_
     t.release()
     with pytest.raises(memcuda.Released):
         memcuda.as_torch({"v": t})
+    assert memcuda.as_torch({}) == {} and memcuda.as_torch([]) == []  # nothing to view
+    assert mc.get_many([]) == []  # as release_many of none
     assert refcount(mc, "v") == 1
     mc.rm("v")
     assert mc.ls() == []
@@ -227,6 +229,11 @@ def test_a_safetensors_checkpoint_loads_into_a_set_that_any_process_views_in_pla
     _safetensors_file(path, tensors)
     names = mc.load_safetensors(path, "net", device="cpu")
     assert sorted(names) == sorted("net/" + name for name in tensors)
+    # "net/" lists the set's members, as mcd-ls does; a tensor named under one is none of them.
+    mc.create("net/ids/under", (2,), "u8", device="cpu")
+    assert [r["name"] for r in mc.ls("net/")] == sorted(names)
+    assert len(mc.ls("net/*")) == len(names) + 1
+    mc.rm("net/ids/under")
     got = mc.get_set("net")
     assert sorted(got) == sorted(tensors)
     for name, array in tensors.items():

@@ -272,6 +272,29 @@ TEST_F(Sets, ASetIsItsMembersAndNothingElse) {
   auto members = client->SetMembers("s");
   ASSERT_TRUE(members.ok());
   EXPECT_EQ(members->size(), 2u) << "the plain tensor of a former member's name is no member";
+  // Listed as "s/", the set is its members alone: neither that plain tensor nor one named under
+  // a member, which the glob s/* matches too.
+  const std::string under = made.spec.members[1].name + "/under";
+  ASSERT_TRUE(client->Create(HostSpec(under)).ok());
+  auto listed = client->List("s/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  std::vector<std::string> listed_names;
+  for (const TensorRecord& r : *listed) listed_names.push_back(r.name);
+  EXPECT_EQ(listed_names, *members);
+  auto names = client->ListNames("s/");
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(*names, *members);
+  EXPECT_EQ(client->List("s/*")->size(), 4u) << "a glob is a glob";
+  auto quiet = Tool("mcd-ls", {"s/", "-q"});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.out, (*members)[0] + "\n" + (*members)[1] + "\n");
+  auto table = Tool("mcd-ls", {"s/", "--json"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  json rows = json::parse(table.out);
+  ASSERT_EQ(rows.size(), 2u) << table.out;
+  EXPECT_EQ(rows[0]["name"], (*members)[0]);
+  EXPECT_EQ(rows[1]["name"], (*members)[1]);
+  ASSERT_TRUE(client->ReleaseMany({under}).ok());
   auto views = client->GetSet("s");
   ASSERT_TRUE(views.ok()) << views.status().ToString();
   EXPECT_EQ(views->size(), 2u);

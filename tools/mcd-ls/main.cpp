@@ -255,7 +255,7 @@ Result<std::string> FormatRecords(const LsFlags& f, const std::vector<TensorReco
 // A pattern without wildcards that lists nothing may be a tensor set's name, whose members are
 // listed as NAME/: said on standard error.
 void NoteASet(Client& client, const std::string& glob) {
-  if (glob.find_first_of("*?[\\") != std::string::npos) return;
+  if (glob.find_first_of("*?[\\") != std::string::npos || glob.back() == '/') return;
   std::string hint = tools::SetHint(client, glob);
   if (!hint.empty()) std::cerr << kTool << ": note: " << tools::Escaped(hint) << "\n";
 }
@@ -313,8 +313,6 @@ static int ToolMain(int argc, char** argv) {
   LsFlags flags;
   AddFlags(app, flags);
   if (int rc = tools::ParseArgs(app, argc, argv); rc >= 0) return rc;
-  // SET/ is a set's members, as the other tools read it (no tensor's name ends in '/').
-  if (!flags.glob.empty() && flags.glob.back() == '/') flags.glob += '*';
   // A usage error is said before anything is asked of Redis.
   if (auto columns = ChosenColumns(flags); !columns.ok())
     return tools::Fail(kTool, columns.status());
@@ -323,7 +321,9 @@ static int ToolMain(int argc, char** argv) {
   auto options = tools::MakeClientOptions(flags.common, false);
   if (!options.ok()) return tools::Fail(kTool, options.status());
   if (flags.watching) {
+    // A set's members by their names (SET/*): events carry no set.
     flags.watch.glob = flags.glob;
+    if (!flags.glob.empty() && flags.glob.back() == '/') flags.watch.glob += '*';
     flags.watch.json = flags.json;
     flags.watch.headers = !flags.no_headers;
     flags.watch.node = only_node;

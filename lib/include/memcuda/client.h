@@ -187,11 +187,12 @@ class MCD_API Client {
   // Every tensor whose name matches `glob` (SCAN, never KEYS), sorted by name. Keys under the
   // tensor prefix that hold no readable tensor (a hash written by hand without its fields, a key
   // of another type) are left out; with `unreadable`, each is added there as "name: why".
-  // With `holders`, each record's holders are read too (a whole hash per tensor).
+  // With `holders`, each record's holders are read too (a whole hash per tensor). "SET/" is the
+  // members of tensor set SET alone, not what else is named under it.
   Result<std::vector<TensorRecord>> List(const std::string& glob = "*",
                                          std::vector<std::string>* unreadable = nullptr,
                                          bool holders = false);
-  // Only the names (SCAN alone), sorted.
+  // Only the names (SCAN alone; a set's list and its members' "set" field for "SET/"), sorted.
   Result<std::vector<std::string>> ListNames(const std::string& glob = "*");
 
   // Waits (client/waits.cpp) block on the event stream of memcuda/events.h, woken by the change

@@ -10,6 +10,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "client/client_impl.h"
 #include "common/process.h"
 
@@ -175,14 +178,36 @@ Result<std::vector<TensorRecord>> Client::ReleaseReferences(const std::vector<st
 
 Result<TensorRecord> Client::Stat(const std::string& name) { return impl_->Stat(name); }
 
+namespace {
+
+// The set a glob "SET/" names: its members, as every tool reads it (no tensor's name ends in
+// '/'). The glob SET/* matches them, and also what is named under them without being a member
+// (the members of a set named SET/x, a plain tensor SET/x/y), which only their records tell apart.
+std::optional<std::string> SetOfGlob(const std::string& glob) {
+  if (glob.size() < 2 || glob.back() != '/') return std::nullopt;
+  std::string set = glob.substr(0, glob.size() - 1);
+  if (!ValidateName(set).ok()) return std::nullopt;  // names hold no glob characters
+  return set;
+}
+
+}  // namespace
+
 Result<std::vector<TensorRecord>> Client::List(const std::string& glob,
                                                std::vector<std::string>* unreadable, bool holders) {
   MCD_RETURN_IF_ERROR(ValidateGlob(glob));
-  return impl_->List(glob, unreadable, holders);
+  std::optional<std::string> set = SetOfGlob(glob);
+  if (!set) return impl_->List(glob, unreadable, holders);
+  MCD_ASSIGN_OR_RETURN(std::vector<TensorRecord> records,
+                       impl_->List(*set + "/*", unreadable, holders));
+  records.erase(std::remove_if(records.begin(), records.end(),
+                               [&](const TensorRecord& r) { return r.set != *set; }),
+                records.end());
+  return records;
 }
 
 Result<std::vector<std::string>> Client::ListNames(const std::string& glob) {
   MCD_RETURN_IF_ERROR(ValidateGlob(glob));
+  if (std::optional<std::string> set = SetOfGlob(glob)) return SetMembers(*set);
   return impl_->ListNames(glob);
 }
 
