@@ -430,8 +430,7 @@ class _Record:
     @classmethod
     def of(cls, c):
         """The record of one struct mcd_tensor (a _CTensor)."""
-        return cls(c.name.decode(), c.dtype.decode(), c.device, tuple(c.shape[:c.ndim]), c.bytes,
-                   c.data)
+        return cls.many(ctypes.addressof(c), 1)[0]
 
     @classmethod
     def many(cls, address, count):
